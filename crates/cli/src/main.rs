@@ -1,0 +1,56 @@
+//! The `shortfirst` binary: argument parsing and error reporting only.
+//!
+//! Each subcommand lives in its own module with an `Args` struct and a `run`
+//! function that hands over to its library crate. `anyhow` is allowed here and
+//! nowhere else: this is the binary's edge.
+
+use clap::{Parser, Subcommand};
+
+mod gatekeeper;
+mod load;
+mod serve;
+mod sim;
+mod uplink;
+mod workload;
+
+#[derive(Parser, Debug)]
+#[command(name = "shortfirst", version, about = "Serve the shortest remaining work first.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Static-file HTTP/1.1 server with size-based connection scheduling.
+    Serve(serve::Args),
+    /// Install, show or remove the HTB priority-band tree on an uplink.
+    Uplink(uplink::Args),
+    /// Admission-control and shortest-job-first proxy for dynamic backends.
+    Gatekeeper(gatekeeper::Args),
+    /// Trace-driven load generator with per-request logs.
+    Load(load::Args),
+    /// Generate workloads (files + trace) and print trace statistics.
+    Workload(workload::Args),
+    /// Discrete-event simulator running the same policy code as the server.
+    Sim(sim::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(a) => serve::run(a),
+        Command::Uplink(a) => uplink::run(a),
+        Command::Gatekeeper(a) => gatekeeper::run(a),
+        Command::Load(a) => load::run(a),
+        Command::Workload(a) => workload::run(a),
+        Command::Sim(a) => sim::run(a),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shortfirst: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! shortfirst-gatekeeper: see ARCHITECTURE.md.

@@ -1,0 +1,1 @@
+//! shortfirst-load: see ARCHITECTURE.md.

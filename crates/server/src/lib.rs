@@ -1,0 +1,1 @@
+//! shortfirst-server: see ARCHITECTURE.md.

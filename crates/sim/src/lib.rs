@@ -1,0 +1,1 @@
+//! shortfirst-sim: see ARCHITECTURE.md.
