@@ -7,12 +7,20 @@ use std::path::PathBuf;
 use anyhow::Context;
 use shortfirst_server::{AccessLogFormat, ConfigFile, Policy, ServerConfig};
 
+/// Boxed: the flags are many, and `Command` (in main.rs) holds every
+/// subcommand's `Args` inline.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    flags: Box<Flags>,
+}
+
 /// Flags mirror the config file keys; a flag overrides the file.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Config file keys are the long flag names without dashes in front \
     (e.g. `max-connections = 100`); flags override the file; an unknown key is an error.\n\
     SO_PRIORITY values above 6 need CAP_NET_ADMIN (root).")]
-pub struct Args {
+struct Flags {
     /// Directory to serve.
     #[arg(long)]
     root: Option<PathBuf>,
@@ -90,7 +98,7 @@ pub struct Args {
     auto_recompute_every: Option<usize>,
 }
 
-impl Args {
+impl Flags {
     fn into_config(self) -> anyhow::Result<ServerConfig> {
         let file = match &self.config {
             Some(path) => ConfigFile::load(path)?,
@@ -138,7 +146,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .try_init();
-    let config = args.into_config()?;
+    let config = args.flags.into_config()?;
     let root = config.root.clone();
     shortfirst_server::run_until_signal(config).with_context(|| format!("serving {}", root.display()))
 }

@@ -361,7 +361,7 @@ impl Conn {
     ) -> std::io::Result<Outcome_> {
         let keep_alive = keep_alive && !closes_connection(status);
         let version_minor = req.map_or(1, |r| r.version_minor);
-        let with_body = req.is_none_or(|r| r.method() != Method::Head);
+        let with_body = !matches!(req.map(Request::method), Some(Method::Head));
         let len = response::error(&mut self.head, status, keep_alive, version_minor, with_body);
         let body = if with_body { Body::InHead { len } } else { Body::None };
         self.send(status, body).await
@@ -533,7 +533,8 @@ mod tests {
 
     #[test]
     fn split_target_table() {
-        let cases: &[(&str, Option<(&str, Option<&str>)>)] = &[
+        type Split<'a> = Option<(&'a str, Option<&'a str>)>;
+        let cases: &[(&str, Split<'_>)] = &[
             ("/", Some(("/", None))),
             ("/a/b?x=1", Some(("/a/b", Some("x=1")))),
             ("/a#frag", Some(("/a", None))),

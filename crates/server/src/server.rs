@@ -155,6 +155,11 @@ impl Server {
         self.admin.as_ref().map(|l| l.local_addr().expect("bound listener has an address"))
     }
 
+    /// `SO_PRIORITY` of the listening socket, as the kernel reports it.
+    pub fn listener_priority(&self) -> Option<u32> {
+        crate::sched::so_priority(self.listener.as_raw_fd()).ok()
+    }
+
     /// The metrics page, as served at `/metrics`.
     pub fn metrics_text(&self) -> String {
         self.shared.render_metrics()
