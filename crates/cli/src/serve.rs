@@ -78,6 +78,10 @@ struct Flags {
     /// SO_SNDBUF of client sockets [default: kernel autotuning].
     #[arg(long)]
     send_buffer_bytes: Option<usize>,
+    /// TCP_NOTSENT_LOWAT of client sockets: unsent bytes the kernel may hold, so
+    /// bands track what is really left to transmit; 0 = kernel default [default: 16384].
+    #[arg(long)]
+    notsent_lowat_bytes: Option<u32>,
     /// Access log file (`-` for stdout) [default: none].
     #[arg(long)]
     access_log: Option<PathBuf>,
@@ -123,6 +127,7 @@ impl Flags {
             max_requests_per_connection: self.max_requests_per_connection,
             sendfile_chunk_bytes: self.sendfile_chunk_bytes,
             send_buffer_bytes: self.send_buffer_bytes,
+            notsent_lowat_bytes: self.notsent_lowat_bytes,
             access_log: self.access_log,
             access_log_format: self.access_log_format,
             socket_priority: self.socket_priority,

@@ -121,3 +121,26 @@ async fn srpt2_starts_split_at_1k() {
     assert_eq!(b.last(), Some(&1), "{b:?}");
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn band_tracks_bytes_not_yet_transmitted() {
+    if skip() {
+        return;
+    }
+    let (observer, seen) = recorder();
+    let mut s = TestServer::start_with_observer(|_| {}, Some(observer)).await;
+    // A client that cannot take the response yet: tiny receive window, no reads.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let stream = socket.connect(s.addr).await.unwrap();
+    let mut c = Raw::from_stream(stream);
+    c.send(req("/big.bin").as_bytes()).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Almost all of the 300 KB is still on the server: the socket must not
+    // have been promoted past the largest band (TCP_NOTSENT_LOWAT keeps the
+    // kernel's unsent backlog small, so written ≈ transmitted).
+    assert_eq!(bands(&seen), vec![6], "promoted before the bytes left");
+    assert_eq!(c.response(false).await.unwrap().body.len(), 300_000);
+    assert_eq!(bands(&seen).last(), Some(&1));
+    s.stop().await;
+}

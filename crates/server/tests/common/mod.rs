@@ -128,6 +128,11 @@ pub struct Raw {
 }
 
 impl Raw {
+    /// Wraps a custom-configured connected socket.
+    pub fn from_stream(stream: TcpStream) -> Raw {
+        Raw { stream, buf: Vec::new() }
+    }
+
     pub async fn connect(addr: SocketAddr) -> Raw {
         Raw { stream: TcpStream::connect(addr).await.unwrap(), buf: Vec::new() }
     }
