@@ -235,6 +235,24 @@ mod tests {
     }
 
     #[test]
+    fn cutoffs_auto_starts_from_the_paper_and_learns() {
+        let mut c = ServerConfig::new("/");
+        c.cutoffs = CutoffsSpec::Auto;
+        c.auto_window = 1_000;
+        c.auto_recompute_every = 1_000;
+        let s = Scheduler::new(&c);
+        assert_eq!(*s.cutoffs(), Cutoffs::paper_default());
+        // 1..=1000 bytes: median 500, 99th percentile 990.
+        for size in 1..=1_000u64 {
+            s.observe(size);
+        }
+        let learned = s.cutoffs();
+        assert_eq!(learned.as_slice().len(), AUTO_DATA_BANDS - 1);
+        assert_eq!(learned.as_slice()[0], 500);
+        assert_eq!(*learned.as_slice().last().unwrap(), 990);
+    }
+
+    #[test]
     fn band_socket_sets_only_on_change() {
         let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));

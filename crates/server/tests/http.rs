@@ -269,9 +269,12 @@ async fn graceful_shutdown_finishes_in_flight_responses() {
     let stop = s.stop_signal();
     let task = s.take_task();
     stop.send(()).unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
     // New connections are refused once the listener is closed.
-    assert!(tokio::net::TcpStream::connect(s.addr).await.is_err(), "listener still open");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while tokio::net::TcpStream::connect(s.addr).await.is_ok() {
+        assert!(Instant::now() < deadline, "listener still open");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // The in-flight response completes in full, then the connection closes.
     let mut rest = Vec::new();
     busy.stream.read_to_end(&mut rest).await.unwrap();
@@ -302,7 +305,10 @@ async fn metrics_and_access_log() {
         assert_eq!(m.status, 200);
         assert!(m.header("content-type").unwrap().starts_with("text/plain; version=0.0.4"));
         let text = String::from_utf8(m.body).unwrap();
-        if text.contains("shortfirst_responses_total{code=\"4xx\"} 1") || Instant::now() > deadline {
+        let all_three = ["{code=\"2xx\"} 2", "{code=\"4xx\"} 1"]
+            .iter()
+            .all(|tail| text.contains(&format!("shortfirst_responses_total{tail}")));
+        if all_three || Instant::now() > deadline {
             break text;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
