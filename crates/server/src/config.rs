@@ -256,6 +256,9 @@ impl ServerConfig {
         if self.sendfile_chunk_bytes < 4096 {
             return invalid("sendfile-chunk-bytes", "must be at least 4096".into());
         }
+        if self.notsent_lowat_bytes > 1 << 30 {
+            return invalid("notsent-lowat-bytes", "must be at most 1 GiB".into());
+        }
         if self.max_requests_per_connection == 0 {
             return invalid("max-requests-per-connection", "must be at least 1".into());
         }

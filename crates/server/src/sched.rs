@@ -117,16 +117,15 @@ impl CutoffsCache {
     }
 }
 
-/// Sets `SO_PRIORITY` on a socket.
-pub fn set_so_priority(fd: RawFd, priority: u32) -> std::io::Result<()> {
-    let value = priority as libc::c_int;
+/// Sets an integer socket option.
+pub fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> std::io::Result<()> {
     // SAFETY: `fd` is an open socket owned by the caller; the option value is a
     // c_int living for the duration of the call, with its exact size passed.
     let rc = unsafe {
         libc::setsockopt(
             fd,
-            libc::SOL_SOCKET,
-            libc::SO_PRIORITY,
+            level,
+            name,
             (&value as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
@@ -136,6 +135,11 @@ pub fn set_so_priority(fd: RawFd, priority: u32) -> std::io::Result<()> {
     } else {
         Err(std::io::Error::last_os_error())
     }
+}
+
+/// Sets `SO_PRIORITY` on a socket.
+pub fn set_so_priority(fd: RawFd, priority: u32) -> std::io::Result<()> {
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_PRIORITY, priority as libc::c_int)
 }
 
 /// Reads `SO_PRIORITY` back from a socket (tests, diagnostics).

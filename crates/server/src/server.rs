@@ -36,7 +36,7 @@ use crate::http::parse::Limits;
 use crate::http::{response, Status};
 use crate::metrics::Metrics;
 use crate::resolve::Root;
-use crate::sched::{set_so_priority, PriorityObserver, Scheduler};
+use crate::sched::{set_so_priority, setsockopt_int, PriorityObserver, Scheduler};
 
 /// Listen backlog (the kernel caps it at `net.core.somaxconn`).
 const BACKLOG: i32 = 4096;
@@ -236,28 +236,14 @@ fn prepare(stream: &TcpStream, config: &ServerConfig) -> std::io::Result<()> {
         SockRef::from(stream).set_send_buffer_size(bytes)?;
     }
     if config.notsent_lowat_bytes > 0 {
-        set_notsent_lowat(stream.as_raw_fd(), config.notsent_lowat_bytes)?;
-    }
-    Ok(())
-}
-
-fn set_notsent_lowat(fd: std::os::fd::RawFd, bytes: u32) -> std::io::Result<()> {
-    let value = bytes as libc::c_int;
-    // SAFETY: `fd` is an open TCP socket; the option value is a c_int of the size passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
+        setsockopt_int(
+            stream.as_raw_fd(),
             libc::IPPROTO_TCP,
             libc::TCP_NOTSENT_LOWAT,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
+            config.notsent_lowat_bytes as i32,
+        )?;
     }
+    Ok(())
 }
 
 /// Answers 503 without waiting and closes (see the module docs).
