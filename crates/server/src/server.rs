@@ -120,6 +120,7 @@ impl Server {
     /// on a connection (a test hook).
     pub fn bind_with_observer(config: ServerConfig, observer: Option<PriorityObserver>) -> Result<Server, ServerError> {
         config.validate()?;
+        ensure_fd_limit(config.max_connections);
         let root = Root::open(&config.root, !config.follow_symlinks_outside_root)
             .map_err(|source| ServerError::Root { path: config.root.clone(), source })?;
         let scheduler = Scheduler::new(&config);
@@ -227,6 +228,33 @@ impl Server {
             log.close();
         }
         Ok(())
+    }
+}
+
+/// File descriptors needed beyond one per connection (listeners, log, files
+/// open while sending, the runtime's own).
+const FD_HEADROOM: u64 = 256;
+
+/// Raises the soft `RLIMIT_NOFILE` so `max_connections` connections (each with a
+/// file open while sending) fit, up to the hard limit; warns if they cannot.
+fn ensure_fd_limit(max_connections: usize) {
+    let needed = 2 * max_connections as u64 + FD_HEADROOM;
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit read and write the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 || limit.rlim_cur >= needed {
+        return;
+    }
+    let raised = libc::rlimit { rlim_cur: needed.min(limit.rlim_max), rlim_max: limit.rlim_max };
+    // SAFETY: as above.
+    let ok = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0;
+    let now = if ok { raised.rlim_cur } else { limit.rlim_cur };
+    if now < needed {
+        tracing::warn!(
+            open_files_limit = now,
+            needed,
+            max_connections,
+            "RLIMIT_NOFILE is below what max-connections needs: accepts will fail (EMFILE) before the limit"
+        );
     }
 }
 
