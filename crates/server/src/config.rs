@@ -396,6 +396,14 @@ mod tests {
     }
 
     #[test]
+    fn example_file_is_valid_and_states_the_defaults() {
+        let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/serve.example.toml"));
+        let c = ServerConfig::from_file(ConfigFile::load(path).unwrap()).unwrap();
+        let d = ServerConfig::new("/srv/www");
+        assert_eq!(format!("{c:?}"), format!("{d:?}"));
+    }
+
+    #[test]
     fn unknown_key_is_named() {
         let err = ConfigFile::parse("root = \"/srv\"\nmax-conections = 3\n", Path::new("x.toml")).unwrap_err();
         let msg = err.to_string();
