@@ -204,7 +204,7 @@ def main() -> int:
     ap.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
     ap.add_argument("--threads", type=int, default=2, help="wrk threads")
     ap.add_argument("--connections", type=int, default=64, help="wrk connections")
-    ap.add_argument("--rounds", type=int, default=2, help="rounds; the server order alternates")
+    ap.add_argument("--rounds", type=int, default=4, help="rounds; the server order alternates")
     ap.add_argument("--warmup", type=int, default=2, help="seconds of unrecorded load before each run")
     args = ap.parse_args()
     for tool in ("nginx", "wrk"):
@@ -274,11 +274,14 @@ def main() -> int:
             per = {}
             for name in servers:
                 rs = [r for r in runs if r["server"] == name and r["file"] == path]
+                # Medians over rounds: the machine is shared, and one round
+                # disturbed by a neighbour should not decide the ratio.
                 per[name] = {
-                    "requests_per_s": round(statistics.mean(r["requests_per_s"] for r in rs), 1),
+                    "requests_per_s": round(statistics.median(r["requests_per_s"] for r in rs), 1),
                     "latency_ms": {
-                        p: round(statistics.mean(r["latency_ms"][p] for r in rs), 4) for p in ("p50", "p90", "p99")
+                        p: round(statistics.median(r["latency_ms"][p] for r in rs), 4) for p in ("p50", "p90", "p99")
                     },
+                    "requests_per_s_per_round": [r["requests_per_s"] for r in rs],
                 }
             rps_ratio = per["shortfirst"]["requests_per_s"] / per["nginx"]["requests_per_s"]
             p99_ratio = per["shortfirst"]["latency_ms"]["p99"] / per["nginx"]["latency_ms"]["p99"]
@@ -296,6 +299,7 @@ def main() -> int:
             "machine": machine(),
             "wrk": {"threads": args.threads, "connections": args.connections, "duration_s": args.duration},
             "rounds": args.rounds,
+            "aggregation": "median over rounds of each server's requests/s and latency percentiles",
             "settings": {
                 "workers": "2 (nginx worker_processes 2, shortfirst --threads 2)",
                 "access_log": "on for both, buffered to a file (nginx buffer=64k flush=1s)",
