@@ -279,7 +279,8 @@ def main() -> int:
                 per[name] = {
                     "requests_per_s": round(statistics.median(r["requests_per_s"] for r in rs), 1),
                     "latency_ms": {
-                        p: round(statistics.median(r["latency_ms"][p] for r in rs), 4) for p in ("p50", "p90", "p99")
+                        p: round(statistics.median(r["latency_ms"][p] for r in rs), 4)
+                        for p in ("p50", "p90", "p99")
                     },
                     "requests_per_s_per_round": [r["requests_per_s"] for r in rs],
                 }
