@@ -30,13 +30,14 @@ pub enum Policy {
 impl std::str::FromStr for Policy {
     type Err = String;
     fn from_str(s: &str) -> Result<Policy, String> {
-        match s {
-            "fair" => Ok(Policy::Fair),
-            "srpt" => Ok(Policy::Srpt),
-            "srpt2" => Ok(Policy::Srpt2),
-            other => Err(format!("unknown policy {other:?}: expected fair, srpt or srpt2")),
-        }
+        parse_name(s, "policy", "fair, srpt or srpt2")
     }
+}
+
+/// A unit variant from its serde name (the same spelling as in the TOML file).
+fn parse_name<T: serde::de::DeserializeOwned>(s: &str, what: &str, expected: &str) -> Result<T, String> {
+    use serde::de::value::{Error, StrDeserializer};
+    T::deserialize(StrDeserializer::<Error>::new(s)).map_err(|_| format!("unknown {what} {s:?}: expected {expected}"))
 }
 
 impl std::fmt::Display for Policy {
@@ -82,11 +83,7 @@ pub enum AccessLogFormat {
 impl std::str::FromStr for AccessLogFormat {
     type Err = String;
     fn from_str(s: &str) -> Result<AccessLogFormat, String> {
-        match s {
-            "combined" => Ok(AccessLogFormat::Combined),
-            "json" => Ok(AccessLogFormat::Json),
-            other => Err(format!("unknown access log format {other:?}: expected combined or json")),
-        }
+        parse_name(s, "access log format", "combined or json")
     }
 }
 
@@ -426,5 +423,8 @@ mod tests {
             assert!(msg.contains(key), "{text}: {msg}");
         }
         assert!(matches!(ServerConfig::from_file(ConfigFile::default()), Err(ConfigError::Missing("root"))));
+        assert_eq!("srpt2".parse::<Policy>(), Ok(Policy::Srpt2));
+        assert_eq!("json".parse::<AccessLogFormat>(), Ok(AccessLogFormat::Json));
+        assert!("SRPT".parse::<Policy>().unwrap_err().contains("fair, srpt or srpt2"));
     }
 }
