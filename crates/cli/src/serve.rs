@@ -19,7 +19,8 @@ pub struct Args {
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Config file keys are the long flag names without dashes in front \
     (e.g. `max-connections = 100`); flags override the file; an unknown key is an error.\n\
-    SO_PRIORITY values above 6 need CAP_NET_ADMIN (root).")]
+    SO_PRIORITY values above 6 need CAP_NET_ADMIN (root). SIGTERM/SIGINT: graceful shutdown; \
+    SIGHUP: reopen the access log.")]
 struct Flags {
     /// Directory to serve.
     #[arg(long)]

@@ -10,7 +10,7 @@
 
 use std::fs::OpenOptions;
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -43,6 +43,8 @@ struct Inner {
     buf: Mutex<Vec<u8>>,
     wake: Condvar,
     stop: AtomicBool,
+    /// Set by [`AccessLog::reopen`] (SIGHUP, after logrotate moved the file).
+    reopen: AtomicBool,
     dropped: AtomicU64,
 }
 
@@ -55,19 +57,20 @@ pub struct AccessLog {
 impl AccessLog {
     /// Opens `path` for appending (`-` = standard output) and starts the writer thread.
     pub fn open(path: &Path, format: AccessLogFormat) -> io::Result<AccessLog> {
-        let out: Box<dyn Write + Send> = if path == Path::new("-") {
-            Box::new(io::stdout())
-        } else {
-            Box::new(OpenOptions::new().create(true).append(true).open(path)?)
-        };
-        Ok(AccessLog::with_writer(out, format))
+        if path == Path::new("-") {
+            return Ok(AccessLog::with_writer(Box::new(io::stdout()), None, format));
+        }
+        let out = Box::new(open_append(path)?);
+        Ok(AccessLog::with_writer(out, Some(path.to_path_buf()), format))
     }
 
-    pub fn with_writer(mut out: Box<dyn Write + Send>, format: AccessLogFormat) -> AccessLog {
+    /// Starts the writer thread on `out`; `path`, if any, is reopened on [`AccessLog::reopen`].
+    pub fn with_writer(mut out: Box<dyn Write + Send>, path: Option<PathBuf>, format: AccessLogFormat) -> AccessLog {
         let inner = Arc::new(Inner {
             buf: Mutex::new(Vec::with_capacity(FLUSH_THRESHOLD_BYTES * 2)),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
+            reopen: AtomicBool::new(false),
             dropped: AtomicU64::new(0),
         });
         let shared = inner.clone();
@@ -81,12 +84,22 @@ impl AccessLog {
                         let (mut guard, _) = shared
                             .wake
                             .wait_timeout_while(guard, FLUSH_INTERVAL, |b| {
-                                b.len() < FLUSH_THRESHOLD_BYTES && !shared.stop.load(Ordering::Acquire)
+                                b.len() < FLUSH_THRESHOLD_BYTES
+                                    && !shared.stop.load(Ordering::Acquire)
+                                    && !shared.reopen.load(Ordering::Acquire)
                             })
                             .expect("access log lock poisoned");
                         std::mem::swap(&mut *guard, &mut spare);
                         shared.stop.load(Ordering::Acquire)
                     };
+                    if shared.reopen.swap(false, Ordering::AcqRel) {
+                        if let Some(path) = &path {
+                            match open_append(path) {
+                                Ok(file) => out = Box::new(file),
+                                Err(e) => tracing::warn!(error = %e, path = %path.display(), "access log reopen failed; keeping the old file"),
+                            }
+                        }
+                    }
                     if !spare.is_empty() {
                         if let Err(e) = out.write_all(&spare).and_then(|_| out.flush()) {
                             tracing::warn!(error = %e, "access log write failed");
@@ -123,6 +136,13 @@ impl AccessLog {
         self.inner.dropped.load(Ordering::Relaxed)
     }
 
+    /// Reopens the log file by its path (after rotation); lines buffered from
+    /// now on go to the new file. No-op for standard output.
+    pub fn reopen(&self) {
+        self.inner.reopen.store(true, Ordering::Release);
+        self.inner.wake.notify_one();
+    }
+
     /// Writes out everything buffered and stops the writer thread.
     pub fn close(&self) {
         self.inner.stop.store(true, Ordering::Release);
@@ -137,6 +157,10 @@ impl Drop for AccessLog {
     fn drop(&mut self) {
         self.close();
     }
+}
+
+fn open_append(path: &Path) -> io::Result<std::fs::File> {
+    OpenOptions::new().create(true).append(true).open(path)
 }
 
 /// Formats `e` into `out` (cleared first), newline-terminated.
@@ -305,5 +329,24 @@ mod tests {
         assert_eq!(log.dropped(), 1);
         log.close();
         assert_eq!(std::fs::read(file.path()).unwrap(), b"one\n");
+    }
+
+    #[test]
+    fn reopen_follows_rotation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("access.log");
+        let log = AccessLog::open(&path, AccessLogFormat::Combined).unwrap();
+        log.push(b"before\n");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::fs::metadata(&path).unwrap().len() == 0 {
+            assert!(std::time::Instant::now() < deadline, "never flushed");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::fs::rename(&path, dir.path().join("access.log.1")).unwrap();
+        log.reopen();
+        log.push(b"after\n");
+        log.close();
+        assert_eq!(std::fs::read(dir.path().join("access.log.1")).unwrap(), b"before\n");
+        assert_eq!(std::fs::read(&path).unwrap(), b"after\n");
     }
 }

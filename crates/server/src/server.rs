@@ -161,6 +161,16 @@ impl Server {
         crate::sched::so_priority(self.listener.as_raw_fd()).ok()
     }
 
+    /// A handle that reopens the access log file (for log rotation: SIGHUP).
+    pub fn access_log_reopener(&self) -> impl Fn() + Send + Sync + 'static {
+        let shared = self.shared.clone();
+        move || {
+            if let Some(log) = &shared.access_log {
+                log.reopen();
+            }
+        }
+    }
+
     /// The metrics page, as served at `/metrics`.
     pub fn metrics_text(&self) -> String {
         self.shared.render_metrics()
@@ -340,7 +350,8 @@ async fn admin_request(mut stream: TcpStream, shared: &Shared) -> std::io::Resul
     stream.shutdown().await
 }
 
-/// Runs the server on its own multi-thread runtime until SIGTERM or SIGINT.
+/// Runs the server on its own multi-thread runtime until SIGTERM or SIGINT;
+/// SIGHUP reopens the access log (log rotation).
 pub fn run_until_signal(config: ServerConfig) -> Result<(), ServerError> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all().thread_name("shortfirst-serve");
@@ -350,6 +361,15 @@ pub fn run_until_signal(config: ServerConfig) -> Result<(), ServerError> {
     let runtime = builder.build().map_err(ServerError::Runtime)?;
     runtime.block_on(async move {
         let server = Server::bind(config)?;
+        let reopen = server.access_log_reopener();
+        let mut hup =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).map_err(ServerError::Runtime)?;
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                tracing::info!("SIGHUP received: reopening the access log");
+                reopen();
+            }
+        });
         let mut term =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(ServerError::Runtime)?;
         let shutdown = async move {
