@@ -4,7 +4,6 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use anyhow::Context;
 use shortfirst_server::{AccessLogFormat, ConfigFile, Policy, ServerConfig};
 
 /// Boxed: the flags are many, and `Command` (in main.rs) holds every
@@ -153,6 +152,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .try_init();
     let config = args.flags.into_config()?;
-    let root = config.root.clone();
-    shortfirst_server::run_until_signal(config).with_context(|| format!("serving {}", root.display()))
+    // Every ServerError names what failed (root, address, log path); no extra context needed.
+    Ok(shortfirst_server::run_until_signal(config)?)
 }

@@ -86,3 +86,36 @@ fn not_root() -> bool {
     let out = Command::new("id").arg("-u").output().unwrap();
     String::from_utf8_lossy(&out.stdout).trim() != "0"
 }
+
+#[test]
+fn refuses_to_start_without_the_capability_for_priorities() {
+    // As root, drop CAP_NET_ADMIN and CAP_NET_RAW from the bounding set for the child.
+    let setpriv = std::path::Path::new("/usr/bin/setpriv");
+    if not_root() || !setpriv.exists() {
+        eprintln!("skipping: needs root and setpriv(1) to run the server without CAP_NET_ADMIN");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(setpriv)
+        .args(["--bounding-set", "-net_admin,-net_raw", env!("CARGO_BIN_EXE_shortfirst"), "serve", "--root"])
+        .arg(dir.path())
+        .args(["--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("SO_PRIORITY") && err.contains("CAP_NET_ADMIN"), "{err}");
+    assert_eq!(err.matches("Operation not permitted").count(), 1, "cause said once: {err}");
+    // The same, asked not to schedule: it starts (and is stopped by the timeout below).
+    let mut child = Command::new(setpriv)
+        .args(["--bounding-set", "-net_admin,-net_raw", env!("CARGO_BIN_EXE_shortfirst"), "serve", "--root"])
+        .arg(dir.path())
+        .args(["--listen", "127.0.0.1:0", "--socket-priority=false"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(child.try_wait().unwrap().is_none(), "should be serving");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

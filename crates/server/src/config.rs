@@ -287,7 +287,7 @@ pub enum ConfigError {
     Missing(&'static str),
     #[error("setting `{key}`: {reason}")]
     Invalid { key: &'static str, reason: String },
-    #[error("config file {path}: {source}")]
+    #[error("config file {path}")]
     Read { path: PathBuf, source: std::io::Error },
     #[error("config file {path}: {message}")]
     Parse { path: PathBuf, message: String },

@@ -50,20 +50,20 @@ const ADMIN_MAX_REQUEST_BYTES: usize = 8 * 1024;
 pub enum ServerError {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("root {path}: {source}")]
+    #[error("root {path}")]
     Root { path: PathBuf, source: std::io::Error },
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error(
-        "cannot set SO_PRIORITY {priority:#x} on the listening socket: {source}. Priorities above 6 need \
-         CAP_NET_ADMIN: run as root or with that capability, or pass --socket-priority=false to serve \
-         without kernel scheduling"
+        "cannot set SO_PRIORITY {priority:#x} on the listening socket (priorities above 6 need \
+         CAP_NET_ADMIN or CAP_NET_RAW: run as root or with one of them, or pass --socket-priority=false \
+         to serve without kernel scheduling)"
     )]
     PriorityNotPermitted { priority: u32, source: std::io::Error },
-    #[error("access log {path}: {source}")]
+    #[error("access log {path}")]
     AccessLog { path: PathBuf, source: std::io::Error },
-    #[error("tokio runtime: {0}")]
-    Runtime(std::io::Error),
+    #[error("tokio runtime")]
+    Runtime(#[source] std::io::Error),
 }
 
 /// What every connection shares.
