@@ -11,6 +11,7 @@ pub mod dist;
 pub mod generate;
 pub mod http;
 pub mod record;
+pub mod run;
 pub mod scale;
 pub mod session;
 pub mod stats;
