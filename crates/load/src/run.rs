@@ -776,13 +776,13 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
     }
     drop(tx);
     let collected = collector.join().map_err(|_| cerr("collector thread panicked".into()))??;
-    if let Some(e) = dispatch_error {
-        return Err(e);
-    }
-    if let Some(c) = &closed {
-        if let Some(e) = c.trace_error.lock().ok().and_then(|mut g| g.take()) {
-            return Err(e.into());
+    let trace_error = closed.as_ref().and_then(|c| c.trace_error.lock().ok().and_then(|mut g| g.take()));
+    if let Some(e) = dispatch_error.or(trace_error.map(LoadError::from)) {
+        // The run stopped part-way: leave no outputs that look complete.
+        for f in ["requests.csv", "response-times.hlog"] {
+            let _ = std::fs::remove_file(cfg.out_dir.join(f));
         }
+        return Err(e);
     }
     let summary = summarize(&cfg, collected, speed, started_unix_s, skipped.skipped(), out_of_order);
     write_json_atomic(&cfg.out_dir.join("summary.json"), &summary)?;
