@@ -105,34 +105,35 @@ fn generate_stats_serve_and_replay() {
     }
 }
 
+/// Runs `shortfirst load` against a dead port with `extra` flags; returns its stderr (it must fail).
+fn load_fails(trace: &std::path::Path, out: &std::path::Path, extra: &[&str]) -> String {
+    let res = shortfirst()
+        .args(["load", "--target", "http://127.0.0.1:9", "--trace"])
+        .arg(trace)
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(!res.status.success(), "{res:?}");
+    String::from_utf8_lossy(&res.stderr).into_owned()
+}
+
 #[test]
 fn load_errors_name_the_input() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("bad.csv");
     std::fs::write(&trace, "time,path\n").unwrap();
-    let out = shortfirst()
-        .args(["load", "--target", "http://127.0.0.1:9", "--trace"])
-        .arg(&trace)
-        .arg("--out")
-        .arg(dir.path().join("o"))
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let out = dir.path().join("o");
+    let err = load_fails(&trace, &out, &[]);
     assert!(err.contains("bad.csv: line 1") && err.contains("time_s,path,size_bytes"), "{err}");
+    let err = load_fails(&trace, &out, &["--load", "0.5"]);
+    assert!(err.contains("--uplink"), "{err}");
+    let err = load_fails(&trace, &out, &["--retries", "2"]);
+    assert!(err.contains("--abort-after"), "{err}");
 
-    let out = shortfirst()
-        .args(["load", "--target", "http://127.0.0.1:9", "--load", "0.5", "--trace"])
-        .arg(&trace)
-        .arg("--out")
-        .arg(dir.path().join("o"))
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--uplink"), "{out:?}");
-
-    let out =
+    let res =
         shortfirst().args(["workload", "generate", "--kind", "pareto", "--out"]).arg(dir.path()).output().unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("pareto"), "{out:?}");
+    assert!(!res.status.success());
+    assert!(String::from_utf8_lossy(&res.stderr).contains("pareto"), "{res:?}");
 }
