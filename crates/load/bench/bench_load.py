@@ -154,6 +154,26 @@ def step(binary: str, port: int, trace: Path, out: Path, rate: int, seconds: flo
     }
 
 
+def peak_rss(binary: str, port: int, trace: Path, tmp: Path) -> dict:
+    """Peak RSS of `shortfirst load` for a short and a 4x longer run at the same rate:
+    bounded memory means the two peaks are about equal."""
+    runs = []
+    for seconds in (2, 8):
+        out = tmp / f"mem-{seconds}"
+        argv = [binary, "load", "--target", f"http://127.0.0.1:{port}", "--trace", str(trace)]
+        argv += ["--out", str(out), "--rate", "5000", "--duration", str(seconds), "--quiet"]
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        CHILDREN.append(proc)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            raise SystemExit(f"bench-load: {' '.join(argv)} exited with {proc.returncode}")
+        requests = json.loads((out / "summary.json").read_text())["requests"]
+        runs.append({"requests": requests, "peak_rss_kib": usage.ru_maxrss, "argv": argv})
+        shutil.rmtree(out)
+    return {"runs": runs, "rss_ratio_long_over_short": runs[1]["peak_rss_kib"] / runs[0]["peak_rss_kib"]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--bin", default="target/release/shortfirst")
@@ -195,7 +215,9 @@ def main() -> None:
             steps[mode] = []
             misses = 0
             for rate in rates:
-                r = step(binary, port, wl / "trace.csv", tmp / f"run-{mode}-{rate}", rate, args.step_seconds, extra)
+                r = step(
+                    binary, port, wl / "trace.csv", tmp / f"run-{mode}-{rate}", rate, args.step_seconds, extra
+                )
                 print(
                     f"bench-load: {mode} {rate}/s -> achieved {r['achieved_req_per_s']:.0f}/s, "
                     f"lateness p99 {r['lateness_p99_ms']} ms, sustained {r['sustained']}",
@@ -205,15 +227,17 @@ def main() -> None:
                 misses = 0 if r["sustained"] else misses + 1
                 if misses >= 2:
                     break
+        memory = peak_rss(binary, port, wl / "trace.csv", tmp)
         wrk_close = wrk(port, "/f/0000000.bin", True, args.wrk_seconds, 2, 64)
         wrk_keep = wrk(port, "/f/0000000.bin", False, args.wrk_seconds, 2, 64)
         best = {
-            mode: max((s["target_req_per_s"] for s in ss if s["sustained"]), default=0) for mode, ss in steps.items()
+            mode: max((s["target_req_per_s"] for s in ss if s["sustained"]), default=0)
+            for mode, ss in steps.items()
         }
         result = {
             "benchmark": "bench-load",
-            "description": "highest open-model rate one shortfirst load process sustains with lateness p99 <= 1 ms "
-            "against shortfirst serve (1 KiB files), beside wrk at its maximum on the same server",
+            "description": "highest open-model rate one shortfirst load process sustains with lateness "
+            "p99 <= 1 ms against shortfirst serve (1 KiB files), beside wrk at its maximum",
             "server": serve_argv,
             "step_seconds": args.step_seconds,
             "steps": steps,
@@ -228,14 +252,19 @@ def main() -> None:
             "machine": started,
             "loadavg_1m_end": os.getloadavg()[0],
             "command": " ".join(sys.argv),
-            "note": "generator, server and wrk share the same 2 CPUs (and this machine is shared with other jobs)",
+            "memory": memory,
+            "note": "generator, server and wrk share the same CPUs (shared machine)",
         }
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp_out = out.with_suffix(".json.tmp")
         tmp_out.write_text(json.dumps(result, indent=2) + "\n")
         tmp_out.rename(out)
-        print(json.dumps({"max_sustained_req_per_s": best, "wrk": [wrk_close["req_per_s"], wrk_keep["req_per_s"]]}))
+        print(
+            json.dumps(
+                {"max_sustained_req_per_s": best, "wrk": [wrk_close["req_per_s"], wrk_keep["req_per_s"]]}
+            )
+        )
     finally:
         cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
