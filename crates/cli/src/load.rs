@@ -114,6 +114,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         progress: !a.quiet,
         command_line: std::env::args().collect(),
     };
+    run::stop_on_signals();
     let s = run::run(cfg)?;
     let ms = |v: Option<f64>| v.map(|x| format!("{:.3} ms", x * 1e3)).unwrap_or_else(|| "-".into());
     eprintln!(

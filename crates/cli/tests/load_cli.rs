@@ -137,3 +137,39 @@ fn load_errors_name_the_input() {
     assert!(!res.status.success());
     assert!(String::from_utf8_lossy(&res.stderr).contains("pareto"), "{res:?}");
 }
+
+/// SIGINT stops a run early but cleanly: outputs written, summary says so.
+#[test]
+fn sigint_ends_the_run_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    let mut text = String::from("time_s,path,size_bytes\n");
+    for i in 0..1000 {
+        text.push_str(&format!("{},/x,1\n", i as f64 * 0.02));
+    }
+    std::fs::write(&trace, text).unwrap();
+    let out = dir.path().join("o");
+    let child = shortfirst()
+        .args(["load", "--target", "http://127.0.0.1:9", "--quiet", "--trace"])
+        .arg(&trace)
+        .arg("--out")
+        .arg(&out)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let started = Instant::now();
+    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let res = child.wait_with_output().unwrap();
+    assert!(res.status.success(), "{}", String::from_utf8_lossy(&res.stderr));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["interrupted"], true);
+    assert_eq!(summary["valid"], false);
+    let n = summary["requests"].as_u64().unwrap();
+    assert!((10..200).contains(&n), "{n} requests before the signal");
+    let rows = std::fs::read_to_string(out.join("requests.csv")).unwrap().lines().count() as u64 - 1;
+    assert_eq!(rows, n);
+}

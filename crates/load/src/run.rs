@@ -212,6 +212,8 @@ pub struct Summary {
     pub lateness_samples: u64,
     pub valid: bool,
     pub invalid_reasons: Vec<String>,
+    /// Stopped early by SIGINT/SIGTERM.
+    pub interrupted: bool,
     pub trace_records_skipped: u64,
     pub trace_records_out_of_order: u64,
     pub speed: f64,
@@ -439,7 +441,7 @@ impl Ctx {
         let mut seq = 0u32;
         let mut session_end: Option<Instant> = None;
         loop {
-            if shared.stop_at.is_some_and(|s| scheduled >= s) || shared.exhausted.load(Ordering::Relaxed) {
+            if shared.stop_at.is_some_and(|s| scheduled >= s) || shared.exhausted.load(Ordering::Relaxed) || stopped() {
                 break;
             }
             let rec = if let Some(m) = &shared.session {
@@ -495,6 +497,44 @@ impl Ctx {
             conn = self.perform(id, user, &rec, scheduled, conn, true).await;
             scheduled = Instant::now() + Duration::from_secs_f64(shared.think.sample_s(&mut rng));
         }
+    }
+}
+
+/// Set by SIGINT/SIGTERM once [`stop_on_signals`] is installed: stop starting
+/// requests, let those in flight finish (or time out), write the outputs.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// Makes SIGINT and SIGTERM end a run early but cleanly (outputs written,
+/// summary marked `interrupted` and invalid). For the CLI.
+pub fn stop_on_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe {
+            libc::signal(sig, on_stop_signal as *const () as libc::sighandler_t);
+        }
+    }
+}
+
+fn stopped() -> bool {
+    STOP.load(Ordering::Relaxed)
+}
+
+/// Sleeps until `deadline` in slices of at most 100 ms, returning early (false)
+/// when a stop signal arrives.
+fn sleep_until(deadline: Instant) -> bool {
+    loop {
+        if stopped() {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return true;
+        }
+        std::thread::sleep((deadline - now).min(Duration::from_millis(100)));
     }
 }
 
@@ -727,9 +767,8 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
                     }
                 };
                 let (first_id, recs, client, scheduled) = batch;
-                let now = Instant::now();
-                if scheduled > now {
-                    std::thread::sleep(scheduled - now);
+                if !sleep_until(scheduled) {
+                    break;
                 }
                 if in_flight.load(Ordering::Acquire) >= cfg.max_in_flight {
                     let now = Instant::now();
@@ -1023,6 +1062,9 @@ fn summarize(cfg: &Config, c: Collected, speed: f64, started_unix_s: f64, skippe
     if skipped > 0 {
         invalid.push(format!("{skipped} malformed trace records skipped"));
     }
+    if stopped() {
+        invalid.push("interrupted by a signal before the end of the trace/duration".into());
+    }
     let offered_bits = (send_span > 0.0).then(|| c.requested_bytes_sent as f64 * 8.0 / send_span);
     Summary {
         requests: c.rows,
@@ -1057,6 +1099,7 @@ fn summarize(cfg: &Config, c: Collected, speed: f64, started_unix_s: f64, skippe
         lateness_samples: c.lateness.len(),
         valid: invalid.is_empty(),
         invalid_reasons: invalid,
+        interrupted: stopped(),
         trace_records_skipped: skipped,
         trace_records_out_of_order: out_of_order,
         speed,
