@@ -184,6 +184,11 @@ fn open_model_one_row_per_request_sizes_match() {
     assert_eq!(seen.connections.load(Ordering::Relaxed), 1500);
     assert_eq!(s.requests, 1500);
     assert_eq!(s.completed, 1500);
+    // Every open-model request has its lateness measured; lateness is
+    // start − scheduled, so it matches the rows.
+    assert_eq!(s.lateness_samples, 1500);
+    let max_late_ms = rs.iter().map(|r| (r.start_s - r.scheduled_s) * 1e3).fold(0.0, f64::max);
+    assert!((s.lateness_max_ms.unwrap() - max_late_ms).abs() < 0.01 * max_late_ms + 0.01, "{max_late_ms}");
     assert_eq!(s.bytes_received, trace.iter().map(|t| t.size_bytes).sum::<u64>());
     // Scaled to 1500 req/s: the trace's span shrinks accordingly.
     let span = rs.last().unwrap().scheduled_s;
