@@ -178,7 +178,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--bin", default="target/release/shortfirst")
     ap.add_argument("--out", default="results/bench-load.json")
-    ap.add_argument("--rates", default="5000,10000,15000,20000,25000,30000,40000,50000")
+    ap.add_argument("--rates", default="1000,2000,5000,10000,15000,20000,25000,30000,40000,50000")
     ap.add_argument("--step-seconds", type=float, default=4.0)
     ap.add_argument("--wrk-seconds", type=int, default=5)
     args = ap.parse_args()
