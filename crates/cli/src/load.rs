@@ -74,6 +74,10 @@ pub struct Args {
     /// Seed of every random choice (think times, session walks).
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Run the dispatcher and workers under SCHED_FIFO (root or CAP_SYS_NICE)
+    /// so other processes on a shared machine cannot delay sends.
+    #[arg(long)]
+    realtime: bool,
     /// No progress line on stderr.
     #[arg(long)]
     quiet: bool,
@@ -112,6 +116,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         max_in_flight: a.max_in_flight,
         seed: a.seed,
         progress: !a.quiet,
+        realtime: a.realtime,
         command_line: std::env::args().collect(),
     };
     run::stop_on_signals();

@@ -146,6 +146,10 @@ pub struct Config {
     pub max_in_flight: usize,
     pub seed: u64,
     pub progress: bool,
+    /// Run the dispatcher and workers under SCHED_FIFO (needs root or
+    /// CAP_SYS_NICE), so other processes on a shared machine cannot delay
+    /// sends; the kernel's RT throttling still leaves them 5% of each CPU.
+    pub realtime: bool,
     pub command_line: Vec<String>,
 }
 
@@ -227,6 +231,7 @@ pub struct Summary {
     pub run_s: f64,
     pub threads: usize,
     pub max_in_flight: usize,
+    pub realtime: bool,
     pub kernel: String,
     pub cpus: usize,
     pub version: String,
@@ -540,6 +545,21 @@ fn sleep_until(deadline: Instant) -> bool {
     }
 }
 
+/// SCHED_FIFO priority used by `realtime`.
+const REALTIME_PRIORITY: libc::c_int = 10;
+
+/// Sets the calling thread's scheduling policy: SCHED_FIFO when `realtime`,
+/// else back to SCHED_OTHER.
+fn set_realtime(realtime: bool) -> std::io::Result<()> {
+    let (policy, prio) = if realtime { (libc::SCHED_FIFO, REALTIME_PRIORITY) } else { (libc::SCHED_OTHER, 0) };
+    let param = libc::sched_param { sched_priority: prio };
+    // SAFETY: pid 0 is the calling thread; `param` is a valid local.
+    if unsafe { libc::sched_setscheduler(0, policy, &param) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Lowers the calling thread's timer slack so sleeps end on time (Linux).
 fn precise_timers() {
     #[cfg(target_os = "linux")]
@@ -624,6 +644,20 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
             return Err(cerr("--load/--rate/--speed scale trace times; the closed model ignores them".into()));
         }
     }
+    if cfg.realtime {
+        set_realtime(true)
+            .map_err(|e| cerr(format!("--realtime: cannot use SCHED_FIFO ({e}); needs root or CAP_SYS_NICE")))?;
+    }
+    // Back to normal scheduling however the run ends.
+    struct NormalAgain(bool);
+    impl Drop for NormalAgain {
+        fn drop(&mut self) {
+            if self.0 {
+                let _ = set_realtime(false);
+            }
+        }
+    }
+    let _normal_again = NormalAgain(cfg.realtime);
     let nofile = raise_nofile();
     if (cfg.max_in_flight as u64) + 64 > nofile {
         return Err(cerr(format!(
@@ -693,13 +727,17 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
         let in_flight = in_flight.clone();
         let target = cfg.target.clone();
         let closed = closed.clone();
-        let (persistent, retries, seed) = (cfg.persistent, cfg.retries, cfg.seed);
+        let (persistent, retries, seed, realtime) = (cfg.persistent, cfg.retries, cfg.seed, cfg.realtime);
         let abort_after = cfg.abort_after_s.map(Duration::from_secs_f64);
         let timeout = Duration::from_secs_f64(cfg.timeout_s);
         let h = std::thread::Builder::new()
             .name(format!("load-worker-{w}"))
             .spawn(move || {
                 precise_timers();
+                if realtime {
+                    // Allowed: the dispatcher thread just got the same policy.
+                    let _ = set_realtime(true);
+                }
                 let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
                 let local = tokio::task::LocalSet::new();
                 let ctx = Rc::new(Ctx {
@@ -1120,6 +1158,7 @@ fn summarize(cfg: &Config, c: Collected, speed: f64, started_unix_s: f64, skippe
         run_s: busy_span,
         threads: cfg.threads,
         max_in_flight: cfg.max_in_flight,
+        realtime: cfg.realtime,
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default(),
         cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         version: env!("CARGO_PKG_VERSION").to_string(),

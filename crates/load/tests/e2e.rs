@@ -130,6 +130,7 @@ fn config(addr: SocketAddr, trace: &Path, out: &Path) -> Config {
         max_in_flight: 1000,
         seed: 1,
         progress: false,
+        realtime: false,
         command_line: vec!["test".into()],
     }
 }
@@ -412,4 +413,31 @@ fn malformed_trace_stops_or_is_skipped() {
     }
     let s = run(cfg).unwrap();
     assert_eq!((s.requests, s.trace_records_skipped, s.valid), (2, 1, false));
+}
+
+/// --realtime: works as root (and scheduling is restored afterwards), and
+/// fails with a clear message otherwise.
+#[test]
+fn realtime_scheduling() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write_trace(dir.path(), &[(0.0, "/size/10", 10), (0.01, "/size/10", 10)]);
+    let (addr, _) = start_server(None, false);
+    let out = dir.path().join("run");
+    let mut cfg = config(addr, &trace, &out);
+    cfg.realtime = true;
+    let is_root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    match run(cfg) {
+        Ok(s) => {
+            assert!(s.realtime && s.completed == 2);
+            // SAFETY: reads the calling thread's policy.
+            assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_OTHER, "normal scheduling after the run");
+        }
+        Err(e) => {
+            assert!(!is_root, "root may use SCHED_FIFO: {e}");
+            assert!(e.to_string().contains("CAP_SYS_NICE"), "{e}");
+        }
+    }
 }
