@@ -13,7 +13,8 @@ Writes results/bench-load.json with the rates tried, the maximum sustained
 rate per mode, wrk's requests/s, the ratios, the machine and the command.
 
 This machine is shared; absolute figures move with its load, so the load
-average at the start and end is recorded too. Standard library only; every
+average at the start and end is recorded too, and (as root) the generator
+runs with --realtime so the other jobs do not delay its sends. Standard library only; every
 child process is killed on exit, error or signal.
 """
 
@@ -34,6 +35,10 @@ import time
 from pathlib import Path
 
 CHILDREN: list[subprocess.Popen] = []
+# As root, the generator runs its dispatcher and workers under SCHED_FIFO
+# (--realtime), so that the other jobs of a shared machine do not delay its
+# sends; the server and wrk run at normal priority.
+REALTIME = ["--realtime"] if os.geteuid() == 0 else []
 
 
 def cleanup(*_args) -> None:
@@ -119,6 +124,7 @@ def step(binary: str, port: int, trace: Path, out: Path, rate: int, seconds: flo
         "20000",
         "--timeout",
         "10",
+        *REALTIME,
         *extra,
     ]
     res = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60)
@@ -161,7 +167,7 @@ def peak_rss(binary: str, port: int, trace: Path, tmp: Path) -> dict:
     for seconds in (2, 8):
         out = tmp / f"mem-{seconds}"
         argv = [binary, "load", "--target", f"http://127.0.0.1:{port}", "--trace", str(trace)]
-        argv += ["--out", str(out), "--rate", "5000", "--duration", str(seconds), "--quiet"]
+        argv += ["--out", str(out), "--rate", "5000", "--duration", str(seconds), "--quiet", *REALTIME]
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         CHILDREN.append(proc)
         _, status, usage = os.wait4(proc.pid, 0)
@@ -253,6 +259,7 @@ def main() -> None:
             "loadavg_1m_end": os.getloadavg()[0],
             "command": " ".join(sys.argv),
             "memory": memory,
+            "generator_realtime": bool(REALTIME),
             "note": "generator, server and wrk share the same CPUs (shared machine)",
         }
         out = Path(args.out)
