@@ -120,8 +120,6 @@ def step(binary: str, port: int, trace: Path, out: Path, rate: int, seconds: flo
         "--duration",
         str(seconds),
         "--quiet",
-        "--max-in-flight",
-        "20000",
         "--timeout",
         "10",
         *REALTIME,
