@@ -7,5 +7,6 @@
 //! Must not know: sockets, file descriptors, tokio, the wall clock, tc, HTTP.
 
 pub mod bands;
+pub mod policy;
 
 pub use bands::{Band, BandMap, Cutoffs, Response};
