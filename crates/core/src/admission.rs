@@ -62,6 +62,8 @@
 //!
 //! Must not know: sockets, HTTP, tokio, the wall clock, how costs are measured.
 
+pub mod auto;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::str::FromStr;
