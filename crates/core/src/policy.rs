@@ -29,6 +29,7 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
+use crate::admission;
 use crate::bands::{Cutoffs, CutoffsError};
 
 /// What a policy may look at. Work is in the driver's unit (bytes for a link,
@@ -78,7 +79,7 @@ pub enum PolicyError {
     Cutoffs { policy: String, source: CutoffsError },
     #[error("policy {policy:?}: srpt-classes needs at least one cutoff, e.g. srpt-classes:1K,2K,5K,20K,50K (with none it is ps)")]
     NoCutoffs { policy: String },
-    #[error("policy {policy:?}: the aging factor must be a finite number > 0, e.g. sjf-aging:2")]
+    #[error("policy {policy:?}: the aging factor must be a number in 0..={max}, e.g. sjf-aging:2", max = admission::MAX_AGING_FACTOR)]
     AgingFactor { policy: String },
 }
 
@@ -90,7 +91,8 @@ pub enum Policy {
     Srpt,
     SrptClasses(Cutoffs),
     Sjf,
-    /// No job waits longer than `factor` × its own service time, if that can be kept.
+    /// No job waits longer than `factor` × its own service time, if that can be kept:
+    /// the gatekeeper's admission queue ([`crate::admission::Gate`]) decides.
     SjfAging {
         factor: f64,
     },
@@ -116,14 +118,16 @@ impl Policy {
             ("las", None) => Ok(Policy::Las),
             ("fsp", None) => Ok(Policy::Fsp),
             ("srpt-classes", Some(a)) => {
-                let cutoffs = Cutoffs::parse(a).map_err(|source| PolicyError::Cutoffs { policy: policy.clone(), source })?;
+                let cutoffs =
+                    Cutoffs::parse(a).map_err(|source| PolicyError::Cutoffs { policy: policy.clone(), source })?;
                 if cutoffs.as_slice().is_empty() {
                     return Err(PolicyError::NoCutoffs { policy });
                 }
                 Ok(Policy::SrptClasses(cutoffs))
             }
-            ("sjf-aging", Some(a)) => match a.trim().parse::<f64>() {
-                Ok(factor) if factor.is_finite() && factor > 0.0 => Ok(Policy::SjfAging { factor }),
+            // The gatekeeper's parser, so both accept the same X.
+            ("sjf-aging", Some(a)) => match format!("sjf-aging:{}", a.trim()).parse::<admission::Policy>() {
+                Ok(admission::Policy::SjfAging { factor }) => Ok(Policy::SjfAging { factor }),
                 _ => Err(PolicyError::AgingFactor { policy }),
             },
             _ => Err(PolicyError::Unknown(policy)),
@@ -320,80 +324,6 @@ pub fn per_job_rates(jobs_by_level: impl IntoIterator<Item = usize>, servers: us
     }
 }
 
-/// The admission queue of `sjf-aging:X` (Gatekeeper, Elnikety et al. 2004 §3.2):
-/// non-preemptive shortest-job-first, except that no waiting job may be held past
-/// its bound `arrival + X × service`. At each dispatch the shortest job goes
-/// first unless running it would make another waiting job start after its bound;
-/// then the waiting job with the earliest bound goes first instead (earliest
-/// deadline first among the jobs whose bounds are at risk). Small X
-/// approaches FIFO (bounds ordered like arrivals), large X plain SJF.
-///
-/// Ties (equal service or equal bound) go to the earlier push. Times and
-/// services in seconds (any unit works if consistent). O(log n) per operation;
-/// the caller bounds the queue's length.
-#[derive(Clone, Debug)]
-pub struct AgingQueue<Id> {
-    factor: f64,
-    seq: u64,
-    by_service: std::collections::BTreeSet<(OrdF64, u64, Id)>,
-    by_bound: std::collections::BTreeSet<(OrdF64, u64, Id)>,
-    entries: std::collections::HashMap<u64, (f64, f64)>,
-}
-
-impl<Id: Ord + Copy> AgingQueue<Id> {
-    /// `factor` = X: how many times its own service a job may wait.
-    pub fn new(factor: f64) -> Self {
-        assert!(factor.is_finite() && factor > 0.0, "aging factor {factor} must be finite and > 0");
-        AgingQueue {
-            factor,
-            seq: 0,
-            by_service: Default::default(),
-            by_bound: Default::default(),
-            entries: Default::default(),
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.by_service.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.by_service.is_empty()
-    }
-
-    /// The latest start time the bound allows for a job arriving at `arrival_s` needing `service_s`.
-    pub fn bound_s(&self, arrival_s: f64, service_s: f64) -> f64 {
-        arrival_s + self.factor * service_s
-    }
-
-    pub fn push(&mut self, id: Id, arrival_s: f64, service_s: f64) {
-        let bound = self.bound_s(arrival_s, service_s);
-        self.by_service.insert((OrdF64(service_s), self.seq, id));
-        self.by_bound.insert((OrdF64(bound), self.seq, id));
-        self.entries.insert(self.seq, (service_s, bound));
-        self.seq += 1;
-    }
-
-    /// The job to start at `now_s`, removed from the queue.
-    pub fn pop(&mut self, now_s: f64) -> Option<Id> {
-        let &(service, seq, id) = self.by_service.first()?;
-        // The most urgent other job: would it start too late behind the shortest?
-        let urgent = self.by_bound.iter().find(|e| e.1 != seq).copied();
-        let chosen = match urgent {
-            // Someone would miss its bound: earliest bound first (possibly the shortest itself).
-            Some((bound, _, _)) if now_s + service.0 > bound.0 => {
-                let &(_, eseq, eid) = self.by_bound.first().expect("non-empty");
-                (eseq, eid)
-            }
-            _ => (seq, id),
-        };
-        let (service_s, bound_s) = self.entries.remove(&chosen.0).expect("queued entry");
-        self.by_service.remove(&(OrdF64(service_s), chosen.0, chosen.1));
-        self.by_bound.remove(&(OrdF64(bound_s), chosen.0, chosen.1));
-        Some(chosen.1)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -409,6 +339,7 @@ mod tests {
             ("sjf", "sjf"),
             ("sjf-aging:2", "sjf-aging:2"),
             ("sjf-aging:0.5", "sjf-aging:0.5"),
+            ("sjf-aging:0", "sjf-aging:0"),
             ("las", "las"),
             ("fsp", "fsp"),
         ];
@@ -417,7 +348,17 @@ mod tests {
             assert_eq!(p.to_string(), *shown, "{text}");
             assert_eq!(Policy::parse(&p.to_string()).unwrap(), p);
         }
-        for bad in ["", "srtp", "ps:1", "srpt-classes", "srpt-classes:", "srpt-classes:2K,1K", "sjf-aging:0", "sjf-aging:x", "sjf-aging"] {
+        for bad in [
+            "",
+            "srtp",
+            "ps:1",
+            "srpt-classes",
+            "srpt-classes:",
+            "srpt-classes:2K,1K",
+            "sjf-aging:-1",
+            "sjf-aging:x",
+            "sjf-aging",
+        ] {
             assert!(Policy::parse(bad).is_err(), "{bad:?} must be rejected");
         }
         assert!(matches!(Policy::parse("srpt-classes:2K,1K"), Err(PolicyError::Cutoffs { .. })));
@@ -462,46 +403,6 @@ mod tests {
         assert_eq!(q.pop_next(), Some(('a', 3.0)));
         assert!(q.is_empty());
         assert_eq!(q.virtual_work(), 0.0, "counter restarts when empty");
-    }
-
-    #[test]
-    fn aging_queue_table() {
-        // (arrival_s, service_s) pushed in order; dispatches at the given times.
-        // X = 2: job 0 (service 10, arrives 0) may wait until t = 20.
-        let mut q = AgingQueue::new(2.0);
-        q.push(0u32, 0.0, 10.0);
-        q.push(1, 0.5, 1.0);
-        q.push(2, 0.6, 1.0);
-        assert_eq!(q.pop(1.0), Some(1), "shortest first: job 0 can still start by 20");
-        assert_eq!(q.pop(2.0), Some(2));
-        q.push(3, 18.5, 1.0); // bound 20.5
-        assert_eq!(q.pop(18.9), Some(3), "18.9 + 1 still lets job 0 start by 20");
-        q.push(4, 19.0, 1.0); // bound 21
-        assert_eq!(q.pop(19.5), Some(0), "running a 1 s job now would start job 0 after its bound 20");
-        q.push(5, 19.6, 1.0);
-        q.push(6, 19.7, 1.0);
-        assert_eq!(q.pop(29.5), Some(4), "bounds already missed: earliest bound first");
-        assert_eq!(q.pop(30.5), Some(5));
-        assert_eq!(q.pop(31.5), Some(6));
-        assert_eq!(q.pop(32.5), None);
-        assert!(q.is_empty());
-
-        // Huge X is plain SJF; tiny X is FIFO.
-        let order = |x: f64| {
-            let mut q = AgingQueue::new(x);
-            for (i, s) in [5.0, 3.0, 1.0, 4.0].iter().enumerate() {
-                q.push(i, i as f64 * 0.1, *s);
-            }
-            let mut now = 1.0;
-            let mut got = Vec::new();
-            while let Some(i) = q.pop(now) {
-                now += [5.0, 3.0, 1.0, 4.0][i];
-                got.push(i);
-            }
-            got
-        };
-        assert_eq!(order(1e9), vec![2, 1, 3, 0]);
-        assert_eq!(order(1e-9), vec![0, 1, 2, 3]);
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! and how ranks drift ([`Policy::ties`], [`Policy::drift`]):
 //!
 //! - *exclusive* (fifo, srpt, sjf, sjf-aging, fsp): up to C jobs in service, one
-//!   server each; the rest in a heap by rank. O(log n + C) per event.
+//!   server each; the rest in a heap by rank (O(log n + C) per event), or for
+//!   sjf-aging in the gatekeeper's admission queue (`shortfirst_core::admission::Gate`).
 //! - *bands* (ps, srpt-classes): one [`FairQueue`] per band, virtual time per band;
 //!   a job leaving band b with work left enters band b−1. O(log n + k) per event.
 //! - *las*: a stack of groups of jobs with equal attained service, each a heap by
@@ -18,6 +19,7 @@
 //! ever uses more than one server):
 //! - exclusive policies serve the C best-ranked jobs, one server each
 //!   (non-preemptive ones keep a started job on its server until it completes);
+//!   sjf-aging runs on one server only (the gatekeeper's queue admits by cost);
 //! - fair-tie policies fill servers level by level ([`per_job_rates`]): ps gives
 //!   each of n jobs min(1, C/n) servers; srpt-classes and las give every job of the
 //!   best levels a whole server and split what is left equally in the first level
@@ -29,7 +31,7 @@ use std::collections::BinaryHeap;
 
 use shortfirst_core::policy::{per_job_rates, FairQueue, JobState, OrdF64, Policy, TieShare};
 
-use shortfirst_core::policy::AgingQueue;
+use shortfirst_core::admission::{self, Gate, GateConfig, Ticket};
 
 /// The most jobs one simulation takes: 40 bytes of state per job keep this under 4 GB.
 pub const MAX_JOBS: usize = 100_000_000;
@@ -70,11 +72,16 @@ pub enum SimError {
     BadServers(usize),
     #[error("{0} jobs: at most {MAX_JOBS} per simulation")]
     TooManyJobs(usize),
+    #[error("policy {policy}: simulated on one server only (the gatekeeper's queue admits by cost, not by server count); got {servers} servers")]
+    OneServerOnly { policy: String, servers: usize },
 }
 
 /// Simulates `jobs` (sorted by arrival) on `link` under `policy`; one outcome per job, same order.
 pub fn simulate(jobs: &[Job], policy: &Policy, link: Link) -> Result<Vec<Outcome>, SimError> {
     validate(jobs, link)?;
+    if matches!(policy, Policy::SjfAging { .. }) && link.servers != 1 {
+        return Err(SimError::OneServerOnly { policy: policy.to_string(), servers: link.servers });
+    }
     let mut out = vec![Outcome { first_service_s: f64::NAN, done_s: f64::NAN }; jobs.len()];
     match (policy, policy.ties()) {
         (Policy::Las, _) => Las::new(jobs, link).run(&mut out),
@@ -109,16 +116,28 @@ fn validate(jobs: &[Job], link: Link) -> Result<(), SimError> {
 }
 
 /// A job in service under an exclusive policy.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 struct Running {
     idx: u32,
     remaining: f64,
+    /// sjf-aging: the gatekeeper's admission ticket, handed back at completion.
+    ticket: Option<Ticket>,
 }
 
-/// Waiting jobs of an exclusive policy: a heap by (rank, arrival order), or the aging queue.
+/// Waiting jobs of an exclusive policy: a heap by (rank, arrival order), or, for
+/// sjf-aging, the gatekeeper's own admission queue ([`Gate`]) with capacity for one
+/// job at a time. The gate counts time and cost in integer units: the simulator
+/// feeds it nanoseconds ([`GATE_UNITS_PER_S`]).
 enum Waiting {
     Heap(BinaryHeap<Reverse<(OrdF64, u32)>>),
-    Aging(AgingQueue<u32>),
+    Aging(Box<Gate>),
+}
+
+/// Gate time units per simulated second: nanoseconds, so ties and bounds are exact to 1 ns.
+pub const GATE_UNITS_PER_S: f64 = 1e9;
+
+fn gate_units(seconds: f64) -> u64 {
+    (seconds * GATE_UNITS_PER_S).round().max(0.0) as u64
 }
 
 struct Exclusive<'a> {
@@ -188,7 +207,12 @@ impl<'a> Exclusive<'a> {
 
     fn run(mut self, out: &mut [Outcome]) {
         let mut waiting = match self.policy {
-            Policy::SjfAging { factor } => Waiting::Aging(AgingQueue::new(*factor)),
+            Policy::SjfAging { factor } => {
+                // Capacity 1 unit, every charge >= 1: exactly one job admitted at a time.
+                let mut cfg = GateConfig::new(1, admission::Policy::SjfAging { factor: *factor });
+                cfg.max_queue_len = self.jobs.len().max(1);
+                Waiting::Aging(Box::new(Gate::new(cfg).expect("capacity 1 and a queue bound >= 1 are valid")))
+            }
             _ => Waiting::Heap(BinaryHeap::new()),
         };
         let mut running: Vec<Running> = Vec::with_capacity(self.servers);
@@ -219,6 +243,10 @@ impl<'a> Exclusive<'a> {
                     let finished = running.swap_remove(slot);
                     out[finished.idx as usize].done_s = now;
                     self.remaining[finished.idx as usize] = 0.0;
+                    if let (Waiting::Aging(gate), Some(ticket)) = (&mut waiting, finished.ticket) {
+                        let admitted = gate.release(gate_units(now), ticket).expect("ticket from this gate");
+                        self.admit(admitted, now, &mut running, out);
+                    }
                     self.fill(&mut running, &mut waiting, now, out);
                 }
                 (_, Some(a)) => {
@@ -251,6 +279,13 @@ impl<'a> Exclusive<'a> {
             shadow.advance_to(now, self.rate, self.servers);
             self.fair_tag[idx as usize] = shadow.queue.push(size, idx);
         }
+        if let Waiting::Aging(gate) = waiting {
+            let cost = gate_units(size / self.rate);
+            let (id, admitted) = gate.arrive(gate_units(now), cost).expect("the queue holds every job");
+            debug_assert_eq!(id.0, u64::from(idx), "gate ids follow arrival order");
+            self.admit(admitted, now, running, out);
+            return;
+        }
         if running.len() < self.servers {
             self.start(idx, size, now, running, out);
             return;
@@ -277,10 +312,7 @@ impl<'a> Exclusive<'a> {
     fn enqueue(&self, idx: u32, remaining: f64, waiting: &mut Waiting) {
         match waiting {
             Waiting::Heap(h) => h.push(Reverse(self.rank(idx, remaining))),
-            Waiting::Aging(q) => {
-                let j = self.jobs[idx as usize];
-                q.push(idx, j.arrival_s, j.size_bytes as f64 / self.rate);
-            }
+            Waiting::Aging(_) => unreachable!("sjf-aging jobs enter through the gate"),
         }
     }
 
@@ -289,16 +321,23 @@ impl<'a> Exclusive<'a> {
         if o.first_service_s.is_nan() {
             o.first_service_s = now;
         }
-        running.push(Running { idx, remaining });
+        running.push(Running { idx, remaining, ticket: None });
+    }
+
+    /// Starts the jobs the gate admitted.
+    fn admit(&self, admitted: Vec<admission::Admitted>, now: f64, running: &mut Vec<Running>, out: &mut [Outcome]) {
+        for a in admitted {
+            let idx = u32::try_from(a.ticket.id().0).expect("job index fits u32");
+            self.start(idx, self.remaining[idx as usize], now, running, out);
+            running.last_mut().expect("just started").ticket = Some(a.ticket);
+        }
+        debug_assert!(running.len() <= self.servers, "the gate admits one job at a time");
     }
 
     fn fill(&self, running: &mut Vec<Running>, waiting: &mut Waiting, now: f64, out: &mut [Outcome]) {
+        let Waiting::Heap(h) = waiting else { return };
         while running.len() < self.servers {
-            let idx = match waiting {
-                Waiting::Heap(h) => h.pop().map(|Reverse((_, idx))| idx),
-                Waiting::Aging(q) => q.pop(now),
-            };
-            let Some(idx) = idx else { break };
+            let Some(Reverse((_, idx))) = h.pop() else { break };
             self.start(idx, self.remaining[idx as usize], now, running, out);
         }
     }
@@ -350,7 +389,10 @@ impl<'a> Bands<'a> {
     fn enter(&mut self, idx: u32, remaining_bytes: u64) -> usize {
         let level = self.level(idx, remaining_bytes);
         let lower = self.lower_bytes[level];
-        debug_assert!(remaining_bytes >= lower, "job {idx}: {remaining_bytes} bytes left, below its band's floor {lower}");
+        debug_assert!(
+            remaining_bytes >= lower,
+            "job {idx}: {remaining_bytes} bytes left, below its band's floor {lower}"
+        );
         self.queues[level].push((remaining_bytes - lower) as f64, idx);
         level
     }
@@ -453,7 +495,10 @@ impl<'a> Las<'a> {
                     let below = &stack[stack.len() - 2 - p];
                     let below_speed = shares.get(p + 1).copied().unwrap_or(0.0) * rate;
                     if speed > below_speed {
-                        consider(now + (below.attained - g.attained).max(0.0) / (speed - below_speed), LasEvent::CatchUp(p));
+                        consider(
+                            now + (below.attained - g.attained).max(0.0) / (speed - below_speed),
+                            LasEvent::CatchUp(p),
+                        );
                     }
                 }
             }

@@ -107,10 +107,7 @@ mod tests {
     fn summary_of_two_jobs() {
         // 1000 B/s: job 0 (1000 B) at 0 done at 1; job 1 (500 B) at 1 done at 2 (waited 0.5).
         let jobs = [Job { arrival_s: 0.0, size_bytes: 1000 }, Job { arrival_s: 1.0, size_bytes: 500 }];
-        let outcomes = [
-            Outcome { first_service_s: 0.0, done_s: 1.0 },
-            Outcome { first_service_s: 1.5, done_s: 2.0 },
-        ];
+        let outcomes = [Outcome { first_service_s: 0.0, done_s: 1.0 }, Outcome { first_service_s: 1.5, done_s: 2.0 }];
         let s = summarize(&jobs, &outcomes, Link { rate_bytes_per_s: 1000.0, servers: 1 });
         assert_eq!(s.requests, 2);
         assert_eq!(s.mean_response_s, 1.0);
