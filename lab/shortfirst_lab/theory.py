@@ -11,6 +11,9 @@ size *is* a service time; convert bytes with ``size_bytes * 8 / rate_bits_per_s`
       T(x) = lam (m2(x) + x^2 (1 - F(x))) / (2 (1 - rho(x))^2)  +  int_0^x dt / (1 - rho(t))
 
   with ``rho(x) = lam m1(x)`` and ``m_j(x) = int_0^x t^j dF(t)`` (partial moments).
+  For distributions with atoms (trace sizes), with ties served in arrival order,
+  one factor of the square becomes ``1 - rho(x^-)`` and the integrand
+  ``1 - rho(t^-)`` (so that all-equal sizes give M/D/1 FIFO, as they must).
 - Preemptive priority classes by size (the band approximation): cutoffs
   ``c_1 < ... < c_{k-1}`` make class ``i`` the sizes in ``(c_{i-1}, c_i]`` (the
   server's ``Cutoffs::band_for_remaining`` rule applied to the full size).
@@ -97,6 +100,10 @@ class SizeDist(ABC):
 
     def pdf(self, x):
         raise TheoryError(f"{self!r} has no density")
+
+    def partial_moment_below(self, j: int, x):
+        """``E[X^j; X < x]``: the same as ``partial_moment`` without atoms."""
+        return self.partial_moment(j, x)
 
     def breakpoints(self) -> list[float]:
         """Points where the density is not smooth (segment ends for quadrature)."""
@@ -297,6 +304,7 @@ class Spliced(SizeDist):
         return total / self.z
 
     def ppf(self, q):
+        shape = np.shape(q)
         q = np.atleast_1d(np.asarray(q, float))
         out = np.empty_like(q)
         for i, qi in enumerate(q):
@@ -308,9 +316,11 @@ class Spliced(SizeDist):
                 out[i] = self.hi
                 continue
             out[i] = math.exp(
-                optimize.brentq(lambda u, qi=qi: float(self.cdf(math.exp(u))) - qi, math.log(lo), math.log(hi))
+                optimize.brentq(
+                    lambda u, qi=qi: float(self.cdf(math.exp(u))) - qi, math.log(lo), math.log(hi), xtol=1e-13
+                )
             )
-        return out
+        return out.reshape(shape)
 
     def sample(self, n, rng):
         probs = np.array(self.weights) / self.z
@@ -360,6 +370,10 @@ class Empirical(SizeDist):
         idx = np.searchsorted(self.atoms, np.asarray(x, float), side="right")
         cum = np.concatenate([[0.0], self._cum[j]])
         return cum[idx]
+
+    def partial_moment_below(self, j, x):
+        idx = np.searchsorted(self.atoms, np.asarray(x, float), side="left")
+        return np.concatenate([[0.0], self._cum[j]])[idx]
 
     def cdf(self, x):
         return self.partial_moment(0, x)
@@ -474,6 +488,10 @@ class Queue:
         """Load of the jobs of size <= x."""
         return self.lam * self.dist.partial_moment(1, x)
 
+    def rho_below(self, x):
+        """Load of the jobs of size < x (differs from ``rho_upto`` only at atoms)."""
+        return self.lam * self.dist.partial_moment_below(1, x)
+
     # --- per size -----------------------------------------------------------
 
     def response(self, policy: str, x, cutoffs: Sequence[float] = ()) -> np.ndarray:
@@ -497,9 +515,14 @@ class Queue:
         return self.lam * self.dist.second_moment / (2 * (1 - self.rho))
 
     def _srpt_wait(self, x):
+        # The work found ahead (older jobs of size <= x, larger ones once drained to x) is
+        # Pollaczek-Khinchine on the x-truncated system, 1 - rho(x); the busy period it
+        # starts is made of later, strictly smaller arrivals, 1 - rho(x^-). The two are the
+        # same for continuous sizes (Schrage-Miller's square); at an atom (a trace's sizes)
+        # later equal-size jobs do not go ahead (ties are FIFO, as in the simulator).
         d = self.dist
-        r = self.rho_upto(x)
-        return self.lam * (d.partial_moment(2, x) + x * x * (1 - d.cdf(x))) / (2 * (1 - r) ** 2)
+        truncated_m2 = d.partial_moment(2, x) + x * x * (1 - d.cdf(x))
+        return self.lam * truncated_m2 / (2 * (1 - self.rho_upto(x)) * (1 - self.rho_below(x)))
 
     def _srpt_residence(self, xs):
         """``int_0^x dt / (1 - rho(t^-))`` for each x."""
