@@ -42,20 +42,24 @@ integral: ``E[int_0^X g] = int_0^inf g(t) P(X > t) dt`` and
 
 Numerics. Continuous distributions provide closed forms for the CDF, the partial
 moments ``m1``, ``m2`` and the partial inverse moment ``E[1/X; X > x]`` (no
-numerical differentiation or nested integration). The remaining single integrals
-are computed with ``scipy.integrate.quad`` on the segments of a log-spaced grid
-(``GRID_PER_DECADE`` points per decade, plus the distribution's own breakpoints)
-so that heavy tails spanning ten decades are resolved; each segment's error
-estimate is summed and a :class:`TheoryError` is raised when the total exceeds
-``REL_TOL`` of the result. Empirical (trace) distributions are discrete: every
-integral is then an exact finite sum over the atoms, with ``rho(t)`` piecewise
-constant between atoms.
+numerical differentiation, no nested integration). The remaining single
+integrals use composite Gauss-Legendre quadrature in ``u = log x`` on a
+log-spaced grid (``GRID_PER_DECADE`` segments per decade, plus the distribution's
+breakpoints such as Surge's 9,020 B splice), so that heavy tails spanning ten
+decades are smooth in the integration variable. Each segment is integrated with
+``GL_NODES`` and twice as many nodes; the difference is its error estimate, and
+segments are bisected until the total estimate is below ``REL_TOL`` (1e-9) of
+the result, else :class:`TheoryError`. Unbounded supports are cut where
+``P(X > x) < 1e-15``. Everything is vectorised, so a mean takes milliseconds.
+The tests check this against closed forms (M/M/1, M/D/1), nested
+``scipy.integrate.quad`` and the per-size formula averaged over 200,000 quantiles.
+Empirical (trace) distributions are discrete: every integral is then an exact
+finite sum over the atoms, with ``rho(t)`` piecewise constant between atoms.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass

@@ -48,9 +48,13 @@ def test_partial_moments_match_quadrature(dist):
         x = min(x, dist.hi)
         for j in (0, 1, 2):
             lo = dist.lo
-            want, _ = integrate.quad(lambda t, j=j: t**j * float(dist.pdf(t)), lo, x, limit=500, points=[
-                b for b in dist.breakpoints() if lo < b < x
-            ] or None)
+            want, _ = integrate.quad(
+                lambda t, j=j: t**j * float(dist.pdf(t)),
+                lo,
+                x,
+                limit=500,
+                points=[b for b in dist.breakpoints() if lo < b < x] or None,
+            )
             assert float(dist.partial_moment(j, x)) == pytest.approx(want, rel=1e-6), (j, x)
     assert float(dist.cdf(dist.ppf(0.9))) == pytest.approx(0.9, rel=1e-9)
 
@@ -74,7 +78,8 @@ def srpt_by_nested_quad(dist, rho):
         return lam * integrate.quad(lambda t: t * dist.pdf(t), 0, x, limit=200)[0]
 
     def t_of_x(x):
-        wait = lam * (integrate.quad(lambda t: t * t * dist.pdf(t), 0, x, limit=200)[0] + x * x * (1 - dist.cdf(x)))
+        m2 = integrate.quad(lambda t: t * t * dist.pdf(t), 0, x, limit=200)[0]
+        wait = lam * (m2 + x * x * (1 - dist.cdf(x)))
         wait /= 2 * (1 - rho_x(x)) ** 2
         res = integrate.quad(lambda t: 1 / (1 - rho_x(t)), 0, x, limit=200)[0]
         return wait + res
