@@ -193,27 +193,21 @@ fn parse_rate_bits_per_s(text: &str) -> Result<f64> {
 
 fn read_trace(path: &Path, format: Option<TraceFormat>, skip_bad: bool) -> Result<Input> {
     let iter = trace::open(path, format).with_context(|| format!("opening trace {}", path.display()))?;
+    let (iter, skip_count): (trace::TraceIter, _) = if skip_bad {
+        let (it, count) = trace::SkipBad::new(iter);
+        (Box::new(it), Some(count))
+    } else {
+        (iter, None)
+    };
     let mut rows: Vec<(f64, u64, String, u32)> = Vec::new();
-    let mut skipped = 0;
-    let mut add = |r: trace::TraceRecord| -> Result<()> {
+    for r in iter {
+        let r = r?;
         if rows.len() >= shortfirst_sim::engine::MAX_JOBS {
             bail!("{}: more than {} requests; split the trace", path.display(), shortfirst_sim::engine::MAX_JOBS);
         }
-        let client = r.client.unwrap_or(0);
-        rows.push((r.time_s, r.size_bytes, r.path, client));
-        Ok(())
-    };
-    if skip_bad {
-        let (iter, count) = trace::SkipBad::new(iter);
-        for r in iter {
-            add(r)?;
-        }
-        skipped = count.skipped();
-    } else {
-        for r in iter {
-            add(r?)?;
-        }
+        rows.push((r.time_s, r.size_bytes, r.path, r.client.unwrap_or(0)));
     }
+    let skipped = skip_count.map_or(0, |c| c.skipped());
     if rows.is_empty() {
         bail!("{}: the trace holds no requests", path.display());
     }
