@@ -18,6 +18,9 @@ pub struct Summary {
     pub aborted: usize,
     pub zero_size_jobs: usize,
     pub total_bytes: u64,
+    /// Sample mean and second moment of the sizes: control variates for theory checks.
+    pub mean_size_bytes: f64,
+    pub mean_size_squared_bytes2: f64,
     /// Requested bits per second over the arrival span ÷ total capacity (servers × rate).
     pub offered_load: f64,
     /// Bytes served ÷ (last completion − first arrival).
@@ -33,6 +36,11 @@ pub struct Summary {
     pub max_slowdown: f64,
     /// Mean wait before first service (first_service − arrival).
     pub mean_first_service_s: f64,
+    /// Mean unfinished work an arrival finds, in seconds at full capacity (servers ×
+    /// rate): the same for every work-conserving single-server policy (Lindley's
+    /// recursion on arrivals and sizes alone), so it serves as a control variate;
+    /// its M/G/1 expectation is Pollaczek–Khinchine's `λE[S²] / (2(1 − ρ))`.
+    pub mean_work_found_s: f64,
 }
 
 /// Nearest-rank percentile of sorted values (`q` in 0..=1); NaN when empty.
@@ -42,6 +50,24 @@ pub fn percentile(sorted: &[f64], q: f64) -> f64 {
     }
     let rank = (q * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Mean over arrivals of the work in the system just before each arrives (Lindley).
+pub fn mean_work_found_s(jobs: &[Job], capacity_bytes_per_s: f64) -> f64 {
+    let mut work_s = 0.0f64;
+    let mut previous_s = jobs.first().map_or(0.0, |j| j.arrival_s);
+    let mut sum = 0.0;
+    for j in jobs {
+        work_s = (work_s - (j.arrival_s - previous_s)).max(0.0);
+        sum += work_s;
+        work_s += j.size_bytes as f64 / capacity_bytes_per_s;
+        previous_s = j.arrival_s;
+    }
+    if jobs.is_empty() {
+        f64::NAN
+    } else {
+        sum / jobs.len() as f64
+    }
 }
 
 pub fn summarize(jobs: &[Job], outcomes: &[Outcome], link: Link) -> Summary {
@@ -74,6 +100,8 @@ pub fn summarize(jobs: &[Job], outcomes: &[Outcome], link: Link) -> Summary {
         aborted: 0,
         zero_size_jobs: n - slowdowns.len(),
         total_bytes,
+        mean_size_bytes: total_bytes as f64 / n as f64,
+        mean_size_squared_bytes2: jobs.iter().map(|j| (j.size_bytes as f64).powi(2)).sum::<f64>() / n as f64,
         offered_load: if span > 0.0 { total_bytes as f64 / span / capacity_bytes_per_s } else { f64::NAN },
         throughput_bytes_per_s: if makespan_s > 0.0 { total_bytes as f64 / makespan_s } else { f64::NAN },
         makespan_s,
@@ -86,6 +114,7 @@ pub fn summarize(jobs: &[Job], outcomes: &[Outcome], link: Link) -> Summary {
         p99_slowdown: percentile(&slowdowns, 0.99),
         max_slowdown: slowdowns.last().copied().unwrap_or(f64::NAN),
         mean_first_service_s: mean(&waits),
+        mean_work_found_s: mean_work_found_s(jobs, capacity_bytes_per_s),
     }
 }
 
@@ -116,5 +145,9 @@ mod tests {
         assert_eq!(s.throughput_bytes_per_s, 750.0);
         assert_eq!(s.mean_first_service_s, 0.25);
         assert_eq!(s.max_slowdown, 2.0);
+        // Job 0 finds nothing; job 1 arrives as job 0 finishes: nothing either.
+        assert_eq!(s.mean_work_found_s, 0.0);
+        let later = [Job { arrival_s: 0.0, size_bytes: 1000 }, Job { arrival_s: 0.25, size_bytes: 500 }];
+        assert_eq!(mean_work_found_s(&later, 1000.0), 0.375); // (0 + 0.75) / 2
     }
 }
