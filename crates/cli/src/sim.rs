@@ -124,8 +124,9 @@ pub fn run(args: Args) -> Result<()> {
         (None, None) => bail!("give --trace FILE or --workload SPEC"),
     };
     if let Some(rho) = args.load {
-        scale_to_load(&mut input.jobs, rho, link)
-            .with_context(|| format!("--load {rho}: cannot scale arrivals (need two distinct arrival times and some bytes)"))?;
+        scale_to_load(&mut input.jobs, rho, link).with_context(|| {
+            format!("--load {rho}: cannot scale arrivals (need two distinct arrival times and some bytes)")
+        })?;
     }
     if args.warmup_jobs >= input.jobs.len().max(1) {
         bail!("--warmup-jobs {} leaves no job to summarise ({} jobs)", args.warmup_jobs, input.jobs.len());
@@ -140,7 +141,7 @@ pub fn run(args: Args) -> Result<()> {
         write_records(&args.out.join("requests.csv"), &input, &outcomes)?;
     }
     let w = args.warmup_jobs;
-    let summary = summarize(&input.jobs[w..], &outcomes[w..], link);
+    let summary = summarize(&input.jobs, &outcomes, link, w);
     let file = SummaryFile {
         summary: &summary,
         policy: policy.to_string(),
@@ -306,7 +307,9 @@ mod tests {
 
     #[test]
     fn rate_table() {
-        for (text, want) in [("10mbit", 1e7), ("1.5gbit", 1.5e9), ("500kbit", 5e5), ("800bit", 800.0), ("2500000", 2.5e6)] {
+        for (text, want) in
+            [("10mbit", 1e7), ("1.5gbit", 1.5e9), ("500kbit", 5e5), ("800bit", 800.0), ("2500000", 2.5e6)]
+        {
             assert_eq!(parse_rate_bits_per_s(text).unwrap(), want, "{text}");
         }
         for bad in ["", "10mbps", "-1mbit", "0", "fast", "1e400"] {

@@ -52,7 +52,9 @@ fn workload(name: &str, n: usize, seed: u64) -> Vec<Job> {
 fn first_line(path: &str, key: &str) -> String {
     std::fs::read_to_string(path)
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with(key)).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with(key)).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_default()
 }
 
@@ -84,7 +86,8 @@ fn main() {
             }));
         }
     }
-    let min_over = |p: &str| best_of.iter().filter(|((_, q), _)| *q == p).map(|(_, v)| *v).fold(f64::INFINITY, f64::min);
+    let min_over =
+        |p: &str| best_of.iter().filter(|((_, q), _)| *q == p).map(|(_, v)| *v).fold(f64::INFINITY, f64::min);
     let srpt = min_over("srpt");
     let ps = min_over("ps");
     let fifo = min_over("fifo");

@@ -52,26 +52,32 @@ pub fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-/// Mean over arrivals of the work in the system just before each arrives (Lindley).
-pub fn mean_work_found_s(jobs: &[Job], capacity_bytes_per_s: f64) -> f64 {
+/// Mean over arrivals `from..` of the work in the system just before each arrives
+/// (Lindley's recursion over all jobs from the first).
+pub fn mean_work_found_s(jobs: &[Job], capacity_bytes_per_s: f64, from: usize) -> f64 {
     let mut work_s = 0.0f64;
     let mut previous_s = jobs.first().map_or(0.0, |j| j.arrival_s);
     let mut sum = 0.0;
-    for j in jobs {
+    for (i, j) in jobs.iter().enumerate() {
         work_s = (work_s - (j.arrival_s - previous_s)).max(0.0);
-        sum += work_s;
+        if i >= from {
+            sum += work_s;
+        }
         work_s += j.size_bytes as f64 / capacity_bytes_per_s;
         previous_s = j.arrival_s;
     }
-    if jobs.is_empty() {
+    if jobs.len() <= from {
         f64::NAN
     } else {
-        sum / jobs.len() as f64
+        sum / (jobs.len() - from) as f64
     }
 }
 
-pub fn summarize(jobs: &[Job], outcomes: &[Outcome], link: Link) -> Summary {
-    assert_eq!(jobs.len(), outcomes.len(), "one outcome per job");
+/// Summary of `jobs[warmup_jobs..]` (the warm-up jobs still shape what later jobs find).
+pub fn summarize(all_jobs: &[Job], all_outcomes: &[Outcome], link: Link, warmup_jobs: usize) -> Summary {
+    assert_eq!(all_jobs.len(), all_outcomes.len(), "one outcome per job");
+    let w = warmup_jobs.min(all_jobs.len());
+    let (jobs, outcomes) = (&all_jobs[w..], &all_outcomes[w..]);
     let n = jobs.len();
     let mut responses: Vec<f64> = jobs.iter().zip(outcomes).map(|(j, o)| o.done_s - j.arrival_s).collect();
     let mut slowdowns: Vec<f64> = jobs
@@ -114,7 +120,7 @@ pub fn summarize(jobs: &[Job], outcomes: &[Outcome], link: Link) -> Summary {
         p99_slowdown: percentile(&slowdowns, 0.99),
         max_slowdown: slowdowns.last().copied().unwrap_or(f64::NAN),
         mean_first_service_s: mean(&waits),
-        mean_work_found_s: mean_work_found_s(jobs, capacity_bytes_per_s),
+        mean_work_found_s: mean_work_found_s(all_jobs, capacity_bytes_per_s, w),
     }
 }
 
@@ -137,7 +143,7 @@ mod tests {
         // 1000 B/s: job 0 (1000 B) at 0 done at 1; job 1 (500 B) at 1 done at 2 (waited 0.5).
         let jobs = [Job { arrival_s: 0.0, size_bytes: 1000 }, Job { arrival_s: 1.0, size_bytes: 500 }];
         let outcomes = [Outcome { first_service_s: 0.0, done_s: 1.0 }, Outcome { first_service_s: 1.5, done_s: 2.0 }];
-        let s = summarize(&jobs, &outcomes, Link { rate_bytes_per_s: 1000.0, servers: 1 });
+        let s = summarize(&jobs, &outcomes, Link { rate_bytes_per_s: 1000.0, servers: 1 }, 0);
         assert_eq!(s.requests, 2);
         assert_eq!(s.mean_response_s, 1.0);
         assert_eq!(s.mean_slowdown, 1.5); // (1/1 + 1/0.5) / 2
@@ -148,6 +154,9 @@ mod tests {
         // Job 0 finds nothing; job 1 arrives as job 0 finishes: nothing either.
         assert_eq!(s.mean_work_found_s, 0.0);
         let later = [Job { arrival_s: 0.0, size_bytes: 1000 }, Job { arrival_s: 0.25, size_bytes: 500 }];
-        assert_eq!(mean_work_found_s(&later, 1000.0), 0.375); // (0 + 0.75) / 2
+        assert_eq!(mean_work_found_s(&later, 1000.0, 0), 0.375); // (0 + 0.75) / 2
+        assert_eq!(mean_work_found_s(&later, 1000.0, 1), 0.75); // job 1 still finds job 0's work
+        let tail = summarize(&jobs, &outcomes, Link { rate_bytes_per_s: 1000.0, servers: 1 }, 1);
+        assert_eq!((tail.requests, tail.mean_response_s), (1, 1.0));
     }
 }
