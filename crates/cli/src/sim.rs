@@ -24,9 +24,16 @@ use shortfirst_sim::{simulate, Job, Link};
 /// Most jobs `--jobs` may ask for (memory: about 60 bytes per job with the paths).
 const MAX_GENERATED_JOBS: u64 = shortfirst_sim::engine::MAX_JOBS as u64;
 
+/// The options live behind a `Box` so the CLI's subcommand enum stays small.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    options: Box<Options>,
+}
+
 #[derive(clap::Args, Debug)]
 #[command(group(clap::ArgGroup::new("input").required(true).args(["trace", "workload"])))]
-pub struct Args {
+pub struct Options {
     /// Trace to replay: our CSV (`time_s,path,size_bytes[,client]`), a Common/Combined
     /// Log Format access log, or a World Cup 1998 binary log.
     #[arg(long, value_name = "FILE")]
@@ -107,6 +114,7 @@ struct SummaryFile<'a> {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    let args = *args.options;
     let policy = Policy::parse(&args.policy)?;
     let rate_bits_per_s = parse_rate_bits_per_s(&args.rate)?;
     if let Some(rho) = args.load {
@@ -224,7 +232,7 @@ fn read_trace(path: &Path, format: Option<TraceFormat>, skip_bad: bool) -> Resul
     Ok(input)
 }
 
-fn generate(spec: &str, args: &Args) -> Result<Input> {
+fn generate(spec: &str, args: &Options) -> Result<Input> {
     let jobs = args.jobs.context("--workload needs --jobs N")?;
     if jobs == 0 || jobs > MAX_GENERATED_JOBS {
         bail!("--jobs {jobs}: must be between 1 and {MAX_GENERATED_JOBS}");
