@@ -10,3 +10,9 @@ BENCH_SIM_JOBS ?= 2000000
 bench-sim:
 	@mkdir -p results
 	$(CARGO) run --release --locked -p shortfirst-sim --example bench_sim -- results/bench-sim.json $(BENCH_SIM_JOBS)
+
+# Crovella Fig. 7/8 from the formulas and the simulator: results/theory/*.png, fig7.json.
+.PHONY: theory-figures
+THEORY_FIG_JOBS ?= 1000000
+theory-figures: venv build
+	cd lab && ../$(PY) -m shortfirst_lab.theory_cli fig7 --out ../results/theory --jobs $(THEORY_FIG_JOBS)

@@ -7,8 +7,9 @@ import tempfile
 
 import pandas as pd
 import pytest
+from sim_fixtures import require_binary
 
-from shortfirst_lab.simfigs import SimError, find_binary, mean_ci, replicate, run_sim
+from shortfirst_lab.simfigs import mean_ci, replicate, run_sim
 from shortfirst_lab.theory import Exponential
 
 COLUMNS = (
@@ -19,10 +20,7 @@ COLUMNS = (
 
 @pytest.fixture(scope="module")
 def binary():
-    try:
-        return find_binary()
-    except SimError as e:
-        pytest.fail(str(e))
+    return require_binary()
 
 
 def write_trace(path, rows):

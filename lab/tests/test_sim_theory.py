@@ -23,8 +23,9 @@ below ±3%; the whole module takes about a minute on one core.
 """
 
 import pytest
+from sim_fixtures import require_binary
 
-from shortfirst_lab.simfigs import SimError, find_binary, mean_ci, replicate
+from shortfirst_lab.simfigs import mean_ci, replicate
 from shortfirst_lab.theory import BoundedPareto, Exponential, Queue
 
 RATE_BITS_PER_S = 8e6  # 1e6 bytes/s: theory's size units are bytes, so seconds = bytes / 1e6
@@ -54,6 +55,11 @@ CASES = [
 ]
 
 
+@pytest.fixture(scope="module")
+def binary():
+    return require_binary()
+
+
 FAMILY_LEVEL = 1 - 0.05 / len(CASES)
 
 
@@ -65,14 +71,6 @@ def control_values(run: dict, names: tuple[str, ...]) -> list[float]:
 def control_means(q: Queue, names: tuple[str, ...]) -> list[float]:
     exact = {"work": q.fifo_wait() * 8 / RATE_BITS_PER_S, "size": q.dist.mean, "size2": q.dist.second_moment}
     return [exact[n] for n in names]
-
-
-@pytest.fixture(scope="module")
-def binary():
-    try:
-        return find_binary()
-    except SimError as e:
-        pytest.fail(str(e))
 
 
 @pytest.mark.slow
