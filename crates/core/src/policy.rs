@@ -13,6 +13,7 @@
 //! | `fifo`              | arrival time                  | exclusive   | no effect  |
 //! | `srpt`              | remaining work                | exclusive   | yes        |
 //! | `srpt-classes:C`    | band of remaining work ([`Cutoffs::band_for_remaining`]) | fair | yes |
+//! | `size-classes:C`    | band of the full size (never re-banded) | fair | yes |
 //! | `sjf`               | size                          | exclusive   | no         |
 //! | `sjf-aging:X`       | size, unless a waiting job's bound `arrival + X·service` would be missed ([`crate::admission`]) | exclusive | no |
 //! | `las`               | attained service              | fair        | yes        |
@@ -73,11 +74,13 @@ pub enum RankDrift {
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PolicyError {
-    #[error("unknown policy {0:?}: expected one of ps, fifo, srpt, srpt-classes:CUTOFFS, sjf, sjf-aging:X, las, fsp")]
+    #[error("unknown policy {0:?}: expected one of ps, fifo, srpt, srpt-classes:CUTOFFS, size-classes:CUTOFFS, sjf, sjf-aging:X, las, fsp")]
     Unknown(String),
     #[error("policy {policy:?}: {source}")]
     Cutoffs { policy: String, source: CutoffsError },
-    #[error("policy {policy:?}: srpt-classes needs at least one cutoff, e.g. srpt-classes:1K,2K,5K,20K,50K (with none it is ps)")]
+    #[error(
+        "policy {policy:?}: classes need at least one cutoff, e.g. srpt-classes:1K,2K,5K,20K,50K (with none it is ps)"
+    )]
     NoCutoffs { policy: String },
     #[error("policy {policy:?}: the aging factor must be a number in 0..={max}, e.g. sjf-aging:2", max = admission::MAX_AGING_FACTOR)]
     AgingFactor { policy: String },
@@ -90,6 +93,9 @@ pub enum Policy {
     Fifo,
     Srpt,
     SrptClasses(Cutoffs),
+    /// Classes by *full* size, never re-banded as the job drains (a server that sets
+    /// the band once per response): the M/G/1 priority-class model of the theory.
+    SizeClasses(Cutoffs),
     Sjf,
     /// No job waits longer than `factor` × its own service time, if that can be kept:
     /// the gatekeeper's admission queue ([`crate::admission::Gate`]) decides.
@@ -117,13 +123,13 @@ impl Policy {
             ("sjf", None) => Ok(Policy::Sjf),
             ("las", None) => Ok(Policy::Las),
             ("fsp", None) => Ok(Policy::Fsp),
-            ("srpt-classes", Some(a)) => {
+            ("srpt-classes" | "size-classes", Some(a)) => {
                 let cutoffs =
                     Cutoffs::parse(a).map_err(|source| PolicyError::Cutoffs { policy: policy.clone(), source })?;
                 if cutoffs.as_slice().is_empty() {
                     return Err(PolicyError::NoCutoffs { policy });
                 }
-                Ok(Policy::SrptClasses(cutoffs))
+                Ok(if name == "srpt-classes" { Policy::SrptClasses(cutoffs) } else { Policy::SizeClasses(cutoffs) })
             }
             // The gatekeeper's parser, so both accept the same X.
             ("sjf-aging", Some(a)) => match format!("sjf-aging:{}", a.trim()).parse::<admission::Policy>() {
@@ -141,6 +147,7 @@ impl Policy {
             Policy::Fifo => job.arrival_s,
             Policy::Srpt => job.remaining,
             Policy::SrptClasses(cutoffs) => f64::from(cutoffs.band_for_remaining(ceil_bytes(job.remaining)).index()),
+            Policy::SizeClasses(cutoffs) => f64::from(cutoffs.band_for_remaining(ceil_bytes(job.size)).index()),
             // The aging bound is enforced by the admission queue at dispatch; the rank is the size.
             Policy::Sjf | Policy::SjfAging { .. } => job.size,
             Policy::Las => job.attained,
@@ -150,7 +157,7 @@ impl Policy {
 
     pub fn ties(&self) -> TieShare {
         match self {
-            Policy::Ps | Policy::SrptClasses(_) | Policy::Las => TieShare::Fair,
+            Policy::Ps | Policy::SrptClasses(_) | Policy::SizeClasses(_) | Policy::Las => TieShare::Fair,
             _ => TieShare::Exclusive,
         }
     }
@@ -190,6 +197,7 @@ impl std::fmt::Display for Policy {
             Policy::Fifo => write!(f, "fifo"),
             Policy::Srpt => write!(f, "srpt"),
             Policy::SrptClasses(c) => write!(f, "srpt-classes:{c}"),
+            Policy::SizeClasses(c) => write!(f, "size-classes:{c}"),
             Policy::Sjf => write!(f, "sjf"),
             Policy::SjfAging { factor } => write!(f, "sjf-aging:{factor}"),
             Policy::Las => write!(f, "las"),
@@ -336,6 +344,7 @@ mod tests {
             ("fifo", "fifo"),
             ("srpt", "srpt"),
             ("srpt-classes:1K,2K,5K,20K,50K", "srpt-classes:1000,2000,5000,20000,50000"),
+            ("size-classes:1K,5K", "size-classes:1000,5000"),
             ("sjf", "sjf"),
             ("sjf-aging:2", "sjf-aging:2"),
             ("sjf-aging:0.5", "sjf-aging:0.5"),
@@ -373,6 +382,7 @@ mod tests {
             (Policy::Fifo, 3.0),
             (Policy::Srpt, 4_999.5),
             (classes.clone(), 2.0), // 4,999.5 bytes left round up to 5,000: band (1K, 5K]
+            (Policy::parse("size-classes:1K,5K").unwrap(), 3.0), // by the full 6,000 bytes
             (Policy::Sjf, 6_000.0),
             (Policy::SjfAging { factor: 2.0 }, 6_000.0),
             (Policy::Las, 1_000.5),

@@ -10,8 +10,9 @@
 //! - *exclusive* (fifo, srpt, sjf, sjf-aging, fsp): up to C jobs in service, one
 //!   server each; the rest in a heap by rank (O(log n + C) per event), or for
 //!   sjf-aging in the gatekeeper's admission queue (`shortfirst_core::admission::Gate`).
-//! - *bands* (ps, srpt-classes): one [`FairQueue`] per band, virtual time per band;
-//!   a job leaving band b with work left enters band b−1. O(log n + k) per event.
+//! - *bands* (ps, srpt-classes, size-classes): one [`FairQueue`] per band, virtual
+//!   time per band; under srpt-classes a job leaving band b with work left enters
+//!   band b−1 (size-classes: it stays in its band to the end). O(log n + k) per event.
 //! - *las*: a stack of groups of jobs with equal attained service, each a heap by
 //!   size; groups merge when the served one catches up. O(log² n) amortised.
 //!
@@ -343,13 +344,15 @@ impl<'a> Exclusive<'a> {
     }
 }
 
-/// PS and srpt-classes: processor sharing inside each band, strict priority between bands.
+/// PS, srpt-classes, size-classes: processor sharing inside each band, strict priority between bands.
 struct Bands<'a> {
     jobs: &'a [Job],
     policy: &'a Policy,
     link: Link,
     /// Remaining work at which a job leaves each band (0 for the best band).
     lower_bytes: Vec<u64>,
+    /// srpt-classes: jobs move to better bands as they drain; size-classes: never.
+    moves: bool,
     queues: Vec<FairQueue<u32>>,
     /// Jobs that arrived in a band that has not been served since.
     not_started: Vec<Vec<u32>>,
@@ -357,18 +360,24 @@ struct Bands<'a> {
 
 impl<'a> Bands<'a> {
     fn new(jobs: &'a [Job], policy: &'a Policy, link: Link) -> Self {
-        let cutoffs: &[u64] = match policy {
-            Policy::SrptClasses(c) => c.as_slice(),
-            _ => &[],
+        let (cutoffs, moves): (&[u64], bool) = match policy {
+            Policy::SrptClasses(c) => (c.as_slice(), true),
+            Policy::SizeClasses(c) => (c.as_slice(), false),
+            _ => (&[], true),
         };
         let bands = cutoffs.len() + 1;
         let mut lower_bytes = vec![0];
-        lower_bytes.extend_from_slice(cutoffs);
+        if moves {
+            lower_bytes.extend_from_slice(cutoffs);
+        } else {
+            lower_bytes.resize(bands, 0);
+        }
         Bands {
             jobs,
             policy,
             link,
             lower_bytes,
+            moves,
             queues: (0..bands).map(|_| FairQueue::new()).collect(),
             not_started: vec![Vec::new(); bands],
         }
@@ -434,7 +443,7 @@ impl<'a> Bands<'a> {
             match departure {
                 Some((level, d)) if arrival.map_or(true, |a| d <= a) => {
                     let (idx, _) = self.queues[level].pop_next().expect("band has a job to leave");
-                    if level == 0 {
+                    if level == 0 || !self.moves {
                         out[idx as usize].done_s = now;
                     } else {
                         let to = self.enter(idx, self.lower_bytes[level]);

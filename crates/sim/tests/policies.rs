@@ -100,6 +100,17 @@ fn srpt_classes_jobs_drain_into_better_bands() {
 }
 
 #[test]
+fn size_classes_table() {
+    // Cutoffs 2 and 5 by full size: A (10) band 3, B (4) band 2, C (2) and D (1) band 1.
+    // As srpt-classes until t=5 (C, D done at 5). Then B alone in band 2 with 3 left: done 8
+    // (no move to band 1, but nobody else is there). A done at 17.
+    assert_times("size-classes:2,5", 1, TRACE, &[17.0, 8.0, 5.0, 5.0], &[0.0, 1.0, 2.0, 3.0]);
+    // Where it differs: A (8, band 2 for good, cutoff 5) at 0, B (4, band 1) at 4. srpt-classes
+    // moved A to band 1 at t=3 and shared with B; size-classes lets B preempt: B 4→8, A done 12.
+    assert_times("size-classes:5", 1, &[(0.0, 8), (4.0, 4)], &[12.0, 8.0], &[0.0, 4.0]);
+}
+
+#[test]
 fn sjf_aging_table() {
     // X = 1: A (10) at 0 runs to 10. Waiting at 10: B (4, bound 1+4=5), C (2, bound 4), D (1, bound 4).
     // Shortest D would start C after its bound (10+1 > 4): earliest bound first → C (bound 4,
@@ -147,7 +158,8 @@ fn bad_input_is_rejected_with_position() {
     assert!(matches!(simulate(&[], &p, Link { rate_bytes_per_s: 1.0, servers: 0 }), Err(SimError::BadServers(0))));
 }
 
-const ALL: &[&str] = &["ps", "fifo", "srpt", "srpt-classes:3,20,100", "sjf", "sjf-aging:2", "las", "fsp"];
+const ALL: &[&str] =
+    &["ps", "fifo", "srpt", "srpt-classes:3,20,100", "size-classes:3,20,100", "sjf", "sjf-aging:2", "las", "fsp"];
 
 fn trace_strategy() -> impl Strategy<Value = Vec<Job>> {
     proptest::collection::vec((0u32..50, 0u64..200), 1..60).prop_map(|v| {
