@@ -31,10 +31,13 @@ size *is* a service time; convert bytes with ``size_bytes * 8 / rate_bits_per_s`
   by Pollaczek-Khinchine on classes ``< i``, exact) plus its own size, while the
   server spends a fraction ``sigma_i`` of its time on classes ``<= i``. It is exact
   for one class (PS) and in the limit of a light class ``i``; elsewhere it is an
-  approximation. Both variants classify by *original* size; the server's bands
-  move a job to better bands as it drains, which only helps it, so for the
-  server these are pessimistic; the simulator (``shortfirst sim --policy
-  srpt-classes:...``) is the exact reference.
+  approximation. Checked against the simulator's ``size-classes:CUTOFFS`` (the same
+  model, exact): with exponential sizes (mean 10 kB, cutoffs 5, 10, 20, 40 kB) the
+  formula is low by 0.8%, 2.4% and 9% at loads 0.5, 0.7 and 0.9; with the bounded
+  Pareto (alpha 1.1, 1 kB-10 MB; cutoffs 2, 5, 20, 100 kB) within 0.5%, inside the
+  simulation's noise. Both variants classify by *original* size; the server's bands
+  (``srpt-classes``) move a job to better bands as it drains, which only helps it
+  (simulated: 5-27% lower mean response than ``size-classes`` in the same cases).
 
 Overall means swap the order of integration so that every quantity is a single
 integral: ``E[int_0^X g] = int_0^inf g(t) P(X > t) dt`` and
