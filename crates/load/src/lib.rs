@@ -9,7 +9,11 @@
 
 pub mod dist;
 pub mod generate;
+pub mod http;
 pub mod record;
+pub mod run;
+pub mod scale;
+pub mod session;
 pub mod stats;
 pub mod trace;
 pub mod workload;

@@ -34,7 +34,7 @@ pub const COLUMNS: [&str; 13] = [
 ];
 
 /// How a request ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// Complete response with a 1xx–3xx status.

@@ -131,6 +131,11 @@ impl SizeStats {
 }
 
 impl Report {
+    /// Pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("report serialises")
+    }
+
     /// Human-readable, one statistic per line.
     pub fn to_text(&self) -> String {
         let opt = |v: Option<f64>, digits: usize| match v {

@@ -146,6 +146,24 @@ impl<R: BufRead> Lines<R> {
         }
     }
 
+    /// Parses the next non-blank line; None at end of input.
+    fn next_record(
+        &mut self,
+        parse: impl FnOnce(&str) -> Result<TraceRecord, String>,
+    ) -> Option<Result<TraceRecord, TraceError>> {
+        loop {
+            let line = match self.next_line()? {
+                Ok(l) => l,
+                Err(e) => return Some(Err(e)),
+            };
+            if line.trim().is_empty() {
+                continue;
+            }
+            let parsed = parse(line);
+            return Some(parsed.map_err(|m| self.malformed(m)));
+        }
+    }
+
     /// The next line without its line ending; None at end of input.
     fn next_line(&mut self) -> Option<Result<&str, TraceError>> {
         self.buf.clear();
@@ -200,57 +218,49 @@ impl<R: BufRead> CsvTrace<R> {
         };
         Ok(CsvTrace { lines, has_client })
     }
+}
 
-    fn parse(&self, line: &str) -> Result<TraceRecord, String> {
-        let mut fields = line.split(',');
-        let want = if self.has_client { 4 } else { 3 };
-        let n = line.split(',').count();
-        if n != want {
-            return Err(format!("expected {want} fields, found {n}"));
-        }
-        let time = fields.next().unwrap_or("");
-        let time_s: f64 = time.parse().map_err(|_| format!("time_s: expected a number of seconds, found `{time}`"))?;
-        if !time_s.is_finite() || time_s < 0.0 {
-            return Err(format!("time_s: expected a finite number ≥ 0, found `{time}`"));
-        }
-        let path = fields.next().unwrap_or("").to_string();
-        if !path.starts_with('/') {
-            return Err(format!("path: expected a path starting with `/`, found `{path}`"));
-        }
-        let size = fields.next().unwrap_or("");
-        let size_bytes: u64 =
-            size.parse().map_err(|_| format!("size_bytes: expected an unsigned integer, found `{size}`"))?;
-        let client = if self.has_client {
-            let c = fields.next().unwrap_or("");
-            if c.is_empty() {
-                None
-            } else {
-                Some(
-                    c.parse::<u32>()
-                        .map_err(|_| format!("client: expected an unsigned 32-bit integer or nothing, found `{c}`"))?,
-                )
-            }
-        } else {
-            None
-        };
-        Ok(TraceRecord { time_s, path, size_bytes, client })
+/// Parses one data line of our CSV.
+fn parse_csv_line(line: &str, has_client: bool) -> Result<TraceRecord, String> {
+    let mut fields = line.split(',');
+    let want = if has_client { 4 } else { 3 };
+    let n = line.split(',').count();
+    if n != want {
+        return Err(format!("expected {want} fields, found {n}"));
     }
+    let time = fields.next().unwrap_or("");
+    let time_s: f64 = time.parse().map_err(|_| format!("time_s: expected a number of seconds, found `{time}`"))?;
+    if !time_s.is_finite() || time_s < 0.0 {
+        return Err(format!("time_s: expected a finite number ≥ 0, found `{time}`"));
+    }
+    let path = fields.next().unwrap_or("").to_string();
+    if !path.starts_with('/') {
+        return Err(format!("path: expected a path starting with `/`, found `{path}`"));
+    }
+    let size = fields.next().unwrap_or("");
+    let size_bytes: u64 =
+        size.parse().map_err(|_| format!("size_bytes: expected an unsigned integer, found `{size}`"))?;
+    let client = if has_client {
+        let c = fields.next().unwrap_or("");
+        if c.is_empty() {
+            None
+        } else {
+            Some(
+                c.parse::<u32>()
+                    .map_err(|_| format!("client: expected an unsigned 32-bit integer or nothing, found `{c}`"))?,
+            )
+        }
+    } else {
+        None
+    };
+    Ok(TraceRecord { time_s, path, size_bytes, client })
 }
 
 impl<R: BufRead> Iterator for CsvTrace<R> {
     type Item = Result<TraceRecord, TraceError>;
     fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            let line = match self.lines.next_line()? {
-                Ok(l) => l,
-                Err(e) => return Some(Err(e)),
-            };
-            if line.trim().is_empty() {
-                continue;
-            }
-            let line = line.to_string();
-            return Some(self.parse(&line).map_err(|m| self.lines.malformed(m)));
-        }
+        let has_client = self.has_client;
+        self.lines.next_record(|line| parse_csv_line(line, has_client))
     }
 }
 
@@ -273,17 +283,7 @@ impl<R: BufRead> ClfTrace<R> {
 impl<R: BufRead> Iterator for ClfTrace<R> {
     type Item = Result<TraceRecord, TraceError>;
     fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            let line = match self.lines.next_line()? {
-                Ok(l) => l,
-                Err(e) => return Some(Err(e)),
-            };
-            if line.trim().is_empty() {
-                continue;
-            }
-            let parsed = parse_clf_line(line);
-            return Some(parsed.map_err(|m| self.lines.malformed(m)));
-        }
+        self.lines.next_record(parse_clf_line)
     }
 }
 
