@@ -55,7 +55,7 @@ async fn test_upstream() -> (SocketAddr, Arc<AtomicUsize>) {
                                 head.push_str(&format!("{}: {}\n", k, v.to_str().unwrap_or("?")));
                             }
                             let body = req.into_body().collect().await.unwrap().to_bytes();
-                            head.push_str("\n");
+                            head.push('\n');
                             let mut out = head.into_bytes();
                             out.extend_from_slice(&body);
                             let mut r = Response::new(Full::new(Bytes::from(out)));
@@ -91,6 +91,9 @@ async fn resetting_upstream() -> SocketAddr {
             let (mut s, _) = l.accept().await.unwrap();
             let mut buf = [0u8; 4096];
             let _ = s.read(&mut buf).await;
+            // A zero linger makes close send RST; it does not block (the deprecation is about
+            // non-zero lingers).
+            #[allow(deprecated)]
             s.set_linger(Some(Duration::ZERO)).unwrap();
             drop(s);
         }
@@ -370,11 +373,12 @@ async fn metrics_endpoint_reports_types_and_estimates() {
 async fn auto_capacity_grows_when_saturated_without_inflation() {
     let (up, _) = test_upstream().await;
     let p = start_proxy(up, |c| {
-        let mut a = shortfirst_core::admission::auto::AutoConfig::default();
-        a.initial_capacity_us = 20_000;
-        a.interval_us = 200_000;
-        a.min_samples = 10;
-        c.capacity = CapacitySetting::Auto(a);
+        c.capacity = CapacitySetting::Auto(shortfirst_core::admission::auto::AutoConfig {
+            initial_capacity_us: 20_000,
+            interval_us: 200_000,
+            min_samples: 10,
+            ..Default::default()
+        });
         c.estimator.alpha = 0.5;
     })
     .await;
