@@ -135,7 +135,8 @@ impl EstimatorConfig {
         (0.1f64.ln() / (1.0 - self.alpha).ln()).ceil() as u64
     }
 
-    fn warmup_samples(&self) -> u64 {
+    /// Samples averaged arithmetically before the EWMA takes over.
+    pub fn warmup_samples(&self) -> u64 {
         (1.0 / self.alpha).ceil() as u64
     }
 }
@@ -212,6 +213,11 @@ impl CostEstimator {
         let weight = if t.samples <= warmup { 1.0 / t.samples as f64 } else { self.cfg.alpha };
         t.mean_us += weight * (x - t.mean_us);
         Ok(())
+    }
+
+    /// Whether the type is past its warm-up (its estimate is an EWMA, not a short mean).
+    pub fn is_warm(&self, type_index: usize) -> bool {
+        self.types.get(type_index).is_some_and(|t| t.samples >= self.cfg.warmup_samples())
     }
 
     /// Successful samples seen for this type.

@@ -164,8 +164,7 @@ impl Shared {
                     let _ = core.estimator.observe(type_index, s);
                     if let Some(auto) = core.auto.as_mut() {
                         let est = core.estimator.estimate_us(type_index).unwrap_or(s);
-                        let warm = core.estimator.samples(type_index).unwrap_or(0)
-                            >= core.estimator.config().samples_to_converge_90pct().min(10);
+                        let warm = core.estimator.is_warm(type_index);
                         auto.record(type_index, s, est, warm);
                     }
                 }
