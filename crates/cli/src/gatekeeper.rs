@@ -122,8 +122,11 @@ struct SyntheticArgs {
     /// Multiply every type's cost (1 ms … 2 s) by this.
     #[arg(long, default_value_t = 1.0)]
     scale: f64,
-    /// Requests served at full speed at once (C).
-    #[arg(long, default_value_t = 8)]
+    /// Processors: requests served at full speed at once.
+    #[arg(long, default_value_t = 4)]
+    cpus: usize,
+    /// C: more requests than this running at once make the backend thrash.
+    #[arg(long, default_value_t = 32)]
     slots: usize,
     /// Thrashing per request beyond C: service rate divided by 1 + thrash × (n − C).
     #[arg(long, default_value_t = 0.1)]
@@ -300,7 +303,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 }
 
 async fn run_synthetic(s: SyntheticArgs) -> anyhow::Result<()> {
-    let cfg = SyntheticConfig::tpcw(s.scale, s.slots, s.thrash)?;
+    let cfg = SyntheticConfig::tpcw(s.scale, s.cpus, s.slots, s.thrash)?;
     if let Some(p) = &s.write_mix {
         let mut text = String::from("path,weight\n");
         for t in &cfg.types {
@@ -311,13 +314,14 @@ async fn run_synthetic(s: SyntheticArgs) -> anyhow::Result<()> {
     let listener =
         tokio::net::TcpListener::bind(s.listen).await.with_context(|| format!("binding --listen {}", s.listen))?;
     eprintln!(
-        "shortfirst gatekeeper synthetic-upstream: listening on {} ({} types, mean cost {:.2} ms, {} slots, thrash {}, peak {:.1} req/s)",
+        "shortfirst gatekeeper synthetic-upstream: listening on {} ({} types, mean cost {:.2} ms, {} cpus, collapse past {}, thrash {}, peak {:.1} req/s)",
         listener.local_addr()?,
         cfg.types.len(),
         cfg.mean_cost_us() / 1e3,
+        cfg.cpus,
         cfg.slots,
         cfg.thrash,
-        cfg.throughput_at(cfg.slots)
+        cfg.throughput_at(cfg.cpus)
     );
     synthetic::serve(listener, cfg, shutdown_signal()).await?;
     Ok(())

@@ -7,15 +7,16 @@
 //! table's. `GET /t/{name}` (e.g. `/t/best_sellers`) runs one request of that type and
 //! answers 200 with a small text body; unknown names get 404.
 //!
-//! **Service model.** The backend is `slots` processors shared by all running requests,
-//! with thrashing past them. With `n` requests running, each progresses at rate
-//! `r(n) = min(1, slots/n) / (1 + thrash * max(0, n - slots))` units of work per unit of
-//! time; a request is done when its cost has been served. So up to `slots` concurrent
-//! requests run at full speed (total throughput `n`), and beyond that the total service
-//! rate `slots / (1 + thrash (n - slots))` falls: throughput collapses as concurrency grows,
-//! like the paper's database (Table 2: more processes, more cache and TLB misses).
-//! The model runs in real time in one task (exact processor sharing between events);
-//! tokio timers have 1 ms granularity, so completions are up to ~1 ms late.
+//! **Service model.** The backend has `cpus` processors shared by all running requests
+//! (processor sharing) and thrashes when more than `slots` (C) requests run at once. With
+//! `n` running, each progresses at rate
+//! `r(n) = min(1, cpus/n) / (1 + thrash * max(0, n - slots))` units of work per unit of
+//! time; a request is done when its cost has been served. So throughput rises until `cpus`
+//! requests run, stays at its peak up to C (a plateau, as in the paper's Figure 5), and
+//! collapses beyond C: the total service rate `cpus / (1 + thrash (n - C))` falls as
+//! concurrency grows, like the paper's database (Table 2: more processes, more cache and
+//! TLB misses). The model runs in real time in one task (exact processor sharing between
+//! events); tokio timers have 1 ms granularity, so completions are up to ~1 ms late.
 //!
 //! At most `max_running` requests are accepted at once; beyond that the upstream answers
 //! 503 at once (a backend's own connection limit).
@@ -65,6 +66,9 @@ pub struct SynthType {
 #[derive(Debug, Clone, Serialize)]
 pub struct SyntheticConfig {
     pub types: Vec<SynthType>,
+    /// Processors: requests served at full speed at once.
+    pub cpus: usize,
+    /// C: concurrency beyond which the backend thrashes.
     pub slots: usize,
     pub thrash: f64,
     pub max_running: usize,
@@ -72,10 +76,10 @@ pub struct SyntheticConfig {
 
 impl SyntheticConfig {
     /// The TPC-W mix with costs clamped to [1 ms, 2 s] and multiplied by `scale`.
-    pub fn tpcw(scale: f64, slots: usize, thrash: f64) -> Result<Self, GatekeeperError> {
-        if !(scale > 0.0 && scale <= 100.0) || slots == 0 || !(0.0..=100.0).contains(&thrash) {
+    pub fn tpcw(scale: f64, cpus: usize, slots: usize, thrash: f64) -> Result<Self, GatekeeperError> {
+        if !(scale > 0.0 && scale <= 100.0) || cpus == 0 || slots < cpus || !(0.0..=100.0).contains(&thrash) {
             return Err(GatekeeperError::Config(format!(
-                "synthetic upstream: need 0 < scale <= 100 (got {scale}), slots >= 1 (got {slots}), 0 <= thrash <= 100 (got {thrash})"
+                "synthetic upstream: need 0 < scale <= 100 (got {scale}), 1 <= cpus (got {cpus}) <= slots (got {slots}), 0 <= thrash <= 100 (got {thrash})"
             )));
         }
         let types = TPCW_TABLE1
@@ -86,7 +90,7 @@ impl SyntheticConfig {
                 weight: pct,
             })
             .collect();
-        Ok(SyntheticConfig { types, slots, thrash, max_running: 100_000 })
+        Ok(SyntheticConfig { types, cpus, slots, thrash, max_running: 100_000 })
     }
 
     /// Mean cost of a request drawn from the mix.
@@ -97,13 +101,8 @@ impl SyntheticConfig {
 
     /// Per-request service rate with `n` running.
     pub fn rate(&self, n: usize) -> f64 {
-        let slots = self.slots as f64;
-        let n = n as f64;
-        if n <= slots {
-            1.0
-        } else {
-            (slots / n) / (1.0 + self.thrash * (n - slots))
-        }
+        let share = if n <= self.cpus { 1.0 } else { self.cpus as f64 / n as f64 };
+        share / (1.0 + self.thrash * n.saturating_sub(self.slots) as f64)
     }
 
     /// Requests completed per second with `n` always running (the mix's mean cost).
@@ -251,27 +250,29 @@ mod tests {
 
     #[test]
     fn tpcw_mix_costs_span_1ms_to_2s() {
-        let c = SyntheticConfig::tpcw(1.0, 8, 0.1).unwrap();
+        let c = SyntheticConfig::tpcw(1.0, 4, 8, 0.1).unwrap();
         let min = c.types.iter().map(|t| t.cost_us).min().unwrap();
         let max = c.types.iter().map(|t| t.cost_us).max().unwrap();
         assert_eq!((min, max), (1_000, 2_000_000));
         let w: f64 = c.types.iter().map(|t| t.weight).sum();
         assert!((w - 97.0).abs() < 0.01, "{w}");
-        assert!(SyntheticConfig::tpcw(0.0, 8, 0.1).is_err());
+        assert!(SyntheticConfig::tpcw(0.0, 4, 8, 0.1).is_err());
+        assert!(SyntheticConfig::tpcw(1.0, 8, 4, 0.1).is_err());
     }
 
     #[test]
-    fn throughput_peaks_at_slots_then_collapses() {
-        let c = SyntheticConfig::tpcw(1.0, 8, 0.1).unwrap();
-        let peak = c.throughput_at(8);
-        assert!(c.throughput_at(4) < peak);
-        assert!(c.throughput_at(16) < 0.6 * peak);
-        assert!(c.throughput_at(40) < 0.25 * peak);
+    fn throughput_plateaus_from_cpus_to_slots_then_collapses() {
+        let c = SyntheticConfig::tpcw(1.0, 4, 16, 0.1).unwrap();
+        let peak = c.throughput_at(4);
+        assert!(c.throughput_at(2) < 0.6 * peak);
+        assert!((c.throughput_at(16) - peak).abs() < 1e-9 * peak);
+        assert!(c.throughput_at(24) < 0.6 * peak);
+        assert!(c.throughput_at(56) < 0.25 * peak);
     }
 
     #[tokio::test]
     async fn model_serves_in_real_time_with_sharing() {
-        let mut c = SyntheticConfig::tpcw(1.0, 1, 0.0).unwrap();
+        let mut c = SyntheticConfig::tpcw(1.0, 1, 1, 0.0).unwrap();
         c.max_running = 2;
         let b = Backend::start(c);
         let t0 = Instant::now();
