@@ -1,0 +1,139 @@
+//! `shortfirst workload` and `shortfirst load` as users run them, against the
+//! real `shortfirst serve`: generate a workload, check its statistics, serve
+//! its docroot, replay its trace, and check every row.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn shortfirst() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_shortfirst"))
+}
+
+/// Kills the server when the test ends, however it ends.
+struct Server(Child);
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn not_root() -> bool {
+    // SAFETY-free: read the effective uid from /proc.
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) != Some("0")))
+        .unwrap_or(true)
+}
+
+fn serve(root: &std::path::Path) -> (Server, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut cmd = shortfirst();
+    cmd.args(["serve", "--root"]).arg(root).args(["--listen", &format!("127.0.0.1:{port}"), "--threads", "1"]);
+    if not_root() {
+        cmd.arg("--socket-priority=false");
+    }
+    let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let server = Server(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "shortfirst serve did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (server, port)
+}
+
+#[test]
+fn generate_stats_serve_and_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let wl = dir.path().join("wl");
+    let out = shortfirst()
+        .args(["workload", "generate", "--kind", "wc98like", "--files", "300", "--requests", "2000", "--seed", "5"])
+        .arg("--out")
+        .arg(&wl)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+
+    let out = shortfirst().args(["workload", "stats", "--json"]).arg(wl.join("trace.csv")).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stats["requests"], 2000);
+    assert!(stats["min_bytes"].as_u64().unwrap() >= 41);
+    assert!(stats["median_bytes"].as_u64().unwrap() < 1024, "{stats}");
+
+    let (_server, port) = serve(&wl.join("docroot"));
+    for (name, extra) in [("one-per-request", vec![]), ("persistent", vec!["--persistent", "10"])] {
+        let run = dir.path().join(name);
+        let out = shortfirst()
+            .args(["load", "--target", &format!("http://127.0.0.1:{port}"), "--trace"])
+            .arg(wl.join("trace.csv"))
+            .arg("--out")
+            .arg(&run)
+            .args(["--rate", "1000", "--uplink", "100mbit", "--quiet", "--seed", "9"])
+            .args(&extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let trace = std::fs::read_to_string(wl.join("trace.csv")).unwrap();
+        let sizes: Vec<u64> = trace.lines().skip(1).map(|l| l.split(',').nth(2).unwrap().parse().unwrap()).collect();
+        let csv = std::fs::read_to_string(run.join("requests.csv")).unwrap();
+        let mut lines = csv.lines();
+        assert_eq!(
+            lines.next().unwrap(),
+            "id,client,path,size_bytes,bytes_received,status,outcome,attempts,scheduled_s,start_s,connected_s,first_byte_s,done_s"
+        );
+        let mut seen = vec![false; sizes.len()];
+        for l in lines {
+            let f: Vec<&str> = l.split(',').collect();
+            let id: usize = f[0].parse().unwrap();
+            assert!(!seen[id], "{name}: id {id} twice");
+            seen[id] = true;
+            assert_eq!(f[6], "ok", "{name}: {l}");
+            assert_eq!(f[5], "200", "{name}: {l}");
+            assert_eq!(f[3].parse::<u64>().unwrap(), sizes[id], "{name}: {l}");
+            assert_eq!(f[4], f[3], "{name}: bytes received ≠ size: {l}");
+        }
+        assert!(seen.iter().all(|s| *s), "{name}: every trace row has a log row");
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+        assert_eq!(summary["completed"], 2000);
+        assert_eq!(summary["seed"], 9);
+        assert!(summary["offered_load"].as_f64().unwrap() > 0.0);
+        assert!(summary["command_line"].as_array().unwrap().iter().any(|a| a == "--rate"));
+        assert!(run.join("response-times.hlog").exists());
+    }
+}
+
+/// Runs `shortfirst load` against a dead port with `extra` flags; returns its stderr (it must fail).
+fn load_fails(trace: &std::path::Path, out: &std::path::Path, extra: &[&str]) -> String {
+    let res = shortfirst()
+        .args(["load", "--target", "http://127.0.0.1:9", "--trace"])
+        .arg(trace)
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(!res.status.success(), "{res:?}");
+    String::from_utf8_lossy(&res.stderr).into_owned()
+}
+
+#[test]
+fn load_errors_name_the_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("bad.csv");
+    std::fs::write(&trace, "time,path\n").unwrap();
+    let out = dir.path().join("o");
+    let err = load_fails(&trace, &out, &[]);
+    assert!(err.contains("bad.csv: line 1") && err.contains("time_s,path,size_bytes"), "{err}");
+    let err = load_fails(&trace, &out, &["--load", "0.5"]);
+    assert!(err.contains("--uplink"), "{err}");
+    let err = load_fails(&trace, &out, &["--retries", "2"]);
+    assert!(err.contains("--abort-after"), "{err}");
+
+    let res =
+        shortfirst().args(["workload", "generate", "--kind", "pareto", "--out"]).arg(dir.path()).output().unwrap();
+    assert!(!res.status.success());
+    assert!(String::from_utf8_lossy(&res.stderr).contains("pareto"), "{res:?}");
+}

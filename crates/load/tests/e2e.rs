@@ -1,0 +1,410 @@
+//! End-to-end runs of the load generator against small servers started inside
+//! the test (real TCP on 127.0.0.1): every trace row yields exactly one log
+//! row, sizes match, keep-alive and chunked bodies work, and abort/retry,
+//! timeouts, refused connections and the in-flight limit behave as documented.
+
+use shortfirst_load::dist::TimeDist;
+use shortfirst_load::generate::{generate, DEFAULT_MAX_TOTAL_BYTES};
+use shortfirst_load::http::Target;
+use shortfirst_load::record::{read_records, Outcome, RequestRecord};
+use shortfirst_load::run::{run, Config, Model, Source, Summary};
+use shortfirst_load::scale::Scaling;
+use shortfirst_load::workload::WorkloadSpec;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// What the test server saw.
+#[derive(Default)]
+struct Seen {
+    connections: AtomicU64,
+    requests: AtomicU64,
+    by_path: Mutex<HashMap<String, u64>>,
+}
+
+/// A tiny HTTP/1.1 server. Paths:
+/// - `/f/...`: a file of `docroot` (zero bytes of its length), 404 if absent;
+/// - `/slow/MS/SIZE`: SIZE bytes after MS milliseconds;
+/// - `/slowfirst/KEY/MS`: the first request for KEY waits MS ms, later ones answer at once;
+/// - `/size/SIZE`: SIZE bytes.
+///
+/// `chunked` sends bodies chunked instead of with Content-Length.
+fn start_server(docroot: Option<PathBuf>, chunked: bool) -> (SocketAddr, Arc<Seen>) {
+    let seen = Arc::new(Seen::default());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let s2 = seen.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        rt.block_on(async move {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(l.local_addr().unwrap()).unwrap();
+            loop {
+                let (sock, _) = l.accept().await.unwrap();
+                s2.connections.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(serve_conn(sock, docroot.clone(), chunked, s2.clone()));
+            }
+        });
+    });
+    (rx.recv().unwrap(), seen)
+}
+
+async fn serve_conn(mut sock: tokio::net::TcpStream, docroot: Option<PathBuf>, chunked: bool, seen: Arc<Seen>) {
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 4096];
+    loop {
+        let end = loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            match sock.read(&mut tmp).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&tmp[..n]),
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).to_string();
+        buf.drain(..end);
+        let path = head.split(' ').nth(1).unwrap_or("/").to_string();
+        let close = head.to_ascii_lowercase().contains("connection: close");
+        seen.requests.fetch_add(1, Ordering::Relaxed);
+        let count = {
+            let mut m = seen.by_path.lock().unwrap();
+            let c = m.entry(path.clone()).or_insert(0);
+            *c += 1;
+            *c
+        };
+        let parts: Vec<&str> = path.split('/').collect();
+        let (status, size, delay_ms) = match parts.get(1).copied() {
+            Some("f") => match docroot.as_ref().and_then(|d| std::fs::metadata(d.join(&path[1..])).ok()) {
+                Some(m) => (200, m.len(), 0),
+                None => (404, 9, 0),
+            },
+            Some("slow") => (200, parts[3].parse().unwrap(), parts[2].parse().unwrap()),
+            Some("slowfirst") => (200, 100, if count == 1 { parts[3].parse().unwrap() } else { 0 }),
+            Some("size") => (200, parts[2].parse().unwrap(), 0),
+            _ => (404, 9, 0),
+        };
+        if delay_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        }
+        let conn = if close { "Connection: close\r\n" } else { "" };
+        let body = vec![b'x'; size as usize];
+        let resp = if chunked {
+            let mut r = format!("HTTP/1.1 {status} X\r\nTransfer-Encoding: chunked\r\n{conn}\r\n").into_bytes();
+            for piece in body.chunks(1000) {
+                r.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                r.extend_from_slice(piece);
+                r.extend_from_slice(b"\r\n");
+            }
+            r.extend_from_slice(b"0\r\n\r\n");
+            r
+        } else {
+            let mut r = format!("HTTP/1.1 {status} X\r\nContent-Length: {size}\r\n{conn}\r\n").into_bytes();
+            r.extend_from_slice(&body);
+            r
+        };
+        if sock.write_all(&resp).await.is_err() || close {
+            return;
+        }
+    }
+}
+
+fn config(addr: SocketAddr, trace: &Path, out: &Path) -> Config {
+    Config {
+        target: Target::parse(&format!("http://{addr}")).unwrap(),
+        out_dir: out.to_path_buf(),
+        model: Model::Open,
+        source: Source::Trace { path: trace.to_path_buf(), format: None, skip_bad: false },
+        scaling: Scaling::AsIs,
+        uplink_bits_per_s: None,
+        duration_s: None,
+        persistent: None,
+        abort_after_s: None,
+        retries: 0,
+        timeout_s: 10.0,
+        clients: 8,
+        threads: 2,
+        max_in_flight: 1000,
+        seed: 1,
+        progress: false,
+        command_line: vec!["test".into()],
+    }
+}
+
+fn rows(out: &Path) -> Vec<RequestRecord> {
+    let mut v: Vec<_> = read_records(&out.join("requests.csv")).unwrap().collect::<Result<_, _>>().unwrap();
+    v.sort_by_key(|r| r.id);
+    v
+}
+
+fn write_trace(dir: &Path, lines: &[(f64, &str, u64)]) -> PathBuf {
+    let p = dir.join("t.csv");
+    let mut s = String::from("time_s,path,size_bytes\n");
+    for (t, path, size) in lines {
+        s.push_str(&format!("{t},{path},{size}\n"));
+    }
+    std::fs::write(&p, s).unwrap();
+    p
+}
+
+fn summary_json(out: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap()
+}
+
+/// Open model over a generated wc98like workload: one row per trace row,
+/// sizes match the files, the outputs are all there.
+#[test]
+fn open_model_one_row_per_request_sizes_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = WorkloadSpec::new("wc98like", None, 200, 1500, 1000.0, 3).unwrap();
+    let g = generate(&spec, dir.path(), DEFAULT_MAX_TOTAL_BYTES, false).unwrap();
+    let (addr, seen) = start_server(Some(g.docroot.clone()), false);
+    let out = dir.path().join("run");
+    let mut cfg = config(addr, &g.trace, &out);
+    cfg.scaling = Scaling::Rate { req_per_s: 1500.0 };
+    cfg.uplink_bits_per_s = Some(100e6);
+    let s: Summary = run(cfg).unwrap();
+    let rs = rows(&out);
+    assert_eq!(rs.len(), 1500);
+    let trace: Vec<_> = shortfirst_load::trace::open(&g.trace, None).unwrap().map(|r| r.unwrap()).collect();
+    for (r, t) in rs.iter().zip(&trace) {
+        assert_eq!(r.id as usize, rs.iter().position(|x| x.id == r.id).unwrap());
+        assert_eq!(r.path, t.path);
+        assert_eq!(r.outcome, Outcome::Ok, "{r:?}");
+        assert_eq!(r.size_bytes, t.size_bytes);
+        assert_eq!(r.bytes_received, r.size_bytes, "{r:?}");
+        assert_eq!(r.attempts, 1);
+        let (c, f, d) = (r.connected_s.unwrap(), r.first_byte_s.unwrap(), r.done_s.unwrap());
+        assert!(r.scheduled_s <= r.start_s + 1e-6 && r.start_s <= c && c <= f && f <= d, "{r:?}");
+    }
+    // One connection per request without --persistent.
+    assert_eq!(seen.connections.load(Ordering::Relaxed), 1500);
+    assert_eq!(s.requests, 1500);
+    assert_eq!(s.completed, 1500);
+    assert_eq!(s.bytes_received, trace.iter().map(|t| t.size_bytes).sum::<u64>());
+    // Scaled to 1500 req/s: the trace's span shrinks accordingly.
+    let span = rs.last().unwrap().scheduled_s;
+    assert!((span - 1499.0 / 1500.0).abs() < 0.01, "span {span}");
+    let j = summary_json(&out);
+    for key in [
+        "requests",
+        "completed",
+        "failed",
+        "aborted",
+        "offered_load",
+        "throughput_bytes_per_s",
+        "mean_response_s",
+        "p50_response_s",
+        "p90_response_s",
+        "p99_response_s",
+        "lateness_p99_ms",
+        "valid",
+        "seed",
+        "command_line",
+    ] {
+        assert!(!j[key].is_null(), "summary.json lacks {key}: {j}");
+    }
+    let hlog = std::fs::read_to_string(out.join("response-times.hlog")).unwrap();
+    assert!(hlog.contains("#[StartTime:") && hlog.lines().filter(|l| !l.starts_with('#')).count() >= 1, "{hlog}");
+}
+
+/// --load RHO --uplink RATE: the achieved offered load is the requested one.
+#[test]
+fn load_scaling_reaches_the_target_offered_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = WorkloadSpec::new("exp:3000", None, 100, 800, 10.0, 4).unwrap();
+    let g = generate(&spec, dir.path(), DEFAULT_MAX_TOTAL_BYTES, false).unwrap();
+    let (addr, _) = start_server(Some(g.docroot.clone()), false);
+    let out = dir.path().join("run");
+    let mut cfg = config(addr, &g.trace, &out);
+    // 800 × ~3 KB ≈ 19 Mbit; at 0.5 × 40 Mbit/s the replay takes ≈ 1 s.
+    cfg.scaling = Scaling::Load { rho: 0.5, uplink_bits_per_s: 40e6 };
+    cfg.uplink_bits_per_s = Some(40e6);
+    let s = run(cfg).unwrap();
+    let load = s.offered_load.unwrap();
+    // Sizes of the first and last request are in the numerator but the
+    // span is between their sends; allow for that and for lateness.
+    assert!((load - 0.5).abs() < 0.03, "offered load {load}");
+    assert_eq!(s.completed, 800);
+}
+
+/// Keep-alive with --persistent K over chunked responses.
+#[test]
+fn persistent_connections_and_chunked_bodies() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines: Vec<(f64, String, u64)> =
+        (0..200).map(|i| (i as f64 * 0.002, format!("/size/{}", 500 + i * 37), 500 + i * 37)).collect();
+    let borrowed: Vec<(f64, &str, u64)> = lines.iter().map(|(t, p, s)| (*t, p.as_str(), *s)).collect();
+    let trace = write_trace(dir.path(), &borrowed);
+    let (addr, seen) = start_server(None, true);
+    let out = dir.path().join("run");
+    let mut cfg = config(addr, &trace, &out);
+    cfg.persistent = Some(5);
+    cfg.clients = 2;
+    let s = run(cfg).unwrap();
+    assert_eq!(s.completed, 200);
+    for r in rows(&out) {
+        assert_eq!(r.bytes_received, r.size_bytes, "{r:?}");
+    }
+    let conns = seen.connections.load(Ordering::Relaxed);
+    assert!((40..200).contains(&conns), "{conns} connections for 200 requests with K = 5");
+}
+
+/// A slow server: abort after T, retry M times, then give up.
+#[test]
+fn abort_and_retry_against_a_slow_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write_trace(
+        dir.path(),
+        &[(0.0, "/slow/2000/100", 100), (0.0, "/slowfirst/a/2000", 100), (0.01, "/size/100", 100)],
+    );
+    let (addr, seen) = start_server(None, false);
+    let out = dir.path().join("run");
+    let mut cfg = config(addr, &trace, &out);
+    cfg.abort_after_s = Some(0.2);
+    cfg.retries = 2;
+    let s = run(cfg).unwrap();
+    let rs = rows(&out);
+    // Always slow: 3 attempts, each aborted at 0.2 s, then the user gives up.
+    assert_eq!(rs[0].outcome, Outcome::Aborted);
+    assert_eq!(rs[0].attempts, 3);
+    let took = rs[0].done_s.unwrap() - rs[0].start_s;
+    assert!((0.6..1.5).contains(&took), "{took}");
+    assert_eq!(seen.by_path.lock().unwrap()["/slow/2000/100"], 3);
+    // Slow only the first time: the retry succeeds.
+    assert_eq!(rs[1].outcome, Outcome::Ok);
+    assert_eq!(rs[1].attempts, 2);
+    assert_eq!(rs[1].bytes_received, 100);
+    assert!(rs[1].done_s.unwrap() - rs[1].start_s >= 0.2);
+    assert_eq!(rs[2].outcome, Outcome::Ok);
+    assert_eq!(rs[2].attempts, 1);
+    assert_eq!((s.aborted, s.completed, s.retries), (1, 2, 3));
+}
+
+/// Without an abort time, the hard timeout ends the request as `timeout`;
+/// a refused connection is `failed` with its reason.
+#[test]
+fn timeout_and_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write_trace(dir.path(), &[(0.0, "/slow/3000/10", 10), (0.0, "/size/10", 10)]);
+    let (addr, _) = start_server(None, false);
+    let out = dir.path().join("run");
+    let mut cfg = config(addr, &trace, &out);
+    cfg.timeout_s = 0.3;
+    run(cfg).unwrap();
+    let rs = rows(&out);
+    assert_eq!(rs[0].outcome, Outcome::Timeout);
+    assert_eq!(rs[0].status, None);
+    assert_eq!(rs[1].outcome, Outcome::Ok);
+
+    // A port nobody listens on: bind, note the port, close.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let out2 = dir.path().join("run2");
+    let cfg = config(format!("127.0.0.1:{port}").parse().unwrap(), &trace, &out2);
+    let s = run(cfg).unwrap();
+    assert_eq!(s.failed, 2);
+    assert_eq!(s.failures_by_reason.get("connection refused"), Some(&2));
+    assert!(rows(&out2).iter().all(|r| r.outcome == Outcome::Failed && r.done_s.is_some()));
+}
+
+/// Requests due while `max_in_flight` are outstanding are logged as failed,
+/// not sent, and the run is marked invalid.
+#[test]
+fn in_flight_limit_is_counted_and_invalidates() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines: Vec<(f64, &str, u64)> = (0..6).map(|i| (i as f64 * 0.01, "/slow/500/10", 10)).collect();
+    let trace = write_trace(dir.path(), &lines);
+    let (addr, _) = start_server(None, false);
+    let out = dir.path().join("run");
+    let mut cfg = config(addr, &trace, &out);
+    cfg.max_in_flight = 2;
+    let s = run(cfg).unwrap();
+    assert_eq!(s.requests, 6);
+    assert_eq!(s.not_sent_in_flight_limit, 4);
+    assert_eq!(s.completed, 2);
+    assert!(!s.valid);
+    assert!(s.invalid_reasons.iter().any(|r| r.contains("in-flight limit")));
+    let rs = rows(&out);
+    assert_eq!(rs.iter().filter(|r| r.attempts == 0 && r.outcome == Outcome::Failed).count(), 4);
+}
+
+/// Partly-open: sessions of K back-to-back requests.
+#[test]
+fn partly_open_sessions_are_back_to_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines: Vec<(f64, &str, u64)> = (0..30).map(|i| (i as f64 * 0.001, "/slow/20/50", 50)).collect();
+    let trace = write_trace(dir.path(), &lines);
+    let (addr, _) = start_server(None, false);
+    let out = dir.path().join("run");
+    let mut cfg = config(addr, &trace, &out);
+    cfg.model = Model::PartlyOpen { k: 5 };
+    let s = run(cfg).unwrap();
+    assert_eq!(s.completed, 30);
+    let rs = rows(&out);
+    for session in rs.chunks(5) {
+        assert!(session.iter().all(|r| r.client == session[0].client));
+        for w in session.windows(2) {
+            assert!(w[1].start_s >= w[0].done_s.unwrap(), "{:?} then {:?}", w[0], w[1]);
+        }
+    }
+    // Sessions arrive at trace times (every 5 ms), not one after another.
+    assert!(rs[25].scheduled_s < 0.1, "{:?}", rs[25]);
+}
+
+/// Closed model driven by the TPC-W shopping mix session model.
+#[test]
+fn closed_model_with_tpcw_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tpcw-shopping-mix.csv"), dir.path().join("mix.csv"))
+        .unwrap();
+    let mut toml = String::from("start = \"INIT\"\ntransitions = \"mix.csv\"\nmax_requests = 20\n[pages]\n");
+    for c in
+        ["ADMC", "ADMR", "BESS", "BUYC", "BUYR", "CREG", "HOME", "NEWP", "ORDD", "ORDI", "PROD", "SREQ", "SRES", "SHOP"]
+    {
+        toml.push_str(&format!("{c} = \"/size/{}\"\n", 100 + c.len() * 10));
+    }
+    std::fs::write(dir.path().join("tpcw.toml"), toml).unwrap();
+    let (addr, _) = start_server(None, false);
+    let out = dir.path().join("run");
+    let mut cfg = config(addr, Path::new("unused"), &out);
+    cfg.source = Source::Session { path: dir.path().join("tpcw.toml") };
+    cfg.model = Model::Closed { users: 4, think: TimeDist::Exp { mean_s: 0.01, max_s: Some(0.1) } };
+    cfg.duration_s = Some(1.0);
+    let s = run(cfg).unwrap();
+    assert!(s.completed > 40, "{}", s.completed);
+    assert_eq!(s.completed, s.requests);
+    let rs = rows(&out);
+    // Closed: a user never has two requests outstanding.
+    for u in 0..4 {
+        let mine: Vec<_> = rs.iter().filter(|r| r.client == u).collect();
+        let mut sorted = mine.clone();
+        sorted.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
+        for w in sorted.windows(2) {
+            assert!(w[1].start_s >= w[0].done_s.unwrap());
+        }
+    }
+    // Every session starts at HOME (INIT → HOME with probability 1).
+    assert!(rs.iter().all(|r| r.path.starts_with("/size/")));
+}
+
+/// Malformed trace: the run stops with the position; --skip-bad counts it.
+#[test]
+fn malformed_trace_stops_or_is_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("t.csv");
+    std::fs::write(&p, "time_s,path,size_bytes\n0,/size/1,1\n0.01,oops,1\n0.02,/size/1,1\n").unwrap();
+    let (addr, _) = start_server(None, false);
+    let out = dir.path().join("run");
+    let e = run(config(addr, &p, &out)).unwrap_err().to_string();
+    assert!(e.contains("t.csv: line 3"), "{e}");
+    assert!(!out.join("requests.csv").exists() && !out.join("summary.json").exists());
+    let mut cfg = config(addr, &p, &out);
+    if let Source::Trace { skip_bad, .. } = &mut cfg.source {
+        *skip_bad = true;
+    }
+    let s = run(cfg).unwrap();
+    assert_eq!((s.requests, s.trace_records_skipped, s.valid), (2, 1, false));
+}
