@@ -11,7 +11,7 @@ GK_BENCH_ARGS ?=
 BENCH_TARGETS += bench-gatekeeper-synthetic
 
 .PHONY: bench-gatekeeper-synthetic
-bench-gatekeeper-synthetic: build venv
+bench-gatekeeper-synthetic: build
 	@mkdir -p results
-	$(PY) crates/gatekeeper/bench/bench_synthetic.py --bin $(BIN) \
+	$(PYTHON) crates/gatekeeper/bench/bench_synthetic.py --bin $(BIN) \
 	  --out results/bench-gatekeeper-synthetic.json $(GK_BENCH_ARGS)

@@ -179,7 +179,7 @@ class Bench:
         self.counter += 1
         p = Proc(
             [self.bin, "gatekeeper", "synthetic-upstream", "--listen", f"127.0.0.1:{port}",
-             "--scale", str(a.scale), "--slots", str(a.slots), "--thrash", str(a.thrash),
+             "--scale", str(a.scale), "--cpus", str(a.cpus), "--slots", str(a.slots), "--thrash", str(a.thrash),
              "--write-mix", str(self.work / "mix.csv")],
             self.work / f"upstream-{self.counter}.log",
         )
@@ -201,10 +201,10 @@ class Bench:
     def load(self, port: int, model: str, trace: Path, tag: str, duration_s: float) -> tuple[Path, float]:
         out = self.work / tag
         argv = [self.bin, "load", "--target", f"http://127.0.0.1:{port}", "--trace", str(trace),
-                "--out", str(out), "--model", model, "--duration", f"{duration_s}s",
-                "--seed", str(self.a.seed)]
+                "--out", str(out), "--model", model, "--duration", f"{duration_s}",
+                "--timeout", str(self.a.timeout), "--seed", str(self.a.seed), "--quiet"]
         t0 = time.monotonic()
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=duration_s + 120)
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=duration_s + self.a.timeout + 120)
         wall = time.monotonic() - t0
         if r.returncode != 0:
             raise RuntimeError(f"shortfirst load failed ({' '.join(argv)}):\n{r.stderr[-3000:]}")
@@ -235,7 +235,8 @@ def main() -> int:
     ap.add_argument("--bin", default="target/release/shortfirst")
     ap.add_argument("--out", default="results/bench-gatekeeper-synthetic.json")
     ap.add_argument("--scale", type=float, default=0.25, help="cost scale factor (1 = 1 ms .. 2 s)")
-    ap.add_argument("--slots", type=int, default=4, help="C: requests served at full speed")
+    ap.add_argument("--cpus", type=int, default=4, help="backend processors (full speed up to this)")
+    ap.add_argument("--slots", type=int, default=32, help="C: the backend thrashes beyond this")
     ap.add_argument("--thrash", type=float, default=0.1)
     ap.add_argument("--think-s", type=float, default=0.5, help="closed model: mean think time")
     ap.add_argument("--duration", type=float, default=20.0, help="seconds per run")
@@ -243,6 +244,7 @@ def main() -> int:
     ap.add_argument("--closed-factors", default="0.5,1,2,3", help="users as multiples of saturation")
     ap.add_argument("--open-factors", default="0.5,1,2", help="arrival rates as multiples of peak")
     ap.add_argument("--capacity", default="calibrate", help="'calibrate', 'auto' or a cost like 80ms")
+    ap.add_argument("--timeout", type=float, default=15.0, help="load: hard limit of one request (s)")
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
 
@@ -260,7 +262,7 @@ def main() -> int:
                 cal_out = work / "calibration.json"
                 r = subprocess.run(
                     [b.bin, "gatekeeper", "calibrate", "--upstream", f"http://127.0.0.1:{up_port}",
-                     "--mix", str(work / "mix.csv"), "--clients", str(max(16, 8 * a.slots)),
+                     "--mix", str(work / "mix.csv"), "--clients", str(2 * a.slots),
                      "--warmup", "2s", "--measure", "6s", "--min", f"{a.scale * 20}ms",
                      "--max", f"{a.scale * 20000}ms", "--refine-steps", "3", "--max-trials", "14",
                      "--out", str(cal_out)],
@@ -279,7 +281,7 @@ def main() -> int:
         if calibration is not None:
             peak_est = max(t["throughput_per_s"] for t in calibration["trials"])
         else:
-            peak_est = a.slots / (mean_cost_ms / 1e3)
+            peak_est = a.cpus / (mean_cost_ms / 1e3)
         results = {"closed": {}, "open": {}}
         # Closed model: N users with think time Z keep the backend at its peak when
         # N = peak x (Z + response time); at saturation the response time is small next to Z.
@@ -319,7 +321,8 @@ def main() -> int:
         "command": " ".join(sys.argv),
         "parameters": vars(a),
         "note": (f"costs are the paper's Table 1 no-load costs clamped to [1 ms, 2 s] and multiplied by "
-                 f"scale={a.scale}; backend = {a.slots} processor-sharing slots with thrash={a.thrash}"),
+                 f"scale={a.scale}; backend = {a.cpus} processor-sharing CPUs, thrashing beyond C={a.slots} "
+                 f"concurrent requests with factor {a.thrash}"),
         "capacity": capacity,
         "calibration": calibration,
         "results": results,
