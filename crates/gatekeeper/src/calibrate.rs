@@ -7,9 +7,9 @@
 //! it, the load runs `warmup` (discarded) and then `measure`, and completions per second
 //! are recorded. The search assumes throughput is unimodal in capacity (rises to a peak,
 //! then falls as the backend thrashes), as the paper does:
-//! 1. **Incremental steps**: from `min`, multiply by `growth` while throughput improves by
-//!    more than `tolerance`, until `max` (bracketing the peak between the step before
-//!    and the step after the best one).
+//! 1. **Incremental steps**: from `min`, multiply by `growth` until two steps in a row fail
+//!    to set a new best (one noisy measurement must not end the
+//!    climb), or `max` is reached; the peak is bracketed by the steps around the best one.
 //! 2. **Search**: golden-section search on log(capacity) inside the bracket for
 //!    `refine_steps` more trials.
 //!
@@ -227,9 +227,10 @@ pub async fn calibrate(
         let t = run(cap, "steps").await?;
         progress(&t);
         trials.push(t);
-        let n = trials.len();
-        let improved = n < 2 || trials[n - 1].throughput_per_s > trials[n - 2].throughput_per_s * (1.0 + cfg.tolerance);
-        if !improved || cap >= cfg.max_capacity_us || trials.len() >= cfg.max_trials {
+        // Stop after two steps without a new best (better by more than `tolerance`): one
+        // noisy measurement must not end the climb.
+        let stale = trials.len() - 1 - argmax_by(&trials, cfg.tolerance);
+        if stale >= 2 || cap >= cfg.max_capacity_us || trials.len() >= cfg.max_trials {
             break;
         }
         cap = ((cap as f64 * cfg.growth).round() as u64).min(cfg.max_capacity_us);
@@ -243,39 +244,25 @@ pub async fn calibrate(
     if hi > lo {
         let phi = (5f64.sqrt() - 1.0) / 2.0;
         let (mut a, mut b) = ((lo as f64).ln(), (hi as f64).ln());
-        let mut memo: Vec<(u64, f64)> = trials.iter().map(|t| (t.capacity_us, t.throughput_per_s)).collect();
         for _ in 0..cfg.refine_steps {
             if trials.len() >= cfg.max_trials || (b - a) < 0.02 {
                 break;
             }
-            let x1 = b - phi * (b - a);
-            let x2 = a + phi * (b - a);
-            let eval = |memo: &[(u64, f64)], x: f64| {
+            let mut f = [0.0; 2];
+            for (slot, x) in [b - phi * (b - a), a + phi * (b - a)].into_iter().enumerate() {
                 let c = x.exp().round() as u64;
-                memo.iter().find(|(k, _)| *k == c).map(|(_, v)| *v).ok_or(c)
-            };
-            let f1 = match eval(&memo, x1) {
-                Ok(v) => v,
-                Err(c) => {
-                    let t = run(c, "search").await?;
-                    progress(&t);
-                    let v = t.throughput_per_s;
-                    memo.push((c, v));
-                    trials.push(t);
-                    v
-                }
-            };
-            let f2 = match eval(&memo, x2) {
-                Ok(v) => v,
-                Err(c) => {
-                    let t = run(c, "search").await?;
-                    progress(&t);
-                    let v = t.throughput_per_s;
-                    memo.push((c, v));
-                    trials.push(t);
-                    v
-                }
-            };
+                f[slot] = match trials.iter().find(|t| t.capacity_us == c) {
+                    Some(t) => t.throughput_per_s,
+                    None => {
+                        let t = run(c, "search").await?;
+                        progress(&t);
+                        let v = t.throughput_per_s;
+                        trials.push(t);
+                        v
+                    }
+                };
+            }
+            let (f1, f2, x1, x2) = (f[0], f[1], b - phi * (b - a), a + phi * (b - a));
             if f1 >= f2 {
                 b = x2;
             } else {
@@ -292,9 +279,14 @@ pub async fn calibrate(
 }
 
 fn argmax(trials: &[Trial]) -> usize {
+    argmax_by(trials, 0.0)
+}
+
+/// The first trial that no later trial beats by more than `tolerance` (relative).
+fn argmax_by(trials: &[Trial], tolerance: f64) -> usize {
     let mut best = 0;
     for (i, t) in trials.iter().enumerate() {
-        if t.throughput_per_s > trials[best].throughput_per_s {
+        if t.throughput_per_s > trials[best].throughput_per_s * (1.0 + tolerance) {
             best = i;
         }
     }
