@@ -64,6 +64,10 @@ struct ProxyArgs {
     /// Longest wait for admission before 503 + Retry-After (e.g. 10s). Default: none.
     #[arg(long, value_name = "DURATION")]
     max_queue_wait: Option<String>,
+    /// Also cap the number of admitted requests (beyond the paper: for backends that
+    /// collapse on concurrency, e.g. their connection or process limit). Default: none.
+    #[arg(long, value_name = "N")]
+    max_in_flight: Option<usize>,
     /// Time allowed for the upstream's response head before 504. Default: 60s.
     #[arg(long, value_name = "DURATION")]
     upstream_timeout: Option<String>,
@@ -106,6 +110,9 @@ struct CalibrateArgs {
     max_trials: usize,
     #[arg(long, default_value = "fifo")]
     policy: String,
+    /// As for the proxy: also cap admitted requests at N while calibrating.
+    #[arg(long, value_name = "N")]
+    max_in_flight: Option<usize>,
     #[arg(long, value_name = "RULE")]
     classify: Vec<String>,
     #[arg(long, default_value_t = 1)]
@@ -184,6 +191,12 @@ fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
         }
         cfg.max_queue_len = n;
     }
+    if let Some(n) = a.max_in_flight.or(file.max_in_flight) {
+        if n == 0 {
+            bail!("--max-in-flight must be at least 1");
+        }
+        cfg.max_in_flight = Some(n);
+    }
     if let Some(w) = a.max_queue_wait.as_ref().or(file.max_queue_wait.as_ref()) {
         cfg.max_queue_wait = Some(config::parse_duration(w, "max-queue-wait")?);
     }
@@ -259,6 +272,7 @@ async fn run_calibrate(c: CalibrateArgs) -> anyhow::Result<()> {
     let mut pcfg = ProxyConfig::new("127.0.0.1:0".parse()?, Upstream::parse(&c.upstream)?);
     pcfg.capacity = CapacitySetting::Fixed { capacity_us: ccfg.min_capacity_us };
     pcfg.policy = c.policy.parse()?;
+    pcfg.max_in_flight = c.max_in_flight;
     pcfg.rules = c.classify.iter().map(|r| Rule::parse(r)).collect::<Result<_, _>>()?;
     let gk = Gatekeeper::bind(pcfg).await?;
     let url = format!("http://{}", gk.local_addr());

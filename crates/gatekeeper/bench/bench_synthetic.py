@@ -192,11 +192,14 @@ class Bench:
         p = Proc(
             [self.bin, "gatekeeper", "--listen", f"127.0.0.1:{port}", "--upstream",
              f"http://127.0.0.1:{up_port}", "--capacity", capacity, "--policy", policy,
-             "--admin", f"127.0.0.1:{admin}"],
+             "--admin", f"127.0.0.1:{admin}", *self.in_flight_args()],
             self.work / f"proxy-{self.counter}.log",
         )
         wait_port(port)
         return p, port, admin
+
+    def in_flight_args(self) -> list[str]:
+        return ["--max-in-flight", str(self.a.max_in_flight)] if self.a.max_in_flight else []
 
     def load(self, port: int, model: str, trace: Path, tag: str, duration_s: float) -> tuple[Path, float]:
         out = self.work / tag
@@ -245,8 +248,12 @@ def main() -> int:
     ap.add_argument("--open-factors", default="0.5,1,2", help="arrival rates as multiples of peak")
     ap.add_argument("--capacity", default="calibrate", help="'calibrate', 'auto' or a cost like 80ms")
     ap.add_argument("--timeout", type=float, default=15.0, help="load: hard limit of one request (s)")
+    ap.add_argument("--max-in-flight", type=int, default=None,
+                    help="gatekeeper --max-in-flight (default: C, the thrash threshold; 0 = none)")
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
+    if a.max_in_flight is None:
+        a.max_in_flight = a.slots
 
     t_start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gk-bench-") as tmp:
@@ -265,7 +272,7 @@ def main() -> int:
                      "--mix", str(work / "mix.csv"), "--clients", str(2 * a.slots),
                      "--warmup", "2s", "--measure", "6s", "--min", f"{a.scale * 20}ms",
                      "--max", f"{a.scale * 20000}ms", "--refine-steps", "3", "--max-trials", "14",
-                     "--out", str(cal_out)],
+                     "--out", str(cal_out), *b.in_flight_args()],
                     capture_output=True, text=True, timeout=600,
                 )
                 if r.returncode != 0:

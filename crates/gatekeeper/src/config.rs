@@ -125,6 +125,9 @@ pub struct ProxyConfig {
     pub admin: Option<SocketAddr>,
     pub max_queue_len: usize,
     pub max_queue_wait: Option<Duration>,
+    /// At most this many requests admitted at once, whatever their costs (beyond the paper:
+    /// for backends that collapse on concurrency). `None`: cost capacity only.
+    pub max_in_flight: Option<usize>,
     /// Time allowed from sending a request upstream to its response head: 504 after.
     pub upstream_timeout: Duration,
     /// `Retry-After` seconds on 503.
@@ -149,6 +152,7 @@ impl ProxyConfig {
             admin: None,
             max_queue_len: 100_000,
             max_queue_wait: None,
+            max_in_flight: None,
             upstream_timeout: Duration::from_secs(60),
             retry_after_s: 1,
             estimator: EstimatorConfig::default(),
@@ -172,6 +176,7 @@ pub struct FileConfig {
     pub types: Option<Vec<String>>,
     pub max_queue_len: Option<usize>,
     pub max_queue_wait: Option<String>,
+    pub max_in_flight: Option<usize>,
     pub upstream_timeout: Option<String>,
     pub retry_after_s: Option<u32>,
     pub max_connections: Option<usize>,
