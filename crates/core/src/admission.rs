@@ -26,6 +26,12 @@
 //! order keys are stable and releasing returns exactly what was taken even if the
 //! estimate moved in between.
 //!
+//! **Concurrency cap (optional, beyond the paper).** With `max_in_flight = Some(n)`, a
+//! request is also held while `n` requests are in flight, whatever their costs. Cost-based
+//! capacity bounds the backend's *work*; backends that collapse on the *number* of
+//! concurrent requests (processes, connections, lock holders) also need this bound, and
+//! under SJF the admitted set skews to cheap requests, so cost alone can let many in.
+//!
 //! **Dispatch.** After every event (arrival, release, cancel, expiry, capacity change,
 //! timer) the gate repeatedly picks the policy's next request and admits it if it fits;
 //! it stops at the first pick that does not fit. It never admits a request the policy did
@@ -84,6 +90,8 @@ pub enum AdmissionError {
     BadCapacity { capacity_us: u64 },
     #[error("max_queue_len must be at least 1")]
     BadQueueLen,
+    #[error("max_in_flight must be at least 1")]
+    BadInFlight,
     #[error("estimator: {what}")]
     BadEstimator { what: String },
     #[error("request type {type_index} out of range: the estimator tracks {num_types} types")]
@@ -135,7 +143,8 @@ impl EstimatorConfig {
         (0.1f64.ln() / (1.0 - self.alpha).ln()).ceil() as u64
     }
 
-    fn warmup_samples(&self) -> u64 {
+    /// Samples averaged arithmetically before the EWMA takes over.
+    pub fn warmup_samples(&self) -> u64 {
         (1.0 / self.alpha).ceil() as u64
     }
 }
@@ -214,6 +223,11 @@ impl CostEstimator {
         Ok(())
     }
 
+    /// Whether the type is past its warm-up (its estimate is an EWMA, not a short mean).
+    pub fn is_warm(&self, type_index: usize) -> bool {
+        self.types.get(type_index).is_some_and(|t| t.samples >= self.cfg.warmup_samples())
+    }
+
     /// Successful samples seen for this type.
     pub fn samples(&self, type_index: usize) -> Result<u64, AdmissionError> {
         self.check(type_index)?;
@@ -278,11 +292,13 @@ pub struct GateConfig {
     pub max_queue_len: usize,
     /// Requests waiting this long are expired (rejected) by [`Gate::expire`]; `None` = never.
     pub max_queue_wait_us: Option<u64>,
+    /// At most this many admitted requests at once (`None`: cost capacity only).
+    pub max_in_flight: Option<usize>,
 }
 
 impl GateConfig {
     pub fn new(capacity_us: u64, policy: Policy) -> Self {
-        GateConfig { capacity_us, policy, max_queue_len: 100_000, max_queue_wait_us: None }
+        GateConfig { capacity_us, policy, max_queue_len: 100_000, max_queue_wait_us: None, max_in_flight: None }
     }
 }
 
@@ -360,6 +376,9 @@ impl Gate {
         }
         if cfg.max_queue_len == 0 {
             return Err(AdmissionError::BadQueueLen);
+        }
+        if cfg.max_in_flight == Some(0) {
+            return Err(AdmissionError::BadInFlight);
         }
         Ok(Gate {
             cfg,
@@ -502,6 +521,9 @@ impl Gate {
     }
 
     fn fits(&self, cost_us: u64) -> bool {
+        if self.cfg.max_in_flight.is_some_and(|m| self.running.len() >= m) {
+            return false;
+        }
         self.running.is_empty() || self.load_us.saturating_add(cost_us) <= self.cfg.capacity_us
     }
 

@@ -239,6 +239,16 @@ fn capacity_change_admits_or_holds() {
 }
 
 #[test]
+fn in_flight_cap_holds_cheap_requests() {
+    let cfg = GateConfig { max_in_flight: Some(2), ..GateConfig::new(1_000, Policy::Sjf) };
+    let mut g = Gate::new(cfg).unwrap();
+    let order = run(&mut g, &[(0, Ev::Arrive(1)), (0, Ev::Arrive(1)), (0, Ev::Arrive(1)), (1, Ev::Release(0))]);
+    assert_eq!(order, vec![0, 1, 2]);
+    assert_eq!(g.in_flight(), 2);
+    assert!(Gate::new(GateConfig { max_in_flight: Some(0), ..GateConfig::new(1, Policy::Fifo) }).is_err());
+}
+
+#[test]
 fn time_going_backwards_is_clamped() {
     let mut g = gate(10, "fifo");
     let (_, r) = g.arrive(100, 10).unwrap();
@@ -405,8 +415,14 @@ impl Checker {
 }
 
 fn exercise(policy: Policy, capacity: u64, ops: Vec<Op>) -> Result<Checker, TestCaseError> {
+    exercise_with(GateConfig::new(capacity, policy), ops)
+}
+
+fn exercise_with(cfg: GateConfig, ops: Vec<Op>) -> Result<Checker, TestCaseError> {
+    let policy = cfg.policy;
+    let max_in_flight = cfg.max_in_flight.unwrap_or(usize::MAX);
     let mut c = Checker {
-        g: Gate::new(GateConfig::new(capacity, policy)).unwrap(),
+        g: Gate::new(cfg).unwrap(),
         now: 0,
         running: Vec::new(),
         waiting: BTreeMap::new(),
@@ -452,6 +468,7 @@ fn exercise(policy: Policy, capacity: u64, ops: Vec<Op>) -> Result<Checker, Test
             _ => {}
         }
         c.check()?;
+        prop_assert!(c.running.len() <= max_in_flight);
     }
     // Drain: releasing everything admits and then finishes everything waiting.
     while let Some(t) = c.running.pop() {
@@ -476,6 +493,17 @@ proptest! {
         ops in prop::collection::vec(op(), 0..200),
     ) {
         exercise(policy, capacity, ops)?;
+    }
+
+    #[test]
+    fn in_flight_cap_holds_with_every_policy(
+        policy in policy(),
+        capacity in 1u64..3_000,
+        cap in 1usize..6,
+        ops in prop::collection::vec(op(), 0..200),
+    ) {
+        let cfg = GateConfig { max_in_flight: Some(cap), ..GateConfig::new(capacity, policy) };
+        exercise_with(cfg, ops)?;
     }
 
     #[test]
