@@ -1081,6 +1081,7 @@ impl Store {
         let mut page = Page::new("Order display");
         let Some(r) = c.query_opt(&st, &[&uname]).await.map_err(Error::db("most recent order"))? else {
             page.p(&format!("Customer {uname} has not placed any order yet."));
+            page.form("/order_display", &[("uname", "User name", &uname), ("passwd", "Password", "")], "Show order");
             return Ok(Outcome { html: page.finish(), session: req.session });
         };
         let o_id: i32 = r.get(0);
