@@ -1,8 +1,324 @@
-//! `shortfirst gatekeeper`: not built yet; its issue replaces this module.
+//! `shortfirst gatekeeper`: the admission-control / SJF reverse proxy, its capacity
+//! calibration (`calibrate`) and the synthetic backend used by tests and benchmarks
+//! (`synthetic-upstream`). Argument parsing and merging with the TOML file only; the work
+//! is in `shortfirst_gatekeeper`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use shortfirst_gatekeeper::calibrate::{self, CalibrateConfig};
+use shortfirst_gatekeeper::classify::Rule;
+use shortfirst_gatekeeper::config::{self, CapacitySetting, FileConfig, ProxyConfig, Upstream};
+use shortfirst_gatekeeper::synthetic::{self, SyntheticConfig};
+use shortfirst_gatekeeper::Gatekeeper;
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Option<Sub>,
+    #[command(flatten)]
+    proxy: Box<ProxyArgs>,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`shortfirst gatekeeper` is not built yet")
+#[derive(clap::Subcommand, Debug)]
+enum Sub {
+    /// Search for the capacity with peak throughput against a driven closed-loop load.
+    Calibrate(Box<CalibrateArgs>),
+    /// Run the synthetic TPC-W-like backend (known per-type costs, collapse past C).
+    SyntheticUpstream(SyntheticArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct ProxyArgs {
+    /// Address to accept clients on, e.g. 0.0.0.0:8080.
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: Option<SocketAddr>,
+    /// The application server, e.g. http://127.0.0.1:9000 (an optional path is a prefix).
+    #[arg(long, value_name = "URL")]
+    upstream: Option<String>,
+    /// Admission capacity in cost units (time of upstream service: 800us, 25ms, 2s; bare
+    /// number = ms), or `auto` to adapt online. Default: auto.
+    #[arg(long, value_name = "UNITS|auto")]
+    capacity: Option<String>,
+    /// Admission queue order. Default: sjf.
+    #[arg(long, value_name = "fifo|sjf|sjf-aging:X")]
+    policy: Option<String>,
+    /// Classification rule, repeatable, first match wins: `route`, `header:NAME`, or
+    /// `NAME=REGEX` (matched against "METHOD /path?query"). Default: route.
+    #[arg(long, value_name = "RULE")]
+    classify: Vec<String>,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics.
+    #[arg(long, value_name = "ADDR:PORT")]
+    admin: Option<SocketAddr>,
+    /// TOML configuration file; flags override its keys.
+    #[arg(long, value_name = "FILE.toml")]
+    config: Option<PathBuf>,
+    /// Most request types tracked, including the shared overflow type. Default: 64.
+    #[arg(long)]
+    max_types: Option<usize>,
+    /// Longest admission queue; arrivals beyond get 503 + Retry-After. Default: 100000.
+    #[arg(long)]
+    max_queue_len: Option<usize>,
+    /// Longest wait for admission before 503 + Retry-After (e.g. 10s). Default: none.
+    #[arg(long, value_name = "DURATION")]
+    max_queue_wait: Option<String>,
+    /// Time allowed for the upstream's response head before 504. Default: 60s.
+    #[arg(long, value_name = "DURATION")]
+    upstream_timeout: Option<String>,
+}
+
+#[derive(clap::Args, Debug)]
+struct CalibrateArgs {
+    /// The application server to calibrate.
+    #[arg(long, value_name = "URL")]
+    upstream: String,
+    /// CSV `path,weight` of the request mix to drive.
+    #[arg(long, value_name = "FILE")]
+    mix: Option<PathBuf>,
+    /// A path of the mix with an optional weight, repeatable: `/t/home:16`.
+    #[arg(long = "path", value_name = "PATH[:WEIGHT]")]
+    paths: Vec<String>,
+    /// Closed-loop clients (enough to overload the backend).
+    #[arg(long, default_value_t = 64)]
+    clients: usize,
+    #[arg(long, default_value = "3s", value_name = "DURATION")]
+    warmup: String,
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    measure: String,
+    /// Smallest candidate capacity.
+    #[arg(long, default_value = "10ms", value_name = "UNITS")]
+    min: String,
+    /// Largest candidate capacity.
+    #[arg(long, default_value = "600s", value_name = "UNITS")]
+    max: String,
+    /// Step factor of the incremental phase.
+    #[arg(long, default_value_t = 2.0)]
+    growth: f64,
+    /// Relative throughput gain that counts as an improvement.
+    #[arg(long, default_value_t = 0.02)]
+    tolerance: f64,
+    /// Golden-section iterations after the steps.
+    #[arg(long, default_value_t = 4)]
+    refine_steps: usize,
+    #[arg(long, default_value_t = 30)]
+    max_trials: usize,
+    #[arg(long, default_value = "fifo")]
+    policy: String,
+    #[arg(long, value_name = "RULE")]
+    classify: Vec<String>,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the trials and the answer as JSON here (also printed).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+struct SyntheticArgs {
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: SocketAddr,
+    /// Multiply every type's cost (1 ms … 2 s) by this.
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Requests served at full speed at once (C).
+    #[arg(long, default_value_t = 8)]
+    slots: usize,
+    /// Thrashing per request beyond C: service rate divided by 1 + thrash × (n − C).
+    #[arg(long, default_value_t = 0.1)]
+    thrash: f64,
+    /// Write the mix (`path,weight` CSV) for load generators and `calibrate`, then serve.
+    #[arg(long, value_name = "FILE")]
+    write_mix: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
+    match args.command {
+        Some(Sub::Calibrate(c)) => rt.block_on(run_calibrate(*c)),
+        Some(Sub::SyntheticUpstream(s)) => rt.block_on(run_synthetic(s)),
+        None => rt.block_on(run_proxy(*args.proxy)),
+    }
+}
+
+fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
+    let file = match &a.config {
+        Some(p) => FileConfig::load(p)?,
+        None => FileConfig::default(),
+    };
+    let listen: SocketAddr = match (a.listen, &file.listen) {
+        (Some(l), _) => l,
+        (None, Some(s)) => s.parse().with_context(|| format!("config listen {s:?}"))?,
+        (None, None) => bail!("--listen ADDR:PORT is required (or `listen` in --config)"),
+    };
+    let upstream =
+        a.upstream.or(file.upstream.clone()).context("--upstream URL is required (or `upstream` in --config)")?;
+    let mut cfg = ProxyConfig::new(listen, Upstream::parse(&upstream)?);
+    if let Some(c) = a.capacity.as_ref().or(file.capacity.as_ref()) {
+        cfg.capacity = CapacitySetting::parse(c)?;
+    }
+    if let CapacitySetting::Auto(auto) = &cfg.capacity {
+        cfg.capacity = CapacitySetting::Auto(file.auto(auto.clone())?);
+    }
+    if let Some(p) = a.policy.as_ref().or(file.policy.as_ref()) {
+        cfg.policy = p.parse()?;
+    }
+    let rules = if a.classify.is_empty() { file.classify.clone().unwrap_or_default() } else { a.classify };
+    cfg.rules = rules.iter().map(|r| Rule::parse(r)).collect::<Result<_, _>>()?;
+    cfg.admin = match (a.admin, &file.admin) {
+        (Some(x), _) => Some(x),
+        (None, Some(s)) => Some(s.parse().with_context(|| format!("config admin {s:?}"))?),
+        (None, None) => None,
+    };
+    if let Some(n) = a.max_types.or(file.max_types) {
+        cfg.max_types = n;
+    }
+    cfg.declared_types = file.types.clone().unwrap_or_default();
+    if let Some(n) = a.max_queue_len.or(file.max_queue_len) {
+        if n == 0 {
+            bail!("--max-queue-len must be at least 1");
+        }
+        cfg.max_queue_len = n;
+    }
+    if let Some(w) = a.max_queue_wait.as_ref().or(file.max_queue_wait.as_ref()) {
+        cfg.max_queue_wait = Some(config::parse_duration(w, "max-queue-wait")?);
+    }
+    if let Some(t) = a.upstream_timeout.as_ref().or(file.upstream_timeout.as_ref()) {
+        cfg.upstream_timeout = config::parse_duration(t, "upstream-timeout")?;
+    }
+    if let Some(r) = file.retry_after_s {
+        cfg.retry_after_s = r;
+    }
+    if let Some(m) = file.max_connections {
+        cfg.max_connections = m.max(1);
+    }
+    cfg.estimator = file.estimator()?;
+    Ok(cfg)
+}
+
+async fn shutdown_signal() {
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+async fn run_proxy(a: ProxyArgs) -> anyhow::Result<()> {
+    let cfg = proxy_config(a)?;
+    let summary = format!(
+        "capacity {:?}, policy {}, upstream http://{}{}",
+        cfg.capacity, cfg.policy, cfg.upstream.authority, cfg.upstream.prefix
+    );
+    let gk = Gatekeeper::bind(cfg).await?;
+    eprintln!("shortfirst gatekeeper: listening on {} ({summary})", gk.local_addr());
+    if let Some(a) = gk.admin_addr() {
+        eprintln!("shortfirst gatekeeper: metrics at http://{a}/metrics");
+    }
+    gk.run(shutdown_signal()).await?;
+    Ok(())
+}
+
+fn read_mix(c: &CalibrateArgs) -> anyhow::Result<Vec<(String, f64)>> {
+    let mut mix = match &c.mix {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading --mix {}", p.display()))?;
+            calibrate::parse_mix(&text, &p.display().to_string())?
+        }
+        None => Vec::new(),
+    };
+    for p in &c.paths {
+        let (path, w) = match p.rsplit_once(':') {
+            Some((path, w)) if w.parse::<f64>().is_ok() => (path.to_string(), w.parse()?),
+            _ => (p.clone(), 1.0),
+        };
+        mix.push((path, w));
+    }
+    if mix.is_empty() {
+        bail!("calibrate needs a request mix: --mix FILE or --path PATH[:WEIGHT]");
+    }
+    Ok(mix)
+}
+
+async fn run_calibrate(c: CalibrateArgs) -> anyhow::Result<()> {
+    let mix = read_mix(&c)?;
+    let ccfg = CalibrateConfig {
+        mix,
+        clients: c.clients,
+        warmup: config::parse_duration(&c.warmup, "warmup")?,
+        measure: config::parse_duration(&c.measure, "measure")?,
+        min_capacity_us: config::parse_cost_us(&c.min, "min")?,
+        max_capacity_us: config::parse_cost_us(&c.max, "max")?,
+        growth: c.growth,
+        tolerance: c.tolerance,
+        refine_steps: c.refine_steps,
+        max_trials: c.max_trials,
+        seed: c.seed,
+    };
+    ccfg.validate()?;
+    let mut pcfg = ProxyConfig::new("127.0.0.1:0".parse()?, Upstream::parse(&c.upstream)?);
+    pcfg.capacity = CapacitySetting::Fixed { capacity_us: ccfg.min_capacity_us };
+    pcfg.policy = c.policy.parse()?;
+    pcfg.rules = c.classify.iter().map(|r| Rule::parse(r)).collect::<Result<_, _>>()?;
+    let gk = Gatekeeper::bind(pcfg).await?;
+    let url = format!("http://{}", gk.local_addr());
+    let handle = gk.handle();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(gk.run(async {
+        let _ = stop_rx.await;
+    }));
+    let result = calibrate::calibrate(&handle, &url, &ccfg, |t| {
+        eprintln!(
+            "calibrate: {:>7} capacity {:>12.1} ms → {:>9.1} req/s, mean {:>9.1} ms, {} errors",
+            t.phase,
+            t.capacity_us as f64 / 1e3,
+            t.throughput_per_s,
+            t.mean_response_ms,
+            t.errors
+        );
+    })
+    .await?;
+    let _ = stop_tx.send(());
+    let _ = server.await;
+    let json = serde_json::to_string_pretty(&result)?;
+    println!("{json}");
+    eprintln!(
+        "calibrate: best capacity {:.1} ms ({:.1} req/s); use --capacity {:.1}ms",
+        result.best_capacity_us as f64 / 1e3,
+        result.best_throughput_per_s,
+        result.best_capacity_us as f64 / 1e3
+    );
+    if let Some(out) = &c.out {
+        write_atomic(out, json.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// Write via a temporary file and rename, so a reader never sees half a file.
+fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
+    Ok(())
+}
+
+async fn run_synthetic(s: SyntheticArgs) -> anyhow::Result<()> {
+    let cfg = SyntheticConfig::tpcw(s.scale, s.slots, s.thrash)?;
+    if let Some(p) = &s.write_mix {
+        let mut text = String::from("path,weight\n");
+        for t in &cfg.types {
+            text.push_str(&format!("/t/{},{}\n", t.name, t.weight));
+        }
+        write_atomic(p, text.as_bytes())?;
+    }
+    let listener =
+        tokio::net::TcpListener::bind(s.listen).await.with_context(|| format!("binding --listen {}", s.listen))?;
+    eprintln!(
+        "shortfirst gatekeeper synthetic-upstream: listening on {} ({} types, mean cost {:.2} ms, {} slots, thrash {}, peak {:.1} req/s)",
+        listener.local_addr()?,
+        cfg.types.len(),
+        cfg.mean_cost_us() / 1e3,
+        cfg.slots,
+        cfg.thrash,
+        cfg.throughput_at(cfg.slots)
+    );
+    synthetic::serve(listener, cfg, shutdown_signal()).await?;
+    Ok(())
 }

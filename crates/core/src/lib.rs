@@ -6,6 +6,7 @@
 //!
 //! Must not know: sockets, file descriptors, tokio, the wall clock, tc, HTTP.
 
+pub mod admission;
 pub mod bands;
 
 pub use bands::{Band, BandMap, Cutoffs, Response};

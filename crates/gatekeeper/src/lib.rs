@@ -1,1 +1,39 @@
-//! shortfirst-gatekeeper: see ARCHITECTURE.md.
+//! shortfirst gatekeeper: a transparent admission-control and shortest-job-first reverse
+//! proxy for dynamic backends (Elnikety et al. 2004, §3).
+//!
+//! The decisions (cost estimates, admission, queue order, capacity auto-tuning) live in
+//! `shortfirst_core::admission`; this crate is the driver around them: HTTP/1.1 in and out
+//! (hyper), the clock, request classification, metrics, the synthetic upstream used by
+//! tests and benchmarks, and capacity calibration.
+//!
+//! Must not know: how the decision logic picks (it only feeds events and applies results).
+
+pub mod calibrate;
+pub mod classify;
+pub mod config;
+pub mod metrics;
+pub mod proxy;
+pub mod synthetic;
+
+pub use config::{CapacitySetting, ProxyConfig};
+pub use proxy::{Gatekeeper, Handle};
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatekeeperError {
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Admission(#[from] shortfirst_core::admission::AdmissionError),
+}
+
+impl GatekeeperError {
+    pub fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        GatekeeperError::Io { what: what.into(), source }
+    }
+}

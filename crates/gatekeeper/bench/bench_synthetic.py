@@ -1,0 +1,397 @@
+#!/usr/bin/env python3
+"""Benchmark: shortfirst gatekeeper in front of the synthetic TPC-W-like upstream.
+
+Everything runs on 127.0.0.1 with ephemeral ports:
+1. `shortfirst gatekeeper synthetic-upstream` (costs 1 ms .. 2 s times --scale, in the
+   proportions of the Gatekeeper paper's Table 1; throughput collapses past --slots).
+2. `shortfirst gatekeeper calibrate` finds the capacity with peak throughput (fifo).
+3. `shortfirst load` drives, for each configuration (direct, fifo, sjf, sjf-aging:X),
+   a closed model (N users, exponential think time) at several N, and an open model
+   (Poisson arrivals) at several rates. Upstream and proxy are restarted for every run so
+   runs do not leak into each other; the first --warmup seconds of each run are dropped.
+4. Proxy overhead: direct vs through the proxy at low load (one cheap type), same run.
+
+Writes one JSON file (temp file + rename). Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+POLICIES = ["fifo", "sjf", "sjf-aging:1", "sjf-aging:2", "sjf-aging:5"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout_s: float = 10.0) -> None:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listening on 127.0.0.1:{port} after {timeout_s}s")
+
+
+class Proc:
+    """A child process that is always terminated (by its own pid) on exit."""
+
+    def __init__(self, argv: list[str], log: Path):
+        self.log = open(log, "w")  # noqa: SIM115 - closed in stop()
+        self.p = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        if self.p.poll() is None:
+            self.p.terminate()
+            try:
+                self.p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.log.close()
+
+    def __enter__(self) -> Proc:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def read_mix(path: Path) -> list[tuple[str, float]]:
+    with open(path) as f:
+        return [(r["path"], float(r["weight"])) for r in csv.DictReader(f)]
+
+
+# The paper's Table 1 no-load costs (ms), as in crates/gatekeeper/src/synthetic.rs.
+TABLE1_MS = {
+    "admin_request": 2.84, "admin_response": 2476.75, "best_sellers": 1205.01, "buy_confirm": 15.71,
+    "buy_request": 5.26, "execute_search": 73.27, "home": 1.83, "new_products": 13.82,
+    "order_display": 7.43, "order_inquiry": 0.75, "product_detail": 0.91, "search_request": 0.22,
+    "shopping_cart": 0.34,
+}
+
+
+def type_cost_ms(path: str, scale: float) -> float:
+    return min(max(TABLE1_MS[path.rsplit("/", 1)[-1]], 1.0), 2000.0) * scale
+
+
+def write_trace(path: Path, mix, rate_per_s: float, duration_s: float, seed: int) -> int:
+    """Poisson arrivals at `rate_per_s`, paths drawn from the mix. Returns the row count."""
+    rng = random.Random(seed)
+    paths = [p for p, _ in mix]
+    weights = [w for _, w in mix]
+    t, n = 0.0, 0
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        f.write("time_s,path,size_bytes\n")
+        while True:
+            t += rng.expovariate(rate_per_s)
+            if t >= duration_s:
+                break
+            f.write(f"{t:.6f},{rng.choices(paths, weights)[0]},0\n")
+            n += 1
+    os.replace(tmp, path)
+    return n
+
+
+def summarize(run_dir: Path, warmup_s: float, duration_s: float, wall_s: float) -> dict:
+    """Throughput and response times from requests.csv, after the warm-up."""
+    rows = []
+    with open(run_dir / "requests.csv") as f:
+        rows = list(csv.DictReader(f))
+    window = max(duration_s - warmup_s, 1e-9)
+    ok, per_type, incomplete, errors = [], {}, 0, 0
+    for r in rows:
+        sched = float(r["scheduled_s"] or 0)
+        if sched < warmup_s:
+            continue
+        done = r.get("done_s") or ""
+        if r["outcome"] == "ok" and r["status"] == "200" and done:
+            rt = float(done) - sched
+            ok.append((float(done), rt))
+            per_type.setdefault(r["path"].rsplit("/", 1)[-1], []).append(rt)
+        elif r["outcome"] in ("ok", "http_error", "failed"):
+            errors += 1
+        else:
+            incomplete += 1
+    completed_in_window = sum(1 for d, _ in ok if warmup_s <= d <= duration_s)
+    rts = [rt for _, rt in ok]
+    return {
+        "throughput_per_s": completed_in_window / window,
+        "mean_response_ms": 1e3 * sum(rts) / len(rts) if rts else None,
+        "completed": len(rts),
+        "errors": errors,
+        "incomplete": incomplete,
+        "per_type": {
+            k: {"n": len(v), "mean_response_ms": 1e3 * sum(v) / len(v)} for k, v in sorted(per_type.items())
+        },
+        "wall_s": wall_s,
+    }
+
+
+def scrape(admin_port: int) -> dict:
+    """Global gauges/counters and per-type estimates from /metrics."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out = {"estimated_cost_ms": {}}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        if name.startswith("gatekeeper_type_estimated_cost_seconds"):
+            t = name.split('type="', 1)[1].rstrip('"}')
+            out["estimated_cost_ms"][t] = float(value) * 1e3
+        elif name in ("gatekeeper_capacity_seconds", "gatekeeper_admitted_total"):
+            out[name] = float(value)
+        elif name.startswith("gatekeeper_rejected_total"):
+            out[name] = float(value)
+    return out
+
+
+class Bench:
+    def __init__(self, a: argparse.Namespace, work: Path):
+        self.a = a
+        self.work = work
+        self.bin = str(Path(a.bin).resolve())
+        self.counter = 0
+
+    def upstream(self) -> tuple[Proc, int]:
+        port = free_port()
+        a = self.a
+        self.counter += 1
+        p = Proc(
+            [self.bin, "gatekeeper", "synthetic-upstream", "--listen", f"127.0.0.1:{port}",
+             "--scale", str(a.scale), "--slots", str(a.slots), "--thrash", str(a.thrash),
+             "--write-mix", str(self.work / "mix.csv")],
+            self.work / f"upstream-{self.counter}.log",
+        )
+        wait_port(port)
+        return p, port
+
+    def proxy(self, up_port: int, policy: str, capacity: str) -> tuple[Proc, int, int]:
+        port, admin = free_port(), free_port()
+        self.counter += 1
+        p = Proc(
+            [self.bin, "gatekeeper", "--listen", f"127.0.0.1:{port}", "--upstream",
+             f"http://127.0.0.1:{up_port}", "--capacity", capacity, "--policy", policy,
+             "--admin", f"127.0.0.1:{admin}"],
+            self.work / f"proxy-{self.counter}.log",
+        )
+        wait_port(port)
+        return p, port, admin
+
+    def load(self, port: int, model: str, trace: Path, tag: str, duration_s: float) -> tuple[Path, float]:
+        out = self.work / tag
+        argv = [self.bin, "load", "--target", f"http://127.0.0.1:{port}", "--trace", str(trace),
+                "--out", str(out), "--model", model, "--duration", f"{duration_s}s",
+                "--seed", str(self.a.seed)]
+        t0 = time.monotonic()
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=duration_s + 120)
+        wall = time.monotonic() - t0
+        if r.returncode != 0:
+            raise RuntimeError(f"shortfirst load failed ({' '.join(argv)}):\n{r.stderr[-3000:]}")
+        return out, wall
+
+    def one_run(self, config: str, capacity: str, model: str, trace: Path, tag: str) -> dict:
+        a = self.a
+        up, up_port = self.upstream()
+        with up:
+            metrics = None
+            if config == "direct":
+                out, wall = self.load(up_port, model, trace, tag, a.duration)
+            else:
+                px, port, admin = self.proxy(up_port, config, capacity)
+                with px:
+                    out, wall = self.load(port, model, trace, tag, a.duration)
+                    metrics = scrape(admin)
+        s = summarize(out, a.warmup, a.duration, wall)
+        s["gatekeeper"] = metrics
+        print(f"  {tag:<40} {s['throughput_per_s']:8.1f} req/s  mean "
+              f"{(s['mean_response_ms'] or float('nan')):9.1f} ms  incomplete {s['incomplete']}",
+              file=sys.stderr, flush=True)
+        return s
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default="target/release/shortfirst")
+    ap.add_argument("--out", default="results/bench-gatekeeper-synthetic.json")
+    ap.add_argument("--scale", type=float, default=0.25, help="cost scale factor (1 = 1 ms .. 2 s)")
+    ap.add_argument("--slots", type=int, default=4, help="C: requests served at full speed")
+    ap.add_argument("--thrash", type=float, default=0.1)
+    ap.add_argument("--think-s", type=float, default=0.5, help="closed model: mean think time")
+    ap.add_argument("--duration", type=float, default=20.0, help="seconds per run")
+    ap.add_argument("--warmup", type=float, default=5.0, help="seconds dropped at the start of each run")
+    ap.add_argument("--closed-factors", default="0.5,1,2,3", help="users as multiples of saturation")
+    ap.add_argument("--open-factors", default="0.5,1,2", help="arrival rates as multiples of peak")
+    ap.add_argument("--capacity", default="calibrate", help="'calibrate', 'auto' or a cost like 80ms")
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+
+    t_start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="gk-bench-") as tmp:
+        work = Path(tmp)
+        b = Bench(a, work)
+        up, up_port = b.upstream()
+        with up:
+            mix = read_mix(work / "mix.csv")
+            total_w = sum(w for _, w in mix)
+            mean_cost_ms = sum(w * type_cost_ms(p, a.scale) for p, w in mix) / total_w
+            calibration = None
+            if a.capacity == "calibrate":
+                cal_out = work / "calibration.json"
+                r = subprocess.run(
+                    [b.bin, "gatekeeper", "calibrate", "--upstream", f"http://127.0.0.1:{up_port}",
+                     "--mix", str(work / "mix.csv"), "--clients", str(max(16, 8 * a.slots)),
+                     "--warmup", "2s", "--measure", "6s", "--min", f"{a.scale * 20}ms",
+                     "--max", f"{a.scale * 20000}ms", "--refine-steps", "3", "--max-trials", "14",
+                     "--out", str(cal_out)],
+                    capture_output=True, text=True, timeout=600,
+                )
+                if r.returncode != 0:
+                    raise RuntimeError(f"calibrate failed:\n{r.stderr[-3000:]}")
+                calibration = json.loads(cal_out.read_text())
+                capacity = f"{calibration['best_capacity_us'] / 1e3:.3f}ms"
+            else:
+                capacity = a.capacity
+        print(f"capacity: {capacity}", file=sys.stderr, flush=True)
+
+        # Offered loads relative to the peak throughput: measured by calibration, or the
+        # model's analytic peak (slots / mean cost) without it.
+        if calibration is not None:
+            peak_est = max(t["throughput_per_s"] for t in calibration["trials"])
+        else:
+            peak_est = a.slots / (mean_cost_ms / 1e3)
+        results = {"closed": {}, "open": {}}
+        # Closed model: N users with think time Z keep the backend at its peak when
+        # N = peak x (Z + response time); at saturation the response time is small next to Z.
+        closed_users = {}
+        for f in [float(x) for x in a.closed_factors.split(",")]:
+            users = max(1, round(f * peak_est * a.think_s))
+            closed_users[f] = users
+        open_rates = {float(f): float(f) * peak_est for f in a.open_factors.split(",")}
+
+        closed_trace = work / "closed-trace.csv"
+        write_trace(closed_trace, mix, 1000.0, a.duration * 4, a.seed)
+        for config in ["direct", *POLICIES]:
+            results["closed"][config] = []
+            for f, users in closed_users.items():
+                model = f"closed:{users},think=exp:{a.think_s}"
+                s = b.one_run(config, capacity, model, closed_trace, f"closed-{config}-{users}")
+                s.update({"users": users, "load_factor": f})
+                results["closed"][config].append(s)
+        for config in ["direct", "fifo", "sjf"]:
+            results["open"][config] = []
+            for f, rate in open_rates.items():
+                trace = work / f"open-{f}.csv"
+                write_trace(trace, mix, rate, a.duration, a.seed)
+                s = b.one_run(config, capacity, "open", trace, f"open-{config}-{rate:.0f}")
+                s.update({"rate_per_s": rate, "load_factor": f})
+                results["open"][config].append(s)
+
+        # Proxy overhead at low load: one cheap type only, open model, 50 req/s.
+        overhead_trace = work / "overhead.csv"
+        write_trace(overhead_trace, [("/t/home", 1.0)], 50.0, a.duration, a.seed)
+        overhead = {}
+        for config in ["direct", "fifo"]:
+            overhead[config] = b.one_run(config, capacity, "open", overhead_trace, f"overhead-{config}")
+
+    out = {
+        "bench": "gatekeeper-synthetic",
+        "command": " ".join(sys.argv),
+        "parameters": vars(a),
+        "note": (f"costs are the paper's Table 1 no-load costs clamped to [1 ms, 2 s] and multiplied by "
+                 f"scale={a.scale}; backend = {a.slots} processor-sharing slots with thrash={a.thrash}"),
+        "capacity": capacity,
+        "calibration": calibration,
+        "results": results,
+        "overhead": overhead,
+        "runtime_s": time.monotonic() - t_start,
+    }
+    out["targets"] = evaluate(out)
+    path = Path(a.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(out, indent=2) + "\n")
+    os.replace(tmp, path)
+    print(json.dumps(out["targets"], indent=2))
+    return 0
+
+
+def evaluate(out: dict) -> dict:
+    """The issue's targets, computed from the runs above (pass/fail plus the figures)."""
+    t = {}
+    res = out["results"]
+    for model in ("closed", "open"):
+        runs = res[model]
+        peak = max(r["throughput_per_s"] for rs in runs.values() for r in rs)
+        at2 = {c: next((r for r in rs if math.isclose(r["load_factor"], 2.0)), None) for c, rs in runs.items()}
+        if all(v is not None for v in at2.values()):
+            proxy_ratio = min(at2[c]["throughput_per_s"] for c in at2 if c != "direct") / peak
+            direct_ratio = at2["direct"]["throughput_per_s"] / peak
+            t[f"{model}_throughput_at_2x"] = {
+                "peak_per_s": peak,
+                "worst_proxy_ratio": proxy_ratio,
+                "direct_ratio": direct_ratio,
+                "pass": proxy_ratio >= 0.95 and direct_ratio < 0.95,
+            }
+    closed = res["closed"]
+    top = max(r["load_factor"] for r in closed["fifo"])
+    pick = {c: next(r for r in rs if r["load_factor"] == top) for c, rs in closed.items()}
+    fifo, sjf = pick["fifo"], pick["sjf"]
+    if fifo["mean_response_ms"] and sjf["mean_response_ms"]:
+        costly = "best_sellers"
+        rare = "admin_response"
+        ratio = fifo["mean_response_ms"] / sjf["mean_response_ms"]
+
+        def type_ratio(name: str):
+            a_, b_ = sjf["per_type"].get(name), fifo["per_type"].get(name)
+            return None if not a_ or not b_ else a_["mean_response_ms"] / b_["mean_response_ms"]
+
+        aging = {c: pick[c]["mean_response_ms"] for c in pick if c.startswith("sjf-aging")}
+        t["closed_sjf_vs_fifo_at_highest_load"] = {
+            "fifo_mean_ms": fifo["mean_response_ms"],
+            "sjf_mean_ms": sjf["mean_response_ms"],
+            "fifo_over_sjf": ratio,
+            f"{costly}_sjf_over_fifo": type_ratio(costly),
+            f"{rare}_sjf_over_fifo": type_ratio(rare),
+            f"{rare}_samples": [sjf["per_type"].get(rare, {}).get("n", 0), fifo["per_type"].get(rare, {}).get("n", 0)],
+            "aging_means_ms": aging,
+            "pass_10x": ratio >= 10,
+            "pass_costliest_within_20pct": (type_ratio(costly) or 99) <= 1.2,
+            "pass_aging_between": all(
+                sjf["mean_response_ms"] <= v <= fifo["mean_response_ms"] for v in aging.values()
+            ),
+        }
+    ov = out["overhead"]
+    if ov["direct"]["mean_response_ms"] and ov["fifo"]["mean_response_ms"]:
+        per_req_us = 1e3 * (ov["fifo"]["mean_response_ms"] - ov["direct"]["mean_response_ms"])
+        t["proxy_overhead_low_load"] = {
+            "direct_mean_ms": ov["direct"]["mean_response_ms"],
+            "proxy_mean_ms": ov["fifo"]["mean_response_ms"],
+            "overhead_us_per_request": per_req_us,
+            "pass": per_req_us <= 200,
+        }
+    return t
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,298 @@
+//! Gatekeeper configuration: the TOML file, the value parsers shared with the CLI, and the
+//! validated [`ProxyConfig`] the proxy runs with.
+//!
+//! Units: *costs* (capacity, cold cost) are time of upstream service, written with a unit
+//! (`800us`, `25ms`, `2s`); a bare number is milliseconds, the paper's unit. *Durations*
+//! (timeouts, waits) take the same suffixes; a bare number is seconds.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use hyper::Uri;
+use serde::Deserialize;
+use shortfirst_core::admission::auto::AutoConfig;
+use shortfirst_core::admission::{EstimatorConfig, Policy};
+
+use crate::classify::Rule;
+use crate::GatekeeperError;
+
+fn parse_with_unit(s: &str, bare_unit_us: f64, what: &str) -> Result<u64, GatekeeperError> {
+    let t = s.trim();
+    let (num, mult) = if let Some(n) = t.strip_suffix("us") {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e3)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1e6)
+    } else {
+        (t, bare_unit_us)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| GatekeeperError::Config(format!("{what} {s:?}: expected a number with optional unit us/ms/s")))?;
+    if !v.is_finite() || v < 0.0 || v * mult > 1e15 {
+        return Err(GatekeeperError::Config(format!("{what} {s:?}: out of range")));
+    }
+    Ok((v * mult).round() as u64)
+}
+
+/// A cost in µs; bare numbers are milliseconds.
+pub fn parse_cost_us(s: &str, what: &str) -> Result<u64, GatekeeperError> {
+    parse_with_unit(s, 1e3, what)
+}
+
+/// A duration; bare numbers are seconds.
+pub fn parse_duration(s: &str, what: &str) -> Result<Duration, GatekeeperError> {
+    parse_with_unit(s, 1e6, what).map(Duration::from_micros)
+}
+
+/// `--capacity UNITS|auto`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CapacitySetting {
+    Fixed { capacity_us: u64 },
+    Auto(AutoConfig),
+}
+
+impl CapacitySetting {
+    pub fn parse(s: &str) -> Result<Self, GatekeeperError> {
+        if s.trim() == "auto" {
+            return Ok(CapacitySetting::Auto(AutoConfig::default()));
+        }
+        let capacity_us = parse_cost_us(s, "capacity")?;
+        if capacity_us == 0 {
+            return Err(GatekeeperError::Config(format!("capacity {s:?}: must be positive")));
+        }
+        Ok(CapacitySetting::Fixed { capacity_us })
+    }
+
+    pub fn initial_us(&self) -> u64 {
+        match self {
+            CapacitySetting::Fixed { capacity_us } => *capacity_us,
+            CapacitySetting::Auto(a) => a.initial_capacity_us,
+        }
+    }
+}
+
+/// The upstream: `http://host:port[/prefix]`.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    pub authority: hyper::http::uri::Authority,
+    /// Prepended to every forwarded path ("" for none; never ends with '/').
+    pub prefix: String,
+}
+
+impl Upstream {
+    pub fn parse(s: &str) -> Result<Self, GatekeeperError> {
+        let bad = |why: &str| GatekeeperError::Config(format!("upstream {s:?}: {why}"));
+        let uri: Uri = s.parse().map_err(|_| bad("not a URL"))?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some(_) => return Err(bad("only http:// upstreams are supported")),
+            None => return Err(bad("expected http://HOST:PORT")),
+        }
+        let authority = uri.authority().cloned().ok_or_else(|| bad("missing host"))?;
+        if uri.query().is_some() {
+            return Err(bad("must not have a query string"));
+        }
+        let prefix = uri.path().trim_end_matches('/').to_string();
+        Ok(Upstream { authority, prefix })
+    }
+
+    /// The upstream URI for a client request's path and query.
+    pub fn uri_for(&self, path_and_query: &str) -> Result<Uri, hyper::http::Error> {
+        Uri::builder()
+            .scheme("http")
+            .authority(self.authority.clone())
+            .path_and_query(format!("{}{}", self.prefix, path_and_query))
+            .build()
+    }
+}
+
+/// Everything the proxy needs, validated.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    pub listen: SocketAddr,
+    pub upstream: Upstream,
+    pub capacity: CapacitySetting,
+    pub policy: Policy,
+    pub rules: Vec<Rule>,
+    /// Including the overflow type.
+    pub max_types: usize,
+    /// Type names that get their own slot from the start.
+    pub declared_types: Vec<String>,
+    pub admin: Option<SocketAddr>,
+    pub max_queue_len: usize,
+    pub max_queue_wait: Option<Duration>,
+    /// Time allowed from sending a request upstream to its response head: 504 after.
+    pub upstream_timeout: Duration,
+    /// `Retry-After` seconds on 503.
+    pub retry_after_s: u32,
+    pub estimator: EstimatorConfig,
+    /// Client connections served at once; further accepts wait (kernel backlog).
+    pub max_connections: usize,
+    /// Idle upstream connections kept per host.
+    pub upstream_pool_idle: usize,
+}
+
+impl ProxyConfig {
+    pub fn new(listen: SocketAddr, upstream: Upstream) -> Self {
+        ProxyConfig {
+            listen,
+            upstream,
+            capacity: CapacitySetting::Auto(AutoConfig::default()),
+            policy: Policy::Sjf,
+            rules: vec![Rule::Route],
+            max_types: 64,
+            declared_types: Vec::new(),
+            admin: None,
+            max_queue_len: 100_000,
+            max_queue_wait: None,
+            upstream_timeout: Duration::from_secs(60),
+            retry_after_s: 1,
+            estimator: EstimatorConfig::default(),
+            max_connections: 10_000,
+            upstream_pool_idle: 1_024,
+        }
+    }
+}
+
+/// The TOML file. Every key is optional; command-line flags override it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub listen: Option<String>,
+    pub upstream: Option<String>,
+    pub capacity: Option<String>,
+    pub policy: Option<String>,
+    pub classify: Option<Vec<String>>,
+    pub admin: Option<String>,
+    pub max_types: Option<usize>,
+    pub types: Option<Vec<String>>,
+    pub max_queue_len: Option<usize>,
+    pub max_queue_wait: Option<String>,
+    pub upstream_timeout: Option<String>,
+    pub retry_after_s: Option<u32>,
+    pub max_connections: Option<usize>,
+    pub estimator: Option<FileEstimator>,
+    pub auto: Option<FileAuto>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileEstimator {
+    pub alpha: Option<f64>,
+    pub cold_cost: Option<String>,
+    pub max_sample: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileAuto {
+    pub initial: Option<String>,
+    pub min: Option<String>,
+    pub max: Option<String>,
+    pub interval: Option<String>,
+    pub min_samples: Option<u64>,
+    pub high_inflation: Option<f64>,
+    pub low_inflation: Option<f64>,
+    pub increase_frac: Option<f64>,
+    pub decrease_factor: Option<f64>,
+}
+
+impl FileConfig {
+    pub fn load(path: &Path) -> Result<Self, GatekeeperError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| GatekeeperError::io(format!("reading config {}", path.display()), e))?;
+        toml::from_str(&text).map_err(|e| GatekeeperError::Config(format!("{}: {e}", path.display())))
+    }
+
+    pub fn estimator(&self) -> Result<EstimatorConfig, GatekeeperError> {
+        let mut e = EstimatorConfig::default();
+        if let Some(f) = &self.estimator {
+            if let Some(a) = f.alpha {
+                e.alpha = a;
+            }
+            if let Some(c) = &f.cold_cost {
+                e.cold_cost_us = parse_cost_us(c, "estimator.cold_cost")?;
+            }
+            if let Some(m) = &f.max_sample {
+                e.max_sample_us = parse_cost_us(m, "estimator.max_sample")?;
+            }
+        }
+        Ok(e)
+    }
+
+    /// Apply `[auto]` to an auto capacity setting.
+    pub fn auto(&self, mut a: AutoConfig) -> Result<AutoConfig, GatekeeperError> {
+        if let Some(f) = &self.auto {
+            if let Some(v) = &f.initial {
+                a.initial_capacity_us = parse_cost_us(v, "auto.initial")?;
+            }
+            if let Some(v) = &f.min {
+                a.min_capacity_us = parse_cost_us(v, "auto.min")?;
+            }
+            if let Some(v) = &f.max {
+                a.max_capacity_us = parse_cost_us(v, "auto.max")?;
+            }
+            if let Some(v) = &f.interval {
+                a.interval_us = parse_duration(v, "auto.interval")?.as_micros() as u64;
+            }
+            a.min_samples = f.min_samples.unwrap_or(a.min_samples);
+            a.high_inflation = f.high_inflation.unwrap_or(a.high_inflation);
+            a.low_inflation = f.low_inflation.unwrap_or(a.low_inflation);
+            a.increase_frac = f.increase_frac.unwrap_or(a.increase_frac);
+            a.decrease_factor = f.decrease_factor.unwrap_or(a.decrease_factor);
+        }
+        a.validate()?;
+        Ok(a)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cost_and_duration_units() {
+        let t = [("20000", 20_000_000), ("2s", 2_000_000), ("1.5ms", 1_500), ("800us", 800), (" 3 ms", 3_000)];
+        for (s, us) in t {
+            assert_eq!(parse_cost_us(s, "x").unwrap(), us, "{s}");
+        }
+        assert_eq!(parse_duration("30", "x").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("250ms", "x").unwrap(), Duration::from_millis(250));
+        for bad in ["", "ms", "-1", "1h", "nan"] {
+            assert!(parse_cost_us(bad, "capacity").unwrap_err().to_string().contains("capacity"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn capacity_setting() {
+        assert_eq!(CapacitySetting::parse("50ms").unwrap(), CapacitySetting::Fixed { capacity_us: 50_000 });
+        assert!(matches!(CapacitySetting::parse("auto").unwrap(), CapacitySetting::Auto(_)));
+        assert!(CapacitySetting::parse("0").is_err());
+    }
+
+    #[test]
+    fn upstream_urls() {
+        let u = Upstream::parse("http://127.0.0.1:9000/app/").unwrap();
+        assert_eq!(u.uri_for("/x?y=1").unwrap().to_string(), "http://127.0.0.1:9000/app/x?y=1");
+        let u = Upstream::parse("http://127.0.0.1:9000").unwrap();
+        assert_eq!(u.uri_for("/").unwrap().to_string(), "http://127.0.0.1:9000/");
+        for bad in ["https://a:1", "127.0.0.1:9000", "http://a:1/?q"] {
+            assert!(Upstream::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn file_config_parses_and_rejects_unknown_keys() {
+        let f: FileConfig = toml::from_str(
+            "capacity = \"auto\"\npolicy = \"sjf-aging:2\"\nclassify = [\"a=^GET /a\"]\n[estimator]\nalpha = 0.2\ncold_cost = \"5ms\"\n[auto]\ninitial = \"20ms\"\n",
+        )
+        .unwrap();
+        assert_eq!(f.estimator().unwrap().cold_cost_us, 5_000);
+        assert_eq!(f.auto(AutoConfig::default()).unwrap().initial_capacity_us, 20_000);
+        assert!(toml::from_str::<FileConfig>("capacty = \"1\"").is_err());
+    }
+}

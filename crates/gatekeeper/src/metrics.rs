@@ -1,0 +1,254 @@
+//! Prometheus metrics for the gatekeeper, rendered in the text exposition format.
+//!
+//! Per type (label `type`, bounded by the classifier's type limit): estimated cost,
+//! requests by outcome, queue-wait and upstream-time histograms. Global: load, capacity,
+//! queue length, in-flight, admitted and rejected counts. Counters are atomics updated on
+//! the request path without locks; the registry is fixed-size, so memory is bounded.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Histogram bucket upper bounds in seconds (Prometheus `le`).
+pub const BUCKETS_S: [f64; 18] =
+    [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+
+#[derive(Debug, Default)]
+pub struct Histogram {
+    buckets: [AtomicU64; BUCKETS_S.len()],
+    count: AtomicU64,
+    sum_us: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe_us(&self, us: u64) {
+        let s = us as f64 / 1e6;
+        if let Some(i) = BUCKETS_S.iter().position(|&b| s <= b) {
+            self.buckets[i].fetch_add(1, Relaxed);
+        }
+        self.count.fetch_add(1, Relaxed);
+        self.sum_us.fetch_add(us, Relaxed);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count.load(Relaxed)
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cum = 0;
+        for (i, b) in BUCKETS_S.iter().enumerate() {
+            cum += self.buckets[i].load(Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{b}\"}} {cum}");
+        }
+        let count = self.count.load(Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum_us.load(Relaxed) as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
+    }
+}
+
+/// How a request through the gatekeeper ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Response fully relayed.
+    Ok,
+    /// Upstream refused/reset/broke: 502.
+    UpstreamError,
+    /// Upstream too slow: 504.
+    Timeout,
+    /// Queue full or waited too long: 503.
+    Rejected,
+    /// Client went away (while queued or while the response streamed).
+    ClientGone,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 5] =
+        [Outcome::Ok, Outcome::UpstreamError, Outcome::Timeout, Outcome::Rejected, Outcome::ClientGone];
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::Timeout => "timeout",
+            Outcome::Rejected => "rejected",
+            Outcome::ClientGone => "client_gone",
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct TypeMetrics {
+    outcomes: [AtomicU64; 5],
+    pub queue_wait: Histogram,
+    pub upstream: Histogram,
+}
+
+impl TypeMetrics {
+    pub fn count(&self, o: Outcome) {
+        self.outcomes[o as usize].fetch_add(1, Relaxed);
+    }
+    pub fn outcome_count(&self, o: Outcome) -> u64 {
+        self.outcomes[o as usize].load(Relaxed)
+    }
+}
+
+#[derive(Debug)]
+pub struct Metrics {
+    pub types: Vec<TypeMetrics>,
+    pub admitted: AtomicU64,
+    pub rejected_queue_full: AtomicU64,
+    pub rejected_queue_wait: AtomicU64,
+    pub cancelled_while_queued: AtomicU64,
+}
+
+/// Values read from the gate and estimator at scrape time.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub load_us: u64,
+    pub capacity_us: u64,
+    pub queue_len: usize,
+    pub in_flight: usize,
+    /// (type index, name, estimated cost µs, successful samples).
+    pub types: Vec<(usize, String, u64, u64)>,
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+impl Metrics {
+    pub fn new(max_types: usize) -> Self {
+        Metrics {
+            types: (0..max_types).map(|_| TypeMetrics::default()).collect(),
+            admitted: AtomicU64::new(0),
+            rejected_queue_full: AtomicU64::new(0),
+            rejected_queue_wait: AtomicU64::new(0),
+            cancelled_while_queued: AtomicU64::new(0),
+        }
+    }
+
+    pub fn render(&self, snap: &Snapshot) -> String {
+        let mut o = String::with_capacity(4096 + snap.types.len() * 4096);
+        let g = |o: &mut String, name: &str, help: &str, kind: &str, v: f64| {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+        };
+        g(
+            &mut o,
+            "gatekeeper_load_seconds",
+            "Sum of the estimated costs of admitted, unfinished requests.",
+            "gauge",
+            snap.load_us as f64 / 1e6,
+        );
+        g(
+            &mut o,
+            "gatekeeper_capacity_seconds",
+            "Admission capacity in cost units (seconds of expected service time).",
+            "gauge",
+            snap.capacity_us as f64 / 1e6,
+        );
+        g(&mut o, "gatekeeper_queue_length", "Requests waiting for admission.", "gauge", snap.queue_len as f64);
+        g(&mut o, "gatekeeper_in_flight", "Admitted, unfinished requests.", "gauge", snap.in_flight as f64);
+        g(
+            &mut o,
+            "gatekeeper_admitted_total",
+            "Requests admitted to the upstream.",
+            "counter",
+            self.admitted.load(Relaxed) as f64,
+        );
+        let _ = writeln!(o, "# HELP gatekeeper_rejected_total Requests answered 503 by the gatekeeper.\n# TYPE gatekeeper_rejected_total counter");
+        let _ = writeln!(
+            o,
+            "gatekeeper_rejected_total{{reason=\"queue_full\"}} {}",
+            self.rejected_queue_full.load(Relaxed)
+        );
+        let _ = writeln!(
+            o,
+            "gatekeeper_rejected_total{{reason=\"queue_wait\"}} {}",
+            self.rejected_queue_wait.load(Relaxed)
+        );
+        g(
+            &mut o,
+            "gatekeeper_cancelled_while_queued_total",
+            "Requests whose client went away while they waited.",
+            "counter",
+            self.cancelled_while_queued.load(Relaxed) as f64,
+        );
+
+        let _ = writeln!(o, "# HELP gatekeeper_type_estimated_cost_seconds Current cost estimate of a request type.\n# TYPE gatekeeper_type_estimated_cost_seconds gauge");
+        for (_, name, est, _) in &snap.types {
+            let _ = writeln!(
+                o,
+                "gatekeeper_type_estimated_cost_seconds{{type=\"{}\"}} {}",
+                escape(name),
+                *est as f64 / 1e6
+            );
+        }
+        let _ = writeln!(o, "# HELP gatekeeper_type_cost_samples_total Successful measurements behind the estimate.\n# TYPE gatekeeper_type_cost_samples_total counter");
+        for (_, name, _, n) in &snap.types {
+            let _ = writeln!(o, "gatekeeper_type_cost_samples_total{{type=\"{}\"}} {n}", escape(name));
+        }
+        let _ = writeln!(o, "# HELP gatekeeper_type_requests_total Requests by type and outcome.\n# TYPE gatekeeper_type_requests_total counter");
+        for (i, name, _, _) in &snap.types {
+            for out in Outcome::ALL {
+                let _ = writeln!(
+                    o,
+                    "gatekeeper_type_requests_total{{type=\"{}\",outcome=\"{}\"}} {}",
+                    escape(name),
+                    out.label(),
+                    self.types[*i].outcome_count(out)
+                );
+            }
+        }
+        for (metric, help, pick) in [
+            ("gatekeeper_type_queue_wait_seconds", "Time from arrival to admission.", 0),
+            ("gatekeeper_type_upstream_seconds", "Time from admission to the response's last byte.", 1),
+        ] {
+            let _ = writeln!(o, "# HELP {metric} {help}\n# TYPE {metric} histogram");
+            for (i, name, _, _) in &snap.types {
+                let t = &self.types[*i];
+                let h = if pick == 0 { &t.queue_wait } else { &t.upstream };
+                h.render(&mut o, metric, &format!("type=\"{}\"", escape(name)));
+            }
+        }
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let h = Histogram::default();
+        for us in [50, 900, 1_000, 2_000_000, 100_000_000] {
+            h.observe_us(us);
+        }
+        let mut s = String::new();
+        h.render(&mut s, "x", "type=\"a\"");
+        assert!(s.contains("x_bucket{type=\"a\",le=\"0.0001\"} 1\n"), "{s}");
+        assert!(s.contains("x_bucket{type=\"a\",le=\"0.001\"} 3\n"), "{s}");
+        assert!(s.contains("x_bucket{type=\"a\",le=\"2.5\"} 4\n"), "{s}");
+        assert!(s.contains("x_bucket{type=\"a\",le=\"60\"} 4\n"), "{s}");
+        assert!(s.contains("x_bucket{type=\"a\",le=\"+Inf\"} 5\n"), "{s}");
+        assert!(s.contains("x_count{type=\"a\"} 5\n"), "{s}");
+    }
+
+    #[test]
+    fn render_escapes_labels_and_lists_globals() {
+        let m = Metrics::new(2);
+        m.types[0].count(Outcome::Ok);
+        let snap = Snapshot {
+            load_us: 1_500,
+            capacity_us: 20_000,
+            queue_len: 3,
+            in_flight: 1,
+            types: vec![(0, "GET /a\"b".into(), 2_000, 7), (1, "(other)".into(), 10_000, 0)],
+        };
+        let s = m.render(&snap);
+        assert!(s.contains("gatekeeper_load_seconds 0.0015\n"));
+        assert!(s.contains("gatekeeper_capacity_seconds 0.02\n"));
+        assert!(s.contains("gatekeeper_queue_length 3\n"));
+        assert!(s.contains("gatekeeper_type_requests_total{type=\"GET /a\\\"b\",outcome=\"ok\"} 1\n"), "{s}");
+        assert!(s.contains("gatekeeper_type_estimated_cost_seconds{type=\"(other)\"} 0.01\n"));
+    }
+}

@@ -1,0 +1,741 @@
+//! The proxy: HTTP/1.1 in (hyper server), admission through the core [`Gate`], HTTP/1.1 out
+//! over pooled upstream connections (hyper-util legacy client), responses streamed back.
+//!
+//! Lifecycle of a request:
+//! 1. classify → type; the type's current estimate is its charge;
+//! 2. `Gate::arrive`; if not admitted at once, wait on a oneshot for a [`Grant`]. If the
+//!    client goes away meanwhile (hyper drops the handler future), the wait guard cancels
+//!    the request in the gate;
+//! 3. admitted: a [`Permit`] owns the ticket. Dropping the permit releases the charge, so it
+//!    is released exactly once on every path (success, 502, 504, client gone mid-body, panic
+//!    unwinding). A grant that can no longer be delivered drops its permit, releasing it;
+//! 4. the response body is wrapped: reaching its end is the "last byte" that ends the
+//!    service-time measurement, which feeds the estimator. Failures, timeouts and
+//!    abandoned bodies release the charge without a sample, so they never pollute it.
+//!
+//! Locking: one `std::sync::Mutex` around the gate, estimator and waiters, held only for
+//! the decisions (no I/O, no awaits). Grants are delivered after the lock is dropped.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use shortfirst_core::admission::auto::AutoCapacity;
+use shortfirst_core::admission::{Admitted, CostEstimator, Gate, GateConfig, Rejection, RequestId, Ticket};
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, Notify, Semaphore};
+
+use crate::classify::Classifier;
+use crate::config::{CapacitySetting, ProxyConfig};
+use crate::metrics::{Metrics, Outcome, Snapshot};
+use crate::GatekeeperError;
+
+pub type ProxyBody = UnsyncBoxBody<Bytes, hyper::Error>;
+
+/// Decisions state, under one lock.
+struct Core {
+    gate: Gate,
+    estimator: CostEstimator,
+    auto: Option<AutoCapacity>,
+    /// Queued requests: where to send the grant, and the request's type.
+    waiters: HashMap<RequestId, (oneshot::Sender<Grant>, usize)>,
+}
+
+/// Grants to send once the lock is released.
+type Deliveries = Vec<(oneshot::Sender<Grant>, Grant)>;
+
+enum Grant {
+    Admitted {
+        permit: Permit,
+        waited_us: u64,
+    },
+    /// Waited `max_queue_wait`: answer 503.
+    Expired,
+}
+
+struct Shared {
+    cfg: ProxyConfig,
+    classifier: Classifier,
+    metrics: Metrics,
+    core: Mutex<Core>,
+    start: Instant,
+    client: Client<HttpConnector, Incoming>,
+    /// Wakes the timer task when the next wakeup may have moved earlier.
+    wake: Notify,
+}
+
+/// Owns an admitted request's ticket; releasing happens in `Drop`, exactly once.
+struct Permit {
+    shared: Arc<Shared>,
+    ticket: Option<Ticket>,
+    type_index: usize,
+}
+
+impl Permit {
+    /// Release with a successful service-time measurement.
+    fn finish(mut self, service_us: Option<u64>) {
+        if let Some(t) = self.ticket.take() {
+            self.shared.release(t, self.type_index, service_us);
+        }
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            self.shared.release(t, self.type_index, None);
+        }
+    }
+}
+
+impl Shared {
+    fn now_us(&self) -> u64 {
+        self.start.elapsed().as_micros() as u64
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Core> {
+        // A panic while holding the lock leaves consistent state (every mutation is a single
+        // core call), so recover rather than poison the whole proxy.
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Turn admissions into deliveries (to do after unlocking). `mine` is the id of a caller
+    /// that is not waiting on a channel yet; its permit is returned separately.
+    fn route(
+        self: &Arc<Self>,
+        core: &mut Core,
+        admitted: Vec<Admitted>,
+        mine: Option<(RequestId, usize)>,
+    ) -> (Option<(Permit, u64)>, Deliveries) {
+        let mut own = None;
+        let mut out = Vec::with_capacity(admitted.len());
+        for a in admitted {
+            let id = a.ticket.id();
+            let permit = |type_index| Permit { shared: self.clone(), ticket: Some(a.ticket), type_index };
+            match mine {
+                Some((m, type_index)) if m == id => own = Some((permit(type_index), a.waited_us)),
+                _ => match core.waiters.remove(&id) {
+                    Some((tx, type_index)) => {
+                        out.push((tx, Grant::Admitted { permit: permit(type_index), waited_us: a.waited_us }))
+                    }
+                    None => {
+                        // Cannot happen: a queued id has a waiter until it is cancelled, and a
+                        // cancelled id is no longer in the gate. Never drop a permit under the
+                        // lock (its release would deadlock): hand it to a closed channel, so
+                        // it is dropped, and released, in `deliver`.
+                        debug_assert!(false, "admitted {id} without a waiter");
+                        let grant = Grant::Admitted { permit: permit(usize::MAX), waited_us: 0 };
+                        out.push((oneshot::channel().0, grant));
+                    }
+                },
+            }
+        }
+        (own, out)
+    }
+
+    fn deliver(deliveries: Deliveries) {
+        for (tx, grant) in deliveries {
+            // If the receiver is gone the grant comes back and is dropped here, outside the
+            // lock: its permit releases the charge.
+            drop(tx.send(grant));
+        }
+    }
+
+    fn release(self: &Arc<Self>, ticket: Ticket, type_index: usize, service_us: Option<u64>) {
+        let deliveries = {
+            let mut guard = self.lock();
+            let core = &mut *guard;
+            let now = self.now_us();
+            if let Some(s) = service_us {
+                if type_index < core.estimator.num_types() {
+                    let _ = core.estimator.observe(type_index, s);
+                    if let Some(auto) = core.auto.as_mut() {
+                        let est = core.estimator.estimate_us(type_index).unwrap_or(s);
+                        let warm = core.estimator.is_warm(type_index);
+                        auto.record(type_index, s, est, warm);
+                    }
+                }
+            }
+            let admitted = core.gate.release(now, ticket).unwrap_or_else(|e| {
+                tracing::error!("gatekeeper accounting: {e}");
+                Vec::new()
+            });
+            self.route(core, admitted, None).1
+        };
+        Self::deliver(deliveries);
+        self.wake.notify_one();
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let core = self.lock();
+        let types = self
+            .classifier
+            .types()
+            .into_iter()
+            .map(|(i, name)| {
+                let est = core.estimator.estimate_us(i).unwrap_or(0);
+                let n = core.estimator.samples(i).unwrap_or(0);
+                (i, name, est, n)
+            })
+            .collect();
+        Snapshot {
+            load_us: core.gate.load_us(),
+            capacity_us: core.gate.capacity_us(),
+            queue_len: core.gate.queue_len(),
+            in_flight: core.gate.in_flight(),
+            types,
+        }
+    }
+}
+
+/// Removes a still-queued request from the gate when its handler is dropped.
+struct WaitGuard {
+    shared: Arc<Shared>,
+    id: RequestId,
+    armed: bool,
+}
+
+impl Drop for WaitGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let deliveries = {
+            let mut core = self.shared.lock();
+            core.waiters.remove(&self.id);
+            let now = self.shared.now_us();
+            match core.gate.cancel(now, self.id) {
+                Some(admitted) => {
+                    self.shared.metrics.cancelled_while_queued.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.shared.route(&mut core, admitted, None).1
+                }
+                // Already admitted: the grant (if any) is dropped with the channel and its
+                // permit releases the charge.
+                None => Vec::new(),
+            }
+        };
+        Shared::deliver(deliveries);
+    }
+}
+
+/// Read-only view and control of a running gatekeeper (tests, calibration, admin).
+#[derive(Clone)]
+pub struct Handle {
+    shared: Arc<Shared>,
+}
+
+impl Handle {
+    pub fn snapshot(&self) -> Snapshot {
+        self.shared.snapshot()
+    }
+    pub fn metrics_text(&self) -> String {
+        self.shared.metrics.render(&self.shared.snapshot())
+    }
+    /// Set a fixed capacity now (calibration). Ignored in auto mode's next tick only if
+    /// auto is off; with auto on, the controller continues from this value.
+    pub fn set_capacity_us(&self, capacity_us: u64) -> Result<(), GatekeeperError> {
+        let deliveries = {
+            let mut core = self.shared.lock();
+            let now = self.shared.now_us();
+            let admitted = core.gate.set_capacity(now, capacity_us)?;
+            self.shared.route(&mut core, admitted, None).1
+        };
+        Shared::deliver(deliveries);
+        Ok(())
+    }
+}
+
+pub struct Gatekeeper {
+    listener: TcpListener,
+    admin: Option<TcpListener>,
+    shared: Arc<Shared>,
+}
+
+impl Gatekeeper {
+    /// Validate the configuration and bind the listening sockets.
+    pub async fn bind(cfg: ProxyConfig) -> Result<Self, GatekeeperError> {
+        let classifier = Classifier::new(cfg.rules.clone(), cfg.max_types, &cfg.declared_types)?;
+        let estimator = CostEstimator::new(cfg.max_types, cfg.estimator.clone())?;
+        let mut gate_cfg = GateConfig::new(cfg.capacity.initial_us(), cfg.policy);
+        gate_cfg.max_queue_len = cfg.max_queue_len;
+        gate_cfg.max_queue_wait_us = cfg.max_queue_wait.map(|d| d.as_micros() as u64);
+        let gate = Gate::new(gate_cfg)?;
+        let auto = match &cfg.capacity {
+            CapacitySetting::Auto(a) => Some(AutoCapacity::new(a.clone(), cfg.max_types, 0)?),
+            CapacitySetting::Fixed { .. } => None,
+        };
+        let listener = TcpListener::bind(cfg.listen)
+            .await
+            .map_err(|e| GatekeeperError::io(format!("binding --listen {}", cfg.listen), e))?;
+        let admin = match cfg.admin {
+            Some(a) => {
+                Some(TcpListener::bind(a).await.map_err(|e| GatekeeperError::io(format!("binding --admin {a}"), e))?)
+            }
+            None => None,
+        };
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(cfg.upstream_timeout));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(cfg.upstream_pool_idle)
+            .pool_timer(TokioTimer::new())
+            .build(connector);
+        let shared = Arc::new(Shared {
+            metrics: Metrics::new(cfg.max_types),
+            classifier,
+            core: Mutex::new(Core { gate, estimator, auto, waiters: HashMap::new() }),
+            start: Instant::now(),
+            client,
+            wake: Notify::new(),
+            cfg,
+        });
+        Ok(Gatekeeper { listener, admin, shared })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("bound listener has an address")
+    }
+
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().map(|l| l.local_addr().expect("bound listener has an address"))
+    }
+
+    pub fn handle(&self) -> Handle {
+        Handle { shared: self.shared.clone() }
+    }
+
+    /// Serve until `shutdown` resolves. In-flight requests are abandoned at shutdown.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), GatekeeperError> {
+        let timer = tokio::spawn(timer_task(self.shared.clone()));
+        let admin = self.admin.map(|l| tokio::spawn(admin_loop(l, self.shared.clone())));
+        let conns = Arc::new(Semaphore::new(self.shared.cfg.max_connections));
+        let shared = self.shared.clone();
+        let accept = async {
+            loop {
+                let permit = conns.clone().acquire_owned().await.expect("semaphore never closed");
+                let (stream, peer) = match self.listener.accept().await {
+                    Ok(x) => x,
+                    Err(e) => {
+                        // EMFILE and friends: back off instead of spinning.
+                        tracing::warn!("accept: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| handle(shared.clone(), peer, req));
+                    let conn = hyper::server::conn::http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(Duration::from_secs(30))
+                        .serve_connection(TokioIo::new(stream), svc);
+                    if let Err(e) = conn.await {
+                        tracing::debug!("client connection {peer}: {e}");
+                    }
+                    drop(permit);
+                });
+            }
+        };
+        tokio::select! {
+            _ = accept => {}
+            _ = shutdown => {}
+        }
+        timer.abort();
+        if let Some(a) = admin {
+            a.abort();
+        }
+        Ok(())
+    }
+}
+
+/// Expiry of waits, aging re-picks and auto-capacity ticks.
+async fn timer_task(shared: Arc<Shared>) {
+    loop {
+        let next_us = {
+            let core = shared.lock();
+            let a = core.gate.next_wakeup_us();
+            let b = core.auto.as_ref().map(|x| x.next_tick_us());
+            match (a, b) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        };
+        let sleep = async {
+            match next_us {
+                Some(t) => {
+                    let at = shared.start + Duration::from_micros(t);
+                    tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = sleep => {}
+            _ = shared.wake.notified() => continue,
+        }
+        let (expired, deliveries) = {
+            let mut core = shared.lock();
+            let now = shared.now_us();
+            let (expired_ids, mut admitted) = core.gate.expire(now);
+            admitted.extend(core.gate.poll(now));
+            if let Some(auto) = core.auto.as_mut() {
+                if let Some(decision) = auto.tick(now) {
+                    let cap = auto.capacity_us();
+                    tracing::debug!(?decision, capacity_us = cap, inflation = ?auto.last_inflation(), "auto capacity");
+                    if cap != core.gate.capacity_us() {
+                        admitted.extend(core.gate.set_capacity(now, cap).unwrap_or_default());
+                    }
+                }
+            }
+            let expired: Vec<_> =
+                expired_ids.into_iter().filter_map(|id| core.waiters.remove(&id).map(|(tx, _)| tx)).collect();
+            (expired, shared.route(&mut core, admitted, None).1)
+        };
+        for tx in expired {
+            let _ = tx.send(Grant::Expired);
+        }
+        Shared::deliver(deliveries);
+    }
+}
+
+fn text_response(status: StatusCode, msg: &str) -> Response<ProxyBody> {
+    let mut r = Response::new(Full::new(Bytes::from(format!("{msg}\n"))).map_err(|e| match e {}).boxed_unsync());
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r
+}
+
+fn unavailable(shared: &Shared, msg: &str) -> Response<ProxyBody> {
+    let mut r = text_response(StatusCode::SERVICE_UNAVAILABLE, msg);
+    r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(shared.cfg.retry_after_s));
+    r
+}
+
+/// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1), plus those named in
+/// `Connection`.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+];
+
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let listed: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    for name in listed {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+    // Any other Proxy-* header is hop-by-hop too.
+    let proxy: Vec<HeaderName> = headers.keys().filter(|k| k.as_str().starts_with("proxy-")).cloned().collect();
+    for name in proxy {
+        headers.remove(name);
+    }
+}
+
+/// Append `Forwarded` and `X-Forwarded-For/Proto/Host` for a request from `peer`.
+pub fn add_forwarding(headers: &mut HeaderMap, peer: SocketAddr) {
+    let ip = peer.ip();
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).map(str::to_string);
+    let for_token = match ip {
+        std::net::IpAddr::V4(v4) => v4.to_string(),
+        std::net::IpAddr::V6(v6) => format!("\"[{v6}]\""),
+    };
+    let mut fwd = format!("for={for_token};proto=http");
+    if let Some(h) = &host {
+        if h.bytes().all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\') {
+            fwd.push_str(&format!(";host=\"{h}\""));
+        }
+    }
+    append_list(headers, HeaderName::from_static("forwarded"), &fwd);
+    append_list(headers, HeaderName::from_static("x-forwarded-for"), &ip.to_string());
+    headers.insert(HeaderName::from_static("x-forwarded-proto"), HeaderValue::from_static("http"));
+    if let Some(h) = host.and_then(|h| HeaderValue::from_str(&h).ok()) {
+        headers.insert(HeaderName::from_static("x-forwarded-host"), h);
+    }
+}
+
+fn append_list(headers: &mut HeaderMap, name: HeaderName, item: &str) {
+    let joined = {
+        let existing: Vec<&str> = headers.get_all(&name).iter().filter_map(|v| v.to_str().ok()).collect();
+        if existing.is_empty() {
+            item.to_string()
+        } else {
+            format!("{}, {item}", existing.join(", "))
+        }
+    };
+    if let Ok(v) = HeaderValue::from_str(&joined) {
+        headers.insert(name, v);
+    }
+}
+
+async fn handle(
+    shared: Arc<Shared>,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let pq = req.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
+    let type_index = shared.classifier.classify(req.method().as_str(), &pq, req.headers());
+    let tm = &shared.metrics.types[type_index];
+
+    // Admission.
+    let (own, deliveries, rx) = {
+        let mut core = shared.lock();
+        let cost = core.estimator.estimate_us(type_index).unwrap_or(core.estimator.config().cold_cost_us);
+        let now = shared.now_us();
+        match core.gate.arrive(now, cost) {
+            Err(Rejection::QueueFull) => {
+                drop(core);
+                shared.metrics.rejected_queue_full.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tm.count(Outcome::Rejected);
+                return Ok(unavailable(&shared, "gatekeeper: admission queue full"));
+            }
+            Ok((id, admitted)) => {
+                let (own, deliveries) = shared.route(&mut core, admitted, Some((id, type_index)));
+                let rx = if own.is_none() {
+                    let (tx, rx) = oneshot::channel();
+                    core.waiters.insert(id, (tx, type_index));
+                    if let Some(a) = core.auto.as_mut() {
+                        a.note_saturated();
+                    }
+                    Some((id, rx))
+                } else {
+                    None
+                };
+                (own, deliveries, rx)
+            }
+        }
+    };
+    Shared::deliver(deliveries);
+
+    let (permit, waited_us) = match (own, rx) {
+        (Some(p), _) => p,
+        (None, Some((id, rx))) => {
+            shared.wake.notify_one();
+            let mut guard = WaitGuard { shared: shared.clone(), id, armed: true };
+            let grant = rx.await;
+            guard.armed = false;
+            match grant {
+                Ok(Grant::Admitted { permit, waited_us }) => (permit, waited_us),
+                Ok(Grant::Expired) => {
+                    shared.metrics.rejected_queue_wait.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tm.count(Outcome::Rejected);
+                    return Ok(unavailable(&shared, "gatekeeper: waited too long for admission"));
+                }
+                Err(_) => {
+                    // The sender was dropped without a grant: only at shutdown.
+                    tm.count(Outcome::Rejected);
+                    return Ok(unavailable(&shared, "gatekeeper: shutting down"));
+                }
+            }
+        }
+        (None, None) => unreachable!("either admitted or waiting"),
+    };
+    shared.metrics.admitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    tm.queue_wait.observe_us(waited_us);
+
+    // Forward.
+    let (mut parts, body) = req.into_parts();
+    parts.uri = match shared.cfg.upstream.uri_for(&pq) {
+        Ok(u) => u,
+        Err(_) => {
+            tm.count(Outcome::UpstreamError);
+            return Ok(text_response(StatusCode::BAD_REQUEST, "gatekeeper: bad request target"));
+        }
+    };
+    parts.version = hyper::Version::HTTP_11;
+    strip_hop_by_hop(&mut parts.headers);
+    add_forwarding(&mut parts.headers, peer);
+    if let Ok(h) = HeaderValue::from_str(shared.cfg.upstream.authority.as_str()) {
+        parts.headers.insert(header::HOST, h);
+    }
+    let upstream_req = Request::from_parts(parts, body);
+    let sent = Instant::now();
+    let result = tokio::time::timeout(shared.cfg.upstream_timeout, shared.client.request(upstream_req)).await;
+    let resp = match result {
+        Err(_) => {
+            tm.count(Outcome::Timeout);
+            return Ok(text_response(StatusCode::GATEWAY_TIMEOUT, "gatekeeper: upstream timed out"));
+        }
+        Ok(Err(e)) => {
+            tracing::debug!("upstream: {e:?}");
+            tm.count(Outcome::UpstreamError);
+            return Ok(text_response(StatusCode::BAD_GATEWAY, "gatekeeper: upstream failed"));
+        }
+        Ok(Ok(r)) => r,
+    };
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let metered = Metered { inner: body, permit: Some(permit), sent, shared: shared.clone(), type_index };
+    Ok(Response::from_parts(parts, metered.boxed_unsync()))
+}
+
+/// The upstream response body, relayed frame by frame; its end is the measurement point.
+struct Metered {
+    inner: Incoming,
+    permit: Option<Permit>,
+    sent: Instant,
+    shared: Arc<Shared>,
+    type_index: usize,
+}
+
+impl Metered {
+    fn complete(&mut self) {
+        if let Some(p) = self.permit.take() {
+            let us = self.sent.elapsed().as_micros() as u64;
+            let tm = &self.shared.metrics.types[self.type_index];
+            tm.upstream.observe_us(us);
+            tm.count(Outcome::Ok);
+            p.finish(Some(us));
+        }
+    }
+
+    fn fail(&mut self, outcome: Outcome) {
+        if let Some(p) = self.permit.take() {
+            self.shared.metrics.types[self.type_index].count(outcome);
+            drop(p);
+        }
+    }
+}
+
+impl Body for Metered {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = &mut *self;
+        let r = Pin::new(&mut this.inner).poll_frame(cx);
+        match &r {
+            Poll::Ready(None) => this.complete(),
+            Poll::Ready(Some(Err(_))) => this.fail(Outcome::UpstreamError),
+            Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => this.complete(),
+            _ => {}
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Metered {
+    fn drop(&mut self) {
+        if self.permit.is_some() {
+            if self.inner.is_end_stream() {
+                // Empty bodies (HEAD, 204, 304, Content-Length: 0) are never polled.
+                self.complete();
+            } else {
+                self.fail(Outcome::ClientGone);
+            }
+        }
+    }
+}
+
+async fn admin_loop(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let shared = shared.clone();
+                async move {
+                    let r = match req.uri().path() {
+                        "/metrics" => {
+                            let mut r = text_response(StatusCode::OK, "");
+                            *r.body_mut() = Full::new(Bytes::from(shared.metrics.render(&shared.snapshot())))
+                                .map_err(|e| match e {})
+                                .boxed_unsync();
+                            r.headers_mut()
+                                .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+                            r
+                        }
+                        "/healthz" => text_response(StatusCode::OK, "ok"),
+                        _ => text_response(StatusCode::NOT_FOUND, "try /metrics"),
+                    };
+                    Ok::<_, Infallible>(r)
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_are_removed() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("connection", "keep-alive, X-Secret"),
+            ("keep-alive", "timeout=5"),
+            ("x-secret", "1"),
+            ("te", "trailers"),
+            ("trailer", "x"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("proxy-authorization", "x"),
+            ("proxy-foo", "x"),
+            ("x-keep", "1"),
+            ("content-length", "3"),
+        ] {
+            h.append(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        strip_hop_by_hop(&mut h);
+        let mut left: Vec<_> = h.keys().map(|k| k.as_str().to_string()).collect();
+        left.sort();
+        assert_eq!(left, ["content-length", "x-keep"]);
+    }
+
+    #[test]
+    fn forwarding_headers_append() {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("shop.example"));
+        h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
+        add_forwarding(&mut h, "127.0.0.1:5000".parse().unwrap());
+        assert_eq!(h["forwarded"], "for=127.0.0.1;proto=http;host=\"shop.example\"");
+        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 127.0.0.1");
+        assert_eq!(h["x-forwarded-proto"], "http");
+        assert_eq!(h["x-forwarded-host"], "shop.example");
+        let mut h = HeaderMap::new();
+        add_forwarding(&mut h, "[::1]:5000".parse().unwrap());
+        assert_eq!(h["forwarded"], "for=\"[::1]\";proto=http");
+    }
+}

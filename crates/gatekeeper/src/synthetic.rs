@@ -1,0 +1,284 @@
+//! A synthetic dynamic backend with known per-type costs and a concurrency collapse, for the
+//! gatekeeper's tests and benchmark (`shortfirst gatekeeper synthetic-upstream`).
+//!
+//! **Types.** One per TPC-W interaction of the Gatekeeper paper's Table 1 (`TPCW_TABLE1`,
+//! from `shared/data/tpcw-costs-gatekeeper-table1.csv`): cost = the no-load database
+//! cost clamped to [1 ms, 2 s] (the range), times `scale`; the frequencies are the
+//! table's. `GET /t/{name}` (e.g. `/t/best_sellers`) runs one request of that type and
+//! answers 200 with a small text body; unknown names get 404.
+//!
+//! **Service model.** The backend is `slots` processors shared by all running requests,
+//! with thrashing past them. With `n` requests running, each progresses at rate
+//! `r(n) = min(1, slots/n) / (1 + thrash * max(0, n - slots))` units of work per unit of
+//! time; a request is done when its cost has been served. So up to `slots` concurrent
+//! requests run at full speed (total throughput `n`), and beyond that the total service
+//! rate `slots / (1 + thrash (n - slots))` falls: throughput collapses as concurrency grows,
+//! like the paper's database (Table 2: more processes, more cache and TLB misses).
+//! The model runs in real time in one task (exact processor sharing between events);
+//! tokio timers have 1 ms granularity, so completions are up to ~1 ms late.
+//!
+//! At most `max_running` requests are accepted at once; beyond that the upstream answers
+//! 503 at once (a backend's own connection limit).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::GatekeeperError;
+
+/// Table 1 of Elnikety et al. 2004: (interaction, no-load cost ms, high-load cost ms,
+/// frequency %), TPC-W shopping mix.
+pub const TPCW_TABLE1: [(&str, f64, f64, f64); 13] = [
+    ("admin_request", 2.84, 3.19, 0.1),
+    ("admin_response", 2476.75, 5072.42, 0.09),
+    ("best_sellers", 1205.01, 2441.86, 5.0),
+    ("buy_confirm", 15.71, 92.80, 1.2),
+    ("buy_request", 5.26, 6.66, 2.6),
+    ("execute_search", 73.27, 108.73, 17.0),
+    ("home", 1.83, 3.22, 16.0),
+    ("new_products", 13.82, 15.66, 5.0),
+    ("order_display", 7.43, 10.48, 0.66),
+    ("order_inquiry", 0.75, 0.05, 0.75),
+    ("product_detail", 0.91, 0.30, 17.0),
+    ("search_request", 0.22, 0.65, 20.0),
+    ("shopping_cart", 0.34, 0.92, 11.6),
+];
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SynthType {
+    pub name: String,
+    pub cost_us: u64,
+    /// Relative frequency (percent in the TPC-W mix).
+    pub weight: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SyntheticConfig {
+    pub types: Vec<SynthType>,
+    pub slots: usize,
+    pub thrash: f64,
+    pub max_running: usize,
+}
+
+impl SyntheticConfig {
+    /// The TPC-W mix with costs clamped to [1 ms, 2 s] and multiplied by `scale`.
+    pub fn tpcw(scale: f64, slots: usize, thrash: f64) -> Result<Self, GatekeeperError> {
+        if !(scale > 0.0 && scale <= 100.0) || slots == 0 || !(0.0..=100.0).contains(&thrash) {
+            return Err(GatekeeperError::Config(format!(
+                "synthetic upstream: need 0 < scale <= 100 (got {scale}), slots >= 1 (got {slots}), 0 <= thrash <= 100 (got {thrash})"
+            )));
+        }
+        let types = TPCW_TABLE1
+            .iter()
+            .map(|&(name, ms, _, pct)| SynthType {
+                name: name.to_string(),
+                cost_us: ((ms.clamp(1.0, 2000.0) * 1000.0 * scale).round() as u64).max(1),
+                weight: pct,
+            })
+            .collect();
+        Ok(SyntheticConfig { types, slots, thrash, max_running: 100_000 })
+    }
+
+    /// Mean cost of a request drawn from the mix.
+    pub fn mean_cost_us(&self) -> f64 {
+        let w: f64 = self.types.iter().map(|t| t.weight).sum();
+        self.types.iter().map(|t| t.weight * t.cost_us as f64).sum::<f64>() / w
+    }
+
+    /// Per-request service rate with `n` running.
+    pub fn rate(&self, n: usize) -> f64 {
+        let slots = self.slots as f64;
+        let n = n as f64;
+        if n <= slots {
+            1.0
+        } else {
+            (slots / n) / (1.0 + self.thrash * (n - slots))
+        }
+    }
+
+    /// Requests completed per second with `n` always running (the mix's mean cost).
+    pub fn throughput_at(&self, n: usize) -> f64 {
+        n as f64 * self.rate(n) / (self.mean_cost_us() / 1e6)
+    }
+}
+
+struct Job {
+    remaining_us: f64,
+    done: oneshot::Sender<()>,
+}
+
+/// Run one request of `cost_us` through the shared-processor model; resolves when served.
+#[derive(Clone)]
+pub struct Backend {
+    tx: mpsc::Sender<(u64, oneshot::Sender<()>)>,
+    running: Arc<std::sync::atomic::AtomicUsize>,
+    cfg: Arc<SyntheticConfig>,
+}
+
+impl Backend {
+    pub fn start(cfg: SyntheticConfig) -> Backend {
+        let (tx, rx) = mpsc::channel(1024);
+        let cfg = Arc::new(cfg);
+        tokio::spawn(model(cfg.clone(), rx));
+        Backend { tx, running: Arc::new(std::sync::atomic::AtomicUsize::new(0)), cfg }
+    }
+
+    /// `None` when `max_running` requests are already running.
+    pub async fn serve(&self, cost_us: u64) -> Option<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.running.fetch_add(1, SeqCst) >= self.cfg.max_running {
+            self.running.fetch_sub(1, SeqCst);
+            return None;
+        }
+        let (done_tx, done_rx) = oneshot::channel();
+        let ok = self.tx.send((cost_us, done_tx)).await.is_ok() && done_rx.await.is_ok();
+        self.running.fetch_sub(1, SeqCst);
+        ok.then_some(())
+    }
+
+    pub fn running(&self) -> usize {
+        self.running.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+async fn model(cfg: Arc<SyntheticConfig>, mut rx: mpsc::Receiver<(u64, oneshot::Sender<()>)>) {
+    let mut jobs: Vec<Job> = Vec::new();
+    let mut last = Instant::now();
+    loop {
+        // Advance every job by the elapsed time at the current rate.
+        let now = Instant::now();
+        let rate = cfg.rate(jobs.len());
+        let served = (now - last).as_secs_f64() * 1e6 * rate;
+        last = now;
+        let mut i = 0;
+        while i < jobs.len() {
+            jobs[i].remaining_us -= served;
+            // Jobs abandoned by their caller leave the model.
+            if jobs[i].remaining_us <= 0.5 || jobs[i].done.is_closed() {
+                let j = jobs.swap_remove(i);
+                let _ = j.done.send(());
+            } else {
+                i += 1;
+            }
+        }
+        let next = jobs.iter().map(|j| j.remaining_us).fold(f64::INFINITY, f64::min);
+        let sleep = if next.is_finite() {
+            let wait_us = next / cfg.rate(jobs.len());
+            Some(tokio::time::sleep_until(now + Duration::from_secs_f64(wait_us / 1e6)))
+        } else {
+            None
+        };
+        tokio::select! {
+            msg = rx.recv() => match msg {
+                Some((cost_us, done)) => jobs.push(Job { remaining_us: cost_us as f64, done }),
+                None => return,
+            },
+            _ = async { match sleep { Some(s) => s.await, None => std::future::pending().await } } => {}
+        }
+    }
+}
+
+/// Serve the synthetic upstream on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    cfg: SyntheticConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), GatekeeperError> {
+    let backend = Backend::start(cfg.clone());
+    let cfg = Arc::new(cfg);
+    let accept = async {
+        loop {
+            let (stream, _peer): (_, SocketAddr) = match listener.accept().await {
+                Ok(x) => x,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let backend = backend.clone();
+            let cfg = cfg.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let backend = backend.clone();
+                    let cfg = cfg.clone();
+                    async move { Ok::<_, std::convert::Infallible>(respond(&cfg, &backend, req).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+            });
+        }
+    };
+    tokio::select! {
+        _ = accept => {}
+        _ = shutdown => {}
+    }
+    Ok(())
+}
+
+fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r
+}
+
+async fn respond(cfg: &SyntheticConfig, backend: &Backend, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let path = req.uri().path();
+    let Some(name) = path.strip_prefix("/t/") else {
+        return text(StatusCode::NOT_FOUND, "synthetic upstream: GET /t/{type}\n".into());
+    };
+    let Some(t) = cfg.types.iter().find(|t| t.name == name) else {
+        return text(StatusCode::NOT_FOUND, format!("unknown type {name:?}\n"));
+    };
+    match backend.serve(t.cost_us).await {
+        Some(()) => text(StatusCode::OK, format!("{} {}us\n", t.name, t.cost_us)),
+        None => text(StatusCode::SERVICE_UNAVAILABLE, "synthetic upstream: too many requests\n".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tpcw_mix_costs_span_1ms_to_2s() {
+        let c = SyntheticConfig::tpcw(1.0, 8, 0.1).unwrap();
+        let min = c.types.iter().map(|t| t.cost_us).min().unwrap();
+        let max = c.types.iter().map(|t| t.cost_us).max().unwrap();
+        assert_eq!((min, max), (1_000, 2_000_000));
+        let w: f64 = c.types.iter().map(|t| t.weight).sum();
+        assert!((w - 97.0).abs() < 0.01, "{w}");
+        assert!(SyntheticConfig::tpcw(0.0, 8, 0.1).is_err());
+    }
+
+    #[test]
+    fn throughput_peaks_at_slots_then_collapses() {
+        let c = SyntheticConfig::tpcw(1.0, 8, 0.1).unwrap();
+        let peak = c.throughput_at(8);
+        assert!(c.throughput_at(4) < peak);
+        assert!(c.throughput_at(16) < 0.6 * peak);
+        assert!(c.throughput_at(40) < 0.25 * peak);
+    }
+
+    #[tokio::test]
+    async fn model_serves_in_real_time_with_sharing() {
+        let mut c = SyntheticConfig::tpcw(1.0, 1, 0.0).unwrap();
+        c.max_running = 2;
+        let b = Backend::start(c);
+        let t0 = Instant::now();
+        // Two 40 ms jobs sharing one slot: both finish at ~80 ms.
+        let (x, y) = tokio::join!(b.serve(40_000), b.serve(40_000));
+        let el = t0.elapsed();
+        assert!(x.is_some() && y.is_some());
+        assert!(el >= Duration::from_millis(78) && el < Duration::from_millis(200), "{el:?}");
+    }
+}

@@ -1,0 +1,404 @@
+//! End-to-end: real sockets on 127.0.0.1 (ephemeral ports), a real gatekeeper, and an
+//! in-test upstream whose request types have known, very different costs (sleeps), plus
+//! upstreams that refuse, reset or hang.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use shortfirst_core::admission::Policy;
+use shortfirst_gatekeeper::config::{CapacitySetting, Upstream};
+use shortfirst_gatekeeper::{Gatekeeper, Handle, ProxyConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const FAST_MS: u64 = 2;
+const SLOW_MS: u64 = 200;
+
+/// Upstream: `/fast` (2 ms), `/slow` (200 ms), `/sleep/N` (N ms), `/echo` (body and
+/// headers back), `/hang` (never answers). Counts accepted connections.
+async fn test_upstream() -> (SocketAddr, Arc<AtomicUsize>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let conns = Arc::new(AtomicUsize::new(0));
+    let c2 = conns.clone();
+    tokio::spawn(async move {
+        loop {
+            let (s, _) = l.accept().await.unwrap();
+            c2.fetch_add(1, SeqCst);
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                    let path = req.uri().path().to_string();
+                    let ms = match path.as_str() {
+                        "/fast" => Some(FAST_MS),
+                        "/slow" => Some(SLOW_MS),
+                        p if p.starts_with("/sleep/") => p[7..].parse().ok(),
+                        _ => None,
+                    };
+                    if let Some(ms) = ms {
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                        return Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(path))));
+                    }
+                    match path.as_str() {
+                        "/echo" => {
+                            let mut head = String::new();
+                            for (k, v) in req.headers() {
+                                head.push_str(&format!("{}: {}\n", k, v.to_str().unwrap_or("?")));
+                            }
+                            let body = req.into_body().collect().await.unwrap().to_bytes();
+                            head.push('\n');
+                            let mut out = head.into_bytes();
+                            out.extend_from_slice(&body);
+                            let mut r = Response::new(Full::new(Bytes::from(out)));
+                            r.headers_mut().insert("keep-alive", "timeout=5".parse().unwrap());
+                            r.headers_mut().insert("connection", "x-private".parse().unwrap());
+                            r.headers_mut().insert("x-private", "1".parse().unwrap());
+                            Ok(r)
+                        }
+                        "/hang" => {
+                            std::future::pending::<()>().await;
+                            unreachable!()
+                        }
+                        _ => {
+                            let mut r = Response::new(Full::new(Bytes::new()));
+                            *r.status_mut() = StatusCode::NOT_FOUND;
+                            Ok(r)
+                        }
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(s), svc).await;
+            });
+        }
+    });
+    (addr, conns)
+}
+
+/// Accepts, reads the request, then resets the connection.
+async fn resetting_upstream() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            // A zero linger makes close send RST; it does not block (the deprecation is about
+            // non-zero lingers).
+            #[allow(deprecated)]
+            s.set_linger(Some(Duration::ZERO)).unwrap();
+            drop(s);
+        }
+    });
+    addr
+}
+
+/// An address nothing listens on.
+async fn refused_addr() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    l.local_addr().unwrap()
+}
+
+struct Proxy {
+    addr: SocketAddr,
+    admin: SocketAddr,
+    handle: Handle,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn start_proxy(upstream: SocketAddr, f: impl FnOnce(&mut ProxyConfig)) -> Proxy {
+    let mut cfg =
+        ProxyConfig::new("127.0.0.1:0".parse().unwrap(), Upstream::parse(&format!("http://{upstream}")).unwrap());
+    cfg.admin = Some("127.0.0.1:0".parse().unwrap());
+    cfg.capacity = CapacitySetting::Fixed { capacity_us: 250_000 };
+    f(&mut cfg);
+    let gk = Gatekeeper::bind(cfg).await.unwrap();
+    let (addr, admin, handle) = (gk.local_addr(), gk.admin_addr().unwrap(), gk.handle());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(gk.run(async {
+        let _ = rx.await;
+    }));
+    Proxy { addr, admin, handle, _stop: tx }
+}
+
+fn client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+}
+
+async fn get(
+    c: &Client<HttpConnector, Full<Bytes>>,
+    addr: SocketAddr,
+    path: &str,
+) -> (StatusCode, hyper::HeaderMap, String) {
+    let req = Request::get(format!("http://{addr}{path}")).body(Full::new(Bytes::new())).unwrap();
+    let resp = c.request(req).await.unwrap();
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, headers, String::from_utf8_lossy(&body).into_owned())
+}
+
+async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < timeout, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Teach the estimator both types (sequentially, so the measurements are uncontended).
+async fn warm(c: &Client<HttpConnector, Full<Bytes>>, p: &Proxy) {
+    for _ in 0..3 {
+        assert_eq!(get(c, p.addr, "/fast").await.0, StatusCode::OK);
+        assert_eq!(get(c, p.addr, "/slow").await.0, StatusCode::OK);
+    }
+}
+
+/// Occupy the capacity with one slow request, queue 3 slow then 3 fast requests, and return
+/// the mean response time of the fast ones.
+async fn fast_mean_behind_slow(policy: Policy) -> Duration {
+    let (up, _) = test_upstream().await;
+    // Capacity just under one slow request: a slow request runs alone (empty-system rule).
+    let p = start_proxy(up, |c| {
+        c.policy = policy;
+        c.capacity = CapacitySetting::Fixed { capacity_us: 200_000 };
+    })
+    .await;
+    let c = client();
+    warm(&c, &p).await;
+    let blocker = tokio::spawn({
+        let c = c.clone();
+        async move { get(&c, p.addr, "/slow").await }
+    });
+    wait_until("blocker admitted", Duration::from_secs(2), || p.handle.snapshot().in_flight == 1).await;
+    let mut tasks = Vec::new();
+    for (i, path) in ["/slow", "/slow", "/slow", "/fast", "/fast", "/fast"].into_iter().enumerate() {
+        let c = c.clone();
+        let addr = p.addr;
+        tasks.push(tokio::spawn(async move {
+            let t0 = Instant::now();
+            let r = get(&c, addr, path).await;
+            (path, r.0, t0.elapsed())
+        }));
+        let h = p.handle.clone();
+        wait_until("request queued", Duration::from_secs(2), move || h.snapshot().queue_len == i + 1).await;
+    }
+    let mut fast = Vec::new();
+    for t in tasks {
+        let (path, status, el) = t.await.unwrap();
+        assert_eq!(status, StatusCode::OK);
+        if path == "/fast" {
+            fast.push(el);
+        }
+    }
+    blocker.await.unwrap();
+    let snap = p.handle.snapshot();
+    assert_eq!((snap.load_us, snap.in_flight, snap.queue_len), (0, 0, 0));
+    fast.iter().sum::<Duration>() / fast.len() as u32
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sjf_serves_cheap_requests_before_queued_expensive_ones() {
+    let sjf = fast_mean_behind_slow(Policy::Sjf).await;
+    let fifo = fast_mean_behind_slow(Policy::Fifo).await;
+    // SJF: fast requests go as soon as the blocker finishes (~200 ms). FIFO: behind three
+    // more slow requests that run one at a time: ~800 ms.
+    assert!(sjf < Duration::from_millis(450), "sjf fast mean {sjf:?}");
+    assert!(fifo > Duration::from_millis(600), "fifo fast mean {fifo:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_upstream_gives_502_quickly_and_releases_load() {
+    let p = start_proxy(refused_addr().await, |_| {}).await;
+    let c = client();
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        let (status, _, _) = get(&c, p.addr, "/fast").await;
+        assert_eq!(status, StatusCode::BAD_GATEWAY);
+        assert!(t0.elapsed() < Duration::from_secs(1));
+    }
+    let s = p.handle.snapshot();
+    assert_eq!((s.load_us, s.in_flight), (0, 0));
+    assert!(s.types.iter().all(|t| t.3 == 0), "failures must not be samples: {:?}", s.types);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_upstream_gives_502_and_releases_load() {
+    let p = start_proxy(resetting_upstream().await, |_| {}).await;
+    let c = client();
+    let (status, _, _) = get(&c, p.addr, "/slow").await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY);
+    let s = p.handle.snapshot();
+    assert_eq!((s.load_us, s.in_flight), (0, 0));
+    assert!(s.types.iter().all(|t| t.3 == 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hanging_upstream_gives_504_after_the_timeout() {
+    let (up, _) = test_upstream().await;
+    let p = start_proxy(up, |c| c.upstream_timeout = Duration::from_millis(300)).await;
+    let c = client();
+    let t0 = Instant::now();
+    let (status, _, _) = get(&c, p.addr, "/hang").await;
+    let el = t0.elapsed();
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+    assert!(el >= Duration::from_millis(290) && el < Duration::from_secs(2), "{el:?}");
+    let s = p.handle.snapshot();
+    assert_eq!((s.load_us, s.in_flight), (0, 0));
+    assert!(s.types.iter().all(|t| t.3 == 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_disconnect_while_queued_leaves_the_queue() {
+    let (up, _) = test_upstream().await;
+    let p = start_proxy(up, |c| c.capacity = CapacitySetting::Fixed { capacity_us: 1 }).await;
+    let c = client();
+    let blocker = tokio::spawn({
+        let c = c.clone();
+        async move { get(&c, p.addr, "/sleep/800").await }
+    });
+    wait_until("blocker admitted", Duration::from_secs(2), || p.handle.snapshot().in_flight == 1).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"GET /fast HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    wait_until("queued", Duration::from_secs(2), || p.handle.snapshot().queue_len == 1).await;
+    drop(s);
+    // Gone from the queue long before the blocker (800 ms) finishes.
+    wait_until("cancelled", Duration::from_millis(400), || p.handle.snapshot().queue_len == 0).await;
+    assert!(p.handle.metrics_text().contains("gatekeeper_cancelled_while_queued_total 1\n"));
+    assert_eq!(blocker.await.unwrap().0, StatusCode::OK);
+    let snap = p.handle.snapshot();
+    assert_eq!((snap.load_us, snap.in_flight), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_queue_and_long_waits_get_503_with_retry_after() {
+    let (up, _) = test_upstream().await;
+    let p = start_proxy(up, |c| {
+        c.capacity = CapacitySetting::Fixed { capacity_us: 1 };
+        c.max_queue_len = 1;
+        c.max_queue_wait = Some(Duration::from_millis(150));
+    })
+    .await;
+    let c = client();
+    let blocker = tokio::spawn({
+        let c = c.clone();
+        async move { get(&c, p.addr, "/sleep/600").await }
+    });
+    wait_until("blocker admitted", Duration::from_secs(2), || p.handle.snapshot().in_flight == 1).await;
+    let waiter = tokio::spawn({
+        let c = c.clone();
+        async move {
+            let t0 = Instant::now();
+            let r = get(&c, p.addr, "/fast").await;
+            (r, t0.elapsed())
+        }
+    });
+    wait_until("queued", Duration::from_secs(2), || p.handle.snapshot().queue_len == 1).await;
+    let (status, headers, _) = get(&c, p.addr, "/fast").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "queue full");
+    assert_eq!(headers["retry-after"], "1");
+    let ((status, headers, _), waited) = waiter.await.unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "waited too long");
+    assert_eq!(headers["retry-after"], "1");
+    assert!(waited >= Duration::from_millis(140) && waited < Duration::from_millis(550), "{waited:?}");
+    assert_eq!(blocker.await.unwrap().0, StatusCode::OK);
+    let m = p.handle.metrics_text();
+    assert!(m.contains("gatekeeper_rejected_total{reason=\"queue_full\"} 1\n"), "{m}");
+    assert!(m.contains("gatekeeper_rejected_total{reason=\"queue_wait\"} 1\n"), "{m}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_bodies_and_connection_reuse() {
+    let (up, conns) = test_upstream().await;
+    let p = start_proxy(up, |_| {}).await;
+    let c = client();
+    let req = Request::post(format!("http://{}/echo", p.addr))
+        .header("host", "shop.example")
+        .header("connection", "x-drop-me")
+        .header("x-drop-me", "1")
+        .header("te", "trailers")
+        .header("x-keep", "yes")
+        .body(Full::new(Bytes::from(vec![b'z'; 100_000])))
+        .unwrap();
+    let resp = c.request(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(resp.headers().get("keep-alive").is_none());
+    assert!(resp.headers().get("x-private").is_none());
+    let body = String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+    let (head, echoed) = body.split_once("\n\n").unwrap();
+    assert_eq!(echoed.len(), 100_000);
+    assert!(head.contains("x-keep: yes"), "{head}");
+    assert!(!head.contains("x-drop-me") && !head.contains("\nte:"), "{head}");
+    assert!(head.contains("forwarded: for=127.0.0.1;proto=http;host=\"shop.example\""), "{head}");
+    assert!(head.contains("x-forwarded-for: 127.0.0.1"), "{head}");
+    assert!(head.contains("x-forwarded-host: shop.example"), "{head}");
+    assert!(head.contains(&format!("host: {up}")), "{head}");
+    for _ in 0..10 {
+        assert_eq!(get(&c, p.addr, "/fast").await.0, StatusCode::OK);
+    }
+    assert_eq!(conns.load(SeqCst), 1, "upstream connection reused");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_endpoint_reports_types_and_estimates() {
+    let (up, _) = test_upstream().await;
+    let p = start_proxy(up, |_| {}).await;
+    let c = client();
+    warm(&c, &p).await;
+    let (status, _, m) = get(&c, p.admin, "/metrics").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(m.contains("gatekeeper_type_requests_total{type=\"GET /slow\",outcome=\"ok\"} 3\n"), "{m}");
+    assert!(m.contains("gatekeeper_type_upstream_seconds_count{type=\"GET /fast\"} 3\n"), "{m}");
+    assert!(m.contains("gatekeeper_type_queue_wait_seconds_count{type=\"GET /fast\"} 3\n"), "{m}");
+    assert!(m.contains("gatekeeper_capacity_seconds 0.25\n"), "{m}");
+    assert!(m.contains("gatekeeper_admitted_total 6\n"), "{m}");
+    let est = |name: &str| -> f64 {
+        let key = format!("gatekeeper_type_estimated_cost_seconds{{type=\"{name}\"}} ");
+        m.lines().find_map(|l| l.strip_prefix(&key)).unwrap().parse().unwrap()
+    };
+    // Estimates converge to the known costs (sleep granularity adds ~1 ms).
+    assert!((0.2..0.26).contains(&est("GET /slow")), "{}", est("GET /slow"));
+    assert!((0.002..0.02).contains(&est("GET /fast")), "{}", est("GET /fast"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_capacity_grows_when_saturated_without_inflation() {
+    let (up, _) = test_upstream().await;
+    let p = start_proxy(up, |c| {
+        c.capacity = CapacitySetting::Auto(shortfirst_core::admission::auto::AutoConfig {
+            initial_capacity_us: 20_000,
+            interval_us: 200_000,
+            min_samples: 10,
+            ..Default::default()
+        });
+        c.estimator.alpha = 0.5;
+    })
+    .await;
+    let c = client();
+    // 16 closed-loop clients of 20 ms requests on a backend that never slows down:
+    // capacity must grow past one request's cost.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (c, stop, addr) = (c.clone(), stop.clone(), p.addr);
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(SeqCst) {
+                assert_eq!(get(&c, addr, "/sleep/20").await.0, StatusCode::OK);
+            }
+        }));
+    }
+    let h = p.handle.clone();
+    wait_until("capacity grew", Duration::from_secs(8), move || h.snapshot().capacity_us >= 160_000).await;
+    stop.store(true, SeqCst);
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
