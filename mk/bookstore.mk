@@ -10,6 +10,8 @@
 # they only need the Debian package, which `make apt` installs.
 
 APT_PACKAGES += postgresql
+# The lab's end-to-end TPC-W test (lab/tests/test_tpcw.py) runs the release binary.
+TEST_TARGETS += bookstore-build
 
 BOOKSTORE_BIN := target/release/bookstore
 BOOKSTORE_PGDIR ?= $(STAMPS)/pg
