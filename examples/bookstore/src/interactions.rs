@@ -24,6 +24,7 @@ use deadpool_postgres::{GenericClient, Pool};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use tokio_postgres::Statement;
 
 use crate::error::{Error, Result};
 use crate::html::{esc, item_link, money, Page};
@@ -338,14 +339,13 @@ impl Store {
     /// TPC-W getRelated: the five items promoted next to a random item.
     async fn promotion<C: GenericClient>(&self, c: &C, rng: &mut ChaCha8Rng) -> Result<String> {
         let i_id = rng.gen_range(1..=self.items);
-        let st = c
-            .prepare_cached(
-                "SELECT j.i_id, j.i_title, j.i_thumbnail FROM item i, item j \
+        let st = prep(
+            c,
+            "SELECT j.i_id, j.i_title, j.i_thumbnail FROM item i, item j \
                  WHERE i.i_id = $1 AND j.i_id IN (i.i_related1, i.i_related2, i.i_related3, \
                  i.i_related4, i.i_related5) ORDER BY j.i_id",
-            )
-            .await
-            .map_err(Error::db("prepare promotion"))?;
+        )
+        .await?;
         let rows = c.query(&st, &[&i_id]).await.map_err(Error::db("promotion"))?;
         let mut out = String::from("<h3>Also of interest</h3>\n<ul class=\"promo\">\n");
         for r in rows {
@@ -360,15 +360,14 @@ impl Store {
 
     /// TPC-W getBook: an item with its author.
     async fn book<C: GenericClient>(&self, c: &C, i_id: i32) -> Result<Book> {
-        let st = c
-            .prepare_cached(
-                "SELECT i_title, a_fname, a_lname, i_pub_date::text, i_publisher, i_subject, \
+        let st = prep(
+            c,
+            "SELECT i_title, a_fname, a_lname, i_pub_date::text, i_publisher, i_subject, \
                  i_desc, i_thumbnail, i_image, i_srp::float8, i_cost::float8, i_avail::text, \
                  i_isbn, i_page, i_backing, i_dimensions, i_stock \
                  FROM item, author WHERE i_id = $1 AND i_a_id = a_id",
-            )
-            .await
-            .map_err(Error::db("prepare get book"))?;
+        )
+        .await?;
         let r = c
             .query_opt(&st, &[&i_id])
             .await
@@ -399,34 +398,29 @@ impl Store {
     /// one (TPC-W createEmptyCart).
     async fn cart<C: GenericClient>(&self, c: &C, session: Session) -> Result<(i32, bool)> {
         if let Some(sc) = session.sc_id {
-            let st = c
-                .prepare_cached("SELECT 1 FROM shopping_cart WHERE sc_id = $1")
-                .await
-                .map_err(Error::db("prepare find cart"))?;
+            let st = prep(c, "SELECT 1 FROM shopping_cart WHERE sc_id = $1").await?;
             if c.query_opt(&st, &[&sc]).await.map_err(Error::db("find cart"))?.is_some() {
                 return Ok((sc, false));
             }
         }
-        let st = c
-            .prepare_cached(
-                "INSERT INTO shopping_cart (sc_id, sc_time) \
+        let st = prep(
+            c,
+            "INSERT INTO shopping_cart (sc_id, sc_time) \
                  VALUES (nextval('shopping_cart_seq'), now()) RETURNING sc_id",
-            )
-            .await
-            .map_err(Error::db("prepare create cart"))?;
+        )
+        .await?;
         let row = c.query_one(&st, &[]).await.map_err(Error::db("create cart"))?;
         Ok((row.get(0), true))
     }
 
     /// TPC-W addItem: one more of `i_id` in the cart.
     async fn add_to_cart<C: GenericClient>(&self, c: &C, sc_id: i32, i_id: i32) -> Result<()> {
-        let st = c
-            .prepare_cached(
-                "INSERT INTO shopping_cart_line (scl_sc_id, scl_qty, scl_i_id) VALUES ($1, 1, $2) \
+        let st = prep(
+            c,
+            "INSERT INTO shopping_cart_line (scl_sc_id, scl_qty, scl_i_id) VALUES ($1, 1, $2) \
                  ON CONFLICT (scl_sc_id, scl_i_id) DO UPDATE SET scl_qty = shopping_cart_line.scl_qty + 1",
-            )
-            .await
-            .map_err(Error::db("prepare add item"))?;
+        )
+        .await?;
         c.execute(&st, &[&sc_id, &i_id]).await.map_err(|e| match Error::db("add item")(e) {
             Error::Rejected { .. } => Error::NotFound(format!("item {i_id}")),
             other => other,
@@ -436,14 +430,13 @@ impl Store {
 
     /// TPC-W getCart: the cart's lines with their items.
     async fn cart_lines<C: GenericClient>(&self, c: &C, sc_id: i32) -> Result<Vec<CartLine>> {
-        let st = c
-            .prepare_cached(
-                "SELECT scl_i_id, i_title, i_cost::float8, i_srp::float8, i_backing, scl_qty \
+        let st = prep(
+            c,
+            "SELECT scl_i_id, i_title, i_cost::float8, i_srp::float8, i_backing, scl_qty \
                  FROM shopping_cart_line, item WHERE scl_i_id = i_id AND scl_sc_id = $1 \
                  ORDER BY i_title, scl_i_id",
-            )
-            .await
-            .map_err(Error::db("prepare get cart"))?;
+        )
+        .await?;
         let rows = c.query(&st, &[&sc_id]).await.map_err(Error::db("get cart"))?;
         Ok(rows
             .into_iter()
@@ -476,32 +469,21 @@ impl Store {
         }
         for &(i_id, qty) in quantities {
             if qty == 0 {
-                let st = c
-                    .prepare_cached("DELETE FROM shopping_cart_line WHERE scl_sc_id = $1 AND scl_i_id = $2")
-                    .await
-                    .map_err(Error::db("prepare remove line"))?;
+                let st = prep(c, "DELETE FROM shopping_cart_line WHERE scl_sc_id = $1 AND scl_i_id = $2").await?;
                 c.execute(&st, &[&sc_id, &i_id]).await.map_err(Error::db("remove line"))?;
             } else {
-                let st = c
-                    .prepare_cached("UPDATE shopping_cart_line SET scl_qty = $3 WHERE scl_sc_id = $1 AND scl_i_id = $2")
-                    .await
-                    .map_err(Error::db("prepare set quantity"))?;
+                let st = prep(c, "UPDATE shopping_cart_line SET scl_qty = $3 WHERE scl_sc_id = $1 AND scl_i_id = $2")
+                    .await?;
                 c.execute(&st, &[&sc_id, &i_id, &qty]).await.map_err(Error::db("set quantity"))?;
             }
         }
-        let st = c
-            .prepare_cached("SELECT count(*) FROM shopping_cart_line WHERE scl_sc_id = $1")
-            .await
-            .map_err(Error::db("prepare count cart"))?;
+        let st = prep(c, "SELECT count(*) FROM shopping_cart_line WHERE scl_sc_id = $1").await?;
         let n: i64 = c.query_one(&st, &[&sc_id]).await.map_err(Error::db("count cart"))?.get(0);
         if n == 0 {
             let i_id = rng.gen_range(1..=self.items);
             self.add_to_cart(c, sc_id, i_id).await?;
         }
-        let st = c
-            .prepare_cached("UPDATE shopping_cart SET sc_time = now() WHERE sc_id = $1")
-            .await
-            .map_err(Error::db("prepare touch cart"))?;
+        let st = prep(c, "UPDATE shopping_cart SET sc_time = now() WHERE sc_id = $1").await?;
         c.execute(&st, &[&sc_id]).await.map_err(Error::db("touch cart"))?;
         let lines = self.cart_lines(c, sc_id).await?;
         Ok((sc_id, lines))
@@ -509,36 +491,31 @@ impl Store {
 
     /// TPC-W enterAddress: reuse an identical address or insert a new one.
     async fn enter_address<C: GenericClient>(&self, c: &C, a: &Address) -> Result<i32> {
-        let st = c
-            .prepare_cached("SELECT co_id FROM country WHERE co_name = $1")
-            .await
-            .map_err(Error::db("prepare find country"))?;
+        let st = prep(c, "SELECT co_id FROM country WHERE co_name = $1").await?;
         let co_id: i32 = c
             .query_opt(&st, &[&a.country])
             .await
             .map_err(Error::db("find country"))?
             .ok_or_else(|| Error::BadRequest(format!("unknown country '{}'", a.country)))?
             .get(0);
-        let st = c
-            .prepare_cached(
-                "SELECT addr_id FROM address WHERE addr_street1 = $1 AND addr_street2 = $2 \
+        let st = prep(
+            c,
+            "SELECT addr_id FROM address WHERE addr_street1 = $1 AND addr_street2 = $2 \
                  AND addr_city = $3 AND addr_state = $4 AND addr_zip = $5 AND addr_co_id = $6",
-            )
-            .await
-            .map_err(Error::db("prepare find address"))?;
+        )
+        .await?;
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
             [&a.street1, &a.street2, &a.city, &a.state, &a.zip, &co_id];
         if let Some(r) = c.query_opt(&st, &params).await.map_err(Error::db("find address"))? {
             return Ok(r.get(0));
         }
-        let st = c
-            .prepare_cached(
-                "INSERT INTO address (addr_id, addr_street1, addr_street2, addr_city, addr_state, \
+        let st = prep(
+            c,
+            "INSERT INTO address (addr_id, addr_street1, addr_street2, addr_city, addr_state, \
                  addr_zip, addr_co_id) VALUES (nextval('address_seq'), $1, $2, $3, $4, $5, $6) \
                  RETURNING addr_id",
-            )
-            .await
-            .map_err(Error::db("prepare insert address"))?;
+        )
+        .await?;
         Ok(c.query_one(&st, &params).await.map_err(Error::db("insert address"))?.get(0))
     }
 
@@ -548,10 +525,7 @@ impl Store {
         let c = crate::db::get(&self.pool).await?;
         let mut page = Page::new("Home");
         if let Some(c_id) = req.session.c_id {
-            let st = c
-                .prepare_cached("SELECT c_fname, c_lname FROM customer WHERE c_id = $1")
-                .await
-                .map_err(Error::db("prepare get name"))?;
+            let st = prep(&c, "SELECT c_fname, c_lname FROM customer WHERE c_id = $1").await?;
             match c.query_opt(&st, &[&c_id]).await.map_err(Error::db("get name"))? {
                 Some(r) => page.p(&format!("Welcome back, {} {}!", r.get::<_, &str>(0), r.get::<_, &str>(1))),
                 None => page.p("Welcome, new visitor!"),
@@ -567,13 +541,12 @@ impl Store {
     async fn new_products(&self, req: &Request, rng: &mut ChaCha8Rng) -> Result<Outcome> {
         let subject = Self::subject_param(req, rng)?;
         let c = crate::db::get(&self.pool).await?;
-        let st = c
-            .prepare_cached(
-                "SELECT i_id, i_title, a_fname, a_lname, i_pub_date::text FROM item, author \
+        let st = prep(
+            &c,
+            "SELECT i_id, i_title, a_fname, a_lname, i_pub_date::text FROM item, author \
                  WHERE i_a_id = a_id AND i_subject = $1 ORDER BY i_pub_date DESC, i_title LIMIT 50",
-            )
-            .await
-            .map_err(Error::db("prepare new products"))?;
+        )
+        .await?;
         let rows = c.query(&st, &[&subject]).await.map_err(Error::db("new products"))?;
         let mut page = Page::new(&format!("New products: {subject}"));
         let promo = self.promotion(&c, rng).await?;
@@ -596,16 +569,15 @@ impl Store {
         let c = crate::db::get(&self.pool).await?;
         // TPC-W 2.6.3: the 50 items of the subject sold in the largest
         // quantity over the most recent 3,333 orders.
-        let st = c
-            .prepare_cached(
-                "SELECT i_id, i_title, a_fname, a_lname, SUM(ol_qty) AS sold \
+        let st = prep(
+            &c,
+            "SELECT i_id, i_title, a_fname, a_lname, SUM(ol_qty) AS sold \
                  FROM item, author, order_line \
                  WHERE i_id = ol_i_id AND i_a_id = a_id \
                    AND ol_o_id > (SELECT MAX(o_id) - $2 FROM orders) AND i_subject = $1 \
                  GROUP BY i_id, i_title, a_fname, a_lname ORDER BY sold DESC, i_id LIMIT 50",
-            )
-            .await
-            .map_err(Error::db("prepare best sellers"))?;
+        )
+        .await?;
         let rows = c.query(&st, &[&subject, &BEST_SELLERS_WINDOW]).await.map_err(Error::db("best sellers"))?;
         let mut page = Page::new(&format!("Best sellers: {subject}"));
         let promo = self.promotion(&c, rng).await?;
@@ -684,7 +656,7 @@ impl Store {
             }
         };
         let c = crate::db::get(&self.pool).await?;
-        let st = c.prepare_cached(sql).await.map_err(Error::db("prepare search"))?;
+        let st = prep(&c, sql).await?;
         let rows = c.query(&st, &[&term]).await.map_err(Error::db("search"))?;
         let promo = self.promotion(&c, rng).await?;
         let mut page = Page::new("Search results");
@@ -776,14 +748,13 @@ impl Store {
             self.register(&tx, req, rng).await?
         } else {
             let (uname, passwd) = self.credentials(req, rng);
-            let st = tx
-                .prepare_cached(
-                    "SELECT c_id, c_passwd, c_fname, c_lname, c_discount::float8, addr_street1, \
+            let st = prep(
+                &tx,
+                "SELECT c_id, c_passwd, c_fname, c_lname, c_discount::float8, addr_street1, \
                      addr_city, addr_zip, co_name FROM customer, address, country \
                      WHERE c_addr_id = addr_id AND addr_co_id = co_id AND c_uname = $1",
-                )
-                .await
-                .map_err(Error::db("prepare get customer"))?;
+            )
+            .await?;
             let r = tx
                 .query_opt(&st, &[&uname])
                 .await
@@ -793,13 +764,12 @@ impl Store {
                 return Err(Error::BadRequest(format!("wrong password for '{uname}'")));
             }
             let c_id: i32 = r.get(0);
-            let st = tx
-                .prepare_cached(
-                    "UPDATE customer SET c_login = now(), c_expiration = now() + interval '2 hours' \
+            let st = prep(
+                &tx,
+                "UPDATE customer SET c_login = now(), c_expiration = now() + interval '2 hours' \
                      WHERE c_id = $1",
-                )
-                .await
-                .map_err(Error::db("prepare refresh session"))?;
+            )
+            .await?;
             tx.execute(&st, &[&c_id]).await.map_err(Error::db("refresh session"))?;
             CustomerSummary {
                 c_id,
@@ -868,24 +838,20 @@ impl Store {
         };
         let discount: f64 = f64::from(rng.gen_range(0..=50)) / 100.0;
         let addr_id = self.enter_address(c, &addr).await?;
-        let st = c
-            .prepare_cached("SELECT nextval('customer_seq')::int")
-            .await
-            .map_err(Error::db("prepare next customer id"))?;
+        let st = prep(c, "SELECT nextval('customer_seq')::int").await?;
         let c_id: i32 = c.query_one(&st, &[]).await.map_err(Error::db("next customer id"))?.get(0);
         let uname = digsyl(c_id as u64);
         let passwd = uname.to_lowercase();
         let email = format!("{uname}@{fname}.com");
-        let st = c
-            .prepare_cached(
-                "INSERT INTO customer (c_id, c_uname, c_passwd, c_fname, c_lname, c_addr_id, \
+        let st = prep(
+            c,
+            "INSERT INTO customer (c_id, c_uname, c_passwd, c_fname, c_lname, c_addr_id, \
                  c_phone, c_email, c_since, c_last_login, c_login, c_expiration, c_discount, \
                  c_balance, c_ytd_pmt, c_birthdate, c_data) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, CURRENT_DATE, CURRENT_DATE, now(), \
                  now() + interval '2 hours', $9::float8, 0, 0, $10::text::date, $11)",
-            )
-            .await
-            .map_err(Error::db("prepare insert customer"))?;
+        )
+        .await?;
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] =
             [&c_id, &uname, &passwd, &fname, &lname, &addr_id, &phone, &email, &discount, &birthdate, &data];
         c.execute(&st, &params).await.map_err(|e| match Error::db("insert customer")(e) {
@@ -940,10 +906,8 @@ impl Store {
         let mut c = crate::db::get(&self.pool).await?;
         let tx = c.transaction().await.map_err(Error::db("begin buy confirm"))?;
         // TPC-W doBuyConfirm, all in this transaction.
-        let st = tx
-            .prepare_cached("SELECT c_discount::float8, c_addr_id, c_fname, c_lname FROM customer WHERE c_id = $1")
-            .await
-            .map_err(Error::db("prepare get customer"))?;
+        let st =
+            prep(&tx, "SELECT c_discount::float8, c_addr_id, c_fname, c_lname FROM customer WHERE c_id = $1").await?;
         let r = tx
             .query_opt(&st, &[&c_id])
             .await
@@ -971,36 +935,33 @@ impl Store {
         let tax = sub_total * 0.0825;
         let ship_cost = 3.0 + lines.iter().map(|l| f64::from(l.qty)).sum::<f64>();
         let total = sub_total + tax + ship_cost;
-        let st = tx
-            .prepare_cached(
-                "INSERT INTO orders (o_id, o_c_id, o_date, o_sub_total, o_tax, o_total, o_ship_type, \
+        let st = prep(
+            &tx,
+            "INSERT INTO orders (o_id, o_c_id, o_date, o_sub_total, o_tax, o_total, o_ship_type, \
                  o_ship_date, o_bill_addr_id, o_ship_addr_id, o_status) \
                  VALUES (nextval('orders_seq'), $1, now(), $2::float8, $3::float8, $4::float8, $5, \
                  now() + make_interval(days => $6), $7, $8, 'PENDING') RETURNING o_id",
-            )
-            .await
-            .map_err(Error::db("prepare insert order"))?;
+        )
+        .await?;
         let o_id: i32 = tx
             .query_one(&st, &[&c_id, &sub_total, &tax, &total, &ship_type, &ship_days, &bill_addr, &ship_addr_id])
             .await
             .map_err(Error::db("insert order"))?
             .get(0);
-        let ins_line = tx
-            .prepare_cached(
-                "INSERT INTO order_line (ol_id, ol_o_id, ol_i_id, ol_qty, ol_discount, ol_comments) \
+        let ins_line = prep(
+            &tx,
+            "INSERT INTO order_line (ol_id, ol_o_id, ol_i_id, ol_qty, ol_discount, ol_comments) \
                  VALUES ($1, $2, $3, $4, $5::float8, $6)",
-            )
-            .await
-            .map_err(Error::db("prepare insert order line"))?;
+        )
+        .await?;
         // TPC-W: take the quantity from stock, restocking by 21 when fewer
         // than 10 would remain.
-        let stock = tx
-            .prepare_cached(
-                "UPDATE item SET i_stock = CASE WHEN i_stock - $2 >= 10 THEN i_stock - $2 \
+        let stock = prep(
+            &tx,
+            "UPDATE item SET i_stock = CASE WHEN i_stock - $2 >= 10 THEN i_stock - $2 \
                  ELSE i_stock - $2 + 21 END WHERE i_id = $1",
-            )
-            .await
-            .map_err(Error::db("prepare update stock"))?;
+        )
+        .await?;
         for (k, l) in lines.iter().enumerate() {
             let ol_id = k as i32 + 1;
             let comment = words::text(rng, 20, 100);
@@ -1009,15 +970,14 @@ impl Store {
                 .map_err(Error::db("insert order line"))?;
             tx.execute(&stock, &[&l.i_id, &l.qty]).await.map_err(Error::db("update stock"))?;
         }
-        let st = tx
-            .prepare_cached(
-                "INSERT INTO cc_xacts (cx_o_id, cx_type, cx_num, cx_name, cx_expire, cx_auth_id, \
+        let st = prep(
+            &tx,
+            "INSERT INTO cc_xacts (cx_o_id, cx_type, cx_num, cx_name, cx_expire, cx_auth_id, \
                  cx_xact_amt, cx_xact_date, cx_co_id) \
                  SELECT $1, $2, $3, $4, $5::text::date, $6, $7::float8, now(), addr_co_id \
                  FROM address WHERE addr_id = $8",
-            )
-            .await
-            .map_err(Error::db("prepare insert cc xact"))?;
+        )
+        .await?;
         tx.execute(&st, &[&o_id, &cc_type, &cc_number, &cc_name, &cc_expiry, &auth_id, &total, &ship_addr_id])
             .await
             .map_err(|e| match Error::db("credit card transaction")(e) {
@@ -1026,10 +986,7 @@ impl Store {
                 }
                 other => other,
             })?;
-        let st = tx
-            .prepare_cached("DELETE FROM shopping_cart_line WHERE scl_sc_id = $1")
-            .await
-            .map_err(Error::db("prepare clear cart"))?;
+        let st = prep(&tx, "DELETE FROM shopping_cart_line WHERE scl_sc_id = $1").await?;
         tx.execute(&st, &[&sc_id]).await.map_err(Error::db("clear cart"))?;
         tx.commit().await.map_err(Error::db("commit buy confirm"))?;
 
@@ -1058,10 +1015,7 @@ impl Store {
     async fn order_display(&self, req: &Request, rng: &mut ChaCha8Rng) -> Result<Outcome> {
         let (uname, passwd) = self.credentials(req, rng);
         let c = crate::db::get(&self.pool).await?;
-        let st = c
-            .prepare_cached("SELECT c_passwd FROM customer WHERE c_uname = $1")
-            .await
-            .map_err(Error::db("prepare get password"))?;
+        let st = prep(&c, "SELECT c_passwd FROM customer WHERE c_uname = $1").await?;
         let stored: String = c
             .query_opt(&st, &[&uname])
             .await
@@ -1071,13 +1025,12 @@ impl Store {
         if stored != passwd {
             return Err(Error::BadRequest(format!("wrong password for '{uname}'")));
         }
-        let st = c
-            .prepare_cached(
-                "SELECT o_id FROM customer, orders WHERE c_id = o_c_id AND c_uname = $1 \
+        let st = prep(
+            &c,
+            "SELECT o_id FROM customer, orders WHERE c_id = o_c_id AND c_uname = $1 \
                  ORDER BY o_date DESC, o_id DESC LIMIT 1",
-            )
-            .await
-            .map_err(Error::db("prepare most recent order"))?;
+        )
+        .await?;
         let mut page = Page::new("Order display");
         let Some(r) = c.query_opt(&st, &[&uname]).await.map_err(Error::db("most recent order"))? else {
             page.p(&format!("Customer {uname} has not placed any order yet."));
@@ -1085,9 +1038,9 @@ impl Store {
             return Ok(Outcome { html: page.finish(), session: req.session });
         };
         let o_id: i32 = r.get(0);
-        let st = c
-            .prepare_cached(
-                "SELECT c_fname, c_lname, c_phone, c_email, o_date::text, o_sub_total::float8, \
+        let st = prep(
+            &c,
+            "SELECT c_fname, c_lname, c_phone, c_email, o_date::text, o_sub_total::float8, \
                  o_tax::float8, o_total::float8, o_ship_type, o_ship_date::text, o_status, cx_type, \
                  b.addr_street1, b.addr_street2, b.addr_city, b.addr_state, b.addr_zip, bc.co_name, \
                  s.addr_street1, s.addr_street2, s.addr_city, s.addr_state, s.addr_zip, sc.co_name \
@@ -1095,21 +1048,19 @@ impl Store {
                  WHERE o_id = $1 AND cx_o_id = o_id AND o_c_id = c_id \
                    AND o_bill_addr_id = b.addr_id AND b.addr_co_id = bc.co_id \
                    AND o_ship_addr_id = s.addr_id AND s.addr_co_id = sc.co_id",
-            )
-            .await
-            .map_err(Error::db("prepare get order"))?;
+        )
+        .await?;
         let o = c
             .query_opt(&st, &[&o_id])
             .await
             .map_err(Error::db("get order"))?
             .ok_or_else(|| Error::NotFound(format!("order {o_id}")))?;
-        let st = c
-            .prepare_cached(
-                "SELECT ol_i_id, i_title, i_publisher, i_cost::float8, ol_qty, ol_discount::float8, \
+        let st = prep(
+            &c,
+            "SELECT ol_i_id, i_title, i_publisher, i_cost::float8, ol_qty, ol_discount::float8, \
                  ol_comments FROM order_line, item WHERE ol_i_id = i_id AND ol_o_id = $1 ORDER BY ol_id",
-            )
-            .await
-            .map_err(Error::db("prepare get order lines"))?;
+        )
+        .await?;
         let lines = c.query(&st, &[&o_id]).await.map_err(Error::db("get order lines"))?;
         let s = |k: usize| esc(o.get::<_, &str>(k));
         page.raw(&format!(
@@ -1194,39 +1145,36 @@ impl Store {
         let mut c = crate::db::get(&self.pool).await?;
         let tx = c.transaction().await.map_err(Error::db("begin admin confirm"))?;
         // TPC-W adminUpdate: new cost, images and publication date …
-        let st = tx
-            .prepare_cached(
-                "UPDATE item SET i_cost = $2::float8, i_image = $3, i_thumbnail = $4, \
+        let st = prep(
+            &tx,
+            "UPDATE item SET i_cost = $2::float8, i_image = $3, i_thumbnail = $4, \
                  i_pub_date = CURRENT_DATE WHERE i_id = $1",
-            )
-            .await
-            .map_err(Error::db("prepare admin update"))?;
+        )
+        .await?;
         if tx.execute(&st, &[&i_id, &cost, &image, &thumbnail]).await.map_err(Error::db("admin update"))? == 0 {
             return Err(Error::NotFound(format!("item {i_id}")));
         }
         // … and related items recomputed: the five items bought most by the
         // customers who bought this one in the most recent 10,000 orders.
-        let st = tx
-            .prepare_cached(
-                "SELECT ol_i_id FROM orders, order_line \
+        let st = prep(
+            &tx,
+            "SELECT ol_i_id FROM orders, order_line \
                  WHERE o_id = ol_o_id AND ol_i_id <> $1 AND o_c_id IN ( \
                    SELECT o_c_id FROM orders, order_line \
                    WHERE o_id = ol_o_id AND o_id > (SELECT MAX(o_id) - $2 FROM orders) \
                      AND ol_i_id = $1) \
                  GROUP BY ol_i_id ORDER BY SUM(ol_qty) DESC, ol_i_id LIMIT 5",
-            )
-            .await
-            .map_err(Error::db("prepare related items"))?;
+        )
+        .await?;
         let rows = tx.query(&st, &[&i_id, &RELATED_WINDOW]).await.map_err(Error::db("related items"))?;
         let mut related: Vec<i32> = rows.iter().map(|r| r.get(0)).collect();
         if related.len() < 5 {
             // Too little history: keep the current relations for the rest.
-            let st = tx
-                .prepare_cached(
-                    "SELECT i_related1, i_related2, i_related3, i_related4, i_related5 FROM item WHERE i_id = $1",
-                )
-                .await
-                .map_err(Error::db("prepare current related"))?;
+            let st = prep(
+                &tx,
+                "SELECT i_related1, i_related2, i_related3, i_related4, i_related5 FROM item WHERE i_id = $1",
+            )
+            .await?;
             let r = tx.query_one(&st, &[&i_id]).await.map_err(Error::db("current related"))?;
             for k in 0..5 {
                 let old: i32 = r.get(k);
@@ -1238,13 +1186,12 @@ impl Store {
                 related.push(related[0]);
             }
         }
-        let st = tx
-            .prepare_cached(
-                "UPDATE item SET i_related1 = $2, i_related2 = $3, i_related3 = $4, i_related4 = $5, \
+        let st = prep(
+            &tx,
+            "UPDATE item SET i_related1 = $2, i_related2 = $3, i_related3 = $4, i_related4 = $5, \
                  i_related5 = $6 WHERE i_id = $1",
-            )
-            .await
-            .map_err(Error::db("prepare update related"))?;
+        )
+        .await?;
         tx.execute(&st, &[&i_id, &related[0], &related[1], &related[2], &related[3], &related[4]])
             .await
             .map_err(Error::db("update related"))?;
@@ -1264,6 +1211,12 @@ fn is_date_error(e: &tokio_postgres::Error) -> bool {
         e.code(),
         Some(c) if *c == SqlState::INVALID_DATETIME_FORMAT || *c == SqlState::DATETIME_FIELD_OVERFLOW
     )
+}
+
+/// Prepares a statement once per pooled connection (deadpool caches it), so
+/// the cheap interactions cost execution, not planning.
+async fn prep<C: GenericClient>(c: &C, sql: &str) -> Result<Statement> {
+    c.prepare_cached(sql).await.map_err(Error::db("prepare statement"))
 }
 
 /// Escapes LIKE wildcards in user input (the pattern uses `\` as escape).
