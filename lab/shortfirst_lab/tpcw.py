@@ -236,7 +236,9 @@ def gatekeeper(
         yield f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}/metrics"
 
 
-def calibrate(bins: Binaries, upstream: str, workdir: Path, clients: int, measure_s: float) -> str:
+def calibrate(
+    bins: Binaries, upstream: str, workdir: Path, clients: int, measure_s: float, max_trials: int = 30
+) -> str:
     """Runs ``shortfirst gatekeeper calibrate`` with the shopping mix; returns a capacity (``"40ms"``)."""
     out_json = workdir / "calibration.json"
     args = [
@@ -253,6 +255,8 @@ def calibrate(bins: Binaries, upstream: str, workdir: Path, clients: int, measur
         "2s",
         "--out",
         str(out_json),
+        "--max-trials",
+        str(max_trials),
     ]
     for code, w in CALIBRATION_MIX.items():
         args += ["--path", f"{PAGES[code][0]}:{w}"]
@@ -439,6 +443,7 @@ def sweep(config_path: Path, out_dir: Path, bins: Binaries | None = None) -> dic
                     out_dir,
                     int(gk.get("calibrate_clients", 64)),
                     float(gk.get("calibrate_measure_s", 10)),
+                    int(gk.get("calibrate_max_trials", 30)),
                 )
             for mode in cfg["modes"]["list"]:
                 for n in ld["browsers"]:
