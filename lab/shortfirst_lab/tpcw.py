@@ -479,6 +479,103 @@ def sweep(config_path: Path, out_dir: Path, bins: Binaries | None = None) -> dic
     return doc
 
 
+#: Cheap and costly interactions shown in the wait/exec figures (the paper's Figures 11–13 use
+#: "Exec Search" and "Admin Response"; Best Sellers is our costly one that occurs often enough
+#: to measure in short runs).
+CHEAP, COSTLY = "SRES", "BESS"
+
+
+def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
+    """Figures from ``summary.json``: throughput and mean response time vs browsers (paper Figures 5
+    and 9), wait vs execution time for a cheap, a costly and the average interaction (Figures 11–13),
+    and a learned-cost table (Table 1). Returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    doc = json.loads(summary_path.read_text())
+    out_dir = out_dir or summary_path.parent
+    points = doc["points"]
+    modes = list(dict.fromkeys(p["mode"] for p in points))
+    written: list[Path] = []
+
+    def series(mode: str, key) -> tuple[list[int], list[float]]:
+        pts = sorted((p for p in points if p["mode"] == mode), key=lambda p: p["browsers"])
+        return [p["browsers"] for p in pts], [key(p) for p in pts]
+
+    for name, key, ylabel in (
+        ("throughput", lambda p: p["throughput_per_min"], "throughput (interactions/min)"),
+        ("response", lambda p: p["mean_response_s"] * 1e3, "mean response time (ms)"),
+    ):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for m in modes:
+            x, y = series(m, key)
+            ax.plot(x, y, marker="o", label=m if m == "direct" else f"gatekeeper-{m}")
+        ax.set_xlabel("emulated browsers")
+        ax.set_ylabel(ylabel)
+        if name == "response":
+            ax.set_yscale("log")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        path = out_dir / f"tpcw-{name}.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+
+    def wait_exec(p: dict, code: str | None) -> tuple[float, float]:
+        per = p.get("per_interaction", {})
+        if code is not None:
+            e = per.get(code, {})
+            return e.get("mean_wait_s", math.nan), e.get("mean_exec_s", math.nan)
+        n = sum(e.get("count", 0) for e in per.values())
+        if not n:
+            return math.nan, math.nan
+        w = sum(e.get("count", 0) * e.get("mean_wait_s", 0.0) for e in per.values()) / n
+        x = sum(e.get("count", 0) * e.get("mean_exec_s", 0.0) for e in per.values()) / n
+        return w, x
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4), sharey=False)
+    panels = ((CHEAP, "Search Results (cheap)"), (COSTLY, "Best Sellers (costly)"), (None, "average"))
+    for ax, (code, title) in zip(axes, panels, strict=True):
+        for m in modes:
+            x, w = series(m, lambda p, c=code: wait_exec(p, c)[0] * 1e3)
+            _, e = series(m, lambda p, c=code: wait_exec(p, c)[1] * 1e3)
+            (line,) = ax.plot(x, e, marker="o", label=f"{m} exec")
+            ax.plot(x, w, marker="x", linestyle="--", color=line.get_color(), label=f"{m} wait")
+        ax.set_title(title)
+        ax.set_xlabel("emulated browsers")
+        ax.set_ylabel("ms")
+        ax.set_yscale("symlog", linthresh=1.0)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    path = out_dir / "tpcw-wait-exec.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    written.append(path)
+
+    # Table 1: learned cost (gatekeeper estimate, ms) per interaction at the lightest and heaviest load.
+    gk = [p for p in points if p["mode"] != "direct"]
+    lines = [
+        "| interaction | learned cost, light load (ms) | learned cost, heaviest load (ms) |",
+        "|---|---|---|",
+    ]
+    if gk:
+        lo = min(gk, key=lambda p: p["browsers"])
+        hi = max(gk, key=lambda p: p["browsers"])
+        for code, (_, name) in PAGES.items():
+            a = lo["per_interaction"].get(code, {}).get("learned_cost_s")
+            b = hi["per_interaction"].get(code, {}).get("learned_cost_s")
+            fmt = lambda v: "-" if v is None else f"{v * 1e3:.2f}"  # noqa: E731
+            lines.append(f"| {name} | {fmt(a)} | {fmt(b)} |")
+    path = out_dir / "tpcw-learned-costs.md"
+    path.write_text("\n".join(lines) + "\n")
+    written.append(path)
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m shortfirst_lab.tpcw", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -486,9 +583,16 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("config", type=Path)
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--profile", default="release", help="cargo profile of the binaries (target/PROFILE)")
+    r = sub.add_parser("report", help="figures and the learned-cost table from a summary.json")
+    r.add_argument("summary", type=Path)
     a = ap.parse_args(argv)
+    if a.cmd == "report":
+        for p in report(a.summary):
+            print(p)
+        return 0
     try:
         sweep(a.config, a.out, Binaries.default(a.profile))
+        report(a.out / "summary.json")
     except TpcwError as e:
         print(f"tpcw: error: {e}")
         return 1

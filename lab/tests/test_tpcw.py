@@ -1,6 +1,7 @@
 """Tests of the TPC-W experiment driver: metric parsing and analysis on fixed inputs, and a short
 end-to-end run of emulated browsers through the gatekeeper into the bookstore on a real PostgreSQL."""
 
+import json
 import os
 from pathlib import Path
 
@@ -102,3 +103,41 @@ def test_browsers_through_the_gatekeeper_into_the_bookstore(tmp_path: Path):
     if "learned_cost_s" in per.get("BESS", {}):
         assert per["BESS"]["learned_cost_s"] > per["HOME"]["learned_cost_s"], per
     assert (tmp_path / "sjf-20" / "requests.csv").exists()
+
+
+def test_report_draws_figures_and_the_learned_cost_table(tmp_path: Path):
+    def point(mode, n, tput, rt, learned):
+        per = {
+            "HOME": {"count": 10, "mean_wait_s": 0.001 * n, "mean_exec_s": 0.001, "learned_cost_s": learned},
+            "SRES": {"count": 5, "mean_wait_s": 0.002 * n, "mean_exec_s": 0.003},
+            "BESS": {
+                "count": 2,
+                "mean_wait_s": 0.01 * n,
+                "mean_exec_s": 0.1,
+                "learned_cost_s": 100 * learned,
+            },
+        }
+        return {
+            "mode": mode,
+            "browsers": n,
+            "throughput_per_min": tput,
+            "mean_response_s": rt,
+            "per_interaction": per,
+        }
+
+    doc = {
+        "points": [point(m, n, 100.0 * n, 0.01 * n, 0.0005 * n) for m in ("direct", "sjf") for n in (10, 50)]
+    }
+    s = tmp_path / "summary.json"
+    s.write_text(json.dumps(doc))
+    files = tpcw.report(s)
+    assert {f.name for f in files} == {
+        "tpcw-throughput.png",
+        "tpcw-response.png",
+        "tpcw-wait-exec.png",
+        "tpcw-learned-costs.md",
+    }
+    assert all(f.stat().st_size > 0 for f in files)
+    table = (tmp_path / "tpcw-learned-costs.md").read_text()
+    assert "| Home | 5.00 | 25.00 |" in table
+    assert "| Best Sellers | 500.00 | 2500.00 |" in table
