@@ -423,9 +423,22 @@ def run_point(
     return res
 
 
-def sweep(config_path: Path, out_dir: Path, bins: Binaries | None = None) -> dict:
-    """Runs the experiment file; writes ``out_dir/summary.json`` (temp file, then rename)."""
+def sweep(
+    config_path: Path, out_dir: Path, bins: Binaries | None = None, overrides: dict | None = None
+) -> dict:
+    """Runs the experiment file; writes ``out_dir/summary.json`` (temp file, then rename).
+
+    ``overrides`` replaces ``capacity`` (gatekeeper), ``modes`` and ``browsers`` of the file."""
     cfg = tomllib.loads(config_path.read_text())
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if key == "capacity":
+            cfg.setdefault("gatekeeper", {})["capacity"] = value
+        elif key == "modes":
+            cfg["modes"]["list"] = value
+        elif key == "browsers":
+            cfg["load"]["browsers"] = value
     bins = bins or Binaries.default()
     bins.check()
     b, ld, gk = cfg["bookstore"], cfg["load"], cfg.get("gatekeeper", {})
@@ -583,6 +596,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("config", type=Path)
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--profile", default="release", help="cargo profile of the binaries (target/PROFILE)")
+    s.add_argument("--capacity", help="override the gatekeeper capacity (calibrate, auto, or e.g. 500ms)")
+    s.add_argument("--modes", type=lambda v: v.split(","), help="override the modes, comma-separated")
+    s.add_argument("--browsers", type=lambda v: [int(x) for x in v.split(",")], help="override load points")
     r = sub.add_parser("report", help="figures and the learned-cost table from a summary.json")
     r.add_argument("summary", type=Path)
     a = ap.parse_args(argv)
@@ -591,7 +607,8 @@ def main(argv: list[str] | None = None) -> int:
             print(p)
         return 0
     try:
-        sweep(a.config, a.out, Binaries.default(a.profile))
+        overrides = {"capacity": a.capacity, "modes": a.modes, "browsers": a.browsers}
+        sweep(a.config, a.out, Binaries.default(a.profile), overrides)
         report(a.out / "summary.json")
     except TpcwError as e:
         print(f"tpcw: error: {e}")
