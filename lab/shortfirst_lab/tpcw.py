@@ -1,0 +1,620 @@
+"""Gatekeeper on the TPC-W bookstore (issue 6): emulated browsers → (gatekeeper) → bookstore → PostgreSQL.
+
+Everything runs on loopback: a private PostgreSQL started by ``examples/bookstore/pg.sh`` (stopped and
+deleted by its watchdog when this process exits), the ``bookstore`` application server, optionally
+``shortfirst gatekeeper`` in front of it, and ``shortfirst load`` in the closed model walking the TPC-W
+shopping mix (``examples/bookstore/tpcw-shopping.toml``) on persistent connections.
+
+``run_point`` measures one (mode, browsers) point; ``sweep`` runs an experiment file
+(``lab/experiments/gatekeeper-tpcw.toml``) and writes ``summary.json`` with, per (mode, browsers):
+``throughput_per_min``, ``mean_response_s``, ``p99_response_s`` and per interaction ``mean_wait_s``,
+``mean_exec_s`` (wait = time in the gatekeeper's admission queue, exec = admission to last byte, from the
+gatekeeper's per-type histograms; direct access has no queue, so its exec is the response time).
+
+Usage::
+
+    python -m shortfirst_lab.tpcw sweep lab/experiments/gatekeeper-tpcw.toml --out results/gatekeeper-tpcw
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import tomllib
+import urllib.request
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PG_SH = REPO / "examples" / "bookstore" / "pg.sh"
+SESSION_FILE = REPO / "examples" / "bookstore" / "tpcw-shopping.toml"
+
+#: Page code → (path, interaction name), as served by the bookstore (``bookstore routes``).
+PAGES: dict[str, tuple[str, str]] = {
+    "HOME": ("/home", "Home"),
+    "NEWP": ("/new_products", "New Products"),
+    "BESS": ("/best_sellers", "Best Sellers"),
+    "PROD": ("/product_detail", "Product Detail"),
+    "SREQ": ("/search_request", "Search Request"),
+    "SRES": ("/search_results", "Search Results"),
+    "SHOP": ("/shopping_cart", "Shopping Cart"),
+    "CREG": ("/customer_registration", "Customer Registration"),
+    "BUYR": ("/buy_request", "Buy Request"),
+    "BUYC": ("/buy_confirm", "Buy Confirm"),
+    "ORDI": ("/order_inquiry", "Order Inquiry"),
+    "ORDD": ("/order_display", "Order Display"),
+    "ADMR": ("/admin_request", "Admin Request"),
+    "ADMC": ("/admin_confirm", "Admin Confirm"),
+}
+PATH_TO_CODE = {path: code for code, (path, _) in PAGES.items()}
+
+#: Request mix for ``shortfirst gatekeeper calibrate``: the shopping mix's page frequencies
+#: (the Gatekeeper paper's Table 1 column, percent; Customer Registration from the mix's flow).
+CALIBRATION_MIX = {
+    "HOME": 16.0,
+    "NEWP": 5.0,
+    "BESS": 5.0,
+    "PROD": 17.0,
+    "SREQ": 20.0,
+    "SRES": 17.0,
+    "SHOP": 11.6,
+    "CREG": 3.0,
+    "BUYR": 2.6,
+    "BUYC": 1.2,
+    "ORDI": 0.75,
+    "ORDD": 0.66,
+    "ADMR": 0.1,
+    "ADMC": 0.09,
+}
+
+
+class TpcwError(RuntimeError):
+    """A component failed to start or a run produced no usable result."""
+
+
+@dataclass
+class Binaries:
+    shortfirst: Path
+    bookstore: Path
+
+    @classmethod
+    def default(cls, profile: str = "release") -> Binaries:
+        return cls(REPO / "target" / profile / "shortfirst", REPO / "target" / profile / "bookstore")
+
+    def check(self) -> None:
+        for b in (self.shortfirst, self.bookstore):
+            if not b.exists():
+                raise TpcwError(f"{b} not built (make build bookstore-build)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout_s: float = 30.0, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise TpcwError(f"process for {url} exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status < 500:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise TpcwError(f"{url} not answering after {timeout_s} s")
+
+
+@contextmanager
+def process(args: list[str], log: Path) -> Iterator[subprocess.Popen]:
+    """Runs ``args`` with output to ``log``; stops exactly this process (SIGTERM, then SIGKILL) on exit."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as out:
+        p = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            yield p
+        finally:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+
+@contextmanager
+def postgres(max_connections: int = 300) -> Iterator[str]:
+    """A private PostgreSQL for the duration of the block; yields the ``bookstore`` database URL."""
+    if not PG_SH.exists():
+        raise TpcwError(f"{PG_SH} missing")
+    d = Path(tempfile.mkdtemp(prefix="tpcw-pg-", dir="/tmp"))
+    port = free_port()
+    try:
+        out = subprocess.run(
+            [
+                str(PG_SH),
+                "start",
+                str(d),
+                "--port",
+                str(port),
+                "--owner-pid",
+                str(os.getpid()),
+                "--max-connections",
+                str(max_connections),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if out.returncode != 0:
+            raise TpcwError(f"pg.sh start failed: {out.stderr.strip()}")
+        yield out.stdout.strip()
+    finally:
+        subprocess.run([str(PG_SH), "stop", str(d)], capture_output=True, check=False)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def generate(bins: Binaries, db_url: str, items: int, customers: int, seed: int) -> None:
+    out = subprocess.run(
+        [
+            str(bins.bookstore),
+            "gen",
+            "--db",
+            db_url,
+            "--items",
+            str(items),
+            "--customers",
+            str(customers),
+            "--seed",
+            str(seed),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise TpcwError(f"bookstore gen failed: {out.stderr.strip()}")
+
+
+@contextmanager
+def bookstore(bins: Binaries, db_url: str, workdir: Path, pool: int) -> Iterator[str]:
+    port = free_port()
+    args = [
+        str(bins.bookstore),
+        "serve",
+        "--db",
+        db_url,
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--pool",
+        str(pool),
+    ]
+    with process(args, workdir / "bookstore.log") as p:
+        url = f"http://127.0.0.1:{port}"
+        wait_http(url + "/healthz", proc=p)
+        yield url
+
+
+@contextmanager
+def gatekeeper(
+    bins: Binaries, upstream: str, policy: str, capacity: str, workdir: Path
+) -> Iterator[tuple[str, str]]:
+    """Yields (proxy URL, metrics URL)."""
+    port, admin = free_port(), free_port()
+    args = [
+        str(bins.shortfirst),
+        "gatekeeper",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--upstream",
+        upstream,
+        "--policy",
+        policy,
+        "--capacity",
+        capacity,
+        "--admin",
+        f"127.0.0.1:{admin}",
+    ]
+    with process(args, workdir / "gatekeeper.log") as p:
+        wait_http(f"http://127.0.0.1:{admin}/metrics", proc=p)
+        yield f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}/metrics"
+
+
+def calibrate(
+    bins: Binaries, upstream: str, workdir: Path, clients: int, measure_s: float, max_trials: int = 30
+) -> str:
+    """Runs ``shortfirst gatekeeper calibrate`` with the shopping mix; returns a capacity (``"40ms"``)."""
+    out_json = workdir / "calibration.json"
+    args = [
+        str(bins.shortfirst),
+        "gatekeeper",
+        "calibrate",
+        "--upstream",
+        upstream,
+        "--clients",
+        str(clients),
+        "--measure",
+        f"{measure_s}s",
+        "--warmup",
+        "2s",
+        "--out",
+        str(out_json),
+        "--max-trials",
+        str(max_trials),
+    ]
+    for code, w in CALIBRATION_MIX.items():
+        args += ["--path", f"{PAGES[code][0]}:{w}"]
+    res = subprocess.run(args, capture_output=True, text=True, check=False)
+    (workdir / "calibrate.log").write_text(res.stdout + res.stderr)
+    if res.returncode != 0:
+        raise TpcwError(f"calibrate failed: {res.stderr.strip()[-500:]}")
+    best_us = json.loads(out_json.read_text())["best_capacity_us"]
+    return f"{max(1, round(best_us / 1000))}ms"
+
+
+def run_load(
+    bins: Binaries, target: str, out: Path, browsers: int, think: str, duration_s: float, seed: int
+) -> dict:
+    args = [
+        str(bins.shortfirst),
+        "load",
+        "--target",
+        target,
+        "--session",
+        str(SESSION_FILE),
+        "--model",
+        f"closed:{browsers},think={think}",
+        "--duration",
+        str(duration_s),
+        "--persistent",
+        "100000",
+        "--timeout",
+        "120",
+        "--out",
+        str(out),
+        "--seed",
+        str(seed),
+        "--quiet",
+    ]
+    res = subprocess.run(args, capture_output=True, text=True, check=False)
+    (out.parent / f"{out.name}.load.log").write_text(res.stdout + res.stderr)
+    if res.returncode != 0 or not (out / "summary.json").exists():
+        raise TpcwError(f"shortfirst load failed ({res.returncode}): {res.stderr.strip()[-500:]}")
+    return json.loads((out / "summary.json").read_text())
+
+
+_METRIC = re.compile(r"^(\w+)\{([^}]*)\}\s+(\S+)$")
+
+
+def parse_metrics(text: str) -> dict[tuple[str, str], float]:
+    """Prometheus text → {(metric, type label): value} for the per-type series (bucket lines skipped)."""
+    out: dict[tuple[str, str], float] = {}
+    for line in text.splitlines():
+        m = _METRIC.match(line.strip())
+        if not m or m.group(1).endswith("_bucket"):
+            continue
+        labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2)))
+        if "type" in labels and "outcome" not in labels:
+            out[(m.group(1), labels["type"])] = float(m.group(3))
+    return out
+
+
+def type_to_code(type_label: str) -> str | None:
+    """``GET /best_sellers`` → ``BESS``."""
+    path = type_label.split(" ", 1)[-1].split("?", 1)[0]
+    return PATH_TO_CODE.get(path)
+
+
+def analyze(requests_csv: Path, warmup_s: float, end_s: float) -> dict:
+    """Throughput and response times of successful requests completed in [warmup_s, end_s]."""
+    per: dict[str, list[float]] = defaultdict(list)
+    all_rt: list[float] = []
+    failed = 0
+    with open(requests_csv, newline="") as f:
+        for row in csv.DictReader(f):
+            done = row.get("done_s") or ""
+            if not done:
+                continue
+            done_s = float(done)
+            if not (warmup_s <= done_s <= end_s):
+                continue
+            if row["outcome"] != "ok" or row["status"] != "200":
+                failed += 1
+                continue
+            rt = done_s - float(row["start_s"])
+            code = PATH_TO_CODE.get(row["path"].split("?", 1)[0], "OTHER")
+            per[code].append(rt)
+            all_rt.append(rt)
+    window_s = max(1e-9, end_s - warmup_s)
+    all_rt.sort()
+    return {
+        "completed": len(all_rt),
+        "failed": failed,
+        "throughput_per_min": len(all_rt) / window_s * 60.0,
+        "mean_response_s": sum(all_rt) / len(all_rt) if all_rt else math.nan,
+        "p99_response_s": all_rt[min(len(all_rt) - 1, int(0.99 * len(all_rt)))] if all_rt else math.nan,
+        "per_interaction_response": {
+            c: {"count": len(v), "mean_response_s": sum(v) / len(v)} for c, v in per.items()
+        },
+    }
+
+
+@dataclass
+class Point:
+    mode: str
+    browsers: int
+    result: dict = field(default_factory=dict)
+
+
+def run_point(
+    bins: Binaries,
+    app_url: str,
+    mode: str,
+    capacity: str,
+    browsers: int,
+    think: str,
+    duration_s: float,
+    warmup_s: float,
+    seed: int,
+    workdir: Path,
+) -> dict:
+    """One measurement: ``mode`` is ``direct`` or a gatekeeper policy (``fifo``, ``sjf``, ``sjf-aging:X``)."""
+    name = f"{mode.replace(':', '-')}-{browsers}"
+    out = workdir / name
+    if out.exists():
+        shutil.rmtree(out)
+    metrics: dict[tuple[str, str], float] = {}
+    if mode == "direct":
+        summary = run_load(bins, app_url, out, browsers, think, duration_s, seed)
+    else:
+        with gatekeeper(bins, app_url, mode, capacity, workdir / name) as (proxy, metrics_url):
+            summary = run_load(bins, proxy, out, browsers, think, duration_s, seed)
+            with urllib.request.urlopen(metrics_url, timeout=10) as r:
+                text = r.read().decode()
+            (out / "metrics.txt").write_text(text)
+            metrics = parse_metrics(text)
+    res = analyze(out / "requests.csv", warmup_s, duration_s)
+    res["load_summary_valid"] = summary.get("valid")
+    per = {}
+    for code, stats in res.pop("per_interaction_response").items():
+        entry = {"count": stats["count"], "mean_response_s": stats["mean_response_s"]}
+        if mode == "direct":
+            entry["mean_wait_s"] = 0.0
+            entry["mean_exec_s"] = stats["mean_response_s"]
+        per[code] = entry
+    # Gatekeeper: split wait/exec and report the learned cost, per type (whole run, incl. warm-up).
+    for (metric, label), value in metrics.items():
+        code = type_to_code(label)
+        if code is None:
+            continue
+        e = per.setdefault(code, {})
+        if metric == "gatekeeper_type_estimated_cost_seconds":
+            e["learned_cost_s"] = value
+        for prefix, key in (
+            ("gatekeeper_type_queue_wait_seconds", "mean_wait_s"),
+            ("gatekeeper_type_upstream_seconds", "mean_exec_s"),
+        ):
+            if metric == prefix + "_sum":
+                e[f"_{key}_sum"] = value
+            if metric == prefix + "_count":
+                e[f"_{key}_count"] = value
+    for e in per.values():
+        for key in ("mean_wait_s", "mean_exec_s"):
+            s, n = e.pop(f"_{key}_sum", None), e.pop(f"_{key}_count", None)
+            if s is not None and n:
+                e[key] = s / n
+    res["per_interaction"] = per
+    return res
+
+
+def sweep(
+    config_path: Path, out_dir: Path, bins: Binaries | None = None, overrides: dict | None = None
+) -> dict:
+    """Runs the experiment file; writes ``out_dir/summary.json`` (temp file, then rename).
+
+    ``overrides`` replaces ``capacity`` (gatekeeper), ``modes`` and ``browsers`` of the file."""
+    cfg = tomllib.loads(config_path.read_text())
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if key == "capacity":
+            cfg.setdefault("gatekeeper", {})["capacity"] = value
+        elif key == "modes":
+            cfg["modes"]["list"] = value
+        elif key == "browsers":
+            cfg["load"]["browsers"] = value
+    bins = bins or Binaries.default()
+    bins.check()
+    b, ld, gk = cfg["bookstore"], cfg["load"], cfg.get("gatekeeper", {})
+    out_dir.mkdir(parents=True, exist_ok=True)
+    think = f"exp:{ld['think_mean_s']}:{ld['think_max_s']}"
+    results: list[dict] = []
+    with postgres(max_connections=int(b.get("pool", 128)) + 20) as db_url:
+        generate(bins, db_url, b["items"], b["customers"], b.get("seed", 1))
+        with bookstore(bins, db_url, out_dir, int(b.get("pool", 128))) as app:
+            capacity = str(gk.get("capacity", "calibrate"))
+            if capacity == "calibrate":
+                capacity = calibrate(
+                    bins,
+                    app,
+                    out_dir,
+                    int(gk.get("calibrate_clients", 64)),
+                    float(gk.get("calibrate_measure_s", 10)),
+                    int(gk.get("calibrate_max_trials", 30)),
+                )
+            for mode in cfg["modes"]["list"]:
+                for n in ld["browsers"]:
+                    r = run_point(
+                        bins,
+                        app,
+                        mode,
+                        capacity,
+                        int(n),
+                        think,
+                        float(ld["duration_s"]),
+                        float(ld["warmup_s"]),
+                        int(ld.get("seed", 1)),
+                        out_dir,
+                    )
+                    r.update({"mode": mode, "browsers": int(n)})
+                    results.append(r)
+                    print(
+                        f"{mode:>12} {n:>5} browsers: {r['throughput_per_min']:8.0f}/min, "
+                        f"mean {r['mean_response_s'] * 1e3:8.1f} ms, p99 {r['p99_response_s'] * 1e3:8.1f} ms",
+                        flush=True,
+                    )
+    doc = {
+        "experiment": str(config_path),
+        "capacity": capacity,
+        "think": think,
+        "scale": {"items": b["items"], "customers": b["customers"]},
+        "points": results,
+    }
+    tmp = out_dir / "summary.json.tmp"
+    tmp.write_text(json.dumps(doc, indent=2, allow_nan=True) + "\n")
+    tmp.rename(out_dir / "summary.json")
+    return doc
+
+
+#: Cheap and costly interactions shown in the wait/exec figures (the paper's Figures 11–13 use
+#: "Exec Search" and "Admin Response"; Best Sellers is our costly one that occurs often enough
+#: to measure in short runs).
+CHEAP, COSTLY = "SRES", "BESS"
+
+
+def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
+    """Figures from ``summary.json``: throughput and mean response time vs browsers (paper Figures 5
+    and 9), wait vs execution time for a cheap, a costly and the average interaction (Figures 11–13),
+    and a learned-cost table (Table 1). Returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    doc = json.loads(summary_path.read_text())
+    out_dir = out_dir or summary_path.parent
+    points = doc["points"]
+    modes = list(dict.fromkeys(p["mode"] for p in points))
+    written: list[Path] = []
+
+    def series(mode: str, key) -> tuple[list[int], list[float]]:
+        pts = sorted((p for p in points if p["mode"] == mode), key=lambda p: p["browsers"])
+        return [p["browsers"] for p in pts], [key(p) for p in pts]
+
+    for name, key, ylabel in (
+        ("throughput", lambda p: p["throughput_per_min"], "throughput (interactions/min)"),
+        ("response", lambda p: p["mean_response_s"] * 1e3, "mean response time (ms)"),
+    ):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for m in modes:
+            x, y = series(m, key)
+            ax.plot(x, y, marker="o", label=m if m == "direct" else f"gatekeeper-{m}")
+        ax.set_xlabel("emulated browsers")
+        ax.set_ylabel(ylabel)
+        if name == "response":
+            ax.set_yscale("log")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        path = out_dir / f"tpcw-{name}.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+
+    def wait_exec(p: dict, code: str | None) -> tuple[float, float]:
+        per = p.get("per_interaction", {})
+        if code is not None:
+            e = per.get(code, {})
+            return e.get("mean_wait_s", math.nan), e.get("mean_exec_s", math.nan)
+        n = sum(e.get("count", 0) for e in per.values())
+        if not n:
+            return math.nan, math.nan
+        w = sum(e.get("count", 0) * e.get("mean_wait_s", 0.0) for e in per.values()) / n
+        x = sum(e.get("count", 0) * e.get("mean_exec_s", 0.0) for e in per.values()) / n
+        return w, x
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4), sharey=False)
+    panels = ((CHEAP, "Search Results (cheap)"), (COSTLY, "Best Sellers (costly)"), (None, "average"))
+    for ax, (code, title) in zip(axes, panels, strict=True):
+        for m in modes:
+            x, w = series(m, lambda p, c=code: wait_exec(p, c)[0] * 1e3)
+            _, e = series(m, lambda p, c=code: wait_exec(p, c)[1] * 1e3)
+            (line,) = ax.plot(x, e, marker="o", label=f"{m} exec")
+            ax.plot(x, w, marker="x", linestyle="--", color=line.get_color(), label=f"{m} wait")
+        ax.set_title(title)
+        ax.set_xlabel("emulated browsers")
+        ax.set_ylabel("ms")
+        ax.set_yscale("symlog", linthresh=1.0)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    path = out_dir / "tpcw-wait-exec.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    written.append(path)
+
+    # Table 1: learned cost (gatekeeper estimate, ms) per interaction at the lightest and heaviest load.
+    gk = [p for p in points if p["mode"] != "direct"]
+    lines = [
+        "| interaction | learned cost, light load (ms) | learned cost, heaviest load (ms) |",
+        "|---|---|---|",
+    ]
+    if gk:
+        lo = min(gk, key=lambda p: p["browsers"])
+        hi = max(gk, key=lambda p: p["browsers"])
+        for code, (_, name) in PAGES.items():
+            a = lo["per_interaction"].get(code, {}).get("learned_cost_s")
+            b = hi["per_interaction"].get(code, {}).get("learned_cost_s")
+            fmt = lambda v: "-" if v is None else f"{v * 1e3:.2f}"  # noqa: E731
+            lines.append(f"| {name} | {fmt(a)} | {fmt(b)} |")
+    path = out_dir / "tpcw-learned-costs.md"
+    path.write_text("\n".join(lines) + "\n")
+    written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m shortfirst_lab.tpcw", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("sweep", help="run an experiment file and write summary.json")
+    s.add_argument("config", type=Path)
+    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("--profile", default="release", help="cargo profile of the binaries (target/PROFILE)")
+    s.add_argument("--capacity", help="override the gatekeeper capacity (calibrate, auto, or e.g. 500ms)")
+    s.add_argument("--modes", type=lambda v: v.split(","), help="override the modes, comma-separated")
+    s.add_argument("--browsers", type=lambda v: [int(x) for x in v.split(",")], help="override load points")
+    r = sub.add_parser("report", help="figures and the learned-cost table from a summary.json")
+    r.add_argument("summary", type=Path)
+    a = ap.parse_args(argv)
+    if a.cmd == "report":
+        for p in report(a.summary):
+            print(p)
+        return 0
+    try:
+        overrides = {"capacity": a.capacity, "modes": a.modes, "browsers": a.browsers}
+        sweep(a.config, a.out, Binaries.default(a.profile), overrides)
+        report(a.out / "summary.json")
+    except TpcwError as e:
+        print(f"tpcw: error: {e}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
