@@ -66,7 +66,7 @@ class Proc:
                 self.p.wait()
         self.log.close()
 
-    def __enter__(self):  # noqa: ANN204
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
