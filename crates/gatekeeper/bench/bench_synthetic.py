@@ -271,8 +271,12 @@ def main() -> int:
                 r = subprocess.run(
                     [b.bin, "gatekeeper", "calibrate", "--upstream", f"http://127.0.0.1:{up_port}",
                      "--mix", str(work / "mix.csv"), "--clients", str(2 * a.slots),
-                     "--warmup", "2s", "--measure", "6s", "--min", f"{a.scale * 20}ms",
-                     "--max", f"{a.scale * 20000}ms", "--refine-steps", "3", "--max-trials", "14",
+                     "--warmup", "2s", "--measure", "5s", "--min", f"{a.scale * 20}ms",
+                     "--max", f"{a.scale * 20000}ms", "--refine-steps", "2", "--max-trials", "16",
+                     # A full sweep of the steps: under FIFO the throughput curve is flat
+                     # at small capacities (large requests run alone), so stopping at the
+                     # first plateau would miss the peak.
+                     "--tolerance=-1",
                      "--out", str(cal_out), *b.in_flight_args()],
                     check=False, capture_output=True, text=True, timeout=600,
                 )
