@@ -66,7 +66,7 @@ class Proc:
                 self.p.wait()
         self.log.close()
 
-    def __enter__(self) -> Proc:
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
@@ -159,9 +159,9 @@ def scrape(admin_port: int) -> dict:
         if name.startswith("gatekeeper_type_estimated_cost_seconds"):
             t = name.split('type="', 1)[1].rstrip('"}')
             out["estimated_cost_ms"][t] = float(value) * 1e3
-        elif name in ("gatekeeper_capacity_seconds", "gatekeeper_admitted_total"):
-            out[name] = float(value)
-        elif name.startswith("gatekeeper_rejected_total"):
+        elif name in ("gatekeeper_capacity_seconds", "gatekeeper_admitted_total") or name.startswith(
+            "gatekeeper_rejected_total"
+        ):
             out[name] = float(value)
     return out
 
@@ -207,7 +207,7 @@ class Bench:
                 "--out", str(out), "--model", model, "--duration", f"{duration_s}",
                 "--timeout", str(self.a.timeout), "--seed", str(self.a.seed), "--quiet"]
         t0 = time.monotonic()
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=duration_s + self.a.timeout + 120)
+        r = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=duration_s + self.a.timeout + 120)
         wall = time.monotonic() - t0
         if r.returncode != 0:
             raise RuntimeError(f"shortfirst load failed ({' '.join(argv)}):\n{r.stderr[-3000:]}")
@@ -256,6 +256,7 @@ def main() -> int:
         a.max_in_flight = a.slots
 
     t_start = time.monotonic()
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="gk-bench-") as tmp:
         work = Path(tmp)
         b = Bench(a, work)
@@ -270,10 +271,14 @@ def main() -> int:
                 r = subprocess.run(
                     [b.bin, "gatekeeper", "calibrate", "--upstream", f"http://127.0.0.1:{up_port}",
                      "--mix", str(work / "mix.csv"), "--clients", str(2 * a.slots),
-                     "--warmup", "2s", "--measure", "6s", "--min", f"{a.scale * 20}ms",
-                     "--max", f"{a.scale * 20000}ms", "--refine-steps", "3", "--max-trials", "14",
+                     "--warmup", "2s", "--measure", "5s", "--min", f"{a.scale * 20}ms",
+                     "--max", f"{a.scale * 20000}ms", "--refine-steps", "2", "--max-trials", "16",
+                     # A full sweep of the steps: under FIFO the throughput curve is flat
+                     # at small capacities (large requests run alone), so stopping at the
+                     # first plateau would miss the peak.
+                     "--tolerance=-1",
                      "--out", str(cal_out), *b.in_flight_args()],
-                    capture_output=True, text=True, timeout=600,
+                    check=False, capture_output=True, text=True, timeout=600,
                 )
                 if r.returncode != 0:
                     raise RuntimeError(f"calibrate failed:\n{r.stderr[-3000:]}")
@@ -335,6 +340,7 @@ def main() -> int:
         "results": results,
         "overhead": overhead,
         "runtime_s": time.monotonic() - t_start,
+        "machine": {"cpus": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
     }
     out["targets"] = evaluate(out)
     path = Path(a.out)

@@ -383,20 +383,21 @@ async fn auto_capacity_grows_when_saturated_without_inflation() {
     })
     .await;
     let c = client();
-    // 16 closed-loop clients of 20 ms requests on a backend that never slows down:
-    // capacity must grow past one request's cost.
+    // 16 closed-loop clients of 50 ms requests on a backend that never slows down (sleeps):
+    // capacity must grow from 20 ms to several requests' worth. 50 ms keeps scheduling
+    // jitter on a busy machine small next to the service time.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut tasks = Vec::new();
     for _ in 0..16 {
         let (c, stop, addr) = (c.clone(), stop.clone(), p.addr);
         tasks.push(tokio::spawn(async move {
             while !stop.load(SeqCst) {
-                assert_eq!(get(&c, addr, "/sleep/20").await.0, StatusCode::OK);
+                assert_eq!(get(&c, addr, "/sleep/50").await.0, StatusCode::OK);
             }
         }));
     }
     let h = p.handle.clone();
-    wait_until("capacity grew", Duration::from_secs(8), move || h.snapshot().capacity_us >= 160_000).await;
+    wait_until("capacity grew", Duration::from_secs(20), move || h.snapshot().capacity_us >= 200_000).await;
     stop.store(true, SeqCst);
     for t in tasks {
         t.await.unwrap();
