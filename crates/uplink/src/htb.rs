@@ -147,7 +147,6 @@ impl TreeSpec {
     /// (setup deletes an old one first).
     pub fn setup_commands(&self, dev: &str) -> Vec<Vec<String>> {
         let p = self.params();
-        let rate = format!("{}bit", self.rate_bits_per_s);
         let root_class = self.class_id(self.root_minor());
         let mut commands = vec![argv(&[
             "tc",
@@ -162,55 +161,47 @@ impl TreeSpec {
             "default",
             &format!("{:x}", self.band_map.class_minor(Band::SETUP)),
         ])];
-        commands.push(argv(&[
-            "tc",
-            "class",
-            "add",
-            "dev",
+        commands.push(self.class_command(
             dev,
-            "parent",
             &self.qdisc_handle(),
-            "classid",
             &root_class,
-            "htb",
-            "rate",
-            &rate,
-            "ceil",
-            &rate,
-            "burst",
-            &p.burst_bytes.to_string(),
-            "cburst",
-            &p.burst_bytes.to_string(),
-            "quantum",
-            &p.quantum_bytes.to_string(),
-        ]));
+            self.rate_bits_per_s,
+            p.burst_bytes,
+            None,
+        ));
         for band in self.bands() {
-            commands.push(argv(&[
-                "tc",
-                "class",
-                "add",
-                "dev",
-                dev,
-                "parent",
-                &root_class,
-                "classid",
-                &self.class_id(self.band_map.class_minor(band)),
-                "htb",
-                "rate",
-                &format!("{}bit", p.band_rate_bits_per_s),
-                "ceil",
-                &rate,
-                "burst",
-                &p.band_burst_bytes.to_string(),
-                "cburst",
-                &p.burst_bytes.to_string(),
-                "prio",
-                &band.index().to_string(),
-                "quantum",
-                &p.quantum_bytes.to_string(),
-            ]));
+            let id = self.class_id(self.band_map.class_minor(band));
+            let prio = Some(band.index());
+            commands.push(self.class_command(dev, &root_class, &id, p.band_rate_bits_per_s, p.band_burst_bytes, prio));
         }
         commands
+    }
+}
+
+impl TreeSpec {
+    /// `tc class add` for one class: ceil is always the uplink rate, cburst
+    /// the root burst and quantum one frame; only the root class has no prio.
+    fn class_command(
+        &self,
+        dev: &str,
+        parent: &str,
+        class_id: &str,
+        rate_bits_per_s: u64,
+        burst_bytes: u64,
+        prio: Option<u8>,
+    ) -> Vec<String> {
+        let p = self.params();
+        let mut command = argv(&["tc", "class", "add", "dev", dev, "parent", parent, "classid", class_id, "htb"]);
+        let mut option = |key: &str, value: String| command.extend([key.to_string(), value]);
+        option("rate", format!("{rate_bits_per_s}bit"));
+        option("ceil", format!("{}bit", self.rate_bits_per_s));
+        option("burst", burst_bytes.to_string());
+        option("cburst", p.burst_bytes.to_string());
+        if let Some(prio) = prio {
+            option("prio", prio.to_string());
+        }
+        option("quantum", p.quantum_bytes.to_string());
+        command
     }
 }
 
