@@ -54,6 +54,8 @@ class Trial:
     #: Bytes each band's HTB class sent during the trial, {band: bytes}.
     band_bytes: dict[int, int]
     band_packets: dict[int, int]
+    #: Bytes per band from just before the short fetch to just after it.
+    small_window_band_bytes: dict[int, int]
     #: All long downloads were still running when the short one finished.
     overlapped: bool
 
@@ -116,7 +118,8 @@ def run_trial(bed: Testbed, root: Path, policy: str, log_dir: Path | None = None
     """One trial: a fresh server under ``policy``, the long downloads, the timed short one."""
     with contextlib.ExitStack() as stack:
         log = stack.enter_context(open(log_dir / f"serve-{policy}.log", "a")) if log_dir else None
-        small_out, large_out, overlapped, before, after = _trial(bed, root, policy, log)
+        small_out, large_out, overlapped, counters = _trial(bed, root, policy, log)
+    before, small_before, small_after, after = counters
     small_result = json.loads(small_out.splitlines()[0])
     large_results = [json.loads(line) for line in large_out.splitlines()]
     for r in [small_result, *large_results]:
@@ -129,6 +132,7 @@ def run_trial(bed: Testbed, root: Path, policy: str, log_dir: Path | None = None
         large_s=[r["seconds"] for r in large_results],
         band_bytes={b: after[0][b] - before[0].get(b, 0) for b in after[0]},
         band_packets={b: after[1][b] - before[1].get(b, 0) for b in after[1]},
+        small_window_band_bytes={b: small_after[0][b] - small_before[0].get(b, 0) for b in small_after[0]},
         overlapped=overlapped,
     )
 
@@ -151,9 +155,11 @@ def _trial(bed: Testbed, root: Path, policy: str, log) -> tuple:
             text=True,
         )
         time.sleep(HEAD_START_S)
+        small_before = _band_counters(bed)
         small = bed.client_run(
             _probe("fetch", f"{base}/small.bin"), capture_output=True, text=True, timeout=TRIAL_TIMEOUT_S
         )
+        small_after = _band_counters(bed)
         overlapped = large.poll() is None
         large_out, _ = large.communicate(timeout=TRIAL_TIMEOUT_S)
         after = _band_counters(bed)
@@ -166,7 +172,7 @@ def _trial(bed: Testbed, root: Path, policy: str, log) -> tuple:
             server.wait()
     if small.returncode != 0:
         raise TestbedError(f"{policy}: the short fetch failed: {small.stderr.strip()}")
-    return small.stdout, large_out, overlapped, before, after
+    return small.stdout, large_out, overlapped, (before, small_before, small_after, after)
 
 
 def run(shortfirst_bin: str | Path, trials: int = 3, log_dir: Path | None = None) -> Result:

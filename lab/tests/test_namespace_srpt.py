@@ -20,7 +20,7 @@ import pytest
 from shortfirst_lab import downloads
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = REPO / "target" / "release" / "shortfirst"
+BIN = Path(os.environ.get("SHORTFIRST_BIN", REPO / "target" / "release" / "shortfirst"))
 TRIALS = 3
 
 pytestmark = [
@@ -47,9 +47,9 @@ def test_every_trial_is_valid(result):
         # The short response was measured while all long ones were still going.
         assert t.overlapped, t
         # Every response's bytes crossed the shaped uplink: 8 x 1 MB + 20 KB of
-        # bodies, plus headers and per-packet framing (under 10% here).
+        # bodies, plus headers, per-packet framing (~5%) and retransmissions.
         payload = result.n_large * result.large_bytes + result.small_bytes
-        assert payload <= data_bytes(t.band_bytes) < payload * 1.1, t.band_bytes
+        assert payload <= data_bytes(t.band_bytes) < payload * 1.3, t.band_bytes
 
 
 def test_srpt_serves_the_short_response_at_least_3x_sooner(result):
@@ -63,19 +63,30 @@ def test_fair_puts_all_data_in_one_band(result):
 
 
 def test_srpt_bands_follow_remaining_size(result):
-    """With cutoffs 1K, 2K, 5K, 20K, 50K, a 1 MB response starts in band 6 and
-    drains through bands 5..1 as its remaining bytes fall below each cutoff;
-    the 20 KB response starts in band 4 or 5 (headers may push it over 20,000
-    bytes). So band 6 carries most bytes and every lower band carries some."""
+    """With cutoffs 1K, 2K, 5K, 20K, 50K a 1 MB response starts in band 6 and
+    moves to better bands only near its end; the 20 KB response starts in
+    band 4 or 5 (headers may push it over 20,000 bytes) and moves lower.
+
+    So over a trial band 6 carries most bytes and the bands below carry the
+    tails; and while the 20 KB fetch runs (the long responses are then far
+    from their ends), bands 1..5 carry that response alone: its 20 KB plus
+    headers and framing, nothing more."""
+    payload = result.small_bytes
     for t in (t for t in result.trials if t.policy == "srpt"):
         total = data_bytes(t.band_bytes)
-        assert t.band_bytes[6] >= 0.8 * total, t.band_bytes
-        for band in range(1, 6):
-            assert t.band_bytes[band] > 0, f"band {band} carried nothing: {t.band_bytes}"
-        # The draining tails: each 1 MB response sends about 50 KB below the
-        # top cutoff, so bands 1..5 together carry roughly 8 x 50 KB + 20 KB.
-        below_top = sum(t.band_bytes[b] for b in range(1, 6))
-        assert below_top < 0.2 * total, t.band_bytes
+        assert t.band_bytes[6] >= 0.5 * total, t.band_bytes
+        assert sum(t.band_bytes[b] for b in range(1, 6)) > 0, t.band_bytes
+        window = t.small_window_band_bytes
+        below_top = sum(window[b] for b in range(1, 6))
+        assert payload <= below_top < payload * 1.15, f"bands 1..5 during the 20 KB fetch: {window}"
+        assert window[6] > 0, "the long responses kept sending in band 6"
+
+
+def test_fair_puts_the_short_response_with_the_long_ones(result):
+    for t in (t for t in result.trials if t.policy == "fair"):
+        window = t.small_window_band_bytes
+        assert sum(window[b] for b in range(2, 7)) == 0, window
+        assert window[1] > result.small_bytes, window
 
 
 def test_band_0_carries_set_up_only(result):
