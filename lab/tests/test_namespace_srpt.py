@@ -54,7 +54,9 @@ def test_every_trial_is_valid(result):
 
 def test_srpt_serves_the_short_response_at_least_3x_sooner(result):
     fair, srpt = result.median_small_s("fair"), result.median_small_s("srpt")
-    assert fair >= 3 * srpt, f"20 KB response: fair {fair:.3f} s, srpt {srpt:.3f} s, ratio {fair / srpt:.2f}"
+    trials = [(t.policy, round(t.small_s, 3)) for t in result.trials]
+    message = f"20 KB response: fair {fair:.3f} s, srpt {srpt:.3f} s, ratio {fair / srpt:.2f}; {trials}"
+    assert fair >= 3 * srpt, message
 
 
 def test_fair_puts_all_data_in_one_band(result):
@@ -78,7 +80,11 @@ def test_srpt_bands_follow_remaining_size(result):
         assert sum(t.band_bytes[b] for b in range(1, 6)) > 0, t.band_bytes
         window = t.small_window_band_bytes
         below_top = sum(window[b] for b in range(1, 6))
-        assert payload <= below_top < payload * 1.15, f"bands 1..5 during the 20 KB fetch: {window}"
+        # Up to 2x: moving a connection to a better band mid-response reorders
+        # its packets (newer ones overtake those queued in the worse band), and
+        # TCP retransmits some of them: measured 7 of 25 segments for this
+        # response on an idle link. A long response's tail would add far more.
+        assert payload <= below_top < payload * 2, f"bands 1..5 during the 20 KB fetch: {window}"
         assert window[6] > 0, "the long responses kept sending in band 6"
 
 
