@@ -184,6 +184,9 @@ def _resolve_binary(path: str | Path) -> Path:
 class Testbed:
     """A server namespace behind a shaped uplink and ``n_clients`` client namespaces.
 
+    ``queue_packets`` is each priority band's queue limit on the uplink (the
+    paper's testbed: 100 packets).
+
     Built in the constructor; :meth:`close` (also ``__exit__``) tears everything
     down, always: processes started through the testbed, then the namespaces
     (which removes their veths and the qdisc), then the lock. A failure while
@@ -201,6 +204,7 @@ class Testbed:
         shortfirst_bin: str | Path = "target/release/shortfirst",
         mtu: int = 1500,
         accept_queue: int = 512,
+        queue_packets: int = 100,
     ) -> None:
         if not RUN_ID_RE.match(run_id):
             raise ValueError(f"run_id {run_id!r}: expected 1 to 6 characters of [a-z0-9] (see new_run_id())")
@@ -212,6 +216,8 @@ class Testbed:
             raise ValueError(f"mtu {mtu}: expected 576..=9000")
         if not 1 <= accept_queue <= 65535:
             raise ValueError(f"accept_queue {accept_queue}: expected 1..=65535")
+        if not 1 <= queue_packets <= 100_000:
+            raise ValueError(f"queue_packets {queue_packets}: expected 1..=100000")
         if os.geteuid() != 0:
             raise PermissionError("the testbed needs root (network namespaces, tc)")
         for tool in ("ip", "tc", "ethtool"):
@@ -223,6 +229,7 @@ class Testbed:
         self.n_clients = n_clients
         self.mtu = mtu
         self.accept_queue = accept_queue
+        self.queue_packets = queue_packets
         self.shortfirst_bin = _resolve_binary(shortfirst_bin)
         self.server_ns, self.switch_ns, self.client_ns = _ns_names(PREFIX, run_id, n_clients)
         base = f"{PREFIX}{run_id}"
@@ -289,6 +296,8 @@ class Testbed:
                 str(self.rate_bits_per_s),
                 "--bands",
                 str(self.data_bands),
+                "--queue-packets",
+                str(self.queue_packets),
                 "--offloads",
                 "off",
             ]

@@ -71,6 +71,9 @@ def test_build_and_teardown_leave_nothing(shortfirst_bin):
         stats = bed.uplink_stats()
         assert stats["rate_bits_per_s"] == RATE_10_MBIT
         assert [b["band"] for b in stats["bands"]] == list(range(7))
+        qdiscs = json.loads(bed_exec(bed.server_ns, ["tc", "-j", "qdisc", "show", "dev", bed.server_dev]))
+        assert sorted(q["kind"] for q in qdiscs) == ["htb"] + ["pfifo"] * 7
+        assert all(q["options"]["limit"] == 100 for q in qdiscs if q["kind"] == "pfifo")
         # Offloads off on both ends of every veth, MTU 1500.
         for ns, dev in [(bed.server_ns, bed.server_dev), (bed.switch_ns, bed.server_dev + "p")] + [
             (bed.client_ns[i], bed.client_devs[i]) for i in range(2)

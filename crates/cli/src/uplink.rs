@@ -6,7 +6,10 @@
 
 use anyhow::Context;
 use shortfirst_core::bands::{BandMap, MAX_DATA_BANDS};
-use shortfirst_uplink::{self as uplink, format_rate, Offloads, SystemRunner, TeardownOutcome, UplinkStats};
+use shortfirst_uplink::htb::{DEFAULT_QUEUE_PACKETS, MAX_QUEUE_PACKETS};
+use shortfirst_uplink::{
+    self as uplink, format_rate, Offloads, SetupOptions, SystemRunner, TeardownOutcome, UplinkStats,
+};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -29,6 +32,12 @@ enum Command {
         /// Data bands (1 to 7); band 0 for set-up comes on top. `srpt` uses 6.
         #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u8).range(1..=MAX_DATA_BANDS as i64))]
         bands: u8,
+        /// Each band's queue limit in packets (a pfifo per band); beyond it
+        /// arriving packets are dropped and TCP retransmits. 100 is the
+        /// transmit queue of the paper's testbed.
+        #[arg(long, default_value_t = DEFAULT_QUEUE_PACKETS,
+              value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_QUEUE_PACKETS)))]
+        queue_packets: u32,
         /// `off` turns TSO/GSO/GRO off on DEV so packets are MTU-sized at the
         /// qdisc (needed for the priority order to act per packet); `keep`
         /// leaves them. Teardown does not turn them back on.
@@ -64,17 +73,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let map = BandMap::default();
     let mut runner = SystemRunner;
     match args.command {
-        Command::Setup { dev, rate, bands, offloads } => {
+        Command::Setup { dev, rate, bands, queue_packets, offloads } => {
             let offloads = match offloads {
                 OffloadsArg::Off => Offloads::Off,
                 OffloadsArg::Keep => Offloads::Keep,
             };
-            let r = uplink::setup(&mut runner, &dev, rate, usize::from(bands), map, offloads)
-                .with_context(|| format!("uplink setup on {dev}"))?;
+            let options = SetupOptions {
+                rate_bits_per_s: rate,
+                data_bands: usize::from(bands),
+                queue_packets,
+                band_map: map,
+                offloads,
+            };
+            let r = uplink::setup(&mut runner, &dev, &options).with_context(|| format!("uplink setup on {dev}"))?;
             let first = map.class_minor(shortfirst_core::bands::Band::SETUP);
             println!(
                 "{} uplink on {dev}: HTB {}, band 0 (set-up) + {bands} data bands in classes {:x}:{:x}..{:x}:{:x}, \
-                 quantum {} B, burst {} B, per-band guaranteed {}{}",
+                 {queue_packets}-packet band queues, quantum {} B, burst {} B, per-band guaranteed {}{}",
                 if r.replaced { "replaced" } else { "installed" },
                 format_rate(rate),
                 map.major,

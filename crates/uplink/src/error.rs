@@ -11,6 +11,8 @@ pub enum UplinkError {
     Bands { bands: usize },
     #[error("band map: {reason}")]
     BandMap { reason: String },
+    #[error("--queue-packets {queue_packets}: each band's queue must hold between 1 and {max} packets", max = crate::htb::MAX_QUEUE_PACKETS)]
+    QueuePackets { queue_packets: u32 },
     #[error("device MTU {mtu_bytes} bytes is outside 576..=65535")]
     Mtu { mtu_bytes: u32 },
     #[error("device name {dev:?} is not a valid interface name (1 to 15 bytes, no '/', ':' or whitespace)")]

@@ -9,7 +9,9 @@
 //! qdisc htb major:  default <band 0's minor>
 //! └── class major:1        rate = ceil = uplink          (the shaper)
 //!     ├── class major:m0   band 0 (set-up)   prio 0   tiny rate, ceil = uplink
+//!     │   └── qdisc pfifo limit Q            (each band's queue, Q packets)
 //!     ├── class major:m1   band 1            prio 1   tiny rate, ceil = uplink
+//!     │   └── qdisc pfifo limit Q
 //!     └── …                band N            prio N
 //! ```
 //!
@@ -42,14 +44,25 @@ pub const ROOT_BURST_US: u64 = 2_000;
 /// slow link (10 Mbit: 2 ms is only 2,500 bytes) is not starved by timer slack.
 pub const MIN_BURST_FRAMES: u32 = 4;
 
-/// What to install: the uplink rate, the number of data bands and how bands
-/// map to HTB classes.
+/// Each band's queue limit by default, packets: the transmit-queue length of
+/// the paper's testbed (Harchol-Balter et al. 2003, §5.1: 100 packets; their
+/// `prio` qdisc gave each band such a queue). At the limit the band's pfifo
+/// drops the arriving packet (counted in `drops`) and TCP retransmits it. A
+/// deeper queue (the kernel's default txqueuelen is 1000: 1.2 s at 10 Mbit)
+/// mostly adds queueing delay to FAIR.
+pub const DEFAULT_QUEUE_PACKETS: u32 = 100;
+/// Largest per-band queue accepted: 100,000 packets (150 MB at MTU 1500).
+pub const MAX_QUEUE_PACKETS: u32 = 100_000;
+
+/// What to install: the uplink rate, the number of data bands, how bands map
+/// to HTB classes, and each band's queue limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TreeSpec {
     pub rate_bits_per_s: u64,
     pub data_bands: usize,
     pub band_map: BandMap,
     pub mtu_bytes: u32,
+    pub queue_packets: u32,
 }
 
 /// The HTB numbers derived from a [`TreeSpec`]; see [`TreeSpec::params`].
@@ -89,7 +102,15 @@ impl TreeSpec {
         if !(576..=65_535).contains(&mtu_bytes) {
             return Err(UplinkError::Mtu { mtu_bytes });
         }
-        Ok(TreeSpec { rate_bits_per_s, data_bands, band_map, mtu_bytes })
+        Ok(TreeSpec { rate_bits_per_s, data_bands, band_map, mtu_bytes, queue_packets: DEFAULT_QUEUE_PACKETS })
+    }
+
+    /// The same tree with `queue_packets` (1..=[`MAX_QUEUE_PACKETS`]) per band queue.
+    pub fn with_queue_packets(self, queue_packets: u32) -> Result<Self, UplinkError> {
+        if !(1..=MAX_QUEUE_PACKETS).contains(&queue_packets) {
+            return Err(UplinkError::QueuePackets { queue_packets });
+        }
+        Ok(TreeSpec { queue_packets, ..self })
     }
 
     /// HTB quantum, burst and band rates for this link.
@@ -143,8 +164,9 @@ impl TreeSpec {
     }
 
     /// Commands that install the tree on `dev`, in order: the root qdisc, the
-    /// root class, one class per band. Assumes no shortfirst tree is present
-    /// (setup deletes an old one first).
+    /// root class, then per band its class and its pfifo queue (handle chosen
+    /// by the kernel). Assumes no shortfirst tree is present (setup deletes an
+    /// old one first).
     pub fn setup_commands(&self, dev: &str) -> Vec<Vec<String>> {
         let p = self.params();
         let root_class = self.class_id(self.root_minor());
@@ -173,6 +195,8 @@ impl TreeSpec {
             let id = self.class_id(self.band_map.class_minor(band));
             let prio = Some(band.index());
             commands.push(self.class_command(dev, &root_class, &id, p.band_rate_bits_per_s, p.band_burst_bytes, prio));
+            commands.push(argv(&["tc", "qdisc", "add", "dev", dev, "parent", &id, "pfifo", "limit"]));
+            commands.last_mut().expect("just pushed").push(self.queue_packets.to_string());
         }
         commands
     }
@@ -253,12 +277,19 @@ mod tests {
             "tc qdisc add dev sfx0 root handle 1: htb default a",
             "tc class add dev sfx0 parent 1: classid 1:1 htb rate 10000000bit ceil 10000000bit burst 6056 cburst 6056 quantum 1514",
             "tc class add dev sfx0 parent 1:1 classid 1:a htb rate 10000bit ceil 10000000bit burst 1514 cburst 6056 prio 0 quantum 1514",
+            "tc qdisc add dev sfx0 parent 1:a pfifo limit 100",
             "tc class add dev sfx0 parent 1:1 classid 1:b htb rate 10000bit ceil 10000000bit burst 1514 cburst 6056 prio 1 quantum 1514",
+            "tc qdisc add dev sfx0 parent 1:b pfifo limit 100",
             "tc class add dev sfx0 parent 1:1 classid 1:c htb rate 10000bit ceil 10000000bit burst 1514 cburst 6056 prio 2 quantum 1514",
+            "tc qdisc add dev sfx0 parent 1:c pfifo limit 100",
             "tc class add dev sfx0 parent 1:1 classid 1:d htb rate 10000bit ceil 10000000bit burst 1514 cburst 6056 prio 3 quantum 1514",
+            "tc qdisc add dev sfx0 parent 1:d pfifo limit 100",
             "tc class add dev sfx0 parent 1:1 classid 1:e htb rate 10000bit ceil 10000000bit burst 1514 cburst 6056 prio 4 quantum 1514",
+            "tc qdisc add dev sfx0 parent 1:e pfifo limit 100",
             "tc class add dev sfx0 parent 1:1 classid 1:f htb rate 10000bit ceil 10000000bit burst 1514 cburst 6056 prio 5 quantum 1514",
+            "tc qdisc add dev sfx0 parent 1:f pfifo limit 100",
             "tc class add dev sfx0 parent 1:1 classid 1:10 htb rate 10000bit ceil 10000000bit burst 1514 cburst 6056 prio 6 quantum 1514",
+            "tc qdisc add dev sfx0 parent 1:10 pfifo limit 100",
         ];
         assert_eq!(got, want);
     }
@@ -273,7 +304,9 @@ mod tests {
             for band in s.bands() {
                 let prio = map.so_priority(band);
                 let id = class_id((prio >> 16) as u16, (prio & 0xffff) as u16);
-                let line = &commands[2 + usize::from(band.index())];
+                let line = &commands[2 + 2 * usize::from(band.index())];
+                let queue = &commands[3 + 2 * usize::from(band.index())];
+                assert_eq!(queue[6], id, "band {band}'s queue hangs under its class");
                 let at = line.iter().position(|a| a == "classid").unwrap();
                 assert_eq!(line[at + 1], id, "band {band}");
                 assert_eq!(parse_class_id(&id), Some((map.major, map.class_minor(band))));
@@ -345,8 +378,8 @@ mod tests {
 
     #[test]
     fn band_counts() {
-        assert_eq!(spec(10_000_000, 1).setup_commands("d").len(), 2 + 2);
-        assert_eq!(spec(10_000_000, 7).setup_commands("d").len(), 2 + 8);
+        assert_eq!(spec(10_000_000, 1).setup_commands("d").len(), 2 + 2 * 2);
+        assert_eq!(spec(10_000_000, 7).setup_commands("d").len(), 2 + 2 * 8);
         let map = BandMap::default();
         assert!(matches!(TreeSpec::new(1, 0, map, 1500), Err(UplinkError::Bands { bands: 0 })));
         assert!(matches!(TreeSpec::new(1, 8, map, 1500), Err(UplinkError::Bands { bands: 8 })));
@@ -359,6 +392,16 @@ mod tests {
             Err(UplinkError::BandMap { .. })
         ));
         assert!(matches!(TreeSpec::new(1, 6, map, 100), Err(UplinkError::Mtu { mtu_bytes: 100 })));
+        let s = spec(10_000_000, 6);
+        assert_eq!(s.queue_packets, DEFAULT_QUEUE_PACKETS);
+        let deep = s.with_queue_packets(1000).unwrap();
+        assert!(deep
+            .setup_commands("d")
+            .iter()
+            .any(|c| c.join(" ") == "tc qdisc add dev d parent 1:10 pfifo limit 1000"));
+        for bad in [0, MAX_QUEUE_PACKETS + 1] {
+            assert!(matches!(s.with_queue_packets(bad), Err(UplinkError::QueuePackets { .. })), "{bad}");
+        }
     }
 
     #[test]

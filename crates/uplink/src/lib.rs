@@ -83,6 +83,32 @@ pub enum Offloads {
     Keep,
 }
 
+/// What `setup` installs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SetupOptions {
+    pub rate_bits_per_s: u64,
+    /// Data bands, 1..=7; band 0 (set-up) comes on top.
+    pub data_bands: usize,
+    /// Each band's queue limit, packets.
+    pub queue_packets: u32,
+    pub band_map: BandMap,
+    pub offloads: Offloads,
+}
+
+impl SetupOptions {
+    /// The defaults for everything but the rate: 6 data bands, 100-packet
+    /// band queues, `BandMap::default()`, offloads off.
+    pub fn new(rate_bits_per_s: u64) -> SetupOptions {
+        SetupOptions {
+            rate_bits_per_s,
+            data_bands: 6,
+            queue_packets: htb::DEFAULT_QUEUE_PACKETS,
+            band_map: BandMap::default(),
+            offloads: Offloads::Off,
+        }
+    }
+}
+
 /// What `setup` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SetupReport {
@@ -158,24 +184,18 @@ impl RootQdisc {
     }
 }
 
-/// Installs the tree on `dev`: `rate_bits_per_s`, `data_bands` data bands plus
-/// band 0, classes numbered by `band_map`.
+/// Installs the tree on `dev` as `options` say: the uplink rate, the data
+/// bands plus band 0, classes numbered by the band map, band queue limits.
 ///
 /// Replaces a tree shortfirst installed before; refuses any other non-default
 /// root qdisc. If a step fails, everything added is removed again (the device
 /// is left with its kernel-default qdisc) and the error says so. Offloads
 /// turned off stay off: teardown does not know their earlier state.
-pub fn setup(
-    runner: &mut dyn Runner,
-    dev: &str,
-    rate_bits_per_s: u64,
-    data_bands: usize,
-    band_map: BandMap,
-    offloads: Offloads,
-) -> Result<SetupReport, UplinkError> {
+pub fn setup(runner: &mut dyn Runner, dev: &str, options: &SetupOptions) -> Result<SetupReport, UplinkError> {
+    let SetupOptions { rate_bits_per_s, data_bands, queue_packets, band_map, offloads } = *options;
     check_device_name(dev)?;
     let mtu_bytes = link_mtu(runner, dev)?;
-    let spec = TreeSpec::new(rate_bits_per_s, data_bands, band_map, mtu_bytes)?;
+    let spec = TreeSpec::new(rate_bits_per_s, data_bands, band_map, mtu_bytes)?.with_queue_packets(queue_packets)?;
     if runner.has_net_admin() == Some(false) {
         return Err(UplinkError::PermissionDenied { dev: dev.into(), action: "installing the HTB tree".into() });
     }

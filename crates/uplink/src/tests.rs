@@ -70,7 +70,7 @@ fn base_rules(qdisc: &str) -> Vec<(&'static str, CommandOutput)> {
 }
 
 fn run_setup(runner: &mut Scripted) -> Result<SetupReport, UplinkError> {
-    setup(runner, "sfx0", 10_000_000, 6, BandMap::default(), Offloads::Off)
+    setup(runner, "sfx0", &SetupOptions::new(10_000_000))
 }
 
 #[test]
@@ -83,7 +83,8 @@ fn setup_on_a_fresh_device() {
     let mutating = r.mutating_calls();
     assert_eq!(mutating[0], "ethtool -K sfx0 tso off gso off gro off");
     assert_eq!(mutating[1], "tc qdisc add dev sfx0 root handle 1: htb default a");
-    assert_eq!(mutating.len(), 2 + 1 + 7, "offloads, qdisc, root class, 7 band classes");
+    assert_eq!(mutating.len(), 2 + 1 + 7 * 2, "offloads, qdisc, root class, 7 band classes and queues");
+    assert_eq!(mutating.last(), Some(&"tc qdisc add dev sfx0 parent 1:10 pfifo limit 100"));
 }
 
 #[test]
@@ -111,6 +112,7 @@ fn setup_refuses_foreign_qdiscs_without_touching_them() {
 fn a_failed_class_rolls_the_tree_back() {
     let mut rules = base_rules(QDISC_DEFAULT);
     rules.insert(0, ("classid 1:d ", fail("Error: Invalid argument.")));
+    rules.insert(0, ("parent 1:b pfifo", ok("")));
     let mut r = Scripted::new(&rules);
     let err = run_setup(&mut r).unwrap_err();
     assert!(matches!(err, UplinkError::RolledBack { .. }), "{err}");
@@ -145,7 +147,7 @@ fn a_failed_root_qdisc_needs_no_rollback() {
 fn errors_are_named() {
     // Missing device.
     let mut r = Scripted::new(&[("ip -j link show", fail("Device \"nope0\" does not exist."))]);
-    let err = setup(&mut r, "nope0", 10_000_000, 6, BandMap::default(), Offloads::Off).unwrap_err();
+    let err = setup(&mut r, "nope0", &SetupOptions::new(10_000_000)).unwrap_err();
     assert!(matches!(err, UplinkError::NoSuchDevice { ref dev } if dev == "nope0"), "{err}");
     // No CAP_NET_ADMIN, known up front: nothing runs that changes anything.
     let mut r = Scripted::new(&base_rules(QDISC_DEFAULT));
@@ -175,20 +177,20 @@ fn errors_are_named() {
     assert!(!r.calls.iter().any(|c| c.starts_with("tc qdisc add")), "no qdisc installed");
     // Bad device name: nothing runs at all.
     let mut r = Scripted::new(&[]);
-    assert!(matches!(
-        setup(&mut r, "bad/name", 10_000_000, 6, BandMap::default(), Offloads::Off),
-        Err(UplinkError::DeviceName { .. })
-    ));
+    assert!(matches!(setup(&mut r, "bad/name", &SetupOptions::new(10_000_000)), Err(UplinkError::DeviceName { .. })));
     assert!(r.calls.is_empty());
 }
 
 #[test]
 fn offloads_keep_skips_ethtool() {
     let mut r = Scripted::new(&base_rules(QDISC_DEFAULT));
-    let report = setup(&mut r, "sfx0", 10_000_000, 3, BandMap::default(), Offloads::Keep).unwrap();
+    let options =
+        SetupOptions { data_bands: 3, offloads: Offloads::Keep, queue_packets: 7, ..SetupOptions::new(10_000_000) };
+    let report = setup(&mut r, "sfx0", &options).unwrap();
     assert!(!report.offloads_off);
+    assert_eq!(report.spec.queue_packets, 7);
     assert!(!r.calls.iter().any(|c| c.starts_with("ethtool")));
-    assert_eq!(r.mutating_calls().len(), 1 + 1 + 4);
+    assert_eq!(r.mutating_calls().len(), 1 + 1 + 4 * 2);
 }
 
 #[test]
