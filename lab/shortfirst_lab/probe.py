@@ -10,9 +10,10 @@
     sending, so a caller can take measurements right before the flow starts.
 ``probe fetch URL [URL …]``
     Fetches every URL concurrently (HTTP/1.1 GET, one connection each) and
-    prints one JSON line per URL: url, status, bytes, seconds from connect to
-    last byte. Used instead of curl so every fetch is timed the same way, from
-    the client side, with no extra dependency.
+    prints one JSON line per URL: url, status, body bytes, seconds from the
+    connect to the body's last byte (the papers' response time). Used instead
+    of curl so every fetch is timed the same way, from the client side, with
+    no extra dependency.
 """
 
 from __future__ import annotations
@@ -63,19 +64,38 @@ def send(host: str, port: int, so_priority: int, n_bytes: int, wait_for_go: bool
 
 
 def fetch_one(url: str) -> dict:
+    """GET ``url`` on a new connection; ``seconds`` runs from just before the
+    connect (SYN) to the last byte of the body (by Content-Length), the
+    paper's response time; the connection is then read to its end."""
     parts = urlsplit(url)
     start = time.monotonic()
+    last_byte_s = None
     with socket.create_connection((parts.hostname, parts.port or 80), timeout=FETCH_TIMEOUT_S) as s:
         path = parts.path or "/"
         s.sendall(f"GET {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nConnection: close\r\n\r\n".encode())
         data = bytearray()
+        expected_total = None
         while chunk := s.recv(65536):
             data += chunk
-    seconds = time.monotonic() - start
+            if expected_total is None and b"\r\n\r\n" in data:
+                expected_total = _expected_total(bytes(data))
+            if last_byte_s is None and expected_total is not None and len(data) >= expected_total:
+                last_byte_s = time.monotonic() - start
+    seconds = last_byte_s if last_byte_s is not None else time.monotonic() - start
     head, _, body = bytes(data).partition(b"\r\n\r\n")
     status_line = head.split(b"\r\n", 1)[0].decode(errors="replace")
     status = int(status_line.split()[1]) if len(status_line.split()) > 1 else 0
     return {"url": url, "status": status, "bytes": len(body), "seconds": seconds}
+
+
+def _expected_total(data: bytes) -> int | None:
+    """Header length plus Content-Length, once the head is complete; None without one."""
+    head, sep, _ = data.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length" and value.strip().isdigit():
+            return len(head) + len(sep) + int(value.strip())
+    return None
 
 
 def fetch(urls: list[str]) -> None:

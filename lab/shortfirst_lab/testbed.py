@@ -185,7 +185,9 @@ class Testbed:
     """A server namespace behind a shaped uplink and ``n_clients`` client namespaces.
 
     ``queue_packets`` is each priority band's queue limit on the uplink (the
-    paper's testbed: 100 packets).
+    paper's testbed: 100 packets). ``congestion_control`` (e.g. "reno") and
+    ``initial_cwnd`` (segments) set the server namespace's TCP; None keeps the
+    kernel's defaults (this machine: bbr, 10 segments).
 
     Built in the constructor; :meth:`close` (also ``__exit__``) tears everything
     down, always: processes started through the testbed, then the namespaces
@@ -205,6 +207,8 @@ class Testbed:
         mtu: int = 1500,
         accept_queue: int = 512,
         queue_packets: int = 100,
+        congestion_control: str | None = None,
+        initial_cwnd: int | None = None,
     ) -> None:
         if not RUN_ID_RE.match(run_id):
             raise ValueError(f"run_id {run_id!r}: expected 1 to 6 characters of [a-z0-9] (see new_run_id())")
@@ -218,6 +222,10 @@ class Testbed:
             raise ValueError(f"accept_queue {accept_queue}: expected 1..=65535")
         if not 1 <= queue_packets <= 100_000:
             raise ValueError(f"queue_packets {queue_packets}: expected 1..=100000")
+        if initial_cwnd is not None and not 1 <= initial_cwnd <= 100:
+            raise ValueError(f"initial_cwnd {initial_cwnd}: expected 1..=100 segments")
+        if congestion_control is not None and not re.fullmatch(r"[a-z0-9_]{1,16}", congestion_control):
+            raise ValueError(f"congestion_control {congestion_control!r}: expected a name such as reno")
         if os.geteuid() != 0:
             raise PermissionError("the testbed needs root (network namespaces, tc)")
         for tool in ("ip", "tc", "ethtool"):
@@ -230,6 +238,8 @@ class Testbed:
         self.mtu = mtu
         self.accept_queue = accept_queue
         self.queue_packets = queue_packets
+        self.congestion_control = congestion_control
+        self.initial_cwnd = initial_cwnd
         self.shortfirst_bin = _resolve_binary(shortfirst_bin)
         self.server_ns, self.switch_ns, self.client_ns = _ns_names(PREFIX, run_id, n_clients)
         base = f"{PREFIX}{run_id}"
@@ -279,8 +289,11 @@ class Testbed:
             _run(["ip", "-n", sw, "link", "set", peer, "up"])
             _run(["ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev])
             _run(["ip", "-n", ns, "link", "set", dev, "up"])
-        for key in ("net.core.somaxconn", "net.ipv4.tcp_max_syn_backlog"):
-            _run(["ip", "netns", "exec", self.server_ns, "sysctl", "-q", "-w", f"{key}={self.accept_queue}"])
+        sysctls = {"net.core.somaxconn": self.accept_queue, "net.ipv4.tcp_max_syn_backlog": self.accept_queue}
+        if self.congestion_control:
+            sysctls["net.ipv4.tcp_congestion_control"] = self.congestion_control
+        for key, value in sysctls.items():
+            _run(["ip", "netns", "exec", self.server_ns, "sysctl", "-q", "-w", f"{key}={value}"])
         _run(
             [
                 "ip",
@@ -302,6 +315,21 @@ class Testbed:
                 "off",
             ]
         )
+        if self.initial_cwnd:
+            subnet = f"{SUBNET_PREFIX}0/24"
+            _run(
+                ["ip", "-n", self.server_ns, "route", "change", subnet, "dev", self.server_dev]
+                + [
+                    "proto",
+                    "kernel",
+                    "scope",
+                    "link",
+                    "src",
+                    self.server_addr,
+                    "initcwnd",
+                    str(self.initial_cwnd),
+                ]
+            )
         # A process parked in the server namespace: /proc/<pid>/net/* then
         # shows that namespace's sockets and counters without a fork per sample.
         self._anchor = subprocess.Popen(

@@ -4,10 +4,13 @@ shaped uplink.
 Server in one namespace, client in another, HTB uplink at 10 Mbit installed by
 ``shortfirst uplink setup``. Under ``srpt`` a 20 KB response requested while
 eight 1 MB responses are downloading finishes at least 3x sooner than under
-``fair`` (medians of alternating trials), and the HTB class counters show the
-bytes in the expected bands.
+``fair`` (medians over alternating trials, four fetches per trial), and the
+HTB class counters show the bytes in the expected bands.
 
-Needs root: skipped with a message otherwise. About 50 s.
+The server namespace runs reno (see ``downloads.CONGESTION_CONTROL``: with
+this machine's default, BBR, the same run measures about 2.5x).
+
+Needs root: skipped with a message otherwise. About 40 s.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ import pytest
 from shortfirst_lab import downloads
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = Path(os.environ.get("SHORTFIRST_BIN", REPO / "target" / "release" / "shortfirst"))
-TRIALS = 3
+BIN = REPO / "target" / "release" / "shortfirst"
+TRIALS = 2
 
 pytestmark = [
     pytest.mark.root,
@@ -54,7 +57,7 @@ def test_every_trial_is_valid(result):
 
 def test_srpt_serves_the_short_response_at_least_3x_sooner(result):
     fair, srpt = result.median_small_s("fair"), result.median_small_s("srpt")
-    trials = [(t.policy, round(t.small_s, 3)) for t in result.trials]
+    trials = [(t.policy, [round(x, 3) for x in t.small_s]) for t in result.trials]
     message = f"20 KB response: fair {fair:.3f} s, srpt {srpt:.3f} s, ratio {fair / srpt:.2f}; {trials}"
     assert fair >= 3 * srpt, message
 
@@ -78,21 +81,21 @@ def test_srpt_bands_follow_remaining_size(result):
         total = data_bytes(t.band_bytes)
         assert t.band_bytes[6] >= 0.5 * total, t.band_bytes
         assert sum(t.band_bytes[b] for b in range(1, 6)) > 0, t.band_bytes
-        window = t.small_window_band_bytes
-        below_top = sum(window[b] for b in range(1, 6))
-        # Up to 2x: moving a connection to a better band mid-response reorders
-        # its packets (newer ones overtake those queued in the worse band), and
-        # TCP retransmits some of them: measured 7 of 25 segments for this
-        # response on an idle link. A long response's tail would add far more.
-        assert payload <= below_top < payload * 2, f"bands 1..5 during the 20 KB fetch: {window}"
-        assert window[6] > 0, "the long responses kept sending in band 6"
+        for window in t.small_window_band_bytes:
+            below_top = sum(window[b] for b in range(1, 6))
+            # Headers and framing add ~6%; the margin up to 1.5x allows for
+            # segments TCP retransmits when a band change reorders them (newer
+            # packets overtake those still queued in the worse band). A long
+            # response's tail would add hundreds of KB.
+            assert payload <= below_top < payload * 1.5, f"bands 1..5 during the 20 KB fetch: {window}"
+            assert window[6] > 0, "the long responses kept sending in band 6"
 
 
 def test_fair_puts_the_short_response_with_the_long_ones(result):
     for t in (t for t in result.trials if t.policy == "fair"):
-        window = t.small_window_band_bytes
-        assert sum(window[b] for b in range(2, 7)) == 0, window
-        assert window[1] > result.small_bytes, window
+        for window in t.small_window_band_bytes:
+            assert sum(window[b] for b in range(2, 7)) == 0, window
+            assert window[1] > result.small_bytes, window
 
 
 def test_band_0_carries_set_up_only(result):

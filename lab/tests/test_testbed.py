@@ -64,7 +64,15 @@ def probe(*args: str) -> list[str]:
 
 def test_build_and_teardown_leave_nothing(shortfirst_bin):
     run_id = new_run_id()
-    with Testbed(run_id, RATE_10_MBIT, n_clients=2, shortfirst_bin=shortfirst_bin, accept_queue=512) as bed:
+    with Testbed(
+        run_id,
+        RATE_10_MBIT,
+        n_clients=2,
+        shortfirst_bin=shortfirst_bin,
+        accept_queue=512,
+        congestion_control="reno",
+        initial_cwnd=4,
+    ) as bed:
         assert {bed.server_ns, bed.switch_ns, *bed.client_ns} <= netns_names()
         assert all(len(d) <= 15 for d in [bed.server_dev, *bed.client_devs])
         # The uplink is ours, with band 0 plus 6 data bands.
@@ -82,11 +90,18 @@ def test_build_and_teardown_leave_nothing(shortfirst_bin):
             for feature in ("tcp-segmentation", "generic-segmentation", "generic-receive"):
                 feature += "-offload"
                 assert f"{feature}: off" in features, f"{feature} on {dev}"
-            link = json.loads(bed_exec(ns, ["ip", "-j", "link", "show", "dev", dev]))[0]
+            link = json.loads(bed_exec(ns, ["ip", "-d", "-j", "link", "show", "dev", dev]))[0]
             assert link["mtu"] == 1500
+            if dev == bed.server_dev:
+                assert link["gso_max_segs"] == 1, "the uplink sees MTU-sized packets only"
         # Accept queue limits in the server namespace only.
         somaxconn = bed.server_run(["sysctl", "-n", "net.core.somaxconn"], capture_output=True, text=True)
         assert somaxconn.stdout.strip() == "512"
+        cc = bed.server_run(
+            ["sysctl", "-n", "net.ipv4.tcp_congestion_control"], capture_output=True, text=True
+        )
+        assert cc.stdout.strip() == "reno"
+        assert "initcwnd 4" in bed_exec(bed.server_ns, ["ip", "route", "show"])
         # Both clients reach the server (the constructor checked it too) and health sampling works.
         sample = bed.health_sample()
         assert sample["listen_overflows"] >= 0 and set(sample["band_bytes"]) == set(range(7))

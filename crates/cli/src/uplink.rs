@@ -38,9 +38,10 @@ enum Command {
         #[arg(long, default_value_t = DEFAULT_QUEUE_PACKETS,
               value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_QUEUE_PACKETS)))]
         queue_packets: u32,
-        /// `off` turns TSO/GSO/GRO off on DEV so packets are MTU-sized at the
-        /// qdisc (needed for the priority order to act per packet); `keep`
-        /// leaves them. Teardown does not turn them back on.
+        /// `off` turns TSO/GSO/GRO off on DEV and caps GSO packets at one
+        /// segment (`gso_max_segs 1`), so packets are MTU-sized at the qdisc
+        /// (the priority order then acts per packet); `keep` leaves them.
+        /// Teardown does not undo either.
         #[arg(long, value_enum, default_value_t = OffloadsArg::Off)]
         offloads: OffloadsArg,
     },
@@ -99,7 +100,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 r.params.quantum_bytes,
                 r.params.burst_bytes,
                 format_rate(r.params.band_rate_bits_per_s),
-                if r.offloads_off { "; TSO/GSO/GRO off" } else { "" },
+                if r.offloads_off { "; TSO/GSO/GRO off, gso_max_segs 1" } else { "" },
             );
         }
         Command::Show { dev, json } => {

@@ -33,7 +33,7 @@ pub enum UplinkError {
     Spawn { command: String, source: std::io::Error },
     #[error("could not read the output of `{command}`: {detail}")]
     Parse { command: String, detail: String },
-    #[error("offloads still on for {dev:?} after `ethtool -K`: {still_on}; this device cannot turn them off, use --offloads keep to shape anyway (packets may then be larger than the MTU)")]
+    #[error("offloads still on for {dev:?} after `ethtool -K` and `ip link set … gso_max_segs 1`: {still_on}; this device cannot turn them off, use --offloads keep to shape anyway (packets at the qdisc may then be larger than the MTU)")]
     OffloadsStillOn { dev: String, still_on: String },
     #[error("{source}; rolled back: the device is left with its default root qdisc")]
     RolledBack { source: Box<UplinkError> },

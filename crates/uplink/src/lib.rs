@@ -194,7 +194,7 @@ impl RootQdisc {
 pub fn setup(runner: &mut dyn Runner, dev: &str, options: &SetupOptions) -> Result<SetupReport, UplinkError> {
     let SetupOptions { rate_bits_per_s, data_bands, queue_packets, band_map, offloads } = *options;
     check_device_name(dev)?;
-    let mtu_bytes = link_mtu(runner, dev)?;
+    let mtu_bytes = link_info(runner, dev)?.mtu_bytes;
     let spec = TreeSpec::new(rate_bits_per_s, data_bands, band_map, mtu_bytes)?.with_queue_packets(queue_packets)?;
     if runner.has_net_admin() == Some(false) {
         return Err(UplinkError::PermissionDenied { dev: dev.into(), action: "installing the HTB tree".into() });
@@ -209,6 +209,7 @@ pub fn setup(runner: &mut dyn Runner, dev: &str, options: &SetupOptions) -> Resu
     };
     if offloads == Offloads::Off {
         run_checked(runner, &htb::offloads_off_command(dev), dev, "turning offloads off")?;
+        run_checked(runner, &htb::gso_one_segment_command(dev), dev, "capping GSO packets at one segment")?;
         check_offloads_off(runner, dev)?;
     }
     if replaced {
@@ -289,13 +290,23 @@ fn band_stats(dev: &str, band_map: BandMap, classes: &[stats::ClassStats]) -> Up
     UplinkStats { dev: dev.into(), rate_bits_per_s, bands, total }
 }
 
-fn link_mtu(runner: &mut dyn Runner, dev: &str) -> Result<u32, UplinkError> {
-    let command = htb::argv(&["ip", "-j", "link", "show", "dev", dev]);
+struct LinkInfo {
+    mtu_bytes: u32,
+    /// `None` when `ip` does not report it.
+    gso_max_segs: Option<u64>,
+}
+
+fn link_info(runner: &mut dyn Runner, dev: &str) -> Result<LinkInfo, UplinkError> {
+    let command = htb::argv(&["ip", "-d", "-j", "link", "show", "dev", dev]);
     let out = run_output(runner, &command, dev, "reading the device")?;
     let parse = |detail: String| UplinkError::Parse { command: command.join(" "), detail };
     let value: Value = serde_json::from_str(&out.stdout).map_err(|e| parse(format!("invalid JSON: {e}")))?;
-    let mtu = value.get(0).and_then(|l| l.get("mtu")).and_then(Value::as_u64).ok_or_else(|| parse("no mtu".into()))?;
-    u32::try_from(mtu).map_err(|_| UplinkError::Mtu { mtu_bytes: u32::MAX })
+    let link = value.get(0).ok_or_else(|| parse("no device listed".into()))?;
+    let mtu = link.get("mtu").and_then(Value::as_u64).ok_or_else(|| parse("no mtu".into()))?;
+    Ok(LinkInfo {
+        mtu_bytes: u32::try_from(mtu).map_err(|_| UplinkError::Mtu { mtu_bytes: u32::MAX })?,
+        gso_max_segs: link.get("gso_max_segs").and_then(Value::as_u64),
+    })
 }
 
 fn root_qdisc(runner: &mut dyn Runner, dev: &str) -> Result<RootQdisc, UplinkError> {
@@ -326,7 +337,7 @@ const OFFLOAD_FEATURES: [&str; 3] =
 
 fn check_offloads_off(runner: &mut dyn Runner, dev: &str) -> Result<(), UplinkError> {
     let out = run_output(runner, &htb::argv(&["ethtool", "-k", dev]), dev, "reading offloads")?;
-    let still_on: Vec<&str> = OFFLOAD_FEATURES
+    let mut still_on: Vec<String> = OFFLOAD_FEATURES
         .iter()
         .copied()
         .filter(|feature| {
@@ -337,7 +348,11 @@ fn check_offloads_off(runner: &mut dyn Runner, dev: &str) -> Result<(), UplinkEr
                     .is_some_and(|v| v.trim().starts_with("on"))
             })
         })
+        .map(String::from)
         .collect();
+    if let Some(segs) = link_info(runner, dev)?.gso_max_segs.filter(|&segs| segs != 1) {
+        still_on.push(format!("gso_max_segs {segs}"));
+    }
     if still_on.is_empty() {
         Ok(())
     } else {

@@ -5,7 +5,8 @@
 
 use super::*;
 
-const LINK_1500: &str = r#"[{"ifindex":6,"ifname":"sfx0","mtu":1500,"qdisc":"noqueue"}]"#;
+const LINK_1500: &str =
+    r#"[{"ifindex":6,"ifname":"sfx0","mtu":1500,"qdisc":"noqueue","gso_max_size":65536,"gso_max_segs":1}]"#;
 const QDISC_DEFAULT: &str = r#"[{"kind":"noqueue","handle":"0:","root":true,"refcnt":2,"options":{}}]"#;
 const QDISC_OURS: &str = r#"[{"kind":"htb","handle":"1:","root":true,"refcnt":3,"options":{"r2q":10,"default":"0xa","direct_packets_stat":0,"direct_qlen":1000}}]"#;
 const QDISC_OTHER_HTB: &str = r#"[{"kind":"htb","handle":"1:","root":true,"options":{"r2q":10,"default":"0x20"}}]"#;
@@ -66,7 +67,7 @@ impl Runner for Scripted {
 }
 
 fn base_rules(qdisc: &str) -> Vec<(&'static str, CommandOutput)> {
-    vec![("ip -j link show", ok(LINK_1500)), ("tc -j qdisc show", ok(qdisc)), ("ethtool -k", ok(ETHTOOL_OFF))]
+    vec![("ip -d -j link show", ok(LINK_1500)), ("tc -j qdisc show", ok(qdisc)), ("ethtool -k", ok(ETHTOOL_OFF))]
 }
 
 fn run_setup(runner: &mut Scripted) -> Result<SetupReport, UplinkError> {
@@ -82,6 +83,7 @@ fn setup_on_a_fresh_device() {
     assert_eq!(report.params.quantum_bytes, 1514);
     let mutating = r.mutating_calls();
     assert_eq!(mutating[0], "ethtool -K sfx0 tso off gso off gro off");
+    assert!(r.calls.iter().any(|c| c == "ip link set dev sfx0 gso_max_segs 1"));
     assert_eq!(mutating[1], "tc qdisc add dev sfx0 root handle 1: htb default a");
     assert_eq!(mutating.len(), 2 + 1 + 7 * 2, "offloads, qdisc, root class, 7 band classes and queues");
     assert_eq!(mutating.last(), Some(&"tc qdisc add dev sfx0 parent 1:10 pfifo limit 100"));
@@ -146,7 +148,7 @@ fn a_failed_root_qdisc_needs_no_rollback() {
 #[test]
 fn errors_are_named() {
     // Missing device.
-    let mut r = Scripted::new(&[("ip -j link show", fail("Device \"nope0\" does not exist."))]);
+    let mut r = Scripted::new(&[("ip -d -j link show", fail("Device \"nope0\" does not exist."))]);
     let err = setup(&mut r, "nope0", &SetupOptions::new(10_000_000)).unwrap_err();
     assert!(matches!(err, UplinkError::NoSuchDevice { ref dev } if dev == "nope0"), "{err}");
     // No CAP_NET_ADMIN, known up front: nothing runs that changes anything.
