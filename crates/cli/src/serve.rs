@@ -7,12 +7,20 @@ use std::path::PathBuf;
 use anyhow::Context;
 use shortfirst_server::{AccessLogFormat, ConfigFile, Policy, ServerConfig};
 
+/// Boxed: the flags are many, and `Command` (in main.rs) holds every
+/// subcommand's `Args` inline.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    flags: Box<Flags>,
+}
+
 /// Flags mirror the config file keys; a flag overrides the file.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Config file keys are the long flag names without dashes in front \
     (e.g. `max-connections = 100`); flags override the file; an unknown key is an error.\n\
     SO_PRIORITY values above 6 need CAP_NET_ADMIN (root).")]
-pub struct Args {
+struct Flags {
     /// Directory to serve.
     #[arg(long)]
     root: Option<PathBuf>,
@@ -70,6 +78,10 @@ pub struct Args {
     /// SO_SNDBUF of client sockets [default: kernel autotuning].
     #[arg(long)]
     send_buffer_bytes: Option<usize>,
+    /// TCP_NOTSENT_LOWAT of client sockets: unsent bytes the kernel may hold, so
+    /// bands track what is really left to transmit; 0 = kernel default [default: 16384].
+    #[arg(long)]
+    notsent_lowat_bytes: Option<u32>,
     /// Access log file (`-` for stdout) [default: none].
     #[arg(long)]
     access_log: Option<PathBuf>,
@@ -90,7 +102,7 @@ pub struct Args {
     auto_recompute_every: Option<usize>,
 }
 
-impl Args {
+impl Flags {
     fn into_config(self) -> anyhow::Result<ServerConfig> {
         let file = match &self.config {
             Some(path) => ConfigFile::load(path)?,
@@ -115,6 +127,7 @@ impl Args {
             max_requests_per_connection: self.max_requests_per_connection,
             sendfile_chunk_bytes: self.sendfile_chunk_bytes,
             send_buffer_bytes: self.send_buffer_bytes,
+            notsent_lowat_bytes: self.notsent_lowat_bytes,
             access_log: self.access_log,
             access_log_format: self.access_log_format,
             socket_priority: self.socket_priority,
@@ -138,7 +151,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .try_init();
-    let config = args.into_config()?;
+    let config = args.flags.into_config()?;
     let root = config.root.clone();
     shortfirst_server::run_until_signal(config).with_context(|| format!("serving {}", root.display()))
 }

@@ -129,6 +129,11 @@ pub struct ServerConfig {
     pub sendfile_chunk_bytes: usize,
     /// `SO_SNDBUF` of accepted sockets; `None` keeps the kernel's autotuning.
     pub send_buffer_bytes: Option<usize>,
+    /// `TCP_NOTSENT_LOWAT` of accepted sockets (0 = kernel default): bounds the
+    /// bytes written but not yet transmitted. Priority applies to a packet when
+    /// TCP transmits it, so without a bound a large response written into a big
+    /// send buffer would be promoted to band 1 while most of it is still queued.
+    pub notsent_lowat_bytes: u32,
     /// Access log destination: a file path, `-` for stdout; `None` = no access log.
     pub access_log: Option<PathBuf>,
     pub access_log_format: AccessLogFormat,
@@ -164,6 +169,7 @@ impl ServerConfig {
             max_requests_per_connection: 10_000,
             sendfile_chunk_bytes: 256 * 1024,
             send_buffer_bytes: None,
+            notsent_lowat_bytes: 16 * 1024,
             access_log: None,
             access_log_format: AccessLogFormat::Combined,
             socket_priority: true,
@@ -191,6 +197,7 @@ impl ServerConfig {
             max_body_bytes,
             max_requests_per_connection,
             sendfile_chunk_bytes,
+            notsent_lowat_bytes,
             access_log_format,
             socket_priority,
             follow_symlinks_outside_root,
@@ -248,6 +255,9 @@ impl ServerConfig {
         }
         if self.sendfile_chunk_bytes < 4096 {
             return invalid("sendfile-chunk-bytes", "must be at least 4096".into());
+        }
+        if self.notsent_lowat_bytes > 1 << 30 {
+            return invalid("notsent-lowat-bytes", "must be at most 1 GiB".into());
         }
         if self.max_requests_per_connection == 0 {
             return invalid("max-requests-per-connection", "must be at least 1".into());
@@ -309,6 +319,7 @@ pub struct ConfigFile {
     pub max_requests_per_connection: Option<u64>,
     pub sendfile_chunk_bytes: Option<usize>,
     pub send_buffer_bytes: Option<usize>,
+    pub notsent_lowat_bytes: Option<u32>,
     pub access_log: Option<PathBuf>,
     pub access_log_format: Option<AccessLogFormat>,
     pub socket_priority: Option<bool>,
@@ -352,6 +363,7 @@ impl ConfigFile {
             max_requests_per_connection,
             sendfile_chunk_bytes,
             send_buffer_bytes,
+            notsent_lowat_bytes,
             access_log,
             access_log_format,
             socket_priority,
@@ -381,6 +393,14 @@ mod tests {
         assert_eq!(c.cutoffs, CutoffsSpec::Auto);
         assert_eq!(c.max_connections, 7);
         assert_eq!(c.idle_timeout, Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn example_file_is_valid_and_states_the_defaults() {
+        let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/serve.example.toml"));
+        let c = ServerConfig::from_file(ConfigFile::load(path).unwrap()).unwrap();
+        let d = ServerConfig::new("/srv/www");
+        assert_eq!(format!("{c:?}"), format!("{d:?}"));
     }
 
     #[test]

@@ -38,6 +38,8 @@ use crate::server::Shared;
 /// After the last response of a closing connection, how long unread client
 /// bytes are drained so the close does not reset the response away (lingering close).
 const LINGER: Duration = Duration::from_secs(2);
+/// Lingering once shutdown has begun.
+const LINGER_SHUTDOWN: Duration = Duration::from_millis(200);
 /// At most this many bytes are drained while lingering.
 const LINGER_MAX_BYTES: usize = 256 * 1024;
 
@@ -361,7 +363,7 @@ impl Conn {
     ) -> std::io::Result<Outcome_> {
         let keep_alive = keep_alive && !closes_connection(status);
         let version_minor = req.map_or(1, |r| r.version_minor);
-        let with_body = req.is_none_or(|r| r.method() != Method::Head);
+        let with_body = !matches!(req.map(Request::method), Some(Method::Head));
         let len = response::error(&mut self.head, status, keep_alive, version_minor, with_body);
         let body = if with_body { Body::InHead { len } } else { Body::None };
         self.send(status, body).await
@@ -476,12 +478,17 @@ impl Conn {
         if self.stream.shutdown().await.is_err() {
             return;
         }
-        let deadline = tokio::time::Instant::now() + LINGER;
+        // Shutting down: the response is out; do not hold the drain up for long.
+        let linger = if self.shutting_down() { LINGER_SHUTDOWN } else { LINGER };
+        let deadline = tokio::time::Instant::now() + linger;
         let mut drained = 0;
         while drained < LINGER_MAX_BYTES {
-            match tokio::time::timeout_at(deadline, self.stream.read(&mut self.rbuf[..])).await {
-                Ok(Ok(n)) if n > 0 => drained += n,
-                _ => break,
+            tokio::select! {
+                r = tokio::time::timeout_at(deadline, self.stream.read(&mut self.rbuf[..])) => match r {
+                    Ok(Ok(n)) if n > 0 => drained += n,
+                    _ => break,
+                },
+                _ = self.shutdown.changed() => break,
             }
         }
     }
@@ -533,7 +540,8 @@ mod tests {
 
     #[test]
     fn split_target_table() {
-        let cases: &[(&str, Option<(&str, Option<&str>)>)] = &[
+        type Split<'a> = Option<(&'a str, Option<&'a str>)>;
+        let cases: &[(&str, Split<'_>)] = &[
             ("/", Some(("/", None))),
             ("/a/b?x=1", Some(("/a/b", Some("x=1")))),
             ("/a#frag", Some(("/a", None))),

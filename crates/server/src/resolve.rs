@@ -20,7 +20,7 @@ use std::ffi::CStr;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Why a target cannot be served.
@@ -240,19 +240,17 @@ fn openat(dir: &OwnedFd, name: &CStr, flags: i32) -> io::Result<File> {
 }
 
 fn probe_openat2(dir: &OwnedFd) -> bool {
-    let dot = CStr::from_bytes_with_nul(b".\0").expect("literal");
+    let dot = c".";
     !matches!(
         openat2(dir, dot, libc::O_RDONLY | libc::O_CLOEXEC, libc::RESOLVE_BENEATH),
         Err(e) if e.raw_os_error() == Some(libc::ENOSYS)
     )
 }
 
-/// For tests and diagnostics: the path a root-relative `rel` names.
+/// For logs and tests: a normalised path as text.
 pub fn display_rel(rel: &[u8]) -> String {
-    String::from_utf8_lossy(std::ffi::OsStr::from_bytes(rel).as_bytes()).into_owned()
+    String::from_utf8_lossy(rel).into_owned()
 }
-
-use std::os::unix::fs::OpenOptionsExt;
 
 #[cfg(test)]
 mod tests {

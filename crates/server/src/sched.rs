@@ -117,16 +117,15 @@ impl CutoffsCache {
     }
 }
 
-/// Sets `SO_PRIORITY` on a socket.
-pub fn set_so_priority(fd: RawFd, priority: u32) -> std::io::Result<()> {
-    let value = priority as libc::c_int;
+/// Sets an integer socket option.
+pub fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> std::io::Result<()> {
     // SAFETY: `fd` is an open socket owned by the caller; the option value is a
     // c_int living for the duration of the call, with its exact size passed.
     let rc = unsafe {
         libc::setsockopt(
             fd,
-            libc::SOL_SOCKET,
-            libc::SO_PRIORITY,
+            level,
+            name,
             (&value as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
@@ -136,6 +135,11 @@ pub fn set_so_priority(fd: RawFd, priority: u32) -> std::io::Result<()> {
     } else {
         Err(std::io::Error::last_os_error())
     }
+}
+
+/// Sets `SO_PRIORITY` on a socket.
+pub fn set_so_priority(fd: RawFd, priority: u32) -> std::io::Result<()> {
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_PRIORITY, priority as libc::c_int)
 }
 
 /// Reads `SO_PRIORITY` back from a socket (tests, diagnostics).
@@ -232,6 +236,24 @@ mod tests {
         s.observe(10_000);
         s.refresh(&mut cache);
         assert_eq!(cache.cutoffs.as_slice(), &[10_001]);
+    }
+
+    #[test]
+    fn cutoffs_auto_starts_from_the_paper_and_learns() {
+        let mut c = ServerConfig::new("/");
+        c.cutoffs = CutoffsSpec::Auto;
+        c.auto_window = 1_000;
+        c.auto_recompute_every = 1_000;
+        let s = Scheduler::new(&c);
+        assert_eq!(*s.cutoffs(), Cutoffs::paper_default());
+        // 1..=1000 bytes: median 500, 99th percentile 990.
+        for size in 1..=1_000u64 {
+            s.observe(size);
+        }
+        let learned = s.cutoffs();
+        assert_eq!(learned.as_slice().len(), AUTO_DATA_BANDS - 1);
+        assert_eq!(learned.as_slice()[0], 500);
+        assert_eq!(*learned.as_slice().last().unwrap(), 990);
     }
 
     #[test]

@@ -36,7 +36,7 @@ use crate::http::parse::Limits;
 use crate::http::{response, Status};
 use crate::metrics::Metrics;
 use crate::resolve::Root;
-use crate::sched::{set_so_priority, PriorityObserver, Scheduler};
+use crate::sched::{set_so_priority, setsockopt_int, PriorityObserver, Scheduler};
 
 /// Listen backlog (the kernel caps it at `net.core.somaxconn`).
 const BACKLOG: i32 = 4096;
@@ -120,6 +120,7 @@ impl Server {
     /// on a connection (a test hook).
     pub fn bind_with_observer(config: ServerConfig, observer: Option<PriorityObserver>) -> Result<Server, ServerError> {
         config.validate()?;
+        ensure_fd_limit(config.max_connections);
         let root = Root::open(&config.root, !config.follow_symlinks_outside_root)
             .map_err(|source| ServerError::Root { path: config.root.clone(), source })?;
         let scheduler = Scheduler::new(&config);
@@ -153,6 +154,11 @@ impl Server {
 
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin.as_ref().map(|l| l.local_addr().expect("bound listener has an address"))
+    }
+
+    /// `SO_PRIORITY` of the listening socket, as the kernel reports it.
+    pub fn listener_priority(&self) -> Option<u32> {
+        crate::sched::so_priority(self.listener.as_raw_fd()).ok()
     }
 
     /// The metrics page, as served at `/metrics`.
@@ -225,10 +231,45 @@ impl Server {
     }
 }
 
+/// File descriptors needed beyond one per connection (listeners, log, files
+/// open while sending, the runtime's own).
+const FD_HEADROOM: u64 = 256;
+
+/// Raises the soft `RLIMIT_NOFILE` so `max_connections` connections (each with a
+/// file open while sending) fit, up to the hard limit; warns if they cannot.
+fn ensure_fd_limit(max_connections: usize) {
+    let needed = 2 * max_connections as u64 + FD_HEADROOM;
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit read and write the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 || limit.rlim_cur >= needed {
+        return;
+    }
+    let raised = libc::rlimit { rlim_cur: needed.min(limit.rlim_max), rlim_max: limit.rlim_max };
+    // SAFETY: as above.
+    let ok = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0;
+    let now = if ok { raised.rlim_cur } else { limit.rlim_cur };
+    if now < needed {
+        tracing::warn!(
+            open_files_limit = now,
+            needed,
+            max_connections,
+            "RLIMIT_NOFILE is below what max-connections needs: accepts will fail (EMFILE) before the limit"
+        );
+    }
+}
+
 fn prepare(stream: &TcpStream, config: &ServerConfig) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     if let Some(bytes) = config.send_buffer_bytes {
         SockRef::from(stream).set_send_buffer_size(bytes)?;
+    }
+    if config.notsent_lowat_bytes > 0 {
+        setsockopt_int(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            config.notsent_lowat_bytes as i32,
+        )?;
     }
     Ok(())
 }

@@ -38,7 +38,7 @@ pub fn with_now<R>(f: impl FnOnce(&Stamp) -> R) -> R {
     let now = unix_now_secs();
     CACHE.with(|cell| {
         let mut cache = cell.borrow_mut();
-        if cache.as_ref().is_none_or(|s| s.unix_secs != now) {
+        if !matches!(cache.as_ref(), Some(s) if s.unix_secs == now) {
             *cache = Some(Stamp::new(now));
         }
         f(cache.as_ref().expect("just filled"))

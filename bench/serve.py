@@ -1,0 +1,332 @@
+#!/usr/bin/env python3
+"""make bench-serve: shortfirst serve vs nginx, side by side, with wrk.
+
+Serves the same generated files (1 KiB and 100 KiB) from both servers on
+loopback, drives each with the same wrk settings, alternating the order of
+the servers between rounds, and writes results/bench-serve.json: requests/s
+and latency percentiles per server and file, the ratios shortfirst/nginx, the
+machine and the command.
+
+Both servers: 2 workers (nginx worker_processes 2; shortfirst --threads 2),
+sendfile, keep-alive (10,000 requests per connection), and a buffered access
+log to a file (nginx `buffer=64k flush=1s`; shortfirst's log is always
+buffered). shortfirst runs its default policy, srpt with SO_PRIORITY set per
+band, so the bench pays for the scheduling it ships with.
+
+Standard library only. Every child process is killed on exit, error or signal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+FILES = {"1k.bin": 1024, "100k.bin": 100 * 1024}
+CHILDREN: list[subprocess.Popen] = []
+
+NGINX_CONF = """
+worker_processes 2;
+daemon off;
+master_process on;
+user root;
+pid {tmp}/nginx.pid;
+error_log {tmp}/nginx-error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    include /etc/nginx/mime.types;
+    default_type application/octet-stream;
+    sendfile on;
+    tcp_nopush on;
+    tcp_nodelay on;
+    keepalive_timeout 60s;
+    keepalive_requests 10000;
+    access_log {tmp}/nginx-access.log combined buffer=64k flush=1s;
+    client_body_temp_path {tmp}/nginx-body;
+    proxy_temp_path {tmp}/nginx-proxy;
+    fastcgi_temp_path {tmp}/nginx-fastcgi;
+    uwsgi_temp_path {tmp}/nginx-uwsgi;
+    scgi_temp_path {tmp}/nginx-scgi;
+    server {{
+        listen 127.0.0.1:{port} reuseport backlog=4096;
+        root {root};
+    }}
+}}
+"""
+
+
+def kill_children() -> None:
+    for p in CHILDREN:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + 5
+    for p in CHILDREN:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    CHILDREN.clear()
+
+
+def on_signal(signum, _frame):
+    kill_children()
+    sys.exit(128 + signum)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def wait_ready(port: int, path: str, proc: subprocess.Popen, name: str) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"bench-serve: {name} exited with {proc.returncode} before serving")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"bench-serve: {name} not answering on 127.0.0.1:{port} after 10 s")
+
+
+def start(name: str, argv: list[str], port: int, log: Path) -> subprocess.Popen:
+    if port_in_use(port):
+        raise SystemExit(f"bench-serve: port {port} already in use")
+    out = open(log, "wb")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    CHILDREN.append(proc)
+    wait_ready(port, "/1k.bin", proc, name)
+    return proc
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    CHILDREN.remove(proc)
+
+
+UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
+
+
+def parse_wrk(text: str) -> dict:
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", text)
+    if not rps:
+        raise SystemExit(f"bench-serve: cannot parse wrk output:\n{text}")
+    latency = {}
+    for pct, value, unit in re.findall(r"^\s+(50|75|90|99)%\s+([\d.]+)(us|ms|s|m)\s*$", text, re.M):
+        latency[f"p{pct}"] = round(float(value) * UNITS[unit], 4)
+    requests = re.search(r"(\d+) requests in", text)
+    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    return {
+        "requests_per_s": float(rps.group(1)),
+        "latency_ms": latency,
+        "requests": int(requests.group(1)) if requests else None,
+        "non_2xx": int(non2xx.group(1)) if non2xx else 0,
+        "socket_errors": sum(int(x) for x in errors.groups()) if errors else 0,
+    }
+
+
+def run_wrk(args, port: int, path: str) -> dict:
+    argv = [
+        "wrk",
+        f"-t{args.threads}",
+        f"-c{args.connections}",
+        f"-d{args.duration}s",
+        "--latency",
+        f"http://127.0.0.1:{port}{path}",
+    ]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=args.duration + 60, check=True)
+    result = parse_wrk(out.stdout)
+    if result["non_2xx"] or result["socket_errors"]:
+        print(f"bench-serve: warning: {argv} had errors: {result}", file=sys.stderr)
+    return result
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    nginx_version = subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip()
+    wrk_version = subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.splitlines()[:1]
+    return {
+        "nproc": os.cpu_count(),
+        "kernel": platform.release(),
+        "cpu_model": cpu,
+        "loadavg_at_start": os.getloadavg(),
+        "nginx": nginx_version,
+        "wrk": wrk_version[0] if wrk_version else "",
+    }
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return ""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default="target/release/shortfirst")
+    ap.add_argument("--out", default="results/bench-serve.json")
+    ap.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
+    ap.add_argument("--threads", type=int, default=2, help="wrk threads")
+    ap.add_argument("--connections", type=int, default=64, help="wrk connections")
+    ap.add_argument("--rounds", type=int, default=4, help="rounds; the server order alternates")
+    ap.add_argument("--warmup", type=int, default=2, help="seconds of unrecorded load before each run")
+    args = ap.parse_args()
+    for tool in ("nginx", "wrk"):
+        if not shutil.which(tool):
+            raise SystemExit(f"bench-serve: {tool} not found (make apt installs it)")
+    binary = Path(args.bin).resolve()
+    if not binary.exists():
+        raise SystemExit(f"bench-serve: {binary} not built")
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
+    try:
+        root = tmp / "www"
+        root.mkdir()
+        for name, size in FILES.items():
+            (root / name).write_bytes(bytes(i % 251 for i in range(size)))
+        nginx_port, sf_port = free_port(), free_port()
+        while sf_port == nginx_port:
+            sf_port = free_port()
+        conf = tmp / "nginx.conf"
+        conf.write_text(NGINX_CONF.format(tmp=tmp, port=nginx_port, root=root))
+        servers = {
+            "nginx": (["nginx", "-c", str(conf), "-p", str(tmp)], nginx_port),
+            "shortfirst": (
+                [
+                    str(binary),
+                    "serve",
+                    "--root",
+                    str(root),
+                    "--listen",
+                    f"127.0.0.1:{sf_port}",
+                    "--threads",
+                    "2",
+                    "--max-requests-per-connection",
+                    "10000",
+                    "--access-log",
+                    str(tmp / "shortfirst-access.log"),
+                ],
+                sf_port,
+            ),
+        }
+        runs = []
+        for rnd in range(args.rounds):
+            order = ["nginx", "shortfirst"] if rnd % 2 == 0 else ["shortfirst", "nginx"]
+            for name in order:
+                argv, port = servers[name]
+                proc = start(name, argv, port, tmp / f"{name}.out")
+                try:
+                    for path in FILES:
+                        if args.warmup:
+                            warm = argparse.Namespace(**{**vars(args), "duration": args.warmup})
+                            run_wrk(warm, port, f"/{path}")
+                        r = run_wrk(args, port, f"/{path}")
+                        r.update(server=name, file=path, size_bytes=FILES[path], round=rnd + 1)
+                        print(
+                            f"round {rnd + 1} {name:10s} {path:9s} {r['requests_per_s']:>10.0f} req/s  "
+                            f"p50 {r['latency_ms'].get('p50')} ms  p99 {r['latency_ms'].get('p99')} ms",
+                            flush=True,
+                        )
+                        runs.append(r)
+                finally:
+                    stop(proc)
+
+        summary = {}
+        for path in FILES:
+            per = {}
+            for name in servers:
+                rs = [r for r in runs if r["server"] == name and r["file"] == path]
+                # Medians over rounds: the machine is shared, and one round
+                # disturbed by a neighbour should not decide the ratio.
+                per[name] = {
+                    "requests_per_s": round(statistics.median(r["requests_per_s"] for r in rs), 1),
+                    "latency_ms": {
+                        p: round(statistics.median(r["latency_ms"][p] for r in rs), 4)
+                        for p in ("p50", "p90", "p99")
+                    },
+                    "requests_per_s_per_round": [r["requests_per_s"] for r in rs],
+                }
+            rps_ratio = per["shortfirst"]["requests_per_s"] / per["nginx"]["requests_per_s"]
+            p99_ratio = per["shortfirst"]["latency_ms"]["p99"] / per["nginx"]["latency_ms"]["p99"]
+            summary[path] = {
+                **per,
+                "ratio_requests_per_s": round(rps_ratio, 3),
+                "ratio_p99": round(p99_ratio, 3),
+                "target_met": rps_ratio >= 1.0 and p99_ratio <= 1.0,
+            }
+        report = {
+            "benchmark": "bench-serve",
+            "command": " ".join([sys.argv[0], *sys.argv[1:]]),
+            "git_commit": git_commit(),
+            "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": machine(),
+            "wrk": {"threads": args.threads, "connections": args.connections, "duration_s": args.duration},
+            "rounds": args.rounds,
+            "aggregation": "median over rounds of each server's requests/s and latency percentiles",
+            "settings": {
+                "workers": "2 (nginx worker_processes 2, shortfirst --threads 2)",
+                "access_log": "on for both, buffered to a file (nginx buffer=64k flush=1s)",
+                "keepalive_requests": 10000,
+                "shortfirst_policy": "srpt (default cutoffs), SO_PRIORITY on",
+                "nginx_conf": NGINX_CONF.strip().splitlines(),
+            },
+            "summary": summary,
+            "runs": runs,
+        }
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        part = out.with_suffix(out.suffix + ".part")
+        part.write_text(json.dumps(report, indent=2) + "\n")
+        part.rename(out)
+        for path, s in summary.items():
+            print(
+                f"{path}: shortfirst/nginx requests/s {s['ratio_requests_per_s']}, p99 {s['ratio_p99']}"
+                f" (target met: {s['target_met']})"
+            )
+        print(f"wrote {out}")
+        return 0
+    finally:
+        kill_children()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+//! Kernel-mode scheduling as the kernel sees it: the listener's set-up
+//! priority, and one `SO_PRIORITY` change per cutoff crossing, read back from
+//! the server's own socket at each change.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use common::{can_set_priority, req, Raw, TestServer};
+use shortfirst_core::bands::{Band, BandMap};
+use shortfirst_server::{so_priority, Policy, PriorityObserver};
+
+/// (requested priority, priority the kernel reports right after), in order.
+type Seen = Arc<Mutex<Vec<(u32, u32)>>>;
+
+fn recorder() -> (PriorityObserver, Seen) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let observer: PriorityObserver = Arc::new(move |fd, p| {
+        let kernel = so_priority(fd).unwrap();
+        s.lock().unwrap().push((p, kernel));
+    });
+    (observer, seen)
+}
+
+fn bands(seen: &Mutex<Vec<(u32, u32)>>) -> Vec<u8> {
+    let map = BandMap::default();
+    seen.lock()
+        .unwrap()
+        .iter()
+        .map(|&(p, kernel)| {
+            assert_eq!(p, kernel, "kernel priority differs from the one set");
+            (1..=7).map(|b| Band::new(b).unwrap()).find(|&b| map.so_priority(b) == p).expect("a data band").index()
+        })
+        .collect()
+}
+
+fn skip() -> bool {
+    if !can_set_priority() {
+        eprintln!("skipping: SO_PRIORITY above 6 needs CAP_NET_ADMIN (run as root)");
+        return true;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srpt_sets_one_priority_per_crossing() {
+    if skip() {
+        return;
+    }
+    let (observer, seen) = recorder();
+    let mut s = TestServer::start_with_observer(
+        |c| {
+            // Small sendfile calls so every cutoff can be observed on its own.
+            c.sendfile_chunk_bytes = 4096;
+            c.send_buffer_bytes = Some(4096);
+        },
+        Some(observer),
+    )
+    .await;
+    assert_eq!(s.listener_priority, Some(BandMap::default().so_priority(Band::SETUP)), "SYN-ACKs ride band 0");
+
+    let mut c = Raw::connect(s.addr).await;
+    c.send(req("/medium.bin").as_bytes()).await;
+    assert_eq!(c.response(false).await.unwrap().body.len(), 100_000);
+    let first = bands(&seen);
+    // 100 KB starts above the 50K cutoff (band 6) and ends in band 1; every
+    // change is a strict improvement, so each cutoff is crossed at most once.
+    assert_eq!(first.first(), Some(&6), "{first:?}");
+    assert_eq!(first.last(), Some(&1), "{first:?}");
+    assert!(first.windows(2).all(|w| w[1] < w[0]), "{first:?}");
+    assert!(first.len() >= 4, "with 4 KB writes most cutoffs are crossed one by one: {first:?}");
+
+    // Same connection: a small response is already in band 1 (no syscall) …
+    c.send(req("/small.txt").as_bytes()).await;
+    c.response(false).await.unwrap();
+    assert_eq!(bands(&seen), first, "no setsockopt when the band does not change");
+    // … and a large one starts again from its own size.
+    c.send(req("/medium.bin").as_bytes()).await;
+    c.response(false).await.unwrap();
+    let all = bands(&seen);
+    assert_eq!(&all[first.len()..], &first[..], "second large response repeats the descent");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_uses_one_band_and_one_setsockopt() {
+    if skip() {
+        return;
+    }
+    let (observer, seen) = recorder();
+    let mut s = TestServer::start_with_observer(
+        |c| {
+            c.policy = Policy::Fair;
+            c.sendfile_chunk_bytes = 4096;
+        },
+        Some(observer),
+    )
+    .await;
+    let mut c = Raw::connect(s.addr).await;
+    for path in ["/medium.bin", "/small.txt", "/big.bin"] {
+        c.send(req(path).as_bytes()).await;
+        c.response(false).await.unwrap();
+    }
+    assert_eq!(bands(&seen), vec![1]);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srpt2_starts_split_at_1k() {
+    if skip() {
+        return;
+    }
+    let (observer, seen) = recorder();
+    let mut s = TestServer::start_with_observer(|c| c.policy = Policy::Srpt2, Some(observer)).await;
+    let mut c = Raw::connect(s.addr).await;
+    c.send(req("/medium.bin").as_bytes()).await;
+    c.response(false).await.unwrap();
+    let b = bands(&seen);
+    assert_eq!(b.first(), Some(&2), "{b:?}");
+    assert_eq!(b.last(), Some(&1), "{b:?}");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn band_tracks_bytes_not_yet_transmitted() {
+    if skip() {
+        return;
+    }
+    let (observer, seen) = recorder();
+    let mut s = TestServer::start_with_observer(|_| {}, Some(observer)).await;
+    // A client that cannot take the response yet: tiny receive window, no reads.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let stream = socket.connect(s.addr).await.unwrap();
+    let mut c = Raw::from_stream(stream);
+    c.send(req("/big.bin").as_bytes()).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Almost all of the 300 KB is still on the server: the socket must not
+    // have been promoted past the largest band (TCP_NOTSENT_LOWAT keeps the
+    // kernel's unsent backlog small, so written ≈ transmitted).
+    assert_eq!(bands(&seen), vec![6], "promoted before the bytes left");
+    assert_eq!(c.response(false).await.unwrap().body.len(), 300_000);
+    assert_eq!(bands(&seen).last(), Some(&1));
+    s.stop().await;
+}

@@ -1,0 +1,9 @@
+# shortfirst serve: benchmark against nginx (bench/serve.py drives both with wrk).
+APT_PACKAGES += nginx wrk curl
+BENCH_TARGETS += bench-serve
+
+.PHONY: bench-serve
+# Needs root: nginx runs its workers as root to read the temporary directory,
+# and shortfirst sets SO_PRIORITY above 6.
+bench-serve: apt $(BIN)
+	$(PYTHON) bench/serve.py --bin $(BIN) --out results/bench-serve.json
