@@ -184,6 +184,9 @@ def _resolve_binary(path: str | Path) -> Path:
 class Testbed:
     """A server namespace behind a shaped uplink and ``n_clients`` client namespaces.
 
+    The constructor first runs :func:`cleanup_leftovers`, so namespaces left by
+    crashed runs never pile up (live runs are never touched).
+
     ``queue_packets`` is each priority band's queue limit on the uplink (the
     paper's testbed: 100 packets). ``congestion_control`` (e.g. "reno") and
     ``initial_cwnd`` (segments) set the server namespace's TCP; None keeps the
@@ -252,6 +255,7 @@ class Testbed:
         self._anchor: subprocess.Popen | None = None
         self._created_ns: list[str] = []
         self._closed = False
+        cleanup_leftovers()
         self._lock_fd = _try_lock(_lock_path(PREFIX, run_id))
         if self._lock_fd is None:
             raise TestbedError(f"run id {run_id!r} is in use by a live testbed")

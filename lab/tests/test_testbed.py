@@ -132,15 +132,16 @@ def test_cleanup_after_a_crash_and_sparing_live_runs(shortfirst_bin, tmp_path):
             """
         )
     )
-    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout.readline().strip() == "ready"
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-    left = traces_of(crashed_id)
-    assert f"{tb.PREFIX}{crashed_id}-srv" in left, left
     with Testbed(live_id, RATE_10_MBIT, shortfirst_bin=shortfirst_bin) as live:
+        # The child's Testbed runs cleanup_leftovers too: the live run survives it.
+        child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout.readline().strip() == "ready"
+        finally:
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+        left = traces_of(crashed_id)
+        assert f"{tb.PREFIX}{crashed_id}-srv" in left, left
         removed = cleanup_leftovers()
         assert f"{tb.PREFIX}{crashed_id}-srv" in removed
         assert not any(live_id in name for name in removed), removed
