@@ -46,17 +46,15 @@ PORT = 8080
 SMALL_FETCH_AT_S = (1.5, 2.5, 3.5, 4.5)
 #: Seconds any one trial may take before it is abandoned as failed.
 TRIAL_TIMEOUT_S = 60.0
-#: SO_SNDBUF for the server's client sockets. A socket's priority applies to
-#: a packet when TCP transmits it, but the server moves a response to a better
-#: band when its remaining *written* bytes cross a cutoff. With the kernel's
-#: autotuned send buffer, a long response is written (and promoted) well
-#: before it is sent, so its tail competes in bands 4-5 with the short one:
-#: measured 2.8x (fair 0.083 s, srpt 0.029 s; 1.5 MB of the long responses in
-#: bands 4-5). 32 KB keeps the written position within ~64 KB of the sent
-#: one, costs no throughput on this LAN, and gives 4.0x. 0 leaves the server's
-#: default. (The server could track the unsent bytes itself with
-#: TCP_NOTSENT_LOWAT; until it does, the bound is set here.)
-SEND_BUFFER_BYTES = 32_768
+#: SO_SNDBUF for the server's client sockets; 0 (the default) leaves the
+#: server's own setting. A socket's priority applies to a packet when TCP
+#: transmits it, while the server changes band as its *written* bytes cross a
+#: cutoff; the server keeps the two close with TCP_NOTSENT_LOWAT (16 KiB by
+#: default). Before it did, the kernel-autotuned send buffer let long
+#: responses be promoted well before they were sent (measured: 2.8x instead of
+#: 4.0x), and a 32 KB bound here fixed it; with the server's default now:
+#: 3.7x (fair 0.078 s, srpt 0.021 s). Kept as a knob to study that effect.
+SEND_BUFFER_BYTES = 0
 #: TCP congestion control in the server namespace. Reno, the paper's (Linux
 #: 2.2) kind of TCP, is the loss-based one a namespace may choose here (cubic
 #: is not in this kernel's tcp_allowed_congestion_control). Measured with
