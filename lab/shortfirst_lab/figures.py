@@ -1,0 +1,206 @@
+"""Figures in the papers' style (Harchol-Balter 2003 Figs. 5, 6, 9), rendered to PNG bytes.
+
+Every function takes already-analysed data and returns PNG bytes (matplotlib, Agg backend),
+so the report can embed them and nothing here touches the experiment directory.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from . import analysis  # noqa: E402
+
+STYLE = {
+    "fair": {"color": "#c0392b", "marker": "s", "linestyle": "--", "label": "FAIR"},
+    "srpt": {"color": "#1f5fa8", "marker": "o", "linestyle": "-", "label": "SRPT"},
+    "srpt2": {"color": "#2e8b57", "marker": "^", "linestyle": "-.", "label": "SRPT (2 bands)"},
+}
+DPI = 110
+
+
+def _style(policy: str) -> dict[str, Any]:
+    return STYLE.get(policy, {"color": "grey", "marker": "x", "linestyle": ":", "label": policy.upper()})
+
+
+def _png(fig: plt.Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _grid(n: int) -> tuple[plt.Figure, list[plt.Axes]]:
+    cols = min(n, 3)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
+    flat = list(axes.ravel())
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+def metric_vs_load(
+    points: Mapping[str, Sequence[tuple[float, float | None, float | None]]],
+    ylabel: str,
+    title: str,
+    logy: bool = False,
+) -> bytes:
+    """One line per policy: (load, value, 95% CI half-width or None) points."""
+    fig, ax = plt.subplots(figsize=(5.6, 4.2))
+    for policy, pts in points.items():
+        pts = [p for p in pts if p[1] is not None]
+        if not pts:
+            continue
+        st = _style(policy)
+        x = [p[0] for p in pts]
+        y = [p[1] for p in pts]
+        err = [p[2] if p[2] is not None else 0.0 for p in pts]
+        ax.errorbar(
+            x,
+            y,
+            yerr=err,
+            capsize=3,
+            color=st["color"],
+            marker=st["marker"],
+            linestyle=st["linestyle"],
+            label=st["label"],
+        )
+    ax.set_xlabel("Uplink load")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if logy:
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    return _png(fig)
+
+
+def per_size(
+    by_load: Mapping[float, Mapping[str, pd.DataFrame]],
+    kind: str,
+) -> bytes:
+    """Fig. 9: mean response per size percentile ("percentile") or per [x,1.2x] bin ("bin")."""
+    loads = sorted(by_load)
+    fig, axes = _grid(len(loads))
+    for ax, load in zip(axes, loads, strict=True):
+        for policy, df in by_load[load].items():
+            st = _style(policy)
+            if kind == "percentile":
+                t = analysis.percentile_buckets(df)
+                ax.plot(
+                    t["pct_hi"],
+                    t["mean_response_s"],
+                    color=st["color"],
+                    linestyle=st["linestyle"],
+                    label=st["label"],
+                    linewidth=1.2,
+                )
+            else:
+                t = analysis.size_bins(df)
+                x = np.sqrt(t["size_lo"] * t["size_hi"])
+                ax.plot(
+                    x,
+                    t["mean_response_s"],
+                    color=st["color"],
+                    linestyle=st["linestyle"],
+                    marker=st["marker"],
+                    markersize=3,
+                    label=st["label"],
+                    linewidth=1.0,
+                )
+        ax.set_yscale("log")
+        if kind == "percentile":
+            ax.set_xlabel("Percentile of request size (200 buckets of 0.5%)")
+            ax.set_xlim(0, 100)
+        else:
+            ax.set_xscale("log")
+            ax.set_xlabel("Request size (bytes), bins [x, 1.2x]")
+        ax.set_ylabel("Mean response time (s)")
+        ax.set_title(f"load {load:.2f}")
+        ax.grid(True, which="both", alpha=0.25)
+        ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def ccdf(by_load: Mapping[float, Mapping[str, pd.DataFrame]]) -> bytes:
+    """CCDF P[response > t] per policy, one panel per load, log-log."""
+    loads = sorted(by_load)
+    fig, axes = _grid(len(loads))
+    for ax, load in zip(axes, loads, strict=True):
+        for policy, df in by_load[load].items():
+            st = _style(policy)
+            x, p = analysis.ccdf(df["response_s"])
+            keep = p > 0
+            ax.plot(x[keep], p[keep], color=st["color"], linestyle=st["linestyle"], label=st["label"])
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("Response time t (s)")
+        ax.set_ylabel("P[response > t]")
+        ax.set_title(f"load {load:.2f}")
+        ax.grid(True, which="both", alpha=0.25)
+        ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def timeseries(
+    by_load: Mapping[float, Mapping[str, pd.DataFrame]],
+    column: str,
+    ylabel: str,
+    warmup_s: float,
+) -> bytes:
+    """A health column over time (e.g. open connections), one panel per load."""
+    loads = sorted(by_load)
+    fig, axes = _grid(len(loads))
+    for ax, load in zip(axes, loads, strict=True):
+        for policy, h in by_load[load].items():
+            if h.empty or column not in h:
+                continue
+            st = _style(policy)
+            ax.plot(
+                h["t_s"],
+                h[column],
+                color=st["color"],
+                linestyle=st["linestyle"],
+                label=st["label"],
+                linewidth=1.0,
+            )
+        ax.axvline(warmup_s, color="grey", linewidth=0.8, linestyle=":")
+        ax.set_xlabel("Time since run start (s); dotted: end of warm-up")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"load {load:.2f}")
+        ax.grid(True, alpha=0.25)
+        ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def baseline(b: analysis.Baseline, size_bytes: Any, response_s: Any) -> bytes:
+    """Calibration: every idle fetch, the per-size medians and the fitted line (log-log)."""
+    fig, ax = plt.subplots(figsize=(5.6, 4.2))
+    ax.scatter(size_bytes, response_s, s=8, color="#999999", label="idle fetches")
+    ax.scatter(b.sizes_bytes, b.median_s, s=22, color="#1f5fa8", label="median per size")
+    xs = np.geomspace(max(1, min(b.sizes_bytes)), max(b.sizes_bytes), 100)
+    ax.plot(
+        xs,
+        b.predict(xs),
+        color="#c0392b",
+        label=f"a={b.a_s * 1000:.2f} ms, rate_eff={b.rate_eff_bits_per_s / 1e6:.2f} Mbit/s",
+    )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("Request size (bytes)")
+    ax.set_ylabel("Response time alone (s)")
+    ax.set_title("Idle baseline (calibration)")
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(fontsize=8)
+    return _png(fig)
