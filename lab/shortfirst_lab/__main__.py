@@ -27,6 +27,18 @@ def _add_run(p: argparse.ArgumentParser) -> None:
         "--bin", type=Path, default=None, help="shortfirst binary (default: target/release/shortfirst)"
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_set(p)
+
+
+def _add_set(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a key of the experiment file (VALUE in TOML syntax), e.g. run.duration_s=60",
+    )
 
 
 def _cmd_run(a: argparse.Namespace) -> int:
@@ -57,11 +69,12 @@ def _cmd_report(a: argparse.Namespace) -> int:
 
 def _add_validate(p: argparse.ArgumentParser) -> None:
     p.add_argument("experiments", type=Path, nargs="+", help="experiment TOML files")
+    _add_set(p)
 
 
 def _cmd_validate(a: argparse.Namespace) -> int:
     for path in a.experiments:
-        exp = load_experiment(path)
+        exp = load_experiment(path, a.overrides)
         runs = exp.matrix()
         per_run = exp.run.duration_s
         print(

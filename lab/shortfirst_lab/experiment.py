@@ -265,8 +265,14 @@ class _Section:
 _SECTIONS = ("experiment", "uplink", "workload", "client", "server", "run", "calibration")
 
 
-def load_experiment(path: str | Path) -> Experiment:
-    """Read and validate an experiment file. Raises ExperimentError on any problem."""
+def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
+    """Read and validate an experiment file. Raises ExperimentError on any problem.
+
+    `overrides` are `SECTION.KEY=VALUE` strings (VALUE in TOML syntax, e.g. `run.duration_s=60`
+    or `experiment.loads=[0.8]`), applied before validation; the experiment's `source` is then
+    the effective file, with the overrides noted in a header comment, so what is stored beside
+    the results is exactly what ran.
+    """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -276,7 +282,49 @@ def load_experiment(path: str | Path) -> Experiment:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ExperimentError(path, "", f"valid TOML ({e})") from e
+    if overrides:
+        for ov in overrides:
+            apply_override(doc, ov, path)
+        text = f"# {path} with overrides: {' '.join(overrides)}\n" + to_toml(doc)
     return experiment_from_dict(doc, path, text)
+
+
+def apply_override(doc: dict[str, Any], override: str, path: str | Path = "<override>") -> None:
+    """Set `SECTION.KEY=VALUE` (VALUE parsed as TOML) in `doc`, in place."""
+    key, sep, raw = override.partition("=")
+    parts = key.strip().split(".")
+    if not sep or len(parts) != 2 or not all(parts):
+        raise ExperimentError(path, key.strip(), "an override SECTION.KEY=VALUE", override)
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()  # a bare word is taken as a string: model=open
+    section = doc.setdefault(parts[0], {})
+    if not isinstance(section, dict):
+        raise ExperimentError(path, parts[0], "a table", section)
+    section[parts[1]] = value
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+
+def to_toml(doc: dict[str, Any]) -> str:
+    """Serialise a two-level document of tables of scalars and lists (the experiment schema)."""
+    out = []
+    for section, table in doc.items():
+        out.append(f"[{section}]")
+        out.extend(f"{k} = {_toml_value(v)}" for k, v in table.items())
+        out.append("")
+    return "\n".join(out)
 
 
 def experiment_from_dict(

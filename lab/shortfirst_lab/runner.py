@@ -561,9 +561,14 @@ def _version(bin_path: Path) -> str | None:
 
 
 def run_experiment(
-    exp_path: Path, out: Path, bin_path: Path, resume: bool = False, progress: bool = True
+    exp_path: Path,
+    out: Path,
+    bin_path: Path,
+    resume: bool = False,
+    progress: bool = True,
+    overrides: list[str] | None = None,
 ) -> dict[str, Any]:
-    exp = load_experiment(exp_path)
+    exp = load_experiment(exp_path, overrides)
     if not bin_path.exists():
         raise RunnerError(f"{bin_path}: no such binary; build it with `make build`")
     if os.geteuid() != 0:
