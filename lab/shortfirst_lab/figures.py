@@ -33,7 +33,7 @@ def _style(policy: str) -> dict[str, Any]:
 
 def _png(fig: plt.Figure) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=DPI)
     plt.close(fig)
     return buf.getvalue()
 
@@ -41,7 +41,9 @@ def _png(fig: plt.Figure) -> bytes:
 def _grid(n: int) -> tuple[plt.Figure, list[plt.Axes]]:
     cols = min(n, 3)
     rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False, layout="constrained"
+    )
     flat = list(axes.ravel())
     for ax in flat[n:]:
         ax.set_visible(False)
@@ -55,7 +57,7 @@ def metric_vs_load(
     logy: bool = False,
 ) -> bytes:
     """One line per policy: (load, value, 95% CI half-width or None) points."""
-    fig, ax = plt.subplots(figsize=(5.6, 4.2))
+    fig, ax = plt.subplots(figsize=(5.6, 4.2), layout="constrained")
     for policy, pts in points.items():
         pts = [p for p in pts if p[1] is not None]
         if not pts:
@@ -186,7 +188,7 @@ def timeseries(
 
 def baseline(b: analysis.Baseline, size_bytes: Any, response_s: Any) -> bytes:
     """Calibration: every idle fetch, the per-size medians and the fitted line (log-log)."""
-    fig, ax = plt.subplots(figsize=(5.6, 4.2))
+    fig, ax = plt.subplots(figsize=(5.6, 4.2), layout="constrained")
     ax.scatter(size_bytes, response_s, s=8, color="#999999", label="idle fetches")
     ax.scatter(b.sizes_bytes, b.median_s, s=22, color="#1f5fa8", label="median per size")
     xs = np.geomspace(max(1, min(b.sizes_bytes)), max(b.sizes_bytes), 100)

@@ -379,9 +379,12 @@ def _f(x: Any, fmt: str = "{:.4f}") -> str:
     return "—" if x is None else fmt.format(x)
 
 
-def render_html(summary: dict[str, Any], runs: list[RunData], extras: dict[str, Any]) -> str:
+def render_html(
+    summary: dict[str, Any], runs: list[RunData], extras: dict[str, Any], with_figures: bool = True
+) -> str:
     exp: Experiment = extras["exp"]
-    figs = [(t, c, base64.b64encode(png).decode("ascii")) for t, c, png in build_figures(runs, extras)]
+    made = build_figures(runs, extras) if with_figures else []
+    figs = [(t, c, base64.b64encode(png).decode("ascii")) for t, c, png in made]
     run_head = [
         "policy",
         "load",
@@ -507,12 +510,15 @@ def render_html(summary: dict[str, Any], runs: list[RunData], extras: dict[str, 
     )
 
 
-def build(out: str | Path) -> dict[str, Any]:
-    """Rebuild DIR/summary.json and DIR/report.html from the raw logs; returns the summary."""
+def build(out: str | Path, with_figures: bool = True) -> dict[str, Any]:
+    """Rebuild DIR/summary.json and DIR/report.html from the raw logs; returns the summary.
+
+    `with_figures=False` leaves the figures out of the page (tests of the numbers only).
+    """
     out = Path(out)
     summary, runs, extras = summarise(out)
     write_json(out / "summary.json", summary)
-    write_atomic(out / "report.html", render_html(summary, runs, extras))
+    write_atomic(out / "report.html", render_html(summary, runs, extras, with_figures))
     return summary
 
 

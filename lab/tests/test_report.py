@@ -24,7 +24,7 @@ CMP_KEYS = {
 
 
 def test_summary_schema_and_known_values(experiment_dir):
-    s = report.build(experiment_dir)
+    s = report.build(experiment_dir, with_figures=False)
     assert set(s) == {"experiment", "provenance", "runs", "comparisons"}
     assert s["experiment"]["name"] == "synthetic"
     assert s["provenance"]["git_commit"] == "abc"
@@ -76,7 +76,7 @@ def test_missing_run_is_reported_not_fatal(experiment_dir):
     import shutil
 
     shutil.rmtree(experiment_dir / "runs" / "fair-load0.90-rep1")
-    s = report.build(experiment_dir)
+    s = report.build(experiment_dir, with_figures=False)
     assert len(s["runs"]) == 3
     assert [c["load"] for c in s["comparisons"]] == [0.7]
     assert "fair-load0.90-rep1" in (experiment_dir / "report.html").read_text()
@@ -86,7 +86,7 @@ def test_invalid_generator_run_marked_invalid(experiment_dir):
     (experiment_dir / "runs" / "srpt-load0.70-rep1" / "summary.json").write_text(
         json.dumps({"lateness_p99_ms": 12.0, "valid": False})
     )
-    s = report.build(experiment_dir)
+    s = report.build(experiment_dir, with_figures=False)
     bad = [r for r in s["runs"] if not r["valid"]]
     assert [(r["policy"], r["load"], r["lateness_p99_ms"]) for r in bad] == [("srpt", 0.7, 12.0)]
 
