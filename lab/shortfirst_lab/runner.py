@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -393,6 +394,8 @@ class Runner:
                     )
                 else:
                     rec["status"] = "ok"
+            except RunnerError as e:
+                rec["status"] = f"failed: {e}"
             finally:
                 if sampler is not None:
                     sampler.stop()
@@ -491,7 +494,12 @@ class Runner:
                 )
 
         wait_s = exp.run.duration_s + exp.run.drain_timeout_s
-        rec = self.session(f"r{idx}", rdir, spec.policy, load_args, wait_s, tick)
+        try:
+            rec = self.session(f"r{idx}", rdir, spec.policy, load_args, wait_s, tick)
+        except (OSError, subprocess.SubprocessError, RuntimeError, ValueError) as e:
+            # Testbed set-up or teardown failed: record it with the traceback, go on with the matrix.
+            write_atomic(rdir / "runner_error.txt", traceback.format_exc())
+            rec = {"status": f"failed: {type(e).__name__}: {e} (see runner_error.txt)", "policy": spec.policy}
         rec.update(run=spec.run_id, load=spec.load, repeat=spec.repeat, seed=spec.seed)
         write_json(rdir / "run.json", rec)
         return rec
