@@ -1,0 +1,237 @@
+"""The two-sizes download experiment: one short response requested while
+several long ones download through the shaped uplink, under each policy.
+
+This is the smallest experiment that shows the paper's effect (Harchol-Balter
+et al. 2003, §2): under ``fair`` the short response shares the uplink with
+every long one; under ``srpt`` its packets sit in a better HTB band and go
+first. It backs the namespace test of issue 2 and ``make demo-downloads``:
+
+    python -m shortfirst_lab.downloads [--bin target/release/shortfirst] [--trials 3] [--out FILE.json]
+
+Each trial starts a fresh ``shortfirst serve`` in the server namespace, starts
+the long downloads from the client namespace, waits until they are under way,
+then times the short fetch from the client side (connect to last byte). The
+HTB counters are read before and after, so each trial reports the bytes each
+band carried during it. Policies alternate trial by trial, so machine noise
+falls on both alike; the summary takes the median per policy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from shortfirst_lab.testbed import Testbed, TestbedError, cleanup_leftovers, new_run_id
+
+RATE_BITS_PER_S = 10_000_000
+N_LARGE = 8
+LARGE_BYTES = 1_000_000
+SMALL_BYTES = 20_000
+PORT = 8080
+#: Seconds between starting the long downloads and requesting the short one:
+#: long enough for all of them to be sending, far shorter than the ~6.5 s the
+#: long ones need together at 10 Mbit/s.
+HEAD_START_S = 1.5
+#: Seconds any one trial may take before it is abandoned as failed.
+TRIAL_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Trial:
+    policy: str
+    small_s: float
+    large_s: list[float]
+    #: Bytes each band's HTB class sent during the trial, {band: bytes}.
+    band_bytes: dict[int, int]
+    band_packets: dict[int, int]
+    #: All long downloads were still running when the short one finished.
+    overlapped: bool
+
+
+@dataclass
+class Result:
+    rate_bits_per_s: int
+    n_large: int
+    large_bytes: int
+    small_bytes: int
+    trials: list[Trial] = field(default_factory=list)
+
+    def median_small_s(self, policy: str) -> float:
+        return statistics.median(t.small_s for t in self.trials if t.policy == policy)
+
+    def ratio(self) -> float:
+        """Median short-response time under fair ÷ under srpt."""
+        return self.median_small_s("fair") / self.median_small_s("srpt")
+
+    def band_totals(self, policy: str) -> dict[int, int]:
+        totals: dict[int, int] = {}
+        for t in self.trials:
+            if t.policy == policy:
+                for band, n in t.band_bytes.items():
+                    totals[band] = totals.get(band, 0) + n
+        return totals
+
+
+def make_files(root: Path, seed: int = 1) -> None:
+    """``large-<i>.bin`` (1 MB each) and ``small.bin`` (20 KB), seeded random bytes
+    (incompressible, so no layer can shortcut them)."""
+    rng = random.Random(seed)
+    for i in range(N_LARGE):
+        (root / f"large-{i}.bin").write_bytes(rng.randbytes(LARGE_BYTES))
+    (root / "small.bin").write_bytes(rng.randbytes(SMALL_BYTES))
+
+
+def _probe(*args: str) -> list[str]:
+    return [sys.executable, "-m", "shortfirst_lab.probe", *args]
+
+
+def _band_counters(bed: Testbed) -> tuple[dict[int, int], dict[int, int]]:
+    bands = bed.uplink_stats()["bands"]
+    return {b["band"]: b["bytes"] for b in bands}, {b["band"]: b["packets"] for b in bands}
+
+
+def _wait_for_server(bed: Testbed, server: subprocess.Popen, url: str, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise TestbedError(f"shortfirst serve exited with {server.returncode} before it answered {url}")
+        out = bed.client_run(_probe("fetch", url), capture_output=True, text=True, timeout=10)
+        if out.returncode == 0 and json.loads(out.stdout.splitlines()[0])["status"] == 200:
+            return
+        time.sleep(0.2)
+    raise TestbedError(f"shortfirst serve did not answer {url} within {timeout_s} s")
+
+
+def run_trial(bed: Testbed, root: Path, policy: str, log_dir: Path | None = None) -> Trial:
+    """One trial: a fresh server under ``policy``, the long downloads, the timed short one."""
+    with contextlib.ExitStack() as stack:
+        log = stack.enter_context(open(log_dir / f"serve-{policy}.log", "a")) if log_dir else None
+        small_out, large_out, overlapped, before, after = _trial(bed, root, policy, log)
+    small_result = json.loads(small_out.splitlines()[0])
+    large_results = [json.loads(line) for line in large_out.splitlines()]
+    for r in [small_result, *large_results]:
+        want = SMALL_BYTES if r["url"].endswith("small.bin") else LARGE_BYTES
+        if r["status"] != 200 or r["bytes"] != want:
+            raise TestbedError(f"{policy}: fetch of {r['url']} returned {r}")
+    return Trial(
+        policy=policy,
+        small_s=small_result["seconds"],
+        large_s=[r["seconds"] for r in large_results],
+        band_bytes={b: after[0][b] - before[0].get(b, 0) for b in after[0]},
+        band_packets={b: after[1][b] - before[1].get(b, 0) for b in after[1]},
+        overlapped=overlapped,
+    )
+
+
+def _trial(bed: Testbed, root: Path, policy: str, log) -> tuple:
+    base = f"http://{bed.server_addr}:{PORT}"
+    server = bed.server_popen(
+        [bed.shortfirst_bin, "serve", "--root", root, "--policy", policy]
+        + ["--listen", f"{bed.server_addr}:{PORT}"],
+        stdin=subprocess.DEVNULL,
+        stdout=log or subprocess.DEVNULL,
+        stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
+    )
+    try:
+        _wait_for_server(bed, server, f"{base}/small.bin")
+        before = _band_counters(bed)
+        large = bed.client_popen(
+            _probe("fetch", *[f"{base}/large-{i}.bin" for i in range(N_LARGE)]),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(HEAD_START_S)
+        small = bed.client_run(
+            _probe("fetch", f"{base}/small.bin"), capture_output=True, text=True, timeout=TRIAL_TIMEOUT_S
+        )
+        overlapped = large.poll() is None
+        large_out, _ = large.communicate(timeout=TRIAL_TIMEOUT_S)
+        after = _band_counters(bed)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    if small.returncode != 0:
+        raise TestbedError(f"{policy}: the short fetch failed: {small.stderr.strip()}")
+    return small.stdout, large_out, overlapped, before, after
+
+
+def run(shortfirst_bin: str | Path, trials: int = 3, log_dir: Path | None = None) -> Result:
+    """Builds a 10 Mbit testbed, runs ``trials`` fair/srpt pairs, tears it all down."""
+    result = Result(RATE_BITS_PER_S, N_LARGE, LARGE_BYTES, SMALL_BYTES)
+    cleanup_leftovers()
+    with tempfile.TemporaryDirectory(prefix="shortfirst-downloads-") as tmp:
+        root = Path(tmp)
+        os.chmod(root, 0o755)
+        make_files(root)
+        with Testbed(new_run_id(), RATE_BITS_PER_S, shortfirst_bin=shortfirst_bin) as bed:
+            for _ in range(trials):
+                for policy in ("fair", "srpt"):
+                    result.trials.append(run_trial(bed, root, policy, log_dir))
+    return result
+
+
+def render(result: Result) -> str:
+    lines = [
+        f"{result.n_large} x {result.large_bytes // 1000} KB downloads + one {result.small_bytes // 1000} KB "
+        f"response, uplink {result.rate_bits_per_s // 1_000_000} Mbit/s (HTB), "
+        f"{sum(t.policy == 'fair' for t in result.trials)} trials per policy",
+        "",
+        f"{'policy':<8}{'20 KB response (median)':>26}{'trials (s)':>30}{'1 MB downloads (median)':>26}",
+    ]
+    for policy in ("fair", "srpt"):
+        ts = [t for t in result.trials if t.policy == policy]
+        trials = ", ".join(f"{t.small_s:.3f}" for t in ts)
+        large = statistics.median(s for t in ts for s in t.large_s)
+        lines.append(f"{policy:<8}{result.median_small_s(policy):>24.3f} s{trials:>30}{large:>24.3f} s")
+    lines += ["", f"fair / srpt (20 KB response time): {result.ratio():.1f}x", ""]
+    lines.append("bytes per HTB band, all trials of a policy:")
+    bands = sorted(result.band_totals("srpt"))
+    lines.append(f"{'policy':<8}" + "".join(f"{'band ' + str(b):>12}" for b in bands))
+    for policy in ("fair", "srpt"):
+        totals = result.band_totals(policy)
+        lines.append(f"{policy:<8}" + "".join(f"{totals.get(b, 0):>12}" for b in bands))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m shortfirst_lab.downloads", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--bin", default="target/release/shortfirst", help="the shortfirst binary")
+    parser.add_argument("--trials", type=int, default=3, help="fair/srpt pairs to run (1..=20)")
+    parser.add_argument("--out", type=Path, help="also write the result as JSON here")
+    args = parser.parse_args(argv)
+    if not 1 <= args.trials <= 20:
+        parser.error(f"--trials {args.trials}: expected 1..=20")
+    if os.geteuid() != 0:
+        print("demo-downloads needs root (network namespaces, tc)", file=sys.stderr)
+        return 1
+    log_dir = args.out.parent if args.out else None
+    if log_dir:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    result = run(args.bin, args.trials, log_dir)
+    print(render(result))
+    if args.out:
+        tmp = args.out.with_suffix(args.out.suffix + ".tmp")
+        tmp.write_text(json.dumps(asdict(result), indent=2) + "\n")
+        tmp.replace(args.out)
+        print(f"\nwritten: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

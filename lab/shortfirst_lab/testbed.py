@@ -1,0 +1,485 @@
+"""Network-namespace testbed: a server behind a shaped uplink, and clients.
+
+Topology (all names carry ``sf`` + a run id, so concurrent runs never collide
+and leftovers of a crashed run are found by name)::
+
+    netns sf<id>-srv            netns sf<id>-sw                 netns sf<id>-c<i>
+    sf<id>-s  10.77.0.1/24 ==== sf<id>-sp ─┐
+    (HTB uplink: `shortfirst     bridge sf<id>-br              sf<id>-c<i> 10.77.0.<10+i>/24
+     uplink setup`)                        └─ sf<id>-c<i>p ==== (one per client)
+
+The server's only interface is ``sf<id>-s``; its egress is the uplink, shaped
+by ``shortfirst uplink setup`` (HTB, one class per priority band), so every
+byte the server sends to any client crosses the one bottleneck, as in the
+paper's testbed. The clients hang off a bridge in a switch namespace. TSO, GSO
+and GRO are off on every veth end so packets are MTU-sized. The addresses are
+private and exist only inside these namespaces: traffic never leaves them.
+
+Links and namespaces are created with ``ip`` (iproute2) rather than pyroute2:
+processes must run inside the namespaces anyway (``ip netns exec``, which also
+mounts the namespace's own /sys), the veth pair is created directly with both
+ends in their namespaces (so nothing ever sits in the root namespace), and the
+same commands reproduce any state by hand when debugging.
+
+Crash safety: a run holds an exclusive ``flock`` on
+``/run/shortfirst-testbed/sf<id>.lock`` from before its first namespace exists
+until after its last is gone. The kernel drops the lock when the process dies,
+however it dies, so :func:`cleanup_leftovers` removes exactly the namespaces
+whose run is dead and never those of a live concurrent run.
+
+Accept queue: ``net.core.somaxconn`` and ``net.ipv4.tcp_max_syn_backlog`` are
+set to ``accept_queue`` inside the server namespace (both are per-namespace
+sysctls). The kernel caps a socket's listen backlog at ``somaxconn``, so the
+server's effective accept queue is ``min(its listen backlog, accept_queue)``:
+start the server with a listen backlog of at least ``accept_queue``.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PREFIX = "sf"
+LOCK_DIR = Path("/run/shortfirst-testbed")
+SUBNET_PREFIX = "10.77.0."
+SERVER_HOST = 1
+CLIENT_HOST_BASE = 10
+MAX_CLIENTS = 32
+RUN_ID_RE = re.compile(r"^[a-z0-9]{1,6}$")
+#: Seconds any single ``ip``/``tc``/``ethtool`` command may take.
+COMMAND_TIMEOUT_S = 30.0
+#: Seconds a process gets between SIGTERM and SIGKILL at teardown.
+TERMINATE_GRACE_S = 3.0
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class TestbedError(RuntimeError):
+    """A testbed could not be built, used or removed; the message says which step."""
+
+    __test__ = False  # not a pytest test class
+
+
+def new_run_id() -> str:
+    """A fresh random run id (6 lowercase hex digits)."""
+    return os.urandom(3).hex()
+
+
+def _ns_names(prefix: str, run_id: str, n_clients: int) -> tuple[str, str, list[str]]:
+    base = f"{prefix}{run_id}"
+    return f"{base}-srv", f"{base}-sw", [f"{base}-c{i}" for i in range(n_clients)]
+
+
+def _run(argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess:
+    """Runs a set-up command; failure raises TestbedError naming it and its stderr."""
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except FileNotFoundError as e:
+        raise TestbedError(f"`{argv[0]}` not found: install iproute2/ethtool (make apt)") from e
+    except subprocess.TimeoutExpired as e:
+        raise TestbedError(f"`{' '.join(argv)}` took longer than {timeout} s") from e
+    if out.returncode != 0:
+        raise TestbedError(f"`{' '.join(argv)}` failed (exit {out.returncode}): {out.stderr.strip()}")
+    return out
+
+
+def _lock_path(prefix: str, run_id: str) -> Path:
+    return LOCK_DIR / f"{prefix}{run_id}.lock"
+
+
+def _try_lock(path: Path) -> int | None:
+    """An fd holding an exclusive lock on ``path``, or None if a live run holds it."""
+    LOCK_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return None
+        raise
+    return fd
+
+
+def _list_netns() -> list[str]:
+    out = _run(["ip", "netns", "list"]).stdout
+    # Lines look like "name (id: 3)" or just "name".
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def _kill_netns_processes(ns: str) -> None:
+    """SIGKILLs the processes left inside ``ns`` (all were started by a testbed run)."""
+    out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, check=False)
+    for pid in (int(p) for p in out.stdout.split() if p.isdigit()):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _delete_netns(ns: str) -> None:
+    _kill_netns_processes(ns)
+    out = subprocess.run(["ip", "netns", "delete", ns], capture_output=True, text=True, check=False)
+    if out.returncode != 0 and ns in _list_netns():
+        raise TestbedError(f"could not delete namespace {ns}: {out.stderr.strip()}")
+
+
+def cleanup_leftovers(prefix: str = PREFIX) -> list[str]:
+    """Removes namespaces and root-namespace links of testbed runs that are no
+    longer alive (their lock is free), e.g. after a crash or SIGKILL.
+
+    Only names of the testbed's exact shape are considered
+    (``<prefix><id>-srv|sw|c<n>`` namespaces, ``<prefix><id>-…`` veth/bridge
+    links), and a run whose lock is held by a live process is left alone, so
+    this is safe while other runs are going on. Returns what it removed.
+    """
+    ns_re = re.compile(rf"^{re.escape(prefix)}([a-z0-9]{{1,6}})-(srv|sw|c\d{{1,2}})$")
+    link_re = re.compile(rf"^{re.escape(prefix)}([a-z0-9]{{1,6}})-(s|sp|br|c\d{{1,2}}p?)$")
+    by_run: dict[str, list[tuple[str, str]]] = {}
+    for ns in _list_netns():
+        if m := ns_re.match(ns):
+            by_run.setdefault(m.group(1), []).append(("netns", ns))
+    links = json.loads(_run(["ip", "-j", "link", "show"]).stdout or "[]")
+    for link in links:
+        if m := link_re.match(link.get("ifname", "")):
+            by_run.setdefault(m.group(1), []).append(("link", link["ifname"]))
+    removed: list[str] = []
+    for run_id, items in sorted(by_run.items()):
+        lock = _lock_path(prefix, run_id)
+        fd = _try_lock(lock)
+        if fd is None:
+            continue  # a live run owns these
+        try:
+            for kind, name in items:
+                if kind == "netns":
+                    _delete_netns(name)
+                else:
+                    subprocess.run(["ip", "link", "delete", name], capture_output=True, check=False)
+                removed.append(name)
+            lock.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _resolve_binary(path: str | Path) -> Path:
+    p = Path(path)
+    candidates = [p] if p.is_absolute() else [Path.cwd() / p, _REPO_ROOT / p]
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return c.resolve()
+    tried = ", ".join(map(str, candidates))
+    raise TestbedError(f"shortfirst binary {str(path)!r} not found (tried {tried}): make build")
+
+
+class Testbed:
+    """A server namespace behind a shaped uplink and ``n_clients`` client namespaces.
+
+    Built in the constructor; :meth:`close` (also ``__exit__``) tears everything
+    down, always: processes started through the testbed, then the namespaces
+    (which removes their veths and the qdisc), then the lock. A failure while
+    building tears down what was built before re-raising.
+    """
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(
+        self,
+        run_id: str,
+        rate_bits_per_s: int,
+        data_bands: int = 6,
+        n_clients: int = 1,
+        shortfirst_bin: str | Path = "target/release/shortfirst",
+        mtu: int = 1500,
+        accept_queue: int = 512,
+    ) -> None:
+        if not RUN_ID_RE.match(run_id):
+            raise ValueError(f"run_id {run_id!r}: expected 1 to 6 characters of [a-z0-9] (see new_run_id())")
+        if not 1 <= n_clients <= MAX_CLIENTS:
+            raise ValueError(f"n_clients {n_clients}: expected 1..={MAX_CLIENTS}")
+        if not 1 <= data_bands <= 7:
+            raise ValueError(f"data_bands {data_bands}: expected 1..=7")
+        if not 576 <= mtu <= 9000:
+            raise ValueError(f"mtu {mtu}: expected 576..=9000")
+        if not 1 <= accept_queue <= 65535:
+            raise ValueError(f"accept_queue {accept_queue}: expected 1..=65535")
+        if os.geteuid() != 0:
+            raise PermissionError("the testbed needs root (network namespaces, tc)")
+        for tool in ("ip", "tc", "ethtool"):
+            if shutil.which(tool) is None:
+                raise TestbedError(f"`{tool}` not found: install iproute2 and ethtool (make apt)")
+        self.run_id = run_id
+        self.rate_bits_per_s = int(rate_bits_per_s)
+        self.data_bands = data_bands
+        self.n_clients = n_clients
+        self.mtu = mtu
+        self.accept_queue = accept_queue
+        self.shortfirst_bin = _resolve_binary(shortfirst_bin)
+        self.server_ns, self.switch_ns, self.client_ns = _ns_names(PREFIX, run_id, n_clients)
+        base = f"{PREFIX}{run_id}"
+        self.server_dev = f"{base}-s"
+        self.client_devs = [f"{base}-c{i}" for i in range(n_clients)]
+        self.server_addr = f"{SUBNET_PREFIX}{SERVER_HOST}"
+        self.client_addrs = [f"{SUBNET_PREFIX}{CLIENT_HOST_BASE + i}" for i in range(n_clients)]
+        self._procs: list[subprocess.Popen] = []
+        self._server_procs: list[subprocess.Popen] = []
+        self._anchor: subprocess.Popen | None = None
+        self._created_ns: list[str] = []
+        self._closed = False
+        self._lock_fd = _try_lock(_lock_path(PREFIX, run_id))
+        if self._lock_fd is None:
+            raise TestbedError(f"run id {run_id!r} is in use by a live testbed")
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- building -----------------------------------------------------------
+
+    def _build(self) -> None:
+        # A dead run with this id may have left namespaces; we hold its lock now.
+        existing = set(_list_netns())
+        for ns in [self.server_ns, self.switch_ns, *self.client_ns]:
+            if ns in existing:
+                _delete_netns(ns)
+        for ns in [self.server_ns, self.switch_ns, *self.client_ns]:
+            _run(["ip", "netns", "add", ns])
+            self._created_ns.append(ns)
+            _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+        sw, br = self.switch_ns, f"{PREFIX}{self.run_id}-br"
+        _run(["ip", "-n", sw, "link", "add", br, "type", "bridge"])
+        _run(["ip", "-n", sw, "link", "set", br, "up"])
+        pairs = [(self.server_ns, self.server_dev, self.server_addr)] + list(
+            zip(self.client_ns, self.client_devs, self.client_addrs, strict=True)
+        )
+        for ns, dev, addr in pairs:
+            peer = f"{dev}p"
+            _run(["ip", "link", "add", dev, "netns", ns, "type", "veth", "peer", "name", peer, "netns", sw])
+            for n, d in ((ns, dev), (sw, peer)):
+                _run(["ip", "-n", n, "link", "set", d, "mtu", str(self.mtu)])
+                _run(["ip", "netns", "exec", n, "ethtool", "-K", d, "tso", "off", "gso", "off", "gro", "off"])
+            _run(["ip", "-n", sw, "link", "set", peer, "master", br])
+            _run(["ip", "-n", sw, "link", "set", peer, "up"])
+            _run(["ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev])
+            _run(["ip", "-n", ns, "link", "set", dev, "up"])
+        for key in ("net.core.somaxconn", "net.ipv4.tcp_max_syn_backlog"):
+            _run(["ip", "netns", "exec", self.server_ns, "sysctl", "-q", "-w", f"{key}={self.accept_queue}"])
+        _run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.server_ns,
+                str(self.shortfirst_bin),
+                "uplink",
+                "setup",
+                "--dev",
+                self.server_dev,
+                "--rate",
+                str(self.rate_bits_per_s),
+                "--bands",
+                str(self.data_bands),
+                "--offloads",
+                "off",
+            ]
+        )
+        # A process parked in the server namespace: /proc/<pid>/net/* then
+        # shows that namespace's sockets and counters without a fork per sample.
+        self._anchor = subprocess.Popen(
+            ["ip", "netns", "exec", self.server_ns, "sleep", "infinity"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self._procs.append(self._anchor)
+        self._wait_reachable()
+
+    def _wait_reachable(self, timeout_s: float = 10.0) -> None:
+        """Waits until the links are up (the bridge forwards, ARP resolves):
+        a TCP connect from each client to a closed server port gets refused."""
+        deadline = time.monotonic() + timeout_s
+        probe = (
+            "import socket,sys\n"
+            "s=socket.socket();s.settimeout(1)\n"
+            "try:\n s.connect((sys.argv[1],9))\n"
+            "except ConnectionRefusedError:\n sys.exit(0)\n"
+            "except OSError:\n sys.exit(1)\n"
+        )
+        for i in range(self.n_clients):
+            while True:
+                argv = [sys.executable, "-c", probe, self.server_addr]
+                if self.client_run(argv, client=i, timeout=5).returncode == 0:
+                    break
+                if time.monotonic() > deadline:
+                    raise TestbedError(f"client {i} cannot reach {self.server_addr} after {timeout_s} s")
+                time.sleep(0.1)
+
+    # -- running processes --------------------------------------------------
+
+    def _popen(self, ns: str, argv: list[str], **kw) -> subprocess.Popen:
+        if self._closed:
+            raise TestbedError("testbed is closed")
+        proc = subprocess.Popen(["ip", "netns", "exec", ns, *map(str, argv)], **kw)
+        self._procs.append(proc)
+        return proc
+
+    def server_popen(self, argv: list[str], **kw) -> subprocess.Popen:
+        """Starts ``argv`` inside the server namespace; stopped at teardown if still running."""
+        proc = self._popen(self.server_ns, argv, **kw)
+        self._server_procs.append(proc)
+        return proc
+
+    def client_popen(self, argv: list[str], client: int = 0, **kw) -> subprocess.Popen:
+        """Starts ``argv`` inside client namespace ``client``."""
+        return self._popen(self.client_ns[client], argv, **kw)
+
+    def server_run(self, argv: list[str], **kw) -> subprocess.CompletedProcess:
+        """Runs ``argv`` to completion in the server namespace (``subprocess.run`` keywords)."""
+        return subprocess.run(["ip", "netns", "exec", self.server_ns, *map(str, argv)], **kw)
+
+    def client_run(self, argv: list[str], client: int = 0, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run(["ip", "netns", "exec", self.client_ns[client], *map(str, argv)], **kw)
+
+    # -- observing ----------------------------------------------------------
+
+    def uplink_stats(self) -> dict:
+        """``shortfirst uplink show --json`` for the server's uplink:
+        ``{"dev", "rate_bits_per_s", "bands": [{"band", "class", "so_priority",
+        "bytes", "packets", "drops", "overlimits", "requeues", "backlog_bytes",
+        "backlog_packets"}], "total": {...}}``."""
+        out = self.server_run(
+            [self.shortfirst_bin, "uplink", "show", "--dev", self.server_dev, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+        )
+        if out.returncode != 0:
+            raise TestbedError(f"uplink show failed: {out.stderr.strip()}")
+        return json.loads(out.stdout)
+
+    def health_sample(self) -> dict:
+        """One sample of server health, for sampling once a second:
+
+        - ``time_s``: ``time.monotonic()`` when taken;
+        - ``open_connections``: server-namespace TCP sockets that are neither
+          listening nor closed/TIME_WAIT (includes ``syn_recv``);
+        - ``syn_recv``: half-open connections (SYN received, handshake pending);
+        - ``listen_overflows``, ``listen_drops``: ``TcpExt: ListenOverflows`` and
+          ``ListenDrops`` from the namespace's ``/proc/net/netstat`` (cumulative);
+        - ``band_bytes``, ``band_backlog_packets``, ``band_drops``: per band
+          (``{band: value}``), from the HTB counters (bytes and drops cumulative);
+        - ``server_cpu_s``: user+system CPU seconds of the processes started
+          with :meth:`server_popen` that are still alive.
+        """
+        if self._anchor is None or self._anchor.poll() is not None:
+            raise TestbedError("the server-namespace anchor process is gone")
+        net = Path(f"/proc/{self._anchor.pid}/net")
+        states = _tcp_states([net / "tcp", net / "tcp6"])
+        netstat = _parse_netstat((net / "netstat").read_text())
+        uplink = self.uplink_stats()
+        return {
+            "time_s": time.monotonic(),
+            "open_connections": sum(n for st, n in states.items() if st not in _NOT_OPEN_STATES),
+            "syn_recv": states.get(_TCP_SYN_RECV, 0),
+            "listen_overflows": netstat.get("TcpExt", {}).get("ListenOverflows", 0),
+            "listen_drops": netstat.get("TcpExt", {}).get("ListenDrops", 0),
+            "band_bytes": {b["band"]: b["bytes"] for b in uplink["bands"]},
+            "band_backlog_packets": {b["band"]: b["backlog_packets"] for b in uplink["bands"]},
+            "band_drops": {b["band"]: b["drops"] for b in uplink["bands"]},
+            "server_cpu_s": sum(_cpu_seconds(p.pid) for p in self._server_procs if p.poll() is None),
+        }
+
+    # -- teardown -----------------------------------------------------------
+
+    def close(self) -> None:
+        """Tears everything down; safe to call twice. Errors in one step do not
+        stop the next; the first is raised at the end."""
+        if self._closed:
+            return
+        self._closed = True
+        first_error: BaseException | None = None
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + TERMINATE_GRACE_S
+        for proc in self._procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for ns in reversed(self._created_ns):
+            try:
+                _delete_netns(ns)
+            except BaseException as e:  # keep going: the other namespaces must go too
+                first_error = first_error or e
+        if self._lock_fd is not None:
+            if first_error is None:
+                _lock_path(PREFIX, self.run_id).unlink(missing_ok=True)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        if first_error is not None:
+            raise first_error
+
+    def __enter__(self) -> Testbed:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+_TCP_SYN_RECV = 0x03
+_TCP_TIME_WAIT = 0x06
+_TCP_CLOSE = 0x07
+_TCP_LISTEN = 0x0A
+_NOT_OPEN_STATES = {_TCP_TIME_WAIT, _TCP_CLOSE, _TCP_LISTEN}
+
+
+def _tcp_states(paths: list[Path]) -> dict[int, int]:
+    """Counts sockets per TCP state (the hex ``st`` column of /proc/net/tcp*)."""
+    counts: dict[int, int] = {}
+    for path in paths:
+        try:
+            lines = path.read_text().splitlines()[1:]
+        except FileNotFoundError:  # no IPv6 in this kernel
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 3:
+                st = int(fields[3], 16)
+                counts[st] = counts.get(st, 0) + 1
+    return counts
+
+
+def _parse_netstat(text: str) -> dict[str, dict[str, int]]:
+    """/proc/net/netstat: pairs of lines ``Group: names…`` / ``Group: values…``."""
+    out: dict[str, dict[str, int]] = {}
+    lines = text.splitlines()
+    for names, values in zip(lines[::2], lines[1::2], strict=False):
+        group, _, names_rest = names.partition(":")
+        _, _, values_rest = values.partition(":")
+        out[group] = {k: int(v) for k, v in zip(names_rest.split(), values_rest.split(), strict=False)}
+    return out
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return 0.0
+    # Fields after the ")" of the command name: state is field 3, utime 14, stime 15.
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
