@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shlex
 import shutil
 import subprocess
@@ -207,11 +206,14 @@ class HealthSampler(threading.Thread):
         while not self._stop_evt.is_set():
             row: dict[str, Any] = {"t_s": round(time.monotonic() - self.t0, 3)}
             try:
-                row.update(normalise_health(self.sample()))
+                sample = normalise_health(self.sample())
+                sample.pop("time_s", None)  # the testbed's monotonic stamp; t_s is ours
+                row.update(sample)
             except Exception as e:  # noqa: BLE001 - a failed sample is logged, the run goes on
                 if len(self.errors) < 20:
                     self.errors.append(f"t={row['t_s']}: {type(e).__name__}: {e}")
-            row["server_cpu_s"] = proc_cpu_s(self.server_pid)
+            if row.get("server_cpu_s") is None:
+                row["server_cpu_s"] = proc_cpu_s(self.server_pid)
             self.rows.append(row)
             next_t += HEALTH_PERIOD_S
             self._stop_evt.wait(max(0.0, next_t - time.monotonic()))
@@ -244,7 +246,6 @@ class Runner:
         self.progress = progress
         self.trace: Path | None = None
         self.docroot: Path | None = None
-        self.tag = secrets.token_hex(2)
 
     # Imported lazily so analysis/report/tests work on machines without pyroute2 privileges.
     @staticmethod
@@ -253,11 +254,12 @@ class Runner:
 
         return testbed
 
-    def testbed(self, label: str):
+    def testbed(self):
         tb = self._testbed_module()
         u = self.exp.uplink
+        # Testbed run ids are 6 random hex digits (namespace names sf<id>-srv...), recorded in run.json.
         return tb.Testbed(
-            run_id=f"{self.tag}{label}",
+            run_id=tb.new_run_id(),
             rate_bits_per_s=u.rate_bits_per_s,
             data_bands=u.bands,
             n_clients=self.exp.client.clients,
@@ -329,7 +331,6 @@ class Runner:
 
     def session(
         self,
-        label: str,
         rdir: Path,
         policy: str,
         load_args: list[str],
@@ -340,11 +341,12 @@ class Runner:
         rec: dict[str, Any] = {"started_utc": utc_now(), "policy": policy}
         t_wall = time.monotonic()
         with (
-            self.testbed(label) as tb,
+            self.testbed() as tb,
             open(rdir / "server.log", "w") as slog,
             open(rdir / "load.log", "w") as llog,
         ):
             rec["testbed"] = {
+                "run_id": tb.run_id,
                 "server_ns": tb.server_ns,
                 "client_ns": list(tb.client_ns),
                 "server_addr": tb.server_addr,
@@ -455,14 +457,14 @@ class Runner:
             "--seed",
             str(self.exp.seed),
         ]
-        rec = self.session("c", cdir, "fair", load_args, length + self.exp.run.drain_timeout_s + 30)
+        rec = self.session(cdir, "fair", load_args, length + self.exp.run.drain_timeout_s + 30)
         write_json(rec_path, rec)
         if rec["status"] != "ok":
             raise RunnerError(f"calibration {rec['status']}; logs in {cdir}")
 
     # ----------------------------------------------------------------------- matrix
 
-    def run_one(self, spec: RunSpec, idx: int, bar: tqdm | None) -> dict[str, Any]:
+    def run_one(self, spec: RunSpec, bar: tqdm | None) -> dict[str, Any]:
         exp = self.exp
         rdir = self.out / "runs" / spec.run_id
         if rdir.exists():
@@ -495,7 +497,7 @@ class Runner:
 
         wait_s = exp.run.duration_s + exp.run.drain_timeout_s
         try:
-            rec = self.session(f"r{idx}", rdir, spec.policy, load_args, wait_s, tick)
+            rec = self.session(rdir, spec.policy, load_args, wait_s, tick)
         except (OSError, subprocess.SubprocessError, RuntimeError, ValueError) as e:
             # Testbed set-up or teardown failed: record it with the traceback, go on with the matrix.
             write_atomic(rdir / "runner_error.txt", traceback.format_exc())
@@ -542,12 +544,12 @@ class Runner:
         todo = exp.matrix()
         failures = []
         with tqdm(total=len(todo), unit="run", disable=not self.progress, dynamic_ncols=True) as bar:
-            for i, spec in enumerate(todo):
+            for spec in todo:
                 rj = out / "runs" / spec.run_id / "run.json"
                 if self.resume and rj.exists() and json.loads(rj.read_text()).get("status") == "ok":
                     bar.update(1)
                     continue
-                rec = self.run_one(spec, i, bar)
+                rec = self.run_one(spec, bar)
                 if rec["status"] != "ok":
                     failures.append(f"{spec.run_id}: {rec['status']}")
                     _log(f"{spec.run_id}: {rec['status']}")

@@ -74,7 +74,10 @@ def fake_env(tmp_path, monkeypatch):
     bin_path = tmp_path / "shortfirst"
     bin_path.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} "$@"\n')
     bin_path.chmod(bin_path.stat().st_mode | stat.S_IEXEC)
-    mod = types.SimpleNamespace(Testbed=FakeTestbed, cleanup_leftovers=lambda prefix="sf": [])
+    ids = iter(range(100))
+    mod = types.SimpleNamespace(
+        Testbed=FakeTestbed, cleanup_leftovers=lambda prefix="sf": [], new_run_id=lambda: f"{next(ids):06x}"
+    )
     monkeypatch.setattr(runner.Runner, "_testbed_module", staticmethod(lambda: mod))
     monkeypatch.setattr(runner, "ADMIN_PORT", _free_port())
     FakeTestbed.created.clear()
