@@ -1,8 +1,144 @@
-//! `shortfirst serve`: not built yet; its issue replaces this module.
+//! `shortfirst serve`: flags (and an optional TOML file with the same keys) →
+//! `shortfirst_server::ServerConfig`, then run until SIGTERM/SIGINT.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use shortfirst_server::{AccessLogFormat, ConfigFile, Policy, ServerConfig};
+
+/// Flags mirror the config file keys; a flag overrides the file.
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+#[command(after_help = "Config file keys are the long flag names without dashes in front \
+    (e.g. `max-connections = 100`); flags override the file; an unknown key is an error.\n\
+    SO_PRIORITY values above 6 need CAP_NET_ADMIN (root).")]
+pub struct Args {
+    /// Directory to serve.
+    #[arg(long)]
+    root: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:8080].
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// fair: one data band; srpt: size bands (cutoffs); srpt2: two bands split at the median [default: srpt].
+    #[arg(long)]
+    policy: Option<Policy>,
+    /// srpt cutoffs, e.g. `1K,2K,5K,20K,50K` (the default), or `auto` (learned from observed sizes).
+    #[arg(long)]
+    cutoffs: Option<String>,
+    /// Admin listener serving Prometheus metrics at /metrics.
+    #[arg(long)]
+    admin: Option<SocketAddr>,
+    /// TOML file with the same keys as these flags.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Worker threads [default: one per CPU].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Open connections at most; beyond, new connections get 503 and are closed [default: 4096].
+    #[arg(long)]
+    max_connections: Option<usize>,
+    /// Longest request line; longer → 414 [default: 8192].
+    #[arg(long)]
+    max_request_line_bytes: Option<usize>,
+    /// Largest request head; larger → 431 [default: 16384].
+    #[arg(long)]
+    max_header_bytes: Option<usize>,
+    /// Most header fields per request; more → 431 [default: 64, at most 128].
+    #[arg(long)]
+    max_headers: Option<usize>,
+    /// Largest request body (read and discarded); larger → 413 [default: 65536].
+    #[arg(long)]
+    max_body_bytes: Option<u64>,
+    /// First byte to end of request head; exceeded → 408 and close [default: 10000].
+    #[arg(long)]
+    header_timeout_ms: Option<u64>,
+    /// Keep-alive idle time before closing [default: 60000].
+    #[arg(long)]
+    idle_timeout_ms: Option<u64>,
+    /// Longest time a write may make no progress before closing [default: 60000].
+    #[arg(long)]
+    send_timeout_ms: Option<u64>,
+    /// On SIGTERM/SIGINT, time given to in-flight responses [default: 10000].
+    #[arg(long)]
+    drain_timeout_ms: Option<u64>,
+    /// Requests per connection before closing it [default: 10000].
+    #[arg(long)]
+    max_requests_per_connection: Option<u64>,
+    /// Largest sendfile call, so band crossings are noticed at least this often [default: 262144].
+    #[arg(long)]
+    sendfile_chunk_bytes: Option<usize>,
+    /// SO_SNDBUF of client sockets [default: kernel autotuning].
+    #[arg(long)]
+    send_buffer_bytes: Option<usize>,
+    /// Access log file (`-` for stdout) [default: none].
+    #[arg(long)]
+    access_log: Option<PathBuf>,
+    /// combined (CLF + rt= band=) or json [default: combined].
+    #[arg(long)]
+    access_log_format: Option<AccessLogFormat>,
+    /// Set SO_PRIORITY per band (needs CAP_NET_ADMIN); false disables kernel scheduling [default: true].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    socket_priority: Option<bool>,
+    /// Serve through symlinks that lead outside the root [default: false].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    follow_symlinks_outside_root: Option<bool>,
+    /// Auto cutoffs: response sizes remembered [default: 10000].
+    #[arg(long)]
+    auto_window: Option<usize>,
+    /// Auto cutoffs: recompute every this many responses [default: 1000].
+    #[arg(long)]
+    auto_recompute_every: Option<usize>,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`shortfirst serve` is not built yet")
+impl Args {
+    fn into_config(self) -> anyhow::Result<ServerConfig> {
+        let file = match &self.config {
+            Some(path) => ConfigFile::load(path)?,
+            None => ConfigFile::default(),
+        };
+        let flags = ConfigFile {
+            root: self.root,
+            listen: self.listen,
+            policy: self.policy,
+            cutoffs: self.cutoffs,
+            admin: self.admin,
+            threads: self.threads,
+            max_connections: self.max_connections,
+            max_request_line_bytes: self.max_request_line_bytes,
+            max_header_bytes: self.max_header_bytes,
+            max_headers: self.max_headers,
+            max_body_bytes: self.max_body_bytes,
+            header_timeout_ms: self.header_timeout_ms,
+            idle_timeout_ms: self.idle_timeout_ms,
+            send_timeout_ms: self.send_timeout_ms,
+            drain_timeout_ms: self.drain_timeout_ms,
+            max_requests_per_connection: self.max_requests_per_connection,
+            sendfile_chunk_bytes: self.sendfile_chunk_bytes,
+            send_buffer_bytes: self.send_buffer_bytes,
+            access_log: self.access_log,
+            access_log_format: self.access_log_format,
+            socket_priority: self.socket_priority,
+            follow_symlinks_outside_root: self.follow_symlinks_outside_root,
+            auto_window: self.auto_window,
+            auto_recompute_every: self.auto_recompute_every,
+        };
+        let merged = file.overlay(flags);
+        if merged.root.is_none() {
+            anyhow::bail!("--root DIR is required (or `root = \"DIR\"` in the --config file)");
+        }
+        Ok(ServerConfig::from_file(merged)?)
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let config = args.into_config()?;
+    let root = config.root.clone();
+    shortfirst_server::run_until_signal(config).with_context(|| format!("serving {}", root.display()))
 }

@@ -1,1 +1,25 @@
-//! shortfirst-server: see ARCHITECTURE.md.
+//! `shortfirst serve`: a static-file HTTP/1.1 server whose connections are
+//! scheduled by size through kernel priority bands (Harchol-Balter et al. 2003).
+//!
+//! The ranking (size → band, crossings, auto cutoffs) is `shortfirst_core::bands`;
+//! this crate is the driver that applies it: [`sched`] turns bands into
+//! `SO_PRIORITY`, [`conn`] is the per-connection HTTP state machine, [`http`]
+//! the wire format, [`resolve`] maps targets to files without ever leaving the
+//! root, [`io`] does the zero-copy writes, [`server`] accepts, limits and shuts
+//! down, [`metrics`] and [`access_log`] observe.
+//!
+//! Must not know: tc/HTB (that is `shortfirst uplink`), how cutoffs are chosen.
+
+pub mod access_log;
+pub mod config;
+pub mod conn;
+pub mod http;
+pub mod io;
+pub mod metrics;
+pub mod resolve;
+pub mod sched;
+pub mod server;
+
+pub use config::{AccessLogFormat, ConfigError, ConfigFile, CutoffsSpec, Policy, ServerConfig};
+pub use sched::{so_priority, PriorityObserver};
+pub use server::{run_until_signal, Server, ServerError};

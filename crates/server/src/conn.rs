@@ -1,0 +1,553 @@
+//! One client connection: the HTTP/1.1 state machine.
+//!
+//! ```text
+//!   ┌──────────────┐ bytes  ┌──────────┐ head  ┌─────────┐ size known ┌────────────┐
+//!   │ Idle (band 0)│──────▶│ ReadHead │──────▶│ Resolve │───────────▶│ Send       │
+//!   └──────────────┘        └──────────┘       └─────────┘ set band   │ head+body, │
+//!         ▲   idle timeout /     │ header timeout → 408, limits →       │ 1 setsockopt│
+//!         │   shutdown → close   │ 414/431/400/505, then close          │ per crossing│
+//!         └──────────────────────┴──── keep-alive ◀─────────────────────┴────────────┘
+//! ```
+//!
+//! Pipelined requests are parsed one after another from the read buffer and
+//! answered in order. The read buffer is `max-header-bytes` long and reused;
+//! the head, path and log buffers are reused too, so a request allocates
+//! nothing. Every response's band is set before its first byte is written,
+//! from its own size (head + body): no response data ever leaves in band 0.
+
+use std::fs::File;
+use std::net::SocketAddr;
+use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shortfirst_core::bands::{Band, Response};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use crate::access_log::{self, Entry};
+use crate::http::parse::{self, Method, Request};
+use crate::http::precondition::{self, Conditions, Outcome};
+use crate::http::{response, Status};
+use crate::io;
+use crate::resolve::{self, Refusal, Resolved};
+use crate::sched::{BandSocket, CutoffsCache};
+use crate::server::Shared;
+
+/// After the last response of a closing connection, how long unread client
+/// bytes are drained so the close does not reset the response away (lingering close).
+const LINGER: Duration = Duration::from_secs(2);
+/// At most this many bytes are drained while lingering.
+const LINGER_MAX_BYTES: usize = 256 * 1024;
+
+/// What one request produced, for the log and the metrics.
+struct Outcome_ {
+    status: Status,
+    body_bytes: u64,
+    band: Band,
+}
+
+/// The body of a response.
+enum Body {
+    None,
+    /// The last `len` bytes of the head buffer are the body (error pages).
+    InHead {
+        len: usize,
+    },
+    File {
+        file: File,
+        offset: u64,
+        len: u64,
+    },
+}
+
+pub(crate) struct Conn {
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    remote: Vec<u8>,
+    shutdown: watch::Receiver<bool>,
+    rbuf: Box<[u8]>,
+    rstart: usize,
+    rend: usize,
+    /// Request-body bytes still to skip before the next request.
+    discard_bytes: u64,
+    head: Vec<u8>,
+    path: Vec<u8>,
+    scratch: Vec<u8>,
+    etag: Vec<u8>,
+    log_line: Vec<u8>,
+    socket_band: BandSocket,
+    /// Band shown in `shortfirst_open_connections` (0 between responses).
+    gauge_band: Band,
+    cutoffs: CutoffsCache,
+    served: u64,
+}
+
+enum Next {
+    Continue,
+    Close,
+}
+
+impl Conn {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        stream: TcpStream,
+        peer: SocketAddr,
+        shutdown: watch::Receiver<bool>,
+    ) -> Conn {
+        let socket_band = BandSocket::accepted(
+            &stream,
+            shared.scheduler.band_map(),
+            shared.config.socket_priority,
+            shared.observer.clone(),
+        );
+        let cutoffs = CutoffsCache::new(&shared.scheduler);
+        let rbuf = vec![0u8; shared.config.max_header_bytes].into_boxed_slice();
+        shared.metrics.connection_opened();
+        Conn {
+            remote: peer.ip().to_string().into_bytes(),
+            shared,
+            stream,
+            shutdown,
+            rbuf,
+            rstart: 0,
+            rend: 0,
+            discard_bytes: 0,
+            head: Vec::with_capacity(512),
+            path: Vec::with_capacity(256),
+            scratch: Vec::with_capacity(256),
+            etag: Vec::with_capacity(40),
+            log_line: Vec::with_capacity(512),
+            socket_band,
+            gauge_band: Band::SETUP,
+            cutoffs,
+            served: 0,
+        }
+    }
+
+    /// Serves requests until the client leaves, a limit or timeout closes the
+    /// connection, or the server shuts down.
+    pub(crate) async fn run(mut self) {
+        loop {
+            match self.next_request().await {
+                Ok(Some((req, started))) => match self.serve(&req, started).await {
+                    Next::Continue => {}
+                    Next::Close => break,
+                },
+                Ok(None) => return, // closed, idle or shutting down: nothing owed
+                Err(status) => {
+                    let started = Instant::now();
+                    if let Ok(o) = self.send_error(status, None, false).await {
+                        self.log_unparsed(&o, started);
+                    }
+                    break;
+                }
+            }
+        }
+        self.linger().await;
+    }
+
+    fn shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    /// Reads until a complete request head is buffered. `Ok(None)`: the
+    /// connection ended quietly. `Err(status)`: answer it and close.
+    async fn next_request(&mut self) -> Result<Option<(Request, Instant)>, Status> {
+        let config = &self.shared.config;
+        let limits = self.shared.limits;
+        let mut first_byte_at = None;
+        loop {
+            // Skip what is left of the previous request's body.
+            let buffered = self.rend - self.rstart;
+            let skip = buffered.min(self.discard_bytes.min(usize::MAX as u64) as usize);
+            self.rstart += skip;
+            self.discard_bytes -= skip as u64;
+            if self.rstart == self.rend {
+                self.rstart = 0;
+                self.rend = 0;
+            }
+            if self.rend > self.rstart && self.discard_bytes == 0 {
+                let started = *first_byte_at.get_or_insert_with(Instant::now);
+                if let Some(req) = parse::parse(&self.rbuf[self.rstart..self.rend], &limits)? {
+                    return Ok(Some((req, started)));
+                }
+            }
+            if self.rstart > 0 {
+                self.rbuf.copy_within(self.rstart..self.rend, 0);
+                self.rend -= self.rstart;
+                self.rstart = 0;
+            }
+            if self.rend == self.rbuf.len() {
+                return Err(Status::HEADER_FIELDS_TOO_LARGE);
+            }
+            let idle = first_byte_at.is_none() && self.discard_bytes == 0;
+            if idle && self.shutting_down() {
+                return Ok(None);
+            }
+            let read = self.stream.read(&mut self.rbuf[self.rend..]);
+            let result = if idle {
+                tokio::select! {
+                    r = tokio::time::timeout(config.idle_timeout, read) => r,
+                    _ = self.shutdown.changed() => return Ok(None),
+                }
+            } else {
+                let started = first_byte_at.unwrap_or_else(Instant::now);
+                let deadline = started + config.header_timeout;
+                tokio::time::timeout_at(deadline.into(), read).await
+            };
+            match result {
+                Err(_elapsed) if idle => return Ok(None),
+                Err(_elapsed) => return Err(Status::REQUEST_TIMEOUT),
+                Ok(Ok(0)) | Ok(Err(_)) => return Ok(None),
+                Ok(Ok(n)) => {
+                    self.rend += n;
+                    if self.discard_bytes > 0 {
+                        first_byte_at.get_or_insert_with(Instant::now);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Answers one parsed request and decides whether the connection goes on.
+    async fn serve(&mut self, req: &Request, started: Instant) -> Next {
+        self.served += 1;
+        let base = self.rstart;
+        let mut keep_alive = req.wants_keep_alive()
+            && self.served < self.shared.config.max_requests_per_connection
+            && !self.shutting_down();
+        // Request bodies: GET/HEAD bodies mean nothing (RFC 9110 §9.3.1) but must
+        // be skipped to find the next request; unknown lengths cannot be.
+        let body_status = if req.transfer_encoding {
+            Some(Status::LENGTH_REQUIRED)
+        } else if req.content_length.unwrap_or(0) > self.shared.config.max_body_bytes {
+            Some(Status::CONTENT_TOO_LARGE)
+        } else {
+            None
+        };
+        let outcome = match body_status {
+            Some(status) => {
+                keep_alive = false;
+                self.send_error(status, Some(req), false).await
+            }
+            None => self.respond(req, keep_alive).await,
+        };
+        self.rstart = base + req.head_len;
+        self.discard_bytes = req.content_length.unwrap_or(0);
+        match outcome {
+            Ok(o) => {
+                self.log(req, base, &o, started);
+                if keep_alive && !closes_connection(o.status) {
+                    Next::Continue
+                } else {
+                    Next::Close
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "connection ended during a response");
+                Next::Close
+            }
+        }
+    }
+
+    async fn respond(&mut self, req: &Request, keep_alive: bool) -> std::io::Result<Outcome_> {
+        let base = self.rstart;
+        let method = req.method();
+        if method == Method::Other {
+            return self.send_error(Status::METHOD_NOT_ALLOWED, Some(req), keep_alive).await;
+        }
+        let target = &self.rbuf[base + req.target.start..base + req.target.end];
+        let Some((path, query)) = split_target(target) else {
+            return self.send_error(Status::BAD_REQUEST, Some(req), keep_alive).await;
+        };
+        let resolved = resolve::normalize(path, &mut self.path)
+            .and_then(|slash| self.shared.root.resolve(&self.path, slash, &mut self.scratch));
+        let (file, meta, index) = match resolved {
+            Ok(Resolved::File { file, meta, index }) => (file, meta, index),
+            Ok(Resolved::AddSlash) => {
+                // Location: the target's own path plus "/", query kept.
+                let mut location = std::mem::take(&mut self.scratch);
+                location.clear();
+                location.extend_from_slice(path);
+                location.push(b'/');
+                if let Some(q) = query {
+                    location.push(b'?');
+                    location.extend_from_slice(q);
+                }
+                response::begin(&mut self.head, Status::MOVED_PERMANENTLY);
+                response::header(&mut self.head, b"Location", &location);
+                response::header(&mut self.head, b"Content-Length", b"0");
+                response::end(&mut self.head, keep_alive, req.version_minor);
+                self.scratch = location;
+                return self.send(Status::MOVED_PERMANENTLY, Body::None).await;
+            }
+            Err(refusal) => {
+                let status = match refusal {
+                    Refusal::BadRequest => Status::BAD_REQUEST,
+                    Refusal::Forbidden => Status::FORBIDDEN,
+                    Refusal::NotFound => Status::NOT_FOUND,
+                    Refusal::Internal => Status::INTERNAL_SERVER_ERROR,
+                };
+                return self.send_error(status, Some(req), keep_alive).await;
+            }
+        };
+
+        let len = meta.len();
+        let mtime_secs = u64::try_from(meta.mtime()).unwrap_or(0);
+        response::etag(&mut self.etag, mtime_secs, len);
+        let buf = &self.rbuf[base..];
+        let field = |r: &Option<std::ops::Range<usize>>| r.as_ref().map(|r| &buf[r.clone()]);
+        let conditions = Conditions {
+            if_none_match: field(&req.if_none_match),
+            if_modified_since: field(&req.if_modified_since),
+            range: field(&req.range),
+            if_range: field(&req.if_range),
+            is_get: method == Method::Get,
+        };
+        let outcome = precondition::evaluate(&conditions, &self.etag, mtime_secs, len);
+        let (status, offset, body_len) = match outcome {
+            Outcome::NotModified => (Status::NOT_MODIFIED, 0, 0),
+            Outcome::Full => (Status::OK, 0, len),
+            Outcome::Partial { start, end } => (Status::PARTIAL_CONTENT, start, end - start + 1),
+            Outcome::Unsatisfiable => (Status::RANGE_NOT_SATISFIABLE, 0, 0),
+        };
+        let h = &mut self.head;
+        response::begin(h, status);
+        if status != Status::NOT_MODIFIED && status != Status::RANGE_NOT_SATISFIABLE {
+            response::header(
+                h,
+                b"Content-Type",
+                response::content_type(if index { b"index.html" } else { &self.path }).as_bytes(),
+            );
+            response::header_u64(h, b"Content-Length", body_len);
+        }
+        if status == Status::RANGE_NOT_SATISFIABLE {
+            response::header(h, b"Content-Length", b"0");
+            h.extend_from_slice(b"Content-Range: bytes */");
+            response::push_u64(h, len);
+            h.extend_from_slice(b"\r\n");
+        }
+        if status == Status::PARTIAL_CONTENT {
+            h.extend_from_slice(b"Content-Range: bytes ");
+            response::push_u64(h, offset);
+            h.push(b'-');
+            response::push_u64(h, offset + body_len - 1);
+            h.push(b'/');
+            response::push_u64(h, len);
+            h.extend_from_slice(b"\r\n");
+        }
+        h.extend_from_slice(b"Last-Modified: ");
+        h.extend_from_slice(&crate::http::date::http_date(mtime_secs));
+        h.extend_from_slice(b"\r\n");
+        response::header(h, b"ETag", &self.etag);
+        response::header(h, b"Accept-Ranges", b"bytes");
+        response::end(h, keep_alive, req.version_minor);
+        let body = if method == Method::Head || body_len == 0 {
+            Body::None
+        } else {
+            Body::File { file, offset, len: body_len }
+        };
+        self.send(status, body).await
+    }
+
+    /// Writes an error response with a short text body.
+    async fn send_error(
+        &mut self,
+        status: Status,
+        req: Option<&Request>,
+        keep_alive: bool,
+    ) -> std::io::Result<Outcome_> {
+        let keep_alive = keep_alive && !closes_connection(status);
+        let version_minor = req.map_or(1, |r| r.version_minor);
+        let with_body = req.is_none_or(|r| r.method() != Method::Head);
+        let len = response::error(&mut self.head, status, keep_alive, version_minor, with_body);
+        let body = if with_body { Body::InHead { len } } else { Body::None };
+        self.send(status, body).await
+    }
+
+    /// Sends the head in `self.head` and the body, in the band of the
+    /// response's size, moving to better bands as cutoffs are crossed.
+    async fn send(&mut self, status: Status, body: Body) -> std::io::Result<Outcome_> {
+        let shared = self.shared.clone();
+        let timeout = shared.config.send_timeout;
+        let (head_only_len, file_part) = match &body {
+            Body::None => (self.head.len(), None),
+            Body::InHead { len } => (self.head.len() - len, None),
+            Body::File { file, offset, len } => (self.head.len(), Some((file, *offset, *len))),
+        };
+        let total = self.head.len() as u64 + file_part.map_or(0, |(_, _, len)| len);
+
+        shared.scheduler.refresh(&mut self.cutoffs);
+        let cutoffs = self.cutoffs.cutoffs.clone();
+        let mut progress = Response::start(&cutoffs, total);
+        let first_band = progress.band();
+        self.set_band(first_band);
+        shared.scheduler.observe(total);
+
+        let mut sent_total = 0u64;
+        let mut written = 0;
+        while written < self.head.len() {
+            let n = io::send(&self.stream, &self.head[written..], file_part.is_some(), timeout).await?;
+            written += n;
+            sent_total += n as u64;
+            shared.metrics.bytes(self.socket_band.band(), n as u64);
+            if let Some(band) = progress.sent(&cutoffs, n as u64) {
+                self.set_band(band);
+            }
+        }
+        if let Some((file, offset, len)) = file_part {
+            let mut off = offset as i64;
+            let end = (offset + len) as i64;
+            let chunk = shared.config.sendfile_chunk_bytes;
+            while off < end {
+                let want = ((end - off) as usize).min(chunk);
+                let n = io::sendfile(&self.stream, file, &mut off, want, timeout).await?;
+                if n == 0 {
+                    // The file shrank under us: the promised length cannot be kept.
+                    return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "file shrank while sending"));
+                }
+                sent_total += n as u64;
+                shared.metrics.bytes(self.socket_band.band(), n as u64);
+                if let Some(band) = progress.sent(&cutoffs, n as u64) {
+                    self.set_band(band);
+                }
+            }
+        }
+        let body_bytes = sent_total.saturating_sub(head_only_len as u64);
+        shared.metrics.connection_moved(self.gauge_band, Band::SETUP);
+        self.gauge_band = Band::SETUP;
+        Ok(Outcome_ { status, body_bytes, band: first_band })
+    }
+
+    fn set_band(&mut self, band: Band) {
+        if band != self.socket_band.band() && self.shared.config.socket_priority {
+            self.shared.metrics.priority_changes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.socket_band.set(band);
+        self.shared.metrics.connection_moved(self.gauge_band, band);
+        self.gauge_band = band;
+    }
+
+    fn log(&mut self, req: &Request, base: usize, o: &Outcome_, started: Instant) {
+        let elapsed = started.elapsed();
+        self.shared.metrics.response(o.band, o.status.code, elapsed);
+        let Some(log) = &self.shared.access_log else { return };
+        let buf = &self.rbuf[base..];
+        let field = |r: &Option<std::ops::Range<usize>>| r.as_ref().map(|r| &buf[r.clone()]);
+        let entry = Entry {
+            remote: &self.remote,
+            request_line: &buf[req.request_line.clone()],
+            status: o.status.code,
+            body_bytes: o.body_bytes,
+            referer: field(&req.referer),
+            user_agent: field(&req.user_agent),
+            response_time: elapsed,
+            band: o.band,
+        };
+        access_log::format_line(&mut self.log_line, log.format(), &entry);
+        log.push(&self.log_line);
+    }
+
+    /// Logs a response to a request that could not be parsed.
+    fn log_unparsed(&mut self, o: &Outcome_, started: Instant) {
+        let elapsed = started.elapsed();
+        self.shared.metrics.response(o.band, o.status.code, elapsed);
+        let Some(log) = &self.shared.access_log else { return };
+        let entry = Entry {
+            remote: &self.remote,
+            request_line: b"",
+            status: o.status.code,
+            body_bytes: o.body_bytes,
+            referer: None,
+            user_agent: None,
+            response_time: elapsed,
+            band: o.band,
+        };
+        access_log::format_line(&mut self.log_line, log.format(), &entry);
+        log.push(&self.log_line);
+    }
+
+    /// Half-closes, then drains what the client still sends for a moment, so
+    /// the kernel does not answer unread bytes with a reset that destroys the
+    /// response in flight.
+    async fn linger(&mut self) {
+        if self.stream.shutdown().await.is_err() {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + LINGER;
+        let mut drained = 0;
+        while drained < LINGER_MAX_BYTES {
+            match tokio::time::timeout_at(deadline, self.stream.read(&mut self.rbuf[..])).await {
+                Ok(Ok(n)) if n > 0 => drained += n,
+                _ => break,
+            }
+        }
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.shared.metrics.connection_closed(self.gauge_band);
+    }
+}
+
+/// Errors after which the connection cannot be trusted to stay in sync.
+fn closes_connection(status: Status) -> bool {
+    matches!(status.code, 400 | 408 | 411 | 413 | 414 | 431 | 500 | 503 | 505)
+}
+
+/// Splits a request target into its path and query. Origin form (`/p?q`) and
+/// absolute form (`http://host/p?q`, RFC 9112 §3.2.2) are accepted; `None`
+/// for anything else (`*`, authority form).
+pub fn split_target(target: &[u8]) -> Option<(&[u8], Option<&[u8]>)> {
+    let path_and_query = if target.first() == Some(&b'/') {
+        target
+    } else {
+        let lower_scheme_end = target.windows(3).position(|w| w == b"://")?;
+        let scheme = &target[..lower_scheme_end];
+        if !scheme.eq_ignore_ascii_case(b"http") && !scheme.eq_ignore_ascii_case(b"https") {
+            return None;
+        }
+        let rest = &target[lower_scheme_end + 3..];
+        match rest.iter().position(|&b| b == b'/' || b == b'?') {
+            Some(i) if rest[i] == b'/' => &rest[i..],
+            _ => b"/",
+        }
+    };
+    let path_end = path_and_query.iter().position(|&b| b == b'?' || b == b'#').unwrap_or(path_and_query.len());
+    let query = match path_and_query.get(path_end) {
+        Some(b'?') => {
+            let q = &path_and_query[path_end + 1..];
+            Some(&q[..q.iter().position(|&b| b == b'#').unwrap_or(q.len())])
+        }
+        _ => None,
+    };
+    Some((&path_and_query[..path_end], query))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_target_table() {
+        let cases: &[(&str, Option<(&str, Option<&str>)>)] = &[
+            ("/", Some(("/", None))),
+            ("/a/b?x=1", Some(("/a/b", Some("x=1")))),
+            ("/a#frag", Some(("/a", None))),
+            ("http://example.com/a?q", Some(("/a", Some("q")))),
+            ("HTTP://example.com", Some(("/", None))),
+            ("https://h:8080/x/y", Some(("/x/y", None))),
+            ("*", None),
+            ("example.com:443", None),
+            ("ftp://h/x", None),
+        ];
+        for (target, want) in cases {
+            let got = split_target(target.as_bytes())
+                .map(|(p, q)| (std::str::from_utf8(p).unwrap(), q.map(|q| std::str::from_utf8(q).unwrap())));
+            assert_eq!(got, *want, "{target}");
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! Non-blocking socket writes driven by tokio readiness: `send(2)` with
+//! `MSG_MORE` for a head that a body follows, and zero-copy `sendfile(2)`.
+//!
+//! Each call tries the syscall first and waits for writability only on
+//! `EAGAIN` (`TcpStream::try_io` clears tokio's readiness then), so a socket
+//! with room costs exactly one syscall per call. A wait longer than the send
+//! timeout (the client stopped reading) fails with `TimedOut`.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+
+async fn with_writable<F>(stream: &TcpStream, timeout: Duration, mut op: F) -> io::Result<usize>
+where
+    F: FnMut() -> io::Result<usize>,
+{
+    loop {
+        match stream.try_io(Interest::WRITABLE, &mut op) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                tokio::time::timeout(timeout, stream.writable())
+                    .await
+                    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "send timeout: client is not reading"))??;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// One `send(2)` of (a prefix of) `buf`; `more` sets `MSG_MORE` so the kernel
+/// holds a short head back to share a segment with the body that follows.
+pub async fn send(stream: &TcpStream, buf: &[u8], more: bool, timeout: Duration) -> io::Result<usize> {
+    let fd = stream.as_raw_fd();
+    let flags = libc::MSG_NOSIGNAL | if more { libc::MSG_MORE } else { 0 };
+    with_writable(stream, timeout, || {
+        // SAFETY: `fd` is the stream's open socket; `buf` is valid for `buf.len()` bytes.
+        let n = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), flags) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    })
+    .await
+}
+
+/// One `sendfile(2)` of up to `count` bytes from `file` at `*offset` (advanced
+/// by the kernel). `Ok(0)` means the file ended early (it shrank).
+pub async fn sendfile(
+    stream: &TcpStream,
+    file: &File,
+    offset: &mut i64,
+    count: usize,
+    timeout: Duration,
+) -> io::Result<usize> {
+    let (out_fd, in_fd) = (stream.as_raw_fd(), file.as_raw_fd());
+    with_writable(stream, timeout, || {
+        // SAFETY: both fds are open for the duration of the call; `offset` is a
+        // valid off_t the kernel updates.
+        let n = unsafe { libc::sendfile(out_fd, in_fd, offset as *mut i64, count) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    })
+    .await
+}

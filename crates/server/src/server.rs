@@ -1,0 +1,322 @@
+//! Listening, accepting, the connection limit, and graceful shutdown.
+//!
+//! The listening socket gets the set-up band's `SO_PRIORITY` before `bind`, so
+//! SYN-ACKs leave in band 0 and accepted sockets inherit it until their first
+//! response sets its own band. Setting it is also the start-up check that the
+//! process may set priorities at all (values above 6 need CAP_NET_ADMIN).
+//!
+//! At `max-connections` open connections, a newly accepted connection gets an
+//! immediate `503 Service Unavailable` (`Retry-After: 1`, `Connection: close`)
+//! written without waiting, and is closed: the accept queue keeps draining, so
+//! clients learn at once instead of timing out in the SYN queue. The 503 is
+//! best effort: a client that already sent its request may see a reset instead.
+//!
+//! Shutdown: stop accepting, tell every connection (idle ones close at once;
+//! busy ones finish their current response, with `Connection: close`), wait up
+//! to `drain-timeout`, then abort what is left and flush the access log.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shortfirst_core::bands::Band;
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::access_log::AccessLog;
+use crate::config::{ConfigError, ServerConfig};
+use crate::conn::Conn;
+use crate::http::parse::Limits;
+use crate::http::{response, Status};
+use crate::metrics::Metrics;
+use crate::resolve::Root;
+use crate::sched::{set_so_priority, PriorityObserver, Scheduler};
+
+/// Listen backlog (the kernel caps it at `net.core.somaxconn`).
+const BACKLOG: i32 = 4096;
+/// Admin connections served at once; more are closed at accept.
+const ADMIN_MAX_CONNECTIONS: usize = 16;
+/// An admin request must arrive within this, and fit in [`ADMIN_MAX_REQUEST_BYTES`].
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
+const ADMIN_MAX_REQUEST_BYTES: usize = 8 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("root {path}: {source}")]
+    Root { path: PathBuf, source: std::io::Error },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error(
+        "cannot set SO_PRIORITY {priority:#x} on the listening socket: {source}. Priorities above 6 need \
+         CAP_NET_ADMIN: run as root or with that capability, or pass --socket-priority=false to serve \
+         without kernel scheduling"
+    )]
+    PriorityNotPermitted { priority: u32, source: std::io::Error },
+    #[error("access log {path}: {source}")]
+    AccessLog { path: PathBuf, source: std::io::Error },
+    #[error("tokio runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// What every connection shares.
+pub(crate) struct Shared {
+    pub config: ServerConfig,
+    pub limits: Limits,
+    pub root: Root,
+    pub scheduler: Scheduler,
+    pub metrics: Metrics,
+    pub access_log: Option<AccessLog>,
+    pub observer: Option<PriorityObserver>,
+}
+
+impl Shared {
+    fn render_metrics(&self) -> String {
+        let mut out = String::with_capacity(8 * 1024);
+        let cutoffs = self.scheduler.cutoffs();
+        let dropped = self.access_log.as_ref().map_or(0, |l| l.dropped());
+        let policy = self.scheduler.policy().to_string();
+        self.metrics.render(&mut out, &cutoffs, &policy, dropped);
+        out
+    }
+}
+
+/// A bound server, ready to [`run`](Server::run).
+pub struct Server {
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    admin: Option<TcpListener>,
+}
+
+fn listen(addr: SocketAddr, priority: Option<u32>) -> Result<std::net::TcpListener, ServerError> {
+    let bind_err = |source| ServerError::Bind { addr, source };
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(bind_err)?;
+    socket.set_reuse_address(true).map_err(bind_err)?;
+    if let Some(priority) = priority {
+        set_so_priority(socket.as_raw_fd(), priority)
+            .map_err(|source| ServerError::PriorityNotPermitted { priority, source })?;
+    }
+    socket.bind(&addr.into()).map_err(bind_err)?;
+    socket.listen(BACKLOG).map_err(bind_err)?;
+    socket.set_nonblocking(true).map_err(bind_err)?;
+    Ok(socket.into())
+}
+
+impl Server {
+    /// Validates `config`, opens the root and the access log, and binds the
+    /// listeners. Must be called inside a tokio runtime.
+    pub fn bind(config: ServerConfig) -> Result<Server, ServerError> {
+        Server::bind_with_observer(config, None)
+    }
+
+    /// As [`Server::bind`], calling `observer` after every `SO_PRIORITY` change
+    /// on a connection (a test hook).
+    pub fn bind_with_observer(config: ServerConfig, observer: Option<PriorityObserver>) -> Result<Server, ServerError> {
+        config.validate()?;
+        let root = Root::open(&config.root, !config.follow_symlinks_outside_root)
+            .map_err(|source| ServerError::Root { path: config.root.clone(), source })?;
+        let scheduler = Scheduler::new(&config);
+        let setup_priority = config.socket_priority.then(|| scheduler.band_map().so_priority(Band::SETUP));
+        let listener = listen(config.listen, setup_priority)?;
+        let listener = TcpListener::from_std(listener).map_err(ServerError::Runtime)?;
+        let admin = match config.admin {
+            Some(addr) => Some(TcpListener::from_std(listen(addr, None)?).map_err(ServerError::Runtime)?),
+            None => None,
+        };
+        let access_log = match &config.access_log {
+            Some(path) => Some(
+                AccessLog::open(path, config.access_log_format)
+                    .map_err(|source| ServerError::AccessLog { path: path.clone(), source })?,
+            ),
+            None => None,
+        };
+        let limits = Limits {
+            max_request_line_bytes: config.max_request_line_bytes,
+            max_header_bytes: config.max_header_bytes,
+            max_headers: config.max_headers,
+        };
+        let shared =
+            Arc::new(Shared { config, limits, root, scheduler, metrics: Metrics::default(), access_log, observer });
+        Ok(Server { shared, listener, admin })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("bound listener has an address")
+    }
+
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().map(|l| l.local_addr().expect("bound listener has an address"))
+    }
+
+    /// The metrics page, as served at `/metrics`.
+    pub fn metrics_text(&self) -> String {
+        self.shared.render_metrics()
+    }
+
+    /// Serves until `shutdown` completes, then drains (see the module docs).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+        let Server { shared, listener, admin } = self;
+        let config = &shared.config;
+        tracing::info!(
+            listen = %listener.local_addr().map_err(ServerError::Runtime)?,
+            root = %shared.root.path().display(),
+            policy = %config.policy,
+            cutoffs = %shared.scheduler.cutoffs(),
+            "serving"
+        );
+        let admin_task = admin.map(|l| tokio::spawn(admin_loop(l, shared.clone())));
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut connections = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        shared.metrics.connections_accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if connections.len() >= config.max_connections {
+                            refuse(&shared, stream);
+                            continue;
+                        }
+                        if let Err(e) = prepare(&stream, config) {
+                            tracing::debug!(error = %e, "accepted socket set-up failed");
+                            continue;
+                        }
+                        connections.spawn(Conn::new(shared.clone(), stream, peer, stop_rx.clone()).run());
+                    }
+                    Err(e) => {
+                        // EMFILE/ENFILE and friends: back off instead of spinning.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+            }
+        }
+        drop(listener);
+        let _ = stop_tx.send(true);
+        let in_flight = connections.len();
+        tracing::info!(
+            connections = in_flight,
+            drain_timeout_ms = config.drain_timeout.as_millis() as u64,
+            "shutting down"
+        );
+        let drained =
+            tokio::time::timeout(config.drain_timeout, async { while connections.join_next().await.is_some() {} })
+                .await;
+        if drained.is_err() {
+            tracing::warn!(connections = connections.len(), "drain timeout: closing connections still open");
+            connections.shutdown().await;
+        }
+        if let Some(task) = admin_task {
+            task.abort();
+        }
+        if let Some(log) = &shared.access_log {
+            log.close();
+        }
+        Ok(())
+    }
+}
+
+fn prepare(stream: &TcpStream, config: &ServerConfig) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    if let Some(bytes) = config.send_buffer_bytes {
+        SockRef::from(stream).set_send_buffer_size(bytes)?;
+    }
+    Ok(())
+}
+
+/// Answers 503 without waiting and closes (see the module docs).
+fn refuse(shared: &Shared, stream: TcpStream) {
+    shared.metrics.connections_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if shared.config.socket_priority {
+        // Not even an error page goes out in the set-up band.
+        let _ = set_so_priority(stream.as_raw_fd(), shared.scheduler.band_map().so_priority(Band::FIRST_DATA));
+    }
+    let mut buf = Vec::with_capacity(256);
+    response::error(&mut buf, Status::SERVICE_UNAVAILABLE, false, 1, true);
+    let _ = stream.try_write(&buf);
+}
+
+async fn admin_loop(listener: TcpListener, shared: Arc<Shared>) {
+    let slots = Arc::new(Semaphore::new(ADMIN_MAX_CONNECTIONS));
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else { continue };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(ADMIN_TIMEOUT, admin_request(stream, &shared)).await;
+            drop(permit);
+        });
+    }
+}
+
+/// One admin request: `GET /metrics` (Prometheus text) or `GET /healthz`; then close.
+async fn admin_request(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
+    let mut buf = vec![0u8; ADMIN_MAX_REQUEST_BYTES];
+    let mut len = 0;
+    let (status, body, content_type): (Status, String, &[u8]) = loop {
+        let n = stream.read(&mut buf[len..]).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        len += n;
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(&buf[..len]) {
+            Ok(httparse::Status::Complete(_)) => {
+                let path = req.path.unwrap_or("/").split('?').next().unwrap_or("/");
+                break match (req.method, path) {
+                    (Some("GET" | "HEAD"), "/metrics") => {
+                        (Status::OK, shared.render_metrics(), b"text/plain; version=0.0.4; charset=utf-8")
+                    }
+                    (Some("GET" | "HEAD"), "/healthz") => (Status::OK, "ok\n".into(), b"text/plain; charset=utf-8"),
+                    (Some("GET" | "HEAD"), _) => (Status::NOT_FOUND, "not found\n".into(), b"text/plain"),
+                    _ => (Status::METHOD_NOT_ALLOWED, "GET only\n".into(), b"text/plain"),
+                };
+            }
+            Ok(httparse::Status::Partial) if len < buf.len() => continue,
+            _ => break (Status::BAD_REQUEST, "bad request\n".to_string(), b"text/plain"),
+        };
+    };
+    let mut head = Vec::with_capacity(256);
+    response::begin(&mut head, status);
+    response::header(&mut head, b"Content-Type", content_type);
+    response::header_u64(&mut head, b"Content-Length", body.len() as u64);
+    response::end(&mut head, false, 1);
+    head.extend_from_slice(body.as_bytes());
+    stream.write_all(&head).await?;
+    stream.shutdown().await
+}
+
+/// Runs the server on its own multi-thread runtime until SIGTERM or SIGINT.
+pub fn run_until_signal(config: ServerConfig) -> Result<(), ServerError> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all().thread_name("shortfirst-serve");
+    if config.threads > 0 {
+        builder.worker_threads(config.threads);
+    }
+    let runtime = builder.build().map_err(ServerError::Runtime)?;
+    runtime.block_on(async move {
+        let server = Server::bind(config)?;
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(ServerError::Runtime)?;
+        let shutdown = async move {
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM received"),
+                _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+            }
+        };
+        server.run(shutdown).await
+    })
+}
