@@ -60,7 +60,8 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 _RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(bit|kbit|mbit|gbit)?\s*$", re.IGNORECASE)
 _RATE_UNIT = {None: 1, "bit": 1, "kbit": 1_000, "mbit": 1_000_000, "gbit": 1_000_000_000}
 _MODEL_RE = re.compile(r"^(open|partly-open:[1-9][0-9]*|closed:[1-9][0-9]*(,think=\S+)?)$")
-_CUTOFF_RE = re.compile(r"^[0-9]+[KkMm]?$")
+# As `shortfirst serve --cutoffs` parses them (crates/core bands.rs): K = 1000, Ki = 1024, ...
+_CUTOFF_RE = re.compile(r"^\s*[0-9]+\s*([KMG]i?)?B?\s*$", re.IGNORECASE)
 
 
 class ExperimentError(ValueError):
@@ -398,7 +399,7 @@ def experiment_from_dict(
 
     s = _Section(path, "server", doc.get("server", {}))
     cutoffs = s.str("cutoffs", "")
-    if cutoffs not in ("", "auto") and not all(_CUTOFF_RE.match(x.strip()) for x in cutoffs.split(",")):
+    if cutoffs not in ("", "auto") and not all(_CUTOFF_RE.match(x) for x in cutoffs.split(",")):
         raise s.err("cutoffs", '"" (policy default), "auto" or a list like "1K,2K,5K,20K,50K"', cutoffs)
     server = Server(cutoffs=cutoffs, port=s.int("port", 8080, lo=1, hi=65535))
     s.finish()

@@ -206,3 +206,42 @@ def baseline(b: analysis.Baseline, size_bytes: Any, response_s: Any) -> bytes:
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=8)
     return _png(fig)
+
+
+def measured_vs_models(
+    series: Mapping[str, Mapping[str, Sequence[tuple[float, float]]]],
+) -> bytes:
+    """Mean response vs load per policy: measured (solid), simulated (dashed), M/G/1 (dotted).
+
+    `series[policy][kind]` with kind one of measured, simulated, analytic, analytic SRPT.
+    """
+    kinds = {
+        "measured": ("-", "o"),
+        "simulated": ("--", "s"),
+        "analytic": (":", "^"),
+        "analytic SRPT": ((0, (1, 3)), "v"),
+    }
+    fig, ax = plt.subplots(figsize=(6.4, 4.6), layout="constrained")
+    for policy, by_kind in series.items():
+        st = _style(policy)
+        for kind, pts in by_kind.items():
+            if not pts:
+                continue
+            ls, mk = kinds[kind]
+            ideal = kind == "analytic SRPT"
+            ax.plot(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                color="k" if ideal else st["color"],
+                linestyle=ls,
+                marker=mk,
+                markersize=4,
+                label="ideal SRPT (M/G/1)" if ideal else f"{st['label']} {kind}",
+            )
+    ax.set_yscale("log")
+    ax.set_xlabel("Uplink load")
+    ax.set_ylabel("Mean response time (s)")
+    ax.set_title("Measured vs simulated vs analytic")
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(fontsize=7)
+    return _png(fig)

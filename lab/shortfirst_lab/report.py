@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from . import analysis, figures
+from . import analysis, figures, models
 from .experiment import Experiment, load_experiment
 from .provenance import write_atomic, write_json
 
@@ -136,9 +136,27 @@ def analyse_run(run_dir: Path, exp: Experiment, base: analysis.Baseline | None) 
     load = float(rec.get("load", run_dir.name.split("-load")[1].split("-rep")[0]))
     repeat = int(rec.get("repeat", run_dir.name.rsplit("-rep", 1)[1]))
     m.update(policy=policy, load=load, repeat=repeat, run=run_dir.name)
-    write_json(run_dir / "analysis.json", _clean(m))
     w = analysis.window(df, exp.run.warmup_s, exp.run.duration_s)
+    m["models"] = model_metrics(run_dir, exp, policy, load, w)
+    write_json(run_dir / "analysis.json", _clean(m))
     return RunData(run_dir.name, policy, load, repeat, w, h, m, rec)
+
+
+def model_metrics(
+    run_dir: Path, exp: Experiment, policy: str, load: float, w: pd.DataFrame
+) -> dict[str, Any]:
+    """Simulated (if DIR/runs/<run>/sim/requests.csv exists) and analytic means for this run."""
+    out: dict[str, Any] = {}
+    sim_path = run_dir / "sim" / "requests.csv"
+    if sim_path.exists():
+        sim = analysis.read_requests(sim_path)
+        sm = analysis.run_metrics(sim, exp.run.warmup_s, exp.run.duration_s, None)
+        out["simulated_s"] = sm["mean_response_s"]
+        out["simulated_largest_1pct_s"] = sm["largest_1pct_mean_response_s"]
+    if len(w):
+        cut = models.cutoffs_for(policy, exp.server.cutoffs, w["size_bytes"])
+        out.update(models.analytic(w["size_bytes"], load, exp.uplink.rate_bits_per_s, cut))
+    return out
 
 
 def summarise(out: Path) -> tuple[dict[str, Any], list[RunData], dict[str, Any]]:
@@ -235,6 +253,28 @@ def _by_load(runs: list[RunData], attr: str) -> dict[float, dict[str, pd.DataFra
     }
 
 
+def model_series(runs: list[RunData]) -> dict[str, dict[str, list[tuple[float, float]]]]:
+    """Per policy and kind (measured/simulated/analytic): (load, mean response) over repeats."""
+    acc: dict[tuple[str, str, float], list[float]] = {}
+    for r in runs:
+        mod = r.metrics.get("models", {})
+        for kind, v in (
+            ("measured", r.metrics.get("mean_response_s")),
+            ("simulated", mod.get("simulated_s")),
+            ("analytic", mod.get("analytic_s")),
+        ):
+            if v is not None:
+                acc.setdefault((r.policy, kind, round(r.load, 2)), []).append(v)
+        if mod.get("analytic_srpt_s") is not None:
+            acc.setdefault(("ideal", "analytic SRPT", round(r.load, 2)), []).append(mod["analytic_srpt_s"])
+    if not any(k[1] != "measured" for k in acc):
+        return {}
+    out: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    for (policy, kind, load), vals in sorted(acc.items()):
+        out.setdefault(policy, {}).setdefault(kind, []).append((load, float(np.mean(vals))))
+    return out
+
+
 def build_figures(runs: list[RunData], extras: dict[str, Any]) -> list[tuple[str, str, bytes]]:
     """(title, caption, png) for every figure of the report."""
     out: list[tuple[str, str, bytes]] = []
@@ -290,6 +330,16 @@ def build_figures(runs: list[RunData], extras: dict[str, Any]) -> list[tuple[str
                 "Open connections at the server over time",
                 "Sampled every second inside the server namespace.",
                 figures.timeseries(health, "open_connections", "Open connections", exp.run.warmup_s),
+            )
+        )
+    series = model_series(runs)
+    if series:
+        out.append(
+            (
+                "Measured vs simulated vs analytic (same trace)",
+                "Simulated: shortfirst sim on each run's own arrivals through an ideal link; "
+                "analytic: M/G/1 with the window's size distribution (Poisson arrivals).",
+                figures.measured_vs_models(series),
             )
         )
     base: analysis.Baseline | None = extras["baseline"]
@@ -350,6 +400,12 @@ policy ÷ FAIR. Stretch S(r) = RT<sub>policy</sub>(r) / RT<sub>FAIR</sub>(r) per
 {% for title, caption, b64 in figs %}<figure><h3>{{ title }}</h3>
 <img alt="{{ title }}" src="data:image/png;base64,{{ b64 }}"><figcaption>{{ caption }}</figcaption></figure>
 {% endfor %}
+
+{% if model_rows %}<h2>Measured vs simulated vs analytic (mean response, s)</h2>
+<table><tr><th>run</th><th>measured</th><th>simulated</th><th>M/G/1</th><th>model</th>
+<th>M/G/1 ideal SRPT</th></tr>
+{% for row in model_rows %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}
+</table>{% endif %}
 
 <h2>Server health</h2>
 <table><tr>{% for h in health_head %}<th>{{ h }}</th>{% endfor %}</tr>
@@ -479,6 +535,13 @@ def render_html(
                 _f(h.get("server_cpu_fraction"), "{:.3f}"),
             ]
         )
+    model_rows = []
+    for r in runs:
+        mod = r.metrics.get("models", {})
+        if any(mod.get(k) is not None for k in ("simulated_s", "analytic_s")):
+            model_rows.append([r.run, _f(r.metrics["mean_response_s"]), _f(mod.get("simulated_s")),
+                               _f(mod.get("analytic_s")), mod.get("analytic_model", "—"),
+                               _f(mod.get("analytic_srpt_s"))])  # fmt: skip
     base: analysis.Baseline | None = extras["baseline"]
     baseline_rows = []
     if base is not None:
@@ -502,6 +565,7 @@ def render_html(
         figs=figs,
         health_head=health_head,
         health_rows=health_rows,
+        model_rows=model_rows,
         baseline=base,
         baseline_rows=baseline_rows,
         config=exp.source or json.dumps(exp.to_dict(), indent=2),

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from . import report
+from . import models, report
 from .experiment import Experiment, RunSpec, load_experiment
 from .provenance import collect, utc_now, write_atomic, write_json
 
@@ -246,6 +246,7 @@ class Runner:
         self.progress = progress
         self.trace: Path | None = None
         self.docroot: Path | None = None
+        self._sim: bool | None = None
 
     # Imported lazily so analysis/report/tests work on machines without pyroute2 privileges.
     @staticmethod
@@ -503,8 +504,42 @@ class Runner:
             write_atomic(rdir / "runner_error.txt", traceback.format_exc())
             rec = {"status": f"failed: {type(e).__name__}: {e} (see runner_error.txt)", "policy": spec.policy}
         rec.update(run=spec.run_id, load=spec.load, repeat=spec.repeat, seed=spec.seed)
+        if rec["status"] == "ok" and self.sim_available():
+            rec["sim"] = self.simulate(rdir, spec.policy)
         write_json(rdir / "run.json", rec)
         return rec
+
+    def sim_available(self) -> bool:
+        """Whether the binary has `shortfirst sim` (checked once)."""
+        if self._sim is None:
+            try:
+                r = subprocess.run(
+                    [str(self.bin), "sim", "--help"], capture_output=True, text=True, timeout=30
+                )
+                self._sim = r.returncode == 0 and "--trace" in r.stdout
+            except (OSError, subprocess.TimeoutExpired):
+                self._sim = False
+        return self._sim
+
+    def simulate(self, rdir: Path, policy: str) -> str:
+        """`shortfirst sim` on the run's own arrivals and sizes, into rdir/sim (see models.py)."""
+        sdir = rdir / "sim"
+        sdir.mkdir(exist_ok=True)
+        req = pd.read_csv(rdir / "requests.csv", usecols=["scheduled_s", "path", "size_bytes"])
+        trace = req.sort_values("scheduled_s", kind="mergesort").rename(columns={"scheduled_s": "time_s"})
+        write_atomic(sdir / "trace.csv", trace[["time_s", "path", "size_bytes"]].to_csv(index=False))
+        cut = models.cutoffs_for(policy, self.exp.server.cutoffs, req["size_bytes"])
+        argv = [
+            str(self.bin), "sim", "--trace", str(sdir / "trace.csv"), "--policy", models.sim_policy(cut),
+            "--rate", str(self.exp.uplink.rate_bits_per_s), "--out", str(sdir),
+        ]  # fmt: skip
+        _write_commands(sdir / "commands.txt", [argv])
+        try:
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+        except subprocess.TimeoutExpired:
+            return "failed: timed out"
+        write_atomic(sdir / "sim.log", r.stdout + r.stderr)
+        return "ok" if r.returncode == 0 else f"failed: exit {r.returncode} (see sim/sim.log)"
 
     def run(self) -> dict[str, Any]:
         exp, out = self.exp, self.out
