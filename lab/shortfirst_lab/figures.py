@@ -191,12 +191,14 @@ def baseline(b: analysis.Baseline, size_bytes: Any, response_s: Any) -> bytes:
     fig, ax = plt.subplots(figsize=(5.6, 4.2), layout="constrained")
     ax.scatter(size_bytes, response_s, s=8, color="#999999", label="idle fetches")
     ax.scatter(b.sizes_bytes, b.median_s, s=22, color="#1f5fa8", label="median per size")
-    xs = np.geomspace(max(1, min(b.sizes_bytes)), max(b.sizes_bytes), 100)
+    xs = np.geomspace(max(1, min(b.sizes_bytes)), max(b.sizes_bytes), 200)
+    ax.plot(xs, b.predict(xs), color="#1f5fa8", label="baseline used (interpolated medians)")
     ax.plot(
         xs,
-        b.predict(xs),
+        b.line(xs),
         color="#c0392b",
-        label=f"a={b.a_s * 1000:.2f} ms, rate_eff={b.rate_eff_bits_per_s / 1e6:.2f} Mbit/s",
+        linestyle="--",
+        label=f"line: a={b.a_s * 1000:.2f} ms, rate_eff={b.rate_eff_bits_per_s / 1e6:.2f} Mbit/s",
     )
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -349,7 +349,8 @@ def build_figures(runs: list[RunData], extras: dict[str, Any]) -> list[tuple[str
             (
                 "Idle baseline used for slowdown",
                 "Each size fetched alone on the idle testbed; "
-                "the per-size medians are fitted to a + 8·size/rate_eff.",
+                "slowdown uses the log-log interpolation of per-size medians (blue); the dashed line "
+                "a + 8·size/rate_eff is a check of the link.",
                 figures.baseline(base, cal["size_bytes"], cal["response_s"]),
             )
         )
@@ -414,7 +415,9 @@ policy ÷ FAIR. Stretch S(r) = RT<sub>policy</sub>(r) / RT<sub>FAIR</sub>(r) per
 <h2>Idle baseline (calibration)</h2>
 {% if baseline %}<p>Fit: a = {{ '%.3f'|format(baseline.a_s*1000) }} ms,
 effective rate = {{ '%.3f'|format(baseline.rate_eff_bits_per_s/1e6) }} Mbit/s.</p>
-<table><tr><th>size (bytes)</th><th>fetches</th><th>median (ms)</th><th>fit (ms)</th><th>residual</th></tr>
+<p>Slowdown divides by the per-size medians below, interpolated log-log between sizes
+(see Method); the line is a check that large transfers ran at the shaped rate.</p>
+<table><tr><th>size (bytes)</th><th>fetches</th><th>median (ms)</th><th>line (ms)</th><th>residual</th></tr>
 {% for row in baseline_rows %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}
 </table>{% else %}<p>No baseline.</p>{% endif %}
 
@@ -545,7 +548,7 @@ def render_html(
     base: analysis.Baseline | None = extras["baseline"]
     baseline_rows = []
     if base is not None:
-        pred = base.predict(base.sizes_bytes)
+        pred = base.line(base.sizes_bytes)
         for s, n, med, p, res in zip(
             base.sizes_bytes, base.samples, base.median_s, pred, base.residuals(), strict=True
         ):

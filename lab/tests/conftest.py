@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from shortfirst_lab.analysis import REQUEST_COLUMNS
+from shortfirst_lab.analysis import REQUEST_COLUMNS, fit_baseline
 
 BASE_A_S = 0.002
 BASE_RATE = 9_500_000.0
@@ -91,7 +91,8 @@ def experiment_dir(tmp_path: Path) -> Path:
     n = 2000
     sizes = _heavy_sizes(rng, n)
     sched = np.sort(rng.uniform(0, 100, n))
-    base = BASE_A_S + 8 * sizes / BASE_RATE
+    # The idle time the analysis will derive from that calibration (ladder interpolation).
+    base = fit_baseline(ladder, base_rt).predict(sizes)
     for load in (0.7, 0.9):
         for policy, factor in (("fair", 30.0), ("srpt", 2.0)):
             rdir = out / "runs" / f"{policy}-load{load:.2f}-rep1"

@@ -239,3 +239,21 @@ def test_largest_fraction_tie_break_by_id():
     df = _df([5, 5, 5, 1] * 50, np.ones(200))
     top = analysis.largest_fraction(df, 0.01)
     assert top["id"].tolist() == [0, 1]
+
+
+def test_baseline_interpolates_ladder_medians_log_log():
+    # A link whose small transfers are faster than the line (HTB burst): the ladder is used.
+    b = analysis.Baseline(
+        a_s=0.0,
+        rate_eff_bits_per_s=8_000_000,
+        sizes_bytes=[100, 10_000, 1_000_000],
+        median_s=[0.001, 0.004, 1.0],
+    )
+    assert b.predict([100, 10_000, 1_000_000]) == pytest.approx([0.001, 0.004, 1.0])
+    assert b.predict([1000])[0] == pytest.approx(0.002)  # geometric midpoint in log-log
+    assert b.predict([10])[0] == pytest.approx(0.001)  # below the ladder: the smallest's
+    assert b.predict([2_000_000])[0] == pytest.approx(1.0 + 1.0)  # above: + 8·1e6 B / 8 Mbit/s
+    assert b.line([1_000_000])[0] == pytest.approx(1.0)
+    # Medians are made non-decreasing before interpolating.
+    b2 = analysis.Baseline(0.0, 8e6, sizes_bytes=[100, 1000, 10_000], median_s=[0.002, 0.001, 0.004])
+    assert b2.predict([1000])[0] == pytest.approx(0.002)
