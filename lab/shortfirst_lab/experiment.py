@@ -35,6 +35,14 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
     [server]
     cutoffs = ""                      # "" (the policy's default), "auto" or "1K,2K,..."
     port = 8080                       # int in [1, 65535]
+    send_buffer_bytes = 32768         # SO_SNDBUF of client sockets; 0 = kernel autotuning.
+                                      # The server moves a response to a better band when its
+                                      # *written* bytes cross a cutoff; with an autotuned (up to
+                                      # 4 MB) buffer a large response is written long before it
+                                      # is sent and gets promoted early, so SRPT decays to FAIR.
+                                      # 32 KB keeps written within ~64 KB of sent, no throughput
+                                      # cost on a LAN (measured by the uplink work, downloads.py).
+    extra_args = []                   # further `shortfirst serve` arguments, list of strings
 
     [run]
     duration_s = 300                  # float > 0: schedule length handed to the generator
@@ -105,6 +113,8 @@ class Client:
 class Server:
     cutoffs: str = ""
     port: int = 8080
+    send_buffer_bytes: int = 32_768
+    extra_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -176,7 +186,7 @@ class Experiment:
             "uplink": vars(self.uplink).copy(),
             "workload": vars(self.workload).copy(),
             "client": vars(self.client).copy(),
-            "server": vars(self.server).copy(),
+            "server": {**vars(self.server), "extra_args": list(self.server.extra_args)},
             "run": vars(self.run).copy(),
             "calibration": vars(self.calibration).copy(),
         }
@@ -401,7 +411,15 @@ def experiment_from_dict(
     cutoffs = s.str("cutoffs", "")
     if cutoffs not in ("", "auto") and not all(_CUTOFF_RE.match(x) for x in cutoffs.split(",")):
         raise s.err("cutoffs", '"" (policy default), "auto" or a list like "1K,2K,5K,20K,50K"', cutoffs)
-    server = Server(cutoffs=cutoffs, port=s.int("port", 8080, lo=1, hi=65535))
+    extra = s.get("extra_args", [])
+    if not isinstance(extra, list) or not all(isinstance(x, str) for x in extra):
+        raise s.err("extra_args", "a list of strings", extra)
+    server = Server(
+        cutoffs=cutoffs,
+        port=s.int("port", 8080, lo=1, hi=65535),
+        send_buffer_bytes=s.int("send_buffer_bytes", 32_768, lo=0, hi=1 << 30),
+        extra_args=tuple(extra),
+    )
     s.finish()
 
     r = _Section(path, "run", doc["run"])

@@ -284,7 +284,9 @@ class Runner:
         ]
         if self.exp.server.cutoffs and policy != "fair":
             argv += ["--cutoffs", self.exp.server.cutoffs]
-        return argv
+        if self.exp.server.send_buffer_bytes:
+            argv += ["--send-buffer-bytes", str(self.exp.server.send_buffer_bytes)]
+        return argv + list(self.exp.server.extra_args)
 
     def wait_listening(self, tb: Any, srv: subprocess.Popen, log: Path) -> None:
         """Until a TCP connect from the client namespace succeeds (the server is up)."""

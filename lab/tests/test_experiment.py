@@ -68,6 +68,12 @@ def test_matrix_order_and_seeds(tmp_path):
         (lambda t: t + "\n[uplink]\nmtu = 100\n", "uplink.mtu", "an integer in [576, 9000]"),
         (lambda t: t + '\n[client]\nmodel = "lazy"\n', "client.model", "open, partly-open:K"),
         (lambda t: t + '\n[server]\ncutoffs = "1K,banana"\n', "server.cutoffs", '"auto"'),
+        (lambda t: t + "\n[server]\nextra_args = [1]\n", "server.extra_args", "a list of strings"),
+        (
+            lambda t: t + "\n[server]\nsend_buffer_bytes = -1\n",
+            "server.send_buffer_bytes",
+            "an integer in [0,",
+        ),
         (lambda t: t.replace("seed = 3", "seed = 3\nsede = 4"), "experiment.sede", "one of the known keys"),
         (lambda t: t + "\n[extra]\nx = 1\n", "extra", "one of the sections"),
         (
