@@ -263,7 +263,7 @@ class Runner:
             run_id=tb.new_run_id(),
             rate_bits_per_s=u.rate_bits_per_s,
             data_bands=u.bands,
-            n_clients=self.exp.client.clients,
+            n_clients=1,  # one generator process; `client.clients` are its client identities
             shortfirst_bin=self.bin,
             mtu=u.mtu,
             accept_queue=u.accept_queue,
@@ -455,11 +455,10 @@ class Runner:
             str(cdir / "trace.csv"),
             "--model",
             "open",
-            "--speed",
-            "1",
             "--seed",
             str(self.exp.seed),
-        ]
+            "--quiet",
+        ]  # at the trace's own times (no scaling): each fetch alone
         rec = self.session(cdir, "fair", load_args, length + self.exp.run.drain_timeout_s + 30)
         write_json(rec_path, rec)
         if rec["status"] != "ok":
@@ -486,9 +485,12 @@ class Runner:
             f"{exp.run.duration_s:g}",
             "--seed",
             str(spec.seed),
+            "--clients",
+            str(exp.client.clients),
+            "--timeout",
+            f"{exp.client.timeout_s:g}",
+            "--quiet",
         ]
-        if exp.client.clients > 1:
-            load_args += ["--clients", str(exp.client.clients)]
 
         def tick(elapsed: float, sampler: HealthSampler) -> None:
             if bar is not None:

@@ -37,6 +37,8 @@ seed = 11
 duration_s = 15
 warmup_s = 2
 drain_timeout_s = 40
+[client]
+timeout_s = 30
 [calibration]
 sizes = 5
 repeats = 1

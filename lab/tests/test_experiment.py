@@ -70,6 +70,11 @@ def test_matrix_order_and_seeds(tmp_path):
         (lambda t: t + '\n[server]\ncutoffs = "1K,banana"\n', "server.cutoffs", '"auto"'),
         (lambda t: t + "\n[server]\nextra_args = [1]\n", "server.extra_args", "a list of strings"),
         (
+            lambda t: t.replace("warmup_s = 10", "warmup_s = 10\ndrain_timeout_s = 100"),
+            "run.drain_timeout_s",
+            "more than client.timeout_s (300)",
+        ),
+        (
             lambda t: t + "\n[server]\nsend_buffer_bytes = -1\n",
             "server.send_buffer_bytes",
             "an integer in [0,",

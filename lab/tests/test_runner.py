@@ -101,6 +101,8 @@ port = {_free_port()}
 duration_s = 1.5
 warmup_s = 0.2
 drain_timeout_s = 20
+[client]
+timeout_s = 10
 [calibration]
 sizes = 3
 repeats = 2

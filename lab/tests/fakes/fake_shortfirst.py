@@ -120,6 +120,8 @@ def main() -> int:
     ld.add_argument("--speed", type=float)
     ld.add_argument("--seed", type=int)
     ld.add_argument("--clients", type=int)
+    ld.add_argument("--timeout", type=float)
+    ld.add_argument("--quiet", action="store_true")
     sub.add_parser("--version")
     if sys.argv[1:] == ["--version"]:
         print("shortfirst fake")
