@@ -109,7 +109,7 @@ def main() -> int:
     for k in ("--files", "--requests", "--seed"):
         w.add_argument(k, type=int, required=True)
     s = sub.add_parser("serve")
-    for k in ("--root", "--listen", "--policy", "--admin", "--cutoffs"):
+    for k in ("--root", "--listen", "--policy", "--admin", "--cutoffs", "--send-buffer-bytes"):
         s.add_argument(k)
     ld = sub.add_parser("load")
     for k in ("--target", "--trace", "--out", "--model"):
