@@ -1,8 +1,138 @@
-//! `shortfirst load`: not built yet; its issue replaces this module.
+//! `shortfirst load`: trace-driven load generation with per-request logs.
+
+use anyhow::Context;
+use shortfirst_load::http::Target;
+use shortfirst_load::run::{self, Config, Model, Source};
+use shortfirst_load::scale::{parse_rate_bits_per_s, Scaling};
+use shortfirst_load::trace::TraceFormat;
+use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// Server URL: http://HOST[:PORT][/PREFIX].
+    #[arg(long)]
+    target: String,
+    /// Trace to replay (our CSV, CLF/Combined access log or WC98 binary).
+    #[arg(long, required_unless_present = "session", conflicts_with = "session")]
+    trace: Option<PathBuf>,
+    /// Session model (TOML Markov chain of pages) for closed-model users.
+    #[arg(long)]
+    session: Option<PathBuf>,
+    /// Trace format: csv, clf or wc98 (default: guessed from the file name).
+    #[arg(long)]
+    format: Option<TraceFormat>,
+    /// Count and skip malformed trace records (the run is then marked invalid
+    /// in summary.json, with the count) instead of stopping.
+    #[arg(long)]
+    skip_bad: bool,
+    /// Output directory: requests.csv, summary.json, response-times.hlog.
+    #[arg(long)]
+    out: PathBuf,
+    /// open | partly-open:K | closed:N[,think=DIST] (DIST: SECONDS (exponential
+    /// mean), exp:MEAN, exp:MEAN:MAX, const:S, uniform:A:B).
+    #[arg(long, default_value = "open")]
+    model: Model,
+    /// Scale interarrival times so requested bits/s = RHO × --uplink.
+    #[arg(long, requires = "uplink", conflicts_with_all = ["speed", "rate"])]
+    load: Option<f64>,
+    /// Uplink rate (10mbit, 1gbit, …): for --load, and to report the offered load.
+    #[arg(long)]
+    uplink: Option<String>,
+    /// Replay X times faster than the trace's timestamps.
+    #[arg(long, conflicts_with = "rate")]
+    speed: Option<f64>,
+    /// Scale the trace to this mean request rate (requests/s).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Stop starting requests after this many seconds.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Up to K requests per connection (keep-alive); default one connection per request.
+    #[arg(long)]
+    persistent: Option<u32>,
+    /// User abort: give up an attempt after T seconds.
+    #[arg(long)]
+    abort_after: Option<f64>,
+    /// Retries after an abort (needs --abort-after).
+    #[arg(long, default_value_t = 0)]
+    retries: u32,
+    /// Hard time limit of one attempt when no --abort-after is given (seconds).
+    #[arg(long, default_value_t = 30.0)]
+    timeout: f64,
+    /// Client identities for requests whose trace gives none (assigned
+    /// round-robin; a client's kept-alive connections are reused only by it).
+    #[arg(long, default_value_t = 64)]
+    clients: u32,
+    /// Worker threads (default: the number of CPUs).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Most requests (open) or sessions (partly-open) outstanding at once; a
+    /// request due at the limit is not sent, logged as failed, and the run is
+    /// marked invalid.
+    #[arg(long, default_value_t = 10_000)]
+    max_in_flight: usize,
+    /// Seed of every random choice (think times, session walks).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// No progress line on stderr.
+    #[arg(long)]
+    quiet: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`shortfirst load` is not built yet")
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let uplink = a.uplink.as_deref().map(parse_rate_bits_per_s).transpose().map_err(anyhow::Error::msg)?;
+    let scaling = match (a.load, a.speed, a.rate) {
+        (Some(rho), _, _) => {
+            anyhow::ensure!(rho > 0.0, "--load must be positive");
+            Scaling::Load { rho, uplink_bits_per_s: uplink.context("--load needs --uplink")? }
+        }
+        (_, Some(x), _) => Scaling::Speed(x),
+        (_, _, Some(r)) => Scaling::Rate { req_per_s: r },
+        _ => Scaling::AsIs,
+    };
+    let source = match (a.trace, a.session) {
+        (Some(path), None) => Source::Trace { path, format: a.format, skip_bad: a.skip_bad },
+        (None, Some(path)) => Source::Session { path },
+        _ => anyhow::bail!("give exactly one of --trace or --session"),
+    };
+    let cfg = Config {
+        target: Target::parse(&a.target)?,
+        out_dir: a.out.clone(),
+        model: a.model,
+        source,
+        scaling,
+        uplink_bits_per_s: uplink,
+        duration_s: a.duration,
+        persistent: a.persistent,
+        abort_after_s: a.abort_after,
+        retries: a.retries,
+        timeout_s: a.timeout,
+        clients: a.clients,
+        threads: a.threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
+        max_in_flight: a.max_in_flight,
+        seed: a.seed,
+        progress: !a.quiet,
+        command_line: std::env::args().collect(),
+    };
+    let s = run::run(cfg)?;
+    let ms = |v: Option<f64>| v.map(|x| format!("{:.3} ms", x * 1e3)).unwrap_or_else(|| "-".into());
+    eprintln!(
+        "{} requests: {} ok, {} http_error, {} failed, {} aborted, {} timeout; mean response {}, p99 {}; \
+         lateness p99 {}; {} → {}",
+        s.requests,
+        s.ok,
+        s.http_error,
+        s.failed,
+        s.aborted,
+        s.timeout,
+        ms(s.mean_response_s),
+        ms(s.p99_response_s),
+        s.lateness_p99_ms.map(|l| format!("{l:.3} ms")).unwrap_or_else(|| "-".into()),
+        if s.valid { "valid" } else { "INVALID" },
+        a.out.display()
+    );
+    for r in &s.invalid_reasons {
+        eprintln!("  invalid: {r}");
+    }
+    Ok(())
 }

@@ -1,1 +1,19 @@
-//! shortfirst-load: see ARCHITECTURE.md.
+//! shortfirst-load: trace-driven load generation with per-request logs, and the
+//! workload models behind it.
+//!
+//! - [`trace`]: reading traces (our CSV, CLF/Combined access logs, WC98 binary).
+//! - [`record`]: the per-request output row (`requests.csv`) and its writer,
+//!   shared with the simulator and the lab.
+//! - [`dist`], [`workload`], [`generate`], [`stats`]: size/time distributions,
+//!   synthetic workloads, writing them to disk, and trace statistics.
+
+pub mod dist;
+pub mod generate;
+pub mod http;
+pub mod record;
+pub mod run;
+pub mod scale;
+pub mod session;
+pub mod stats;
+pub mod trace;
+pub mod workload;

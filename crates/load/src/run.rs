@@ -1,0 +1,1112 @@
+//! The load generator (`shortfirst load`): open, partly-open and closed
+//! models over real TCP connections, with one `requests.csv` row per request,
+//! a `summary.json` and an HDR interval log of response times.
+//!
+//! Threads:
+//! - the *dispatcher* (the calling thread) streams the trace and, for the open
+//!   and partly-open models, sleeps on the monotonic clock until each
+//!   request's scheduled time, then hands it to a worker. Its timer slack is
+//!   set to 1 ns so `nanosleep` wakes on time;
+//! - `threads` *workers*, each a single-threaded tokio runtime, run the
+//!   requests (a task per request, session or closed-model user);
+//! - the *collector* writes rows, keeps the histograms, writes the interval
+//!   log and the progress line.
+//!
+//! Timing is free of coordinated omission: a request's `scheduled_s` is fixed
+//! by the trace (or by the user's think time), never by when the previous one
+//! finished, and response times are reported from it as well as from the
+//! actual start. The generator measures its own lateness (actual start −
+//! scheduled) and marks the run invalid when lateness p99 exceeds
+//! [`LATENESS_P99_LIMIT_MS`].
+//!
+//! Limits: at most `max_in_flight` requests (open, partly-open: sessions) are
+//! outstanding; a request due when the limit is reached is not sent, gets a
+//! `failed` row with 0 attempts, is counted in `not_sent_in_flight_limit`, and
+//! the run is marked invalid. The trace is read one record ahead; rows reach
+//! the collector through a queue of [`COLLECT_QUEUE`] rows (workers wait when
+//! it is full, which only happens when the disk cannot keep up). Memory is
+//! therefore bounded by `max_in_flight` × ([`crate::http::READ_BUF_BYTES`] +
+//! a few hundred bytes), whatever the trace length.
+
+use crate::dist::TimeDist;
+use crate::http::{Conn, HttpError, Progress, Target};
+use crate::record::{Outcome, RecordError, RecordWriter, RequestRecord};
+use crate::scale::{offered_load, Scaling, TraceTotals};
+use crate::session::{SessionError, SessionModel};
+use crate::trace::{self, SkipBad, SkipCount, TraceError, TraceFormat, TraceIter, TraceRecord};
+use hdrhistogram::serialization::interval_log::IntervalLogWriterBuilder;
+use hdrhistogram::serialization::V2DeflateSerializer;
+use hdrhistogram::Histogram;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+/// A run whose lateness p99 exceeds this is marked invalid.
+pub const LATENESS_P99_LIMIT_MS: f64 = 5.0;
+/// Rows queued between workers and the collector.
+pub const COLLECT_QUEUE: usize = 65_536;
+/// Idle kept-alive connections kept per client, and per worker in total;
+/// beyond these a reusable connection is closed instead.
+pub const IDLE_PER_CLIENT: usize = 4;
+pub const IDLE_PER_WORKER: usize = 4096;
+/// Longest partly-open session accepted (requests per session).
+pub const MAX_SESSION_REQUESTS: u32 = 10_000;
+/// Histogram range: 1 µs to 1 hour, 3 significant digits.
+const HIST_MAX_US: u64 = 3_600_000_000;
+
+/// How users arrive and behave.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Model {
+    /// Each request at its scheduled time, whatever happened before.
+    Open,
+    /// Sessions of `k` back-to-back requests, sessions arriving at trace times.
+    PartlyOpen { k: u32 },
+    /// `users` users, each sending its next request a think time after the
+    /// previous one completed.
+    Closed { users: u32, think: TimeDist },
+}
+
+impl std::str::FromStr for Model {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Model, String> {
+        if s == "open" {
+            return Ok(Model::Open);
+        }
+        if let Some(k) = s.strip_prefix("partly-open:") {
+            let k: u32 = k.parse().map_err(|_| format!("partly-open:K: K must be a positive integer, got `{k}`"))?;
+            if k == 0 || k > MAX_SESSION_REQUESTS {
+                return Err(format!("partly-open:K: K must be between 1 and {MAX_SESSION_REQUESTS}"));
+            }
+            return Ok(Model::PartlyOpen { k });
+        }
+        if let Some(rest) = s.strip_prefix("closed:") {
+            let (n, think) = match rest.split_once(',') {
+                Some((n, t)) => {
+                    let t = t
+                        .strip_prefix("think=")
+                        .ok_or_else(|| format!("closed:N,think=DIST: expected think=, got `{t}`"))?;
+                    (n, TimeDist::parse(t).map_err(|e| e.to_string())?)
+                }
+                None => (rest, TimeDist::Const(0.0)),
+            };
+            let users: u32 = n.parse().map_err(|_| format!("closed:N: N must be a positive integer, got `{n}`"))?;
+            if users == 0 {
+                return Err("closed:N: N must be ≥ 1".into());
+            }
+            return Ok(Model::Closed { users, think });
+        }
+        Err(format!("unknown model `{s}` (expected open, partly-open:K or closed:N[,think=DIST])"))
+    }
+}
+
+/// Where requests come from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    Trace {
+        path: PathBuf,
+        format: Option<TraceFormat>,
+        skip_bad: bool,
+    },
+    /// A session model (closed model only).
+    Session {
+        path: PathBuf,
+    },
+}
+
+/// Everything a run needs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub target: Target,
+    pub out_dir: PathBuf,
+    pub model: Model,
+    pub source: Source,
+    pub scaling: Scaling,
+    /// For reporting the offered load (required by `Scaling::Load`).
+    pub uplink_bits_per_s: Option<f64>,
+    /// Stop starting requests this long after the start.
+    pub duration_s: Option<f64>,
+    /// Up to K requests per connection; None = one connection per request.
+    pub persistent: Option<u32>,
+    pub abort_after_s: Option<f64>,
+    pub retries: u32,
+    /// Hard limit on one attempt when no abort time is set.
+    pub timeout_s: f64,
+    /// Client identities for requests whose trace gives none.
+    pub clients: u32,
+    pub threads: usize,
+    pub max_in_flight: usize,
+    pub seed: u64,
+    pub progress: bool,
+    pub command_line: Vec<String>,
+}
+
+/// A run could not be carried out.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{0}")]
+    Config(String),
+}
+
+/// Response-time statistics in seconds.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Latencies {
+    pub mean_s: Option<f64>,
+    pub p50_s: Option<f64>,
+    pub p90_s: Option<f64>,
+    pub p99_s: Option<f64>,
+    pub max_s: Option<f64>,
+}
+
+/// `summary.json`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Summary {
+    /// Rows in requests.csv (every request due, sent or not).
+    pub requests: u64,
+    pub sent: u64,
+    /// Complete responses (ok + http_error).
+    pub completed: u64,
+    pub ok: u64,
+    pub http_error: u64,
+    pub failed: u64,
+    pub aborted: u64,
+    pub timeout: u64,
+    pub not_sent_in_flight_limit: u64,
+    /// Attempts beyond the first (user retries).
+    pub retries: u64,
+    pub failures_by_reason: BTreeMap<String, u64>,
+    /// Requested bits/s over the sending span ÷ uplink rate (None without --uplink).
+    pub offered_load: Option<f64>,
+    pub offered_bits_per_s: Option<f64>,
+    pub uplink_bits_per_s: Option<f64>,
+    pub requested_bytes: u64,
+    pub bytes_received: u64,
+    pub wire_bytes_received: u64,
+    pub throughput_bytes_per_s: Option<f64>,
+    pub achieved_req_per_s: Option<f64>,
+    /// Response time of completed requests from the scheduled send (free of
+    /// coordinated omission).
+    pub mean_response_s: Option<f64>,
+    pub p50_response_s: Option<f64>,
+    pub p90_response_s: Option<f64>,
+    pub p99_response_s: Option<f64>,
+    /// The same from the actual first send.
+    pub response_from_start: Latencies,
+    pub lateness_p50_ms: Option<f64>,
+    pub lateness_p99_ms: Option<f64>,
+    pub lateness_max_ms: Option<f64>,
+    pub lateness_samples: u64,
+    pub valid: bool,
+    pub invalid_reasons: Vec<String>,
+    pub trace_records_skipped: u64,
+    pub trace_records_out_of_order: u64,
+    pub speed: f64,
+    pub model: String,
+    pub target: String,
+    pub seed: u64,
+    pub command_line: Vec<String>,
+    pub started_unix_s: f64,
+    pub run_s: f64,
+    pub threads: usize,
+    pub max_in_flight: usize,
+    pub kernel: String,
+    pub cpus: usize,
+    pub version: String,
+}
+
+/// One finished request on its way to the collector.
+struct Msg {
+    rec: RequestRecord,
+    lateness_us: Option<u64>,
+    wire_bytes: u64,
+    fail_reason: Option<&'static str>,
+}
+
+enum Job {
+    Single { id: u64, rec: TraceRecord, client: u32, scheduled: Instant },
+    Session { first_id: u64, recs: Vec<TraceRecord>, client: u32, scheduled: Instant },
+    User { user: u32 },
+}
+
+/// Shared state of the closed model.
+struct ClosedShared {
+    trace: Option<Mutex<TraceIter>>,
+    trace_error: Mutex<Option<TraceError>>,
+    session: Option<SessionModel>,
+    think: TimeDist,
+    next_id: AtomicU64,
+    stop_at: Option<Instant>,
+    exhausted: AtomicBool,
+}
+
+/// Per-worker context.
+struct Ctx {
+    target: Target,
+    run_start: Instant,
+    tx: mpsc::SyncSender<Msg>,
+    in_flight: Arc<AtomicUsize>,
+    persistent: Option<u32>,
+    abort_after: Option<Duration>,
+    timeout: Duration,
+    retries: u32,
+    seed: u64,
+    pool: RefCell<HashMap<u32, Vec<Conn>>>,
+    idle: Cell<usize>,
+    closed: Option<Arc<ClosedShared>>,
+}
+
+fn secs(run_start: Instant, t: Instant) -> f64 {
+    t.saturating_duration_since(run_start).as_secs_f64()
+}
+
+fn fail_reason(e: &HttpError) -> &'static str {
+    match e {
+        HttpError::Io(io) => match io.kind() {
+            std::io::ErrorKind::ConnectionRefused => "connection refused",
+            std::io::ErrorKind::ConnectionReset => "connection reset",
+            std::io::ErrorKind::BrokenPipe => "broken pipe",
+            std::io::ErrorKind::AddrNotAvailable => "no local address/port available",
+            _ => "i/o error",
+        },
+        HttpError::ClosedBeforeResponse => "closed before response",
+        HttpError::ClosedMidResponse => "closed mid-response",
+        HttpError::Malformed(_) => "malformed response",
+        HttpError::HeadTooLarge => "response head too large",
+    }
+}
+
+impl Ctx {
+    fn send(&self, m: Msg) {
+        // The collector only goes away when the run is over.
+        let _ = self.tx.send(m);
+    }
+
+    fn take_idle(&self, client: u32) -> Option<Conn> {
+        let c = self.pool.borrow_mut().get_mut(&client).and_then(Vec::pop);
+        if c.is_some() {
+            self.idle.set(self.idle.get() - 1);
+        }
+        c
+    }
+
+    fn put_idle(&self, client: u32, conn: Conn) {
+        if self.idle.get() >= IDLE_PER_WORKER {
+            return;
+        }
+        let mut pool = self.pool.borrow_mut();
+        let v = pool.entry(client).or_default();
+        if v.len() < IDLE_PER_CLIENT {
+            v.push(conn);
+            self.idle.set(self.idle.get() + 1);
+        }
+    }
+
+    /// One connection attempt: reuse `idle` if given (falling back to a new
+    /// connection if the server had closed it), else connect.
+    async fn attempt(
+        &self,
+        req: &[u8],
+        idle: Option<Conn>,
+        prog: &mut Progress,
+        connected: &mut Option<Instant>,
+    ) -> Result<(crate::http::Response, Conn), HttpError> {
+        if let Some(mut c) = idle {
+            *connected = Some(Instant::now());
+            match c.get(req, prog).await {
+                Ok(r) => return Ok((r, c)),
+                Err(HttpError::ClosedBeforeResponse | HttpError::Io(_)) if prog.wire_bytes == 0 => {
+                    *prog = Progress::default();
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let mut c = Conn::connect(self.target.addr).await?;
+        *connected = Some(Instant::now());
+        let r = c.get(req, prog).await?;
+        Ok((r, c))
+    }
+
+    /// Performs one request with abort/retry; returns the row and a
+    /// connection that may carry another request.
+    async fn perform(
+        &self,
+        id: u64,
+        client: u32,
+        rec: &TraceRecord,
+        scheduled: Instant,
+        mut idle: Option<Conn>,
+        timed: bool,
+    ) -> Option<Conn> {
+        let start = Instant::now();
+        let keep_alive = self.persistent.is_some();
+        let req = self.target.request(&rec.path, keep_alive);
+        let limit = self.abort_after.unwrap_or(self.timeout);
+        let mut attempts = 0u32;
+        let mut wire = 0u64;
+        let (outcome, prog, connected, done, reason, reusable) = loop {
+            attempts += 1;
+            let mut prog = Progress::default();
+            let mut connected = None;
+            let res = tokio::time::timeout(limit, self.attempt(&req, idle.take(), &mut prog, &mut connected)).await;
+            wire += prog.wire_bytes;
+            match res {
+                Ok(Ok((resp, conn))) => {
+                    let outcome = if resp.status >= 400 { Outcome::HttpError } else { Outcome::Ok };
+                    let reuse = keep_alive && resp.keep_alive && self.persistent.is_some_and(|k| conn.requests < k);
+                    break (outcome, prog, connected, resp.done, None, reuse.then_some(conn));
+                }
+                Ok(Err(e)) => break (Outcome::Failed, prog, connected, Instant::now(), Some(fail_reason(&e)), None),
+                Err(_elapsed) => {
+                    if self.abort_after.is_some() {
+                        if attempts <= self.retries {
+                            continue;
+                        }
+                        break (Outcome::Aborted, prog, connected, Instant::now(), None, None);
+                    }
+                    break (Outcome::Timeout, prog, connected, Instant::now(), None, None);
+                }
+            }
+        };
+        let rs = self.run_start;
+        let record = RequestRecord {
+            id,
+            client,
+            path: rec.path.clone(),
+            size_bytes: rec.size_bytes,
+            bytes_received: prog.body_bytes,
+            status: prog.status,
+            outcome,
+            attempts,
+            scheduled_s: secs(rs, scheduled),
+            start_s: secs(rs, start),
+            connected_s: connected.map(|t| secs(rs, t)),
+            first_byte_s: prog.first_byte.map(|t| secs(rs, t)),
+            done_s: Some(secs(rs, done)),
+        };
+        let lateness_us = timed.then(|| start.saturating_duration_since(scheduled).as_micros() as u64);
+        self.send(Msg { rec: record, lateness_us, wire_bytes: wire, fail_reason: reason });
+        reusable
+    }
+
+    async fn run_job(self: Rc<Self>, job: Job) {
+        match job {
+            Job::Single { id, rec, client, scheduled } => {
+                let idle = if self.persistent.is_some() { self.take_idle(client) } else { None };
+                if let Some(c) = self.perform(id, client, &rec, scheduled, idle, true).await {
+                    self.put_idle(client, c);
+                }
+                self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            }
+            Job::Session { first_id, recs, client, scheduled } => {
+                let mut conn = None;
+                let mut when = scheduled;
+                for (i, rec) in recs.iter().enumerate() {
+                    conn = self.perform(first_id + i as u64, client, rec, when, conn, i == 0).await;
+                    // Back-to-back: the next request is due now.
+                    when = Instant::now();
+                }
+                self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            }
+            Job::User { user } => self.user_loop(user).await,
+        }
+    }
+
+    /// A closed-model user: request, think, repeat.
+    async fn user_loop(&self, user: u32) {
+        let shared = self.closed.as_ref().expect("closed model").clone();
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
+        rng.set_stream(1_000 + u64::from(user));
+        let mut conn: Option<Conn> = None;
+        // Users start staggered by one think time, not all at once.
+        let mut scheduled = Instant::now() + Duration::from_secs_f64(shared.think.sample_s(&mut rng));
+        // Session state.
+        let mut state: Option<usize> = None;
+        let mut session_no = 0u64;
+        let mut seq = 0u32;
+        let mut session_end: Option<Instant> = None;
+        loop {
+            if shared.stop_at.is_some_and(|s| scheduled >= s) || shared.exhausted.load(Ordering::Relaxed) {
+                break;
+            }
+            let rec = if let Some(m) = &shared.session {
+                let now = Instant::now();
+                let over = state.is_none()
+                    || m.max_requests.is_some_and(|mx| seq >= mx)
+                    || session_end.is_some_and(|e| now >= e);
+                let mut s = if over {
+                    session_no += 1;
+                    seq = 0;
+                    session_end = m.session_s.map(|d| now + Duration::from_secs_f64(d.sample_s(&mut rng)));
+                    m.start()
+                } else {
+                    state.unwrap_or(m.start())
+                };
+                let next = match m.step(s, &mut rng) {
+                    Some(t) => t,
+                    None => {
+                        // Absorbing state: a new session.
+                        session_no += 1;
+                        seq = 0;
+                        s = m.start();
+                        m.step(s, &mut rng).expect("start state has transitions (checked at load)")
+                    }
+                };
+                state = Some(next);
+                seq += 1;
+                TraceRecord {
+                    time_s: 0.0,
+                    path: m.path(next, user, session_no, seq, &mut rng),
+                    size_bytes: 0,
+                    client: Some(user),
+                }
+            } else {
+                let next = shared.trace.as_ref().and_then(|t| t.lock().ok().and_then(|mut it| it.next()));
+                match next {
+                    Some(Ok(r)) => r,
+                    Some(Err(e)) => {
+                        if let Ok(mut g) = shared.trace_error.lock() {
+                            g.get_or_insert(e);
+                        }
+                        shared.exhausted.store(true, Ordering::Relaxed);
+                        break;
+                    }
+                    None => {
+                        shared.exhausted.store(true, Ordering::Relaxed);
+                        break;
+                    }
+                }
+            };
+            tokio::time::sleep_until(scheduled.into()).await;
+            let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+            conn = self.perform(id, user, &rec, scheduled, conn, true).await;
+            scheduled = Instant::now() + Duration::from_secs_f64(shared.think.sample_s(&mut rng));
+        }
+    }
+}
+
+/// Lowers the calling thread's timer slack so sleeps end on time (Linux).
+fn precise_timers() {
+    #[cfg(target_os = "linux")]
+    unsafe {
+        // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's slack.
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
+    }
+}
+
+/// Raises the open-file limit to the hard limit; returns the soft limit now in force.
+fn raise_nofile() -> u64 {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: plain getrlimit/setrlimit on a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return 1024;
+        }
+        if r.rlim_cur < r.rlim_max {
+            let want = libc::rlimit { rlim_cur: r.rlim_max, rlim_max: r.rlim_max };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
+                r.rlim_cur = r.rlim_max;
+            }
+        }
+    }
+    r.rlim_cur
+}
+
+fn open_trace(path: &Path, format: Option<TraceFormat>, skip_bad: bool) -> Result<(TraceIter, SkipCount), LoadError> {
+    let it = trace::open(path, format)?;
+    Ok(if skip_bad {
+        let (it, count) = SkipBad::new(it);
+        (Box::new(it), count)
+    } else {
+        (it, SkipCount::default())
+    })
+}
+
+/// First pass over a trace for scaling: counts, bytes, first and last time.
+pub fn trace_totals(path: &Path, format: Option<TraceFormat>, skip_bad: bool) -> Result<TraceTotals, LoadError> {
+    let (it, _) = open_trace(path, format, skip_bad)?;
+    let mut t = TraceTotals::default();
+    for r in it {
+        let r = r?;
+        if t.requests == 0 {
+            t.first_time_s = r.time_s;
+        }
+        t.requests += 1;
+        t.bytes += u128::from(r.size_bytes);
+        t.last_time_s = r.time_s;
+    }
+    Ok(t)
+}
+
+/// Runs the load and writes `requests.csv`, `summary.json` and
+/// `response-times.hlog` into `cfg.out_dir`.
+pub fn run(cfg: Config) -> Result<Summary, LoadError> {
+    let cerr = |m: String| LoadError::Config(m);
+    if cfg.threads == 0 {
+        return Err(cerr("--threads must be ≥ 1".into()));
+    }
+    if cfg.clients == 0 {
+        return Err(cerr("--clients must be ≥ 1".into()));
+    }
+    if cfg.persistent == Some(0) {
+        return Err(cerr("--persistent K must be ≥ 1".into()));
+    }
+    let positive = |v: f64| v.is_finite() && v > 0.0;
+    if !positive(cfg.timeout_s) || cfg.abort_after_s.is_some_and(|a| !positive(a)) {
+        return Err(cerr("--timeout and --abort-after must be positive".into()));
+    }
+    if cfg.retries > 0 && cfg.abort_after_s.is_none() {
+        return Err(cerr("--retries needs --abort-after (retries follow a user abort)".into()));
+    }
+    if let (Source::Session { .. }, Model::Open | Model::PartlyOpen { .. }) = (&cfg.source, cfg.model) {
+        return Err(cerr("a session model drives closed-model users: use --model closed:N".into()));
+    }
+    if let Model::Closed { users, .. } = cfg.model {
+        if users as usize > cfg.max_in_flight {
+            return Err(cerr(format!("closed:{users} exceeds --max-in-flight {}", cfg.max_in_flight)));
+        }
+        if cfg.scaling != Scaling::AsIs {
+            return Err(cerr("--load/--rate/--speed scale trace times; the closed model ignores them".into()));
+        }
+    }
+    let nofile = raise_nofile();
+    if (cfg.max_in_flight as u64) + 64 > nofile {
+        return Err(cerr(format!(
+            "--max-in-flight {} needs more open files than the limit {nofile} allows; lower it or raise `ulimit -n`",
+            cfg.max_in_flight
+        )));
+    }
+    std::fs::create_dir_all(&cfg.out_dir).map_err(|source| LoadError::Io { path: cfg.out_dir.clone(), source })?;
+
+    // Scaling needs a first pass over the trace.
+    let speed = match (&cfg.source, cfg.model) {
+        (Source::Trace { path, format, skip_bad }, Model::Open | Model::PartlyOpen { .. }) => {
+            let totals = if cfg.scaling.needs_totals() { Some(trace_totals(path, *format, *skip_bad)?) } else { None };
+            cfg.scaling.speed(totals.as_ref()).map_err(cerr)?
+        }
+        _ => 1.0,
+    };
+
+    let writer = RecordWriter::create(&cfg.out_dir.join("requests.csv"))?;
+    let (tx, rx) = mpsc::sync_channel::<Msg>(COLLECT_QUEUE);
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let started_unix_s =
+        SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    // A short lead so the threads below are up before the first request is due.
+    let run_start = Instant::now() + Duration::from_millis(20);
+
+    let collector = {
+        let in_flight = in_flight.clone();
+        let hlog = cfg.out_dir.join("response-times.hlog");
+        let progress = cfg.progress && std::io::stderr().is_terminal();
+        std::thread::Builder::new()
+            .name("collector".into())
+            .spawn(move || collect(rx, writer, &hlog, run_start, in_flight, progress))
+            .map_err(|source| LoadError::Io { path: "collector thread".into(), source })?
+    };
+
+    // Closed-model shared state.
+    let closed = match cfg.model {
+        Model::Closed { think, .. } => {
+            let (trace, session) = match &cfg.source {
+                Source::Trace { path, format, skip_bad } => {
+                    let (it, _) = open_trace(path, *format, *skip_bad)?;
+                    (Some(Mutex::new(it)), None)
+                }
+                Source::Session { path } => (None, Some(SessionModel::load(path)?)),
+            };
+            Some(Arc::new(ClosedShared {
+                trace,
+                trace_error: Mutex::new(None),
+                session,
+                think,
+                next_id: AtomicU64::new(0),
+                stop_at: cfg.duration_s.map(|d| run_start + Duration::from_secs_f64(d)),
+                exhausted: AtomicBool::new(false),
+            }))
+        }
+        _ => None,
+    };
+
+    // Workers.
+    let mut senders = Vec::new();
+    let mut workers = Vec::new();
+    for w in 0..cfg.threads {
+        let (jtx, mut jrx) = tokio::sync::mpsc::unbounded_channel::<Job>();
+        senders.push(jtx);
+        let tx = tx.clone();
+        let in_flight = in_flight.clone();
+        let target = cfg.target.clone();
+        let closed = closed.clone();
+        let (persistent, retries, seed) = (cfg.persistent, cfg.retries, cfg.seed);
+        let abort_after = cfg.abort_after_s.map(Duration::from_secs_f64);
+        let timeout = Duration::from_secs_f64(cfg.timeout_s);
+        let h = std::thread::Builder::new()
+            .name(format!("load-worker-{w}"))
+            .spawn(move || {
+                precise_timers();
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+                let local = tokio::task::LocalSet::new();
+                let ctx = Rc::new(Ctx {
+                    target,
+                    run_start,
+                    tx,
+                    in_flight,
+                    persistent,
+                    abort_after,
+                    timeout,
+                    retries,
+                    seed,
+                    pool: RefCell::new(HashMap::new()),
+                    idle: Cell::new(0),
+                    closed,
+                });
+                local.block_on(&rt, async {
+                    while let Some(job) = jrx.recv().await {
+                        tokio::task::spawn_local(ctx.clone().run_job(job));
+                    }
+                });
+                rt.block_on(local);
+            })
+            .map_err(|source| LoadError::Io { path: "worker thread".into(), source })?;
+        workers.push(h);
+    }
+
+    // Dispatch.
+    let mut skipped = SkipCount::default();
+    let mut out_of_order = 0u64;
+    let mut dispatch_error = None;
+    match cfg.model {
+        Model::Closed { users, .. } => {
+            for u in 0..users {
+                let _ = senders[u as usize % cfg.threads].send(Job::User { user: u });
+            }
+        }
+        Model::Open | Model::PartlyOpen { .. } => {
+            let Source::Trace { path, format, skip_bad } = &cfg.source else { unreachable!("checked above") };
+            let (it, count) = open_trace(path, *format, *skip_bad)?;
+            skipped = count;
+            precise_timers();
+            let k = match cfg.model {
+                Model::PartlyOpen { k } => k as usize,
+                _ => 1,
+            };
+            let mut d = Dispatcher {
+                it,
+                k,
+                speed,
+                duration_s: cfg.duration_s,
+                run_start,
+                first_time_s: None,
+                last_offset_s: 0.0,
+                out_of_order: 0,
+                clients: cfg.clients,
+                next_id: 0,
+                sessions: 0,
+            };
+            loop {
+                let batch = match d.next_batch() {
+                    Ok(Some(b)) => b,
+                    Ok(None) => break,
+                    Err(e) => {
+                        dispatch_error = Some(e);
+                        break;
+                    }
+                };
+                let (first_id, recs, client, scheduled) = batch;
+                let now = Instant::now();
+                if scheduled > now {
+                    std::thread::sleep(scheduled - now);
+                }
+                if in_flight.load(Ordering::Acquire) >= cfg.max_in_flight {
+                    let now = Instant::now();
+                    for (i, r) in recs.into_iter().enumerate() {
+                        let _ = tx.send(Msg {
+                            rec: RequestRecord {
+                                id: first_id + i as u64,
+                                client,
+                                path: r.path,
+                                size_bytes: r.size_bytes,
+                                bytes_received: 0,
+                                status: None,
+                                outcome: Outcome::Failed,
+                                attempts: 0,
+                                scheduled_s: secs(run_start, scheduled),
+                                start_s: secs(run_start, now),
+                                connected_s: None,
+                                first_byte_s: None,
+                                done_s: None,
+                            },
+                            lateness_us: None,
+                            wire_bytes: 0,
+                            fail_reason: Some("not sent: in-flight limit"),
+                        });
+                    }
+                    continue;
+                }
+                in_flight.fetch_add(1, Ordering::AcqRel);
+                let w = client as usize % cfg.threads;
+                let job = if k == 1 {
+                    let rec = recs.into_iter().next().expect("one record");
+                    Job::Single { id: first_id, rec, client, scheduled }
+                } else {
+                    Job::Session { first_id, recs, client, scheduled }
+                };
+                let _ = senders[w].send(job);
+            }
+            out_of_order = d.out_of_order;
+        }
+    }
+    drop(senders);
+    for h in workers {
+        let _ = h.join();
+    }
+    drop(tx);
+    let collected = collector.join().map_err(|_| cerr("collector thread panicked".into()))??;
+    if let Some(e) = dispatch_error {
+        return Err(e);
+    }
+    if let Some(c) = &closed {
+        if let Some(e) = c.trace_error.lock().ok().and_then(|mut g| g.take()) {
+            return Err(e.into());
+        }
+    }
+    let summary = summarize(&cfg, collected, speed, started_unix_s, skipped.skipped(), out_of_order);
+    write_json_atomic(&cfg.out_dir.join("summary.json"), &summary)?;
+    Ok(summary)
+}
+
+/// Streams the trace into timed batches (one request, or a K-request session).
+struct Dispatcher {
+    it: TraceIter,
+    k: usize,
+    speed: f64,
+    duration_s: Option<f64>,
+    run_start: Instant,
+    first_time_s: Option<f64>,
+    last_offset_s: f64,
+    out_of_order: u64,
+    clients: u32,
+    next_id: u64,
+    sessions: u64,
+}
+
+type Batch = (u64, Vec<TraceRecord>, u32, Instant);
+
+impl Dispatcher {
+    fn next_batch(&mut self) -> Result<Option<Batch>, LoadError> {
+        let mut recs = Vec::with_capacity(self.k);
+        while recs.len() < self.k {
+            match self.it.next() {
+                Some(r) => recs.push(r?),
+                None => break,
+            }
+        }
+        let Some(first) = recs.first() else { return Ok(None) };
+        let t0 = *self.first_time_s.get_or_insert(first.time_s);
+        let mut offset_s = (first.time_s - t0) / self.speed;
+        if offset_s < self.last_offset_s {
+            // Out-of-order trace: send it as soon as possible, count it.
+            self.out_of_order += 1;
+            offset_s = self.last_offset_s;
+        }
+        if self.duration_s.is_some_and(|d| offset_s >= d) {
+            return Ok(None);
+        }
+        self.last_offset_s = offset_s;
+        let first_id = self.next_id;
+        self.next_id += recs.len() as u64;
+        let client = first.client.unwrap_or((self.sessions % u64::from(self.clients)) as u32);
+        self.sessions += 1;
+        Ok(Some((first_id, recs, client, self.run_start + Duration::from_secs_f64(offset_s))))
+    }
+}
+
+/// What the collector gathered.
+struct Collected {
+    rows: u64,
+    by_outcome: BTreeMap<Outcome, u64>,
+    failures: BTreeMap<String, u64>,
+    not_sent: u64,
+    retries: u64,
+    requested_bytes_sent: u64,
+    bytes_received: u64,
+    wire_bytes: u64,
+    first_start_s: Option<f64>,
+    last_start_s: f64,
+    last_done_s: f64,
+    resp_sched: Histogram<u64>,
+    resp_start: Histogram<u64>,
+    lateness: Histogram<u64>,
+    resp_sched_sum_us: f64,
+    resp_start_sum_us: f64,
+}
+
+fn hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HIST_MAX_US, 3).expect("valid histogram bounds")
+}
+
+fn us(s: f64) -> u64 {
+    ((s * 1e6).round() as u64).clamp(1, HIST_MAX_US)
+}
+
+fn collect(
+    rx: mpsc::Receiver<Msg>,
+    mut writer: RecordWriter,
+    hlog_path: &Path,
+    run_start: Instant,
+    in_flight: Arc<AtomicUsize>,
+    progress: bool,
+) -> Result<Collected, LoadError> {
+    let mut c = Collected {
+        rows: 0,
+        by_outcome: BTreeMap::new(),
+        failures: BTreeMap::new(),
+        not_sent: 0,
+        retries: 0,
+        requested_bytes_sent: 0,
+        bytes_received: 0,
+        wire_bytes: 0,
+        first_start_s: None,
+        last_start_s: 0.0,
+        last_done_s: 0.0,
+        resp_sched: hist(),
+        resp_start: hist(),
+        lateness: hist(),
+        resp_sched_sum_us: 0.0,
+        resp_start_sum_us: 0.0,
+    };
+    let io = |source| LoadError::Io { path: hlog_path.to_path_buf(), source };
+    let mut tmp = hlog_path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let file = std::fs::File::create(&tmp).map_err(io)?;
+    let mut hlog_out = std::io::BufWriter::new(file);
+    let mut serializer = V2DeflateSerializer::new();
+    let base = SystemTime::now() + run_start.saturating_duration_since(Instant::now());
+    let mut log = IntervalLogWriterBuilder::new()
+        .add_comment("shortfirst load: response time from scheduled send, microseconds")
+        .with_start_time(base)
+        .with_base_time(base)
+        .begin_log_with(&mut hlog_out, &mut serializer)
+        .map_err(io)?;
+    let mut interval = hist();
+    let mut interval_start = Duration::ZERO;
+    let tick = Duration::from_secs(1);
+    let mut next_tick = run_start + tick;
+    let mut last_rows = 0u64;
+    loop {
+        let msg = match rx.recv_timeout(next_tick.saturating_duration_since(Instant::now())) {
+            Ok(m) => Some(m),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        if let Some(m) = msg {
+            let r = &m.rec;
+            writer.write(r)?;
+            c.rows += 1;
+            *c.by_outcome.entry(r.outcome).or_insert(0) += 1;
+            if let Some(reason) = m.fail_reason {
+                *c.failures.entry(reason.to_string()).or_insert(0) += 1;
+            }
+            if r.attempts == 0 {
+                c.not_sent += 1;
+            } else {
+                c.retries += u64::from(r.attempts - 1);
+                c.requested_bytes_sent += r.size_bytes;
+                c.first_start_s = Some(c.first_start_s.map_or(r.start_s, |f| f.min(r.start_s)));
+                c.last_start_s = c.last_start_s.max(r.start_s);
+            }
+            c.bytes_received += r.bytes_received;
+            c.wire_bytes += m.wire_bytes;
+            if let Some(d) = r.done_s {
+                c.last_done_s = c.last_done_s.max(d);
+            }
+            if let (Some(a), Some(b)) = (r.response_from_scheduled_s(), r.response_from_start_s()) {
+                let (a, b) = (us(a), us(b));
+                c.resp_sched.saturating_record(a);
+                c.resp_start.saturating_record(b);
+                interval.saturating_record(a);
+                c.resp_sched_sum_us += a as f64;
+                c.resp_start_sum_us += b as f64;
+            }
+            if let Some(l) = m.lateness_us {
+                c.lateness.saturating_record(l.clamp(1, HIST_MAX_US));
+            }
+        }
+        let now = Instant::now();
+        if now >= next_tick {
+            let end = next_tick.saturating_duration_since(run_start);
+            log.write_histogram(&interval, interval_start, end - interval_start, None)
+                .map_err(|e| io(std::io::Error::other(format!("{e:?}"))))?;
+            interval.reset();
+            interval_start = end;
+            next_tick += tick;
+            if progress {
+                let lp99 = c.lateness.value_at_quantile(0.99) as f64 / 1000.0;
+                let mut err = std::io::stderr().lock();
+                let _ = write!(
+                    err,
+                    "\r[{:7.1}s] done {:>9} ({:>7}/s)  in flight {:>6}  not ok {:>7}  lateness p99 {:6.3} ms ",
+                    end.as_secs_f64(),
+                    c.rows,
+                    c.rows - last_rows,
+                    in_flight.load(Ordering::Relaxed),
+                    c.rows - c.by_outcome.get(&Outcome::Ok).copied().unwrap_or(0),
+                    lp99
+                );
+                let _ = err.flush();
+            }
+            last_rows = c.rows;
+        }
+    }
+    let end = Instant::now().saturating_duration_since(run_start);
+    if !interval.is_empty() {
+        log.write_histogram(&interval, interval_start, end.saturating_sub(interval_start), None)
+            .map_err(|e| io(std::io::Error::other(format!("{e:?}"))))?;
+    }
+    drop(log);
+    let f = hlog_out.into_inner().map_err(|e| io(e.into_error()))?;
+    f.sync_all().map_err(io)?;
+    std::fs::rename(&tmp, hlog_path).map_err(io)?;
+    if progress {
+        eprintln!();
+    }
+    writer.finish()?;
+    Ok(c)
+}
+
+fn latencies(h: &Histogram<u64>, sum_us: f64) -> Latencies {
+    if h.is_empty() {
+        return Latencies::default();
+    }
+    let s = |v: u64| Some(v as f64 / 1e6);
+    Latencies {
+        mean_s: Some(sum_us / h.len() as f64 / 1e6),
+        p50_s: s(h.value_at_quantile(0.5)),
+        p90_s: s(h.value_at_quantile(0.9)),
+        p99_s: s(h.value_at_quantile(0.99)),
+        max_s: s(h.max()),
+    }
+}
+
+fn summarize(cfg: &Config, c: Collected, speed: f64, started_unix_s: f64, skipped: u64, out_of_order: u64) -> Summary {
+    let get = |o| c.by_outcome.get(&o).copied().unwrap_or(0);
+    let sched = latencies(&c.resp_sched, c.resp_sched_sum_us);
+    let lat = |q: f64| (!c.lateness.is_empty()).then(|| c.lateness.value_at_quantile(q) as f64 / 1000.0);
+    let lateness_p99_ms = lat(0.99);
+    let send_span = c.first_start_s.map(|f| c.last_start_s - f).unwrap_or(0.0);
+    let busy_span = c.first_start_s.map(|f| c.last_done_s - f).unwrap_or(0.0);
+    let sent = c.rows - c.not_sent;
+    let mut invalid = Vec::new();
+    if let Some(l) = lateness_p99_ms {
+        if l > LATENESS_P99_LIMIT_MS {
+            invalid.push(format!("generator lateness p99 {l:.3} ms > {LATENESS_P99_LIMIT_MS} ms"));
+        }
+    }
+    if c.not_sent > 0 {
+        invalid.push(format!("{} requests not sent: in-flight limit {} reached", c.not_sent, cfg.max_in_flight));
+    }
+    if skipped > 0 {
+        invalid.push(format!("{skipped} malformed trace records skipped"));
+    }
+    let offered_bits = (send_span > 0.0).then(|| c.requested_bytes_sent as f64 * 8.0 / send_span);
+    Summary {
+        requests: c.rows,
+        sent,
+        completed: get(Outcome::Ok) + get(Outcome::HttpError),
+        ok: get(Outcome::Ok),
+        http_error: get(Outcome::HttpError),
+        failed: get(Outcome::Failed),
+        aborted: get(Outcome::Aborted),
+        timeout: get(Outcome::Timeout),
+        not_sent_in_flight_limit: c.not_sent,
+        retries: c.retries,
+        failures_by_reason: c.failures,
+        offered_load: cfg
+            .uplink_bits_per_s
+            .and_then(|u| offered_load(u128::from(c.requested_bytes_sent), send_span, u)),
+        offered_bits_per_s: offered_bits,
+        uplink_bits_per_s: cfg.uplink_bits_per_s,
+        requested_bytes: c.requested_bytes_sent,
+        bytes_received: c.bytes_received,
+        wire_bytes_received: c.wire_bytes,
+        throughput_bytes_per_s: (busy_span > 0.0).then(|| c.bytes_received as f64 / busy_span),
+        achieved_req_per_s: (send_span > 0.0 && sent > 1).then(|| (sent - 1) as f64 / send_span),
+        mean_response_s: sched.mean_s,
+        p50_response_s: sched.p50_s,
+        p90_response_s: sched.p90_s,
+        p99_response_s: sched.p99_s,
+        response_from_start: latencies(&c.resp_start, c.resp_start_sum_us),
+        lateness_p50_ms: lat(0.5),
+        lateness_p99_ms,
+        lateness_max_ms: (!c.lateness.is_empty()).then(|| c.lateness.max() as f64 / 1000.0),
+        lateness_samples: c.lateness.len(),
+        valid: invalid.is_empty(),
+        invalid_reasons: invalid,
+        trace_records_skipped: skipped,
+        trace_records_out_of_order: out_of_order,
+        speed,
+        model: format!("{:?}", cfg.model),
+        target: format!("http://{}{}", cfg.target.host, cfg.target.base_path),
+        seed: cfg.seed,
+        command_line: cfg.command_line.clone(),
+        started_unix_s,
+        run_s: busy_span,
+        threads: cfg.threads,
+        max_in_flight: cfg.max_in_flight,
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default(),
+        cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    }
+}
+
+/// Writes JSON to `path.tmp`, then renames it onto `path`.
+pub fn write_json_atomic<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), LoadError> {
+    let io = |source| LoadError::Io { path: path.to_path_buf(), source };
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let text = serde_json::to_string_pretty(value).expect("summary serialises");
+    std::fs::write(&tmp, text + "\n").map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)
+}
+
+/// A reproducible per-purpose RNG (exposed for callers that add randomness).
+pub fn rng_for(seed: u64, stream: u64) -> impl Rng {
+    let mut r = ChaCha8Rng::seed_from_u64(seed);
+    r.set_stream(stream);
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_parsing() {
+        assert_eq!("open".parse::<Model>().unwrap(), Model::Open);
+        assert_eq!("partly-open:5".parse::<Model>().unwrap(), Model::PartlyOpen { k: 5 });
+        assert_eq!("closed:10".parse::<Model>().unwrap(), Model::Closed { users: 10, think: TimeDist::Const(0.0) });
+        assert_eq!(
+            "closed:3,think=exp:7:70".parse::<Model>().unwrap(),
+            Model::Closed { users: 3, think: TimeDist::Exp { mean_s: 7.0, max_s: Some(70.0) } }
+        );
+        for bad in ["closed", "closed:0", "partly-open:0", "closed:2,thonk=1", "semi"] {
+            assert!(bad.parse::<Model>().is_err(), "{bad}");
+        }
+    }
+}
