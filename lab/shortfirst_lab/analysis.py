@@ -26,10 +26,13 @@ Definitions (the papers' where they have one):
   small sizes — which are most requests and dominate mean slowdown — by a factor of 2–3. The
   line is still fitted and shown in the report (a, rate_eff and each size's residual), as a
   check that the link behaved like a 10 Mbit/s link for large transfers.
-- Throughput: bytes received by requests that completed inside `[warmup_s, window_end]`
-  divided by the window length (window_end = the last scheduled time, at most duration_s).
-  A request's bytes are attributed to its completion time; the error is at most the few
-  requests straddling the edges.
+- Throughput: bytes received inside `[warmup_s, window_end]` divided by the window length
+  (window_end = the last scheduled time, at most duration_s). Each request's bytes are spread
+  evenly over its transfer, first byte to done (to the attempt's end for failed ones), and
+  the part inside the window counts. Attributing whole requests to their completion time
+  instead would be biased against SRPT in a finite window, since SRPT finishes the large
+  transfers that straddle the window's end later than FAIR does (measured: −20 % in a 13 s
+  window on identical traffic).
 - Largest 1 %: the ceil(n/100) largest requests of the window by size (ties broken by id, so
   the set is the same for every policy on the same trace). Largest file: every request for the
   largest size in the window.
@@ -266,8 +269,7 @@ def run_metrics(
 
     end_s = min(duration_s, float(df["scheduled_s"].max())) if len(df) else duration_s
     span = end_s - warmup_s
-    done = df[(df["done_s"] >= warmup_s) & (df["done_s"] <= end_s)]
-    out["throughput_bytes_per_s"] = float(done["bytes_received"].sum() / span) if span > 0 else None
+    out["throughput_bytes_per_s"] = bytes_in_window(df, warmup_s, end_s) / span if span > 0 else None
     out["window_s"] = [float(warmup_s), float(end_s)]
 
     top = largest_fraction(ok, 0.01)
@@ -287,6 +289,24 @@ def run_metrics(
     lateness_ms = (w["start_s"] - w["scheduled_s"]).dropna().to_numpy() * 1000.0
     out["lateness_p99_ms_from_log"] = float(np.percentile(lateness_ms, 99)) if lateness_ms.size else None
     return out
+
+
+def bytes_in_window(df: pd.DataFrame, lo_s: float, hi_s: float) -> float:
+    """Bytes received in [lo_s, hi_s], each request's bytes spread evenly over first byte → done."""
+    d = df[(df["bytes_received"] > 0) & df["done_s"].notna()]
+    if d.empty:
+        return 0.0
+    end = d["done_s"].to_numpy(dtype=float)
+    begin = d["first_byte_s"].fillna(d["start_s"]).to_numpy(dtype=float)
+    begin = np.minimum(np.nan_to_num(begin, nan=end), end)
+    b = d["bytes_received"].to_numpy(dtype=float)
+    dur = end - begin
+    overlap = np.clip(np.minimum(end, hi_s) - np.maximum(begin, lo_s), 0.0, None)
+    instant = dur <= 0
+    frac = np.where(
+        instant, ((end >= lo_s) & (end <= hi_s)).astype(float), overlap / np.where(instant, 1.0, dur)
+    )
+    return float((b * frac).sum())
 
 
 # --------------------------------------------------------------------------- size views

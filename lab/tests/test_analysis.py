@@ -61,8 +61,9 @@ def test_run_metrics_known_answers():
     assert m["largest_1pct_mean_response_s"] == pytest.approx(0.1)
     assert m["largest_file_size_bytes"] == 100_000
     assert m["largest_file_mean_response_s"] == pytest.approx(0.1)
-    # Throughput: completions in [10, last scheduled=59.5]; all 100 main requests finish by 59.6,
-    # the last (done 59.6) is outside the window: bytes 1..99 KB over 49.5 s.
+    # Throughput over [10, last scheduled = 59.5]: main request i (0-based) transfers from
+    # first byte 10 + 0.5i + 0.0002 to done 10 + 0.5i + (i+1) ms; only the last (i = 99) ends
+    # after 59.5, with (59.5 − 59.5002)/… < 0 → none of it inside. Warm-up requests end < 10.
     assert m["window_s"] == [10.0, 59.5]
     assert m["throughput_bytes_per_s"] == pytest.approx(sum(range(1, 100)) * 1000 / 49.5)
     assert m["mean_slowdown"] is None
@@ -257,3 +258,13 @@ def test_baseline_interpolates_ladder_medians_log_log():
     # Medians are made non-decreasing before interpolating.
     b2 = analysis.Baseline(0.0, 8e6, sizes_bytes=[100, 1000, 10_000], median_s=[0.002, 0.001, 0.004])
     assert b2.predict([1000])[0] == pytest.approx(0.002)
+
+
+def test_bytes_in_window_spreads_transfers():
+    # One 1000-byte transfer from t=1 to t=3 (first byte at 1), one instantaneous at t=5.
+    df = requests_frame([1000, 400], [2.0, 0.0], scheduled_s=[1.0, 5.0])
+    df["first_byte_s"] = [1.0, 5.0]
+    assert analysis.bytes_in_window(df, 0.0, 10.0) == pytest.approx(1400)
+    assert analysis.bytes_in_window(df, 2.0, 10.0) == pytest.approx(500 + 400)
+    assert analysis.bytes_in_window(df, 1.5, 2.0) == pytest.approx(250)
+    assert analysis.bytes_in_window(df, 4.0, 4.9) == pytest.approx(0)
