@@ -50,6 +50,13 @@ def _grid(n: int) -> tuple[plt.Figure, list[plt.Axes]]:
     return fig, flat[:n]
 
 
+def _panels(by_load: Mapping[float, Any]) -> tuple[plt.Figure, list[tuple[plt.Axes, float, Any]]]:
+    """One panel per load, in load order: (figure, [(axes, load, that load's data)])."""
+    loads = sorted(by_load)
+    fig, axes = _grid(len(loads))
+    return fig, [(ax, load, by_load[load]) for ax, load in zip(axes, loads, strict=True)]
+
+
 def metric_vs_load(
     points: Mapping[str, Sequence[tuple[float, float | None, float | None]]],
     ylabel: str,
@@ -93,10 +100,9 @@ def per_size(
     kind: str,
 ) -> bytes:
     """Fig. 9: mean response per size percentile ("percentile") or per [x,1.2x] bin ("bin")."""
-    loads = sorted(by_load)
-    fig, axes = _grid(len(loads))
-    for ax, load in zip(axes, loads, strict=True):
-        for policy, df in by_load[load].items():
+    fig, panels = _panels(by_load)
+    for ax, load, per_policy in panels:
+        for policy, df in per_policy.items():
             st = _style(policy)
             if kind == "percentile":
                 t = analysis.percentile_buckets(df)
@@ -137,10 +143,9 @@ def per_size(
 
 def ccdf(by_load: Mapping[float, Mapping[str, pd.DataFrame]]) -> bytes:
     """CCDF P[response > t] per policy, one panel per load, log-log."""
-    loads = sorted(by_load)
-    fig, axes = _grid(len(loads))
-    for ax, load in zip(axes, loads, strict=True):
-        for policy, df in by_load[load].items():
+    fig, panels = _panels(by_load)
+    for ax, load, per_policy in panels:
+        for policy, df in per_policy.items():
             st = _style(policy)
             x, p = analysis.ccdf(df["response_s"])
             keep = p > 0
@@ -162,10 +167,9 @@ def timeseries(
     warmup_s: float,
 ) -> bytes:
     """A health column over time (e.g. open connections), one panel per load."""
-    loads = sorted(by_load)
-    fig, axes = _grid(len(loads))
-    for ax, load in zip(axes, loads, strict=True):
-        for policy, h in by_load[load].items():
+    fig, panels = _panels(by_load)
+    for ax, load, per_policy in panels:
+        for policy, h in per_policy.items():
             if h.empty or column not in h:
                 continue
             st = _style(policy)

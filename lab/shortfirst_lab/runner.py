@@ -9,8 +9,9 @@ client namespace, samples server health once a second, and leaves raw logs only:
     DIR/calibration/{trace.csv,requests.csv,...}          idle fetches for the slowdown baseline
     DIR/runs/<policy>-load<ρ>-rep<k>/
         requests.csv, summary.json    written by shortfirst load
-        health.csv                    1 Hz: open connections, listen overflows/drops, band bytes,
-                                      server CPU seconds (from /proc/<pid>/stat)
+        health.csv                    1 Hz `Testbed.health_sample()`: open connections, listen
+                                      overflows/drops, per-band bytes/backlog/drops, server CPU
+                                      seconds (the testbed reads /proc/<pid>/stat)
         uplink.json                   per-band qdisc counters at the end of the run
         server.log, load.log          the two processes' output
         server_metrics.txt            the server's Prometheus metrics at the end of the run
@@ -49,7 +50,6 @@ HEALTH_PERIOD_S = 1.0
 SERVER_START_TIMEOUT_S = 15.0
 SERVER_STOP_TIMEOUT_S = 15.0
 ADMIN_PORT = 9464
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 # Calibration spacing: each idle fetch gets CAL_GAP_FACTOR × its ideal serialisation time plus
 # CAL_GAP_S before the next starts, so nothing overlaps; overlaps are still detected and dropped.
 CAL_GAP_FACTOR = 1.6
@@ -140,17 +140,6 @@ def check_trace_covers(exp: Experiment, trace: Path) -> dict[str, Any]:
 # --------------------------------------------------------------------------- health
 
 
-def proc_cpu_s(pid: int) -> float | None:
-    """utime + stime of a process (all threads) in seconds, from /proc/<pid>/stat."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14, 15 of proc(5)
-
-
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     if isinstance(d, dict):
@@ -192,10 +181,9 @@ class HealthSampler(threading.Thread):
     Bounded: one row per second of run time (the run itself is bounded by duration + drain).
     """
 
-    def __init__(self, sample: Callable[[], dict[str, Any]], server_pid: int, t0: float):
+    def __init__(self, sample: Callable[[], dict[str, Any]], t0: float):
         super().__init__(daemon=True, name="health-sampler")
         self.sample = sample
-        self.server_pid = server_pid
         self.t0 = t0
         self.rows: list[dict[str, Any]] = []
         self.errors: list[str] = []
@@ -212,8 +200,6 @@ class HealthSampler(threading.Thread):
             except Exception as e:  # noqa: BLE001 - a failed sample is logged, the run goes on
                 if len(self.errors) < 20:
                     self.errors.append(f"t={row['t_s']}: {type(e).__name__}: {e}")
-            if row.get("server_cpu_s") is None:
-                row["server_cpu_s"] = proc_cpu_s(self.server_pid)
             self.rows.append(row)
             next_t += HEALTH_PERIOD_S
             self._stop_evt.wait(max(0.0, next_t - time.monotonic()))
@@ -377,7 +363,7 @@ class Runner:
             try:
                 self.wait_listening(tb, srv, rdir / "server.log")
                 t0 = time.monotonic()
-                sampler = HealthSampler(tb.health_sample, srv.pid, t0)
+                sampler = HealthSampler(tb.health_sample, t0)
                 sampler.start()
                 gen = tb.client_popen(l_argv, stdout=llog, stderr=subprocess.STDOUT)
                 deadline = t0 + wait_s
