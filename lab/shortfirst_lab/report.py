@@ -61,6 +61,17 @@ TARGETS = (
 )
 
 
+# Server-side TCP counters shown per run: retransmission timeouts are what a starved low band
+# suffers (each one collapses the window and backs the timer off), so they explain large-file
+# penalties under strict priority.
+TCP_COUNTERS = (
+    "Tcp.RetransSegs",
+    "TcpExt.TCPTimeouts",
+    "TcpExt.TCPSpuriousRtxHostQueues",
+    "TcpExt.TCPLossProbes",
+)
+
+
 class ReportError(RuntimeError):
     """The experiment directory lacks what a report needs (names the file)."""
 
@@ -132,6 +143,10 @@ def analyse_run(run_dir: Path, exp: Experiment, base: analysis.Baseline | None) 
     m["offered_load"] = gen.get("offered_load")
     h = analysis.read_health(run_dir / "health.csv")
     m["health"] = analysis.health_summary(h)
+    tcp_path = run_dir / "tcp_counters.json"
+    if tcp_path.exists():
+        tcp = json.loads(tcp_path.read_text())
+        m["health"].update({f"tcp_{k.split('.')[-1]}": tcp.get(k, 0) for k in TCP_COUNTERS})
     policy = rec.get("policy") or run_dir.name.split("-load")[0]
     load = float(rec.get("load", run_dir.name.split("-load")[1].split("-rep")[0]))
     repeat = int(rec.get("repeat", run_dir.name.rsplit("-rep", 1)[1]))
@@ -523,6 +538,7 @@ def render_html(
         "listen overflows",
         "listen drops",
         "server CPU (cores)",
+        *(f"TCP {k.split('.')[-1]}" for k in TCP_COUNTERS),
     ]
     health_rows = []
     for r in runs:
@@ -536,6 +552,7 @@ def render_html(
                 h.get("listen_overflows", "—"),
                 h.get("listen_drops", "—"),
                 _f(h.get("server_cpu_fraction"), "{:.3f}"),
+                *(h.get(f"tcp_{k.split('.')[-1]}", "—") for k in TCP_COUNTERS),
             ]
         )
     model_rows = []

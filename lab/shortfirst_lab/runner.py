@@ -153,6 +153,33 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: d}
 
 
+def parse_proc_pairs(text: str) -> dict[str, dict[str, int]]:
+    """/proc/net/snmp and /proc/net/netstat: pairs of lines `Group: names…` / `Group: values…`."""
+    out: dict[str, dict[str, int]] = {}
+    lines = [ln for ln in text.splitlines() if ":" in ln]
+    for names, values in zip(lines[::2], lines[1::2], strict=False):
+        group, _, names_rest = names.partition(":")
+        vgroup, _, values_rest = values.partition(":")
+        if group != vgroup:
+            continue
+        for k, v in zip(names_rest.split(), values_rest.split(), strict=False):
+            try:
+                out.setdefault(group, {})[k] = int(v)
+            except ValueError:
+                continue
+    return out
+
+
+def counter_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """Non-zero increases of cumulative counters (gauges like Tcp.CurrEstab are skipped)."""
+    skip = {"Tcp.CurrEstab", "Tcp.RtoAlgorithm", "Tcp.RtoMin", "Tcp.RtoMax", "Tcp.MaxConn"}
+    return {
+        k: after[k] - before.get(k, 0)
+        for k in sorted(after)
+        if k not in skip and after[k] != before.get(k, 0)
+    }
+
+
 # Names under which the testbed may report the counters the analysis summarises.
 _HEALTH_ALIASES = {
     "open_connections": ("open_connections", "connections_open", "established", "open"),
@@ -295,6 +322,18 @@ class Runner:
                 f"server not reachable within {SERVER_START_TIMEOUT_S:g} s ({state}); see {log}"
             )
 
+    @staticmethod
+    def tcp_counters(tb: Any) -> dict[str, int]:
+        """The server namespace's TCP counters (/proc/net/snmp Tcp, /proc/net/netstat TcpExt)."""
+        r = tb.server_run(
+            ["cat", "/proc/net/snmp", "/proc/net/netstat"], capture_output=True, text=True, timeout=20
+        )
+        out: dict[str, int] = {}
+        for group, values in parse_proc_pairs(r.stdout).items():
+            if group in ("Tcp", "TcpExt"):
+                out.update({f"{group}.{k}": v for k, v in values.items()})
+        return out
+
     def scrape_metrics(self, tb: Any) -> str:
         code = (
             "import urllib.request,sys\n"
@@ -362,6 +401,7 @@ class Runner:
             sampler = None
             try:
                 self.wait_listening(tb, srv, rdir / "server.log")
+                tcp_before = self.tcp_counters(tb)
                 t0 = time.monotonic()
                 sampler = HealthSampler(tb.health_sample, t0)
                 sampler.start()
@@ -394,6 +434,7 @@ class Runner:
                     rec["health_errors"] = sampler.errors
                 if gen is not None:
                     rec["load_rc"] = self.stop(gen, 10)
+                    write_json(rdir / "tcp_counters.json", counter_delta(tcp_before, self.tcp_counters(tb)))
                 try:
                     write_json(rdir / "uplink.json", tb.uplink_stats())
                 except Exception as e:  # noqa: BLE001 - recorded, the run's logs are still useful
@@ -452,6 +493,26 @@ class Runner:
 
     # ----------------------------------------------------------------------- matrix
 
+    def trace_for_load(self, load: float) -> Path:
+        """The prefix of the trace whose requested bits fill `duration_s` at `load` (cached).
+
+        `shortfirst load --load ρ` scales the trace it is given so that its requested bits/s
+        equal ρ × rate over the whole file. Handing it the whole (longer) trace and cutting with
+        --duration would make the offered load that of the replayed prefix, which for a bursty
+        trace is not ρ (measured: 0.976 offered at --load 0.9 on a 45 s prefix). The prefix of N
+        requests with N the first index whose cumulative bits reach ρ × rate × duration_s lasts
+        duration_s once scaled, so what is replayed is exactly what was scaled.
+        """
+        assert self.trace is not None
+        path = self.trace.parent / f"trace-load{load:.2f}.csv"
+        if path.exists():
+            return path
+        df = pd.read_csv(self.trace)
+        need_bits = load * self.exp.uplink.rate_bits_per_s * self.exp.run.duration_s
+        n = int(np.searchsorted(np.cumsum(df["size_bytes"].to_numpy(dtype=float) * 8.0), need_bits)) + 1
+        write_atomic(path, df.head(n).to_csv(index=False))
+        return path
+
     def run_one(self, spec: RunSpec, bar: tqdm | None) -> dict[str, Any]:
         exp = self.exp
         rdir = self.out / "runs" / spec.run_id
@@ -460,7 +521,7 @@ class Runner:
         rdir.mkdir(parents=True)
         load_args = [
             "--trace",
-            str(self.trace),
+            str(self.trace_for_load(spec.load)),
             "--model",
             exp.client.model,
             "--load",
