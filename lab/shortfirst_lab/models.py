@@ -67,13 +67,16 @@ def analytic(
     if th is None or load >= 1.0:
         return {}
     x = np.asarray(sizes_bytes, dtype=float) * 8.0 / rate_bits_per_s
-    q = th.Queue(th.Empirical(x), load)
-    out = {"analytic_srpt_s": float(q.mean_response("srpt"))}
-    if cutoffs is None:
-        out["analytic_model"] = "ps"
-        out["analytic_s"] = float(q.mean_response("ps"))
-    else:
-        c = [b * 8.0 / rate_bits_per_s for b in cutoffs]
-        out["analytic_model"] = "classes-ps"
-        out["analytic_s"] = float(q.mean_response("classes-ps", cutoffs=c))
+    try:
+        q = th.Queue(th.Empirical(x), load)
+        out: dict[str, Any] = {"analytic_srpt_s": float(q.mean_response("srpt"))}
+        if cutoffs is None:
+            out["analytic_model"] = "ps"
+            out["analytic_s"] = float(q.mean_response("ps"))
+        else:
+            c = [b * 8.0 / rate_bits_per_s for b in cutoffs]
+            out["analytic_model"] = "classes-ps"
+            out["analytic_s"] = float(q.mean_response("classes-ps", cutoffs=c))
+    except (ValueError, ArithmeticError) as e:  # theory.TheoryError is a ValueError
+        return {"analytic_error": f"{type(e).__name__}: {e}"}
     return out

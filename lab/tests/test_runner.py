@@ -124,7 +124,8 @@ def test_runner_layout_and_report(fake_env, tmp_path):
     for run in ("fair-load0.50-rep1", "srpt-load0.50-rep1"):
         d = out / "runs" / run
         for f in ("requests.csv", "summary.json", "health.csv", "uplink.json", "server.log", "load.log",
-                  "commands.txt", "run.json", "server_metrics.txt", "analysis.json"):  # fmt: skip
+                  "commands.txt", "run.json", "server_metrics.txt", "analysis.json",
+                  "tcp_counters.json"):  # fmt: skip
             assert (d / f).exists(), f"{run}/{f}"
         rec = json.loads((d / "run.json").read_text())
         assert rec["status"] == "ok"
@@ -235,3 +236,36 @@ def test_calibration_trace_ladder(tmp_path):
     need = 1.6 * 8 * cal["size_bytes"].to_numpy()[:-1] / 10e6
     assert (gaps >= need).all()
     assert length > cal["time_s"].max()
+
+
+def test_trace_for_load_prefix_fills_duration(tmp_path):
+    trace = tmp_path / "trace.csv"
+    # 100 requests of 1250 B = 10,000 bits each.
+    pd.DataFrame({"time_s": range(100), "path": ["/a"] * 100, "size_bytes": [1250] * 100}).to_csv(
+        trace, index=False
+    )
+    exp_path = tmp_path / "e.toml"
+    exp_path.write_text(
+        '[experiment]\nname="x"\npolicies=["fair"]\nloads=[0.5]\n[uplink]\nrate=100000\n'
+        '[workload]\nkind="k"\nfiles=1\nrequests=100\n[run]\nduration_s=4\n'
+    )
+    r = runner.Runner(load_experiment(exp_path), tmp_path, tmp_path / "bin", progress=False)
+    r.trace = trace
+    p = r.trace_for_load(0.5)
+    # 0.5 × 100 kbit/s × 4 s = 200,000 bits = 20 requests.
+    assert p.name == "trace-load0.50.csv"
+    assert len(pd.read_csv(p)) == 20
+    assert r.trace_for_load(0.5) == p  # cached
+
+
+def test_proc_pairs_and_counter_delta():
+    text = (
+        "Tcp: RtoAlgorithm RtoMin RetransSegs CurrEstab\nTcp: 1 200 10 5\n"
+        "TcpExt: TCPTimeouts ListenDrops\nTcpExt: 3 0\n"
+    )
+    parsed = runner.parse_proc_pairs(text)
+    assert parsed == {"Tcp": {"RtoAlgorithm": 1, "RtoMin": 200, "RetransSegs": 10, "CurrEstab": 5},
+                      "TcpExt": {"TCPTimeouts": 3, "ListenDrops": 0}}  # fmt: skip
+    before = {"Tcp.RetransSegs": 10, "Tcp.CurrEstab": 5, "TcpExt.TCPTimeouts": 3, "TcpExt.ListenDrops": 0}
+    after = {"Tcp.RetransSegs": 17, "Tcp.CurrEstab": 9, "TcpExt.TCPTimeouts": 3, "TcpExt.ListenDrops": 2}
+    assert runner.counter_delta(before, after) == {"Tcp.RetransSegs": 7, "TcpExt.ListenDrops": 2}
