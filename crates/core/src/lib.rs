@@ -6,6 +6,8 @@
 //!
 //! Must not know: sockets, file descriptors, tokio, the wall clock, tc, HTTP.
 
+pub mod admission;
 pub mod bands;
+pub mod policy;
 
 pub use bands::{Band, BandMap, Cutoffs, Response};

@@ -1,0 +1,562 @@
+//! Gatekeeper admission control and admission-queue scheduling (Elnikety et al. 2004, §3).
+//!
+//! Three pure pieces, all driven with time as a parameter (`now_us`, microseconds on any
+//! monotonic clock the driver chooses; the simulator uses its virtual clock):
+//!
+//! - [`CostEstimator`]: per request type, an online moving average of measured upstream
+//!   service times. That average *is* the type's cost, in microseconds ("cost units").
+//! - [`Gate`]: the admission accounting and the admission queue. Load is the sum of the
+//!   charges of admitted, unfinished requests; a request is admitted while
+//!   `load + cost <= capacity`, otherwise it waits in the queue. Every admitted request
+//!   holds a [`Ticket`] that must be handed back exactly once (finished, failed, or the
+//!   client went away) and releases exactly the charge it was admitted with.
+//! - [`Policy`]: the order in which waiting requests are admitted: `fifo`, `sjf`, or
+//!   `sjf-aging:X`.
+//!
+//! # Rules (precise)
+//!
+//! **Empty system.** A request whose cost exceeds the whole capacity would otherwise never
+//! run. It is admitted when nothing else is admitted (`load == 0`), and then runs alone:
+//! nothing else is admitted until it finishes, because any further admission would need
+//! `load + cost <= capacity` with `load > capacity`. So at every admission, either
+//! `load_after <= capacity` or the admitted request is the only one in flight.
+//!
+//! **Charges.** A request is charged the cost passed to [`Gate::arrive`] (the estimate at
+//! arrival, at least 1 µs), and that charge stays fixed while it waits and runs: queue
+//! order keys are stable and releasing returns exactly what was taken even if the
+//! estimate moved in between.
+//!
+//! **Dispatch.** After every event (arrival, release, cancel, expiry, capacity change,
+//! timer) the gate repeatedly picks the policy's next request and admits it if it fits;
+//! it stops at the first pick that does not fit. It never admits a request the policy did
+//! not pick just because it is smaller: that would starve large requests (FIFO) or break
+//! the aging bound.
+//!
+//! **Policies.** With `cost` the charge, `arrival` the arrival time and `seq` the arrival
+//! order (ties):
+//! - `fifo`: the oldest waiting request.
+//! - `sjf`: the smallest `(cost, seq)`; non-preemptive (admitted requests run to completion).
+//! - `sjf-aging:X`: each waiting request has a bound `deadline = arrival + X * cost`.
+//!   1. If some waiting request is *due* (`deadline <= now`), pick the due request with the
+//!      earliest `(deadline, seq)` (capacity is kept for it: if it does not fit, nothing
+//!      else is admitted).
+//!   2. Otherwise, a request `r` may go ahead of the older waiting requests only if admitting
+//!      it now, which occupies its share of capacity for about `cost_r`, would not push any
+//!      of them past its bound: `now + cost_r <= deadline_o` for every older waiting `o`.
+//!      The oldest request is always allowed. Pick the allowed request with the smallest
+//!      `(cost, seq)`.
+//!
+//!   `X = 0` is exactly `fifo`; `X → ∞` is `sjf`; values in between trade mean response time
+//!   against the largest requests' waits (paper §3.2, §5.2). The guarantee: while capacity
+//!   is available (the pick fits), no request is overtaken in a way that makes it exceed
+//!   its bound, and once a request is due only requests due earlier are admitted before it.
+//!
+//! **Overload.** The queue holds at most `max_queue_len` requests: an arrival that finds it
+//! full is rejected ([`Rejection::QueueFull`]) and the queue is untouched (tail drop; the
+//! proxy answers 503 + Retry-After). With `max_queue_wait_us`, a request that has waited
+//! that long is removed by [`Gate::expire`] (the proxy answers 503). The default is the
+//! paper's: no wait limit, only the length bound, which is a memory guard.
+//!
+//! **Time.** `now_us` must not go backwards; an earlier value is treated as the latest value
+//! seen, so a misbehaving clock cannot reorder the queue.
+//!
+//! Must not know: sockets, HTTP, tokio, the wall clock, how costs are measured.
+
+pub mod auto;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// Smallest charge: a zero cost would let unbounded numbers of requests in.
+pub const MIN_COST_US: u64 = 1;
+
+/// Largest X accepted by `sjf-aging:X`; beyond this, use `sjf`.
+pub const MAX_AGING_FACTOR: f64 = 1e6;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AdmissionError {
+    #[error("policy {input:?}: expected `fifo`, `sjf` or `sjf-aging:X` with X a number in 0..={max}", max = MAX_AGING_FACTOR)]
+    BadPolicy { input: String },
+    #[error("capacity must be at least {min} µs of cost, got {capacity_us}", min = MIN_COST_US)]
+    BadCapacity { capacity_us: u64 },
+    #[error("max_queue_len must be at least 1")]
+    BadQueueLen,
+    #[error("estimator: {what}")]
+    BadEstimator { what: String },
+    #[error("request type {type_index} out of range: the estimator tracks {num_types} types")]
+    UnknownType { type_index: usize, num_types: usize },
+    #[error("ticket for request {id} is not outstanding in this gate")]
+    UnknownTicket { id: u64 },
+}
+
+// ---------------------------------------------------------------------------------------
+// Cost estimation
+// ---------------------------------------------------------------------------------------
+
+/// How the per-type cost estimate learns.
+///
+/// **Warm-up.** A type with no sample yet is charged the largest current estimate of any
+/// type that has one (or `cold_cost_us` when no type has any): under-charging an unknown,
+/// possibly expensive type could let a burst of it overload the backend, which is what
+/// admission control exists to prevent; over-charging costs one request some waiting.
+/// The first `ceil(1/alpha)` samples are averaged arithmetically (each has equal weight),
+/// so the early estimate is not dominated by the first, often cold, sample.
+///
+/// **Reaction speed.** After the warm-up the estimate is an exponentially weighted moving
+/// average with weight `alpha` per sample: after a step change in a type's true cost, the
+/// estimate has covered 90% of the step after `ceil(ln 0.1 / ln(1 - alpha))` samples of
+/// that type (22 for the default `alpha = 0.1`). At 10 requests/s of a type that is about
+/// 2 s; the paper reports convergence within 50 s.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EstimatorConfig {
+    /// Weight of each new sample once warm, in (0, 1].
+    pub alpha: f64,
+    /// Charge for an unseen type when no type has been measured yet.
+    pub cold_cost_us: u64,
+    /// Samples are clamped to at most this (a hung request must not poison the average).
+    pub max_sample_us: u64,
+}
+
+impl Default for EstimatorConfig {
+    fn default() -> Self {
+        EstimatorConfig { alpha: 0.1, cold_cost_us: 10_000, max_sample_us: 600_000_000 }
+    }
+}
+
+impl EstimatorConfig {
+    /// Samples of one type needed to cover 90% of a step change in its cost.
+    pub fn samples_to_converge_90pct(&self) -> u64 {
+        if self.alpha >= 1.0 {
+            return 1;
+        }
+        (0.1f64.ln() / (1.0 - self.alpha).ln()).ceil() as u64
+    }
+
+    fn warmup_samples(&self) -> u64 {
+        (1.0 / self.alpha).ceil() as u64
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct TypeEstimate {
+    mean_us: f64,
+    samples: u64,
+}
+
+/// Per-type online cost estimates for a fixed number of types (`0..num_types`).
+#[derive(Debug, Clone)]
+pub struct CostEstimator {
+    cfg: EstimatorConfig,
+    types: Vec<TypeEstimate>,
+}
+
+impl CostEstimator {
+    pub fn new(num_types: usize, cfg: EstimatorConfig) -> Result<Self, AdmissionError> {
+        if !(cfg.alpha > 0.0 && cfg.alpha <= 1.0) {
+            return Err(AdmissionError::BadEstimator { what: format!("alpha must be in (0, 1], got {}", cfg.alpha) });
+        }
+        if cfg.cold_cost_us < MIN_COST_US || cfg.max_sample_us < MIN_COST_US {
+            return Err(AdmissionError::BadEstimator {
+                what: "cold_cost_us and max_sample_us must be at least 1".into(),
+            });
+        }
+        if num_types == 0 {
+            return Err(AdmissionError::BadEstimator { what: "num_types must be at least 1".into() });
+        }
+        Ok(CostEstimator { cfg, types: vec![TypeEstimate::default(); num_types] })
+    }
+
+    pub fn config(&self) -> &EstimatorConfig {
+        &self.cfg
+    }
+
+    pub fn num_types(&self) -> usize {
+        self.types.len()
+    }
+
+    fn check(&self, type_index: usize) -> Result<(), AdmissionError> {
+        if type_index < self.types.len() {
+            Ok(())
+        } else {
+            Err(AdmissionError::UnknownType { type_index, num_types: self.types.len() })
+        }
+    }
+
+    /// The charge for a request of this type right now (see [`EstimatorConfig`] for unseen types).
+    pub fn estimate_us(&self, type_index: usize) -> Result<u64, AdmissionError> {
+        self.check(type_index)?;
+        let t = self.types[type_index];
+        if t.samples > 0 {
+            return Ok((t.mean_us.round() as u64).max(MIN_COST_US));
+        }
+        let largest = self
+            .types
+            .iter()
+            .filter(|t| t.samples > 0)
+            .map(|t| t.mean_us)
+            .fold(None, |acc: Option<f64>, m| Some(acc.map_or(m, |a| a.max(m))));
+        Ok(largest.map_or(self.cfg.cold_cost_us, |m| (m.round() as u64).max(MIN_COST_US)))
+    }
+
+    /// Record one successful measurement. Failed requests (refused, reset, timed out,
+    /// abandoned) must not be passed here: their duration says nothing about the cost.
+    pub fn observe(&mut self, type_index: usize, service_us: u64) -> Result<(), AdmissionError> {
+        self.check(type_index)?;
+        let x = service_us.clamp(MIN_COST_US, self.cfg.max_sample_us) as f64;
+        let warmup = self.cfg.warmup_samples();
+        let t = &mut self.types[type_index];
+        t.samples += 1;
+        let weight = if t.samples <= warmup { 1.0 / t.samples as f64 } else { self.cfg.alpha };
+        t.mean_us += weight * (x - t.mean_us);
+        Ok(())
+    }
+
+    /// Successful samples seen for this type.
+    pub fn samples(&self, type_index: usize) -> Result<u64, AdmissionError> {
+        self.check(type_index)?;
+        Ok(self.types[type_index].samples)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Policy
+// ---------------------------------------------------------------------------------------
+
+/// Order of admission from the queue. See the module docs for the precise rules.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum Policy {
+    Fifo,
+    Sjf,
+    /// No request waits longer than `factor` × its cost if capacity allows.
+    SjfAging {
+        factor: f64,
+    },
+}
+
+impl FromStr for Policy {
+    type Err = AdmissionError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || AdmissionError::BadPolicy { input: s.to_string() };
+        match s.trim() {
+            "fifo" => Ok(Policy::Fifo),
+            "sjf" => Ok(Policy::Sjf),
+            other => {
+                let x = other.strip_prefix("sjf-aging:").ok_or_else(bad)?;
+                let factor: f64 = x.trim().parse().map_err(|_| bad())?;
+                if !(0.0..=MAX_AGING_FACTOR).contains(&factor) {
+                    return Err(bad());
+                }
+                Ok(Policy::SjfAging { factor })
+            }
+        }
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Policy::Fifo => write!(f, "fifo"),
+            Policy::Sjf => write!(f, "sjf"),
+            Policy::SjfAging { factor } => write!(f, "sjf-aging:{factor}"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Gate
+// ---------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GateConfig {
+    /// Capacity in cost units (µs of expected service time, summed over admitted requests).
+    pub capacity_us: u64,
+    pub policy: Policy,
+    /// Bound on waiting requests; arrivals beyond it are rejected.
+    pub max_queue_len: usize,
+    /// Requests waiting this long are expired (rejected) by [`Gate::expire`]; `None` = never.
+    pub max_queue_wait_us: Option<u64>,
+}
+
+impl GateConfig {
+    pub fn new(capacity_us: u64, policy: Policy) -> Self {
+        GateConfig { capacity_us, policy, max_queue_len: 100_000, max_queue_wait_us: None }
+    }
+}
+
+/// Identifies a request from its arrival at the gate until it leaves (admitted, cancelled,
+/// expired). Increasing in arrival order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct RequestId(pub u64);
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// Proof of admission. Not `Clone`: handing it to [`Gate::release`] consumes it, so a
+/// charge cannot be released twice.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "an admitted request's ticket must be released when it finishes or fails"]
+pub struct Ticket {
+    id: RequestId,
+    charge_us: u64,
+}
+
+impl Ticket {
+    pub fn id(&self) -> RequestId {
+        self.id
+    }
+    pub fn charge_us(&self) -> u64 {
+        self.charge_us
+    }
+}
+
+/// A request that left the queue for the backend.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Admitted {
+    pub ticket: Ticket,
+    /// Time spent in the queue (0 when admitted on arrival).
+    pub waited_us: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Rejection {
+    /// The queue already held `max_queue_len` requests.
+    QueueFull,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Waiting {
+    cost_us: u64,
+    arrival_us: u64,
+    deadline_us: u64,
+}
+
+/// Admission accounting plus the admission queue. See the module docs.
+#[derive(Debug)]
+pub struct Gate {
+    cfg: GateConfig,
+    next_seq: u64,
+    last_now_us: u64,
+    load_us: u64,
+    /// Admitted, unfinished: id → charge.
+    running: HashMap<u64, u64>,
+    /// Waiting requests by arrival order.
+    queue: BTreeMap<u64, Waiting>,
+    /// `(cost, seq)` of waiting requests: the SJF order.
+    by_cost: BTreeSet<(u64, u64)>,
+    /// `(deadline, seq)` of waiting requests (sjf-aging only).
+    by_deadline: BTreeSet<(u64, u64)>,
+}
+
+impl Gate {
+    pub fn new(cfg: GateConfig) -> Result<Self, AdmissionError> {
+        if cfg.capacity_us < MIN_COST_US {
+            return Err(AdmissionError::BadCapacity { capacity_us: cfg.capacity_us });
+        }
+        if cfg.max_queue_len == 0 {
+            return Err(AdmissionError::BadQueueLen);
+        }
+        Ok(Gate {
+            cfg,
+            next_seq: 0,
+            last_now_us: 0,
+            load_us: 0,
+            running: HashMap::new(),
+            queue: BTreeMap::new(),
+            by_cost: BTreeSet::new(),
+            by_deadline: BTreeSet::new(),
+        })
+    }
+
+    pub fn config(&self) -> &GateConfig {
+        &self.cfg
+    }
+    pub fn capacity_us(&self) -> u64 {
+        self.cfg.capacity_us
+    }
+    /// Sum of the charges of admitted, unfinished requests.
+    pub fn load_us(&self) -> u64 {
+        self.load_us
+    }
+    pub fn queue_len(&self) -> usize {
+        self.queue.len()
+    }
+    /// Admitted, unfinished requests.
+    pub fn in_flight(&self) -> usize {
+        self.running.len()
+    }
+    pub fn is_queued(&self, id: RequestId) -> bool {
+        self.queue.contains_key(&id.0)
+    }
+
+    fn clock(&mut self, now_us: u64) -> u64 {
+        self.last_now_us = self.last_now_us.max(now_us);
+        self.last_now_us
+    }
+
+    /// A request arrives with its estimated cost. It joins the queue and the gate
+    /// dispatches; the returned admissions may include it (and, after a capacity change,
+    /// others). Rejected without side effects when the queue is full.
+    pub fn arrive(&mut self, now_us: u64, cost_us: u64) -> Result<(RequestId, Vec<Admitted>), Rejection> {
+        let now_us = self.clock(now_us);
+        if self.queue.len() >= self.cfg.max_queue_len {
+            return Err(Rejection::QueueFull);
+        }
+        let cost_us = cost_us.max(MIN_COST_US);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let deadline_us = match self.cfg.policy {
+            Policy::SjfAging { factor } => {
+                now_us.saturating_add((factor * cost_us as f64).min(u64::MAX as f64 / 2.0) as u64)
+            }
+            _ => u64::MAX,
+        };
+        self.queue.insert(seq, Waiting { cost_us, arrival_us: now_us, deadline_us });
+        self.by_cost.insert((cost_us, seq));
+        if matches!(self.cfg.policy, Policy::SjfAging { .. }) {
+            self.by_deadline.insert((deadline_us, seq));
+        }
+        Ok((RequestId(seq), self.dispatch(now_us)))
+    }
+
+    /// An admitted request finished (successfully or not): its charge is returned and the
+    /// queue is dispatched.
+    pub fn release(&mut self, now_us: u64, ticket: Ticket) -> Result<Vec<Admitted>, AdmissionError> {
+        let now_us = self.clock(now_us);
+        let charge = self.running.remove(&ticket.id.0).ok_or(AdmissionError::UnknownTicket { id: ticket.id.0 })?;
+        debug_assert_eq!(charge, ticket.charge_us);
+        self.load_us -= charge;
+        Ok(self.dispatch(now_us))
+    }
+
+    /// A waiting request left (client disconnected). Returns `None` if it was not waiting
+    /// (already admitted, expired, or unknown): then nothing changed.
+    pub fn cancel(&mut self, now_us: u64, id: RequestId) -> Option<Vec<Admitted>> {
+        let now_us = self.clock(now_us);
+        self.remove_waiting(id.0)?;
+        // Removing an old request can unblock a cheaper one under sjf-aging.
+        Some(self.dispatch(now_us))
+    }
+
+    /// Remove requests that have waited `max_queue_wait_us` or longer. Returns the expired
+    /// ids (to be answered 503) and any admissions their removal allowed.
+    pub fn expire(&mut self, now_us: u64) -> (Vec<RequestId>, Vec<Admitted>) {
+        let now_us = self.clock(now_us);
+        let Some(max_wait) = self.cfg.max_queue_wait_us else {
+            return (Vec::new(), Vec::new());
+        };
+        let mut expired = Vec::new();
+        // Arrival times are monotone in seq, so the oldest are first.
+        while let Some((&seq, w)) = self.queue.first_key_value() {
+            if now_us.saturating_sub(w.arrival_us) < max_wait {
+                break;
+            }
+            self.remove_waiting(seq);
+            expired.push(RequestId(seq));
+        }
+        let admitted = if expired.is_empty() { Vec::new() } else { self.dispatch(now_us) };
+        (expired, admitted)
+    }
+
+    /// Dispatch on a timer tick (the aging pick can change with time alone).
+    pub fn poll(&mut self, now_us: u64) -> Vec<Admitted> {
+        let now_us = self.clock(now_us);
+        self.dispatch(now_us)
+    }
+
+    /// The earliest time at which [`Gate::expire`] or [`Gate::poll`] may have something to
+    /// do: the oldest request's wait limit, or the next aging deadline still in the future.
+    pub fn next_wakeup_us(&self) -> Option<u64> {
+        let expiry = self
+            .cfg
+            .max_queue_wait_us
+            .and_then(|max| self.queue.first_key_value().map(|(_, w)| w.arrival_us.saturating_add(max)));
+        let deadline = self.by_deadline.range((self.last_now_us.saturating_add(1), 0)..).next().map(|&(d, _)| d);
+        match (expiry, deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Change the capacity (auto-tuning, calibration). Lowering it below the current load
+    /// admits nothing until enough requests finish; nothing admitted is revoked.
+    pub fn set_capacity(&mut self, now_us: u64, capacity_us: u64) -> Result<Vec<Admitted>, AdmissionError> {
+        if capacity_us < MIN_COST_US {
+            return Err(AdmissionError::BadCapacity { capacity_us });
+        }
+        let now_us = self.clock(now_us);
+        self.cfg.capacity_us = capacity_us;
+        Ok(self.dispatch(now_us))
+    }
+
+    fn remove_waiting(&mut self, seq: u64) -> Option<Waiting> {
+        let w = self.queue.remove(&seq)?;
+        self.by_cost.remove(&(w.cost_us, seq));
+        self.by_deadline.remove(&(w.deadline_us, seq));
+        Some(w)
+    }
+
+    fn fits(&self, cost_us: u64) -> bool {
+        self.running.is_empty() || self.load_us.saturating_add(cost_us) <= self.cfg.capacity_us
+    }
+
+    /// The policy's next pick, or `None` when the queue is empty.
+    fn pick(&self, now_us: u64) -> Option<u64> {
+        match self.cfg.policy {
+            Policy::Fifo => self.queue.first_key_value().map(|(&s, _)| s),
+            Policy::Sjf => self.by_cost.first().map(|&(_, s)| s),
+            Policy::SjfAging { .. } => {
+                if let Some(&(deadline, seq)) = self.by_deadline.first() {
+                    if deadline <= now_us {
+                        return Some(seq);
+                    }
+                }
+                let min_cost = self.by_cost.first()?.0;
+                // One pass in arrival order, carrying the earliest deadline among the older
+                // requests: `r` is allowed iff now + cost_r <= that deadline.
+                let mut older_min_deadline = u64::MAX;
+                let mut best: Option<(u64, u64)> = None;
+                for (&seq, w) in &self.queue {
+                    if now_us.saturating_add(w.cost_us) <= older_min_deadline {
+                        let key = (w.cost_us, seq);
+                        best = Some(match best {
+                            Some(b) if b <= key => b,
+                            _ => key,
+                        });
+                    }
+                    older_min_deadline = older_min_deadline.min(w.deadline_us);
+                    if now_us.saturating_add(min_cost) > older_min_deadline {
+                        break; // nothing younger can be allowed any more
+                    }
+                }
+                best.map(|(_, s)| s)
+            }
+        }
+    }
+
+    fn dispatch(&mut self, now_us: u64) -> Vec<Admitted> {
+        let mut out = Vec::new();
+        while let Some(seq) = self.pick(now_us) {
+            let cost = self.queue[&seq].cost_us;
+            if !self.fits(cost) {
+                break;
+            }
+            let w = self.remove_waiting(seq).expect("picked request is waiting");
+            self.load_us += w.cost_us;
+            self.running.insert(seq, w.cost_us);
+            out.push(Admitted {
+                ticket: Ticket { id: RequestId(seq), charge_us: w.cost_us },
+                waited_us: now_us - w.arrival_us,
+            });
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;

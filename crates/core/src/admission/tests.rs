@@ -1,0 +1,514 @@
+//! Tables of arrivals → expected admissions, and proptest invariants over random event
+//! sequences (accounting, release-exactly-once, fifo order, the aging bound).
+
+use super::*;
+use proptest::prelude::*;
+
+fn gate(capacity_us: u64, policy: &str) -> Gate {
+    Gate::new(GateConfig::new(capacity_us, policy.parse().unwrap())).unwrap()
+}
+
+fn ids(adm: &[Admitted]) -> Vec<u64> {
+    adm.iter().map(|a| a.ticket.id().0).collect()
+}
+
+/// Script step: (time, event). Costs are charges in µs.
+#[derive(Debug, Clone, Copy)]
+enum Ev {
+    /// Arrival with a cost; the gate assigns ids 0, 1, 2, ... in order.
+    Arrive(u64),
+    /// Release the request with this id (must be running).
+    Release(u64),
+    Cancel(u64),
+    Poll,
+}
+
+/// Runs a script, returning the ids in admission order.
+fn run(g: &mut Gate, script: &[(u64, Ev)]) -> Vec<u64> {
+    let mut tickets: HashMap<u64, Ticket> = HashMap::new();
+    let mut order = Vec::new();
+    for &(t, ev) in script {
+        let adm = match ev {
+            Ev::Arrive(c) => g.arrive(t, c).expect("queue has room").1,
+            Ev::Release(id) => g.release(t, tickets.remove(&id).expect("running")).unwrap(),
+            Ev::Cancel(id) => g.cancel(t, RequestId(id)).unwrap_or_default(),
+            Ev::Poll => g.poll(t),
+        };
+        order.extend(ids(&adm));
+        for a in adm {
+            tickets.insert(a.ticket.id().0, a.ticket);
+        }
+    }
+    order
+}
+
+#[test]
+fn policy_parse_table() {
+    let ok: &[(&str, Policy)] = &[
+        ("fifo", Policy::Fifo),
+        ("sjf", Policy::Sjf),
+        ("sjf-aging:2", Policy::SjfAging { factor: 2.0 }),
+        ("sjf-aging:0.5", Policy::SjfAging { factor: 0.5 }),
+        (" sjf-aging:0 ", Policy::SjfAging { factor: 0.0 }),
+    ];
+    for (s, p) in ok {
+        assert_eq!(s.parse::<Policy>().unwrap(), *p, "{s}");
+        assert_eq!(p.to_string().parse::<Policy>().unwrap(), *p);
+    }
+    for bad in ["", "FIFO", "sjf-aging", "sjf-aging:", "sjf-aging:-1", "sjf-aging:x", "lifo"] {
+        let e = bad.parse::<Policy>().unwrap_err();
+        assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");
+    }
+}
+
+#[test]
+fn admission_order_table() {
+    use Ev::*;
+    // (name, capacity, policy, script, expected admission order)
+    #[allow(clippy::type_complexity)]
+    let table: &[(&str, u64, &str, &[(u64, Ev)], &[u64])] = &[
+        (
+            "fifo keeps head-of-line, then fills",
+            10,
+            "fifo",
+            &[(0, Arrive(6)), (0, Arrive(6)), (0, Arrive(2)), (5, Release(0))],
+            &[0, 1, 2],
+        ),
+        (
+            "fifo does not let a small request pass a big head",
+            10,
+            "fifo",
+            &[(0, Arrive(6)), (0, Arrive(6)), (0, Arrive(2)), (0, Arrive(1))],
+            &[0],
+        ),
+        (
+            "sjf admits cheapest first until the pick no longer fits",
+            10,
+            "sjf",
+            &[(0, Arrive(10)), (0, Arrive(8)), (0, Arrive(5)), (0, Arrive(3)), (0, Arrive(9)), (1, Release(0))],
+            &[0, 3, 2],
+        ),
+        (
+            "sjf ties broken by arrival",
+            10,
+            "sjf",
+            &[(0, Arrive(10)), (0, Arrive(4)), (0, Arrive(4)), (0, Arrive(4)), (1, Release(0))],
+            &[0, 1, 2],
+        ),
+        (
+            "empty system admits a request larger than capacity, alone",
+            10,
+            "fifo",
+            &[(0, Arrive(50)), (0, Arrive(1)), (3, Release(0))],
+            &[0, 1],
+        ),
+        (
+            "aging X=1: the cheaper request may not overtake (bound of the older one)",
+            10,
+            "sjf-aging:1",
+            &[(0, Arrive(10)), (0, Arrive(6)), (2, Arrive(5)), (3, Release(0))],
+            &[0, 1],
+        ),
+        (
+            "aging X=5: enough slack, the cheaper request goes first",
+            10,
+            "sjf-aging:5",
+            &[(0, Arrive(10)), (0, Arrive(6)), (2, Arrive(5)), (3, Release(0))],
+            &[0, 2],
+        ),
+        (
+            "sjf on the same arrivals",
+            10,
+            "sjf",
+            &[(0, Arrive(10)), (0, Arrive(6)), (2, Arrive(5)), (3, Release(0))],
+            &[0, 2],
+        ),
+        (
+            "aging: due requests go earliest-deadline first, not cheapest",
+            10,
+            "sjf-aging:1",
+            &[(0, Arrive(4)), (0, Arrive(6)), (0, Arrive(3)), (2, Arrive(2)), (10, Release(0))],
+            &[0, 1, 2],
+        ),
+        (
+            "sjf on the same arrivals takes the cheapest",
+            10,
+            "sjf",
+            &[(0, Arrive(4)), (0, Arrive(6)), (0, Arrive(3)), (2, Arrive(2)), (10, Release(0))],
+            &[0, 1, 3],
+        ),
+        (
+            "aging X=0 is fifo",
+            10,
+            "sjf-aging:0",
+            &[(0, Arrive(10)), (0, Arrive(6)), (0, Arrive(2)), (0, Arrive(1)), (1, Release(0))],
+            &[0, 1, 2, 3],
+        ),
+        (
+            "cancel of a blocking old request lets the next one in",
+            10,
+            "fifo",
+            &[(0, Arrive(8)), (0, Arrive(5)), (0, Arrive(2)), (1, Cancel(1))],
+            &[0, 2],
+        ),
+        (
+            "poll admits nothing when nothing changed",
+            10,
+            "sjf-aging:1",
+            &[(0, Arrive(10)), (0, Arrive(6)), (50, Poll)],
+            &[0],
+        ),
+    ];
+    for (name, cap, policy, script, expected) in table {
+        let mut g = gate(*cap, policy);
+        assert_eq!(run(&mut g, script), *expected, "{name}");
+    }
+}
+
+#[test]
+fn release_returns_exact_charge_and_rejects_unknown_ticket() {
+    let mut g = gate(100, "fifo");
+    let (_, a) = g.arrive(0, 30).unwrap();
+    let (_, b) = g.arrive(0, 50).unwrap();
+    assert_eq!(g.load_us(), 80);
+    let ta = a.into_iter().next().unwrap().ticket;
+    let tb = b.into_iter().next().unwrap().ticket;
+    assert_eq!(ta.charge_us(), 30);
+    g.release(1, ta).unwrap();
+    assert_eq!(g.load_us(), 50);
+    // A ticket from another gate is not outstanding here.
+    let mut other = gate(100, "fifo");
+    let (_, o) = other.arrive(0, 7).unwrap();
+    let foreign = o.into_iter().next().unwrap().ticket;
+    let id = foreign.id().0;
+    // Same id (0) was released already in `g`: unknown now.
+    assert_eq!(g.release(2, foreign), Err(AdmissionError::UnknownTicket { id }));
+    g.release(2, tb).unwrap();
+    assert_eq!((g.load_us(), g.in_flight()), (0, 0));
+}
+
+#[test]
+fn queue_full_rejects_newcomer_without_side_effects() {
+    let mut cfg = GateConfig::new(10, Policy::Fifo);
+    cfg.max_queue_len = 2;
+    let mut g = Gate::new(cfg).unwrap();
+    let (_, adm) = g.arrive(0, 10).unwrap();
+    assert_eq!(adm.len(), 1);
+    g.arrive(0, 1).unwrap();
+    g.arrive(0, 1).unwrap();
+    assert_eq!(g.arrive(0, 1), Err(Rejection::QueueFull));
+    assert_eq!(g.queue_len(), 2);
+    assert_eq!(g.load_us(), 10);
+}
+
+#[test]
+fn expire_removes_oldest_waiters_and_reports_wakeup() {
+    let mut cfg = GateConfig::new(10, Policy::Sjf);
+    cfg.max_queue_wait_us = Some(100);
+    let mut g = Gate::new(cfg).unwrap();
+    let (_, running) = g.arrive(0, 10).unwrap();
+    let (a, _) = g.arrive(10, 3).unwrap();
+    let (b, _) = g.arrive(50, 2).unwrap();
+    assert_eq!(g.next_wakeup_us(), Some(110));
+    assert_eq!(g.expire(109).0, vec![]);
+    assert_eq!(g.expire(110).0, vec![a]);
+    assert_eq!(g.next_wakeup_us(), Some(150));
+    assert_eq!(g.expire(1_000).0, vec![b]);
+    assert_eq!(g.queue_len(), 0);
+    assert_eq!(g.next_wakeup_us(), None);
+    let t = running.into_iter().next().unwrap().ticket;
+    g.release(1_000, t).unwrap();
+}
+
+#[test]
+fn capacity_change_admits_or_holds() {
+    let mut g = gate(10, "fifo");
+    let (_, a) = g.arrive(0, 8).unwrap();
+    g.arrive(0, 8).unwrap();
+    let more = g.set_capacity(1, 16).unwrap();
+    assert_eq!(ids(&more), vec![1]);
+    assert_eq!(g.load_us(), 16);
+    assert!(g.set_capacity(1, 0).is_err());
+    assert!(g.set_capacity(2, 4).unwrap().is_empty());
+    g.arrive(3, 1).unwrap();
+    let t = a.into_iter().next().unwrap().ticket;
+    assert!(g.release(4, t).unwrap().is_empty(), "load 8 > capacity 4: nothing admitted");
+    for t in more {
+        assert_eq!(ids(&g.release(5, t.ticket).unwrap()), vec![2]);
+    }
+}
+
+#[test]
+fn time_going_backwards_is_clamped() {
+    let mut g = gate(10, "fifo");
+    let (_, r) = g.arrive(100, 10).unwrap();
+    g.arrive(50, 1).unwrap();
+    let adm = g.release(60, r.into_iter().next().unwrap().ticket).unwrap();
+    assert_eq!(adm[0].waited_us, 0, "arrival and release both clamp to 100");
+}
+
+#[test]
+fn estimator_unseen_types_charge_largest_known_or_cold_cost() {
+    let cfg = EstimatorConfig { cold_cost_us: 777, ..Default::default() };
+    let mut e = CostEstimator::new(3, cfg).unwrap();
+    assert_eq!(e.estimate_us(0).unwrap(), 777);
+    e.observe(0, 100).unwrap();
+    e.observe(1, 5_000).unwrap();
+    assert_eq!(e.estimate_us(0).unwrap(), 100);
+    assert_eq!(e.estimate_us(2).unwrap(), 5_000);
+    assert!(matches!(e.estimate_us(3), Err(AdmissionError::UnknownType { .. })));
+    assert!(e.observe(9, 1).is_err());
+    assert!(CostEstimator::new(1, EstimatorConfig { alpha: 0.0, ..Default::default() }).is_err());
+}
+
+#[test]
+fn estimator_warmup_is_arithmetic_mean() {
+    let mut e = CostEstimator::new(1, EstimatorConfig::default()).unwrap();
+    for x in [100, 200, 300, 400] {
+        e.observe(0, x).unwrap();
+    }
+    assert_eq!(e.estimate_us(0).unwrap(), 250);
+    assert_eq!(e.samples(0).unwrap(), 4);
+}
+
+#[test]
+fn estimator_converges_after_step_within_documented_samples() {
+    for alpha in [0.05, 0.1, 0.25, 0.5, 1.0] {
+        let cfg = EstimatorConfig { alpha, ..Default::default() };
+        let n90 = cfg.samples_to_converge_90pct();
+        let mut e = CostEstimator::new(1, cfg).unwrap();
+        for _ in 0..200 {
+            e.observe(0, 1_000).unwrap();
+        }
+        assert_eq!(e.estimate_us(0).unwrap(), 1_000);
+        // Step to 11 ms: 90% of the step is at 10 ms.
+        for i in 1..=n90 {
+            e.observe(0, 11_000).unwrap();
+            let est = e.estimate_us(0).unwrap();
+            if i < n90 {
+                assert!(est < 10_000, "alpha {alpha}: converged early at {i}/{n90}: {est}");
+            } else {
+                assert!(est >= 9_999, "alpha {alpha}: not converged after {n90}: {est}");
+            }
+        }
+    }
+    assert_eq!(EstimatorConfig::default().samples_to_converge_90pct(), 22);
+}
+
+#[test]
+fn estimator_clamps_outliers() {
+    let cfg = EstimatorConfig { max_sample_us: 1_000, ..Default::default() };
+    let mut e = CostEstimator::new(1, cfg).unwrap();
+    e.observe(0, 0).unwrap();
+    assert_eq!(e.estimate_us(0).unwrap(), MIN_COST_US);
+    e.observe(0, u64::MAX).unwrap();
+    assert_eq!(e.estimate_us(0).unwrap(), 501);
+}
+
+// ---------------------------------------------------------------------------------------
+// Invariants over random event sequences
+// ---------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+enum Op {
+    Arrive(u64),
+    /// Release the running request at this (wrapped) position.
+    Release(usize),
+    Cancel(usize),
+    Advance(u64),
+    SetCapacity(u64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => prop_oneof![1u64..20, 1u64..2_000].prop_map(Op::Arrive),
+        3 => any::<usize>().prop_map(Op::Release),
+        1 => any::<usize>().prop_map(Op::Cancel),
+        3 => (0u64..500).prop_map(Op::Advance),
+        1 => (1u64..3_000).prop_map(Op::SetCapacity),
+    ]
+}
+
+fn policy() -> impl Strategy<Value = Policy> {
+    prop_oneof![
+        Just(Policy::Fifo),
+        Just(Policy::Sjf),
+        (0u32..8).prop_map(|x| Policy::SjfAging { factor: f64::from(x) / 2.0 }),
+    ]
+}
+
+/// What the checker knows about each waiting request.
+#[derive(Debug, Clone, Copy)]
+struct Shadow {
+    cost: u64,
+    arrival: u64,
+    deadline: u64,
+}
+
+struct Checker {
+    g: Gate,
+    now: u64,
+    running: Vec<Ticket>,
+    waiting: BTreeMap<u64, Shadow>,
+    charged: u64,
+    released: u64,
+    admitted_order: Vec<u64>,
+    capacity_changed: bool,
+}
+
+impl Checker {
+    fn admit(&mut self, adm: Vec<Admitted>) -> Result<(), TestCaseError> {
+        let load_before = self.g.load_us() - adm.iter().map(|a| a.ticket.charge_us()).sum::<u64>();
+        let mut load = load_before;
+        for (running_count, a) in (self.running.len()..).zip(adm) {
+            let id = a.ticket.id().0;
+            let s = self.waiting.remove(&id).ok_or_else(|| TestCaseError::fail("admitted twice"))?;
+            prop_assert_eq!(a.ticket.charge_us(), s.cost);
+            prop_assert_eq!(a.waited_us, self.now - s.arrival);
+            // Capacity: admitted into an empty system, or fits.
+            prop_assert!(running_count == 0 || load + s.cost <= self.g.capacity_us());
+            if let Policy::SjfAging { .. } = self.g.config().policy {
+                let due_exists = self.waiting.values().any(|o| o.deadline <= self.now);
+                if due_exists || s.deadline <= self.now {
+                    // Only the earliest-deadline due request may go.
+                    for o in self.waiting.values() {
+                        prop_assert!(s.deadline <= o.deadline, "due order broken");
+                    }
+                } else {
+                    // Overtaking an older request never pushes it past its bound.
+                    for (&oid, o) in self.waiting.range(..id) {
+                        prop_assert!(self.now + s.cost <= o.deadline, "request {} overtook {} past its bound", id, oid);
+                    }
+                }
+            }
+            load += s.cost;
+            self.charged += s.cost;
+            self.admitted_order.push(id);
+            self.running.push(a.ticket);
+        }
+        Ok(())
+    }
+
+    fn check(&self) -> Result<(), TestCaseError> {
+        let sum: u64 = self.running.iter().map(|t| t.charge_us()).sum();
+        prop_assert_eq!(self.g.load_us(), sum);
+        prop_assert_eq!(self.g.in_flight(), self.running.len());
+        prop_assert_eq!(self.g.queue_len(), self.waiting.len());
+        prop_assert_eq!(self.charged - self.released, sum);
+        if !self.capacity_changed {
+            prop_assert!(self.running.len() <= 1 || self.g.load_us() <= self.g.capacity_us());
+        }
+        // Work conservation: the gate never idles with waiting work while empty.
+        prop_assert!(!self.running.is_empty() || self.waiting.is_empty());
+        Ok(())
+    }
+}
+
+fn exercise(policy: Policy, capacity: u64, ops: Vec<Op>) -> Result<Checker, TestCaseError> {
+    let mut c = Checker {
+        g: Gate::new(GateConfig::new(capacity, policy)).unwrap(),
+        now: 0,
+        running: Vec::new(),
+        waiting: BTreeMap::new(),
+        charged: 0,
+        released: 0,
+        admitted_order: Vec::new(),
+        capacity_changed: false,
+    };
+    for op in ops {
+        match op {
+            Op::Arrive(cost) => {
+                let deadline = match policy {
+                    Policy::SjfAging { factor } => c.now + (factor * cost as f64) as u64,
+                    _ => u64::MAX,
+                };
+                let (id, adm) = c.g.arrive(c.now, cost).unwrap();
+                c.waiting.insert(id.0, Shadow { cost, arrival: c.now, deadline });
+                c.admit(adm)?;
+            }
+            Op::Release(i) if !c.running.is_empty() => {
+                let t = c.running.swap_remove(i % c.running.len());
+                c.released += t.charge_us();
+                let adm = c.g.release(c.now, t).unwrap();
+                c.admit(adm)?;
+            }
+            Op::Cancel(i) if !c.waiting.is_empty() => {
+                let id = *c.waiting.keys().nth(i % c.waiting.len()).unwrap();
+                c.waiting.remove(&id);
+                let adm = c.g.cancel(c.now, RequestId(id)).expect("was waiting");
+                c.admit(adm)?;
+                prop_assert!(c.g.cancel(c.now, RequestId(id)).is_none(), "cancel twice");
+            }
+            Op::Advance(dt) => {
+                c.now += dt;
+                let adm = c.g.poll(c.now);
+                c.admit(adm)?;
+            }
+            Op::SetCapacity(cap) => {
+                c.capacity_changed = true;
+                let adm = c.g.set_capacity(c.now, cap).unwrap();
+                c.admit(adm)?;
+            }
+            _ => {}
+        }
+        c.check()?;
+    }
+    // Drain: releasing everything admits and then finishes everything waiting.
+    while let Some(t) = c.running.pop() {
+        c.released += t.charge_us();
+        let adm = c.g.release(c.now, t).unwrap();
+        c.admit(adm)?;
+        c.check()?;
+    }
+    prop_assert!(c.waiting.is_empty());
+    prop_assert_eq!(c.g.load_us(), 0);
+    prop_assert_eq!(c.charged, c.released);
+    Ok(c)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn accounting_and_aging_invariants(
+        policy in policy(),
+        capacity in 1u64..3_000,
+        ops in prop::collection::vec(op(), 0..200),
+    ) {
+        exercise(policy, capacity, ops)?;
+    }
+
+    #[test]
+    fn fifo_admits_in_arrival_order(
+        capacity in 1u64..3_000,
+        ops in prop::collection::vec(op(), 0..200),
+    ) {
+        let c = exercise(Policy::Fifo, capacity, ops)?;
+        prop_assert!(c.admitted_order.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn aging_zero_is_fifo_and_huge_is_sjf(
+        capacity in 1u64..3_000,
+        ops in prop::collection::vec(op(), 0..200),
+    ) {
+        let fifo = exercise(Policy::Fifo, capacity, ops.clone())?;
+        let a0 = exercise(Policy::SjfAging { factor: 0.0 }, capacity, ops.clone())?;
+        prop_assert_eq!(&fifo.admitted_order, &a0.admitted_order);
+        let sjf = exercise(Policy::Sjf, capacity, ops.clone())?;
+        let big = exercise(Policy::SjfAging { factor: MAX_AGING_FACTOR }, capacity, ops)?;
+        prop_assert_eq!(&sjf.admitted_order, &big.admitted_order);
+    }
+
+    #[test]
+    fn estimate_stays_within_sample_range(samples in prop::collection::vec(1u64..1_000_000, 1..100)) {
+        let mut e = CostEstimator::new(1, EstimatorConfig::default()).unwrap();
+        for &s in &samples {
+            e.observe(0, s).unwrap();
+        }
+        let lo = *samples.iter().min().unwrap();
+        let hi = *samples.iter().max().unwrap();
+        let est = e.estimate_us(0).unwrap();
+        prop_assert!(lo <= est && est <= hi, "{} not in [{}, {}]", est, lo, hi);
+    }
+}
