@@ -46,7 +46,7 @@ def _cmd_run(a: argparse.Namespace) -> int:
 
     bin_path = a.bin or runner.repo_root() / "target" / "release" / "shortfirst"
     summary = runner.run_experiment(
-        a.experiment, a.out, bin_path, resume=a.resume, progress=not a.no_progress
+        a.experiment, a.out, bin_path, resume=a.resume, progress=not a.no_progress, overrides=a.overrides
     )
     print(report.format_table(summary))
     print(f"\nreport: {(a.out / 'report.html').resolve()}")

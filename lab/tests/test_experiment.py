@@ -134,3 +134,33 @@ def test_cli_validate_reports_error_with_exit_2(tmp_path, capsys):
     assert main(["validate", str(p)]) == 2
     assert "experiment.loads: expected no duplicates" in capsys.readouterr().err
     assert main(["validate", str(EXPERIMENTS / "demo.toml")]) == 0
+
+
+def test_cli_run_passes_overrides(tmp_path, monkeypatch, capsys):
+    from shortfirst_lab import runner
+
+    seen = {}
+
+    def fake_run(exp_path, out, bin_path, resume=False, progress=True, overrides=None):
+        seen["exp"] = load_experiment(exp_path, overrides)
+        return {"runs": [], "comparisons": []}
+
+    monkeypatch.setattr(runner, "run_experiment", fake_run)
+    p = _write(tmp_path, EXPERIMENT_TOML)
+    argv = [
+        "run",
+        str(p),
+        "--out",
+        str(tmp_path / "o"),
+        "--set",
+        "run.duration_s=50",
+        "--set",
+        "experiment.loads=[0.8]",
+    ]
+    assert main(argv) == 0
+    assert seen["exp"].run.duration_s == 50
+    assert seen["exp"].loads == (0.8,)
+    assert "with overrides: run.duration_s=50 experiment.loads=[0.8]" in seen["exp"].source
+    # The effective file round-trips: what is stored beside results loads to the same experiment.
+    stored = _write(tmp_path, seen["exp"].source)
+    assert load_experiment(stored).to_dict() == seen["exp"].to_dict()
