@@ -21,6 +21,12 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
     mtu = 1500                        # int in [576, 9000]
     accept_queue = 512                # int >= 1 (listen backlog, as in the paper)
     bands = 6                         # data bands of the HTB tree, int in [1, 7]
+    rto_min_ms = 0                    # int >= 0: TCP minimum retransmission timeout on the
+                                      # server's route (`ip route change ... rto_min`); 0 keeps
+                                      # the kernel's 200 ms. Queueing in a starved low band can
+                                      # exceed 200 ms, firing spurious timeouts that collapse
+                                      # the window and back the timer off (counted per run in
+                                      # tcp_counters.json: TCPSpuriousRtxHostQueues, TCPTimeouts).
 
     [workload]
     kind = "wc98like"                 # passed to `shortfirst workload generate --kind`
@@ -99,6 +105,7 @@ class Uplink:
     mtu: int = 1500
     accept_queue: int = 512
     bands: int = 6
+    rto_min_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -392,6 +399,7 @@ def experiment_from_dict(
         mtu=u.int("mtu", 1500, lo=576, hi=9000),
         accept_queue=u.int("accept_queue", 512, lo=1, hi=65535),
         bands=u.int("bands", 6, lo=1, hi=7),
+        rto_min_ms=u.int("rto_min_ms", 0, lo=0, hi=60_000),
     )
     u.finish()
 

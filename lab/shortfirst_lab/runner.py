@@ -323,6 +323,26 @@ class Runner:
             )
 
     @staticmethod
+    def set_rto_min(tb: Any, rto_min_ms: int) -> list[str]:
+        """Set `rto_min` on every route of the server's uplink device (server namespace)."""
+        shown = tb.server_run(
+            ["ip", "route", "show", "dev", tb.server_dev], capture_output=True, text=True, timeout=20
+        )
+        done = []
+        for line in shown.stdout.splitlines():
+            words = [w for w in line.split() if w]
+            if not words:
+                continue
+            argv = ["ip", "route", "change", *words, "dev", tb.server_dev, "rto_min", f"{rto_min_ms}ms"]
+            r = tb.server_run(argv, capture_output=True, text=True, timeout=20)
+            if r.returncode != 0:
+                raise RunnerError(f"{shlex.join(argv)} failed: {r.stderr.strip()}")
+            done.append(shlex.join(argv))
+        if not done:
+            raise RunnerError(f"no route on {tb.server_dev} to set rto_min on")
+        return done
+
+    @staticmethod
     def tcp_counters(tb: Any) -> dict[str, int]:
         """The server namespace's TCP counters (/proc/net/snmp Tcp, /proc/net/netstat TcpExt)."""
         r = tb.server_run(
@@ -381,6 +401,8 @@ class Runner:
                 "client_addrs": list(tb.client_addrs),
                 "server_dev": tb.server_dev,
             }
+            if self.exp.uplink.rto_min_ms:
+                rec["route_commands"] = self.set_rto_min(tb, self.exp.uplink.rto_min_ms)
             s_argv = self.server_argv(tb, policy)
             l_argv = [
                 str(self.bin),

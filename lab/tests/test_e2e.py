@@ -7,6 +7,7 @@ Needs root (namespaces, qdiscs) and a release build with `serve`, `load` and `wo
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -79,3 +80,18 @@ def test_srpt_beats_fair_end_to_end(tmp_path):
     assert c["throughput_ratio"] == pytest.approx(1.0, abs=0.1)
     if find_chromium():
         assert check_images(out / "report.html").ok
+
+
+@pytest.mark.root
+def test_rto_min_set_on_server_route():
+    if os.geteuid() != 0:
+        pytest.skip("needs root: network namespaces")
+    if not BIN.exists():
+        pytest.skip(f"{BIN} not built (make build)")
+    from shortfirst_lab.testbed import Testbed, new_run_id
+
+    with Testbed(new_run_id(), 10_000_000, shortfirst_bin=BIN) as tb:
+        cmds = runner.Runner.set_rto_min(tb, 1500)
+        assert cmds and all("rto_min 1500ms" in c for c in cmds)
+        shown = tb.server_run(["ip", "route", "show", "dev", tb.server_dev], capture_output=True, text=True)
+        assert re.search(r"rto_min (lock )?1\.5s", shown.stdout), shown.stdout
