@@ -1,0 +1,141 @@
+"""`python -m shortfirst_lab`: the lab's command line.
+
+Subcommands (one function each; add a new one by writing `_cmd_x(args)` and registering it in
+`SUBCOMMANDS` with a function that adds its arguments):
+
+    run EXP.toml --out DIR [--resume] [--bin PATH]   run an experiment, then build its report
+    report DIR                                        rebuild summary.json and report.html from raw logs
+    validate EXP.toml...                              check experiment files, print the run matrix
+    check-report DIR/report.html                      open the page in headless Chromium, check images
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from .experiment import ExperimentError, load_experiment
+
+
+def _add_run(p: argparse.ArgumentParser) -> None:
+    p.add_argument("experiment", type=Path, help="experiment TOML file")
+    p.add_argument("--out", type=Path, required=True, help="experiment directory (raw logs, summary, report)")
+    p.add_argument("--resume", action="store_true", help="continue DIR: skip runs whose run.json says ok")
+    p.add_argument(
+        "--bin", type=Path, default=None, help="shortfirst binary (default: target/release/shortfirst)"
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_set(p)
+
+
+def _add_set(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a key of the experiment file (VALUE in TOML syntax), e.g. run.duration_s=60",
+    )
+
+
+def _cmd_run(a: argparse.Namespace) -> int:
+    from . import report, runner
+
+    bin_path = a.bin or runner.repo_root() / "target" / "release" / "shortfirst"
+    summary = runner.run_experiment(
+        a.experiment, a.out, bin_path, resume=a.resume, progress=not a.no_progress, overrides=a.overrides
+    )
+    print(report.format_table(summary))
+    print(f"\nreport: {(a.out / 'report.html').resolve()}")
+    print(f"summary: {(a.out / 'summary.json').resolve()}")
+    return 0
+
+
+def _add_report(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", type=Path, help="experiment directory written by `run`")
+
+
+def _cmd_report(a: argparse.Namespace) -> int:
+    from . import report
+
+    summary = report.build(a.dir)
+    print(report.format_table(summary))
+    print(f"\nreport: {(a.dir / 'report.html').resolve()}")
+    return 0
+
+
+def _add_validate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("experiments", type=Path, nargs="+", help="experiment TOML files")
+    _add_set(p)
+
+
+def _cmd_validate(a: argparse.Namespace) -> int:
+    for path in a.experiments:
+        exp = load_experiment(path, a.overrides)
+        runs = exp.matrix()
+        per_run = exp.run.duration_s
+        print(
+            f"{path}: ok — {exp.name}: {len(runs)} runs × {per_run:g} s schedule "
+            f"(+ drain up to {exp.run.drain_timeout_s:g} s each)"
+        )
+        for r in runs:
+            print(f"  {r.run_id}  seed={r.seed}")
+    return 0
+
+
+def _add_check(p: argparse.ArgumentParser) -> None:
+    p.add_argument("html", type=Path, help="an HTML page, e.g. DIR/report.html")
+
+
+def _cmd_check(a: argparse.Namespace) -> int:
+    from .browsercheck import check_images
+
+    res = check_images(a.html)
+    print(f"{a.html}: {res.loaded}/{res.total} images rendered")
+    for b in res.broken:
+        print(f"  broken: {b}")
+    return 0 if res.ok else 1
+
+
+SUBCOMMANDS: dict[
+    str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
+] = {
+    "run": ("run an experiment and build its report", _add_run, _cmd_run),
+    "report": ("rebuild summary.json and report.html from the raw logs", _add_report, _cmd_report),
+    "validate": ("validate experiment files and print their run matrix", _add_validate, _cmd_validate),
+    "check-report": ("render a report in headless Chromium and check every image", _add_check, _cmd_check),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m shortfirst_lab", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (help_, add, fn) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=help_)
+        add(p)
+        p.set_defaults(func=fn)
+    a = parser.parse_args(argv)
+    try:
+        return a.func(a)
+    except ExperimentError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted (testbed torn down)", file=sys.stderr)
+        return 130
+    except Exception as e:  # the lab's own errors carry their context in the message
+        from .analysis import LogError
+        from .report import ReportError
+        from .runner import RunnerError
+
+        if isinstance(e, RunnerError | ReportError | LogError):
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,483 @@
+"""Experiment files: the TOML schema, its validation and the run matrix.
+
+An experiment is one TOML file (read with `tomllib`) describing *what* to run; the runner
+decides *how*. Validation is strict: an unknown key, a wrong type or an out-of-range value is
+an `ExperimentError` naming the file, the dotted key and what was expected, because a typo in
+an experiment file otherwise silently falls back to a default and wastes an hour of machine
+time. Every default is written out in `SCHEMA` below and in the shipped experiment files.
+
+Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
+
+    [experiment]
+    name = "tocs-lan"                 # str, [A-Za-z0-9_.-]+
+    description = "..."               # str
+    policies = ["fair", "srpt"]       # non-empty list of fair|srpt|srpt2, no duplicates
+    loads = [0.5, 0.7, 0.9]           # non-empty list of floats in (0, 1.5], no duplicates
+    repeats = 1                       # int >= 1; repeat k uses load seed = seed + k - 1
+    seed = 1                          # int >= 0, seed of the load generator
+
+    [uplink]
+    rate = "10mbit"                   # "<n>[kbit|mbit|gbit]" or an int (bits/s)
+    mtu = 1500                        # int in [576, 9000]
+    accept_queue = 512                # int >= 1 (listen backlog, as in the paper)
+    bands = 6                         # data bands of the HTB tree, int in [1, 7]
+    rto_min_ms = 0                    # int >= 0: TCP minimum retransmission timeout on the
+                                      # server's route (`ip route change ... rto_min`); 0 keeps
+                                      # the kernel's 200 ms. Queueing in a starved low band can
+                                      # exceed 200 ms, firing spurious timeouts that collapse
+                                      # the window and back the timer off (counted per run in
+                                      # tcp_counters.json: TCPSpuriousRtxHostQueues, TCPTimeouts).
+
+    [workload]
+    kind = "wc98like"                 # passed to `shortfirst workload generate --kind`
+    files = 5000                      # int >= 1
+    requests = 200000                 # int >= 1
+    seed = 42                         # int >= 0
+
+    [client]
+    model = "open"                    # open | partly-open:K | closed:N[,think=DIST]
+    clients = 64                      # client identities of the generator (`shortfirst load
+                                      # --clients`); one client namespace runs the generator
+    timeout_s = 300                   # float > 0: an attempt not done by then is a timeout.
+                                      # Generous on purpose: under FAIR at 0.95 a 2 MB response
+                                      # takes ~1.7 s / (1 − 0.95) ≈ 34 s, and cutting it short
+                                      # would hide exactly the large-file penalty we measure.
+
+    [server]
+    cutoffs = ""                      # "" (the policy's default), "auto" or "1K,2K,..."
+    port = 8080                       # int in [1, 65535]
+    send_buffer_bytes = 32768         # SO_SNDBUF of client sockets; 0 = kernel autotuning.
+                                      # The server moves a response to a better band when its
+                                      # *written* bytes cross a cutoff; with an autotuned (up to
+                                      # 4 MB) buffer a large response is written long before it
+                                      # is sent and gets promoted early, so SRPT decays to FAIR.
+                                      # 32 KB keeps written within ~64 KB of sent, no throughput
+                                      # cost on a LAN (measured by the uplink work, downloads.py).
+    extra_args = []                   # further `shortfirst serve` arguments, list of strings
+
+    [run]
+    duration_s = 300                  # float > 0: schedule length handed to the generator
+    warmup_s = 30                     # float >= 0, < duration_s: excluded from every metric
+    drain_timeout_s = 330             # float > client.timeout_s: how long in-flight requests may
+                                      # take after the schedule ends before the run is stopped
+                                      # and recorded as failed
+
+    [calibration]
+    sizes = 16                        # int >= 2: ladder of distinct file sizes fetched alone
+    repeats = 5                       # int >= 1: fetches per size (the median is used)
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+POLICIES = ("fair", "srpt", "srpt2")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(bit|kbit|mbit|gbit)?\s*$", re.IGNORECASE)
+_RATE_UNIT = {None: 1, "bit": 1, "kbit": 1_000, "mbit": 1_000_000, "gbit": 1_000_000_000}
+_MODEL_RE = re.compile(r"^(open|partly-open:[1-9][0-9]*|closed:[1-9][0-9]*(,think=\S+)?)$")
+# As `shortfirst serve --cutoffs` parses them (crates/core bands.rs): K = 1000, Ki = 1024, ...
+_CUTOFF_RE = re.compile(r"^\s*[0-9]+\s*([KMG]i?)?B?\s*$", re.IGNORECASE)
+
+
+class ExperimentError(ValueError):
+    """A bad experiment file: names the file, the dotted key and what was expected."""
+
+    def __init__(self, path: str | Path, key: str, expected: str, got: Any = None):
+        self.path = str(path)
+        self.key = key
+        self.expected = expected
+        self.got = got
+        where = f"{self.path}: {key}" if key else self.path
+        msg = f"{where}: expected {expected}"
+        if got is not None:
+            msg += f", got {got!r}"
+        super().__init__(msg)
+
+
+@dataclass(frozen=True)
+class Uplink:
+    rate_bits_per_s: int = 10_000_000
+    mtu: int = 1500
+    accept_queue: int = 512
+    bands: int = 6
+    rto_min_ms: int = 0
+
+
+@dataclass(frozen=True)
+class Workload:
+    kind: str
+    files: int
+    requests: int
+    seed: int = 42
+
+
+@dataclass(frozen=True)
+class Client:
+    model: str = "open"
+    clients: int = 64
+    timeout_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class Server:
+    cutoffs: str = ""
+    port: int = 8080
+    send_buffer_bytes: int = 32_768
+    extra_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunTiming:
+    duration_s: float
+    warmup_s: float = 0.0
+    drain_timeout_s: float = 330.0
+
+
+@dataclass(frozen=True)
+class Calibration:
+    sizes: int = 16
+    repeats: int = 5
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One cell of the matrix: a policy at a load, repeat `repeat` (1-based)."""
+
+    policy: str
+    load: float
+    repeat: int
+    seed: int
+
+    @property
+    def run_id(self) -> str:
+        return run_dir_name(self.policy, self.load, self.repeat)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    policies: tuple[str, ...]
+    loads: tuple[float, ...]
+    workload: Workload
+    run: RunTiming
+    description: str = ""
+    repeats: int = 1
+    seed: int = 1
+    uplink: Uplink = field(default_factory=Uplink)
+    client: Client = field(default_factory=Client)
+    server: Server = field(default_factory=Server)
+    calibration: Calibration = field(default_factory=Calibration)
+    source: str = ""
+
+    def matrix(self) -> list[RunSpec]:
+        """Runs in execution order: load-major, then repeat, then policy.
+
+        Policies at the same load and repeat run back to back, so slow drift of the shared
+        machine (other tenants, thermal) affects the policies being compared alike.
+        """
+        return [
+            RunSpec(policy=p, load=ld, repeat=k, seed=self.seed + k - 1)
+            for ld in self.loads
+            for k in range(1, self.repeats + 1)
+            for p in self.policies
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "experiment": {
+                "name": self.name,
+                "description": self.description,
+                "policies": list(self.policies),
+                "loads": list(self.loads),
+                "repeats": self.repeats,
+                "seed": self.seed,
+            },
+            "uplink": vars(self.uplink).copy(),
+            "workload": vars(self.workload).copy(),
+            "client": vars(self.client).copy(),
+            "server": {**vars(self.server), "extra_args": list(self.server.extra_args)},
+            "run": vars(self.run).copy(),
+            "calibration": vars(self.calibration).copy(),
+        }
+
+
+def run_dir_name(policy: str, load: float, repeat: int) -> str:
+    """`<policy>-load<ρ>-rep<k>`, ρ with two decimals (`fair-load0.80-rep1`)."""
+    return f"{policy}-load{load:.2f}-rep{repeat}"
+
+
+def parse_rate(value: Any) -> int:
+    """`"10mbit"` → 10_000_000; an int is taken as bits/s. Raises ValueError."""
+    if isinstance(value, bool):
+        raise ValueError("a rate")
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError("a positive rate")
+        return value
+    if isinstance(value, str):
+        m = _RATE_RE.match(value)
+        if m:
+            unit = m.group(2).lower() if m.group(2) else None
+            bits = round(float(m.group(1)) * _RATE_UNIT[unit])
+            if bits > 0:
+                return bits
+    raise ValueError("a rate")
+
+
+class _Section:
+    """Typed, strict access to one TOML table; tracks which keys were consumed."""
+
+    def __init__(self, path: Path, name: str, table: Any):
+        self.path = path
+        self.name = name
+        if not isinstance(table, dict):
+            raise ExperimentError(path, name, "a table", type(table).__name__)
+        self.table = table
+        self.used: set[str] = set()
+
+    def key(self, k: str) -> str:
+        return f"{self.name}.{k}"
+
+    def err(self, k: str, expected: str, got: Any = None) -> ExperimentError:
+        return ExperimentError(self.path, self.key(k), expected, got)
+
+    def get(self, k: str, default: Any = ...) -> Any:
+        self.used.add(k)
+        if k not in self.table:
+            if default is ...:
+                raise ExperimentError(self.path, self.key(k), "this key (it is required)")
+            return default
+        return self.table[k]
+
+    def int(self, k: str, default: Any = ..., lo: int | None = None, hi: int | None = None) -> int:
+        v = self.get(k, default)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.err(k, "an integer", v)
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            raise self.err(k, f"an integer in [{lo if lo is not None else '-inf'}, {hi or 'inf'}]", v)
+        return v
+
+    def float(self, k: str, default: Any = ..., lo: float | None = None, lo_open: bool = False) -> float:
+        v = self.get(k, default)
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise self.err(k, "a number", v)
+        v = float(v)
+        if lo is not None and (v < lo or (lo_open and v == lo)):
+            raise self.err(k, f"a number {'>' if lo_open else '>='} {lo:g}", v)
+        return v
+
+    def str(self, k: str, default: Any = ...) -> str:
+        v = self.get(k, default)
+        if not isinstance(v, str):
+            raise self.err(k, "a string", v)
+        return v
+
+    def finish(self) -> None:
+        unknown = sorted(set(self.table) - self.used)
+        if unknown:
+            raise ExperimentError(
+                self.path,
+                self.key(unknown[0]),
+                f"one of the known keys {sorted(self.used)} (unknown key)",
+            )
+
+
+_SECTIONS = ("experiment", "uplink", "workload", "client", "server", "run", "calibration")
+
+
+def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
+    """Read and validate an experiment file. Raises ExperimentError on any problem.
+
+    `overrides` are `SECTION.KEY=VALUE` strings (VALUE in TOML syntax, e.g. `run.duration_s=60`
+    or `experiment.loads=[0.8]`), applied before validation; the experiment's `source` is then
+    the effective file, with the overrides noted in a header comment, so what is stored beside
+    the results is exactly what ran.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ExperimentError(path, "", f"a readable file ({e.strerror})") from e
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ExperimentError(path, "", f"valid TOML ({e})") from e
+    if overrides:
+        for ov in overrides:
+            apply_override(doc, ov, path)
+        text = f"# {path} with overrides: {' '.join(overrides)}\n" + to_toml(doc)
+    return experiment_from_dict(doc, path, text)
+
+
+def apply_override(doc: dict[str, Any], override: str, path: str | Path = "<override>") -> None:
+    """Set `SECTION.KEY=VALUE` (VALUE parsed as TOML) in `doc`, in place."""
+    key, sep, raw = override.partition("=")
+    parts = key.strip().split(".")
+    if not sep or len(parts) != 2 or not all(parts):
+        raise ExperimentError(path, key.strip(), "an override SECTION.KEY=VALUE", override)
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()  # a bare word is taken as a string: model=open
+    section = doc.setdefault(parts[0], {})
+    if not isinstance(section, dict):
+        raise ExperimentError(path, parts[0], "a table", section)
+    section[parts[1]] = value
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+
+def to_toml(doc: dict[str, Any]) -> str:
+    """Serialise a two-level document of tables of scalars and lists (the experiment schema)."""
+    out = []
+    for section, table in doc.items():
+        out.append(f"[{section}]")
+        out.extend(f"{k} = {_toml_value(v)}" for k, v in table.items())
+        out.append("")
+    return "\n".join(out)
+
+
+def experiment_from_dict(
+    doc: dict[str, Any], path: str | Path = "<experiment>", text: str = ""
+) -> Experiment:
+    path = Path(path)
+    for k in doc:
+        if k not in _SECTIONS:
+            raise ExperimentError(path, k, f"one of the sections {list(_SECTIONS)} (unknown section)")
+    for required in ("experiment", "workload", "run"):
+        if required not in doc:
+            raise ExperimentError(path, required, "this section (it is required)")
+
+    e = _Section(path, "experiment", doc["experiment"])
+    name = e.str("name")
+    if not _NAME_RE.match(name):
+        raise e.err("name", "letters, digits, '_', '.' or '-' only", name)
+    description = e.str("description", "")
+    policies = e.get("policies")
+    if not isinstance(policies, list) or not policies:
+        raise e.err("policies", f"a non-empty list of {'|'.join(POLICIES)}", policies)
+    for p in policies:
+        if p not in POLICIES:
+            raise e.err("policies", f"each policy one of {'|'.join(POLICIES)}", p)
+    if len(set(policies)) != len(policies):
+        raise e.err("policies", "no duplicates", policies)
+    loads = e.get("loads")
+    if not isinstance(loads, list) or not loads:
+        raise e.err("loads", "a non-empty list of numbers in (0, 1.5]", loads)
+    for ld in loads:
+        if isinstance(ld, bool) or not isinstance(ld, int | float) or not 0 < ld <= 1.5:
+            raise e.err("loads", "each load a number in (0, 1.5]", ld)
+    if len({round(float(x), 2) for x in loads}) != len(loads):
+        raise e.err("loads", "no duplicates (loads are compared to two decimals)", loads)
+    repeats = e.int("repeats", 1, lo=1, hi=100)
+    seed = e.int("seed", 1, lo=0)
+    e.finish()
+
+    u = _Section(path, "uplink", doc.get("uplink", {}))
+    rate_raw = u.get("rate", "10mbit")
+    try:
+        rate = parse_rate(rate_raw)
+    except ValueError:
+        raise u.err("rate", 'a rate such as "10mbit", "100mbit" or an integer in bits/s', rate_raw) from None
+    uplink = Uplink(
+        rate_bits_per_s=rate,
+        mtu=u.int("mtu", 1500, lo=576, hi=9000),
+        accept_queue=u.int("accept_queue", 512, lo=1, hi=65535),
+        bands=u.int("bands", 6, lo=1, hi=7),
+        rto_min_ms=u.int("rto_min_ms", 0, lo=0, hi=60_000),
+    )
+    u.finish()
+
+    w = _Section(path, "workload", doc["workload"])
+    kind = w.str("kind")
+    if not kind or any(c.isspace() for c in kind):
+        raise w.err("kind", "a workload kind such as wc98like, surge, bpareto:A,MIN,MAX", kind)
+    workload = Workload(
+        kind=kind,
+        files=w.int("files", lo=1),
+        requests=w.int("requests", lo=1),
+        seed=w.int("seed", 42, lo=0),
+    )
+    w.finish()
+
+    c = _Section(path, "client", doc.get("client", {}))
+    model = c.str("model", "open")
+    if not _MODEL_RE.match(model):
+        raise c.err("model", "open, partly-open:K or closed:N[,think=DIST]", model)
+    client = Client(
+        model=model,
+        clients=c.int("clients", 64, lo=1, hi=1_000_000),
+        timeout_s=c.float("timeout_s", 300.0, lo=0.0, lo_open=True),
+    )
+    c.finish()
+
+    s = _Section(path, "server", doc.get("server", {}))
+    cutoffs = s.str("cutoffs", "")
+    if cutoffs not in ("", "auto") and not all(_CUTOFF_RE.match(x) for x in cutoffs.split(",")):
+        raise s.err("cutoffs", '"" (policy default), "auto" or a list like "1K,2K,5K,20K,50K"', cutoffs)
+    extra = s.get("extra_args", [])
+    if not isinstance(extra, list) or not all(isinstance(x, str) for x in extra):
+        raise s.err("extra_args", "a list of strings", extra)
+    server = Server(
+        cutoffs=cutoffs,
+        port=s.int("port", 8080, lo=1, hi=65535),
+        send_buffer_bytes=s.int("send_buffer_bytes", 32_768, lo=0, hi=1 << 30),
+        extra_args=tuple(extra),
+    )
+    s.finish()
+
+    r = _Section(path, "run", doc["run"])
+    duration = r.float("duration_s", lo=0.0, lo_open=True)
+    warmup = r.float("warmup_s", 0.0, lo=0.0)
+    if warmup >= duration:
+        raise r.err("warmup_s", f"less than run.duration_s ({duration:g})", warmup)
+    timing = RunTiming(
+        duration_s=duration,
+        warmup_s=warmup,
+        drain_timeout_s=r.float("drain_timeout_s", 330.0, lo=0.0, lo_open=True),
+    )
+    r.finish()
+    if timing.drain_timeout_s <= client.timeout_s:
+        raise r.err(
+            "drain_timeout_s",
+            f"more than client.timeout_s ({client.timeout_s:g}), so the generator can time out its own "
+            "requests before the runner stops it",
+            timing.drain_timeout_s,
+        )
+
+    cal = _Section(path, "calibration", doc.get("calibration", {}))
+    calibration = Calibration(
+        sizes=cal.int("sizes", 16, lo=2, hi=200), repeats=cal.int("repeats", 5, lo=1, hi=100)
+    )
+    cal.finish()
+
+    return Experiment(
+        name=name,
+        description=description,
+        policies=tuple(policies),
+        loads=tuple(float(x) for x in loads),
+        repeats=repeats,
+        seed=seed,
+        uplink=uplink,
+        workload=workload,
+        client=client,
+        server=server,
+        run=timing,
+        calibration=calibration,
+        source=text,
+    )

@@ -1,0 +1,82 @@
+"""Measured against modelled: the same runs through the simulator and M/G/1 theory.
+
+For each measured run the report can set beside it
+- *simulated*: `shortfirst sim` replaying the run's own arrivals (its `scheduled_s` and sizes)
+  through an ideal link of the nominal rate, with the policy the server approximates
+  (`fair` → `ps`, `srpt`/`srpt2` → `srpt-classes:<the server's cutoffs>`), written by the
+  runner to `DIR/runs/<run>/sim/requests.csv` when the binary has `sim`;
+- *analytic*: M/G/1 at the run's load with the window's empirical size distribution
+  (`theory.Queue`, from the simulator's issue): `ps`, `classes-ps` with the same cutoffs, and
+  exact `srpt` as the ideal.
+
+Both are optional: without `shortfirst sim` or `theory.py` the report simply leaves them out.
+The gap measured − simulated is what TCP, the kernel and the generator add to an ideal link;
+simulated − analytic is the effect of the trace's bursty (non-Poisson) arrivals.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import numpy as np
+
+# `shortfirst serve --policy srpt` default cutoffs (crates/core bands.rs, K = 1000).
+DEFAULT_SRPT_CUTOFFS_BYTES = (1_000, 2_000, 5_000, 20_000, 50_000)
+_UNITS = {"": 1, "k": 1_000, "ki": 1_024, "m": 1_000_000, "mi": 1_048_576, "g": 1_000_000_000, "gi": 1 << 30}
+
+
+def parse_cutoffs(text: str) -> list[int]:
+    """`1K,2K,5KiB` → bytes, as the server parses them."""
+    out = []
+    for part in text.split(","):
+        p = part.strip().lower().removesuffix("b")
+        num = p.rstrip("kmgi")
+        out.append(int(num) * _UNITS[p[len(num) :]])
+    return out
+
+
+def cutoffs_for(policy: str, cutoffs: str, sizes_bytes: Any) -> list[int] | None:
+    """The cutoffs the server uses for `policy` (None for fair; `auto` → the srpt default)."""
+    if policy == "fair":
+        return None
+    if policy == "srpt2":
+        return [int(np.median(sizes_bytes))]
+    if cutoffs and cutoffs != "auto":
+        return parse_cutoffs(cutoffs)
+    return list(DEFAULT_SRPT_CUTOFFS_BYTES)
+
+
+def sim_policy(cutoffs: list[int] | None) -> str:
+    """The simulator's name for the server's policy with these cutoffs (None: FAIR = ps)."""
+    return "ps" if cutoffs is None else "srpt-classes:" + ",".join(str(c) for c in cutoffs)
+
+
+def theory_module():
+    try:
+        return importlib.import_module("shortfirst_lab.theory")
+    except ImportError:
+        return None
+
+
+def analytic(
+    sizes_bytes: Any, load: float, rate_bits_per_s: float, cutoffs: list[int] | None
+) -> dict[str, Any]:
+    """M/G/1 mean response (s) for the policy's model and for exact SRPT, or {} without theory."""
+    th = theory_module()
+    if th is None or load >= 1.0:
+        return {}
+    x = np.asarray(sizes_bytes, dtype=float) * 8.0 / rate_bits_per_s
+    try:
+        q = th.Queue(th.Empirical(x), load)
+        out: dict[str, Any] = {"analytic_srpt_s": float(q.mean_response("srpt"))}
+        if cutoffs is None:
+            out["analytic_model"] = "ps"
+            out["analytic_s"] = float(q.mean_response("ps"))
+        else:
+            c = [b * 8.0 / rate_bits_per_s for b in cutoffs]
+            out["analytic_model"] = "classes-ps"
+            out["analytic_s"] = float(q.mean_response("classes-ps", cutoffs=c))
+    except (ValueError, ArithmeticError) as e:  # theory.TheoryError is a ValueError
+        return {"analytic_error": f"{type(e).__name__}: {e}"}
+    return out

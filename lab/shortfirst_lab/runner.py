@@ -1,0 +1,694 @@
+"""Experiment runner: workload, idle calibration, then the policy × load × repeat matrix.
+
+For each run it builds a fresh testbed (`testbed.Testbed`: server and client namespaces, the
+shaped uplink), starts `shortfirst serve` in the server namespace and `shortfirst load` in a
+client namespace, samples server health once a second, and leaves raw logs only::
+
+    DIR/experiment.toml, DIR/provenance.json
+    DIR/workload/{docroot/,trace.csv,commands.txt}       generated once, shared by every run
+    DIR/calibration/{trace.csv,requests.csv,...}          idle fetches for the slowdown baseline
+    DIR/runs/<policy>-load<ρ>-rep<k>/
+        requests.csv, summary.json    written by shortfirst load
+        health.csv                    1 Hz `Testbed.health_sample()`: open connections, listen
+                                      overflows/drops, per-band bytes/backlog/drops, server CPU
+                                      seconds (the testbed reads /proc/<pid>/stat)
+        uplink.json                   per-band qdisc counters at the end of the run
+        server.log, load.log          the two processes' output
+        server_metrics.txt            the server's Prometheus metrics at the end of the run
+        commands.txt                  exact command lines
+        run.json                      status, seed, timings, exit codes
+
+Everything the report shows is then computed from these files alone (`report.build`).
+A run is retried never; a failed run is recorded (`run.json` status) and the matrix goes on.
+`--resume` skips runs whose `run.json` says ok, so a long experiment survives an interruption.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from . import models, report
+from .experiment import Experiment, RunSpec, load_experiment
+from .provenance import collect, utc_now, write_atomic, write_json
+
+HEALTH_PERIOD_S = 1.0
+SERVER_START_TIMEOUT_S = 15.0
+SERVER_STOP_TIMEOUT_S = 15.0
+ADMIN_PORT = 9464
+# Calibration spacing: each idle fetch gets CAL_GAP_FACTOR × its ideal serialisation time plus
+# CAL_GAP_S before the next starts, so nothing overlaps; overlaps are still detected and dropped.
+CAL_GAP_FACTOR = 1.6
+CAL_GAP_S = 0.15
+
+
+class RunnerError(RuntimeError):
+    """The experiment cannot proceed (names what failed and where its log is)."""
+
+
+def repo_root() -> Path:
+    here = Path(__file__).resolve()
+    for p in here.parents:
+        if (p / "Cargo.toml").exists() and (p / "lab").is_dir():
+            return p
+    return Path.cwd()
+
+
+def _log(msg: str) -> None:
+    tqdm.write(f"[lab] {msg}", file=sys.stderr)
+
+
+def _write_commands(path: Path, argvs: list[list[str]], note: str = "") -> None:
+    text = (f"# {note}\n" if note else "") + "".join(shlex.join(a) + "\n" for a in argvs)
+    write_atomic(path, text)
+
+
+# --------------------------------------------------------------------------- workload
+
+
+def generate_workload(exp: Experiment, out: Path, bin_path: Path) -> Path:
+    """`shortfirst workload generate` into DIR/workload (skipped if already complete)."""
+    wdir = out / "workload"
+    trace = wdir / "trace.csv"
+    stamp = wdir / "workload.json"
+    want = vars(exp.workload)
+    if trace.exists() and stamp.exists() and json.loads(stamp.read_text()) == want:
+        return trace
+    if wdir.exists():
+        shutil.rmtree(wdir)
+    wdir.mkdir(parents=True)
+    argv = [
+        str(bin_path),
+        "workload",
+        "generate",
+        "--kind",
+        exp.workload.kind,
+        "--files",
+        str(exp.workload.files),
+        "--requests",
+        str(exp.workload.requests),
+        "--seed",
+        str(exp.workload.seed),
+        "--out",
+        str(wdir),
+    ]
+    _write_commands(wdir / "commands.txt", [argv])
+    r = subprocess.run(argv, capture_output=True, text=True, check=False)
+    write_atomic(wdir / "generate.log", r.stdout + r.stderr)
+    if r.returncode != 0 or not trace.exists():
+        raise RunnerError(f"workload generation failed (exit {r.returncode}); see {wdir / 'generate.log'}")
+    write_json(stamp, want)
+    return trace
+
+
+def check_trace_covers(exp: Experiment, trace: Path) -> dict[str, Any]:
+    """The scaled trace must last at least `duration_s` at the highest load.
+
+    Load scaling stretches the trace so that requested bits/s = ρ × rate, so at load ρ it lasts
+    total_bits / (ρ × rate) seconds. Shorter than the run would silently shrink the window.
+    """
+    df = pd.read_csv(trace, usecols=["size_bytes"])
+    total_bits = float(df["size_bytes"].sum()) * 8.0
+    mean_size = float(df["size_bytes"].mean())
+    rho = max(exp.loads)
+    lasts_s = total_bits / (rho * exp.uplink.rate_bits_per_s)
+    if lasts_s < exp.run.duration_s:
+        need = int(np.ceil(len(df) * exp.run.duration_s / lasts_s * 1.05))
+        raise RunnerError(
+            f"{exp.name}: the trace ({len(df)} requests, mean {mean_size:.0f} B) "
+            f"lasts only {lasts_s:.0f} s at "
+            f"load {rho:g} on {exp.uplink.rate_bits_per_s / 1e6:g} Mbit/s, but run.duration_s = "
+            f"{exp.run.duration_s:g}; set workload.requests to at least {need}"
+        )
+    return {"requests": len(df), "mean_size_bytes": mean_size, "lasts_s_at_max_load": lasts_s}
+
+
+# --------------------------------------------------------------------------- health
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}{k}." if not isinstance(v, dict | list) else f"{prefix}{k}."))
+        return {k.rstrip("."): v for k, v in out.items()}
+    if isinstance(d, list):
+        for i, v in enumerate(d):
+            out.update(_flatten(v, f"{prefix}{i}."))
+        return out
+    return {prefix: d}
+
+
+def parse_proc_pairs(text: str) -> dict[str, dict[str, int]]:
+    """/proc/net/snmp and /proc/net/netstat: pairs of lines `Group: names…` / `Group: values…`."""
+    out: dict[str, dict[str, int]] = {}
+    lines = [ln for ln in text.splitlines() if ":" in ln]
+    for names, values in zip(lines[::2], lines[1::2], strict=False):
+        group, _, names_rest = names.partition(":")
+        vgroup, _, values_rest = values.partition(":")
+        if group != vgroup:
+            continue
+        for k, v in zip(names_rest.split(), values_rest.split(), strict=False):
+            try:
+                out.setdefault(group, {})[k] = int(v)
+            except ValueError:
+                continue
+    return out
+
+
+def counter_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """Non-zero increases of cumulative counters (gauges like Tcp.CurrEstab are skipped)."""
+    skip = {"Tcp.CurrEstab", "Tcp.RtoAlgorithm", "Tcp.RtoMin", "Tcp.RtoMax", "Tcp.MaxConn"}
+    return {
+        k: after[k] - before.get(k, 0)
+        for k in sorted(after)
+        if k not in skip and after[k] != before.get(k, 0)
+    }
+
+
+# Names under which the testbed may report the counters the analysis summarises.
+_HEALTH_ALIASES = {
+    "open_connections": ("open_connections", "connections_open", "established", "open"),
+    "listen_overflows": ("listen_overflows", "ListenOverflows", "TcpExtListenOverflows"),
+    "listen_drops": ("listen_drops", "ListenDrops", "TcpExtListenDrops"),
+}
+
+
+def normalise_health(sample: dict[str, Any]) -> dict[str, Any]:
+    """Flatten a `Testbed.health_sample()` dict and name the summarised counters canonically."""
+    flat = _flatten(sample)
+    out = {k: v for k, v in flat.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    for canon, names in _HEALTH_ALIASES.items():
+        if canon in out:
+            continue
+        for key, v in list(out.items()):
+            if key.split(".")[-1] in names:
+                out[canon] = v
+                break
+    return out
+
+
+class HealthSampler(threading.Thread):
+    """Samples `sample()` every HEALTH_PERIOD_S until stopped; rows kept in memory.
+
+    Bounded: one row per second of run time (the run itself is bounded by duration + drain).
+    """
+
+    def __init__(self, sample: Callable[[], dict[str, Any]], t0: float):
+        super().__init__(daemon=True, name="health-sampler")
+        self.sample = sample
+        self.t0 = t0
+        self.rows: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self._stop_evt = threading.Event()
+
+    def run(self) -> None:
+        next_t = time.monotonic()
+        while not self._stop_evt.is_set():
+            row: dict[str, Any] = {"t_s": round(time.monotonic() - self.t0, 3)}
+            try:
+                sample = normalise_health(self.sample())
+                sample.pop("time_s", None)  # the testbed's monotonic stamp; t_s is ours
+                row.update(sample)
+            except Exception as e:  # noqa: BLE001 - a failed sample is logged, the run goes on
+                if len(self.errors) < 20:
+                    self.errors.append(f"t={row['t_s']}: {type(e).__name__}: {e}")
+            self.rows.append(row)
+            next_t += HEALTH_PERIOD_S
+            self._stop_evt.wait(max(0.0, next_t - time.monotonic()))
+
+    def stop(self) -> None:
+        self._stop_evt.set()
+        self.join(timeout=10)
+
+    def latest(self, key: str) -> Any:
+        return self.rows[-1].get(key) if self.rows else None
+
+    def write(self, path: Path) -> None:
+        cols: list[str] = ["t_s"]
+        for r in self.rows:
+            cols.extend(k for k in r if k not in cols)
+        write_atomic(path, pd.DataFrame(self.rows, columns=cols).to_csv(index=False))
+
+
+# --------------------------------------------------------------------------- one run
+
+
+class Runner:
+    def __init__(
+        self, exp: Experiment, out: Path, bin_path: Path, resume: bool = False, progress: bool = True
+    ):
+        self.exp = exp
+        self.out = out
+        self.bin = bin_path
+        self.resume = resume
+        self.progress = progress
+        self.trace: Path | None = None
+        self.docroot: Path | None = None
+        self._sim: bool | None = None
+
+    # Imported lazily so analysis/report/tests work on machines without pyroute2 privileges.
+    @staticmethod
+    def _testbed_module():
+        from . import testbed
+
+        return testbed
+
+    def testbed(self):
+        tb = self._testbed_module()
+        u = self.exp.uplink
+        # Testbed run ids are 6 random hex digits (namespace names sf<id>-srv...), recorded in run.json.
+        return tb.Testbed(
+            run_id=tb.new_run_id(),
+            rate_bits_per_s=u.rate_bits_per_s,
+            data_bands=u.bands,
+            n_clients=1,  # one generator process; `client.clients` are its client identities
+            shortfirst_bin=self.bin,
+            mtu=u.mtu,
+            accept_queue=u.accept_queue,
+        )
+
+    def server_argv(self, tb: Any, policy: str) -> list[str]:
+        argv = [
+            str(self.bin),
+            "serve",
+            "--root",
+            str(self.docroot),
+            "--listen",
+            f"{tb.server_addr}:{self.exp.server.port}",
+            "--policy",
+            policy,
+            "--admin",
+            f"{tb.server_addr}:{ADMIN_PORT}",
+        ]
+        if self.exp.server.cutoffs and policy != "fair":
+            argv += ["--cutoffs", self.exp.server.cutoffs]
+        if self.exp.server.send_buffer_bytes:
+            argv += ["--send-buffer-bytes", str(self.exp.server.send_buffer_bytes)]
+        return argv + list(self.exp.server.extra_args)
+
+    def wait_listening(self, tb: Any, srv: subprocess.Popen, log: Path) -> None:
+        """Until a TCP connect from the client namespace succeeds (the server is up)."""
+        code = (
+            "import socket,sys,time\n"
+            f"end=time.monotonic()+{SERVER_START_TIMEOUT_S}\n"
+            "while time.monotonic()<end:\n"
+            "  try:\n"
+            f"    socket.create_connection(({tb.server_addr!r},{self.exp.server.port}),timeout=1).close()\n"
+            "    sys.exit(0)\n"
+            "  except OSError: time.sleep(0.05)\n"
+            "sys.exit(1)\n"
+        )
+        r = tb.client_run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=SERVER_START_TIMEOUT_S + 10
+        )
+        if r.returncode != 0:
+            state = "exited with " + str(srv.returncode) if srv.poll() is not None else "still running"
+            raise RunnerError(
+                f"server not reachable within {SERVER_START_TIMEOUT_S:g} s ({state}); see {log}"
+            )
+
+    @staticmethod
+    def set_rto_min(tb: Any, rto_min_ms: int) -> list[str]:
+        """Set `rto_min` on every route of the server's uplink device (server namespace)."""
+        shown = tb.server_run(
+            ["ip", "route", "show", "dev", tb.server_dev], capture_output=True, text=True, timeout=20
+        )
+        done = []
+        for line in shown.stdout.splitlines():
+            words = [w for w in line.split() if w]
+            if not words:
+                continue
+            argv = ["ip", "route", "change", *words, "dev", tb.server_dev, "rto_min", f"{rto_min_ms}ms"]
+            r = tb.server_run(argv, capture_output=True, text=True, timeout=20)
+            if r.returncode != 0:
+                raise RunnerError(f"{shlex.join(argv)} failed: {r.stderr.strip()}")
+            done.append(shlex.join(argv))
+        if not done:
+            raise RunnerError(f"no route on {tb.server_dev} to set rto_min on")
+        return done
+
+    @staticmethod
+    def tcp_counters(tb: Any) -> dict[str, int]:
+        """The server namespace's TCP counters (/proc/net/snmp Tcp, /proc/net/netstat TcpExt)."""
+        r = tb.server_run(
+            ["cat", "/proc/net/snmp", "/proc/net/netstat"], capture_output=True, text=True, timeout=20
+        )
+        out: dict[str, int] = {}
+        for group, values in parse_proc_pairs(r.stdout).items():
+            if group in ("Tcp", "TcpExt"):
+                out.update({f"{group}.{k}": v for k, v in values.items()})
+        return out
+
+    def scrape_metrics(self, tb: Any) -> str:
+        code = (
+            "import urllib.request,sys\n"
+            f"sys.stdout.write(urllib.request.urlopen('http://{tb.server_addr}:{ADMIN_PORT}/metrics',"
+            "timeout=5).read().decode())\n"
+        )
+        try:
+            r = tb.server_run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20)
+        except subprocess.TimeoutExpired:
+            return "# metrics scrape timed out\n"
+        return r.stdout if r.returncode == 0 else f"# metrics scrape failed: {r.stderr.strip()[-500:]}\n"
+
+    @staticmethod
+    def stop(proc: subprocess.Popen, timeout_s: float = SERVER_STOP_TIMEOUT_S) -> int | None:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        return proc.returncode
+
+    def session(
+        self,
+        rdir: Path,
+        policy: str,
+        load_args: list[str],
+        wait_s: float,
+        on_tick: Callable[[float, HealthSampler], None] | None = None,
+    ) -> dict[str, Any]:
+        """One server + one generator on a fresh testbed; returns the run record."""
+        rec: dict[str, Any] = {"started_utc": utc_now(), "policy": policy}
+        t_wall = time.monotonic()
+        with (
+            self.testbed() as tb,
+            open(rdir / "server.log", "w") as slog,
+            open(rdir / "load.log", "w") as llog,
+        ):
+            rec["testbed"] = {
+                "run_id": tb.run_id,
+                "server_ns": tb.server_ns,
+                "client_ns": list(tb.client_ns),
+                "server_addr": tb.server_addr,
+                "client_addrs": list(tb.client_addrs),
+                "server_dev": tb.server_dev,
+            }
+            if self.exp.uplink.rto_min_ms:
+                rec["route_commands"] = self.set_rto_min(tb, self.exp.uplink.rto_min_ms)
+            s_argv = self.server_argv(tb, policy)
+            l_argv = [
+                str(self.bin),
+                "load",
+                "--target",
+                f"http://{tb.server_addr}:{self.exp.server.port}",
+                "--out",
+                str(rdir),
+                *load_args,
+            ]
+            _write_commands(
+                rdir / "commands.txt",
+                [s_argv, l_argv],
+                f"server in {tb.server_ns}, load generator in {tb.client_ns[0]}",
+            )
+            srv = tb.server_popen(s_argv, stdout=slog, stderr=subprocess.STDOUT)
+            gen = None
+            sampler = None
+            try:
+                self.wait_listening(tb, srv, rdir / "server.log")
+                tcp_before = self.tcp_counters(tb)
+                t0 = time.monotonic()
+                sampler = HealthSampler(tb.health_sample, t0)
+                sampler.start()
+                gen = tb.client_popen(l_argv, stdout=llog, stderr=subprocess.STDOUT)
+                deadline = t0 + wait_s
+                while gen.poll() is None and time.monotonic() < deadline:
+                    time.sleep(1.0)
+                    if srv.poll() is not None:
+                        break
+                    if on_tick:
+                        on_tick(time.monotonic() - t0, sampler)
+                if gen.poll() is None:
+                    why = "server exited" if srv.poll() is not None else f"did not finish within {wait_s:g} s"
+                    self.stop(gen, 10)
+                    rec["status"] = f"failed: load generator {why}"
+                elif gen.returncode != 0:
+                    rec["status"] = f"failed: load generator exited with {gen.returncode} (see load.log)"
+                elif srv.poll() is not None:
+                    rec["status"] = (
+                        f"failed: server exited with {srv.returncode} during the run (see server.log)"
+                    )
+                else:
+                    rec["status"] = "ok"
+            except RunnerError as e:
+                rec["status"] = f"failed: {e}"
+            finally:
+                if sampler is not None:
+                    sampler.stop()
+                    sampler.write(rdir / "health.csv")
+                    rec["health_errors"] = sampler.errors
+                if gen is not None:
+                    rec["load_rc"] = self.stop(gen, 10)
+                    write_json(rdir / "tcp_counters.json", counter_delta(tcp_before, self.tcp_counters(tb)))
+                try:
+                    write_json(rdir / "uplink.json", tb.uplink_stats())
+                except Exception as e:  # noqa: BLE001 - recorded, the run's logs are still useful
+                    rec["uplink_stats_error"] = f"{type(e).__name__}: {e}"
+                if srv.poll() is None:
+                    write_atomic(rdir / "server_metrics.txt", self.scrape_metrics(tb))
+                rec["server_rc"] = self.stop(srv)
+        rec["finished_utc"] = utc_now()
+        rec["wall_s"] = round(time.monotonic() - t_wall, 3)
+        return rec
+
+    # ----------------------------------------------------------------------- calibration
+
+    def calibration_trace(self, trace: Path, path: Path) -> float:
+        """A trace of a size ladder, each fetch spaced so it runs alone; returns its length (s)."""
+        exp = self.exp
+        df = pd.read_csv(trace, usecols=["path", "size_bytes"]).drop_duplicates("size_bytes")
+        sizes = np.sort(df["size_bytes"].to_numpy())
+        targets = np.geomspace(max(sizes[0], 1), sizes[-1], exp.calibration.sizes)
+        picked = sorted({int(sizes[np.abs(np.log(sizes) - np.log(t)).argmin()]) for t in targets})
+        by_size = df.set_index("size_bytes")["path"]
+        rng = np.random.default_rng(exp.seed)
+        rows = []
+        t = 0.5
+        rate = exp.uplink.rate_bits_per_s
+        for _ in range(exp.calibration.repeats):
+            for s in rng.permutation(picked):
+                rows.append((round(t, 6), by_size[int(s)], int(s)))
+                t += CAL_GAP_FACTOR * 8.0 * s / rate + CAL_GAP_S
+        write_atomic(path, pd.DataFrame(rows, columns=["time_s", "path", "size_bytes"]).to_csv(index=False))
+        return t
+
+    def calibrate(self, trace: Path) -> None:
+        cdir = self.out / "calibration"
+        rec_path = cdir / "run.json"
+        if self.resume and rec_path.exists() and json.loads(rec_path.read_text()).get("status") == "ok":
+            return
+        if cdir.exists():
+            shutil.rmtree(cdir)
+        cdir.mkdir(parents=True)
+        length = self.calibration_trace(trace, cdir / "trace.csv")
+        _log(f"calibration: idle fetches of a size ladder, {length:.0f} s")
+        load_args = [
+            "--trace",
+            str(cdir / "trace.csv"),
+            "--model",
+            "open",
+            "--seed",
+            str(self.exp.seed),
+            "--quiet",
+        ]  # at the trace's own times (no scaling): each fetch alone
+        rec = self.session(cdir, "fair", load_args, length + self.exp.run.drain_timeout_s + 30)
+        write_json(rec_path, rec)
+        if rec["status"] != "ok":
+            raise RunnerError(f"calibration {rec['status']}; logs in {cdir}")
+
+    # ----------------------------------------------------------------------- matrix
+
+    def trace_for_load(self, load: float) -> Path:
+        """The prefix of the trace whose requested bits fill `duration_s` at `load` (cached).
+
+        `shortfirst load --load ρ` scales the trace it is given so that its requested bits/s
+        equal ρ × rate over the whole file. Handing it the whole (longer) trace and cutting with
+        --duration would make the offered load that of the replayed prefix, which for a bursty
+        trace is not ρ (measured: 0.976 offered at --load 0.9 on a 45 s prefix). The prefix of N
+        requests with N the first index whose cumulative bits reach ρ × rate × duration_s lasts
+        duration_s once scaled, so what is replayed is exactly what was scaled.
+        """
+        assert self.trace is not None
+        path = self.trace.parent / f"trace-load{load:.2f}.csv"
+        if path.exists():
+            return path
+        df = pd.read_csv(self.trace)
+        need_bits = load * self.exp.uplink.rate_bits_per_s * self.exp.run.duration_s
+        n = int(np.searchsorted(np.cumsum(df["size_bytes"].to_numpy(dtype=float) * 8.0), need_bits)) + 1
+        write_atomic(path, df.head(n).to_csv(index=False))
+        return path
+
+    def run_one(self, spec: RunSpec, bar: tqdm | None) -> dict[str, Any]:
+        exp = self.exp
+        rdir = self.out / "runs" / spec.run_id
+        if rdir.exists():
+            shutil.rmtree(rdir)
+        rdir.mkdir(parents=True)
+        load_args = [
+            "--trace",
+            str(self.trace_for_load(spec.load)),
+            "--model",
+            exp.client.model,
+            "--load",
+            f"{spec.load:g}",
+            "--uplink",
+            str(exp.uplink.rate_bits_per_s),
+            "--duration",
+            f"{exp.run.duration_s:g}",
+            "--seed",
+            str(spec.seed),
+            "--clients",
+            str(exp.client.clients),
+            "--timeout",
+            f"{exp.client.timeout_s:g}",
+            "--quiet",
+        ]
+
+        def tick(elapsed: float, sampler: HealthSampler) -> None:
+            if bar is not None:
+                conns = sampler.latest("open_connections")
+                bar.set_postfix_str(
+                    f"{spec.run_id} {elapsed:.0f}/{exp.run.duration_s:.0f}s"
+                    + (f" conns={conns:g}" if isinstance(conns, int | float) else "")
+                )
+
+        wait_s = exp.run.duration_s + exp.run.drain_timeout_s
+        try:
+            rec = self.session(rdir, spec.policy, load_args, wait_s, tick)
+        except (OSError, subprocess.SubprocessError, RuntimeError, ValueError) as e:
+            # Testbed set-up or teardown failed: record it with the traceback, go on with the matrix.
+            write_atomic(rdir / "runner_error.txt", traceback.format_exc())
+            rec = {"status": f"failed: {type(e).__name__}: {e} (see runner_error.txt)", "policy": spec.policy}
+        rec.update(run=spec.run_id, load=spec.load, repeat=spec.repeat, seed=spec.seed)
+        if rec["status"] == "ok" and self.sim_available():
+            rec["sim"] = self.simulate(rdir, spec.policy)
+        write_json(rdir / "run.json", rec)
+        return rec
+
+    def sim_available(self) -> bool:
+        """Whether the binary has `shortfirst sim` (checked once)."""
+        if self._sim is None:
+            try:
+                r = subprocess.run(
+                    [str(self.bin), "sim", "--help"], capture_output=True, text=True, timeout=30
+                )
+                self._sim = r.returncode == 0 and "--trace" in r.stdout
+            except (OSError, subprocess.TimeoutExpired):
+                self._sim = False
+        return self._sim
+
+    def simulate(self, rdir: Path, policy: str) -> str:
+        """`shortfirst sim` on the run's own arrivals and sizes, into rdir/sim (see models.py)."""
+        sdir = rdir / "sim"
+        sdir.mkdir(exist_ok=True)
+        req = pd.read_csv(rdir / "requests.csv", usecols=["scheduled_s", "path", "size_bytes"])
+        trace = req.sort_values("scheduled_s", kind="mergesort").rename(columns={"scheduled_s": "time_s"})
+        write_atomic(sdir / "trace.csv", trace[["time_s", "path", "size_bytes"]].to_csv(index=False))
+        cut = models.cutoffs_for(policy, self.exp.server.cutoffs, req["size_bytes"])
+        argv = [
+            str(self.bin), "sim", "--trace", str(sdir / "trace.csv"), "--policy", models.sim_policy(cut),
+            "--rate", str(self.exp.uplink.rate_bits_per_s), "--out", str(sdir),
+        ]  # fmt: skip
+        _write_commands(sdir / "commands.txt", [argv])
+        try:
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+        except subprocess.TimeoutExpired:
+            return "failed: timed out"
+        write_atomic(sdir / "sim.log", r.stdout + r.stderr)
+        return "ok" if r.returncode == 0 else f"failed: exit {r.returncode} (see sim/sim.log)"
+
+    def run(self) -> dict[str, Any]:
+        exp, out = self.exp, self.out
+        out.mkdir(parents=True, exist_ok=True)
+        if (out / "runs").exists() and any((out / "runs").iterdir()) and not self.resume:
+            raise RunnerError(f"{out} already holds runs; use --resume to continue it, or a fresh --out")
+        prev = out / "experiment.toml"
+        if self.resume and prev.exists() and load_experiment(prev).to_dict() != exp.to_dict():
+            raise RunnerError(f"--resume: {prev} differs from the experiment given; use a fresh --out")
+        write_atomic(prev, exp.source or "")
+        write_json(
+            out / "provenance.json",
+            collect(
+                repo_root(),
+                extra={
+                    "shortfirst_version": _version(self.bin),
+                    "seed": exp.seed,
+                    "workload_seed": exp.workload.seed,
+                },
+            ),
+        )
+        cleaned = self._testbed_module().cleanup_leftovers()
+        if cleaned:
+            _log(f"removed leftovers of an earlier crash: {', '.join(cleaned)}")
+        _log(
+            f"generating workload {exp.workload.kind} "
+            f"({exp.workload.requests} requests, {exp.workload.files} files)"
+        )
+        self.trace = generate_workload(exp, out, self.bin)
+        self.docroot = out / "workload" / "docroot"
+        cover = check_trace_covers(exp, self.trace)
+        _log(
+            f"trace: {cover['requests']} requests, mean {cover['mean_size_bytes']:.0f} B, "
+            f"{cover['lasts_s_at_max_load']:.0f} s at load {max(exp.loads):g}"
+        )
+        self.calibrate(self.trace)
+        todo = exp.matrix()
+        failures = []
+        with tqdm(total=len(todo), unit="run", disable=not self.progress, dynamic_ncols=True) as bar:
+            for spec in todo:
+                rj = out / "runs" / spec.run_id / "run.json"
+                if self.resume and rj.exists() and json.loads(rj.read_text()).get("status") == "ok":
+                    bar.update(1)
+                    continue
+                rec = self.run_one(spec, bar)
+                if rec["status"] != "ok":
+                    failures.append(f"{spec.run_id}: {rec['status']}")
+                    _log(f"{spec.run_id}: {rec['status']}")
+                bar.update(1)
+        summary = report.build(out)
+        if failures:
+            _log("failed runs: " + "; ".join(failures))
+        return summary
+
+
+def _version(bin_path: Path) -> str | None:
+    try:
+        r = subprocess.run(
+            [str(bin_path), "--version"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except OSError:
+        return None
+    return r.stdout.strip() or None
+
+
+def run_experiment(
+    exp_path: Path,
+    out: Path,
+    bin_path: Path,
+    resume: bool = False,
+    progress: bool = True,
+    overrides: list[str] | None = None,
+) -> dict[str, Any]:
+    exp = load_experiment(exp_path, overrides)
+    if not bin_path.exists():
+        raise RunnerError(f"{bin_path}: no such binary; build it with `make build`")
+    if os.geteuid() != 0:
+        raise RunnerError("running experiments needs root (network namespaces, qdiscs)")
+    return Runner(exp, out, bin_path.resolve(), resume=resume, progress=progress).run()

@@ -1,0 +1,21 @@
+# lab: experiments (FAIR vs SRPT on a shaped uplink) and their reports. See lab/shortfirst_lab.
+APT_PACKAGES += python3-venv chromium
+LAB_EXP := lab/experiments
+
+.PHONY: demo lab-tocs lab-report
+
+# The main job: FAIR vs SRPT at loads 0.7 and 0.9 on a 10 Mbit/s uplink, a few minutes.
+demo: apt venv build
+	@if [ "$$(id -u)" != 0 ]; then echo "make demo: needs root (network namespaces, qdiscs)" >&2; exit 1; fi
+	rm -rf results/demo
+	$(PY) -m shortfirst_lab run $(LAB_EXP)/demo.toml --out results/demo --bin $(BIN)
+
+# The full reproduction of Harchol-Balter 2003 Figs. 5, 6, 9 (about 2.3 hours).
+# LAB_SET="--set run.duration_s=150" shortens it; LAB_RESUME=--resume continues an interrupted run.
+lab-tocs: apt venv build
+	$(PY) -m shortfirst_lab run $(LAB_EXP)/tocs-lan.toml --out results/tocs-lan --bin $(BIN) $(LAB_SET) $(LAB_RESUME)
+
+# Rebuild summary.json and report.html of an experiment directory from its raw logs.
+LAB_DIR ?= results/demo
+lab-report: venv
+	$(PY) -m shortfirst_lab report $(LAB_DIR)
