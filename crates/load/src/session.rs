@@ -281,14 +281,10 @@ mod tests {
     use super::*;
     use rand::SeedableRng;
 
-    const TPCW_CSV: &str = "/work/shared/data/tpcw-shopping-mix.csv";
-
     fn tpcw_model(dir: &Path) -> PathBuf {
-        // Copy the shared table next to the model so the test is self-contained
-        // in a fresh clone (the table is embedded below if the shared one is absent).
-        let csv = std::fs::read_to_string(TPCW_CSV)
-            .unwrap_or_else(|_| include_str!("../tests/data/tpcw-shopping-mix.csv").to_string());
-        std::fs::write(dir.join("mix.csv"), csv).unwrap();
+        // The vendored copy of shared/data/tpcw-shopping-mix.csv, so the test
+        // does not depend on where the checkout sits.
+        std::fs::write(dir.join("mix.csv"), include_str!("../tests/data/tpcw-shopping-mix.csv")).unwrap();
         let codes = [
             "ADMC", "ADMR", "BESS", "BUYC", "BUYR", "CREG", "HOME", "NEWP", "ORDD", "ORDI", "PROD", "SREQ", "SRES",
             "SHOP",
