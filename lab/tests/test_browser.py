@@ -32,7 +32,7 @@ def _png() -> str:
 def test_report_renders_every_image(experiment_dir):
     report.build(experiment_dir)
     res = check_images(experiment_dir / "report.html")
-    assert res.total == 7
+    assert res.total == 8  # the 7 of test_report plus measured vs simulated vs analytic
     assert res.broken == []
     assert res.ok
 

@@ -11,6 +11,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from shortfirst_lab import runner
@@ -73,7 +74,16 @@ def test_srpt_beats_fair_end_to_end(tmp_path):
     assert set(runs) == {"fair", "srpt"}, (out / "runs").iterdir()
     for r in runs.values():
         assert r["completed"] > 1000
-        assert r["failed"] == 0
+    # SRPT completes everything. FAIR at load 0.9 may legitimately time out a few
+    # requests: its single band's queue overflows, and a small flow that loses
+    # packets backs off 1+2+4+8+16 s past the client's 30 s timeout (measured:
+    # 32 of 3,045 in one run). Timeouts are the only failure allowed, and few;
+    # a connection or HTTP error in either policy is a harness fault.
+    assert runs["srpt"]["failed"] == 0
+    assert runs["fair"]["failed"] <= 0.02 * runs["fair"]["completed"]
+    for policy in ("fair", "srpt"):
+        log = pd.read_csv(out / "runs" / f"{policy}-load0.90-rep1" / "requests.csv")
+        assert set(log["outcome"]) <= {"ok", "timeout"}, log["outcome"].value_counts()
     assert runs["srpt"]["mean_response_s"] < runs["fair"]["mean_response_s"]
     c = s["comparisons"][0]
     assert c["mean_response_ratio"] > 1.0

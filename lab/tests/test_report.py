@@ -65,7 +65,8 @@ def test_report_html_is_self_contained(experiment_dir):
     report.build(experiment_dir)
     page = (experiment_dir / "report.html").read_text()
     imgs = re.findall(r'<img[^>]*src="([^"]*)"', page)
-    assert len(imgs) == 7  # response, slowdown, percentile, bins, CCDF, open connections, baseline
+    # response, slowdown, percentile, bins, CCDF, open connections, measured vs models, baseline
+    assert len(imgs) == 8
     assert all(src.startswith("data:image/png;base64,") for src in imgs)
     assert not re.search(r'(src|href)="(https?:)?//', page)
     for needle in ("abc", "wc98like", "mean_response_ratio", "Targets"):
