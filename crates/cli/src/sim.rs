@@ -183,20 +183,14 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// `10mbit`, `1.5gbit`, `500kbit`, `800bit` or a plain number, in bits per second
-/// (decimal units, as `tc` writes them; byte units refused, as `shortfirst uplink` does).
+/// `10mbit`, `1.5gbit`, `500kbit`, `800bit` or a plain number, in bits per second:
+/// `shortfirst uplink`'s syntax, without its shaping range (a simulated link may
+/// have any positive rate).
 fn parse_rate_bits_per_s(text: &str) -> Result<f64> {
-    let lower = text.trim().to_ascii_lowercase();
-    if lower.ends_with("bps") {
-        bail!("--rate {text:?}: write rates in bits (e.g. 10mbit): tc reads mbps as megabytes per second");
-    }
-    let (number, multiplier) = [("tbit", 1e12), ("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1.0)]
-        .iter()
-        .find_map(|(unit, m)| lower.strip_suffix(unit).map(|n| (n.trim(), *m)))
-        .unwrap_or((lower.as_str(), 1.0));
-    match number.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 && !number.starts_with(['+', '-']) => Ok(v * multiplier),
-        _ => bail!("--rate {text:?}: expected a positive number with an optional unit bit, kbit, mbit, gbit or tbit (e.g. 10mbit)"),
+    match shortfirst_uplink::rate::parse_unbounded(text) {
+        Ok(0) => bail!("--rate {text:?}: must be above 0 bit/s"),
+        Ok(rate_bits_per_s) => Ok(rate_bits_per_s as f64),
+        Err(e) => bail!("--rate: {e}"),
     }
 }
 

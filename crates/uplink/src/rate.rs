@@ -33,8 +33,9 @@ pub fn parse_rate_bits_per_s(input: &str) -> Result<u64, RateError> {
 }
 
 /// Parses a rate without range checks: also reads the rates `tc` prints
-/// (`10Mbit`, `9999Kbit`, `1.5Gbit`, `800bit`).
-pub(crate) fn parse_unbounded(input: &str) -> Result<u64, RateError> {
+/// (`10Mbit`, `9999Kbit`, `1.5Gbit`, `800bit`), and any rate a model (the
+/// simulator) may use where no qdisc has to express it.
+pub fn parse_unbounded(input: &str) -> Result<u64, RateError> {
     let syntax = || RateError::Syntax { input: input.to_string() };
     let lower = input.trim().to_ascii_lowercase();
     if lower.ends_with("bps") {
