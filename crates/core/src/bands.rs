@@ -198,8 +198,20 @@ impl Response {
     /// moved to a better band. Sending more than remains is clamped: the driver's
     /// count of header bytes may differ from its estimate, and a band can only
     /// improve, so clamping is safe.
+    ///
+    /// The write that empties the response never moves it. The kernel stamps a
+    /// packet with the socket's priority when it transmits it, not when the
+    /// bytes were written, so after the last write the connection's band decides
+    /// where the bytes still queued in the socket go: the bytes of that last
+    /// write, whose remaining size the current band already describes. Moving to
+    /// the band of "0 bytes left" would promote up to a send buffer of a large
+    /// response's tail into the best band, and cost a keep-alive connection two
+    /// `setsockopt` calls per response (there and back).
     pub fn sent(&mut self, cutoffs: &Cutoffs, sent_bytes: u64) -> Option<Band> {
         self.remaining_bytes = self.remaining_bytes.saturating_sub(sent_bytes);
+        if self.remaining_bytes == 0 {
+            return None;
+        }
         let band = cutoffs.band_for_remaining(self.remaining_bytes);
         debug_assert!(band <= self.band, "a band never gets worse as bytes drain");
         if band < self.band {
@@ -407,6 +419,19 @@ mod tests {
             assert_eq!(r.sent(&c, sent).map(Band::index), want, "after sending {sent}");
         }
         assert_eq!(r.remaining_bytes(), 0);
+
+        // The write that empties a response leaves it where it is: a 1 KiB file
+        // behind a 250-byte head stays in band 2 (1K–2K) to its last byte, so a
+        // keep-alive connection serving such files never changes band.
+        let mut r = Response::start(&c, 1_274);
+        assert_eq!(r.band().index(), 2);
+        assert_eq!(r.sent(&c, 250), None, "1,024 left: still band 2");
+        assert_eq!(r.sent(&c, 1_024), None, "emptied: no crossing");
+        assert_eq!(r.band().index(), 2);
+        // Emptied in one write from the start: no crossing either.
+        let mut r = Response::start(&c, 60_000);
+        assert_eq!(r.sent(&c, 60_000), None);
+        assert_eq!(r.band().index(), 6);
     }
 
     #[test]
@@ -495,7 +520,12 @@ mod tests {
                     }
                 }
                 prop_assert!(crossed.len() <= c.as_slice().len());
-                prop_assert_eq!(r.band(), c.band_for_remaining(r.remaining_bytes()));
+                if r.remaining_bytes() > 0 {
+                    prop_assert_eq!(r.band(), c.band_for_remaining(r.remaining_bytes()));
+                } else {
+                    // Emptied: the band of the bytes of the last write, never better.
+                    prop_assert!(r.band() >= c.band_for_remaining(0));
+                }
             }
 
             #[test]

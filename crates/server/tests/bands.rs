@@ -64,22 +64,30 @@ async fn srpt_sets_one_priority_per_crossing() {
     c.send(req("/medium.bin").as_bytes()).await;
     assert_eq!(c.response(false).await.unwrap().body.len(), 100_000);
     let first = bands(&seen);
-    // 100 KB starts above the 50K cutoff (band 6) and ends in band 1; every
-    // change is a strict improvement, so each cutoff is crossed at most once.
+    // 100 KB starts above the 50K cutoff (band 6); every change is a strict
+    // improvement, so each cutoff is crossed at most once. The last 4 KB write
+    // starts with under 5K left (band 3 or better) and, emptying the response,
+    // moves it no further: its bytes leave in the band of their own size.
     assert_eq!(first.first(), Some(&6), "{first:?}");
-    assert_eq!(first.last(), Some(&1), "{first:?}");
+    assert!(first.last().is_some_and(|&b| (1..=3).contains(&b)), "{first:?}");
     assert!(first.windows(2).all(|w| w[1] < w[0]), "{first:?}");
     assert!(first.len() >= 4, "with 4 KB writes most cutoffs are crossed one by one: {first:?}");
 
-    // Same connection: a small response is already in band 1 (no syscall) …
+    // Same connection: a small response moves to band 1 (one syscall unless there) …
     c.send(req("/small.txt").as_bytes()).await;
     c.response(false).await.unwrap();
-    assert_eq!(bands(&seen), first, "no setsockopt when the band does not change");
+    let after_small = bands(&seen);
+    let expected: &[u8] = if first.last() == Some(&1) { &[] } else { &[1] };
+    assert_eq!(&after_small[first.len()..], expected, "at most one setsockopt, to the small response's band");
+    // … a second one is already there (no syscall) …
+    c.send(req("/small.txt").as_bytes()).await;
+    c.response(false).await.unwrap();
+    assert_eq!(bands(&seen), after_small, "no setsockopt when the band does not change");
     // … and a large one starts again from its own size.
     c.send(req("/medium.bin").as_bytes()).await;
     c.response(false).await.unwrap();
     let all = bands(&seen);
-    assert_eq!(&all[first.len()..], &first[..], "second large response repeats the descent");
+    assert_eq!(&all[after_small.len()..], &first[..], "second large response repeats the descent");
     s.stop().await;
 }
 
@@ -118,7 +126,7 @@ async fn srpt2_starts_split_at_1k() {
     c.response(false).await.unwrap();
     let b = bands(&seen);
     assert_eq!(b.first(), Some(&2), "{b:?}");
-    assert_eq!(b.last(), Some(&1), "{b:?}");
+    assert!(b.iter().all(|&x| x == 1 || x == 2), "{b:?}");
     s.stop().await;
 }
 
@@ -141,6 +149,11 @@ async fn band_tracks_bytes_not_yet_transmitted() {
     // kernel's unsent backlog small, so written ≈ transmitted).
     assert_eq!(bands(&seen), vec![6], "promoted before the bytes left");
     assert_eq!(c.response(false).await.unwrap().body.len(), 300_000);
-    assert_eq!(bands(&seen).last(), Some(&1));
+    // Drained: the descent went from band 6 towards the best bands, one
+    // crossing at a time, and stopped at the band of the last write (no more
+    // than the 16 KiB TCP_NOTSENT_LOWAT plus one write left: band 4 or better).
+    let descent = bands(&seen);
+    assert!(descent.windows(2).all(|w| w[1] < w[0]), "{descent:?}");
+    assert!(descent.last().is_some_and(|&b| (1..=4).contains(&b)), "{descent:?}");
     s.stop().await;
 }
