@@ -100,10 +100,10 @@ struct CalibrateArgs {
     /// Step factor of the incremental phase.
     #[arg(long, default_value_t = 2.0)]
     growth: f64,
-    /// Relative throughput gain that counts as a new best; the steps stop after two trials
-    /// without one. A negative value (`--tolerance=-1`) sweeps every step up to --max, for
-    /// throughput curves with a plateau before the peak.
-    #[arg(long, default_value_t = 0.02, allow_negative_numbers = true)]
+    /// Relative throughput drop below the best that counts as past the peak: the steps stop
+    /// when the last two are both that far below the best (flat stretches never stop them).
+    /// A negative value (`--tolerance=-1`) sweeps every step up to --max.
+    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
     tolerance: f64,
     /// Golden-section iterations after the steps.
     #[arg(long, default_value_t = 4)]

@@ -273,10 +273,6 @@ def main() -> int:
                      "--mix", str(work / "mix.csv"), "--clients", str(2 * a.slots),
                      "--warmup", "2s", "--measure", "5s", "--min", f"{a.scale * 20}ms",
                      "--max", f"{a.scale * 20000}ms", "--refine-steps", "2", "--max-trials", "16",
-                     # A full sweep of the steps: under FIFO the throughput curve is flat
-                     # at small capacities (large requests run alone), so stopping at the
-                     # first plateau would miss the peak.
-                     "--tolerance=-1",
                      "--out", str(cal_out), *b.in_flight_args()],
                     check=False, capture_output=True, text=True, timeout=600,
                 )

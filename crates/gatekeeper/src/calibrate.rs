@@ -7,9 +7,12 @@
 //! it, the load runs `warmup` (discarded) and then `measure`, and completions per second
 //! are recorded. The search assumes throughput is unimodal in capacity (rises to a peak,
 //! then falls as the backend thrashes), as the paper does:
-//! 1. **Incremental steps**: from `min`, multiply by `growth` until two steps in a row fail
-//!    to set a new best (one noisy measurement must not end the
-//!    climb), or `max` is reached; the peak is bracketed by the steps around the best one.
+//! 1. **Incremental steps**: from `min`, multiply by `growth` until the throughput has
+//!    clearly passed its peak — the last two steps are both more than `tolerance` (relative)
+//!    below the best so far (one noisy measurement must not end the climb) — or `max` is
+//!    reached. A flat stretch does not stop the climb: under FIFO the curve is flat at small
+//!    capacities (a large request runs alone) and rises later. The peak is bracketed by the
+//!    steps around the best one.
 //! 2. **Search**: golden-section search on log(capacity) inside the bracket for
 //!    `refine_steps` more trials.
 //!
@@ -227,10 +230,7 @@ pub async fn calibrate(
         let t = run(cap, "steps").await?;
         progress(&t);
         trials.push(t);
-        // Stop after two steps without a new best (better by more than `tolerance`): one
-        // noisy measurement must not end the climb.
-        let stale = trials.len() - 1 - argmax_by(&trials, cfg.tolerance);
-        if stale >= 2 || cap >= cfg.max_capacity_us || trials.len() >= cfg.max_trials {
+        if past_peak(&trials, cfg.tolerance) || cap >= cfg.max_capacity_us || trials.len() >= cfg.max_trials {
             break;
         }
         cap = ((cap as f64 * cfg.growth).round() as u64).min(cfg.max_capacity_us);
@@ -278,24 +278,71 @@ pub async fn calibrate(
     Ok(Calibration { best_capacity_us: best.capacity_us, best_throughput_per_s: best.throughput_per_s, trials })
 }
 
+/// The first trial with the highest throughput.
 fn argmax(trials: &[Trial]) -> usize {
-    argmax_by(trials, 0.0)
-}
-
-/// The first trial that no later trial beats by more than `tolerance` (relative).
-fn argmax_by(trials: &[Trial], tolerance: f64) -> usize {
     let mut best = 0;
     for (i, t) in trials.iter().enumerate() {
-        if t.throughput_per_s > trials[best].throughput_per_s * (1.0 + tolerance) {
+        if t.throughput_per_s > trials[best].throughput_per_s {
             best = i;
         }
     }
     best
 }
 
+/// Whether the incremental steps are past the peak: the last two trials come after the
+/// best one and are both more than `tolerance` (relative) below it. Plateaus (within the
+/// tolerance of the best) never stop the steps; a negative tolerance never stops them.
+fn past_peak(trials: &[Trial], tolerance: f64) -> bool {
+    if tolerance < 0.0 || trials.len() < 3 {
+        return false;
+    }
+    let best_i = argmax(trials);
+    let floor = trials[best_i].throughput_per_s * (1.0 - tolerance);
+    best_i + 2 < trials.len() && trials[trials.len() - 2..].iter().all(|t| t.throughput_per_s < floor)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn trials(throughputs: &[f64]) -> Vec<Trial> {
+        throughputs
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| Trial {
+                capacity_us: 1_000 << i,
+                throughput_per_s: t,
+                mean_response_ms: 0.0,
+                errors: 0,
+                phase: "steps",
+            })
+            .collect()
+    }
+
+    #[test]
+    fn steps_stop_only_past_the_peak() {
+        // (throughputs of the steps so far, tolerance, past the peak?)
+        let table: &[(&[f64], f64, bool)] = &[
+            (&[10.0, 20.0], 0.02, false),
+            (&[10.0, 20.0, 30.0], 0.02, false),
+            // A flat stretch is not a peak: FIFO's curve is flat until large requests fit.
+            (&[50.0, 50.0, 50.5, 49.8, 50.1], 0.02, false),
+            (&[50.0, 50.0, 50.0, 80.0], 0.02, false),
+            // Two clear drops after the best: stop.
+            (&[50.0, 80.0, 70.0, 60.0], 0.02, true),
+            // One noisy drop, then back near the best: keep going.
+            (&[50.0, 80.0, 70.0, 79.0], 0.02, false),
+            // Drops within the tolerance are a plateau.
+            (&[50.0, 80.0, 79.0, 78.5], 0.02, false),
+            (&[50.0, 80.0, 79.0, 78.5], 0.001, true),
+            // Negative tolerance: sweep everything.
+            (&[50.0, 80.0, 10.0, 5.0], -1.0, false),
+        ];
+        for (tp, tol, want) in table {
+            assert_eq!(past_peak(&trials(tp), *tol), *want, "{tp:?} tolerance {tol}");
+        }
+        assert_eq!(argmax(&trials(&[1.0, 3.0, 3.0, 2.0])), 1);
+    }
 
     #[test]
     fn mix_file_parsing() {
