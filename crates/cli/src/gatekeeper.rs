@@ -101,9 +101,10 @@ struct CalibrateArgs {
     #[arg(long, default_value_t = 2.0)]
     growth: f64,
     /// Relative throughput drop below the best that counts as past the peak: the steps stop
-    /// when the last two are both that far below the best (flat stretches never stop them).
-    /// A negative value (`--tolerance=-1`) sweeps every step up to --max.
-    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
+    /// when the last two are both that far below the best, and not before the capacity
+    /// holds 4 of the most expensive requests. A negative value (`--tolerance=-1`) sweeps
+    /// every step up to --max.
+    #[arg(long, default_value_t = 0.1, allow_negative_numbers = true)]
     tolerance: f64,
     /// Golden-section iterations after the steps.
     #[arg(long, default_value_t = 4)]
