@@ -83,9 +83,18 @@ def read_mix(path: Path) -> list[tuple[str, float]]:
 
 # The paper's Table 1 no-load costs (ms), as in crates/gatekeeper/src/synthetic.rs.
 TABLE1_MS = {
-    "admin_request": 2.84, "admin_response": 2476.75, "best_sellers": 1205.01, "buy_confirm": 15.71,
-    "buy_request": 5.26, "execute_search": 73.27, "home": 1.83, "new_products": 13.82,
-    "order_display": 7.43, "order_inquiry": 0.75, "product_detail": 0.91, "search_request": 0.22,
+    "admin_request": 2.84,
+    "admin_response": 2476.75,
+    "best_sellers": 1205.01,
+    "buy_confirm": 15.71,
+    "buy_request": 5.26,
+    "execute_search": 73.27,
+    "home": 1.83,
+    "new_products": 13.82,
+    "order_display": 7.43,
+    "order_inquiry": 0.75,
+    "product_detail": 0.91,
+    "search_request": 0.22,
     "shopping_cart": 0.34,
 }
 
@@ -114,7 +123,9 @@ def write_trace(path: Path, mix, rate_per_s: float, duration_s: float, seed: int
     return n
 
 
-def summarize(run_dir: Path, warmup_s: float, duration_s: float, wall_s: float, scale: float, timeout_s: float) -> dict:
+def summarize(
+    run_dir: Path, warmup_s: float, duration_s: float, wall_s: float, scale: float, timeout_s: float
+) -> dict:
     """Throughput and response times from requests.csv.
 
     - Throughput: responses completed (200) inside the measurement window
@@ -210,9 +221,23 @@ class Bench:
         a = self.a
         self.counter += 1
         p = Proc(
-            [self.bin, "gatekeeper", "synthetic-upstream", "--listen", f"127.0.0.1:{port}",
-             "--scale", str(a.scale), "--cpus", str(a.cpus), "--slots", str(a.slots), "--thrash", str(a.thrash),
-             "--write-mix", str(self.work / "mix.csv")],
+            [
+                self.bin,
+                "gatekeeper",
+                "synthetic-upstream",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--scale",
+                str(a.scale),
+                "--cpus",
+                str(a.cpus),
+                "--slots",
+                str(a.slots),
+                "--thrash",
+                str(a.thrash),
+                "--write-mix",
+                str(self.work / "mix.csv"),
+            ],
             self.work / f"upstream-{self.counter}.log",
         )
         wait_port(port)
@@ -222,9 +247,21 @@ class Bench:
         port, admin = free_port(), free_port()
         self.counter += 1
         p = Proc(
-            [self.bin, "gatekeeper", "--listen", f"127.0.0.1:{port}", "--upstream",
-             f"http://127.0.0.1:{up_port}", "--capacity", capacity, "--policy", policy,
-             "--admin", f"127.0.0.1:{admin}", *self.in_flight_args()],
+            [
+                self.bin,
+                "gatekeeper",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--upstream",
+                f"http://127.0.0.1:{up_port}",
+                "--capacity",
+                capacity,
+                "--policy",
+                policy,
+                "--admin",
+                f"127.0.0.1:{admin}",
+                *self.in_flight_args(),
+            ],
             self.work / f"proxy-{self.counter}.log",
         )
         wait_port(port)
@@ -235,11 +272,29 @@ class Bench:
 
     def load(self, port: int, model: str, trace: Path, tag: str, duration_s: float) -> tuple[Path, float]:
         out = self.work / tag
-        argv = [self.bin, "load", "--target", f"http://127.0.0.1:{port}", "--trace", str(trace),
-                "--out", str(out), "--model", model, "--duration", f"{duration_s}",
-                "--timeout", str(self.a.timeout), "--seed", str(self.a.seed), "--quiet"]
+        argv = [
+            self.bin,
+            "load",
+            "--target",
+            f"http://127.0.0.1:{port}",
+            "--trace",
+            str(trace),
+            "--out",
+            str(out),
+            "--model",
+            model,
+            "--duration",
+            f"{duration_s}",
+            "--timeout",
+            str(self.a.timeout),
+            "--seed",
+            str(self.a.seed),
+            "--quiet",
+        ]
         t0 = time.monotonic()
-        r = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=duration_s + self.a.timeout + 120)
+        r = subprocess.run(
+            argv, check=False, capture_output=True, text=True, timeout=duration_s + self.a.timeout + 120
+        )
         wall = time.monotonic() - t0
         if r.returncode != 0:
             raise RuntimeError(f"shortfirst load failed ({' '.join(argv)}):\n{r.stderr[-3000:]}")
@@ -259,11 +314,15 @@ class Bench:
                     metrics = scrape(admin)
         s = summarize(out, a.warmup, a.duration, wall, a.scale, a.timeout)
         s["gatekeeper"] = metrics
-        costly = s["per_type"].get(COSTLIEST, {}).get("mean_response_ms")
-        print(f"  {tag:<34} {s['throughput_per_s']:7.1f} req/s {s['work_per_s']:5.2f} work/s  mean "
-              f"{(s['mean_response_ms'] or float('nan')):8.1f} ms  {COSTLIEST} {(costly or float('nan')):8.1f} ms  "
-              f"timeouts {s['timeouts']} errors {s['errors']}",
-              file=sys.stderr, flush=True)
+        costly = s["per_type"].get(COSTLIEST, {}).get("mean_response_ms") or float("nan")
+        mean = s["mean_response_ms"] or float("nan")
+        print(
+            f"  {tag:<34} {s['throughput_per_s']:7.1f} req/s {s['work_per_s']:5.2f} work/s  mean "
+            f"{mean:8.1f} ms  {COSTLIEST} {costly:8.1f} ms  "
+            f"timeouts {s['timeouts']} errors {s['errors']}",
+            file=sys.stderr,
+            flush=True,
+        )
         return s
 
 
@@ -282,11 +341,18 @@ def main() -> int:
     ap.add_argument("--open-factors", default="0.5,1,2", help="arrival rates as multiples of peak")
     ap.add_argument("--capacity", default="calibrate", help="'calibrate', 'auto' or a cost like 80ms")
     ap.add_argument("--timeout", type=float, default=15.0, help="load: hard limit of one request (s)")
-    ap.add_argument("--max-in-flight", type=int, default=None,
-                    help="gatekeeper --max-in-flight (default: C, the thrash threshold; 0 = none)")
+    ap.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=None,
+        help="gatekeeper --max-in-flight (default: C, the thrash threshold; 0 = none)",
+    )
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--configs", default=",".join(["direct", *POLICIES]),
-                    help="comma-separated subset of direct," + ",".join(POLICIES) + " (closed model)")
+    ap.add_argument(
+        "--configs",
+        default=",".join(["direct", *POLICIES]),
+        help="comma-separated subset of direct," + ",".join(POLICIES) + " (closed model)",
+    )
     ap.add_argument("--open-configs", default="direct,fifo,sjf", help="configurations run in the open model")
     ap.add_argument("--no-overhead", action="store_true", help="skip the low-load proxy overhead runs")
     a = ap.parse_args()
@@ -313,12 +379,36 @@ def main() -> int:
             if a.capacity == "calibrate":
                 cal_out = work / "calibration.json"
                 r = subprocess.run(
-                    [b.bin, "gatekeeper", "calibrate", "--upstream", f"http://127.0.0.1:{up_port}",
-                     "--mix", str(work / "mix.csv"), "--clients", str(2 * a.slots),
-                     "--warmup", "2s", "--measure", "5s", "--min", f"{a.scale * 20}ms",
-                     "--max", f"{a.scale * 20000}ms", "--refine-steps", "2", "--max-trials", "16",
-                     "--out", str(cal_out), *b.in_flight_args()],
-                    check=False, capture_output=True, text=True, timeout=600,
+                    [
+                        b.bin,
+                        "gatekeeper",
+                        "calibrate",
+                        "--upstream",
+                        f"http://127.0.0.1:{up_port}",
+                        "--mix",
+                        str(work / "mix.csv"),
+                        "--clients",
+                        str(2 * a.slots),
+                        "--warmup",
+                        "2s",
+                        "--measure",
+                        "5s",
+                        "--min",
+                        f"{a.scale * 20}ms",
+                        "--max",
+                        f"{a.scale * 20000}ms",
+                        "--refine-steps",
+                        "2",
+                        "--max-trials",
+                        "16",
+                        "--out",
+                        str(cal_out),
+                        *b.in_flight_args(),
+                    ],
+                    check=False,
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
                 )
                 if r.returncode != 0:
                     raise RuntimeError(f"calibrate failed:\n{r.stderr[-3000:]}")
@@ -373,9 +463,11 @@ def main() -> int:
         "bench": "gatekeeper-synthetic",
         "command": " ".join(sys.argv),
         "parameters": vars(a),
-        "note": (f"costs are the paper's Table 1 no-load costs clamped to [1 ms, 2 s] and multiplied by "
-                 f"scale={a.scale}; backend = {a.cpus} processor-sharing CPUs, thrashing beyond C={a.slots} "
-                 f"concurrent requests with factor {a.thrash}"),
+        "note": (
+            f"costs are the paper's Table 1 no-load costs clamped to [1 ms, 2 s] and multiplied by "
+            f"scale={a.scale}; backend = {a.cpus} processor-sharing CPUs, thrashing beyond C={a.slots} "
+            f"concurrent requests with factor {a.thrash}"
+        ),
         "capacity": capacity,
         "calibration": calibration,
         "results": results,
@@ -412,7 +504,10 @@ def evaluate(out: dict) -> dict:
         entry = {}
         for unit in ("throughput_per_s", "work_per_s"):
             peak = max(r[unit] for rs in runs.values() for r in rs)
-            at2 = {c: next((r for r in rs if math.isclose(r["load_factor"], 2.0)), None) for c, rs in runs.items()}
+            at2 = {
+                c: next((r for r in rs if math.isclose(r["load_factor"], 2.0)), None)
+                for c, rs in runs.items()
+            }
             at2 = {c: r for c, r in at2.items() if r is not None}
             ratios = {c: r[unit] / peak for c, r in at2.items()}
             proxied = [v for c, v in ratios.items() if c != "direct"]
@@ -443,10 +538,15 @@ def evaluate(out: dict) -> dict:
             "fifo_mean_ms": fifo["mean_response_ms"],
             "sjf_mean_ms": sjf["mean_response_ms"],
             "fifo_over_sjf": ratio,
-            f"{COSTLIEST}_ms": {c: pick[c]["per_type"].get(COSTLIEST, {}).get("mean_response_ms") for c in pick},
+            f"{COSTLIEST}_ms": {
+                c: pick[c]["per_type"].get(COSTLIEST, {}).get("mean_response_ms") for c in pick
+            },
             f"{COSTLIEST}_sjf_over_fifo": type_ratio(COSTLIEST),
             f"{rare}_sjf_over_fifo": type_ratio(rare),
-            f"{rare}_samples": [sjf["per_type"].get(rare, {}).get("n", 0), fifo["per_type"].get(rare, {}).get("n", 0)],
+            f"{rare}_samples": [
+                sjf["per_type"].get(rare, {}).get("n", 0),
+                fifo["per_type"].get(rare, {}).get("n", 0),
+            ],
             "timeouts": {c: pick[c]["timeouts"] for c in pick},
             "aging_means_ms": aging,
             "pass_10x": ratio >= 10,
@@ -461,7 +561,8 @@ def evaluate(out: dict) -> dict:
             "direct_mean_ms": ov["direct"]["mean_response_ms"],
             "proxy_mean_ms": ov["fifo"]["mean_response_ms"],
             "overhead_us_per_request": per_req_us,
-            "overhead_us_median": 1e3 * (ov["fifo"]["median_response_ms"] - ov["direct"]["median_response_ms"]),
+            "overhead_us_median": 1e3
+            * (ov["fifo"]["median_response_ms"] - ov["direct"]["median_response_ms"]),
             "pass": per_req_us <= 200,
         }
     return t
@@ -469,15 +570,19 @@ def evaluate(out: dict) -> dict:
 
 def table(out: dict) -> str:
     """The runs as a plain-text table (also in the JSON), for reports."""
-    lines = [f"{'model':<7}{'config':<13}{'load':>5}{'req/s':>8}{'work/s':>8}{'mean ms':>10}"
-             f"{COSTLIEST + ' ms':>17}{'timeouts':>9}"]
+    lines = [
+        f"{'model':<7}{'config':<13}{'load':>5}{'req/s':>8}{'work/s':>8}{'mean ms':>10}"
+        f"{COSTLIEST + ' ms':>17}{'timeouts':>9}"
+    ]
     for model, runs in out["results"].items():
         for config, rs in runs.items():
             for r in rs:
                 c = r["per_type"].get(COSTLIEST, {}).get("mean_response_ms")
-                lines.append(f"{model:<7}{config:<13}{r['load_factor']:>5g}{r['throughput_per_s']:>8.1f}"
-                             f"{r['work_per_s']:>8.2f}{(r['mean_response_ms'] or float('nan')):>10.1f}"
-                             f"{(c or float('nan')):>17.1f}{r['timeouts']:>9}")
+                lines.append(
+                    f"{model:<7}{config:<13}{r['load_factor']:>5g}{r['throughput_per_s']:>8.1f}"
+                    f"{r['work_per_s']:>8.2f}{(r['mean_response_ms'] or float('nan')):>10.1f}"
+                    f"{(c or float('nan')):>17.1f}{r['timeouts']:>9}"
+                )
     return "\n".join(lines)
 
 
