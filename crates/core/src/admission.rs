@@ -42,20 +42,31 @@
 //! order (ties):
 //! - `fifo`: the oldest waiting request.
 //! - `sjf`: the smallest `(cost, seq)`; non-preemptive (admitted requests run to completion).
-//! - `sjf-aging:X`: each waiting request has a bound `deadline = arrival + X * cost`.
-//!   1. If some waiting request is *due* (`deadline <= now`), pick the due request with the
-//!      earliest `(deadline, seq)` (capacity is kept for it: if it does not fit, nothing
-//!      else is admitted).
-//!   2. Otherwise, a request `r` may go ahead of the older waiting requests only if admitting
-//!      it now, which occupies its share of capacity for about `cost_r`, would not push any
-//!      of them past its bound: `now + cost_r <= deadline_o` for every older waiting `o`.
-//!      The oldest request is always allowed. Pick the allowed request with the smallest
-//!      `(cost, seq)`.
+//! - `sjf-aging:X`: each waiting request `o` has a bound `deadline_o = arrival_o + X * cost_o`
+//!   and an *earliest start* `start_o`: by the expected finish times of the admitted requests
+//!   (admission time + charge, or `now` for one already past it), the first moment `o`
+//!   would fit. Admitting `r` now occupies its share of capacity until about `now + cost_r`.
+//!   A request `r` may go ahead of an older waiting request `o` only if that does not
+//!   delay `o` past its bound or at all: `now + cost_r <= max(deadline_o, start_o)`
+//!   (`r` finishes before `o`'s bound, or before `o` could start anyway). The oldest request
+//!   is always allowed. Among the allowed requests that fit, a *due* one
+//!   (`deadline <= now`) with the earliest `(deadline, seq)` is admitted first, otherwise
+//!   the one with the smallest `(cost, seq)`.
 //!
-//!   `X = 0` is exactly `fifo`; `X → ∞` is `sjf`; values in between trade mean response time
-//!   against the largest requests' waits (paper §3.2, §5.2). The guarantee: while capacity
-//!   is available (the pick fits), no request is overtaken in a way that makes it exceed
-//!   its bound, and once a request is due only requests due earlier are admitted before it.
+//!   This is the paper's rule ("shorter requests can be promoted towards the head of the
+//!   queue only if this promotion does not cause any pending request to be delayed more
+//!   than its bound", §3.2) plus *backfilling*: when an overdue request does not fit yet,
+//!   capacity it cannot use is not left idle, but only for requests expected to finish
+//!   before it could start. `X = 0` is FIFO with that backfilling (nobody is delayed, by the
+//!   estimates); `X → ∞` is `sjf`; values in between trade mean response time against the
+//!   largest requests' waits (paper §3.2, §5.2). The guarantee, in estimated time: no
+//!   waiting request is overtaken in a way that makes it exceed its bound or start later
+//!   than it could have. Estimates are means, so an individual request can overrun its
+//!   charge and delay the start it was expected to free.
+//!
+//!   Bounded: one dispatch step scans at most [`AGING_SCAN_LIMIT`] waiting requests in
+//!   arrival order (requests beyond it wait until they are within it) and walks the
+//!   admitted requests' finish times once.
 //!
 //! **Overload.** The queue holds at most `max_queue_len` requests: an arrival that finds it
 //! full is rejected ([`Rejection::QueueFull`]) and the queue is untouched (tail drop; the
@@ -81,6 +92,10 @@ pub const MIN_COST_US: u64 = 1;
 
 /// Largest X accepted by `sjf-aging:X`; beyond this, use `sjf`.
 pub const MAX_AGING_FACTOR: f64 = 1e6;
+
+/// sjf-aging: waiting requests examined per dispatch step, oldest first. Requests younger
+/// than this many others are not considered for admission until older ones leave.
+pub const AGING_SCAN_LIMIT: usize = 1024;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum AdmissionError {
@@ -359,8 +374,10 @@ pub struct Gate {
     next_seq: u64,
     last_now_us: u64,
     load_us: u64,
-    /// Admitted, unfinished: id → charge.
-    running: HashMap<u64, u64>,
+    /// Admitted, unfinished: id → (charge, expected finish = admission time + charge).
+    running: HashMap<u64, (u64, u64)>,
+    /// `(expected finish, seq)` of admitted requests (sjf-aging's earliest starts).
+    by_finish: BTreeSet<(u64, u64)>,
     /// Waiting requests by arrival order.
     queue: BTreeMap<u64, Waiting>,
     /// `(cost, seq)` of waiting requests: the SJF order.
@@ -386,6 +403,7 @@ impl Gate {
             last_now_us: 0,
             load_us: 0,
             running: HashMap::new(),
+            by_finish: BTreeSet::new(),
             queue: BTreeMap::new(),
             by_cost: BTreeSet::new(),
             by_deadline: BTreeSet::new(),
@@ -447,8 +465,10 @@ impl Gate {
     /// queue is dispatched.
     pub fn release(&mut self, now_us: u64, ticket: Ticket) -> Result<Vec<Admitted>, AdmissionError> {
         let now_us = self.clock(now_us);
-        let charge = self.running.remove(&ticket.id.0).ok_or(AdmissionError::UnknownTicket { id: ticket.id.0 })?;
+        let (charge, finish) =
+            self.running.remove(&ticket.id.0).ok_or(AdmissionError::UnknownTicket { id: ticket.id.0 })?;
         debug_assert_eq!(charge, ticket.charge_us);
+        self.by_finish.remove(&(finish, ticket.id.0));
         self.load_us -= charge;
         Ok(self.dispatch(now_us))
     }
@@ -527,50 +547,89 @@ impl Gate {
         self.running.is_empty() || self.load_us.saturating_add(cost_us) <= self.cfg.capacity_us
     }
 
-    /// The policy's next pick, or `None` when the queue is empty.
-    fn pick(&self, now_us: u64) -> Option<u64> {
-        match self.cfg.policy {
-            Policy::Fifo => self.queue.first_key_value().map(|(&s, _)| s),
-            Policy::Sjf => self.by_cost.first().map(|&(_, s)| s),
-            Policy::SjfAging { .. } => {
-                if let Some(&(deadline, seq)) = self.by_deadline.first() {
-                    if deadline <= now_us {
-                        return Some(seq);
-                    }
-                }
-                let min_cost = self.by_cost.first()?.0;
-                // One pass in arrival order, carrying the earliest deadline among the older
-                // requests: `r` is allowed iff now + cost_r <= that deadline.
-                let mut older_min_deadline = u64::MAX;
-                let mut best: Option<(u64, u64)> = None;
-                for (&seq, w) in &self.queue {
-                    if now_us.saturating_add(w.cost_us) <= older_min_deadline {
-                        let key = (w.cost_us, seq);
-                        best = Some(match best {
-                            Some(b) if b <= key => b,
-                            _ => key,
-                        });
-                    }
-                    older_min_deadline = older_min_deadline.min(w.deadline_us);
-                    if now_us.saturating_add(min_cost) > older_min_deadline {
-                        break; // nothing younger can be allowed any more
-                    }
-                }
-                best.map(|(_, s)| s)
+    /// The next request to admit now, or `None` when the policy admits nothing more.
+    fn next_admission(&self, now_us: u64) -> Option<u64> {
+        let head = match self.cfg.policy {
+            Policy::Fifo => self.queue.first_key_value().map(|(&s, _)| s)?,
+            Policy::Sjf => self.by_cost.first().map(|&(_, s)| s)?,
+            Policy::SjfAging { .. } => return self.pick_aging(now_us),
+        };
+        // fifo and sjf never admit a request they did not pick: under fifo that would
+        // starve large requests; under sjf nothing cheaper than the pick exists.
+        self.fits(self.queue[&head].cost_us).then_some(head)
+    }
+
+    /// sjf-aging (see the module docs): one pass over the queue in arrival order, carrying
+    /// `bound = min over older o of max(deadline_o, start_o)`; `r` is allowed iff
+    /// `now + cost_r <= bound`.
+    fn pick_aging(&self, now_us: u64) -> Option<u64> {
+        let min_cost = self.by_cost.first()?.0;
+        if !self.fits(min_cost) {
+            return None; // nothing fits: no need to look further
+        }
+        let profile = self.release_profile(now_us);
+        let mut bound = u64::MAX;
+        let mut best_due: Option<(u64, u64)> = None;
+        let mut best_cost: Option<(u64, u64)> = None;
+        for (&seq, w) in self.queue.iter().take(AGING_SCAN_LIMIT) {
+            if now_us.saturating_add(w.cost_us) <= bound && self.fits(w.cost_us) {
+                let (best, key) = if w.deadline_us <= now_us {
+                    (&mut best_due, (w.deadline_us, seq))
+                } else {
+                    (&mut best_cost, (w.cost_us, seq))
+                };
+                *best = Some(best.map_or(key, |b| b.min(key)));
+            }
+            if w.deadline_us < bound {
+                let start = self.earliest_start_us(&profile, now_us, w.cost_us);
+                bound = bound.min(w.deadline_us.max(start));
+            }
+            if now_us.saturating_add(min_cost) > bound {
+                break; // nothing younger can be allowed any more
             }
         }
+        best_due.or(best_cost).map(|(_, s)| s)
+    }
+
+    /// Admitted requests in expected-finish order: `(finish, load after, in flight after)`,
+    /// the state once every request up to and including this one has finished. Finish times
+    /// already past count as `now` (overdue, expected any moment).
+    fn release_profile(&self, now_us: u64) -> Vec<(u64, u64, usize)> {
+        let mut load = self.load_us;
+        let mut count = self.running.len();
+        let mut out = Vec::with_capacity(count);
+        for &(finish, seq) in &self.by_finish {
+            load -= self.running[&seq].0;
+            count -= 1;
+            out.push((finish.max(now_us), load, count));
+        }
+        out
+    }
+
+    /// The first moment, by expected finish times, at which a request of this cost would
+    /// fit (the rule of [`Gate::fits`] applied to the requests still running then).
+    fn earliest_start_us(&self, profile: &[(u64, u64, usize)], now_us: u64, cost_us: u64) -> u64 {
+        if self.fits(cost_us) {
+            return now_us;
+        }
+        let fits_after = |&(_, load, count): &(u64, u64, usize)| {
+            count == 0
+                || (self.cfg.max_in_flight.map_or(true, |m| count < m)
+                    && load.saturating_add(cost_us) <= self.cfg.capacity_us)
+        };
+        // Monotone: once enough has finished, more finishing keeps it fitting.
+        let i = profile.partition_point(|p| !fits_after(p));
+        profile.get(i).map_or(now_us, |p| p.0)
     }
 
     fn dispatch(&mut self, now_us: u64) -> Vec<Admitted> {
         let mut out = Vec::new();
-        while let Some(seq) = self.pick(now_us) {
-            let cost = self.queue[&seq].cost_us;
-            if !self.fits(cost) {
-                break;
-            }
+        while let Some(seq) = self.next_admission(now_us) {
             let w = self.remove_waiting(seq).expect("picked request is waiting");
+            let finish = now_us.saturating_add(w.cost_us);
             self.load_us += w.cost_us;
-            self.running.insert(seq, w.cost_us);
+            self.running.insert(seq, (w.cost_us, finish));
+            self.by_finish.insert((finish, seq));
             out.push(Admitted {
                 ticket: Ticket { id: RequestId(seq), charge_us: w.cost_us },
                 waited_us: now_us - w.arrival_us,

@@ -5,7 +5,8 @@
 //! from `shared/data/tpcw-costs-gatekeeper-table1.csv`): cost = the no-load database
 //! cost clamped to [1 ms, 2 s] (the range), times `scale`; the frequencies are the
 //! table's. `GET /t/{name}` (e.g. `/t/best_sellers`) runs one request of that type and
-//! answers 200 with a small text body; unknown names get 404.
+//! answers 200 with a small text body; unknown names get 404. `GET /ping` answers 200 at
+//! once without touching the model (to measure a proxy's own overhead).
 //!
 //! **Service model.** The backend has `cpus` processors shared by all running requests
 //! (processor sharing) and thrashes when more than `slots` (C) requests run at once. With
@@ -232,6 +233,10 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
 
 async fn respond(cfg: &SyntheticConfig, backend: &Backend, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let path = req.uri().path();
+    if path == "/ping" {
+        // No backend work: for measuring what a proxy in front adds.
+        return text(StatusCode::OK, "pong\n".into());
+    }
     let Some(name) = path.strip_prefix("/t/") else {
         return text(StatusCode::NOT_FOUND, "synthetic upstream: GET /t/{type}\n".into());
     };
@@ -268,6 +273,23 @@ mod tests {
         assert!((c.throughput_at(16) - peak).abs() < 1e-9 * peak);
         assert!(c.throughput_at(24) < 0.6 * peak);
         assert!(c.throughput_at(56) < 0.25 * peak);
+    }
+
+    #[tokio::test]
+    async fn ping_answers_without_backend_work_and_unknown_types_404() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(serve(l, SyntheticConfig::tpcw(1.0, 1, 1, 0.0).unwrap(), std::future::pending()));
+        for (path, want) in [("/ping", "200 OK"), ("/t/nope", "404 Not Found"), ("/t/home", "200 OK")] {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            assert!(out.starts_with(&format!("HTTP/1.1 {want}")), "{path}: {out}");
+        }
     }
 
     #[tokio::test]

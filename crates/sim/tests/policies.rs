@@ -112,10 +112,14 @@ fn size_classes_table() {
 
 #[test]
 fn sjf_aging_table() {
-    // X = 1: A (10) at 0 runs to 10. Waiting at 10: B (4, bound 1+4=5), C (2, bound 4), D (1, bound 4).
-    // Shortest D would start C after its bound (10+1 > 4): earliest bound first → C (bound 4,
-    // earlier push than D) 10→12, then again bounds missed: D (bound 4) 12→13, B 13→17.
-    assert_times("sjf-aging:1", 1, TRACE, &[10.0, 17.0, 12.0, 13.0], &[0.0, 13.0, 10.0, 12.0]);
+    // X = 1: A (10) at 0 runs to 10. Waiting at 10: B (4, bound 1+4=5), C (2, bound 4), D (1, bound 4),
+    // all past their bounds. Promoting C or D would delay the older B further past its bound
+    // (10+2 > max(5, 10)), so no promotion: B 10→14, C 14→16, D 16→17 (arrival order).
+    assert_times("sjf-aging:1", 1, TRACE, &[10.0, 14.0, 16.0, 17.0], &[0.0, 10.0, 14.0, 16.0]);
+    // X = 3: bounds B 13, C 8, D 7. At 10, C may go ahead of B (10+2 <= 13) and is due: C
+    // 10→12 (D may not go ahead of C: 10+1 > max(8, 10)). Then D ahead of B (12+1 <= 13):
+    // 12→13, then B 13→17.
+    assert_times("sjf-aging:3", 1, TRACE, &[10.0, 17.0, 12.0, 13.0], &[0.0, 13.0, 10.0, 12.0]);
     // X = 100: bounds far away: plain SJF.
     assert_times("sjf-aging:100", 1, TRACE, &[10.0, 17.0, 13.0, 11.0], &[0.0, 13.0, 11.0, 10.0]);
 }
