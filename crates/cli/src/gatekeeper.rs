@@ -100,10 +100,11 @@ struct CalibrateArgs {
     /// Step factor of the incremental phase.
     #[arg(long, default_value_t = 2.0)]
     growth: f64,
-    /// Relative throughput gain that counts as a new best; the steps stop after two trials
-    /// without one. A negative value (`--tolerance=-1`) sweeps every step up to --max, for
-    /// throughput curves with a plateau before the peak.
-    #[arg(long, default_value_t = 0.02, allow_negative_numbers = true)]
+    /// Relative throughput drop below the best that counts as past the peak: the steps stop
+    /// when the last two are both that far below the best, and not before the capacity
+    /// holds 4 of the most expensive requests. A negative value (`--tolerance=-1`) sweeps
+    /// every step up to --max.
+    #[arg(long, default_value_t = 0.1, allow_negative_numbers = true)]
     tolerance: f64,
     /// Golden-section iterations after the steps.
     #[arg(long, default_value_t = 4)]

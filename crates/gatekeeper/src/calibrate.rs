@@ -7,9 +7,16 @@
 //! it, the load runs `warmup` (discarded) and then `measure`, and completions per second
 //! are recorded. The search assumes throughput is unimodal in capacity (rises to a peak,
 //! then falls as the backend thrashes), as the paper does:
-//! 1. **Incremental steps**: from `min`, multiply by `growth` until two steps in a row fail
-//!    to set a new best (one noisy measurement must not end the
-//!    climb), or `max` is reached; the peak is bracketed by the steps around the best one.
+//! 1. **Incremental steps**: from `min`, multiply by `growth` until the throughput has
+//!    clearly passed its peak — the last two steps are both more than `tolerance` (relative)
+//!    below the best so far (one noisy measurement must not end the climb) — or `max` is
+//!    reached. Small capacities never end the climb: until the capacity holds
+//!    [`LARGEST_REQUESTS_BEFORE_STOP`] of the most expensive type's requests (by the
+//!    estimates at that step), throughput is governed by head-of-line blocking behind
+//!    expensive requests that run (nearly) alone; it is low and erratic there (measured on
+//!    the synthetic TPC-W backend: 47, 70, 46, 43, 81, 64, 59, 95 req/s from 5 ms to 640 ms,
+//!    then 172 and 199 at 1.3 s and 2.6 s) and its dips say nothing about the backend's
+//!    peak. The peak is bracketed by the steps around the best one.
 //! 2. **Search**: golden-section search on log(capacity) inside the bracket for
 //!    `refine_steps` more trials.
 //!
@@ -31,6 +38,10 @@ use serde::Serialize;
 
 use crate::proxy::Handle;
 use crate::GatekeeperError;
+
+/// The incremental steps do not stop before the capacity holds this many requests of the
+/// most expensive type (see the module docs).
+pub const LARGEST_REQUESTS_BEFORE_STOP: u64 = 4;
 
 #[derive(Debug, Clone)]
 pub struct CalibrateConfig {
@@ -227,10 +238,9 @@ pub async fn calibrate(
         let t = run(cap, "steps").await?;
         progress(&t);
         trials.push(t);
-        // Stop after two steps without a new best (better by more than `tolerance`): one
-        // noisy measurement must not end the climb.
-        let stale = trials.len() - 1 - argmax_by(&trials, cfg.tolerance);
-        if stale >= 2 || cap >= cfg.max_capacity_us || trials.len() >= cfg.max_trials {
+        let largest_us = handle.snapshot().types.iter().filter(|t| t.3 > 0).map(|t| t.2).max().unwrap_or(0);
+        if past_peak(&trials, cfg.tolerance, largest_us) || cap >= cfg.max_capacity_us || trials.len() >= cfg.max_trials
+        {
             break;
         }
         cap = ((cap as f64 * cfg.growth).round() as u64).min(cfg.max_capacity_us);
@@ -278,24 +288,81 @@ pub async fn calibrate(
     Ok(Calibration { best_capacity_us: best.capacity_us, best_throughput_per_s: best.throughput_per_s, trials })
 }
 
+/// The first trial with the highest throughput.
 fn argmax(trials: &[Trial]) -> usize {
-    argmax_by(trials, 0.0)
-}
-
-/// The first trial that no later trial beats by more than `tolerance` (relative).
-fn argmax_by(trials: &[Trial], tolerance: f64) -> usize {
     let mut best = 0;
     for (i, t) in trials.iter().enumerate() {
-        if t.throughput_per_s > trials[best].throughput_per_s * (1.0 + tolerance) {
+        if t.throughput_per_s > trials[best].throughput_per_s {
             best = i;
         }
     }
     best
 }
 
+/// Whether the incremental steps are past the peak: the last trial's capacity holds
+/// [`LARGEST_REQUESTS_BEFORE_STOP`] requests of the most expensive type (estimated cost
+/// `largest_us`), and the last two trials come after the best one and are both more than
+/// `tolerance` (relative) below it. Plateaus (within the tolerance of the best) never stop
+/// the steps; a negative tolerance never stops them.
+fn past_peak(trials: &[Trial], tolerance: f64, largest_us: u64) -> bool {
+    if tolerance < 0.0 || trials.len() < 3 {
+        return false;
+    }
+    if trials[trials.len() - 1].capacity_us < largest_us.saturating_mul(LARGEST_REQUESTS_BEFORE_STOP) {
+        return false;
+    }
+    let best_i = argmax(trials);
+    let floor = trials[best_i].throughput_per_s * (1.0 - tolerance);
+    best_i + 2 < trials.len() && trials[trials.len() - 2..].iter().all(|t| t.throughput_per_s < floor)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn trials(throughputs: &[f64]) -> Vec<Trial> {
+        throughputs
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| Trial {
+                capacity_us: 1_000 << i,
+                throughput_per_s: t,
+                mean_response_ms: 0.0,
+                errors: 0,
+                phase: "steps",
+            })
+            .collect()
+    }
+
+    #[test]
+    fn steps_stop_only_past_the_peak() {
+        // (throughputs of the steps so far, tolerance, past the peak?)
+        let table: &[(&[f64], f64, bool)] = &[
+            (&[10.0, 20.0], 0.02, false),
+            (&[10.0, 20.0, 30.0], 0.02, false),
+            // A flat stretch is not a peak: FIFO's curve is flat until large requests fit.
+            (&[50.0, 50.0, 50.5, 49.8, 50.1], 0.02, false),
+            (&[50.0, 50.0, 50.0, 80.0], 0.02, false),
+            // Two clear drops after the best: stop.
+            (&[50.0, 80.0, 70.0, 60.0], 0.02, true),
+            // One noisy drop, then back near the best: keep going.
+            (&[50.0, 80.0, 70.0, 79.0], 0.02, false),
+            // Drops within the tolerance are a plateau.
+            (&[50.0, 80.0, 79.0, 78.5], 0.02, false),
+            (&[50.0, 80.0, 79.0, 78.5], 0.001, true),
+            // Negative tolerance: sweep everything.
+            (&[50.0, 80.0, 10.0, 5.0], -1.0, false),
+        ];
+        for (tp, tol, want) in table {
+            assert_eq!(past_peak(&trials(tp), *tol, 0), *want, "{tp:?} tolerance {tol}");
+        }
+        // Capacities 1, 2, 4, 8 ms: a clear drop, but the last step (8 ms) does not hold four
+        // 2.5 ms requests yet, so the climb goes on; with 2 ms requests it stops.
+        let drop = trials(&[50.0, 80.0, 40.0, 30.0]);
+        assert!(!past_peak(&drop, 0.1, 2_500));
+        assert!(past_peak(&drop, 0.1, 2_000));
+        assert_eq!(argmax(&trials(&[1.0, 3.0, 3.0, 2.0])), 1);
+    }
 
     #[test]
     fn mix_file_parsing() {

@@ -4,8 +4,9 @@
 //! Lifecycle of a request:
 //! 1. classify → type; the type's current estimate is its charge;
 //! 2. `Gate::arrive`; if not admitted at once, wait on a oneshot for a [`Grant`]. If the
-//!    client goes away meanwhile (hyper drops the handler future), the wait guard cancels
-//!    the request in the gate;
+//!    client goes away meanwhile (hyper drops the handler future, or the request body,
+//!    read ahead while waiting up to [`PREFETCH_LIMIT_BYTES`], fails), the wait guard
+//!    cancels the request in the gate;
 //! 3. admitted: a [`Permit`] owns the ticket. Dropping the permit releases the charge, so it
 //!    is released exactly once on every path (success, 502, 504, client gone mid-body, panic
 //!    unwinding). A grant that can no longer be delivered drops its permit, releasing it;
@@ -16,7 +17,7 @@
 //! Locking: one `std::sync::Mutex` around the gate, estimator and waiters, held only for
 //! the decisions (no I/O, no awaits). Grants are delivered after the lock is dropped.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -72,7 +73,7 @@ struct Shared {
     metrics: Metrics,
     core: Mutex<Core>,
     start: Instant,
-    client: Client<HttpConnector, Incoming>,
+    client: Client<HttpConnector, RequestBody>,
     /// Wakes the timer task when the next wakeup may have moved earlier.
     wake: Notify,
 }
@@ -506,6 +507,8 @@ async fn handle(
     let pq = req.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
     let type_index = shared.classifier.classify(req.method().as_str(), &pq, req.headers());
     let tm = &shared.metrics.types[type_index];
+    let (mut parts, body) = req.into_parts();
+    let mut body = RequestBody::new(body);
 
     // Admission.
     let (own, deliveries, rx) = {
@@ -542,7 +545,17 @@ async fn handle(
         (None, Some((id, rx))) => {
             shared.wake.notify_one();
             let mut guard = WaitGuard { shared: shared.clone(), id, armed: true };
-            let grant = rx.await;
+            let mut rx = rx;
+            // While queued, read the request body ahead (bounded): a client that goes away
+            // mid-body is only noticed by reading it. Returning drops the armed guard, which
+            // takes the request out of the queue.
+            let grant = tokio::select! {
+                grant = &mut rx => grant,
+                e = body.watch() => {
+                    tracing::debug!("client body failed while queued: {e}");
+                    return Ok(text_response(StatusCode::BAD_REQUEST, "gatekeeper: request body failed while queued"));
+                }
+            };
             guard.armed = false;
             match grant {
                 Ok(Grant::Admitted { permit, waited_us }) => (permit, waited_us),
@@ -564,7 +577,6 @@ async fn handle(
     tm.queue_wait.observe_us(waited_us);
 
     // Forward.
-    let (mut parts, body) = req.into_parts();
     parts.uri = match shared.cfg.upstream.uri_for(&pq) {
         Ok(u) => u,
         Err(_) => {
@@ -597,6 +609,82 @@ async fn handle(
     strip_hop_by_hop(&mut parts.headers);
     let metered = Metered { inner: body, permit: Some(permit), sent, shared: shared.clone(), type_index };
     Ok(Response::from_parts(parts, metered.boxed_unsync()))
+}
+
+/// Request body bytes read ahead while a request waits for admission, at most this many
+/// per request. A body still arriving beyond this is left unread (backpressure on that
+/// client) until admission; a disconnect is then noticed when forwarding, which fails at
+/// once and releases the charge.
+pub const PREFETCH_LIMIT_BYTES: usize = 64 * 1024;
+
+/// The client's request body: frames read ahead while queued ([`RequestBody::watch`]),
+/// then the rest of the stream.
+pub struct RequestBody {
+    buffered: VecDeque<Frame<Bytes>>,
+    buffered_bytes: usize,
+    /// `None` once the client's body has ended.
+    rest: Option<Incoming>,
+}
+
+impl RequestBody {
+    fn new(body: Incoming) -> Self {
+        RequestBody { buffered: VecDeque::new(), buffered_bytes: 0, rest: Some(body) }
+    }
+
+    /// Read the body ahead, up to [`PREFETCH_LIMIT_BYTES`]. Resolves only if the body fails
+    /// (the client went away mid-body or sent a malformed one); at the end of the body or the
+    /// limit it stays pending. Cancel-safe: a frame is buffered as soon as it is read.
+    async fn watch(&mut self) -> hyper::Error {
+        loop {
+            let rest = match self.rest.as_mut() {
+                Some(r) if !r.is_end_stream() && self.buffered_bytes < PREFETCH_LIMIT_BYTES => r,
+                _ => return std::future::pending().await,
+            };
+            match rest.frame().await {
+                None => self.rest = None,
+                Some(Ok(f)) => {
+                    self.buffered_bytes += f.data_ref().map_or(0, Bytes::len);
+                    self.buffered.push_back(f);
+                }
+                Some(Err(e)) => return e,
+            }
+        }
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        if let Some(f) = self.buffered.pop_front() {
+            return Poll::Ready(Some(Ok(f)));
+        }
+        match self.rest.as_mut() {
+            Some(b) => Pin::new(b).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.buffered.is_empty() && self.rest.as_ref().map_or(true, Body::is_end_stream)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let buffered: u64 = self.buffered.iter().filter_map(Frame::data_ref).map(|d| d.len() as u64).sum();
+        match &self.rest {
+            None => SizeHint::with_exact(buffered),
+            Some(b) => {
+                let h = b.size_hint();
+                let mut out = SizeHint::new();
+                out.set_lower(h.lower() + buffered);
+                if let Some(u) = h.upper() {
+                    out.set_upper(u + buffered);
+                }
+                out
+            }
+        }
+    }
 }
 
 /// The upstream response body, relayed frame by frame; its end is the measurement point.

@@ -403,3 +403,137 @@ async fn auto_capacity_grows_when_saturated_without_inflation() {
         t.await.unwrap();
     }
 }
+
+/// A queued request with a body: the client sends the head and part of the body, then goes
+/// away. Its body is not being read (it is not forwarded yet), so the disconnect must still
+/// be noticed and the request leave the queue; also when the body was sent completely.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_disconnect_while_queued_with_a_body_leaves_the_queue() {
+    let (up, _) = test_upstream().await;
+    let p = start_proxy(up, |c| c.capacity = CapacitySetting::Fixed { capacity_us: 1 }).await;
+    let c = client();
+    let blocker = tokio::spawn({
+        let c = c.clone();
+        async move { get(&c, p.addr, "/sleep/1500").await }
+    });
+    wait_until("blocker admitted", Duration::from_secs(2), || p.handle.snapshot().in_flight == 1).await;
+    let requests: [&[u8]; 3] = [
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhello",
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
+        b"PUT /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+    ];
+    for (i, raw) in requests.into_iter().enumerate() {
+        let mut s = TcpStream::connect(p.addr).await.unwrap();
+        s.write_all(raw).await.unwrap();
+        wait_until("queued", Duration::from_secs(2), || p.handle.snapshot().queue_len == 1).await;
+        drop(s);
+        // Gone from the queue long before the blocker (1.5 s) finishes.
+        wait_until("cancelled", Duration::from_millis(300), || p.handle.snapshot().queue_len == 0).await;
+        let want = format!("gatekeeper_cancelled_while_queued_total {}\n", i + 1);
+        assert!(p.handle.metrics_text().contains(&want), "request {i}");
+    }
+    assert_eq!(blocker.await.unwrap().0, StatusCode::OK);
+    let snap = p.handle.snapshot();
+    assert_eq!((snap.load_us, snap.in_flight), (0, 0));
+}
+
+/// Completions per second of `clients` closed-loop clients of `path` at `addr` over `window`
+/// (after `warmup`).
+async fn closed_loop_throughput(
+    addr: SocketAddr,
+    path: &'static str,
+    clients: usize,
+    warmup: Duration,
+    window: Duration,
+) -> f64 {
+    let c = client();
+    let done = Arc::new(AtomicUsize::new(0));
+    let counting = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let (c, done, counting, stop) = (c.clone(), done.clone(), counting.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(SeqCst) {
+                let (status, _, _) = get(&c, addr, path).await;
+                assert_eq!(status, StatusCode::OK);
+                if counting.load(SeqCst) {
+                    done.fetch_add(1, SeqCst);
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(warmup).await;
+    counting.store(true, SeqCst);
+    tokio::time::sleep(window).await;
+    counting.store(false, SeqCst);
+    stop.store(true, SeqCst);
+    for t in tasks {
+        t.abort();
+    }
+    done.load(SeqCst) as f64 / window.as_secs_f64()
+}
+
+/// `--capacity auto` under overload: 48 closed-loop clients on a backend (the synthetic
+/// upstream: 2 processors, thrashing beyond 4 concurrent requests) whose throughput
+/// collapses when they all run. Direct access collapses; through the gatekeeper, auto
+/// capacity must find the knee from its slow start and hold throughput near the peak.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_capacity_holds_throughput_under_overload() {
+    use shortfirst_gatekeeper::synthetic::{self, SynthType, SyntheticConfig};
+    let cfg = SyntheticConfig {
+        types: vec![SynthType { name: "a".into(), cost_us: 20_000, weight: 1.0 }],
+        cpus: 2,
+        slots: 4,
+        thrash: 0.5,
+        max_running: 10_000,
+    };
+    let peak_per_s = cfg.throughput_at(2);
+    let collapsed_per_s = cfg.throughput_at(48);
+    assert!(collapsed_per_s < 0.1 * peak_per_s, "model: {collapsed_per_s} vs {peak_per_s}");
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = l.local_addr().unwrap();
+    tokio::spawn(synthetic::serve(l, cfg, std::future::pending()));
+    let direct = closed_loop_throughput(up, "/t/a", 48, Duration::from_millis(500), Duration::from_secs(2)).await;
+    let p = start_proxy(up, |c| {
+        c.capacity = CapacitySetting::Auto(shortfirst_core::admission::auto::AutoConfig {
+            initial_capacity_us: 20_000,
+            interval_us: 250_000,
+            min_samples: 10,
+            ..Default::default()
+        });
+        c.estimator.alpha = 0.3;
+    })
+    .await;
+    let proxied = closed_loop_throughput(p.addr, "/t/a", 48, Duration::from_secs(4), Duration::from_secs(3)).await;
+    let cap_us = p.handle.snapshot().capacity_us;
+    // Peak: 100/s. Collapsed (48 running): ~4/s.
+    assert!(direct < 0.3 * peak_per_s, "direct {direct:.1}/s should collapse (peak {peak_per_s:.1}/s)");
+    assert!(proxied > 0.6 * peak_per_s, "auto {proxied:.1}/s, capacity {cap_us} µs (peak {peak_per_s:.1}/s)");
+    // Held near the knee: a few requests' worth, not all 48.
+    assert!(cap_us < 10 * 20_000 * 4, "capacity {cap_us} µs grew past the knee");
+}
+
+/// A queued request's body, partly read ahead while it waited (more than the read-ahead
+/// limit), reaches the upstream whole and in order once admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_request_body_is_forwarded_whole() {
+    let (up, _) = test_upstream().await;
+    let p = start_proxy(up, |c| c.capacity = CapacitySetting::Fixed { capacity_us: 1 }).await;
+    let c = client();
+    let blocker = tokio::spawn({
+        let c = c.clone();
+        async move { get(&c, p.addr, "/sleep/300").await }
+    });
+    wait_until("blocker admitted", Duration::from_secs(2), || p.handle.snapshot().in_flight == 1).await;
+    let body: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    let req = Request::post(format!("http://{}/echo", p.addr)).body(Full::new(Bytes::from(body.clone()))).unwrap();
+    let t = tokio::spawn(async move { c.request(req).await.unwrap() });
+    wait_until("queued", Duration::from_secs(2), || p.handle.snapshot().queue_len == 1).await;
+    let resp = t.await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let echoed = resp.into_body().collect().await.unwrap().to_bytes();
+    let pos = echoed.windows(2).position(|w| w == b"\n\n").unwrap();
+    assert_eq!(&echoed[pos + 2..], &body[..]);
+    assert_eq!(blocker.await.unwrap().0, StatusCode::OK);
+}
