@@ -105,28 +105,46 @@ def test_browsers_through_the_gatekeeper_into_the_bookstore(tmp_path: Path):
     assert (tmp_path / "sjf-20" / "requests.csv").exists()
 
 
-def test_report_draws_figures_and_the_learned_cost_table(tmp_path: Path):
-    def point(mode, n, tput, rt, learned):
-        per = {
-            "HOME": {"count": 10, "mean_wait_s": 0.001 * n, "mean_exec_s": 0.001, "learned_cost_s": learned},
-            "SRES": {"count": 5, "mean_wait_s": 0.002 * n, "mean_exec_s": 0.003},
-            "BESS": {
-                "count": 2,
-                "mean_wait_s": 0.01 * n,
-                "mean_exec_s": 0.1,
-                "learned_cost_s": 100 * learned,
-            },
-        }
-        return {
-            "mode": mode,
-            "browsers": n,
-            "throughput_per_min": tput,
-            "mean_response_s": rt,
-            "per_interaction": per,
-        }
+def _point(mode, n, tput, rt, learned, admc_rt=None):
+    per = {
+        "HOME": {
+            "count": 10,
+            "mean_wait_s": 0.001 * n,
+            "mean_exec_s": 0.001,
+            "learned_cost_s": learned,
+            "mean_response_s": 0.001 * n,
+        },
+        "SRES": {"count": 5, "mean_wait_s": 0.002 * n, "mean_exec_s": 0.003, "mean_response_s": 0.005},
+        "BESS": {
+            "count": 2,
+            "mean_wait_s": 0.01 * n,
+            "mean_exec_s": 0.1,
+            "learned_cost_s": 100 * learned,
+            "mean_response_s": 0.2,
+        },
+    }
+    if admc_rt is not None:
+        per["ADMC"] = {"count": 1, "mean_response_s": admc_rt}
+    return {
+        "mode": mode,
+        "browsers": n,
+        "throughput_per_min": tput,
+        "mean_response_s": rt,
+        "per_interaction": per,
+    }
 
+
+def test_report_draws_figures_and_the_cost_table(tmp_path: Path):
+    modes = ("direct", "fifo", "sjf", "sjf-aging:2")
     doc = {
-        "points": [point(m, n, 100.0 * n, 0.01 * n, 0.0005 * n) for m in ("direct", "sjf") for n in (10, 50)]
+        "environment": {"cpus": [0], "online_cpus": 2, "nice": -5},
+        "think_shortening": 10.0,
+        "points": [
+            point
+            for m in modes
+            for n in (10, 50)
+            for point in [_point(m, n, 100.0 * n, 0.01 * n, 0.0005 * n)]
+        ],
     }
     s = tmp_path / "summary.json"
     s.write_text(json.dumps(doc))
@@ -134,10 +152,54 @@ def test_report_draws_figures_and_the_learned_cost_table(tmp_path: Path):
     assert {f.name for f in files} == {
         "tpcw-throughput.png",
         "tpcw-response.png",
+        "tpcw-aging.png",
         "tpcw-wait-exec.png",
-        "tpcw-learned-costs.md",
+        "tpcw-table1.md",
+        "tpcw-summary.md",
     }
     assert all(f.stat().st_size > 0 for f in files)
-    table = (tmp_path / "tpcw-learned-costs.md").read_text()
-    assert "| Home | 5.00 | 25.00 |" in table
-    assert "| Best Sellers | 500.00 | 2500.00 |" in table
+    table = (tmp_path / "tpcw-table1.md").read_text()
+    # learned / measured at no load (10 browsers) and at peak (50 browsers, the highest throughput),
+    # next to the paper's row for the same interaction.
+    assert "| Home | 1.83 | 3.22 | 5.0 | 1.0 | 25.0 | 1.0 | 16 |" in table
+    assert "| Best Sellers | 1205.01 | 2441.86 | 500.0 | 100.0 | 2500.0 | 100.0 | 5 |" in table
+    assert "CPUs [0] of 2, nice -5, think time ÷10" in (tmp_path / "tpcw-summary.md").read_text()
+
+
+def test_targets_from_points():
+    pts = [
+        _point("direct", 100, 1000.0, 1.0, 0.001),
+        _point("direct", 400, 800.0, 4.0, 0.001),
+        _point("fifo", 100, 990.0, 2.0, 0.001, admc_rt=5.0),
+        _point("fifo", 400, 980.0, 8.0, 0.001, admc_rt=5.0),
+        _point("sjf", 400, 1000.0, 0.5, 0.001, admc_rt=6.5),
+    ]
+    t = tpcw.targets(pts)
+    assert t["throughput_at_highest_load_over_peak"]["direct"]["ratio"] == pytest.approx(0.8)
+    assert t["throughput_at_highest_load_over_peak"]["fifo"]["ratio"] == pytest.approx(980 / 990)
+    assert t["browsers"] == 400
+    assert t["fifo_over_sjf_mean_response"] == pytest.approx(16.0)
+    assert t["costliest_sjf_over_fifo"]["ADMC"]["sjf_over_fifo"] == pytest.approx(1.3)
+    assert t["costliest_sjf_over_fifo"]["BESS"]["sjf_over_fifo"] == pytest.approx(1.0)
+
+
+def test_calibration_takes_the_smallest_capacity_near_the_peak():
+    trials = [
+        {"capacity_us": 100_000, "throughput_per_s": 50.0},
+        {"capacity_us": 200_000, "throughput_per_s": 96.0},
+        {"capacity_us": 400_000, "throughput_per_s": 100.0},
+        {"capacity_us": 800_000, "throughput_per_s": 99.0},
+    ]
+    assert tpcw.choose_capacity(trials, 0.05) == 200_000
+    assert tpcw.choose_capacity(trials, 0.0) == 400_000
+    with pytest.raises(tpcw.TpcwError):
+        tpcw.choose_capacity([], 0.05)
+
+
+def test_modes_may_have_their_own_load_points():
+    cfg = {
+        "load": {"browsers": [10, 20]},
+        "modes": {"list": ["sjf", "sjf@auto"], "browsers": {"sjf@auto": [20]}},
+    }
+    assert tpcw.browsers_for(cfg, "sjf") == [10, 20]
+    assert tpcw.browsers_for(cfg, "sjf@auto") == [20]
