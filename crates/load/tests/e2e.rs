@@ -131,6 +131,7 @@ fn config(addr: SocketAddr, trace: &Path, out: &Path) -> Config {
         seed: 1,
         progress: false,
         realtime: false,
+        batch_window_us: shortfirst_load::run::DEFAULT_BATCH_WINDOW_US,
         command_line: vec!["test".into()],
     }
 }
