@@ -3,22 +3,21 @@
 //! a `summary.json` and an HDR interval log of response times.
 //!
 //! Threads:
-//! - `threads` *workers*, each a single-threaded tokio event loop that does
-//!   everything for its share of the load: in the open and partly-open
-//!   models it streams the trace (every worker reads all of it, so ids,
-//!   clients and times agree without coordination) and starts the requests of
-//!   its clients (`client % threads`) at their scheduled times, waiting on a
-//!   timerfd (microsecond precision, unlike tokio's millisecond timer) in the
-//!   same `epoll_wait` that collects responses. It wakes at most once per
-//!   batch window ([`Config::batch_window_us`], 100 µs by default) and then
-//!   starts everything due, so at high
-//!   rates one wake-up serves several requests, and no request crosses a
-//!   thread before it is sent. Requests, sessions and closed-model users are
-//!   tasks; kept-alive connections and read buffers are reused per worker;
+//! - the *dispatcher* (the calling thread) streams the trace and, for the open
+//!   and partly-open models, sleeps on the monotonic clock until each
+//!   request's scheduled time, then hands it to a worker. Its timer slack is
+//!   set to 1 ns so `nanosleep` wakes on time, and it wakes at most once per
+//!   batch window ([`Config::batch_window_us`], 100 µs by default), sending
+//!   everything then due;
+//! - `threads` *workers*, each a single-threaded tokio runtime, run the
+//!   requests (a task per request, session or closed-model user);
 //! - the *collector* writes rows, keeps the histograms, writes the interval
-//!   log and the progress line. It polls its queue every few milliseconds, so
-//!   handing it a row never wakes a thread;
-//! - the calling thread starts them and waits.
+//!   log and the progress line.
+//!
+//! Row order: `requests.csv` is written in completion order (the order rows
+//! reach the collector: when a request ends, or is refused), not in trace
+//! order, so the log streams without a reorder buffer. `id` is the position in
+//! the trace (sessions: consecutive ids); sort by it for trace order.
 //!
 //! Timing is free of coordinated omission: a request's `scheduled_s` is fixed
 //! by the trace (or by the user's think time), never by when the previous one
@@ -73,11 +72,6 @@ pub const IDLE_PER_WORKER: usize = 4096;
 /// Read buffers of closed connections kept per worker for reuse
 /// (× [`crate::http::READ_BUF_BYTES`] = 4 MiB).
 const SPARE_BUFS_PER_WORKER: usize = 256;
-/// Most batches a worker dispatches in a row without letting its requests
-/// run, when it is behind schedule.
-const DISPATCH_BURST: usize = 64;
-/// Longest sleep of a dispatcher between two looks at the stop flag.
-const STOP_CHECK: Duration = Duration::from_millis(100);
 /// Longest partly-open session accepted (requests per session).
 pub const MAX_SESSION_REQUESTS: u32 = 10_000;
 /// Histogram range: 1 µs to 1 hour, 3 significant digits.
@@ -170,7 +164,7 @@ pub struct Config {
     /// CAP_SYS_NICE), so other processes on a shared machine cannot delay
     /// sends; the kernel's RT throttling still leaves them 5% of each CPU.
     pub realtime: bool,
-    /// Shortest interval between two wake-ups of a worker's dispatcher: the
+    /// Shortest interval between two wake-ups of the dispatcher: the
     /// requests due in between are sent together at the next wake-up, up to
     /// this much late (and their lateness says so). Fewer wake-ups per request
     /// at high rates; 0 wakes for every request.
@@ -278,173 +272,6 @@ enum Job {
     Single { id: u64, rec: TraceRecord, client: u32, scheduled: Instant },
     Session { first_id: u64, recs: Vec<TraceRecord>, client: u32, scheduled: Instant },
     User { user: u32 },
-}
-
-/// What a worker thread does.
-enum Role {
-    /// Open and partly-open models: read the trace, send this worker's share
-    /// (clients with `client % shards == shard`) at their scheduled times.
-    Dispatch { dispatcher: Dispatcher, shard: usize, shards: usize, max_in_flight: usize },
-    /// Closed model: run these users.
-    Users(Vec<u32>),
-}
-
-/// How a worker's dispatching ended.
-struct WorkerEnd {
-    error: Option<LoadError>,
-    out_of_order: u64,
-}
-
-/// A one-shot timer on the monotonic clock (a timerfd) awaited in the
-/// worker's event loop. tokio's own timer rounds deadlines up to whole
-/// milliseconds, too coarse for a 1 ms lateness budget; a timerfd is an
-/// hrtimer that fires on the microsecond, and waking on it costs the same
-/// `epoll_wait` that also collects the responses (no other thread, no
-/// cross-thread wake-up).
-struct PreciseTimer {
-    fd: tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
-}
-
-impl PreciseTimer {
-    fn new() -> std::io::Result<PreciseTimer> {
-        use std::os::fd::FromRawFd;
-        // SAFETY: a plain syscall; the new descriptor is owned just below.
-        let fd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a fresh descriptor nobody else owns.
-        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-        // SAFETY: the AsyncFd owns `fd`, which stays open and the same until it is dropped.
-        let fd = unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
-            .map_err(|e| e.into_parts().1)?;
-        Ok(PreciseTimer { fd })
-    }
-
-    /// Waits until `deadline` (returns at once if it has passed).
-    async fn sleep_until(&self, deadline: Instant) -> std::io::Result<()> {
-        use std::os::fd::AsRawFd;
-        let Some(left) = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) else {
-            return Ok(());
-        };
-        let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        let spec = libc::itimerspec {
-            it_interval: zero,
-            it_value: libc::timespec {
-                tv_sec: left.as_secs() as libc::time_t,
-                tv_nsec: left.subsec_nanos() as libc::c_long,
-            },
-        };
-        // SAFETY: valid descriptor and a valid local itimerspec. Re-arming
-        // also clears an expiry not yet read.
-        if unsafe { libc::timerfd_settime(self.fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        loop {
-            let mut guard = self.fd.readable().await?;
-            let read = guard.try_io(|fd| {
-                let mut expirations = [0u8; 8];
-                // SAFETY: reads at most 8 bytes into a local 8-byte buffer.
-                let n = unsafe { libc::read(fd.as_raw_fd(), expirations.as_mut_ptr().cast(), expirations.len()) };
-                if n < 0 {
-                    Err(std::io::Error::last_os_error())
-                } else {
-                    Ok(())
-                }
-            });
-            match read {
-                Ok(r) => return r,
-                // Stale readiness (an expiry cleared by re-arming): wait on.
-                Err(_would_block) => continue,
-            }
-        }
-    }
-}
-
-/// Open and partly-open models: streams the trace, and sends this worker's
-/// share of it at the scheduled times. Wakes at most once per
-/// `batch_window_us` and then starts everything due, so at high rates one
-/// timer expiry serves several requests.
-async fn dispatch(
-    ctx: Rc<Ctx>,
-    d: &mut Dispatcher,
-    shard: usize,
-    shards: usize,
-    max_in_flight: usize,
-    window_us: u64,
-) -> Result<(), LoadError> {
-    let timer = PreciseTimer::new().map_err(|source| LoadError::Io { path: "timerfd".into(), source })?;
-    let timer_err = |source| LoadError::Io { path: "timerfd".into(), source };
-    let run_start = ctx.run_start;
-    let window = Duration::from_micros(window_us);
-    let mut last_wake = run_start;
-    let mut burst = 0usize;
-    loop {
-        let Some((first_id, recs, client, scheduled)) = d.next_batch()? else { break };
-        if client as usize % shards != shard {
-            continue;
-        }
-        if Instant::now() < scheduled {
-            let wake = scheduled.max(last_wake + window);
-            loop {
-                if stopped() {
-                    return Ok(());
-                }
-                let now = Instant::now();
-                if now >= wake {
-                    break;
-                }
-                timer.sleep_until(wake.min(now + STOP_CHECK)).await.map_err(timer_err)?;
-            }
-            last_wake = Instant::now();
-            burst = 0;
-        } else {
-            if stopped() {
-                return Ok(());
-            }
-            burst += 1;
-            if burst >= DISPATCH_BURST {
-                // Behind schedule: let the requests started so far run.
-                burst = 0;
-                tokio::task::yield_now().await;
-            }
-        }
-        if ctx.in_flight.load(Ordering::Acquire) >= max_in_flight {
-            let now = Instant::now();
-            for (i, r) in recs.into_iter().enumerate() {
-                ctx.send(Msg {
-                    rec: RequestRecord {
-                        id: first_id + i as u64,
-                        client,
-                        path: r.path,
-                        size_bytes: r.size_bytes,
-                        bytes_received: 0,
-                        status: None,
-                        outcome: Outcome::Failed,
-                        attempts: 0,
-                        scheduled_s: secs(run_start, scheduled),
-                        start_s: secs(run_start, now),
-                        connected_s: None,
-                        first_byte_s: None,
-                        done_s: None,
-                    },
-                    lateness_us: None,
-                    wire_bytes: 0,
-                    fail_reason: Some("not sent: in-flight limit"),
-                });
-            }
-            continue;
-        }
-        ctx.in_flight.fetch_add(1, Ordering::AcqRel);
-        let job = if d.k == 1 {
-            let rec = recs.into_iter().next().expect("one record");
-            Job::Single { id: first_id, rec, client, scheduled }
-        } else {
-            Job::Session { first_id, recs, client, scheduled }
-        };
-        tokio::task::spawn_local(ctx.clone().run_job(job));
-    }
-    Ok(())
 }
 
 /// Shared state of the closed model.
@@ -748,6 +575,21 @@ fn stopped() -> bool {
     STOP.load(Ordering::Relaxed)
 }
 
+/// Sleeps until `deadline` in slices of at most 100 ms, returning early (false)
+/// when a stop signal arrives.
+fn sleep_until(deadline: Instant) -> bool {
+    loop {
+        if stopped() {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return true;
+        }
+        std::thread::sleep((deadline - now).min(Duration::from_millis(100)));
+    }
+}
+
 /// SCHED_FIFO priority used by `realtime`.
 const REALTIME_PRIORITY: libc::c_int = 10;
 
@@ -923,59 +765,25 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
         _ => None,
     };
 
-    // Workers: each runs its share of the load on its own event loop,
-    // dispatching itself (no hand-off between threads per request).
+    // Workers.
+    let mut senders = Vec::new();
     let mut workers = Vec::new();
-    let mut skipped = SkipCount::default();
     for w in 0..cfg.threads {
-        let role = match cfg.model {
-            Model::Closed { users, .. } => Role::Users((0..users).filter(|u| *u as usize % cfg.threads == w).collect()),
-            Model::Open | Model::PartlyOpen { .. } => {
-                let Source::Trace { path, format, skip_bad } = &cfg.source else { unreachable!("checked above") };
-                // Every worker reads the whole trace (so ids, clients and
-                // times agree without coordination) and sends its clients' share.
-                let (it, count) = open_trace(path, *format, *skip_bad)?;
-                if w == 0 {
-                    skipped = count;
-                }
-                let k = match cfg.model {
-                    Model::PartlyOpen { k } => k as usize,
-                    _ => 1,
-                };
-                Role::Dispatch {
-                    dispatcher: Dispatcher {
-                        it,
-                        k,
-                        speed,
-                        duration_s: cfg.duration_s,
-                        run_start,
-                        first_time_s: None,
-                        last_offset_s: 0.0,
-                        out_of_order: 0,
-                        clients: cfg.clients,
-                        next_id: 0,
-                        sessions: 0,
-                    },
-                    shard: w,
-                    shards: cfg.threads,
-                    max_in_flight: cfg.max_in_flight,
-                }
-            }
-        };
+        let (jtx, mut jrx) = tokio::sync::mpsc::unbounded_channel::<Job>();
+        senders.push(jtx);
         let tx = tx.clone();
         let in_flight = in_flight.clone();
         let target = cfg.target.clone();
         let closed = closed.clone();
         let (persistent, retries, seed, realtime) = (cfg.persistent, cfg.retries, cfg.seed, cfg.realtime);
-        let batch_window_us = cfg.batch_window_us;
         let abort_after = cfg.abort_after_s.map(Duration::from_secs_f64);
         let timeout = Duration::from_secs_f64(cfg.timeout_s);
         let h = std::thread::Builder::new()
             .name(format!("load-worker-{w}"))
-            .spawn(move || -> WorkerEnd {
+            .spawn(move || {
                 precise_timers();
                 if realtime {
-                    // Allowed: the calling thread just got the same policy.
+                    // Allowed: the dispatcher thread just got the same policy.
                     let _ = set_realtime(true);
                 }
                 let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
@@ -995,44 +803,116 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
                     spare_bufs: RefCell::new(Vec::new()),
                     closed,
                 });
-                let end = local.block_on(&rt, async {
-                    match role {
-                        Role::Users(users) => {
-                            for user in users {
-                                tokio::task::spawn_local(ctx.clone().run_job(Job::User { user }));
-                            }
-                            WorkerEnd { error: None, out_of_order: 0 }
-                        }
-                        Role::Dispatch { mut dispatcher, shard, shards, max_in_flight } => {
-                            let error =
-                                dispatch(ctx.clone(), &mut dispatcher, shard, shards, max_in_flight, batch_window_us)
-                                    .await
-                                    .err();
-                            WorkerEnd { error, out_of_order: dispatcher.out_of_order }
-                        }
+                local.block_on(&rt, async {
+                    while let Some(job) = jrx.recv().await {
+                        tokio::task::spawn_local(ctx.clone().run_job(job));
                     }
                 });
-                // Let the requests in flight end.
                 rt.block_on(local);
-                end
             })
             .map_err(|source| LoadError::Io { path: "worker thread".into(), source })?;
         workers.push(h);
     }
-    // Only the workers send rows now: the collector ends when they are done.
-    drop(tx);
-    let mut dispatch_error = None;
+
+    // Dispatch.
+    let mut skipped = SkipCount::default();
     let mut out_of_order = 0u64;
-    for (w, h) in workers.into_iter().enumerate() {
-        let end = h.join().map_err(|_| cerr("worker thread panicked".into()))?;
-        if w == 0 {
-            // Every worker reads the same trace: count its disorder once.
-            out_of_order = end.out_of_order;
+    let mut dispatch_error = None;
+    match cfg.model {
+        Model::Closed { users, .. } => {
+            for u in 0..users {
+                let _ = senders[u as usize % cfg.threads].send(Job::User { user: u });
+            }
         }
-        if dispatch_error.is_none() {
-            dispatch_error = end.error;
+        Model::Open | Model::PartlyOpen { .. } => {
+            let Source::Trace { path, format, skip_bad } = &cfg.source else { unreachable!("checked above") };
+            let (it, count) = open_trace(path, *format, *skip_bad)?;
+            skipped = count;
+            precise_timers();
+            let k = match cfg.model {
+                Model::PartlyOpen { k } => k as usize,
+                _ => 1,
+            };
+            let mut last_wake = run_start;
+            let mut d = Dispatcher {
+                it,
+                k,
+                speed,
+                duration_s: cfg.duration_s,
+                run_start,
+                first_time_s: None,
+                last_offset_s: 0.0,
+                out_of_order: 0,
+                clients: cfg.clients,
+                next_id: 0,
+                sessions: 0,
+            };
+            loop {
+                let batch = match d.next_batch() {
+                    Ok(Some(b)) => b,
+                    Ok(None) => break,
+                    Err(e) => {
+                        dispatch_error = Some(e);
+                        break;
+                    }
+                };
+                let (first_id, recs, client, scheduled) = batch;
+                // Wake at most once per DISPATCH_QUANTUM: at high rates each wake-up
+                // sends everything due, instead of one timer and context switch per
+                // request (expensive, especially in a VM).
+                let wake = scheduled.max(last_wake + Duration::from_micros(cfg.batch_window_us));
+                if Instant::now() < scheduled {
+                    if !sleep_until(wake) {
+                        break;
+                    }
+                    last_wake = Instant::now();
+                } else if stopped() {
+                    break;
+                }
+                if in_flight.load(Ordering::Acquire) >= cfg.max_in_flight {
+                    let now = Instant::now();
+                    for (i, r) in recs.into_iter().enumerate() {
+                        let _ = tx.send(Msg {
+                            rec: RequestRecord {
+                                id: first_id + i as u64,
+                                client,
+                                path: r.path,
+                                size_bytes: r.size_bytes,
+                                bytes_received: 0,
+                                status: None,
+                                outcome: Outcome::Failed,
+                                attempts: 0,
+                                scheduled_s: secs(run_start, scheduled),
+                                start_s: secs(run_start, now),
+                                connected_s: None,
+                                first_byte_s: None,
+                                done_s: None,
+                            },
+                            lateness_us: None,
+                            wire_bytes: 0,
+                            fail_reason: Some("not sent: in-flight limit"),
+                        });
+                    }
+                    continue;
+                }
+                in_flight.fetch_add(1, Ordering::AcqRel);
+                let w = client as usize % cfg.threads;
+                let job = if k == 1 {
+                    let rec = recs.into_iter().next().expect("one record");
+                    Job::Single { id: first_id, rec, client, scheduled }
+                } else {
+                    Job::Session { first_id, recs, client, scheduled }
+                };
+                let _ = senders[w].send(job);
+            }
+            out_of_order = d.out_of_order;
         }
     }
+    drop(senders);
+    for h in workers {
+        let _ = h.join();
+    }
+    drop(tx);
     let collected = collector.join().map_err(|_| cerr("collector thread panicked".into()))??;
     let trace_error = closed.as_ref().and_then(|c| c.trace_error.lock().ok().and_then(|mut g| g.take()));
     if let Some(e) = dispatch_error.or(trace_error.map(LoadError::from)) {
