@@ -6,3 +6,8 @@ BENCH_TARGETS += bench-load
 .PHONY: bench-load
 bench-load: apt $(BIN)
 	$(PYTHON) crates/load/bench/bench_load.py --bin $(BIN) --out results/bench-load.json
+
+# Bounded memory: a 1 M-request trace at 2,000 requests/s (~9 minutes).
+.PHONY: bench-load-memory
+bench-load-memory: apt $(BIN)
+	$(PYTHON) crates/load/bench/bench_load.py --bin $(BIN) --memory --out results/bench-load-memory.json

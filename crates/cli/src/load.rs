@@ -78,6 +78,12 @@ pub struct Args {
     /// so other processes on a shared machine cannot delay sends.
     #[arg(long)]
     realtime: bool,
+    /// Requests due within this many microseconds of a worker's wake-up are
+    /// sent together at it (one timer wake-up for all, fewer per request at
+    /// high rates); their lateness, measured per request, includes the wait.
+    /// 0: wake for every request.
+    #[arg(long, default_value_t = run::DEFAULT_BATCH_WINDOW_US)]
+    batch_window_us: u64,
     /// No progress line on stderr.
     #[arg(long)]
     quiet: bool,
@@ -117,6 +123,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         seed: a.seed,
         progress: !a.quiet,
         realtime: a.realtime,
+        batch_window_us: a.batch_window_us,
         command_line: std::env::args().collect(),
     };
     run::stop_on_signals();

@@ -128,9 +128,22 @@ enum Body {
 
 impl Conn {
     pub async fn connect(addr: SocketAddr) -> io::Result<Conn> {
+        Conn::connect_with(addr, None).await
+    }
+
+    /// Connects, reading into `buf` (one of [`READ_BUF_BYTES`], from
+    /// [`Conn::into_buf`]) if given: a generator recycles buffers instead of
+    /// allocating (and faulting in) 16 KiB per connection.
+    pub async fn connect_with(addr: SocketAddr, buf: Option<Box<[u8]>>) -> io::Result<Conn> {
         let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
-        Ok(Conn { stream, buf: vec![0u8; READ_BUF_BYTES].into_boxed_slice(), requests: 0 })
+        let buf = buf.filter(|b| b.len() == READ_BUF_BYTES).unwrap_or_else(|| vec![0u8; READ_BUF_BYTES].into());
+        Ok(Conn { stream, buf, requests: 0 })
+    }
+
+    /// Closes the connection and hands back its read buffer for reuse.
+    pub fn into_buf(self) -> Box<[u8]> {
+        self.buf
     }
 
     /// Sends `request` and reads the response, updating `progress` as bytes

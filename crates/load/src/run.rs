@@ -7,11 +7,17 @@
 //!   and partly-open models, sleeps on the monotonic clock until each
 //!   request's scheduled time, then hands it to a worker. Its timer slack is
 //!   set to 1 ns so `nanosleep` wakes on time, and it wakes at most once per
-//!   [`DISPATCH_QUANTUM`] (100 µs), sending everything then due;
+//!   batch window ([`Config::batch_window_us`], 100 µs by default), sending
+//!   everything then due;
 //! - `threads` *workers*, each a single-threaded tokio runtime, run the
 //!   requests (a task per request, session or closed-model user);
 //! - the *collector* writes rows, keeps the histograms, writes the interval
 //!   log and the progress line.
+//!
+//! Row order: `requests.csv` is written in completion order (the order rows
+//! reach the collector: when a request ends, or is refused), not in trace
+//! order, so the log streams without a reorder buffer. `id` is the position in
+//! the trace (sessions: consecutive ids); sort by it for trace order.
 //!
 //! Timing is free of coordinated omission: a request's `scheduled_s` is fixed
 //! by the trace (or by the user's think time), never by when the previous one
@@ -53,15 +59,19 @@ use std::time::{Duration, Instant, SystemTime};
 pub const LATENESS_P99_LIMIT_MS: f64 = 5.0;
 /// Rows queued between workers and the collector.
 pub const COLLECT_QUEUE: usize = 65_536;
-/// Shortest interval between two wake-ups of the dispatcher; requests due
-/// in between are sent together, up to this much late.
-const DISPATCH_QUANTUM: Duration = Duration::from_micros(100);
+/// Default of [`Config::batch_window_us`].
+pub const DEFAULT_BATCH_WINDOW_US: u64 = 100;
+/// Largest batch window accepted: well under the lateness limit.
+pub const MAX_BATCH_WINDOW_US: u64 = 2_000;
 /// How often the collector looks for new rows when the queue is empty.
 const COLLECT_POLL: Duration = Duration::from_millis(2);
 /// Idle kept-alive connections kept per client, and per worker in total;
 /// beyond these a reusable connection is closed instead.
 pub const IDLE_PER_CLIENT: usize = 4;
 pub const IDLE_PER_WORKER: usize = 4096;
+/// Read buffers of closed connections kept per worker for reuse
+/// (× [`crate::http::READ_BUF_BYTES`] = 4 MiB).
+const SPARE_BUFS_PER_WORKER: usize = 256;
 /// Longest partly-open session accepted (requests per session).
 pub const MAX_SESSION_REQUESTS: u32 = 10_000;
 /// Histogram range: 1 µs to 1 hour, 3 significant digits.
@@ -154,6 +164,11 @@ pub struct Config {
     /// CAP_SYS_NICE), so other processes on a shared machine cannot delay
     /// sends; the kernel's RT throttling still leaves them 5% of each CPU.
     pub realtime: bool,
+    /// Shortest interval between two wake-ups of the dispatcher: the
+    /// requests due in between are sent together at the next wake-up, up to
+    /// this much late (and their lateness says so). Fewer wake-ups per request
+    /// at high rates; 0 wakes for every request.
+    pub batch_window_us: u64,
     pub command_line: Vec<String>,
 }
 
@@ -236,6 +251,10 @@ pub struct Summary {
     pub threads: usize,
     pub max_in_flight: usize,
     pub realtime: bool,
+    pub batch_window_us: u64,
+    /// Commit the binary was built from (`git describe --always --dirty`
+    /// at build time; "unknown" outside a git checkout).
+    pub git_commit: String,
     pub kernel: String,
     pub cpus: usize,
     pub version: String,
@@ -279,6 +298,9 @@ struct Ctx {
     seed: u64,
     pool: RefCell<HashMap<u32, Vec<Conn>>>,
     idle: Cell<usize>,
+    /// Read buffers of closed connections, for the next ones (at most
+    /// [`SPARE_BUFS_PER_WORKER`]; beyond, a buffer is freed).
+    spare_bufs: RefCell<Vec<Box<[u8]>>>,
     closed: Option<Arc<ClosedShared>>,
 }
 
@@ -318,13 +340,24 @@ impl Ctx {
 
     fn put_idle(&self, client: u32, conn: Conn) {
         if self.idle.get() >= IDLE_PER_WORKER {
-            return;
+            return self.recycle(conn);
         }
         let mut pool = self.pool.borrow_mut();
         let v = pool.entry(client).or_default();
         if v.len() < IDLE_PER_CLIENT {
             v.push(conn);
             self.idle.set(self.idle.get() + 1);
+        } else {
+            drop(pool);
+            self.recycle(conn);
+        }
+    }
+
+    /// Closes `conn`, keeping its read buffer for the next connection.
+    fn recycle(&self, conn: Conn) {
+        let mut spare = self.spare_bufs.borrow_mut();
+        if spare.len() < SPARE_BUFS_PER_WORKER {
+            spare.push(conn.into_buf());
         }
     }
 
@@ -343,11 +376,13 @@ impl Ctx {
                 Ok(r) => return Ok((r, c)),
                 Err(HttpError::ClosedBeforeResponse | HttpError::Io(_)) if prog.wire_bytes == 0 => {
                     *prog = Progress::default();
+                    self.recycle(c);
                 }
                 Err(e) => return Err(e),
             }
         }
-        let mut c = Conn::connect(self.target.addr).await?;
+        let buf = self.spare_bufs.borrow_mut().pop();
+        let mut c = Conn::connect_with(self.target.addr, buf).await?;
         *connected = Some(Instant::now());
         let r = c.get(req, prog).await?;
         Ok((r, c))
@@ -380,7 +415,13 @@ impl Ctx {
                 Ok(Ok((resp, conn))) => {
                     let outcome = if resp.status >= 400 { Outcome::HttpError } else { Outcome::Ok };
                     let reuse = keep_alive && resp.keep_alive && self.persistent.is_some_and(|k| conn.requests < k);
-                    break (outcome, prog, connected, resp.done, None, reuse.then_some(conn));
+                    let reusable = if reuse {
+                        Some(conn)
+                    } else {
+                        self.recycle(conn);
+                        None
+                    };
+                    break (outcome, prog, connected, resp.done, None, reusable);
                 }
                 Ok(Err(e)) => break (Outcome::Failed, prog, connected, Instant::now(), Some(fail_reason(&e)), None),
                 Err(_elapsed) => {
@@ -627,6 +668,9 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
     if cfg.clients == 0 {
         return Err(cerr("--clients must be ≥ 1".into()));
     }
+    if cfg.batch_window_us > MAX_BATCH_WINDOW_US {
+        return Err(cerr(format!("--batch-window-us must be at most {MAX_BATCH_WINDOW_US}")));
+    }
     if cfg.persistent == Some(0) {
         return Err(cerr("--persistent K must be ≥ 1".into()));
     }
@@ -756,6 +800,7 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
                     seed,
                     pool: RefCell::new(HashMap::new()),
                     idle: Cell::new(0),
+                    spare_bufs: RefCell::new(Vec::new()),
                     closed,
                 });
                 local.block_on(&rt, async {
@@ -815,7 +860,7 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
                 // Wake at most once per DISPATCH_QUANTUM: at high rates each wake-up
                 // sends everything due, instead of one timer and context switch per
                 // request (expensive, especially in a VM).
-                let wake = scheduled.max(last_wake + DISPATCH_QUANTUM);
+                let wake = scheduled.max(last_wake + Duration::from_micros(cfg.batch_window_us));
                 if Instant::now() < scheduled {
                     if !sleep_until(wake) {
                         break;
@@ -1173,6 +1218,8 @@ fn summarize(cfg: &Config, c: Collected, speed: f64, started_unix_s: f64, skippe
         threads: cfg.threads,
         max_in_flight: cfg.max_in_flight,
         realtime: cfg.realtime,
+        batch_window_us: cfg.batch_window_us,
+        git_commit: env!("SHORTFIRST_GIT_COMMIT").to_string(),
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default(),
         cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         version: env!("CARGO_PKG_VERSION").to_string(),

@@ -2,8 +2,9 @@
 //! the World Cup 1998 binary format, each as a streaming iterator of
 //! [`TraceRecord`]s.
 //!
-//! Every reader holds at most one line (or one 20-byte record) plus a
-//! `BufReader` buffer in memory, so a trace of any length streams in bounded
+//! Any of them may be gzip-compressed ([`open`] detects it). Every reader
+//! holds at most one line (or one 20-byte record) plus a `BufReader` buffer
+//! (and the decompressor's window) in memory, so a trace of any length streams in bounded
 //! memory. Errors name the file, the line (or record) number and what was
 //! expected; [`SkipBad`] turns errors into a count instead, for access logs in
 //! the wild.
@@ -97,10 +98,11 @@ impl std::str::FromStr for TraceFormat {
 /// A boxed stream of trace records.
 pub type TraceIter = Box<dyn Iterator<Item = Result<TraceRecord, TraceError>> + Send>;
 
-/// Guess the format from the file name: `*.csv` → CSV, `wc_day*` / `*.bin` →
-/// WC98, anything else → CLF.
+/// Guess the format from the file name, ignoring a `.gz` suffix: `*.csv` →
+/// CSV, `wc_day*` / `*.bin` → WC98, anything else → CLF.
 pub fn guess_format(path: &Path) -> TraceFormat {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let name = name.strip_suffix(".gz").unwrap_or(name);
     if name.ends_with(".csv") {
         TraceFormat::Csv
     } else if name.starts_with("wc_day") || name.ends_with(".bin") {
@@ -111,9 +113,19 @@ pub fn guess_format(path: &Path) -> TraceFormat {
 }
 
 /// Open a trace file in the given format (guessed from the name when None).
+/// A gzip-compressed file (recognised by its magic bytes, whatever its name;
+/// the WC98 logs are distributed as `.gz`) is decompressed as it streams.
 pub fn open(path: &Path, format: Option<TraceFormat>) -> Result<TraceIter, TraceError> {
-    let file = File::open(path).map_err(|source| TraceError::Io { file: path.to_path_buf(), source })?;
-    let reader = BufReader::with_capacity(1 << 16, file);
+    let io_err = |source| TraceError::Io { file: path.to_path_buf(), source };
+    let file = File::open(path).map_err(io_err)?;
+    let mut file = BufReader::with_capacity(1 << 16, file);
+    let gzip = file.fill_buf().map_err(io_err)?.starts_with(&[0x1f, 0x8b]);
+    let reader: Box<dyn BufRead + Send> = if gzip {
+        // Multi-member: concatenated gzip files are one stream (as `zcat`).
+        Box::new(BufReader::with_capacity(1 << 16, flate2::bufread::MultiGzDecoder::new(file)))
+    } else {
+        Box::new(file)
+    };
     Ok(match format.unwrap_or_else(|| guess_format(path)) {
         TraceFormat::Csv => Box::new(CsvTrace::new(reader, path)?),
         TraceFormat::Clf => Box::new(ClfTrace::new(reader, path)),
@@ -666,7 +678,56 @@ burger.letters.com - - [01/Jul/1995:00:00:12 -0400] "GET /images/NASA-logosmall.
         assert_eq!(guess_format(Path::new("x/trace.csv")), TraceFormat::Csv);
         assert_eq!(guess_format(Path::new("wc_day46_1")), TraceFormat::Wc98);
         assert_eq!(guess_format(Path::new("access_log_Jul95")), TraceFormat::Clf);
+        assert_eq!(guess_format(Path::new("wc_day46_1.gz")), TraceFormat::Wc98);
+        assert_eq!(guess_format(Path::new("trace.csv.gz")), TraceFormat::Csv);
         let e = open(Path::new("/nonexistent/t.csv"), None).err().unwrap();
         assert!(e.to_string().contains("/nonexistent/t.csv"));
+    }
+
+    /// The WC98 logs come gzip-compressed: `open` decompresses by content,
+    /// across concatenated members, and a truncated record inside the
+    /// compressed stream is still reported by record number.
+    #[test]
+    fn gzip_wc98_is_read_and_errors_keep_positions() {
+        use std::io::Write;
+        let gz = |bytes: &[u8]| {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            e.write_all(bytes).unwrap();
+            e.finish().unwrap()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wc_day46_1.gz");
+        let mut file = gz(&wc98_encode(893_964_617, 7, 100, 4096, 200));
+        // A second gzip member, as `cat a.gz b.gz` makes.
+        file.extend(gz(&wc98_encode(893_964_618, 8, 101, 10, 200)));
+        std::fs::write(&path, &file).unwrap();
+        let r: Vec<_> = open(&path, None).unwrap().collect::<Result<_, _>>().unwrap();
+        assert_eq!(
+            r,
+            vec![
+                TraceRecord { time_s: 893_964_617.0, path: "/o/100".into(), size_bytes: 4096, client: Some(7) },
+                TraceRecord { time_s: 893_964_618.0, path: "/o/101".into(), size_bytes: 10, client: Some(8) },
+            ]
+        );
+        let mut bytes = wc98_encode(893_964_617, 7, 100, 4096, 200).to_vec();
+        bytes.extend_from_slice(&[1, 2, 3]);
+        std::fs::write(&path, gz(&bytes)).unwrap();
+        let mut it = open(&path, None).unwrap();
+        assert!(it.next().unwrap().is_ok());
+        let e = it.next().unwrap().unwrap_err();
+        assert_eq!(e.position(), Some(&Position::Record(2)), "{e}");
+        // A corrupt compressed stream is an I/O error naming the file, not garbage records.
+        let mut bad = gz(&wc98_encode(893_964_617, 7, 100, 4096, 200));
+        let n = bad.len();
+        bad[n / 2] ^= 0xff;
+        bad[n / 2 + 1] ^= 0xff;
+        std::fs::write(&path, &bad).unwrap();
+        let res: Result<Vec<_>, _> = open(&path, None).unwrap().collect();
+        let e = res.unwrap_err();
+        assert!(e.to_string().contains("wc_day46_1.gz"), "{e}");
+        // An uncompressed CSV with a .gz-less name still reads as before.
+        let csv = dir.path().join("t.csv");
+        std::fs::write(&csv, "time_s,path,size_bytes\n0.5,/a,3\n").unwrap();
+        assert_eq!(open(&csv, None).unwrap().count(), 1);
     }
 }

@@ -131,6 +131,7 @@ fn config(addr: SocketAddr, trace: &Path, out: &Path) -> Config {
         seed: 1,
         progress: false,
         realtime: false,
+        batch_window_us: shortfirst_load::run::DEFAULT_BATCH_WINDOW_US,
         command_line: vec!["test".into()],
     }
 }
@@ -213,6 +214,14 @@ fn open_model_one_row_per_request_sizes_match() {
     ] {
         assert!(!j[key].is_null(), "summary.json lacks {key}: {j}");
     }
+    // The commit the binary was built from: a hex hash (with -dirty for
+    // uncommitted changes), or "unknown" outside a git checkout.
+    let commit = j["git_commit"].as_str().unwrap_or_default();
+    let hash = commit.strip_suffix("-dirty").unwrap_or(commit);
+    assert!(
+        commit == "unknown" || (hash.len() >= 7 && hash.chars().all(|c| c.is_ascii_hexdigit())),
+        "git_commit `{commit}`"
+    );
     let hlog = std::fs::read_to_string(out.join("response-times.hlog")).unwrap();
     assert!(hlog.contains("#[StartTime:") && hlog.lines().filter(|l| !l.starts_with('#')).count() >= 1, "{hlog}");
 }
