@@ -27,6 +27,17 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
                                       # exceed 200 ms, firing spurious timeouts that collapse
                                       # the window and back the timer off (counted per run in
                                       # tcp_counters.json: TCPSpuriousRtxHostQueues, TCPTimeouts).
+    queue_packets = 10000             # int in [1, 100000]: each band's queue limit on the uplink
+                                      # (`shortfirst uplink setup --queue-packets`, same default).
+                                      # Only the server's sockets feed it, and each bounds its own
+                                      # queueing; a drop here is a local transmit error that stalls
+                                      # a socket with nothing in flight for its probe timer (>= 200
+                                      # ms, then 500 ms a try; aborted after 15). Measured at load
+                                      # 0.8 under FAIR: 100 packets → 21,000-45,000 drops and 77-179
+                                      # aborted connections per 100 s; 10,000 → none.
+    congestion_control = ""           # TCP congestion control in the server namespace ("reno",
+                                      # "cubic", "bbr"...); "" inherits the host's default, which
+                                      # makes results depend on the machine (see tocs-lan.toml)
 
     [workload]
     kind = "wc98like"                 # passed to `shortfirst workload generate --kind`
@@ -79,6 +90,7 @@ POLICIES = ("fair", "srpt", "srpt2")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 _RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(bit|kbit|mbit|gbit)?\s*$", re.IGNORECASE)
 _RATE_UNIT = {None: 1, "bit": 1, "kbit": 1_000, "mbit": 1_000_000, "gbit": 1_000_000_000}
+_CC_RE = re.compile(r"^[a-z0-9_]{1,16}$")
 _MODEL_RE = re.compile(r"^(open|partly-open:[1-9][0-9]*|closed:[1-9][0-9]*(,think=\S+)?)$")
 # As `shortfirst serve --cutoffs` parses them (crates/core bands.rs): K = 1000, Ki = 1024, ...
 _CUTOFF_RE = re.compile(r"^\s*[0-9]+\s*([KMG]i?)?B?\s*$", re.IGNORECASE)
@@ -106,6 +118,8 @@ class Uplink:
     accept_queue: int = 512
     bands: int = 6
     rto_min_ms: int = 0
+    queue_packets: int = 10_000
+    congestion_control: str = ""
 
 
 @dataclass(frozen=True)
@@ -400,7 +414,15 @@ def experiment_from_dict(
         accept_queue=u.int("accept_queue", 512, lo=1, hi=65535),
         bands=u.int("bands", 6, lo=1, hi=7),
         rto_min_ms=u.int("rto_min_ms", 0, lo=0, hi=60_000),
+        queue_packets=u.int("queue_packets", 10_000, lo=1, hi=100_000),
+        congestion_control=u.str("congestion_control", ""),
     )
+    if uplink.congestion_control and not _CC_RE.match(uplink.congestion_control):
+        raise u.err(
+            "congestion_control",
+            'a TCP congestion control name such as "reno", or ""',
+            uplink.congestion_control,
+        )
     u.finish()
 
     w = _Section(path, "workload", doc["workload"])

@@ -45,6 +45,7 @@ from tqdm import tqdm
 from . import models, report
 from .experiment import Experiment, RunSpec, load_experiment
 from .provenance import collect, utc_now, write_atomic, write_json
+from .testbed import parse_proc_pairs
 
 HEALTH_PERIOD_S = 1.0
 SERVER_START_TIMEOUT_S = 15.0
@@ -151,23 +152,6 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
             out.update(_flatten(v, f"{prefix}{i}."))
         return out
     return {prefix: d}
-
-
-def parse_proc_pairs(text: str) -> dict[str, dict[str, int]]:
-    """/proc/net/snmp and /proc/net/netstat: pairs of lines `Group: names…` / `Group: values…`."""
-    out: dict[str, dict[str, int]] = {}
-    lines = [ln for ln in text.splitlines() if ":" in ln]
-    for names, values in zip(lines[::2], lines[1::2], strict=False):
-        group, _, names_rest = names.partition(":")
-        vgroup, _, values_rest = values.partition(":")
-        if group != vgroup:
-            continue
-        for k, v in zip(names_rest.split(), values_rest.split(), strict=False):
-            try:
-                out.setdefault(group, {})[k] = int(v)
-            except ValueError:
-                continue
-    return out
 
 
 def counter_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
@@ -280,6 +264,8 @@ class Runner:
             shortfirst_bin=self.bin,
             mtu=u.mtu,
             accept_queue=u.accept_queue,
+            queue_packets=u.queue_packets,
+            congestion_control=u.congestion_control or None,
         )
 
     def server_argv(self, tb: Any, policy: str) -> list[str]:

@@ -187,8 +187,8 @@ class Testbed:
     The constructor first runs :func:`cleanup_leftovers`, so namespaces left by
     crashed runs never pile up (live runs are never touched).
 
-    ``queue_packets`` is each priority band's queue limit on the uplink (the
-    paper's testbed: 100 packets). ``congestion_control`` (e.g. "reno") and
+    ``queue_packets`` is each priority band's queue limit on the uplink
+    (default: ``shortfirst uplink setup``'s, 10,000 packets). ``congestion_control`` (e.g. "reno") and
     ``initial_cwnd`` (segments) set the server namespace's TCP; None keeps the
     kernel's defaults (this machine: bbr, 10 segments).
 
@@ -209,7 +209,7 @@ class Testbed:
         shortfirst_bin: str | Path = "target/release/shortfirst",
         mtu: int = 1500,
         accept_queue: int = 512,
-        queue_packets: int = 100,
+        queue_packets: int = 10_000,
         congestion_control: str | None = None,
         initial_cwnd: int | None = None,
     ) -> None:
@@ -426,7 +426,7 @@ class Testbed:
             raise TestbedError("the server-namespace anchor process is gone")
         net = Path(f"/proc/{self._anchor.pid}/net")
         states = _tcp_states([net / "tcp", net / "tcp6"])
-        netstat = _parse_netstat((net / "netstat").read_text())
+        netstat = parse_proc_pairs((net / "netstat").read_text())
         uplink = self.uplink_stats()
         return {
             "time_s": time.monotonic(),
@@ -502,14 +502,22 @@ def _tcp_states(paths: list[Path]) -> dict[int, int]:
     return counts
 
 
-def _parse_netstat(text: str) -> dict[str, dict[str, int]]:
-    """/proc/net/netstat: pairs of lines ``Group: names…`` / ``Group: values…``."""
+def parse_proc_pairs(text: str) -> dict[str, dict[str, int]]:
+    """/proc/net/snmp and /proc/net/netstat: pairs of lines ``Group: names…`` /
+    ``Group: values…`` (several files may be concatenated). A pair whose groups
+    differ, and values that are not integers, are skipped."""
     out: dict[str, dict[str, int]] = {}
-    lines = text.splitlines()
+    lines = [ln for ln in text.splitlines() if ":" in ln]
     for names, values in zip(lines[::2], lines[1::2], strict=False):
         group, _, names_rest = names.partition(":")
-        _, _, values_rest = values.partition(":")
-        out[group] = {k: int(v) for k, v in zip(names_rest.split(), values_rest.split(), strict=False)}
+        vgroup, _, values_rest = values.partition(":")
+        if group != vgroup:
+            continue
+        for k, v in zip(names_rest.split(), values_rest.split(), strict=False):
+            try:
+                out.setdefault(group, {})[k] = int(v)
+            except ValueError:
+                continue
     return out
 
 

@@ -33,6 +33,8 @@ def test_minimal_file_gets_documented_defaults(tmp_path):
     assert exp.uplink.rate_bits_per_s == 10_000_000
     assert exp.uplink.mtu == 1500
     assert exp.uplink.accept_queue == 512
+    assert exp.uplink.queue_packets == 10_000
+    assert exp.uplink.congestion_control == ""
     assert exp.client.model == "open"
     assert exp.calibration.repeats == 5
     assert exp.run.warmup_s == 10.0
@@ -66,6 +68,16 @@ def test_matrix_order_and_seeds(tmp_path):
         (lambda t: t.replace("files = 100\n", ""), "workload.files", "this key (it is required)"),
         (lambda t: t + '\n[uplink]\nrate = "fast"\n', "uplink.rate", 'a rate such as "10mbit"'),
         (lambda t: t + "\n[uplink]\nmtu = 100\n", "uplink.mtu", "an integer in [576, 9000]"),
+        (
+            lambda t: t + "\n[uplink]\nqueue_packets = 0\n",
+            "uplink.queue_packets",
+            "an integer in [1, 100000]",
+        ),
+        (
+            lambda t: t + '\n[uplink]\ncongestion_control = "re no"\n',
+            "uplink.congestion_control",
+            "a TCP congestion control name",
+        ),
         (lambda t: t + '\n[client]\nmodel = "lazy"\n', "client.model", "open, partly-open:K"),
         (lambda t: t + '\n[server]\ncutoffs = "1K,banana"\n', "server.cutoffs", '"auto"'),
         (lambda t: t + "\n[server]\nextra_args = [1]\n", "server.extra_args", "a list of strings"),

@@ -27,10 +27,12 @@ FAKE = Path(__file__).parent / "fakes" / "fake_shortfirst.py"
 class FakeTestbed:
     created: list[str] = []
     torn_down: list[str] = []
+    tcp: list[tuple[int, str | None]] = []  # (queue_packets, congestion_control) per testbed
 
     def __init__(self, run_id, rate_bits_per_s, data_bands=6, n_clients=1, shortfirst_bin="", mtu=1500,
-                 accept_queue=512):  # fmt: skip
+                 accept_queue=512, queue_packets=10_000, congestion_control=None):  # fmt: skip
         self.run_id = run_id
+        FakeTestbed.tcp.append((queue_packets, congestion_control))
         self.server_ns = f"sf{run_id}s"
         self.client_ns = [f"sf{run_id}c{i}" for i in range(n_clients)]
         self.server_addr = "127.0.0.1"
@@ -86,6 +88,7 @@ def fake_env(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "ADMIN_PORT", _free_port())
     FakeTestbed.created.clear()
     FakeTestbed.torn_down.clear()
+    FakeTestbed.tcp.clear()
     exp_path = tmp_path / "fake.toml"
     exp_path.write_text(f"""
 [experiment]
@@ -95,6 +98,8 @@ loads = [0.5]
 seed = 1
 [uplink]
 rate = 1000000
+queue_packets = 321
+congestion_control = "reno"
 [workload]
 kind = "fake"
 files = 20
@@ -147,6 +152,8 @@ def test_runner_layout_and_report(fake_env, tmp_path):
     assert len(summary["comparisons"]) == 1
     # One testbed per run plus calibration, each torn down.
     assert len(FakeTestbed.created) == 3 and FakeTestbed.torn_down == FakeTestbed.created
+    # The experiment's band queue and congestion control reach every testbed (calibration too).
+    assert FakeTestbed.tcp == [(321, "reno")] * 3
 
 
 def test_failed_run_is_recorded_and_matrix_continues(fake_env, tmp_path, monkeypatch):

@@ -70,6 +70,7 @@ def test_build_and_teardown_leave_nothing(shortfirst_bin):
         n_clients=2,
         shortfirst_bin=shortfirst_bin,
         accept_queue=512,
+        queue_packets=77,
         congestion_control="reno",
         initial_cwnd=4,
     ) as bed:
@@ -81,7 +82,7 @@ def test_build_and_teardown_leave_nothing(shortfirst_bin):
         assert [b["band"] for b in stats["bands"]] == list(range(7))
         qdiscs = json.loads(bed_exec(bed.server_ns, ["tc", "-j", "qdisc", "show", "dev", bed.server_dev]))
         assert sorted(q["kind"] for q in qdiscs) == ["htb"] + ["pfifo"] * 7
-        assert all(q["options"]["limit"] == 100 for q in qdiscs if q["kind"] == "pfifo")
+        assert all(q["options"]["limit"] == 77 for q in qdiscs if q["kind"] == "pfifo")
         # Offloads off on both ends of every veth, MTU 1500.
         for ns, dev in [(bed.server_ns, bed.server_dev), (bed.switch_ns, bed.server_dev + "p")] + [
             (bed.client_ns[i], bed.client_devs[i]) for i in range(2)

@@ -33,8 +33,9 @@ enum Command {
         #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u8).range(1..=MAX_DATA_BANDS as i64))]
         bands: u8,
         /// Each band's queue limit in packets (a pfifo per band); beyond it
-        /// arriving packets are dropped and TCP retransmits. 100 is the
-        /// transmit queue of the paper's testbed.
+        /// arriving packets are dropped. The default is a backstop the
+        /// server's sockets do not reach (they bound their own queueing); a
+        /// drop here stalls a local sender for its probe timer (>= 200 ms).
         #[arg(long, default_value_t = DEFAULT_QUEUE_PACKETS,
               value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_QUEUE_PACKETS)))]
         queue_packets: u32,

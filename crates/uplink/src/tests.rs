@@ -86,7 +86,7 @@ fn setup_on_a_fresh_device() {
     assert!(r.calls.iter().any(|c| c == "ip link set dev sfx0 gso_max_segs 1"));
     assert_eq!(mutating[1], "tc qdisc add dev sfx0 root handle 1: htb default a");
     assert_eq!(mutating.len(), 2 + 1 + 7 * 2, "offloads, qdisc, root class, 7 band classes and queues");
-    assert_eq!(mutating.last(), Some(&"tc qdisc add dev sfx0 parent 1:10 pfifo limit 100"));
+    assert_eq!(mutating.last(), Some(&"tc qdisc add dev sfx0 parent 1:10 pfifo limit 10000"));
 }
 
 #[test]
