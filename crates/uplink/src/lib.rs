@@ -96,7 +96,7 @@ pub struct SetupOptions {
 }
 
 impl SetupOptions {
-    /// The defaults for everything but the rate: 6 data bands, 100-packet
+    /// The defaults for everything but the rate: 6 data bands, [`htb::DEFAULT_QUEUE_PACKETS`]-packet
     /// band queues, `BandMap::default()`, offloads off.
     pub fn new(rate_bits_per_s: u64) -> SetupOptions {
         SetupOptions {
