@@ -3,9 +3,11 @@
 #
 # Usage:
 #   pg.sh start  DIR [--port P] [--owner-pid PID] [--max-connections N] [--durable]
+#                    [--shared-buffers SIZE] [--work-mem SIZE] [--memory-cgroup NAME]
 #   pg.sh stop   DIR
 #   pg.sh status DIR
 #   pg.sh url    DIR
+#   pg.sh memory-limit DIR MB     (needs --memory-cgroup at start; 0 = no limit)
 #
 # Everything lives under DIR: the cluster (DIR/data), its unix socket (DIR),
 # its log (DIR/postgres.log) and the connection URL (DIR/url). Nothing global is
@@ -22,6 +24,15 @@
 # soon as PID exits — tests use it so that a crashed or killed test run cannot
 # leave a postgres behind.
 #
+# --memory-cgroup NAME (root only) starts the server inside a new cgroup-v1
+# memory group /sys/fs/cgroup/memory/NAME (which must not exist; its path is
+# kept in DIR/cgroup), so that `memory-limit` can cap what PostgreSQL may use:
+# shared buffers, every backend's private memory and the page cache of its
+# files. With no swap, anonymous memory cannot be reclaimed, so the limit
+# squeezes the page cache first (re-reads from disk) and, if the backends'
+# own memory exceeds it, the cgroup's OOM killer ends a backend (PostgreSQL
+# then restarts all sessions). `stop` (and the watchdog) removes the group.
+#
 # By default the instance is tuned for benchmarking on a small machine: the
 # database fits in shared_buffers, and fsync/synchronous_commit are off (the
 # data is regenerated, never precious; the paper's database was also
@@ -36,26 +47,47 @@ if [[ -z "$PG_BIN" ]]; then
 fi
 
 die() { echo "pg.sh: $*" >&2; exit 1; }
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 [[ $# -ge 2 ]] || usage
 cmd=$1
 dir=$2
 shift 2
+mb=""
+if [[ $cmd == memory-limit ]]; then
+  [[ $# -ge 1 ]] || die "usage: pg.sh memory-limit DIR MB"
+  mb=$1
+  shift
+fi
 port=54329
 owner_pid=""
 max_conn=300
 durable=0
+shared_buffers=256MB
+work_mem=8MB
+memcg_name=""
+MEMCG_ROOT=${MEMCG_ROOT:-/sys/fs/cgroup/memory}
 while [[ $# -gt 0 ]]; do
   case $1 in
     --port) port=${2:?--port needs a value}; shift 2 ;;
     --owner-pid) owner_pid=${2:?--owner-pid needs a value}; shift 2 ;;
     --max-connections) max_conn=${2:?--max-connections needs a value}; shift 2 ;;
     --durable) durable=1; shift ;;
+    --shared-buffers) shared_buffers=${2:?--shared-buffers needs a value}; shift 2 ;;
+    --work-mem) work_mem=${2:?--work-mem needs a value}; shift 2 ;;
+    --memory-cgroup) memcg_name=${2:?--memory-cgroup needs a value}; shift 2 ;;
     *) die "unknown option '$1'" ;;
   esac
 done
 [[ "$port" =~ ^[0-9]+$ ]] && (( port > 0 && port < 65536 )) || die "--port must be 1..65535, got '$port'"
+size_re='^[0-9]+(kB|MB|GB)$'
+[[ "$shared_buffers" =~ $size_re ]] || die "--shared-buffers must be like 64MB (kB, MB or GB), got '$shared_buffers'"
+[[ "$work_mem" =~ $size_re ]] || die "--work-mem must be like 4MB (kB, MB or GB), got '$work_mem'"
+if [[ -n "$memcg_name" ]]; then
+  [[ "$memcg_name" =~ ^[A-Za-z0-9._-]+$ ]] || die "--memory-cgroup NAME may hold only letters, digits, '.', '_' and '-', got '$memcg_name'"
+  [[ $(id -u) == 0 ]] || die "--memory-cgroup needs root (it creates a group under $MEMCG_ROOT)"
+  [[ -w "$MEMCG_ROOT/cgroup.procs" ]] || die "--memory-cgroup: the cgroup-v1 memory controller is not mounted at $MEMCG_ROOT"
+fi
 [[ "$max_conn" =~ ^[0-9]+$ ]] && (( max_conn >= 5 )) || die "--max-connections must be an integer >= 5, got '$max_conn'"
 
 [[ -n "$PG_BIN" && -x "$PG_BIN/initdb" && -x "$PG_BIN/pg_ctl" ]] ||
@@ -75,6 +107,27 @@ as_owner() {
   else
     "$@"
   fi
+}
+
+# The memory group of the instance in DIR (empty when it has none).
+memcg() { cat "$dir/cgroup" 2>/dev/null || true; }
+
+# Moves whatever is left in the instance's memory group to the root group and
+# removes it. The kernel refuses rmdir while a task is inside, and tasks may
+# still be exiting right after pg_ctl stop, hence the retries.
+memcg_remove() {
+  local g
+  g=$(memcg)
+  [[ -n "$g" ]] || return 0
+  if [[ -d "$g" ]]; then
+    for _ in $(seq 50); do
+      while read -r pid; do echo "$pid" >"$MEMCG_ROOT/cgroup.procs" 2>/dev/null || true; done <"$g/cgroup.procs"
+      rmdir "$g" 2>/dev/null && break
+      sleep 0.1
+    done
+    [[ ! -d "$g" ]] || { echo "pg.sh: could not remove memory group $g" >&2; return 1; }
+  fi
+  rm -f "$dir/cgroup"
 }
 
 url() { echo "postgres://bookstore@127.0.0.1:$1/bookstore"; }
@@ -98,8 +151,18 @@ case $cmd in
       as_owner "$PG_BIN/initdb" -D "$data" -U bookstore --auth=trust -E UTF8 --locale=C.UTF-8 \
         --no-instructions >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; die "initdb failed (log above)"; }
     fi
+    if [[ -n "$memcg_name" ]]; then
+      g=$MEMCG_ROOT/$memcg_name
+      [[ ! -e "$g" ]] || die "memory group $g already exists (another run?); choose a unique --memory-cgroup"
+      mkdir "$g" || die "could not create memory group $g"
+      echo "$g" >"$dir/cgroup"
+      # Undo on failure from here until the server is up.
+      trap 'memcg_remove' EXIT
+      # Join it: pg_ctl and the postmaster (and so every backend) inherit the group.
+      echo $$ >"$g/cgroup.procs"
+    fi
     opts=(-c "listen_addresses=127.0.0.1" -c "port=$port" -c "unix_socket_directories=$dir"
-      -c "max_connections=$max_conn" -c "shared_buffers=256MB" -c "work_mem=8MB"
+      -c "max_connections=$max_conn" -c "shared_buffers=$shared_buffers" -c "work_mem=$work_mem"
       -c "log_min_messages=warning" -c "logging_collector=off")
     if (( ! durable )); then
       opts+=(-c "fsync=off" -c "synchronous_commit=off" -c "full_page_writes=off")
@@ -111,6 +174,11 @@ case $cmd in
     if ! as_owner "$PG_BIN/psql" -h "$dir" -p "$port" -U bookstore -d postgres -tAq \
       -c "SELECT 1 FROM pg_database WHERE datname = 'bookstore'" | grep -q 1; then
       as_owner "$PG_BIN/createdb" -h "$dir" -p "$port" -U bookstore bookstore
+    fi
+    if [[ -n "$memcg_name" ]]; then
+      # Leave the group: only PostgreSQL is charged to it, not this script or the watchdog.
+      echo $$ >"$MEMCG_ROOT/cgroup.procs"
+      trap - EXIT
     fi
     url "$port" >"$dir/url.tmp" && mv "$dir/url.tmp" "$dir/url"
     if [[ -n "$owner_pid" ]]; then
@@ -130,6 +198,17 @@ case $cmd in
     else
       echo "pg.sh: not running ($dir)" >&2
     fi
+    memcg_remove
+    ;;
+  memory-limit)
+    g=$(memcg)
+    [[ -n "$g" && -d "$g" ]] || die "no memory group for $dir (start it with --memory-cgroup NAME)"
+    [[ "${mb:-}" =~ ^[0-9]+$ ]] || die "memory-limit needs MB as a non-negative integer, got '${mb:-}'"
+    if (( mb == 0 )); then bytes=-1; else bytes=$((mb * 1024 * 1024)); fi
+    # Lowering the limit below the current usage makes the kernel reclaim (page cache) first;
+    # it fails with EBUSY when it cannot.
+    echo "$bytes" >"$g/memory.limit_in_bytes" || die "could not set $g/memory.limit_in_bytes to $bytes (usage $(cat "$g/memory.usage_in_bytes") bytes cannot be reclaimed below it)"
+    echo "pg.sh: memory limit of $g: $(cat "$g/memory.limit_in_bytes") bytes" >&2
     ;;
   status)
     if running; then

@@ -138,33 +138,188 @@ def process(args: list[str], log: Path) -> Iterator[subprocess.Popen]:
                     p.wait()
 
 
-@contextmanager
-def postgres(max_connections: int = 300) -> Iterator[str]:
-    """A private PostgreSQL for the duration of the block; yields the ``bookstore`` database URL."""
-    if not PG_SH.exists():
-        raise TpcwError(f"{PG_SH} missing")
-    d = Path(tempfile.mkdtemp(prefix="tpcw-pg-", dir="/tmp"))
-    port = free_port()
-    try:
+@dataclass(frozen=True)
+class PgSettings:
+    """How the experiment's PostgreSQL runs (the experiment file's ``[postgres]`` table).
+
+    ``memory_limit_mb`` puts the postmaster (hence every backend) in its own cgroup-v1 memory group
+    with that limit, set after the data is generated: shared buffers, the backends' private memory
+    and the page cache of the database files all count against it, so that many concurrent backends
+    squeeze the cache and reads go to disk — the memory pressure behind the paper's collapse of
+    direct access (its Table 2). Needs root; ``None`` runs without a group."""
+
+    shared_buffers: str = "256MB"
+    work_mem: str = "8MB"
+    memory_limit_mb: int | None = None
+
+    @classmethod
+    def from_config(cls, table: dict) -> PgSettings:
+        known = {"shared_buffers", "work_mem", "memory_limit_mb"}
+        unknown = set(table) - known
+        if unknown:
+            raise TpcwError(f"[postgres]: unknown keys {sorted(unknown)} (known: {sorted(known)})")
+        limit = table.get("memory_limit_mb")
+        if limit is not None and (not isinstance(limit, int) or limit <= 0):
+            raise TpcwError(f"[postgres] memory_limit_mb must be a positive integer, got {limit!r}")
+        return cls(
+            str(table.get("shared_buffers", cls.shared_buffers)),
+            str(table.get("work_mem", cls.work_mem)),
+            limit,
+        )
+
+
+@dataclass
+class Postgres:
+    """A running private PostgreSQL: its URL, directory and memory group (if any)."""
+
+    url: str
+    dir: Path
+    cgroup: Path | None = None
+
+    def set_memory_limit(self, mb: int) -> None:
         out = subprocess.run(
-            [
-                str(PG_SH),
-                "start",
-                str(d),
-                "--port",
-                str(port),
-                "--owner-pid",
-                str(os.getpid()),
-                "--max-connections",
-                str(max_connections),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
+            [str(PG_SH), "memory-limit", str(self.dir), str(mb)], capture_output=True, text=True, check=False
         )
         if out.returncode != 0:
+            raise TpcwError(f"pg.sh memory-limit failed: {out.stderr.strip()}")
+
+    def snapshot(self) -> dict:
+        """Counters read before and after a point (their difference is the point's ``postgres``
+        record): the memory group's usage and reclaim counters, the database's block reads (misses
+        in shared buffers, served by the page cache or the disk) and temp-file bytes, and the
+        machine's disk reads."""
+        snap: dict = {"disk_read_bytes": disk_read_bytes()}
+        if self.cgroup is not None:
+            stat = dict(parse_kv(self.cgroup / "memory.stat"))
+            snap["mem"] = {
+                k: stat.get(k)
+                for k in ("total_cache", "total_rss", "total_shmem", "total_pgmajfault", "total_pgpgin")
+            }
+            snap["mem"]["failcnt"] = int((self.cgroup / "memory.failcnt").read_text())
+            snap["mem"]["max_usage_bytes"] = int((self.cgroup / "memory.max_usage_in_bytes").read_text())
+            snap["mem"]["limit_bytes"] = int((self.cgroup / "memory.limit_in_bytes").read_text())
+            snap["mem"]["oom_kill"] = dict(parse_kv(self.cgroup / "memory.oom_control")).get("oom_kill")
+        cols = ("blks_read", "blks_hit", "temp_bytes", "xact_commit", "xact_rollback", "deadlocks")
+        q = f"SELECT {', '.join(cols)} FROM pg_stat_database WHERE datname = current_database()"
+        out = subprocess.run(
+            [str(pg_bin() / "psql"), self.url, "-tAF,", "-c", q], capture_output=True, text=True, check=False
+        )
+        if out.returncode == 0 and out.stdout.strip():
+            vals = [int(v) for v in out.stdout.strip().split(",")]
+            snap["db"] = dict(zip(cols, vals, strict=True))
+        return snap
+
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        """Waits until the server accepts connections: after a backend is killed (the memory group's
+        OOM killer) PostgreSQL restarts every session and runs crash recovery first."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            out = subprocess.run(
+                [str(pg_bin() / "pg_isready"), "-d", self.url, "-t", "5"], capture_output=True, check=False
+            )
+            if out.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise TpcwError(f"PostgreSQL in {self.dir} not accepting connections after {timeout_s} s")
+            time.sleep(0.5)
+
+    def reset_peak(self) -> None:
+        if self.cgroup is not None:
+            (self.cgroup / "memory.max_usage_in_bytes").write_text("0")
+
+
+def pg_bin() -> Path:
+    for v in (17, 16, 15):
+        d = Path(f"/usr/lib/postgresql/{v}/bin")
+        if (d / "psql").exists():
+            return d
+    raise TpcwError("PostgreSQL binaries not found in /usr/lib/postgresql/{17,16,15}/bin")
+
+
+def parse_kv(path: Path) -> Iterator[tuple[str, int]]:
+    """``name value`` lines (cgroup memory.stat, memory.oom_control) as (name, int)."""
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+            yield parts[0], int(parts[1])
+
+
+def disk_read_bytes() -> int:
+    """Bytes read from whole disks since boot (``/proc/diskstats``, 512-byte sectors; partitions,
+    loop and ram devices skipped). Machine-wide: other work on the machine counts too."""
+    total = 0
+    for line in Path("/proc/diskstats").read_text().splitlines():
+        f = line.split()
+        name = f[2]
+        if name.startswith(("loop", "ram", "zram", "dm-")) or not Path(f"/sys/block/{name}").exists():
+            continue
+        total += int(f[5]) * 512
+    return total
+
+
+def snapshot_delta(before: dict, after: dict) -> dict:
+    """What a point did: counter differences, and the memory group's gauges after it."""
+    out: dict = {"disk_read_bytes": after["disk_read_bytes"] - before["disk_read_bytes"]}
+    if "db" in before and "db" in after:
+        out["db"] = {k: after["db"][k] - before["db"][k] for k in after["db"]}
+        reads = out["db"]["blks_read"] + out["db"]["blks_hit"]
+        out["db"]["shared_buffers_hit_ratio"] = out["db"]["blks_hit"] / reads if reads else None
+    if "mem" in after:
+        a, b = after["mem"], before["mem"]
+        out["mem"] = {
+            "cache_bytes": a["total_cache"],
+            "rss_bytes": a["total_rss"],
+            "shmem_bytes": a["total_shmem"],
+            "max_usage_bytes": a["max_usage_bytes"],
+            "limit_bytes": a["limit_bytes"],
+            "failcnt": a["failcnt"] - b["failcnt"],
+            "pgmajfault": (a["total_pgmajfault"] or 0) - (b["total_pgmajfault"] or 0),
+            "pgpgin": (a["total_pgpgin"] or 0) - (b["total_pgpgin"] or 0),
+            "oom_kill": (a["oom_kill"] or 0) - (b["oom_kill"] or 0),
+        }
+    return out
+
+
+@contextmanager
+def postgres(max_connections: int = 300, settings: PgSettings | None = None) -> Iterator[Postgres]:
+    """A private PostgreSQL for the duration of the block. With ``settings.memory_limit_mb`` it runs
+    in a uniquely named memory group (``shortfirst-tpcw-PID-RANDOM``), created before the postmaster
+    starts and removed when the block ends, however it ends (``pg.sh stop``; the watchdog, if this
+    process dies); the limit itself is set by the caller (``Postgres.set_memory_limit``), after
+    loading the data."""
+    settings = settings or PgSettings()
+    if not PG_SH.exists():
+        raise TpcwError(f"{PG_SH} missing")
+    if settings.memory_limit_mb is not None and os.geteuid() != 0:
+        raise TpcwError(
+            "[postgres] memory_limit_mb needs root (it creates a cgroup-v1 memory group); "
+            "run as root or drop the key"
+        )
+    d = Path(tempfile.mkdtemp(prefix="tpcw-pg-", dir="/tmp"))
+    port = free_port()
+    args = [
+        str(PG_SH),
+        "start",
+        str(d),
+        "--port",
+        str(port),
+        "--owner-pid",
+        str(os.getpid()),
+        "--max-connections",
+        str(max_connections),
+        "--shared-buffers",
+        settings.shared_buffers,
+        "--work-mem",
+        settings.work_mem,
+    ]
+    if settings.memory_limit_mb is not None:
+        args += ["--memory-cgroup", f"shortfirst-tpcw-{os.getpid()}-{os.urandom(3).hex()}"]
+    try:
+        out = subprocess.run(args, capture_output=True, text=True, check=False)
+        if out.returncode != 0:
             raise TpcwError(f"pg.sh start failed: {out.stderr.strip()}")
-        yield out.stdout.strip()
+        cg = d / "cgroup"
+        yield Postgres(out.stdout.strip(), d, Path(cg.read_text().strip()) if cg.exists() else None)
     finally:
         subprocess.run([str(PG_SH), "stop", str(d)], capture_output=True, check=False)
         shutil.rmtree(d, ignore_errors=True)
@@ -193,7 +348,9 @@ def generate(bins: Binaries, db_url: str, items: int, customers: int, seed: int)
 
 
 @contextmanager
-def bookstore(bins: Binaries, db_url: str, workdir: Path, pool: int) -> Iterator[str]:
+def bookstore(
+    bins: Binaries, db_url: str, workdir: Path, pool: int, log_name: str = "bookstore.log"
+) -> Iterator[str]:
     port = free_port()
     args = [
         str(bins.bookstore),
@@ -205,7 +362,7 @@ def bookstore(bins: Binaries, db_url: str, workdir: Path, pool: int) -> Iterator
         "--pool",
         str(pool),
     ]
-    with process(args, workdir / "bookstore.log") as p:
+    with process(args, workdir / log_name) as p:
         url = f"http://127.0.0.1:{port}"
         wait_http(url + "/healthz", proc=p)
         yield url
@@ -315,7 +472,14 @@ def choose_capacity(trials: list[dict], within: float) -> int:
 
 
 def run_load(
-    bins: Binaries, target: str, out: Path, browsers: int, think: str, duration_s: float, seed: int
+    bins: Binaries,
+    target: str,
+    out: Path,
+    browsers: int,
+    think: str,
+    duration_s: float,
+    seed: int,
+    timeout_s: float = 120.0,
 ) -> dict:
     args = [
         str(bins.shortfirst),
@@ -331,7 +495,7 @@ def run_load(
         "--persistent",
         "100000",
         "--timeout",
-        "120",
+        str(timeout_s),
         "--out",
         str(out),
         "--seed",
@@ -367,38 +531,123 @@ def type_to_code(type_label: str) -> str | None:
     return PATH_TO_CODE.get(path)
 
 
-def analyze(requests_csv: Path, warmup_s: float, end_s: float) -> dict:
-    """Throughput and response times of successful requests completed in [warmup_s, end_s]."""
+def _summarize(rts: list[float], window_s: float) -> dict:
+    rts = sorted(rts)
+    return {
+        "completed": len(rts),
+        "throughput_per_min": len(rts) / window_s * 60.0,
+        "mean_response_s": sum(rts) / len(rts) if rts else math.nan,
+        "p99_response_s": rts[min(len(rts) - 1, int(0.99 * len(rts)))] if rts else math.nan,
+    }
+
+
+def analyze(requests_csv: Path, warmup_s: float, end_s: float, timeout_s: float = math.inf) -> dict:
+    """Throughput and response times of the requests that ended in [warmup_s, end_s], in two
+    accountings, and a Little's-law check.
+
+    - The paper's (top-level keys, Elnikety et al. §4.5): successful interactions only — a request
+      that fails, gets an HTTP error or hits the client timeout (``timeout_s``) is counted in
+      ``failed`` / ``timed_out`` and in neither throughput nor response time.
+    - ``full``: every request that ended, whatever its outcome; a timed-out one counts with the
+      time the client waited (the timeout). Requests still in flight when the run ended (the load
+      generator records them as timeouts shorter than ``timeout_s``) are counted in
+      ``in_flight_at_end``; they are not throughput, but the full mean response time includes
+      them with the time they had waited by the end (``mean_response_s`` is then a lower bound;
+      ``mean_response_ended_s`` leaves them out).
+    - ``little``: in a closed loop every browser is either waiting for a response or thinking, so
+      N = X × (R + Z), with X the rate of ended requests, R their mean response time and Z the
+      mean think time actually taken (from one request's end to the same browser's next start).
+      ``n_full`` uses the full accounting and should match the number of browsers; ``n_paper``
+      (successful only) falls short by the browsers' time spent on excluded requests.
+    """
     per: dict[str, list[float]] = defaultdict(list)
+    per_full: dict[str, list[float]] = defaultdict(list)
+    per_timed_out: dict[str, int] = defaultdict(int)
+    ok_rt: list[float] = []
     all_rt: list[float] = []
-    failed = 0
+    censored_rt: list[float] = []
+    failed = timed_out = in_flight_at_end = 0
+    by_client: dict[str, list[tuple[float, float]]] = defaultdict(list)
     with open(requests_csv, newline="") as f:
         for row in csv.DictReader(f):
             done = row.get("done_s") or ""
             if not done:
                 continue
-            done_s = float(done)
+            start_s, done_s = float(row["start_s"]), float(done)
+            by_client[row.get("client", "")].append((start_s, done_s))
             if not (warmup_s <= done_s <= end_s):
                 continue
-            if row["outcome"] != "ok" or row["status"] != "200":
-                failed += 1
-                continue
-            rt = done_s - float(row["start_s"])
+            rt = done_s - start_s
             code = PATH_TO_CODE.get(row["path"].split("?", 1)[0], "OTHER")
-            per[code].append(rt)
+            if row["outcome"] == "timeout":
+                # The client's own timeout fires at timeout_s (timer granularity: a few ms).
+                if rt < 0.99 * timeout_s:
+                    in_flight_at_end += 1
+                    censored_rt.append(rt)
+                    continue
+                timed_out += 1
+                per_timed_out[code] += 1
+            elif row["outcome"] != "ok" or row["status"] != "200":
+                failed += 1
+            else:
+                per[code].append(rt)
+                ok_rt.append(rt)
+            per_full[code].append(rt)
             all_rt.append(rt)
     window_s = max(1e-9, end_s - warmup_s)
-    all_rt.sort()
-    return {
-        "completed": len(all_rt),
-        "failed": failed,
-        "throughput_per_min": len(all_rt) / window_s * 60.0,
-        "mean_response_s": sum(all_rt) / len(all_rt) if all_rt else math.nan,
-        "p99_response_s": all_rt[min(len(all_rt) - 1, int(0.99 * len(all_rt)))] if all_rt else math.nan,
-        "per_interaction_response": {
-            c: {"count": len(v), "mean_response_s": sum(v) / len(v)} for c, v in per.items()
-        },
+    # Think time actually taken: from a request's end to the same browser's next start, for the
+    # requests that ended in the window.
+    thinks: list[float] = []
+    for reqs in by_client.values():
+        reqs.sort()
+        for (_, done_a), (start_b, _) in zip(reqs, reqs[1:], strict=False):
+            if warmup_s <= done_a <= end_s:
+                thinks.append(max(0.0, start_b - done_a))
+    think_s = sum(thinks) / len(thinks) if thinks else 0.0
+    res = _summarize(ok_rt, window_s)
+    full = _summarize(all_rt, window_s)
+    full["mean_response_ended_s"] = full["mean_response_s"]
+    if censored_rt:
+        full["mean_response_s"] = (sum(all_rt) + sum(censored_rt)) / (len(all_rt) + len(censored_rt))
+    full["per_interaction"] = {
+        c: {"count": len(v), "mean_response_s": sum(v) / len(v), "timed_out": per_timed_out.get(c, 0)}
+        for c, v in per_full.items()
     }
+    browsers = len(by_client)
+
+    def n(acc: dict) -> float | None:
+        if not acc["completed"]:
+            return None
+        return (
+            acc["throughput_per_min"]
+            / 60.0
+            * (acc.get("mean_response_ended_s", acc["mean_response_s"]) + think_s)
+        )
+
+    res.update(
+        {
+            "failed": failed,
+            "timed_out": timed_out,
+            "in_flight_at_end": in_flight_at_end,
+            "client_timeout_s": None if math.isinf(timeout_s) else timeout_s,
+            "full": full,
+            "little": {
+                "browsers_seen": browsers,
+                "mean_think_s": think_s,
+                "n_full": n(full),
+                "n_paper": n(res),
+                "n_full_over_browsers": n(full) / browsers if browsers and n(full) is not None else None,
+                # The mean response time Little's law implies at the measured full throughput.
+                "implied_mean_response_s": browsers / (full["throughput_per_min"] / 60.0) - think_s
+                if full["completed"]
+                else None,
+            },
+            "per_interaction_response": {
+                c: {"count": len(v), "mean_response_s": sum(v) / len(v)} for c, v in per.items()
+            },
+        }
+    )
+    return res
 
 
 @dataclass
@@ -419,6 +668,8 @@ def run_point(
     warmup_s: float,
     seed: int,
     workdir: Path,
+    timeout_s: float = 120.0,
+    pg: Postgres | None = None,
 ) -> dict:
     """One measurement: ``mode`` is ``direct`` or a gatekeeper policy (``fifo``, ``sjf``, ``sjf-aging:X``),
     optionally with its own capacity after ``@`` (``sjf@auto``) instead of ``capacity``."""
@@ -429,17 +680,26 @@ def run_point(
     if out.exists():
         shutil.rmtree(out)
     metrics: dict[tuple[str, str], float] = {}
+    if pg is not None:
+        pg.reset_peak()
+        before = pg.snapshot()
     if mode == "direct":
-        summary = run_load(bins, app_url, out, browsers, think, duration_s, seed)
+        summary = run_load(bins, app_url, out, browsers, think, duration_s, seed, timeout_s)
     else:
         with gatekeeper(bins, app_url, policy, capacity, workdir / name) as (proxy, metrics_url):
-            summary = run_load(bins, proxy, out, browsers, think, duration_s, seed)
+            summary = run_load(bins, proxy, out, browsers, think, duration_s, seed, timeout_s)
             with urllib.request.urlopen(metrics_url, timeout=10) as r:
                 text = r.read().decode()
             (out / "metrics.txt").write_text(text)
             metrics = parse_metrics(text)
-    res = analyze(out / "requests.csv", warmup_s, duration_s)
+            # Requests whose client went away (e.g. its timeout) while they waited for admission.
+            cancelled = re.search(r"^gatekeeper_cancelled_while_queued_total\s+(\S+)$", text, re.M)
+    res = analyze(out / "requests.csv", warmup_s, duration_s, timeout_s)
     res["load_summary_valid"] = summary.get("valid")
+    if mode != "direct":
+        res["gatekeeper_cancelled_while_queued"] = float(cancelled.group(1)) if cancelled else None
+    if pg is not None:
+        res["postgres"] = snapshot_delta(before, pg.snapshot())
     per = {}
     for code, stats in res.pop("per_interaction_response").items():
         entry = {"count": stats["count"], "mean_response_s": stats["mean_response_s"]}
@@ -494,6 +754,42 @@ def environment() -> dict:
     }
 
 
+@contextmanager
+def shop(cfg: dict, bins: Binaries, doc: dict) -> Iterator[Postgres]:
+    """PostgreSQL (``[postgres]``) with the generated database (``[bookstore]``). Records the
+    settings, the memory group's limit and the generation time in ``doc``. The memory limit is set
+    after generation, so that it shapes the experiment, not the loading; the kernel then reclaims
+    the group's page cache down to it."""
+    b = cfg["bookstore"]
+    settings = PgSettings.from_config(cfg.get("postgres", {}))
+    pool = int(b.get("pool", 128))
+    t0 = time.monotonic()
+    with postgres(max_connections=pool + 20, settings=settings) as pg:
+        generate(bins, pg.url, b["items"], b["customers"], b.get("seed", 1))
+        doc["generate_s"] = time.monotonic() - t0
+        doc["postgres"] = {
+            "shared_buffers": settings.shared_buffers,
+            "work_mem": settings.work_mem,
+            "memory_limit_mb": settings.memory_limit_mb,
+            "max_connections": pool + 20,
+            "database_bytes": database_bytes(pg.url),
+        }
+        if settings.memory_limit_mb is not None:
+            pg.set_memory_limit(settings.memory_limit_mb)
+            doc["postgres"]["after_limit"] = pg.snapshot()
+        yield pg
+
+
+def database_bytes(url: str) -> int | None:
+    out = subprocess.run(
+        [str(pg_bin() / "psql"), url, "-tAc", "SELECT pg_database_size(current_database())"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return int(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip().isdigit() else None
+
+
 def sweep(
     config_path: Path, out_dir: Path, bins: Binaries | None = None, overrides: dict | None = None
 ) -> dict:
@@ -512,17 +808,25 @@ def sweep(
         elif key == "browsers":
             cfg["load"]["browsers"] = value
             cfg["modes"].pop("browsers", None)
+        elif key in ("think", "duration_s", "warmup_s", "client_timeout_s"):
+            cfg["load"][key] = value
+        elif key in ("items", "customers"):
+            cfg["bookstore"][key] = value
+        elif key == "postgres":
+            cfg.setdefault("postgres", {}).update({k: v for k, v in value.items() if v is not None})
     bins = bins or Binaries.default()
     bins.check()
     b, ld, gk = cfg["bookstore"], cfg["load"], cfg.get("gatekeeper", {})
     out_dir.mkdir(parents=True, exist_ok=True)
-    think = f"exp:{ld['think_mean_s']}:{ld['think_max_s']}"
+    # A raw load-generator think distribution (e.g. const:0 for the closed-loop exploration with a
+    # fixed number in flight) replaces TPC-W's exponential one.
+    think = ld.get("think") or f"exp:{ld['think_mean_s']}:{ld['think_max_s']}"
     results: list[dict] = []
     doc: dict = {
         "experiment": str(config_path),
         "config": cfg,
         "think": think,
-        "think_shortening": 7.0 / float(ld["think_mean_s"]),
+        "think_shortening": None if ld.get("think") else 7.0 / float(ld["think_mean_s"]),
         "scale": {"items": b["items"], "customers": b["customers"]},
         "pool": int(b.get("pool", 128)),
         "environment": environment(),
@@ -531,17 +835,19 @@ def sweep(
 
     def save() -> None:
         doc["targets"] = targets(results)
+        doc["targets_full_accounting"] = targets(full_view(results))
         tmp = out_dir / "summary.json.tmp"
         tmp.write_text(json.dumps(doc, indent=2, allow_nan=True) + "\n")
         tmp.rename(out_dir / "summary.json")
 
     t0 = time.monotonic()
-    with postgres(max_connections=int(b.get("pool", 128)) + 20) as db_url:
-        generate(bins, db_url, b["items"], b["customers"], b.get("seed", 1))
-        doc["generate_s"] = time.monotonic() - t0
-        with bookstore(bins, db_url, out_dir, int(b.get("pool", 128))) as app:
-            capacity = str(gk.get("capacity", "calibrate"))
-            if capacity == "calibrate":
+    timeout_s = float(ld.get("client_timeout_s", 120.0))
+    doc["client_timeout_s"] = timeout_s
+    pool = int(b.get("pool", 128))
+    with shop(cfg, bins, doc) as pg:
+        capacity = str(gk.get("capacity", "calibrate"))
+        if capacity == "calibrate":
+            with bookstore(bins, pg.url, out_dir, pool, "bookstore-calibrate.log") as app:
                 capacity, doc["calibration"] = calibrate(
                     bins,
                     app,
@@ -555,10 +861,16 @@ def sweep(
                     float(gk.get("calibrate_within", 0.05)),
                     float(gk.get("calibrate_warmup_s", 2.0)),
                 )
-            doc["capacity"] = capacity
-            print(f"capacity {capacity} (setup {time.monotonic() - t0:.0f} s)", flush=True)
-            for mode in cfg["modes"]["list"]:
-                for n in browsers_for(cfg, mode):
+        doc["capacity"] = capacity
+        print(f"capacity {capacity} (setup {time.monotonic() - t0:.0f} s)", flush=True)
+        for mode in cfg["modes"]["list"]:
+            for n in browsers_for(cfg, mode):
+                # A fresh bookstore per point: its pool keeps every connection it ever opened, and
+                # an idle PostgreSQL backend keeps its memory, so a point must not inherit the
+                # backends of the one before (direct at 256 browsers opens 256 of them).
+                name = f"{mode.replace(':', '-').replace('@', '-')}-{n}"
+                pg.wait_ready()
+                with bookstore(bins, pg.url, out_dir, pool, f"bookstore-{name}.log") as app:
                     r = run_point(
                         bins,
                         app,
@@ -570,20 +882,28 @@ def sweep(
                         float(ld["warmup_s"]),
                         int(ld.get("seed", 1)),
                         out_dir,
+                        timeout_s,
+                        pg,
                     )
-                    r.update({"mode": mode, "browsers": int(n), "loadavg": list(os.getloadavg())})
-                    results.append(r)
-                    save()
-                    print(
-                        f"{mode:>12} {n:>5} browsers: {r['throughput_per_min']:8.0f}/min, "
-                        f"mean {r['mean_response_s'] * 1e3:8.1f} ms, p99 {r['p99_response_s'] * 1e3:8.1f} ms "
-                        f"[{time.monotonic() - t0:.0f} s]",
-                        flush=True,
-                    )
+                r.update({"mode": mode, "browsers": int(n), "loadavg": list(os.getloadavg())})
+                results.append(r)
+                save()
+                print(
+                    f"{mode:>12} {n:>5} browsers: {r['throughput_per_min']:8.0f}/min, "
+                    f"mean {r['mean_response_s'] * 1e3:8.1f} ms, p99 {r['p99_response_s'] * 1e3:8.1f} ms "
+                    f"[{time.monotonic() - t0:.0f} s]",
+                    flush=True,
+                )
     doc["environment_end"] = environment()
     doc["wall_s"] = time.monotonic() - t0
     save()
     return doc
+
+
+def full_view(points: list[dict]) -> list[dict]:
+    """The points in the full accounting (every ended request, timeouts at the timeout), in the
+    shape ``targets`` and the report read; points without it (older summaries) are left out."""
+    return [{**p, **p["full"]} for p in points if "full" in p]
 
 
 def targets(points: list[dict]) -> dict:
@@ -657,6 +977,14 @@ def paper_table1() -> dict[str, dict[str, float]]:
             if code:
                 out[code] = {k: float(v) for k, v in row.items() if k != "interaction"}
     return out
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.1f}"
+
+
+def _mb(v: float | None) -> str:
+    return "-" if v is None else f"{v / 2**20:.0f}"
 
 
 def _ms(v: float | None) -> str:
@@ -829,7 +1157,71 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
                 cells.append("" if p is None else (fmt.format(p[key]) if fmt else _ms(p[key])))
             md.append(f"| {m} | " + " | ".join(cells) + " |")
         md.append("")
-    md += ["## Targets", "", "```json", json.dumps(t, indent=2), "```", ""]
+    full_pts = {(p["mode"], p["browsers"]): p["full"] for p in points if "full" in p}
+    if full_pts:
+        md += [
+            f"## Full accounting (every ended request; a timeout counts as {doc.get('client_timeout_s')} s)",
+            "",
+            "Throughput (interactions/min) / mean response time (ms):",
+            "",
+            "| mode | " + " | ".join(str(n) for n in browsers) + " |",
+            "|---" * (len(browsers) + 1) + "|",
+        ]
+        for m in modes:
+            cells = []
+            for n in browsers:
+                f = full_pts.get((m, n))
+                cells.append(
+                    "" if f is None else f"{f['throughput_per_min']:.0f} / {_ms(f['mean_response_s'])}"
+                )
+            md.append(f"| {m} | " + " | ".join(cells) + " |")
+        md += [
+            "",
+            "## Little's law per point (N = X (R + Z), from the request log)",
+            "",
+            "| mode | browsers | X full (/s) | R full (ms) | Z (ms) | X(R+Z) full | X(R+Z) successful only "
+            "| timed out | failed | in flight at end |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for p in points:
+            lt = p.get("little")
+            if not lt:
+                continue
+            f = p["full"]
+            md.append(
+                f"| {p['mode']} | {p['browsers']} | {f['throughput_per_min'] / 60:.1f} | "
+                f"{_ms(f['mean_response_s'])} | {_ms(lt['mean_think_s'])} | {_num(lt['n_full'])} | "
+                f"{_num(lt['n_paper'])} | {p.get('timed_out', 0)} | {p.get('failed', 0)} | "
+                f"{p.get('in_flight_at_end', 0)} |"
+            )
+        md.append("")
+    pg_pts = [p for p in points if "postgres" in p]
+    if pg_pts:
+        pgs = doc.get("postgres", {})
+        md += [
+            f"## PostgreSQL memory and I/O per point (shared_buffers {pgs.get('shared_buffers')}, work_mem "
+            f"{pgs.get('work_mem')}, memory limit {pgs.get('memory_limit_mb')} MB, database "
+            f"{_mb(pgs.get('database_bytes'))} MB)",
+            "",
+            "| mode | browsers | backends' private (rss) MB | page cache MB | peak usage MB | disk read MB "
+            "| blocks read | shared-buffer hit ratio | OOM kills |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for p in pg_pts:
+            pg = p["postgres"]
+            mem, db = pg.get("mem", {}), pg.get("db", {})
+            hit = db.get("shared_buffers_hit_ratio")
+            md.append(
+                f"| {p['mode']} | {p['browsers']} | {_mb(mem.get('rss_bytes'))} | "
+                f"{_mb(mem.get('cache_bytes'))} | {_mb(mem.get('max_usage_bytes'))} | "
+                f"{_mb(pg.get('disk_read_bytes'))} | {db.get('blks_read', '-')} | "
+                f"{'-' if hit is None else f'{hit:.3f}'} | {mem.get('oom_kill', '-')} |"
+            )
+        md.append("")
+    md += ["## Targets (successful interactions only, the paper's accounting)", "", "```json"]
+    md += [json.dumps(t, indent=2), "```", ""]
+    tf = doc.get("targets_full_accounting") or targets(full_view(points))
+    md += ["## Targets (full accounting)", "", "```json", json.dumps(tf, indent=2), "```", ""]
     path = out_dir / "tpcw-summary.md"
     path.write_text("\n".join(md))
     written.append(path)
@@ -846,6 +1238,15 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--capacity", help="override the gatekeeper capacity (calibrate, auto, or e.g. 500ms)")
     s.add_argument("--modes", type=lambda v: v.split(","), help="override the modes, comma-separated")
     s.add_argument("--browsers", type=lambda v: [int(x) for x in v.split(",")], help="override load points")
+    s.add_argument("--think", help="override the think time (a load-generator distribution; const:0: none)")
+    s.add_argument("--duration", type=float, help="override [load] duration_s")
+    s.add_argument("--warmup", type=float, help="override [load] warmup_s")
+    s.add_argument("--client-timeout", type=float, help="override [load] client_timeout_s")
+    s.add_argument("--items", type=int, help="override [bookstore] items")
+    s.add_argument("--customers", type=int, help="override [bookstore] customers")
+    s.add_argument("--memory-limit-mb", type=int, help="override [postgres] memory_limit_mb")
+    s.add_argument("--shared-buffers", help="override [postgres] shared_buffers")
+    s.add_argument("--work-mem", help="override [postgres] work_mem")
     r = sub.add_parser("report", help="figures and the learned-cost table from a summary.json")
     r.add_argument("summary", type=Path)
     a = ap.parse_args(argv)
@@ -854,7 +1255,22 @@ def main(argv: list[str] | None = None) -> int:
             print(p)
         return 0
     try:
-        overrides = {"capacity": a.capacity, "modes": a.modes, "browsers": a.browsers}
+        overrides = {
+            "capacity": a.capacity,
+            "modes": a.modes,
+            "browsers": a.browsers,
+            "think": a.think,
+            "duration_s": a.duration,
+            "warmup_s": a.warmup,
+            "client_timeout_s": a.client_timeout,
+            "items": a.items,
+            "customers": a.customers,
+            "postgres": {
+                "memory_limit_mb": a.memory_limit_mb,
+                "shared_buffers": a.shared_buffers,
+                "work_mem": a.work_mem,
+            },
+        }
         sweep(a.config, a.out, Binaries.default(a.profile), overrides)
         report(a.out / "summary.json")
     except TpcwError as e:

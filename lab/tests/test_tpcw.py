@@ -76,9 +76,9 @@ def _require_stack() -> tpcw.Binaries:
 @pytest.mark.slow
 def test_browsers_through_the_gatekeeper_into_the_bookstore(tmp_path: Path):
     bins = _require_stack()
-    with tpcw.postgres(max_connections=60) as db:
-        tpcw.generate(bins, db, items=1000, customers=2000, seed=1)
-        with tpcw.bookstore(bins, db, tmp_path, pool=16) as app:
+    with tpcw.postgres(max_connections=60) as pg:
+        tpcw.generate(bins, pg.url, items=1000, customers=2000, seed=1)
+        with tpcw.bookstore(bins, pg.url, tmp_path, pool=16) as app:
             r = tpcw.run_point(
                 bins,
                 app,
@@ -203,3 +203,102 @@ def test_modes_may_have_their_own_load_points():
     }
     assert tpcw.browsers_for(cfg, "sjf") == [10, 20]
     assert tpcw.browsers_for(cfg, "sjf@auto") == [20]
+
+
+def _closed_loop_log(path: Path, timeout_s: float) -> None:
+    """Two browsers for 100 s: browser 0 gets every response in 0.5 s and thinks 0.5 s; browser 1's
+    requests all hit the client timeout, and it thinks 1 s after each; browser 1's last request is
+    still in flight when the run ends."""
+    header = (
+        "id,client,path,size_bytes,bytes_received,status,outcome,attempts,"
+        "scheduled_s,start_s,connected_s,first_byte_s,done_s\n"
+    )
+    rows, i = [], 0
+    for k in range(100):
+        s = float(k)
+        rows.append(f"{i},0,/home,0,10,200,ok,1,{s},{s},{s},{s + 0.4},{s + 0.5}\n")
+        i += 1
+    t = 0.0
+    while t + timeout_s <= 100.0:
+        rows.append(f"{i},1,/best_sellers,0,0,,timeout,1,{t},{t},{t},,{t + timeout_s}\n")
+        i += 1
+        t += timeout_s + 1.0
+    rows.append(f"{i},1,/best_sellers,0,0,,timeout,1,{t},{t},{t},,100.0\n")
+    path.write_text(header + "".join(rows))
+
+
+def test_analyze_reports_both_accountings_and_littles_law(tmp_path: Path):
+    p = tmp_path / "requests.csv"
+    _closed_loop_log(p, timeout_s=2.0)
+    r = tpcw.analyze(p, warmup_s=0.0, end_s=100.0, timeout_s=2.0)
+    # The paper's accounting: successful interactions only; the timeouts are counted apart.
+    assert r["completed"] == 100
+    assert r["mean_response_s"] == pytest.approx(0.5)
+    assert r["timed_out"] == 33
+    assert r["in_flight_at_end"] == 1
+    assert r["client_timeout_s"] == 2.0
+    # The full accounting counts every ended request, a timeout at the timeout.
+    full = r["full"]
+    assert full["completed"] == 133
+    assert full["mean_response_ended_s"] == pytest.approx((100 * 0.5 + 33 * 2.0) / 133)
+    # ... and the one still in flight at the end (started at 99 s) with the 1 s it had waited.
+    assert full["mean_response_s"] == pytest.approx((100 * 0.5 + 33 * 2.0 + 1.0) / 134)
+    assert full["per_interaction"]["BESS"] == {
+        "count": 33,
+        "mean_response_s": pytest.approx(2.0),
+        "timed_out": 33,
+    }
+    # Little's law: the full accounting accounts for both browsers, successes alone for one and a bit.
+    lt = r["little"]
+    assert lt["browsers_seen"] == 2
+    assert lt["n_full"] == pytest.approx(2.0, rel=0.03)
+    assert lt["n_paper"] == pytest.approx(100 / 100 * (0.5 + lt["mean_think_s"]))
+    assert lt["n_paper"] < 1.5
+    assert lt["implied_mean_response_s"] == pytest.approx(full["mean_response_ended_s"], rel=0.03)
+
+
+def test_pg_settings_from_the_experiment_file():
+    assert tpcw.PgSettings.from_config({}) == tpcw.PgSettings("256MB", "8MB", None)
+    s = tpcw.PgSettings.from_config({"shared_buffers": "32MB", "work_mem": "4MB", "memory_limit_mb": 750})
+    assert (s.shared_buffers, s.work_mem, s.memory_limit_mb) == ("32MB", "4MB", 750)
+    with pytest.raises(tpcw.TpcwError, match="unknown keys"):
+        tpcw.PgSettings.from_config({"memory_limit": 750})
+    with pytest.raises(tpcw.TpcwError, match="positive integer"):
+        tpcw.PgSettings.from_config({"memory_limit_mb": 0})
+
+
+def test_memory_limit_needs_root(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(tpcw.os, "geteuid", lambda: 1000)
+    with (
+        pytest.raises(tpcw.TpcwError, match="needs root"),
+        tpcw.postgres(settings=tpcw.PgSettings(memory_limit_mb=100)),
+    ):
+        pass
+
+
+@pytest.mark.slow
+def test_postgres_runs_in_its_own_memory_group_and_removes_it(tmp_path: Path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root: creates a cgroup-v1 memory group")
+    if not Path("/sys/fs/cgroup/memory/cgroup.procs").exists():
+        pytest.skip("the cgroup-v1 memory controller is not mounted at /sys/fs/cgroup/memory")
+    _require_stack()
+    settings = tpcw.PgSettings(shared_buffers="16MB", work_mem="1MB", memory_limit_mb=300)
+    group = None
+    with (
+        pytest.raises(RuntimeError, match="boom"),
+        tpcw.postgres(max_connections=20, settings=settings) as pg,
+    ):
+        group = pg.cgroup
+        assert group is not None and group.is_dir()
+        assert group.name.startswith(f"shortfirst-tpcw-{os.getpid()}-")
+        postmaster = (pg.dir / "data" / "postmaster.pid").read_text().split()[0]
+        assert postmaster in (group / "cgroup.procs").read_text().split()
+        pg.set_memory_limit(300)
+        assert int((group / "memory.limit_in_bytes").read_text()) == 300 * 2**20
+        snap = pg.snapshot()
+        assert snap["mem"]["limit_bytes"] == 300 * 2**20
+        assert snap["db"]["xact_commit"] >= 0
+        raise RuntimeError("boom")
+    # Removed although the block failed.
+    assert group is not None and not group.exists()
