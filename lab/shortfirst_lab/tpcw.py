@@ -541,7 +541,14 @@ def _summarize(rts: list[float], window_s: float) -> dict:
     }
 
 
-def analyze(requests_csv: Path, warmup_s: float, end_s: float, timeout_s: float = math.inf) -> dict:
+def analyze(
+    requests_csv: Path,
+    warmup_s: float,
+    end_s: float,
+    timeout_s: float = math.inf,
+    browsers: int | None = None,
+    think_max_s: float = 0.0,
+) -> dict:
     """Throughput and response times of the requests that ended in [warmup_s, end_s], in two
     accountings, and a Little's-law check.
 
@@ -549,11 +556,13 @@ def analyze(requests_csv: Path, warmup_s: float, end_s: float, timeout_s: float 
       that fails, gets an HTTP error or hits the client timeout (``timeout_s``) is counted in
       ``failed`` / ``timed_out`` and in neither throughput nor response time.
     - ``full``: every request that ended, whatever its outcome; a timed-out one counts with the
-      time the client waited (the timeout). Requests still in flight when the run ended (the load
-      generator records them as timeouts shorter than ``timeout_s``) are counted in
-      ``in_flight_at_end``; they are not throughput, but the full mean response time includes
-      them with the time they had waited by the end (``mean_response_s`` is then a lower bound;
-      ``mean_response_ended_s`` leaves them out).
+      time the client waited (the timeout). Requests still in flight when the run ended are
+      counted in ``in_flight_at_end``; they are not throughput, but the full mean response time
+      includes them with the time they had waited by the end (``mean_response_s`` is then a lower
+      bound; ``mean_response_ended_s`` leaves them out). The log may record them (as timeouts
+      shorter than ``timeout_s``) or not at all (``shortfirst load`` does not): given the number
+      of ``browsers``, a browser whose last response ended more than ``think_max_s`` before the
+      end (or that never got one) was waiting, for at least that time less ``think_max_s``.
     - ``little``: in a closed loop every browser is either waiting for a response or thinking, so
       N = X × (R + Z), with X the rate of ended requests, R their mean response time and Z the
       mean think time actually taken (from one request's end to the same browser's next start).
@@ -595,6 +604,12 @@ def analyze(requests_csv: Path, warmup_s: float, end_s: float, timeout_s: float 
             per_full[code].append(rt)
             all_rt.append(rt)
     window_s = max(1e-9, end_s - warmup_s)
+    for client in range(browsers or 0):
+        reqs = by_client.get(str(client))
+        last_done = max((d for _, d in reqs), default=0.0) if reqs else 0.0
+        if last_done < end_s - think_max_s:
+            in_flight_at_end += 1
+            censored_rt.append(end_s - last_done - think_max_s)
     # Think time actually taken: from a request's end to the same browser's next start, for the
     # requests that ended in the window.
     thinks: list[float] = []
@@ -613,7 +628,7 @@ def analyze(requests_csv: Path, warmup_s: float, end_s: float, timeout_s: float 
         c: {"count": len(v), "mean_response_s": sum(v) / len(v), "timed_out": per_timed_out.get(c, 0)}
         for c, v in per_full.items()
     }
-    browsers = len(by_client)
+    browsers = browsers or len(by_client)
 
     def n(acc: dict) -> float | None:
         if not acc["completed"]:
@@ -632,7 +647,7 @@ def analyze(requests_csv: Path, warmup_s: float, end_s: float, timeout_s: float 
             "client_timeout_s": None if math.isinf(timeout_s) else timeout_s,
             "full": full,
             "little": {
-                "browsers_seen": browsers,
+                "browsers": browsers,
                 "mean_think_s": think_s,
                 "n_full": n(full),
                 "n_paper": n(res),
@@ -694,7 +709,7 @@ def run_point(
             metrics = parse_metrics(text)
             # Requests whose client went away (e.g. its timeout) while they waited for admission.
             cancelled = re.search(r"^gatekeeper_cancelled_while_queued_total\s+(\S+)$", text, re.M)
-    res = analyze(out / "requests.csv", warmup_s, duration_s, timeout_s)
+    res = analyze(out / "requests.csv", warmup_s, duration_s, timeout_s, browsers, think_max_s(think))
     res["load_summary_valid"] = summary.get("valid")
     if mode != "direct":
         res["gatekeeper_cancelled_while_queued"] = float(cancelled.group(1)) if cancelled else None
@@ -730,6 +745,21 @@ def run_point(
                 e[key] = s / n
     res["per_interaction"] = per
     return res
+
+
+def think_max_s(think: str) -> float:
+    """The longest think time of a load-generator distribution: ``exp:MEAN:MAX`` → MAX,
+    ``const:S`` → S; otherwise unbounded (``inf``), so no browser is inferred to be waiting."""
+    name, _, rest = think.partition(":")
+    nums = rest.split(":")
+    try:
+        if name == "exp" and len(nums) == 2:
+            return float(nums[1])
+        if name == "const" and len(nums) == 1:
+            return float(nums[0])
+    except ValueError:
+        pass
+    return math.inf
 
 
 def browsers_for(cfg: dict, mode: str) -> list[int]:

@@ -2,6 +2,7 @@
 end-to-end run of emulated browsers through the gatekeeper into the bookstore on a real PostgreSQL."""
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -250,11 +251,35 @@ def test_analyze_reports_both_accountings_and_littles_law(tmp_path: Path):
     }
     # Little's law: the full accounting accounts for both browsers, successes alone for one and a bit.
     lt = r["little"]
-    assert lt["browsers_seen"] == 2
+    assert lt["browsers"] == 2
     assert lt["n_full"] == pytest.approx(2.0, rel=0.03)
     assert lt["n_paper"] == pytest.approx(100 / 100 * (0.5 + lt["mean_think_s"]))
     assert lt["n_paper"] < 1.5
     assert lt["implied_mean_response_s"] == pytest.approx(full["mean_response_ended_s"], rel=0.03)
+
+
+def test_analyze_infers_browsers_left_waiting_at_the_end(tmp_path: Path):
+    # The load generator does not log a request still in flight when the run ends: browser 1 got
+    # its last response at 40 s (then thinks at most 1 s) and browser 2 never got one.
+    header = (
+        "id,client,path,size_bytes,bytes_received,status,outcome,attempts,"
+        "scheduled_s,start_s,connected_s,first_byte_s,done_s\n"
+    )
+    rows = [
+        "0,0,/home,0,10,200,ok,1,50.0,50.0,50.0,50.1,50.2\n",
+        "1,0,/home,0,10,200,ok,1,99.5,99.5,99.5,99.6,99.7\n",
+        "2,1,/home,0,10,200,ok,1,39.0,39.0,39.0,39.5,40.0\n",
+    ]
+    p = tmp_path / "requests.csv"
+    p.write_text(header + "".join(rows))
+    r = tpcw.analyze(p, warmup_s=0.0, end_s=100.0, timeout_s=120.0, browsers=3, think_max_s=1.0)
+    assert r["in_flight_at_end"] == 2
+    assert r["full"]["mean_response_ended_s"] == pytest.approx((0.2 + 0.2 + 1.0) / 3)
+    assert r["full"]["mean_response_s"] == pytest.approx((0.2 + 0.2 + 1.0 + 59.0 + 99.0) / 5)
+    assert r["little"]["browsers"] == 3
+    assert tpcw.think_max_s("exp:0.7:7") == 7.0
+    assert tpcw.think_max_s("const:0") == 0.0
+    assert tpcw.think_max_s("uniform:1:2") == math.inf
 
 
 def test_pg_settings_from_the_experiment_file():
