@@ -209,7 +209,7 @@ def test_modes_may_have_their_own_load_points():
 def _closed_loop_log(path: Path, timeout_s: float) -> None:
     """Two browsers for 100 s: browser 0 gets every response in 0.5 s and thinks 0.5 s; browser 1's
     requests all hit the client timeout, and it thinks 1 s after each; browser 1's last request is
-    still in flight when the run ends."""
+    still in flight when the run ends (at 100 s)."""
     header = (
         "id,client,path,size_bytes,bytes_received,status,outcome,attempts,"
         "scheduled_s,start_s,connected_s,first_byte_s,done_s\n"
@@ -224,7 +224,8 @@ def _closed_loop_log(path: Path, timeout_s: float) -> None:
         rows.append(f"{i},1,/best_sellers,0,0,,timeout,1,{t},{t},{t},,{t + timeout_s}\n")
         i += 1
         t += timeout_s + 1.0
-    rows.append(f"{i},1,/best_sellers,0,0,,timeout,1,{t},{t},{t},,100.0\n")
+    # Still waiting at the end (100 s): shortfirst load drains it and logs it when it ends.
+    rows.append(f"{i},1,/best_sellers,0,10,200,ok,1,{t},{t},{t},{t + 1.5},{t + 1.5}\n")
     path.write_text(header + "".join(rows))
 
 
@@ -252,6 +253,8 @@ def test_analyze_reports_both_accountings_and_littles_law(tmp_path: Path):
     # Little's law: the full accounting accounts for both browsers, successes alone for one and a bit.
     lt = r["little"]
     assert lt["browsers"] == 2
+    # Browser 0 waits half the time, browser 1 two thirds of it (the last 1 s too).
+    assert lt["mean_waiting"] == pytest.approx((50 + 33 * 2.0 + 1.0) / 100)
     assert lt["n_full"] == pytest.approx(2.0, rel=0.03)
     assert lt["n_paper"] == pytest.approx(100 / 100 * (0.5 + lt["mean_think_s"]))
     assert lt["n_paper"] < 1.5
