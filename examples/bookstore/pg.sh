@@ -8,6 +8,7 @@
 #   pg.sh status DIR
 #   pg.sh url    DIR
 #   pg.sh memory-limit DIR MB     (needs --memory-cgroup at start; 0 = no limit)
+#   pg.sh read-iops-limit DIR N   (needs --memory-cgroup at start; 0 = no limit)
 #
 # Everything lives under DIR: the cluster (DIR/data), its unix socket (DIR),
 # its log (DIR/postgres.log) and the connection URL (DIR/url). Nothing global is
@@ -31,7 +32,11 @@
 # files. With no swap, anonymous memory cannot be reclaimed, so the limit
 # squeezes the page cache first (re-reads from disk) and, if the backends'
 # own memory exceeds it, the cgroup's OOM killer ends a backend (PostgreSQL
-# then restarts all sessions). `stop` (and the watchdog) removes the group.
+# then restarts all sessions). The server also joins a blkio group of the same
+# name (path in DIR/cgroup-blkio), so that `read-iops-limit` can cap its reads
+# from the disk holding DIR, e.g. at what a disk of the paper's time did (a few
+# hundred random reads/s) when the machine's own disk is much faster. `stop`
+# (and the watchdog) removes both groups.
 #
 # By default the instance is tuned for benchmarking on a small machine: the
 # database fits in shared_buffers, and fsync/synchronous_commit are off (the
@@ -54,8 +59,8 @@ cmd=$1
 dir=$2
 shift 2
 mb=""
-if [[ $cmd == memory-limit ]]; then
-  [[ $# -ge 1 ]] || die "usage: pg.sh memory-limit DIR MB"
+if [[ $cmd == memory-limit || $cmd == read-iops-limit ]]; then
+  [[ $# -ge 1 ]] || die "usage: pg.sh $cmd DIR N"
   mb=$1
   shift
 fi
@@ -67,6 +72,7 @@ shared_buffers=256MB
 work_mem=8MB
 memcg_name=""
 MEMCG_ROOT=${MEMCG_ROOT:-/sys/fs/cgroup/memory}
+BLKIO_ROOT=${BLKIO_ROOT:-/sys/fs/cgroup/blkio}
 while [[ $# -gt 0 ]]; do
   case $1 in
     --port) port=${2:?--port needs a value}; shift 2 ;;
@@ -87,6 +93,7 @@ if [[ -n "$memcg_name" ]]; then
   [[ "$memcg_name" =~ ^[A-Za-z0-9._-]+$ ]] || die "--memory-cgroup NAME may hold only letters, digits, '.', '_' and '-', got '$memcg_name'"
   [[ $(id -u) == 0 ]] || die "--memory-cgroup needs root (it creates a group under $MEMCG_ROOT)"
   [[ -w "$MEMCG_ROOT/cgroup.procs" ]] || die "--memory-cgroup: the cgroup-v1 memory controller is not mounted at $MEMCG_ROOT"
+  [[ -w "$BLKIO_ROOT/cgroup.procs" ]] || die "--memory-cgroup: the cgroup-v1 blkio controller is not mounted at $BLKIO_ROOT"
 fi
 [[ "$max_conn" =~ ^[0-9]+$ ]] && (( max_conn >= 5 )) || die "--max-connections must be an integer >= 5, got '$max_conn'"
 
@@ -109,25 +116,31 @@ as_owner() {
   fi
 }
 
-# The memory group of the instance in DIR (empty when it has none).
+# The memory and blkio groups of the instance in DIR (empty when it has none).
 memcg() { cat "$dir/cgroup" 2>/dev/null || true; }
+blkcg() { cat "$dir/cgroup-blkio" 2>/dev/null || true; }
 
-# Moves whatever is left in the instance's memory group to the root group and
-# removes it. The kernel refuses rmdir while a task is inside, and tasks may
-# still be exiting right after pg_ctl stop, hence the retries.
+# Moves whatever is left in group $1 to the root group $2 and removes it. The
+# kernel refuses rmdir while a task is inside, and tasks may still be exiting
+# right after pg_ctl stop, hence the retries.
+group_remove() {
+  local g=$1 root=$2
+  [[ -n "$g" && -d "$g" ]] || return 0
+  for _ in $(seq 50); do
+    while read -r pid; do echo "$pid" >"$root/cgroup.procs" 2>/dev/null || true; done <"$g/cgroup.procs"
+    rmdir "$g" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "pg.sh: could not remove group $g" >&2
+  return 1
+}
+
 memcg_remove() {
-  local g
-  g=$(memcg)
-  [[ -n "$g" ]] || return 0
-  if [[ -d "$g" ]]; then
-    for _ in $(seq 50); do
-      while read -r pid; do echo "$pid" >"$MEMCG_ROOT/cgroup.procs" 2>/dev/null || true; done <"$g/cgroup.procs"
-      rmdir "$g" 2>/dev/null && break
-      sleep 0.1
-    done
-    [[ ! -d "$g" ]] || { echo "pg.sh: could not remove memory group $g" >&2; return 1; }
-  fi
-  rm -f "$dir/cgroup"
+  local rc=0
+  group_remove "$(memcg)" "$MEMCG_ROOT" || rc=1
+  group_remove "$(blkcg)" "$BLKIO_ROOT" || rc=1
+  (( rc == 0 )) && rm -f "$dir/cgroup" "$dir/cgroup-blkio"
+  return $rc
 }
 
 url() { echo "postgres://bookstore@127.0.0.1:$1/bookstore"; }
@@ -154,12 +167,17 @@ case $cmd in
     if [[ -n "$memcg_name" ]]; then
       g=$MEMCG_ROOT/$memcg_name
       [[ ! -e "$g" ]] || die "memory group $g already exists (another run?); choose a unique --memory-cgroup"
-      mkdir "$g" || die "could not create memory group $g"
-      echo "$g" >"$dir/cgroup"
+      b=$BLKIO_ROOT/$memcg_name
+      [[ ! -e "$b" ]] || die "blkio group $b already exists (another run?); choose a unique --memory-cgroup"
       # Undo on failure from here until the server is up.
       trap 'memcg_remove' EXIT
-      # Join it: pg_ctl and the postmaster (and so every backend) inherit the group.
+      mkdir "$g" || die "could not create memory group $g"
+      echo "$g" >"$dir/cgroup"
+      mkdir "$b" || die "could not create blkio group $b"
+      echo "$b" >"$dir/cgroup-blkio"
+      # Join them: pg_ctl and the postmaster (and so every backend) inherit the groups.
       echo $$ >"$g/cgroup.procs"
+      echo $$ >"$b/cgroup.procs"
     fi
     opts=(-c "listen_addresses=127.0.0.1" -c "port=$port" -c "unix_socket_directories=$dir"
       -c "max_connections=$max_conn" -c "shared_buffers=$shared_buffers" -c "work_mem=$work_mem"
@@ -176,8 +194,9 @@ case $cmd in
       as_owner "$PG_BIN/createdb" -h "$dir" -p "$port" -U bookstore bookstore
     fi
     if [[ -n "$memcg_name" ]]; then
-      # Leave the group: only PostgreSQL is charged to it, not this script or the watchdog.
+      # Leave the groups: only PostgreSQL is charged to them, not this script or the watchdog.
       echo $$ >"$MEMCG_ROOT/cgroup.procs"
+      echo $$ >"$BLKIO_ROOT/cgroup.procs"
       trap - EXIT
     fi
     url "$port" >"$dir/url.tmp" && mv "$dir/url.tmp" "$dir/url"
@@ -209,6 +228,16 @@ case $cmd in
     # it fails with EBUSY when it cannot.
     echo "$bytes" >"$g/memory.limit_in_bytes" || die "could not set $g/memory.limit_in_bytes to $bytes (usage $(cat "$g/memory.usage_in_bytes") bytes cannot be reclaimed below it)"
     echo "pg.sh: memory limit of $g: $(cat "$g/memory.limit_in_bytes") bytes" >&2
+    ;;
+  read-iops-limit)
+    b=$(blkcg)
+    [[ -n "$b" && -d "$b" ]] || die "no blkio group for $dir (start it with --memory-cgroup NAME)"
+    [[ "${mb:-}" =~ ^[0-9]+$ ]] || die "read-iops-limit needs reads/s as a non-negative integer, got '${mb:-}'"
+    # The block device holding the data directory (its major:minor; a partition's reads are
+    # throttled on the partition).
+    devno=$(stat -c '%Hd:%Ld' "$data")
+    echo "$devno $mb" >"$b/blkio.throttle.read_iops_device" || die "could not set $b/blkio.throttle.read_iops_device to '$devno $mb'"
+    echo "pg.sh: read limit of $b: $(cat "$b/blkio.throttle.read_iops_device") reads/s" >&2
     ;;
   status)
     if running; then

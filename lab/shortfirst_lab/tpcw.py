@@ -146,25 +146,34 @@ class PgSettings:
     with that limit, set after the data is generated: shared buffers, the backends' private memory
     and the page cache of the database files all count against it, so that many concurrent backends
     squeeze the cache and reads go to disk — the memory pressure behind the paper's collapse of
-    direct access (its Table 2). Needs root; ``None`` runs without a group."""
+    direct access (its Table 2). ``read_iops_limit`` caps the server's reads from its disk (a blkio
+    group of the same name), for a disk as slow as the paper's era when the machine's is not. Both
+    need root; ``None`` runs without groups."""
 
     shared_buffers: str = "256MB"
     work_mem: str = "8MB"
     memory_limit_mb: int | None = None
+    read_iops_limit: int | None = None
+
+    @property
+    def needs_groups(self) -> bool:
+        return self.memory_limit_mb is not None or self.read_iops_limit is not None
 
     @classmethod
     def from_config(cls, table: dict) -> PgSettings:
-        known = {"shared_buffers", "work_mem", "memory_limit_mb"}
+        known = {"shared_buffers", "work_mem", "memory_limit_mb", "read_iops_limit"}
         unknown = set(table) - known
         if unknown:
             raise TpcwError(f"[postgres]: unknown keys {sorted(unknown)} (known: {sorted(known)})")
-        limit = table.get("memory_limit_mb")
-        if limit is not None and (not isinstance(limit, int) or limit <= 0):
-            raise TpcwError(f"[postgres] memory_limit_mb must be a positive integer, got {limit!r}")
+        for key in ("memory_limit_mb", "read_iops_limit"):
+            v = table.get(key)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+                raise TpcwError(f"[postgres] {key} must be a positive integer, got {v!r}")
         return cls(
             str(table.get("shared_buffers", cls.shared_buffers)),
             str(table.get("work_mem", cls.work_mem)),
-            limit,
+            table.get("memory_limit_mb"),
+            table.get("read_iops_limit"),
         )
 
 
@@ -177,11 +186,22 @@ class Postgres:
     cgroup: Path | None = None
 
     def set_memory_limit(self, mb: int) -> None:
+        self._pg_sh("memory-limit", mb)
+
+    def set_read_iops_limit(self, reads_per_s: int) -> None:
+        self._pg_sh("read-iops-limit", reads_per_s)
+
+    def _pg_sh(self, cmd: str, value: int) -> None:
         out = subprocess.run(
-            [str(PG_SH), "memory-limit", str(self.dir), str(mb)], capture_output=True, text=True, check=False
+            [str(PG_SH), cmd, str(self.dir), str(value)], capture_output=True, text=True, check=False
         )
         if out.returncode != 0:
-            raise TpcwError(f"pg.sh memory-limit failed: {out.stderr.strip()}")
+            raise TpcwError(f"pg.sh {cmd} failed: {out.stderr.strip()}")
+
+    @property
+    def blkio(self) -> Path | None:
+        f = self.dir / "cgroup-blkio"
+        return Path(f.read_text().strip()) if f.exists() else None
 
     def snapshot(self) -> dict:
         """Counters read before and after a point (their difference is the point's ``postgres``
@@ -199,6 +219,13 @@ class Postgres:
             snap["mem"]["max_usage_bytes"] = int((self.cgroup / "memory.max_usage_in_bytes").read_text())
             snap["mem"]["limit_bytes"] = int((self.cgroup / "memory.limit_in_bytes").read_text())
             snap["mem"]["oom_kill"] = dict(parse_kv(self.cgroup / "memory.oom_control")).get("oom_kill")
+        blkio = self.blkio
+        if blkio is not None:
+            # Reads the server itself issued to its disks (all devices), past the page cache.
+            snap["io"] = {
+                "reads": blkio_reads(blkio / "blkio.throttle.io_serviced"),
+                "read_bytes": blkio_reads(blkio / "blkio.throttle.io_service_bytes"),
+            }
         cols = ("blks_read", "blks_hit", "temp_bytes", "xact_commit", "xact_rollback", "deadlocks")
         q = f"SELECT {', '.join(cols)} FROM pg_stat_database WHERE datname = current_database()"
         out = subprocess.run(
@@ -244,6 +271,16 @@ def parse_kv(path: Path) -> Iterator[tuple[str, int]]:
             yield parts[0], int(parts[1])
 
 
+def blkio_reads(path: Path) -> int:
+    """The ``Read`` total of a cgroup-v1 blkio counter file (lines ``MAJ:MIN Read N``)."""
+    total = 0
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1] == "Read":
+            total += int(parts[2])
+    return total
+
+
 def disk_read_bytes() -> int:
     """Bytes read from whole disks since boot (``/proc/diskstats``, 512-byte sectors; partitions,
     loop and ram devices skipped). Machine-wide: other work on the machine counts too."""
@@ -260,6 +297,8 @@ def disk_read_bytes() -> int:
 def snapshot_delta(before: dict, after: dict) -> dict:
     """What a point did: counter differences, and the memory group's gauges after it."""
     out: dict = {"disk_read_bytes": after["disk_read_bytes"] - before["disk_read_bytes"]}
+    if "io" in before and "io" in after:
+        out["io"] = {k: after["io"][k] - before["io"][k] for k in after["io"]}
     if "db" in before and "db" in after:
         out["db"] = {k: after["db"][k] - before["db"][k] for k in after["db"]}
         reads = out["db"]["blks_read"] + out["db"]["blks_hit"]
@@ -290,10 +329,10 @@ def postgres(max_connections: int = 300, settings: PgSettings | None = None) -> 
     settings = settings or PgSettings()
     if not PG_SH.exists():
         raise TpcwError(f"{PG_SH} missing")
-    if settings.memory_limit_mb is not None and os.geteuid() != 0:
+    if settings.needs_groups and os.geteuid() != 0:
         raise TpcwError(
-            "[postgres] memory_limit_mb needs root (it creates a cgroup-v1 memory group); "
-            "run as root or drop the key"
+            "[postgres] memory_limit_mb and read_iops_limit need root (they create cgroup-v1 "
+            "memory and blkio groups); run as root or drop the keys"
         )
     d = Path(tempfile.mkdtemp(prefix="tpcw-pg-", dir="/tmp"))
     port = free_port()
@@ -312,7 +351,7 @@ def postgres(max_connections: int = 300, settings: PgSettings | None = None) -> 
         "--work-mem",
         settings.work_mem,
     ]
-    if settings.memory_limit_mb is not None:
+    if settings.needs_groups:
         args += ["--memory-cgroup", f"shortfirst-tpcw-{os.getpid()}-{os.urandom(3).hex()}"]
     try:
         out = subprocess.run(args, capture_output=True, text=True, check=False)
@@ -808,11 +847,15 @@ def shop(cfg: dict, bins: Binaries, doc: dict) -> Iterator[Postgres]:
             "shared_buffers": settings.shared_buffers,
             "work_mem": settings.work_mem,
             "memory_limit_mb": settings.memory_limit_mb,
+            "read_iops_limit": settings.read_iops_limit,
             "max_connections": pool + 20,
             "database_bytes": database_bytes(pg.url),
         }
         if settings.memory_limit_mb is not None:
             pg.set_memory_limit(settings.memory_limit_mb)
+        if settings.read_iops_limit is not None:
+            pg.set_read_iops_limit(settings.read_iops_limit)
+        if settings.needs_groups:
             doc["postgres"]["after_limit"] = pg.snapshot()
         yield pg
 
@@ -1243,12 +1286,13 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
         pgs = doc.get("postgres", {})
         md += [
             f"## PostgreSQL memory and I/O per point (shared_buffers {pgs.get('shared_buffers')}, work_mem "
-            f"{pgs.get('work_mem')}, memory limit {pgs.get('memory_limit_mb')} MB, database "
+            f"{pgs.get('work_mem')}, memory limit {pgs.get('memory_limit_mb')} MB, read limit "
+            f"{pgs.get('read_iops_limit')}/s, database "
             f"{_mb(pgs.get('database_bytes'))} MB)",
             "",
-            "| mode | browsers | backends' private (rss) MB | page cache MB | peak usage MB | disk read MB "
-            "| blocks read | shared-buffer hit ratio | OOM kills |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| mode | browsers | backends' private (rss) MB | page cache MB | peak usage MB | disk reads "
+            "(PostgreSQL) | disk read MB (machine) | blocks read | shared-buffer hit ratio | OOM kills |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for p in pg_pts:
             pg = p["postgres"]
@@ -1257,7 +1301,8 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
             md.append(
                 f"| {p['mode']} | {p['browsers']} | {_mb(mem.get('rss_bytes'))} | "
                 f"{_mb(mem.get('cache_bytes'))} | {_mb(mem.get('max_usage_bytes'))} | "
-                f"{_mb(pg.get('disk_read_bytes'))} | {db.get('blks_read', '-')} | "
+                f"{pg.get('io', {}).get('reads', '-')} | {_mb(pg.get('disk_read_bytes'))} | "
+                f"{db.get('blks_read', '-')} | "
                 f"{'-' if hit is None else f'{hit:.3f}'} | {mem.get('oom_kill', '-')} |"
             )
         md.append("")
@@ -1290,6 +1335,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--memory-limit-mb", type=int, help="override [postgres] memory_limit_mb")
     s.add_argument("--shared-buffers", help="override [postgres] shared_buffers")
     s.add_argument("--work-mem", help="override [postgres] work_mem")
+    s.add_argument("--read-iops-limit", type=int, help="override [postgres] read_iops_limit")
     r = sub.add_parser("report", help="figures and the learned-cost table from a summary.json")
     r.add_argument("summary", type=Path)
     a = ap.parse_args(argv)
@@ -1312,6 +1358,7 @@ def main(argv: list[str] | None = None) -> int:
                 "memory_limit_mb": a.memory_limit_mb,
                 "shared_buffers": a.shared_buffers,
                 "work_mem": a.work_mem,
+                "read_iops_limit": a.read_iops_limit,
             },
         }
         sweep(a.config, a.out, Binaries.default(a.profile), overrides)

@@ -286,19 +286,23 @@ def test_analyze_infers_browsers_left_waiting_at_the_end(tmp_path: Path):
 
 
 def test_pg_settings_from_the_experiment_file():
-    assert tpcw.PgSettings.from_config({}) == tpcw.PgSettings("256MB", "8MB", None)
+    assert tpcw.PgSettings.from_config({}) == tpcw.PgSettings("256MB", "8MB", None, None)
+    assert not tpcw.PgSettings().needs_groups
+    assert tpcw.PgSettings.from_config({"read_iops_limit": 200}).needs_groups
     s = tpcw.PgSettings.from_config({"shared_buffers": "32MB", "work_mem": "4MB", "memory_limit_mb": 750})
     assert (s.shared_buffers, s.work_mem, s.memory_limit_mb) == ("32MB", "4MB", 750)
     with pytest.raises(tpcw.TpcwError, match="unknown keys"):
         tpcw.PgSettings.from_config({"memory_limit": 750})
     with pytest.raises(tpcw.TpcwError, match="positive integer"):
         tpcw.PgSettings.from_config({"memory_limit_mb": 0})
+    with pytest.raises(tpcw.TpcwError, match="read_iops_limit must be a positive integer"):
+        tpcw.PgSettings.from_config({"read_iops_limit": "fast"})
 
 
 def test_memory_limit_needs_root(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(tpcw.os, "geteuid", lambda: 1000)
     with (
-        pytest.raises(tpcw.TpcwError, match="needs root"),
+        pytest.raises(tpcw.TpcwError, match="need root"),
         tpcw.postgres(settings=tpcw.PgSettings(memory_limit_mb=100)),
     ):
         pass
@@ -311,8 +315,10 @@ def test_postgres_runs_in_its_own_memory_group_and_removes_it(tmp_path: Path):
     if not Path("/sys/fs/cgroup/memory/cgroup.procs").exists():
         pytest.skip("the cgroup-v1 memory controller is not mounted at /sys/fs/cgroup/memory")
     _require_stack()
-    settings = tpcw.PgSettings(shared_buffers="16MB", work_mem="1MB", memory_limit_mb=300)
-    group = None
+    settings = tpcw.PgSettings(
+        shared_buffers="16MB", work_mem="1MB", memory_limit_mb=300, read_iops_limit=500
+    )
+    group = blkio = None
     with (
         pytest.raises(RuntimeError, match="boom"),
         tpcw.postgres(max_connections=20, settings=settings) as pg,
@@ -324,9 +330,15 @@ def test_postgres_runs_in_its_own_memory_group_and_removes_it(tmp_path: Path):
         assert postmaster in (group / "cgroup.procs").read_text().split()
         pg.set_memory_limit(300)
         assert int((group / "memory.limit_in_bytes").read_text()) == 300 * 2**20
+        blkio = pg.blkio
+        assert blkio is not None and postmaster in (blkio / "cgroup.procs").read_text().split()
+        pg.set_read_iops_limit(500)
+        assert (blkio / "blkio.throttle.read_iops_device").read_text().split()[1] == "500"
         snap = pg.snapshot()
         assert snap["mem"]["limit_bytes"] == 300 * 2**20
+        assert snap["io"]["reads"] >= 0
         assert snap["db"]["xact_commit"] >= 0
         raise RuntimeError("boom")
     # Removed although the block failed.
     assert group is not None and not group.exists()
+    assert blkio is not None and not blkio.exists()
