@@ -334,6 +334,9 @@ def test_postgres_runs_in_its_own_memory_group_and_removes_it(tmp_path: Path):
         assert blkio is not None and postmaster in (blkio / "cgroup.procs").read_text().split()
         pg.set_read_iops_limit(500)
         assert (blkio / "blkio.throttle.read_iops_device").read_text().split()[1] == "500"
+        # Prewarming lifts the read limit meanwhile and puts it back.
+        assert pg.prewarm(500) >= 0
+        assert (blkio / "blkio.throttle.read_iops_device").read_text().split()[1] == "500"
         snap = pg.snapshot()
         assert snap["mem"]["limit_bytes"] == 300 * 2**20
         assert snap["io"]["reads"] >= 0
