@@ -19,9 +19,7 @@ Standard library only. Every child process is killed on exit, error or signal.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import re
 import shutil
 import signal
@@ -33,6 +31,9 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from benchlib import free_port, git_commit, write_json
+from benchlib import machine as base_machine
 
 FILES = {"1k.bin": 1024, "100k.bin": 100 * 1024}
 CHILDREN: list[subprocess.Popen] = []
@@ -84,12 +85,6 @@ def kill_children() -> None:
 def on_signal(signum, _frame):
     kill_children()
     sys.exit(128 + signum)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def port_in_use(port: int) -> bool:
@@ -189,31 +184,13 @@ def run_wrk(args, port: int, path: str) -> dict:
 
 
 def machine() -> dict:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     nginx_version = subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip()
     wrk_version = subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.splitlines()[:1]
     return {
-        "nproc": os.cpu_count(),
-        "kernel": platform.release(),
-        "cpu_model": cpu,
-        "loadavg_at_start": os.getloadavg(),
+        **base_machine(),
         "nginx": nginx_version,
         "wrk": wrk_version[0] if wrk_version else "",
     }
-
-
-def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return ""
 
 
 def main() -> int:
@@ -235,6 +212,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
+    # The machine (load average included) as it was before the bench loaded it.
+    machine_at_start = machine()
     tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     try:
         root = tmp / "www"
@@ -331,7 +310,8 @@ def main() -> int:
             "command": " ".join([sys.argv[0], *sys.argv[1:]]),
             "git_commit": git_commit(),
             "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": machine(),
+            "machine": machine_at_start,
+            "loadavg_at_end": list(os.getloadavg()),
             "wrk": {"threads": args.threads, "connections": args.connections, "duration_s": args.duration},
             "rounds": args.rounds,
             "aggregation": "median over rounds of each server's requests/s and latency percentiles",
@@ -346,10 +326,7 @@ def main() -> int:
             "runs": runs,
         }
         out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        part = out.with_suffix(out.suffix + ".part")
-        part.write_text(json.dumps(report, indent=2) + "\n")
-        part.rename(out)
+        write_json(out, report)
         for path, s in summary.items():
             print(
                 f"{path}: shortfirst/nginx requests/s {s['ratio_requests_per_s']}, p99 {s['ratio_p99']}, "

@@ -13,6 +13,8 @@ use shortfirst_gatekeeper::config::{self, CapacitySetting, FileConfig, ProxyConf
 use shortfirst_gatekeeper::synthetic::{self, SyntheticConfig};
 use shortfirst_gatekeeper::Gatekeeper;
 
+mod model;
+
 #[derive(clap::Args, Debug)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct Args {
@@ -28,6 +30,9 @@ enum Sub {
     Calibrate(Box<CalibrateArgs>),
     /// Run the synthetic TPC-W-like backend (known per-type costs, collapse past C).
     SyntheticUpstream(SyntheticArgs),
+    /// Simulate the gatekeeper's admission code in a closed loop against the synthetic
+    /// backend's service model (virtual time, seeded): calibrate, then direct vs policies.
+    Model(Box<model::ModelArgs>),
 }
 
 #[derive(clap::Args, Debug)]
@@ -71,6 +76,15 @@ struct ProxyArgs {
     /// Time allowed for the upstream's response head before 504. Default: 60s.
     #[arg(long, value_name = "DURATION")]
     upstream_timeout: Option<String>,
+    /// What a request's cost sample is: `wall` (its upstream service time, the paper) or
+    /// `share` (service time divided, moment by moment, by the requests in flight: its
+    /// share of a processor-sharing backend). Default: wall.
+    #[arg(long, value_name = "wall|share")]
+    estimate_basis: Option<String>,
+    /// Charge no request more than this fraction of the capacity, so a costly request at
+    /// the head of the queue never waits for a full drain (beyond the paper). Default: 1.
+    #[arg(long, value_name = "FRACTION")]
+    max_charge_share: Option<f64>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -147,10 +161,14 @@ struct SyntheticArgs {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if let Some(Sub::Model(m)) = args.command {
+        return model::run(*m);
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
     match args.command {
         Some(Sub::Calibrate(c)) => rt.block_on(run_calibrate(*c)),
         Some(Sub::SyntheticUpstream(s)) => rt.block_on(run_synthetic(s)),
+        Some(Sub::Model(_)) => unreachable!("handled above"),
         None => rt.block_on(run_proxy(*args.proxy)),
     }
 }
@@ -213,6 +231,15 @@ fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
         cfg.max_connections = m.max(1);
     }
     cfg.estimator = file.estimator()?;
+    if let Some(b) = &a.estimate_basis {
+        cfg.estimator.basis = b.parse().with_context(|| format!("--estimate-basis {b:?}"))?;
+    }
+    if let Some(s) = a.max_charge_share.or(file.max_charge_share) {
+        if !(s > 0.0 && s <= 1.0) {
+            bail!("--max-charge-share must be in (0, 1], got {s}");
+        }
+        cfg.max_charge_share = s;
+    }
     Ok(cfg)
 }
 

@@ -23,33 +23,18 @@ import math
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+from benchlib import free_port, git_commit, machine, wait_port  # noqa: E402
+
 POLICIES = ["fifo", "sjf", "sjf-aging:1", "sjf-aging:2", "sjf-aging:5"]
 #: The most expensive type with a usable sample (admin_response is 0.09% of the mix).
 COSTLIEST = "best_sellers"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, timeout_s: float = 10.0) -> None:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout_s:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listening on 127.0.0.1:{port} after {timeout_s}s")
 
 
 class Proc:
@@ -473,7 +458,8 @@ def main() -> int:
         "results": results,
         "overhead": overhead,
         "runtime_s": time.monotonic() - t_start,
-        "machine": {"cpus": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
+        "git_commit": git_commit(),
+        "machine": {**machine(), "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
     }
     out["targets"] = evaluate(out)
     out["table"] = table(out)

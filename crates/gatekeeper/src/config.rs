@@ -128,6 +128,9 @@ pub struct ProxyConfig {
     /// At most this many requests admitted at once, whatever their costs (beyond the paper:
     /// for backends that collapse on concurrency). `None`: cost capacity only.
     pub max_in_flight: Option<usize>,
+    /// No request is charged more than this fraction of the capacity (1 = the paper: a
+    /// costlier request runs alone). See `core::admission` "Bounded charges".
+    pub max_charge_share: f64,
     /// Time allowed from sending a request upstream to its response head: 504 after.
     pub upstream_timeout: Duration,
     /// `Retry-After` seconds on 503.
@@ -153,6 +156,7 @@ impl ProxyConfig {
             max_queue_len: 100_000,
             max_queue_wait: None,
             max_in_flight: None,
+            max_charge_share: 1.0,
             upstream_timeout: Duration::from_secs(60),
             retry_after_s: 1,
             estimator: EstimatorConfig::default(),
@@ -177,6 +181,7 @@ pub struct FileConfig {
     pub max_queue_len: Option<usize>,
     pub max_queue_wait: Option<String>,
     pub max_in_flight: Option<usize>,
+    pub max_charge_share: Option<f64>,
     pub upstream_timeout: Option<String>,
     pub retry_after_s: Option<u32>,
     pub max_connections: Option<usize>,
@@ -190,6 +195,7 @@ pub struct FileEstimator {
     pub alpha: Option<f64>,
     pub cold_cost: Option<String>,
     pub max_sample: Option<String>,
+    pub basis: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -224,6 +230,9 @@ impl FileConfig {
             }
             if let Some(m) = &f.max_sample {
                 e.max_sample_us = parse_cost_us(m, "estimator.max_sample")?;
+            }
+            if let Some(b) = &f.basis {
+                e.basis = b.parse().map_err(|err| GatekeeperError::Config(format!("estimator.basis: {err}")))?;
             }
         }
         Ok(e)
@@ -293,10 +302,13 @@ mod tests {
     #[test]
     fn file_config_parses_and_rejects_unknown_keys() {
         let f: FileConfig = toml::from_str(
-            "capacity = \"auto\"\npolicy = \"sjf-aging:2\"\nclassify = [\"a=^GET /a\"]\n[estimator]\nalpha = 0.2\ncold_cost = \"5ms\"\n[auto]\ninitial = \"20ms\"\n",
+            "capacity = \"auto\"\npolicy = \"sjf-aging:2\"\nclassify = [\"a=^GET /a\"]\n[estimator]\nalpha = 0.2\ncold_cost = \"5ms\"\nbasis = \"share\"\n[auto]\ninitial = \"20ms\"\n",
         )
         .unwrap();
         assert_eq!(f.estimator().unwrap().cold_cost_us, 5_000);
+        assert_eq!(f.estimator().unwrap().basis, shortfirst_core::admission::Basis::Share);
+        let bad: FileConfig = toml::from_str("[estimator]\nbasis = \"demand\"\n").unwrap();
+        assert!(bad.estimator().unwrap_err().to_string().contains("estimator.basis"));
         assert_eq!(f.auto(AutoConfig::default()).unwrap().initial_capacity_us, 20_000);
         assert!(toml::from_str::<FileConfig>("capacty = \"1\"").is_err());
     }

@@ -35,7 +35,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use shortfirst_core::admission::auto::AutoCapacity;
-use shortfirst_core::admission::{Admitted, CostEstimator, Gate, GateConfig, Rejection, RequestId, Ticket};
+use shortfirst_core::admission::{Admitted, CostEstimator, Gate, GateConfig, Rejection, RequestId, Sample, Ticket};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, Notify, Semaphore};
 
@@ -160,9 +160,12 @@ impl Shared {
             let mut guard = self.lock();
             let core = &mut *guard;
             let now = self.now_us();
-            if let Some(s) = service_us {
+            if let Some(wall_us) = service_us {
                 if type_index < core.estimator.num_types() {
-                    let _ = core.estimator.observe(type_index, s);
+                    let share_us = core.gate.share_us(now, &ticket).unwrap_or(wall_us).min(wall_us);
+                    let sample = Sample { wall_us, share_us };
+                    let s = core.estimator.sample_us(sample);
+                    let _ = core.estimator.observe_request(type_index, sample);
                     if let Some(auto) = core.auto.as_mut() {
                         let est = core.estimator.estimate_us(type_index).unwrap_or(s);
                         let warm = core.estimator.is_warm(type_index);
@@ -274,6 +277,7 @@ impl Gatekeeper {
         gate_cfg.max_queue_len = cfg.max_queue_len;
         gate_cfg.max_queue_wait_us = cfg.max_queue_wait.map(|d| d.as_micros() as u64);
         gate_cfg.max_in_flight = cfg.max_in_flight;
+        gate_cfg.max_charge_share = cfg.max_charge_share;
         let gate = Gate::new(gate_cfg)?;
         let auto = match &cfg.capacity {
             CapacitySetting::Auto(a) => Some(AutoCapacity::new(a.clone(), cfg.max_types, 0)?),

@@ -30,17 +30,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+from benchlib import free_port, git_commit, machine, wait_port, write_json  # noqa: E402
 
 CHILDREN: list[subprocess.Popen] = []
 # As root, the generator runs its dispatcher and workers under SCHED_FIFO
@@ -61,42 +61,6 @@ def cleanup(*_args) -> None:
             p.wait()
     if _args:
         sys.exit(1)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, proc: subprocess.Popen) -> None:
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"bench-load: server exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"bench-load: server not answering on port {port}")
-
-
-def machine() -> dict:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu": model,
-        "cpus": os.cpu_count(),
-        "kernel": platform.release(),
-        "loadavg_1m": os.getloadavg()[0],
-    }
 
 
 def run_cpu(argv: list[str], timeout: float) -> tuple[subprocess.CompletedProcess, float]:
@@ -272,22 +236,6 @@ def start_server(binary: str, wl: Path, cpu: int | None) -> tuple[list[str], int
     CHILDREN.append(server)
     wait_port(port, server)
     return serve_argv, port
-
-
-def git_commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "describe", "--always", "--dirty", "--abbrev=40"], capture_output=True, text=True
-        ).stdout.strip()
-    except OSError:
-        return "unknown"
-
-
-def write_json(path: Path, result: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp_out = path.with_suffix(".json.tmp")
-    tmp_out.write_text(json.dumps(result, indent=2) + "\n")
-    tmp_out.rename(path)
 
 
 def memory_check(args, binary: str, tmp: Path) -> None:

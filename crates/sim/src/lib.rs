@@ -10,6 +10,7 @@
 //! Must not know: sockets, the wall clock, HTTP, files (the CLI reads and writes them).
 
 pub mod engine;
+pub mod gatekeeper;
 pub mod report;
 
 pub use engine::{simulate, Job, Link, Outcome, SimError};

@@ -310,6 +310,67 @@ fn time_going_backwards_is_clamped() {
 }
 
 #[test]
+fn share_splits_time_among_the_admitted() {
+    // A alone 0..100, A and B 100..300, B alone 300..500.
+    let mut g = gate(1_000_000, "fifo");
+    let (_, a) = g.arrive(0, 10).unwrap();
+    let (_, b) = g.arrive(100, 10).unwrap();
+    let (ta, tb) = (a.into_iter().next().unwrap().ticket, b.into_iter().next().unwrap().ticket);
+    assert_eq!(g.share_us(100, &ta).unwrap(), 100);
+    assert_eq!(g.share_us(300, &ta).unwrap(), 200, "100 alone + 200 shared two ways");
+    assert_eq!(g.share_us(300, &tb).unwrap(), 100);
+    g.release(300, ta).unwrap();
+    assert_eq!(g.share_us(500, &tb).unwrap(), 300, "100 shared + 200 alone");
+    // Read-only: asking twice, or for an earlier time than seen, changes nothing.
+    assert_eq!(g.share_us(500, &tb).unwrap(), 300);
+    assert_eq!(g.share_us(200, &tb).unwrap(), 100, "clamped to the latest time seen");
+    let bogus = Ticket { id: RequestId(99), charge_us: 1 };
+    assert!(matches!(g.share_us(500, &bogus), Err(AdmissionError::UnknownTicket { id: 99 })));
+}
+
+#[test]
+fn basis_picks_the_sample() {
+    let sample = Sample { wall_us: 900, share_us: 300 };
+    for (basis, text, want) in [(Basis::Wall, "wall", 900), (Basis::Share, "share", 300)] {
+        assert_eq!(text.parse::<Basis>().unwrap(), basis);
+        assert_eq!(basis.to_string(), text);
+        let mut e = CostEstimator::new(1, EstimatorConfig { basis, ..Default::default() }).unwrap();
+        e.observe_request(0, sample).unwrap();
+        assert_eq!(e.estimate_us(0).unwrap(), want, "{basis}");
+    }
+    assert_eq!(EstimatorConfig::default().basis, Basis::Wall, "the paper's rule is the default");
+    assert!("demand".parse::<Basis>().unwrap_err().to_string().contains("share"));
+}
+
+#[test]
+fn bounded_charge_table() {
+    // capacity 1000, bound 1/4: a 900 µs estimate is charged 250.
+    let cfg = GateConfig { max_charge_share: 0.25, ..GateConfig::new(1_000, Policy::Fifo) };
+    assert_eq!(cfg.max_charge_us(), 250);
+    let mut g = Gate::new(cfg).unwrap();
+    let mut running = Vec::new();
+    for _ in 0..3 {
+        let (_, adm) = g.arrive(0, 300).unwrap(); // charged 250 each
+        running.extend(adm.into_iter().map(|a| a.ticket));
+    }
+    assert_eq!(g.load_us(), 750);
+    // Unbounded, a 900 µs head would wait for the load to fall to 100; bounded, it fits now.
+    let (_, adm) = g.arrive(1, 900).unwrap();
+    assert_eq!(adm.len(), 1);
+    assert_eq!(adm[0].ticket.charge_us(), 250);
+    assert_eq!(g.load_us(), 1_000);
+    // The paper's rule (share 1) charges the estimate, however large.
+    assert_eq!(GateConfig::new(1_000, Policy::Fifo).max_charge_us(), u64::MAX);
+    let mut g = gate(1_000, "fifo");
+    let (_, adm) = g.arrive(0, 5_000).unwrap();
+    assert_eq!(adm[0].ticket.charge_us(), 5_000, "runs alone");
+    for bad in [0.0, -0.5, 1.5, f64::NAN] {
+        let cfg = GateConfig { max_charge_share: bad, ..GateConfig::new(1_000, Policy::Fifo) };
+        assert!(matches!(Gate::new(cfg), Err(AdmissionError::BadChargeShare { .. })), "{bad}");
+    }
+}
+
+#[test]
 fn estimator_unseen_types_charge_largest_known_or_cold_cost() {
     let cfg = EstimatorConfig { cold_cost_us: 777, ..Default::default() };
     let mut e = CostEstimator::new(3, cfg).unwrap();
@@ -418,9 +479,25 @@ struct Checker {
     released: u64,
     admitted_order: Vec<u64>,
     capacity_changed: bool,
+    /// Time with at least one request admitted, and the shares handed out at release.
+    busy_us: u64,
+    shares_released_us: u64,
+    releases: u64,
 }
 
 impl Checker {
+    /// Release one running request, checking its share ([`Gate::share_us`]) first.
+    fn release(&mut self, t: Ticket) -> Result<(), TestCaseError> {
+        let share = self.g.share_us(self.now, &t).unwrap();
+        let since = self.now - self.admitted_at[&t.id().0];
+        prop_assert!(share <= since, "share {} > time since admission {}", share, since);
+        self.shares_released_us += share;
+        self.releases += 1;
+        self.released += t.charge_us();
+        let adm = self.g.release(self.now, t).unwrap();
+        self.admit(adm)
+    }
+
     fn admit(&mut self, adm: Vec<Admitted>) -> Result<(), TestCaseError> {
         let load_before = self.g.load_us() - adm.iter().map(|a| a.ticket.charge_us()).sum::<u64>();
         let mut load = load_before;
@@ -487,6 +564,17 @@ impl Checker {
         }
         // Work conservation: the gate never idles with waiting work while empty.
         prop_assert!(!self.running.is_empty() || self.waiting.is_empty());
+        // Bounded charges: fifo and sjf never wait for more than the bound to drain.
+        let cfg = self.g.config();
+        if cfg.max_charge_share < 1.0
+            && !self.capacity_changed
+            && cfg.max_in_flight.is_none()
+            && !self.waiting.is_empty()
+            && matches!(cfg.policy, Policy::Fifo | Policy::Sjf)
+        {
+            let floor = cfg.capacity_us.saturating_sub(cfg.max_charge_us());
+            prop_assert!(self.g.load_us() > floor, "load {} <= {} with requests waiting", self.g.load_us(), floor);
+        }
         Ok(())
     }
 }
@@ -508,23 +596,26 @@ fn exercise_with(cfg: GateConfig, ops: Vec<Op>) -> Result<Checker, TestCaseError
         released: 0,
         admitted_order: Vec::new(),
         capacity_changed: false,
+        busy_us: 0,
+        shares_released_us: 0,
+        releases: 0,
     };
     for op in ops {
         match op {
-            Op::Arrive(cost) => {
+            Op::Arrive(estimate) => {
+                // The gate is given the estimate; it charges at most the bound.
+                let cost = estimate.min(c.g.config().max_charge_us());
                 let deadline = match policy {
                     Policy::SjfAging { factor } => c.now + (factor * cost as f64) as u64,
                     _ => u64::MAX,
                 };
-                let (id, adm) = c.g.arrive(c.now, cost).unwrap();
+                let (id, adm) = c.g.arrive(c.now, estimate).unwrap();
                 c.waiting.insert(id.0, Shadow { cost, arrival: c.now, deadline });
                 c.admit(adm)?;
             }
             Op::Release(i) if !c.running.is_empty() => {
                 let t = c.running.swap_remove(i % c.running.len());
-                c.released += t.charge_us();
-                let adm = c.g.release(c.now, t).unwrap();
-                c.admit(adm)?;
+                c.release(t)?;
             }
             Op::Cancel(i) if !c.waiting.is_empty() => {
                 let id = *c.waiting.keys().nth(i % c.waiting.len()).unwrap();
@@ -534,6 +625,9 @@ fn exercise_with(cfg: GateConfig, ops: Vec<Op>) -> Result<Checker, TestCaseError
                 prop_assert!(c.g.cancel(c.now, RequestId(id)).is_none(), "cancel twice");
             }
             Op::Advance(dt) => {
+                if !c.running.is_empty() {
+                    c.busy_us += dt;
+                }
                 c.now += dt;
                 let adm = c.g.poll(c.now);
                 c.admit(adm)?;
@@ -550,12 +644,19 @@ fn exercise_with(cfg: GateConfig, ops: Vec<Op>) -> Result<Checker, TestCaseError
     }
     // Drain: releasing everything admits and then finishes everything waiting.
     while let Some(t) = c.running.pop() {
-        c.released += t.charge_us();
-        let adm = c.g.release(c.now, t).unwrap();
-        c.admit(adm)?;
+        c.release(t)?;
         c.check()?;
     }
     prop_assert!(c.waiting.is_empty());
+    // Shares partition the busy time: every moment with n requests admitted is split n
+    // ways (each share is rounded to the µs once).
+    prop_assert!(
+        c.shares_released_us.abs_diff(c.busy_us) <= c.releases,
+        "shares {} vs busy {} over {} releases",
+        c.shares_released_us,
+        c.busy_us,
+        c.releases
+    );
     prop_assert_eq!(c.g.load_us(), 0);
     prop_assert_eq!(c.charged, c.released);
     Ok(c)
@@ -581,6 +682,17 @@ proptest! {
         ops in prop::collection::vec(op(), 0..200),
     ) {
         let cfg = GateConfig { max_in_flight: Some(cap), ..GateConfig::new(capacity, policy) };
+        exercise_with(cfg, ops)?;
+    }
+
+    #[test]
+    fn bounded_charges_keep_invariants_and_never_wait_for_a_drain(
+        policy in policy(),
+        capacity in 4u64..3_000,
+        share in prop_oneof![Just(0.25), Just(0.5), Just(0.9)],
+        ops in prop::collection::vec(op(), 0..200),
+    ) {
+        let cfg = GateConfig { max_charge_share: share, ..GateConfig::new(capacity, policy) };
         exercise_with(cfg, ops)?;
     }
 

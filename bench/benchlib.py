@@ -1,0 +1,105 @@
+"""Helpers shared by the benchmark scripts (bench/serve.py, crates/*/bench/*.py).
+
+What every benchmark needs and must do the same way: a free loopback port,
+waiting until a child listens on it, the git commit and the machine a result
+came from, and writing the result JSON atomically. Standard library only, so
+the benches run with the system python3 (the Makefile's $(PYTHON)).
+
+Scripts outside bench/ import it with
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+#: The repository root (this file is ROOT/bench/benchlib.py): git runs there,
+#: whatever the caller's working directory.
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on `host` at the time of the call (the kernel's choice)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: Any = None, timeout_s: float = 10.0, host: str = "127.0.0.1") -> None:
+    """Wait until something accepts TCP connections on host:port.
+
+    `proc` (a subprocess.Popen, optional) is the child expected to listen: if it
+    exits first, fail at once instead of waiting out the timeout. Raises
+    RuntimeError naming the port (or the child's exit code)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(
+                f"{proc.args[0]} exited with {proc.returncode} before listening on {host}:{port}"
+            )
+        try:
+            with socket.create_connection((host, port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listening on {host}:{port} after {timeout_s} s")
+
+
+def git_commit() -> str:
+    """The commit of the repository the benchmark ran from, `-dirty` if the tree had
+    uncommitted changes ("unknown" outside a git checkout)."""
+    try:
+        r = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=40"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else "unknown"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def machine() -> dict:
+    """The machine as a result should record it. The load average matters on a
+    shared machine: a figure measured at load 20 and one at load 1 differ."""
+    return {
+        "cpu_model": cpu_model(),
+        "cpus": os.cpu_count(),
+        "kernel": platform.release(),
+        "hostname": socket.gethostname(),
+        "loadavg": list(os.getloadavg()),
+        "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write `obj` as JSON to `path` via a temporary file and a rename, so a reader
+    never sees a half-written result (nor is an old one lost to a crash)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(obj, indent=2) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

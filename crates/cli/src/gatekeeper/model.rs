@@ -1,0 +1,248 @@
+//! `shortfirst gatekeeper model`: the gatekeeper's admission code (`core::admission`) in a
+//! closed-loop simulation (`shortfirst_sim::gatekeeper`) against the synthetic upstream's
+//! service model, in virtual time. For studying the estimator and the queue policies
+//! without sockets or timing noise: capacity calibrated the paper's way in the model, then
+//! direct access and each policy at the requested load, over several seeds.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use serde::Serialize;
+use shortfirst_core::admission::{EstimatorConfig, GateConfig, Policy};
+use shortfirst_gatekeeper::config;
+use shortfirst_gatekeeper::synthetic::SyntheticConfig;
+use shortfirst_sim::gatekeeper::{self as model, BackendModel, CalibrationTrial, ModelConfig, ModelResult, ModelType};
+
+#[derive(clap::Args, Debug)]
+pub struct ModelArgs {
+    /// Multiply every TPC-W type's cost (1 ms … 2 s) by this (as `synthetic-upstream`).
+    #[arg(long, default_value_t = 0.25)]
+    scale: f64,
+    /// Backend processors.
+    #[arg(long, default_value_t = 4)]
+    cpus: usize,
+    /// C: more requests than this running make the backend thrash.
+    #[arg(long, default_value_t = 32)]
+    slots: usize,
+    /// Thrashing per request beyond C.
+    #[arg(long, default_value_t = 0.1)]
+    thrash: f64,
+    /// Other busy processes sharing the backend's processors (a load generator or proxy on
+    /// the same host). Default: none (a dedicated backend).
+    #[arg(long, default_value_t = 0.0)]
+    background: f64,
+    /// Background during calibration, if different (a host that got busier since).
+    #[arg(long)]
+    calibrate_background: Option<f64>,
+    /// Mean think time (exponential); 0 = none.
+    #[arg(long, default_value = "500ms", value_name = "DURATION")]
+    think: String,
+    /// Users as multiples of the saturating number (peak throughput × think time).
+    #[arg(long, default_value_t = 2.0)]
+    load_factor: f64,
+    /// Policies to run, comma-separated (fifo, sjf, sjf-aging:X).
+    #[arg(long, default_value = "fifo,sjf")]
+    policies: String,
+    /// Capacity in cost units, or `calibrate`: the paper's search (fifo at
+    /// --calibrate-factor × the saturating load, capacities doubling from --calibrate-min to
+    /// --calibrate-max; the smallest within 2% of the best throughput).
+    #[arg(long, default_value = "calibrate", value_name = "UNITS|calibrate")]
+    capacity: String,
+    #[arg(long, default_value_t = 2.0)]
+    calibrate_factor: f64,
+    #[arg(long, default_value = "10ms", value_name = "UNITS")]
+    calibrate_min: String,
+    #[arg(long, default_value = "600s", value_name = "UNITS")]
+    calibrate_max: String,
+    /// `wall` (the paper) or `share` (see `shortfirst gatekeeper --estimate-basis`).
+    #[arg(long, default_value = "wall", value_name = "wall|share")]
+    estimate_basis: String,
+    /// Charge no request more than this fraction of the capacity (1 = the paper).
+    #[arg(long, default_value_t = 1.0)]
+    max_charge_share: f64,
+    /// Every user sends its first request at time 0 (cold start under a wave).
+    #[arg(long)]
+    start_together: bool,
+    /// Virtual time per run.
+    #[arg(long, default_value = "300s", value_name = "DURATION")]
+    duration: String,
+    /// Leading virtual time not counted.
+    #[arg(long, default_value = "60s", value_name = "DURATION")]
+    warmup: String,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Replications (seeds seed .. seed+N-1); results are their means.
+    #[arg(long, default_value_t = 5)]
+    seeds: u64,
+    /// Write the full result as JSON here (a summary table goes to stderr).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+}
+
+/// Means over the replications of one configuration.
+#[derive(Debug, Serialize)]
+struct Point {
+    name: String,
+    clients: usize,
+    throughput_per_s: f64,
+    throughput_over_peak: f64,
+    mean_response_ms: f64,
+    mean_in_flight: f64,
+    /// Per type: mean response (ms) and final estimate (ms), means over seeds.
+    types: Vec<(String, f64, f64)>,
+    runs: Vec<ModelResult>,
+}
+
+#[derive(Debug, Serialize)]
+struct Output {
+    command: Vec<String>,
+    types: Vec<ModelType>,
+    backend: BackendModel,
+    think_mean_s: f64,
+    mean_demand_ms: f64,
+    peak_per_s: f64,
+    saturating_clients: usize,
+    estimate_basis: String,
+    max_charge_share: f64,
+    capacity_us: u64,
+    calibration: Vec<CalibrationTrial>,
+    points: Vec<Point>,
+}
+
+fn mean(xs: impl Iterator<Item = f64>) -> f64 {
+    let (s, n) = xs.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+    if n == 0 {
+        0.0
+    } else {
+        s / n as f64
+    }
+}
+
+fn point(name: &str, clients: usize, peak: f64, runs: Vec<ModelResult>) -> Point {
+    let n_types = runs[0].types.len();
+    let types = (0..n_types)
+        .map(|i| {
+            (
+                runs[0].types[i].name.clone(),
+                mean(runs.iter().map(|r| r.types[i].mean_response_us / 1e3)),
+                mean(runs.iter().map(|r| r.types[i].final_estimate_us as f64 / 1e3)),
+            )
+        })
+        .collect();
+    let x = mean(runs.iter().map(|r| r.throughput_per_s));
+    Point {
+        name: name.to_string(),
+        clients,
+        throughput_per_s: x,
+        throughput_over_peak: x / peak,
+        mean_response_ms: mean(runs.iter().map(|r| r.mean_response_us / 1e3)),
+        mean_in_flight: mean(runs.iter().map(|r| r.mean_in_flight)),
+        types,
+        runs,
+    }
+}
+
+pub fn run(a: ModelArgs) -> anyhow::Result<()> {
+    let synth = SyntheticConfig::tpcw(a.scale, a.cpus, a.slots, a.thrash)?;
+    let types: Vec<ModelType> = synth
+        .types
+        .iter()
+        .map(|t| ModelType { name: t.name.clone(), demand_us: t.cost_us as f64, weight: t.weight })
+        .collect();
+    let think_us = config::parse_duration(&a.think, "think")?.as_secs_f64() * 1e6;
+    let duration_us = config::parse_duration(&a.duration, "duration")?.as_secs_f64() * 1e6;
+    let warmup_us = config::parse_duration(&a.warmup, "warmup")?.as_secs_f64() * 1e6;
+    if !(a.load_factor > 0.0 && a.load_factor <= 1000.0) {
+        bail!("--load-factor must be in (0, 1000], got {}", a.load_factor);
+    }
+    if !(a.max_charge_share > 0.0 && a.max_charge_share <= 1.0) {
+        bail!("--max-charge-share must be in (0, 1], got {}", a.max_charge_share);
+    }
+    let basis = a.estimate_basis.parse().with_context(|| format!("--estimate-basis {:?}", a.estimate_basis))?;
+    let policies: Vec<Policy> = a
+        .policies
+        .split(',')
+        .map(|p| p.parse().with_context(|| format!("--policies: {p:?}")))
+        .collect::<anyhow::Result<_>>()?;
+    let mean_demand_us = synth.mean_cost_us();
+    // Peak: every processor busy, no thrashing.
+    let peak_per_s = a.cpus as f64 / (mean_demand_us / 1e6);
+    let saturating = ((peak_per_s * think_us / 1e6).ceil() as usize).max(1);
+    let clients = ((saturating as f64 * a.load_factor).round() as usize).max(1);
+    let backend = BackendModel { cpus: a.cpus, slots: a.slots, thrash: a.thrash, background: a.background };
+    let base = ModelConfig {
+        types: types.clone(),
+        backend,
+        clients,
+        think_mean_us: think_us,
+        gate: None,
+        estimator: EstimatorConfig { basis, ..EstimatorConfig::default() },
+        duration_us,
+        warmup_us,
+        seed: a.seed,
+        start_together: a.start_together,
+    };
+    let gate_cfg = |capacity_us: u64, policy: Policy| GateConfig {
+        max_charge_share: a.max_charge_share,
+        ..GateConfig::new(capacity_us, policy)
+    };
+    let (capacity_us, calibration) = if a.capacity.trim() == "calibrate" {
+        let min = config::parse_cost_us(&a.calibrate_min, "calibrate-min")?;
+        let max = config::parse_cost_us(&a.calibrate_max, "calibrate-max")?;
+        let users = ((saturating as f64 * a.calibrate_factor).round() as usize).max(1);
+        let mut c = ModelConfig { clients: users, gate: Some(gate_cfg(min, Policy::Fifo)), ..base.clone() };
+        c.backend.background = a.calibrate_background.unwrap_or(a.background);
+        model::calibrate(&c, min, max, 2.0, 0.02)?
+    } else {
+        (config::parse_cost_us(&a.capacity, "capacity")?, Vec::new())
+    };
+    let mut points = vec![point("direct", clients, peak_per_s, model::replicate(&base, a.seeds)?)];
+    for p in &policies {
+        let c = ModelConfig { gate: Some(gate_cfg(capacity_us, *p)), ..base.clone() };
+        points.push(point(&p.to_string(), clients, peak_per_s, model::replicate(&c, a.seeds)?));
+    }
+    eprintln!(
+        "model: {clients} users ({}x the saturating {saturating}), peak {peak_per_s:.1}/s, capacity {:.1} ms ({}), basis {}, max charge share {}",
+        a.load_factor,
+        capacity_us as f64 / 1e3,
+        if calibration.is_empty() { "given" } else { "calibrated" },
+        a.estimate_basis,
+        a.max_charge_share
+    );
+    for p in &points {
+        let costliest = p.types.iter().max_by(|x, y| x.2.total_cmp(&y.2));
+        eprintln!(
+            "  {:<14} X {:8.1}/s ({:.2} of peak)  mean RT {:8.1} ms  in flight {:6.1}{}",
+            p.name,
+            p.throughput_per_s,
+            p.throughput_over_peak,
+            p.mean_response_ms,
+            p.mean_in_flight,
+            costliest
+                .filter(|_| p.name != "direct")
+                .map(|(n, rt, est)| format!("  {n}: RT {rt:.0} ms, estimate {est:.0} ms"))
+                .unwrap_or_default()
+        );
+    }
+    let out = Output {
+        command: std::env::args().collect(),
+        types,
+        backend,
+        think_mean_s: think_us / 1e6,
+        mean_demand_ms: mean_demand_us / 1e3,
+        peak_per_s,
+        saturating_clients: saturating,
+        estimate_basis: a.estimate_basis.clone(),
+        max_charge_share: a.max_charge_share,
+        capacity_us,
+        calibration,
+        points,
+    };
+    if let Some(path) = &a.out {
+        let text = serde_json::to_vec_pretty(&out)?;
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,538 @@
+//! A closed-loop model of the gatekeeper in front of a shared backend: the gatekeeper's
+//! own admission code (`core::admission`: [`CostEstimator`] + [`Gate`]) driven by simulated
+//! clients and a simulated backend, in virtual time, to study the estimator and the queue
+//! policies without sockets or timing noise (`shortfirst sim gatekeeper`).
+//!
+//! **Clients.** `clients` users, each: think (exponential, mean `think_mean_us`, or none),
+//! then send one request of a type drawn from the weights, wait for its response, repeat.
+//! Seeded, so a run is a pure function of its [`ModelConfig`].
+//!
+//! **Backend.** The synthetic upstream's service model (`gatekeeper::synthetic`): `cpus`
+//! processors shared by the `n` running requests, thrashing beyond `slots`, plus
+//! `background` other busy processes competing for the same processors (a load generator,
+//! a proxy, other tenants on a shared host); each running request progresses at
+//! `min(1, cpus/(n + background)) / (1 + thrash * max(0, n - slots))` units of demand per
+//! unit of time. Exact between events (fluid processor sharing). With `background > 0`
+//! the backend's share of the host grows with the requests it runs, so admitting too few
+//! loses throughput even on one processor.
+//!
+//! **Gate.** With `gate = None` requests go straight to the backend (direct access).
+//! Otherwise each request is charged its type's estimate, queued and admitted by [`Gate`];
+//! at completion the estimator learns the request's [`Sample`] (wall = admission →
+//! completion; share from [`Gate::share_us`]) and the ticket is released. Aging re-picks
+//! happen at [`Gate::next_wakeup_us`].
+//!
+//! **Measurement.** Requests completing in `[warmup_us, duration_us)` count; requests
+//! still outstanding at the end are reported separately (a closed loop's stragglers).
+//! Response time = completion − send (think time excluded).
+//!
+//! Limits: at most [`MAX_CLIENTS`] clients and [`MAX_MODEL_TYPES`] types; a run stops at
+//! `duration_us` of virtual time or after [`MAX_EVENTS`] events, whichever is first
+//! (reported in `events_capped`).
+//!
+//! Must not know: sockets, the wall clock, HTTP.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use rand::distributions::{Distribution, WeightedIndex};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::Exp;
+use serde::Serialize;
+use shortfirst_core::admission::{
+    AdmissionError, Admitted, CostEstimator, EstimatorConfig, Gate, GateConfig, Sample, Ticket,
+};
+
+pub const MAX_CLIENTS: usize = 1_000_000;
+pub const MAX_MODEL_TYPES: usize = 4_096;
+/// Events per run: a guard against a configuration that would never finish.
+pub const MAX_EVENTS: u64 = 200_000_000;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ModelError {
+    #[error("gatekeeper model: {0}")]
+    Config(String),
+    #[error("gatekeeper model: {0}")]
+    Admission(#[from] AdmissionError),
+}
+
+/// One request type: its demand on the backend (µs of one processor) and its weight.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelType {
+    pub name: String,
+    pub demand_us: f64,
+    pub weight: f64,
+}
+
+/// The backend's service model (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BackendModel {
+    pub cpus: usize,
+    pub slots: usize,
+    pub thrash: f64,
+    /// Other busy processes sharing the processors (0: a dedicated backend).
+    pub background: f64,
+}
+
+impl BackendModel {
+    /// Per-request service rate with `n` running.
+    pub fn rate(&self, n: usize) -> f64 {
+        let share = (self.cpus as f64 / (n as f64 + self.background)).min(1.0);
+        share / (1.0 + self.thrash * n.saturating_sub(self.slots) as f64)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    pub types: Vec<ModelType>,
+    pub backend: BackendModel,
+    pub clients: usize,
+    /// Mean think time; 0 = none (each client always has one request outstanding).
+    pub think_mean_us: f64,
+    /// `None`: direct access (no gate).
+    pub gate: Option<GateConfig>,
+    pub estimator: EstimatorConfig,
+    pub duration_us: f64,
+    pub warmup_us: f64,
+    pub seed: u64,
+    /// All clients send their first request at time 0 (a load generator starting every
+    /// user at once) instead of after a first think time.
+    pub start_together: bool,
+}
+
+/// Per-type results over the measured window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TypeResult {
+    pub name: String,
+    pub completed: u64,
+    pub mean_response_us: f64,
+    pub mean_wait_us: f64,
+    /// The type's cost estimate at the end of the run (0 without a gate).
+    pub final_estimate_us: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ModelResult {
+    pub completed: u64,
+    pub throughput_per_s: f64,
+    /// Demand completed per second of the window (µs of demand per µs ≙ busy processors).
+    pub work_per_s: f64,
+    pub mean_response_us: f64,
+    /// Time-average number of requests in the backend over the window.
+    pub mean_in_flight: f64,
+    /// Time-average number waiting in the gate's queue over the window.
+    pub mean_queued: f64,
+    /// Fraction of the window with fewer than `cpus` requests in the backend while
+    /// requests were waiting in the gate (capacity the gate left unused).
+    pub starved_fraction: f64,
+    /// Requests sent but not answered when the run ended.
+    pub outstanding_at_end: u64,
+    pub events_capped: bool,
+    pub types: Vec<TypeResult>,
+}
+
+struct Running {
+    client: usize,
+    type_index: usize,
+    remaining_us: f64,
+    sent_us: f64,
+    admitted_us: f64,
+    ticket: Option<Ticket>,
+}
+
+struct Pending {
+    client: usize,
+    type_index: usize,
+    sent_us: f64,
+}
+
+fn validate(cfg: &ModelConfig) -> Result<(), ModelError> {
+    let bad = |m: String| Err(ModelError::Config(m));
+    if cfg.types.is_empty() || cfg.types.len() > MAX_MODEL_TYPES {
+        return bad(format!("need 1..={MAX_MODEL_TYPES} types, got {}", cfg.types.len()));
+    }
+    for t in &cfg.types {
+        if !(t.demand_us.is_finite() && t.demand_us > 0.0 && t.weight.is_finite() && t.weight >= 0.0) {
+            return bad(format!("type {:?}: demand must be > 0 and weight >= 0", t.name));
+        }
+    }
+    if cfg.clients == 0 || cfg.clients > MAX_CLIENTS {
+        return bad(format!("clients must be in 1..={MAX_CLIENTS}, got {}", cfg.clients));
+    }
+    let b = cfg.backend;
+    if b.cpus == 0
+        || b.slots < b.cpus
+        || !(b.thrash.is_finite() && b.thrash >= 0.0)
+        || !(b.background.is_finite() && b.background >= 0.0)
+    {
+        return bad(format!(
+            "backend: need 1 <= cpus ({}) <= slots ({}), thrash >= 0, background >= 0",
+            b.cpus, b.slots
+        ));
+    }
+    if !(cfg.think_mean_us.is_finite() && cfg.think_mean_us >= 0.0) {
+        return bad("think time must be >= 0".into());
+    }
+    if !(cfg.duration_us.is_finite() && cfg.warmup_us >= 0.0 && cfg.warmup_us < cfg.duration_us) {
+        return bad("need 0 <= warmup < duration".into());
+    }
+    Ok(())
+}
+
+/// Run the model. Deterministic for a given configuration.
+pub fn run(cfg: &ModelConfig) -> Result<ModelResult, ModelError> {
+    validate(cfg)?;
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+    let pick = WeightedIndex::new(cfg.types.iter().map(|t| t.weight))
+        .map_err(|e| ModelError::Config(format!("type weights: {e}")))?;
+    let think = (cfg.think_mean_us > 0.0).then(|| Exp::new(1.0 / cfg.think_mean_us).expect("rate > 0"));
+    let mut estimator = CostEstimator::new(cfg.types.len(), cfg.estimator.clone())?;
+    let mut gate = cfg.gate.clone().map(Gate::new).transpose()?;
+
+    let n_types = cfg.types.len();
+    let mut done = vec![0u64; n_types];
+    let mut sum_rt = vec![0f64; n_types];
+    let mut sum_wait = vec![0f64; n_types];
+    let mut work = 0f64;
+    let (mut area_running, mut area_queued, mut starved) = (0f64, 0f64, 0f64);
+
+    // Clients thinking: (wake time, client). Time in µs as f64, ordered by bits (>= 0).
+    let mut thinking: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
+    let mut running: Vec<Running> = Vec::new();
+    let mut pending: HashMap<u64, Pending> = HashMap::new();
+    let mut now = 0f64;
+    for c in 0..cfg.clients {
+        let t = if cfg.start_together { 0.0 } else { think.map_or(0.0, |d| d.sample(&mut rng)) };
+        thinking.push(Reverse((t.to_bits(), c)));
+    }
+    let gate_us = |t: f64| t.round() as u64;
+    let mut events = 0u64;
+    let mut events_capped = false;
+
+    // Admissions from the gate start in the backend.
+    fn start(
+        admitted: Vec<Admitted>,
+        now: f64,
+        pending: &mut HashMap<u64, Pending>,
+        running: &mut Vec<Running>,
+        types: &[ModelType],
+    ) {
+        for a in admitted {
+            let p = pending.remove(&a.ticket.id().0).expect("admitted request is pending");
+            running.push(Running {
+                client: p.client,
+                type_index: p.type_index,
+                remaining_us: types[p.type_index].demand_us,
+                sent_us: p.sent_us,
+                admitted_us: now,
+                ticket: Some(a.ticket),
+            });
+        }
+    }
+
+    loop {
+        events += 1;
+        if events > MAX_EVENTS {
+            events_capped = true;
+            break;
+        }
+        let n = running.len();
+        let rate = if n > 0 { cfg.backend.rate(n) } else { 0.0 };
+        let next_done = running
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (now + r.remaining_us / rate, i))
+            .min_by(|a, b| a.0.total_cmp(&b.0));
+        let next_think = thinking.peek().map(|Reverse((t, _))| f64::from_bits(*t));
+        let next_wake = gate.as_ref().and_then(|g| g.next_wakeup_us()).map(|t| t as f64);
+        let mut t_next = cfg.duration_us;
+        for t in [next_done.map(|d| d.0), next_think, next_wake].into_iter().flatten() {
+            t_next = t_next.min(t.max(now));
+        }
+        // Advance: serve the running requests, integrate the gauges over the window.
+        let dt = t_next - now;
+        if dt > 0.0 {
+            for r in running.iter_mut() {
+                r.remaining_us -= rate * dt;
+            }
+            let lo = now.max(cfg.warmup_us);
+            if t_next > lo {
+                let w = t_next - lo;
+                let queued = gate.as_ref().map_or(0, |g| g.queue_len());
+                area_running += w * n as f64;
+                area_queued += w * queued as f64;
+                if queued > 0 && n < cfg.backend.cpus {
+                    starved += w;
+                }
+                work += w * n as f64 * rate;
+            }
+        }
+        now = t_next;
+        if now >= cfg.duration_us {
+            break;
+        }
+        if let Some((t, i)) = next_done {
+            if t <= now {
+                running[i].remaining_us = 0.0; // exact, whatever the rounding of rate * dt
+            }
+        }
+        // Completions (all that are due now; ties within a nanosecond of demand).
+        let mut i = 0;
+        while i < running.len() {
+            if running[i].remaining_us <= 1e-3 {
+                let r = running.swap_remove(i);
+                if now >= cfg.warmup_us {
+                    done[r.type_index] += 1;
+                    sum_rt[r.type_index] += now - r.sent_us;
+                    sum_wait[r.type_index] += r.admitted_us - r.sent_us;
+                }
+                if let (Some(g), Some(ticket)) = (gate.as_mut(), r.ticket) {
+                    let share_us = g.share_us(gate_us(now), &ticket)?;
+                    let wall_us = gate_us(now - r.admitted_us);
+                    estimator.observe_request(r.type_index, Sample { wall_us, share_us })?;
+                    let admitted = g.release(gate_us(now), ticket)?;
+                    start(admitted, now, &mut pending, &mut running, &cfg.types);
+                }
+                let t = now + think.map_or(0.0, |d| d.sample(&mut rng));
+                thinking.push(Reverse((t.to_bits(), r.client)));
+            } else {
+                i += 1;
+            }
+        }
+        // Clients whose think time is over send.
+        while let Some(&Reverse((t, client))) = thinking.peek() {
+            if f64::from_bits(t) > now {
+                break;
+            }
+            thinking.pop();
+            let type_index = pick.sample(&mut rng);
+            match gate.as_mut() {
+                None => running.push(Running {
+                    client,
+                    type_index,
+                    remaining_us: cfg.types[type_index].demand_us,
+                    sent_us: now,
+                    admitted_us: now,
+                    ticket: None,
+                }),
+                Some(g) => {
+                    let cost = estimator.estimate_us(type_index)?;
+                    let (id, admitted) = g
+                        .arrive(gate_us(now), cost)
+                        .map_err(|_| ModelError::Config("gate queue full: raise max_queue_len".into()))?;
+                    pending.insert(id.0, Pending { client, type_index, sent_us: now });
+                    start(admitted, now, &mut pending, &mut running, &cfg.types);
+                }
+            }
+        }
+        if let Some(g) = gate.as_mut() {
+            if next_wake.is_some_and(|w| w <= now) {
+                let admitted = g.poll(gate_us(now));
+                start(admitted, now, &mut pending, &mut running, &cfg.types);
+            }
+        }
+    }
+
+    let window_s = (cfg.duration_us - cfg.warmup_us) / 1e6;
+    let window_us = cfg.duration_us - cfg.warmup_us;
+    let completed: u64 = done.iter().sum();
+    let types = cfg
+        .types
+        .iter()
+        .enumerate()
+        .map(|(i, t)| TypeResult {
+            name: t.name.clone(),
+            completed: done[i],
+            mean_response_us: if done[i] > 0 { sum_rt[i] / done[i] as f64 } else { 0.0 },
+            mean_wait_us: if done[i] > 0 { sum_wait[i] / done[i] as f64 } else { 0.0 },
+            final_estimate_us: if gate.is_some() { estimator.estimate_us(i).unwrap_or(0) } else { 0 },
+        })
+        .collect();
+    Ok(ModelResult {
+        completed,
+        throughput_per_s: completed as f64 / window_s,
+        work_per_s: work / window_us,
+        mean_response_us: if completed > 0 { sum_rt.iter().sum::<f64>() / completed as f64 } else { 0.0 },
+        mean_in_flight: area_running / window_us,
+        mean_queued: area_queued / window_us,
+        starved_fraction: starved / window_us,
+        outstanding_at_end: (running.len() + pending.len()) as u64,
+        events_capped,
+        types,
+    })
+}
+
+/// One capacity tried by [`calibrate`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CalibrationTrial {
+    pub capacity_us: u64,
+    pub throughput_per_s: f64,
+}
+
+/// The paper's capacity search, in the model: run `cfg` (its gate's capacity replaced)
+/// at each capacity from `min_us`, multiplying by `growth` up to `max_us`, and return the
+/// smallest capacity whose throughput is within `within` (e.g. 0.02) of the best, and every
+/// trial. At most 64 steps.
+pub fn calibrate(
+    cfg: &ModelConfig,
+    min_us: u64,
+    max_us: u64,
+    growth: f64,
+    within: f64,
+) -> Result<(u64, Vec<CalibrationTrial>), ModelError> {
+    if cfg.gate.is_none() {
+        return Err(ModelError::Config("calibrate needs a gate".into()));
+    }
+    if !(growth > 1.0 && growth.is_finite()) || min_us == 0 || max_us < min_us {
+        return Err(ModelError::Config(format!(
+            "calibrate: need growth > 1 (got {growth}) and 0 < min ({min_us}) <= max ({max_us})"
+        )));
+    }
+    let mut trials = Vec::new();
+    let mut capacity = min_us as f64;
+    while capacity <= max_us as f64 && trials.len() < 64 {
+        let mut c = cfg.clone();
+        if let Some(g) = c.gate.as_mut() {
+            g.capacity_us = capacity.round() as u64;
+        }
+        let r = run(&c)?;
+        trials.push(CalibrationTrial { capacity_us: capacity.round() as u64, throughput_per_s: r.throughput_per_s });
+        capacity *= growth;
+    }
+    let best = trials.iter().map(|t| t.throughput_per_s).fold(0.0, f64::max);
+    let chosen =
+        trials.iter().find(|t| t.throughput_per_s >= best * (1.0 - within)).expect("at least one trial: min <= max");
+    Ok((chosen.capacity_us, trials))
+}
+
+/// Run `cfg` with seeds `cfg.seed .. cfg.seed + n` (independent replications).
+pub fn replicate(cfg: &ModelConfig, n: u64) -> Result<Vec<ModelResult>, ModelError> {
+    (0..n.max(1))
+        .map(|i| {
+            let mut c = cfg.clone();
+            c.seed = cfg.seed.wrapping_add(i);
+            run(&c)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shortfirst_core::admission::{Basis, Policy};
+
+    /// A TPC-W-like mix: 80% cheap (1 ms), 15% medium (20 ms), 5% costly (300 ms);
+    /// mean demand 18.8 ms, so 4 processors peak at 212.8 requests/s.
+    fn mix() -> Vec<ModelType> {
+        [("cheap", 1_000.0, 80.0), ("medium", 20_000.0, 15.0), ("costly", 300_000.0, 5.0)]
+            .into_iter()
+            .map(|(n, d, w)| ModelType { name: n.into(), demand_us: d, weight: w })
+            .collect()
+    }
+
+    const PEAK_PER_S: f64 = 4.0 / 0.0188;
+
+    /// 2x the saturating users (peak × 0.5 s think = 107).
+    fn config(gate: Option<GateConfig>, basis: Basis) -> ModelConfig {
+        ModelConfig {
+            types: mix(),
+            backend: BackendModel { cpus: 4, slots: 32, thrash: 0.1, background: 0.0 },
+            clients: 214,
+            think_mean_us: 500_000.0,
+            gate,
+            estimator: EstimatorConfig { basis, ..EstimatorConfig::default() },
+            duration_us: 120e6,
+            warmup_us: 20e6,
+            seed: 7,
+            start_together: false,
+        }
+    }
+
+    #[test]
+    fn backend_rate_table() {
+        let b = BackendModel { cpus: 4, slots: 8, thrash: 0.5, background: 0.0 };
+        for (n, want) in [(1, 1.0), (4, 1.0), (8, 0.5), (10, 0.4 / 2.0)] {
+            assert!((b.rate(n) - want).abs() < 1e-12, "n={n}: {} vs {want}", b.rate(n));
+        }
+        let shared = BackendModel { background: 4.0, ..b };
+        assert!((shared.rate(4) - 0.5).abs() < 1e-12, "4 requests + 4 busy processes on 4 cpus");
+    }
+
+    #[test]
+    fn deterministic_for_a_seed_and_checks_its_input() {
+        let cfg = config(Some(GateConfig::new(2_000_000, Policy::Fifo)), Basis::Wall);
+        assert_eq!(run(&cfg).unwrap(), run(&cfg).unwrap());
+        let other = ModelConfig { seed: 8, ..cfg.clone() };
+        assert_ne!(run(&cfg).unwrap().completed, run(&other).unwrap().completed);
+        for bad in [
+            ModelConfig { clients: 0, ..cfg.clone() },
+            ModelConfig { warmup_us: 200e6, ..cfg.clone() },
+            ModelConfig { types: Vec::new(), ..cfg.clone() },
+            ModelConfig { backend: BackendModel { cpus: 0, ..cfg.backend }, ..cfg.clone() },
+        ] {
+            assert!(matches!(run(&bad), Err(ModelError::Config(_))));
+        }
+    }
+
+    #[test]
+    fn gate_holds_throughput_where_direct_collapses() {
+        let direct = run(&config(None, Basis::Wall)).unwrap();
+        let fifo = run(&config(Some(GateConfig::new(2_000_000, Policy::Fifo)), Basis::Wall)).unwrap();
+        assert!(direct.throughput_per_s < 0.15 * PEAK_PER_S, "direct {}", direct.throughput_per_s);
+        assert!(fifo.throughput_per_s > 0.9 * PEAK_PER_S, "fifo {}", fifo.throughput_per_s);
+        // Never more work than the processors can do.
+        for r in [&direct, &fifo] {
+            assert!(r.work_per_s <= 4.0 + 1e-9, "{}", r.work_per_s);
+        }
+        let sjf = run(&config(Some(GateConfig::new(2_000_000, Policy::Sjf)), Basis::Wall)).unwrap();
+        assert!(
+            sjf.mean_response_us < fifo.mean_response_us,
+            "sjf {} fifo {}",
+            sjf.mean_response_us,
+            fifo.mean_response_us
+        );
+    }
+
+    /// The drain stall: when the capacity is below a costly type's estimate, each costly
+    /// request runs alone (the paper's rule for a request larger than the capacity) and
+    /// fifo's throughput collapses; bounding a charge to a quarter of the capacity keeps
+    /// the processors busy.
+    #[test]
+    fn bounded_charges_remove_the_drain_stall() {
+        let capacity = 200_000; // below the costly type's 300 ms
+        let unbounded = run(&config(Some(GateConfig::new(capacity, Policy::Fifo)), Basis::Wall)).unwrap();
+        let bounded = GateConfig { max_charge_share: 0.25, ..GateConfig::new(capacity, Policy::Fifo) };
+        let bounded = run(&config(Some(bounded), Basis::Wall)).unwrap();
+        assert!(unbounded.throughput_per_s < 0.5 * PEAK_PER_S, "unbounded {}", unbounded.throughput_per_s);
+        assert!(bounded.throughput_per_s > 0.9 * PEAK_PER_S, "bounded {}", bounded.throughput_per_s);
+        assert!(unbounded.starved_fraction > 0.5 && bounded.starved_fraction < 0.1);
+    }
+
+    /// The share basis learns demand / processors once the processors are all busy: the
+    /// costly type's estimate stays near 300 ms / 4 whatever the concurrency; the wall
+    /// basis learns it inflated by the concurrency admitted.
+    #[test]
+    fn share_basis_learns_demand_not_latency() {
+        let gate = GateConfig::new(4_000_000, Policy::Fifo);
+        let wall = run(&config(Some(gate.clone()), Basis::Wall)).unwrap();
+        let share = run(&config(Some(gate), Basis::Share)).unwrap();
+        let costly = |r: &ModelResult| r.types[2].final_estimate_us as f64;
+        assert!(wall.mean_in_flight > 8.0, "{}", wall.mean_in_flight);
+        assert!(costly(&wall) > 2.0 * 300_000.0, "wall {}", costly(&wall));
+        let share_est = costly(&share);
+        assert!((60_000.0..120_000.0).contains(&share_est), "share {share_est}");
+    }
+
+    #[test]
+    fn calibrate_picks_the_smallest_near_best() {
+        let cfg = config(Some(GateConfig::new(1, Policy::Fifo)), Basis::Wall);
+        let (cap, trials) = calibrate(&cfg, 50_000, 3_200_000, 2.0, 0.02).unwrap();
+        assert_eq!(trials.len(), 7);
+        let best = trials.iter().map(|t| t.throughput_per_s).fold(0.0, f64::max);
+        let chosen = trials.iter().find(|t| t.capacity_us == cap).unwrap();
+        assert!(chosen.throughput_per_s >= 0.98 * best);
+        assert!(trials.iter().take_while(|t| t.capacity_us < cap).all(|t| t.throughput_per_s < 0.98 * best));
+        assert!(calibrate(&config(None, Basis::Wall), 1, 2, 2.0, 0.0).is_err());
+    }
+}
