@@ -28,6 +28,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import tomllib
@@ -1380,6 +1381,9 @@ def main(argv: list[str] | None = None) -> int:
         for p in report(a.summary):
             print(p)
         return 0
+    # SIGTERM (the lead stopping a sweep, a CI timeout) unwinds like Ctrl-C, so every context
+    # manager stops what it started: gatekeeper, bookstore, load generator, PostgreSQL and its groups.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
         overrides = {
             "capacity": a.capacity,
