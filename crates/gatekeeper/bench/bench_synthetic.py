@@ -409,9 +409,10 @@ def measure_overhead(b: Bench, capacity: str) -> dict:
                 "per_round_mean": per_round,
                 "median_of_round_means": statistics.median(per_round),
             }
+            rounds_text = " ".join(f"{x:.0f}" for x in per_round)
             print(
                 f"  overhead {k:<11} mean {overhead[k]['mean']:6.0f} us  "
-                f"median {overhead[k]['median']:6.0f} us  per round {' '.join(f'{x:.0f}' for x in per_round)}",
+                f"median {overhead[k]['median']:6.0f} us  per round {rounds_text}",
                 file=sys.stderr,
                 flush=True,
             )
