@@ -53,6 +53,34 @@ struct Core {
     auto: Option<AutoCapacity>,
     /// Queued requests: where to send the grant, and the request's type.
     waiters: HashMap<RequestId, (oneshot::Sender<Grant>, usize)>,
+    /// When the timer task will next look at the gate (`u64::MAX`: not before it is woken).
+    timer_at_us: u64,
+}
+
+impl Core {
+    /// The earliest time the timer task has something to do: a wait expiry, an aging
+    /// deadline or an auto-capacity tick.
+    fn next_timer_us(&self) -> Option<u64> {
+        let a = self.gate.next_wakeup_us();
+        let b = self.auto.as_ref().map(|x| x.next_tick_us());
+        match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// After an event: whether the timer task must be woken because its next job moved
+    /// earlier than it planned. Waking it on every event would cost a task wake-up (and a
+    /// thread wake-up) per request for nothing.
+    fn timer_moved_earlier(&mut self) -> bool {
+        match self.next_timer_us() {
+            Some(t) if t < self.timer_at_us => {
+                self.timer_at_us = t;
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 /// Grants to send once the lock is released.
@@ -177,10 +205,14 @@ impl Shared {
                 tracing::error!("gatekeeper accounting: {e}");
                 Vec::new()
             });
-            self.route(core, admitted, None).1
+            let wake = core.timer_moved_earlier();
+            (self.route(core, admitted, None).1, wake)
         };
+        let (deliveries, wake) = deliveries;
         Self::deliver(deliveries);
-        self.wake.notify_one();
+        if wake {
+            self.wake.notify_one();
+        }
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -303,7 +335,7 @@ impl Gatekeeper {
         let shared = Arc::new(Shared {
             metrics: Metrics::new(cfg.max_types),
             classifier,
-            core: Mutex::new(Core { gate, estimator, auto, waiters: HashMap::new() }),
+            core: Mutex::new(Core { gate, estimator, auto, waiters: HashMap::new(), timer_at_us: u64::MAX }),
             start: Instant::now(),
             client,
             wake: Notify::new(),
@@ -373,13 +405,10 @@ impl Gatekeeper {
 async fn timer_task(shared: Arc<Shared>) {
     loop {
         let next_us = {
-            let core = shared.lock();
-            let a = core.gate.next_wakeup_us();
-            let b = core.auto.as_ref().map(|x| x.next_tick_us());
-            match (a, b) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            }
+            let mut core = shared.lock();
+            let next = core.next_timer_us();
+            core.timer_at_us = next.unwrap_or(u64::MAX);
+            next
         };
         let sleep = async {
             match next_us {
@@ -538,16 +567,19 @@ async fn handle(
                 } else {
                     None
                 };
-                (own, deliveries, rx)
+                (own, (deliveries, core.timer_moved_earlier()), rx)
             }
         }
     };
+    let (deliveries, wake) = deliveries;
     Shared::deliver(deliveries);
+    if wake {
+        shared.wake.notify_one();
+    }
 
     let (permit, waited_us) = match (own, rx) {
         (Some(p), _) => p,
         (None, Some((id, rx))) => {
-            shared.wake.notify_one();
             let mut guard = WaitGuard { shared: shared.clone(), id, armed: true };
             let mut rx = rx;
             // While queued, read the request body ahead (bounded): a client that goes away
