@@ -69,8 +69,10 @@ const COLLECT_POLL: Duration = Duration::from_millis(2);
 // its client's idle list after each request until it has carried K, whatever
 // the backlog, so that K is what the server sees. A client has as many idle
 // connections as it had requests in flight at once; a worker keeps at most
-// max_in_flight / threads in total (so all idle ones stay within
-// --max-in-flight), and beyond that closes the connection it just used.
+// min(max_in_flight, open-file limit − max_in_flight − FILES_BESIDES_CONNECTIONS)
+// / threads in total, and beyond that closes the connection it just used.
+/// Open files reserved for everything but connections (outputs, trace, runtime).
+const FILES_BESIDES_CONNECTIONS: u64 = 64;
 /// Read buffers of closed connections kept per worker for reuse
 /// (× [`crate::http::READ_BUF_BYTES`] = 4 MiB).
 const SPARE_BUFS_PER_WORKER: usize = 256;
@@ -800,17 +802,20 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
     }
     let _normal_again = NormalAgain(cfg.realtime);
     let nofile = raise_nofile();
-    // In flight, plus (keep-alive) as many idle connections.
-    let conns = cfg.max_in_flight as u64 * if cfg.persistent.is_some() { 2 } else { 1 };
-    if conns + 64 > nofile {
+    // In flight, plus (keep-alive) at least one idle connection per worker.
+    let min_idle = if cfg.persistent.is_some() { cfg.threads as u64 } else { 0 };
+    let needed = cfg.max_in_flight as u64 + min_idle + FILES_BESIDES_CONNECTIONS;
+    if needed > nofile {
         return Err(cerr(format!(
-            "--max-in-flight {} needs {} open files{}, more than the limit {nofile} allows; lower it or raise \
+            "--max-in-flight {} needs {needed} open files, more than the limit {nofile} allows; lower it or raise \
              `ulimit -n`",
             cfg.max_in_flight,
-            conns + 64,
-            if cfg.persistent.is_some() { " (in flight and as many idle)" } else { "" }
         )));
     }
+    // Idle connections get what the open-file limit leaves, up to one per
+    // request that may be in flight.
+    let idle_total = (nofile - cfg.max_in_flight as u64 - FILES_BESIDES_CONNECTIONS).min(cfg.max_in_flight as u64);
+    let idle_limit = (idle_total as usize / cfg.threads).max(1);
     std::fs::create_dir_all(&cfg.out_dir).map_err(|source| LoadError::Io { path: cfg.out_dir.clone(), source })?;
 
     // Scaling needs a first pass over the trace.
@@ -878,7 +883,7 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
         retries: cfg.retries,
         seed: cfg.seed,
         closed: closed.clone(),
-        idle_limit: (cfg.max_in_flight / cfg.threads).max(1),
+        idle_limit,
     };
     let mut senders = Vec::new();
     let mut workers = Vec::new();

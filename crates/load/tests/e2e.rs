@@ -479,7 +479,8 @@ fn persistent_k_holds_under_backlog() {
 }
 
 /// The idle connections a worker keeps are bounded (by --max-in-flight /
-/// --threads): beyond, a connection is closed after its request.
+/// --threads, less if the open-file limit is tight): beyond, a connection is
+/// closed after its request.
 #[test]
 fn idle_connections_are_bounded() {
     let dir = tempfile::tempdir().unwrap();
