@@ -462,7 +462,7 @@ fn persistent_k_holds_under_backlog() {
     let mut lines = Vec::new();
     for burst in 0..3 {
         for _ in 0..20 {
-            lines.push((burst as f64 * 0.4, "/slow/100/10", 10));
+            lines.push((burst as f64 * 1.0, "/slow/100/10", 10));
         }
     }
     let trace = write_trace(dir.path(), &lines);
@@ -472,7 +472,9 @@ fn persistent_k_holds_under_backlog() {
     cfg.persistent = Some(2);
     cfg.clients = 1;
     let s = run(cfg).unwrap();
-    assert_eq!((s.completed, s.valid), (60, true));
+    // (Not `valid`: 20 requests due at once on a loaded test machine may
+    // exceed the lateness limit, which is not what this test is about.)
+    assert_eq!((s.completed, s.not_sent_in_flight_limit), (60, 0));
     // Bursts 1 and 2 share 20 connections (2 requests each, then closed);
     // burst 3 needs 20 new ones.
     assert_eq!(seen.connections.load(Ordering::Relaxed), 40);
@@ -487,7 +489,7 @@ fn idle_connections_are_bounded() {
     let mut lines = Vec::new();
     for burst in 0..2 {
         for _ in 0..10 {
-            lines.push((burst as f64 * 0.4, "/slow/100/10", 10));
+            lines.push((burst as f64 * 1.0, "/slow/100/10", 10));
         }
     }
     let trace = write_trace(dir.path(), &lines);
@@ -499,7 +501,7 @@ fn idle_connections_are_bounded() {
     cfg.threads = 1;
     cfg.max_in_flight = 12;
     let s = run(cfg).unwrap();
-    assert_eq!((s.completed, s.valid), (20, true));
+    assert_eq!((s.completed, s.not_sent_in_flight_limit), (20, 0));
     // 10, then at most 12 idle were kept — all 10: no new connection.
     assert_eq!(seen.connections.load(Ordering::Relaxed), 10);
 
