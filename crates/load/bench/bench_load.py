@@ -343,6 +343,13 @@ def main() -> None:
         v = getattr(args, name)
         if v is not None and (v < 0 or v >= ncpu or shutil.which("taskset") is None):
             setattr(args, name, None)
+        elif v is not None and v not in os.sched_getaffinity(0):
+            # A cpuset (cgroup) confines this process: pinning would fail, and an
+            # unpinned run would not be the stated setup.
+            raise SystemExit(
+                f"bench-load: --{name.replace('_', '-')} {v}: CPU {v} is not available to this process "
+                f"(allowed: {sorted(os.sched_getaffinity(0))}; a cpuset cgroup?)"
+            )
     for tool in ("wrk",):
         if shutil.which(tool) is None:
             raise SystemExit(f"bench-load: {tool} not found (make apt installs it)")
