@@ -7,9 +7,15 @@ bisection down to --resolution) for the highest rate that is sustained:
 generator lateness p99 <= 1 ms, every request completed, none refused by the
 in-flight limit, achieved rate >= 95% of the target. Every probe is recorded.
 Two connection modes: keep-alive (--persistent 100) and one connection per
-request (the papers' model). Beside it, in the same run and the same setup,
-`wrk` at its maximum against the same server, with keep-alive and with
-`Connection: close`. Writes results/bench-load.json.
+request (the papers' model), both with --spin-us (the generator busy-waits the
+last --spin-us microseconds before each send instead of sleeping through them;
+it costs a core at these rates), and for comparison keep-alive without it
+(`persistent_100_no_spin`, the generator as it is by default). Every probe
+records lateness p50/p99/max, its breakdown (dispatch, hand-off, send,
+dispatcher wake-up error), CPU per request and the load average. Beside it,
+in the same run and the same setup, `wrk` at its maximum against the same
+server, with keep-alive and with `Connection: close`. Writes
+results/bench-load.json.
 
 Fair setup on a 2-CPU machine (stated in the JSON): the server runs with
 --threads 1 on CPU --server-cpu, the generator (--threads 1) and wrk (-t1)
@@ -50,6 +56,9 @@ CHILDREN: list[subprocess.Popen] = []
 TRACE_REQ_PER_S = 1000
 ROOT = os.geteuid() == 0
 REALTIME = ["--realtime"] if ROOT else []
+# The generator's --spin-us: busy-wait this long before each send (measured:
+# see the ARCHITECTURE.md section of crates/load).
+SPIN_US = 200
 # SCHED_FIFO priority of the server and wrk (the generator's --realtime uses 10 too).
 FIFO = ["chrt", "-f", "10"] if ROOT and shutil.which("chrt") else []
 
@@ -102,7 +111,14 @@ def wrk(port: int, path: str, close: bool, seconds: int, threads: int, conns: in
 
 
 def step(
-    binary: str, port: int, trace: Path, out: Path, rate: int, seconds: float, extra: list[str], cpu: int | None
+    binary: str,
+    port: int,
+    trace: Path,
+    out: Path,
+    rate: int,
+    seconds: float,
+    extra: list[str],
+    cpu: int | None,
 ) -> dict:
     argv = [
         *pin(cpu),
@@ -153,6 +169,8 @@ def step(
         "lateness_p50_ms": s.get("lateness_p50_ms"),
         "lateness_p99_ms": lat,
         "lateness_max_ms": s.get("lateness_max_ms"),
+        "lateness_breakdown_us": s.get("lateness_breakdown"),
+        "loadavg_1m": os.getloadavg()[0],
         "p50_response_s": s.get("p50_response_s"),
         "p99_response_s": s.get("p99_response_s"),
         "valid": s["valid"],
@@ -163,10 +181,21 @@ def step(
     }
 
 
-def peak_rss(binary: str, port: int, trace: Path, out: Path, rate: int, requests: int, cpu: int | None) -> dict:
+def peak_rss(
+    binary: str, port: int, trace: Path, out: Path, rate: int, requests: int, cpu: int | None
+) -> dict:
     """Peak RSS (KiB) of one `shortfirst load` run of `requests` requests at `rate`/s."""
     argv = [*pin(cpu), binary, "load", "--target", f"http://127.0.0.1:{port}", "--trace", str(trace)]
-    argv += ["--out", str(out), "--speed", str(rate / TRACE_REQ_PER_S), "--quiet", "--threads", "1", *REALTIME]
+    argv += [
+        "--out",
+        str(out),
+        "--speed",
+        str(rate / TRACE_REQ_PER_S),
+        "--quiet",
+        "--threads",
+        "1",
+        *REALTIME,
+    ]
     argv += ["--duration", str(requests / rate)]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     CHILDREN.append(proc)
@@ -247,9 +276,17 @@ def memory_check(args, binary: str, tmp: Path) -> None:
         check=True,
     )
     serve_argv, port = start_server(binary, wl, args.server_cpu)
-    short = peak_rss(binary, port, wl / "trace.csv", tmp / "mem-short", args.memory_rate, 20_000, args.load_cpu)
+    short = peak_rss(
+        binary, port, wl / "trace.csv", tmp / "mem-short", args.memory_rate, 20_000, args.load_cpu
+    )
     long = peak_rss(
-        binary, port, wl / "trace.csv", tmp / "mem-long", args.memory_rate, args.memory_requests, args.load_cpu
+        binary,
+        port,
+        wl / "trace.csv",
+        tmp / "mem-long",
+        args.memory_rate,
+        args.memory_requests,
+        args.load_cpu,
     )
     result = {
         "benchmark": "bench-load-memory",
@@ -278,7 +315,9 @@ def main() -> None:
     ap.add_argument("--out", default="results/bench-load.json")
     ap.add_argument("--start-rate", type=int, default=5000)
     ap.add_argument("--max-rate", type=int, default=80000)
-    ap.add_argument("--resolution", type=int, default=1000, help="bisection stops when the bracket is this narrow")
+    ap.add_argument(
+        "--resolution", type=int, default=1000, help="bisection stops when the bracket is this narrow"
+    )
     ap.add_argument("--step-seconds", type=float, default=4.0)
     ap.add_argument("--wrk-seconds", type=int, default=5)
     ap.add_argument("--server-cpu", type=int, default=0, help="CPU of the server (-1: not pinned)")
@@ -287,6 +326,12 @@ def main() -> None:
     ap.add_argument("--memory-requests", type=int, default=1_000_000)
     ap.add_argument("--memory-rate", type=int, default=2000)
     ap.add_argument("--no-realtime", action="store_true", help="no SCHED_FIFO even as root")
+    ap.add_argument(
+        "--spin-us",
+        type=int,
+        default=SPIN_US,
+        help="the generator's --spin-us in the spinning modes (0: off)",
+    )
     args = ap.parse_args()
     if args.no_realtime:
         REALTIME.clear()
@@ -298,6 +343,13 @@ def main() -> None:
         v = getattr(args, name)
         if v is not None and (v < 0 or v >= ncpu or shutil.which("taskset") is None):
             setattr(args, name, None)
+        elif v is not None and v not in os.sched_getaffinity(0):
+            # A cpuset (cgroup) confines this process: pinning would fail, and an
+            # unpinned run would not be the stated setup.
+            raise SystemExit(
+                f"bench-load: --{name.replace('_', '-')} {v}: CPU {v} is not available to this process "
+                f"(allowed: {sorted(os.sched_getaffinity(0))}; a cpuset cgroup?)"
+            )
     for tool in ("wrk",):
         if shutil.which(tool) is None:
             raise SystemExit(f"bench-load: {tool} not found (make apt installs it)")
@@ -319,7 +371,12 @@ def main() -> None:
         )
         serve_argv, port = start_server(binary, wl, args.server_cpu)
 
-        modes = {"persistent_100": ["--persistent", "100"], "one_connection_per_request": []}
+        spin = ["--spin-us", str(args.spin_us)] if args.spin_us else []
+        modes = {
+            "persistent_100": ["--persistent", "100", *spin],
+            "one_connection_per_request": [*spin],
+            "persistent_100_no_spin": ["--persistent", "100"],
+        }
         steps: dict[str, list] = {}
         for mode, extra in modes.items():
 
@@ -343,12 +400,16 @@ def main() -> None:
                 return r
 
             steps[mode] = search(
-                probe, args.start_rate if mode == "persistent_100" else 1000, args.max_rate, args.resolution
+                probe,
+                args.start_rate if mode.startswith("persistent") else 1000,
+                args.max_rate,
+                args.resolution,
             )
         wrk_keep = wrk(port, "/f/0000000.bin", False, args.wrk_seconds, 1, 64, args.load_cpu)
         wrk_close = wrk(port, "/f/0000000.bin", True, args.wrk_seconds, 1, 64, args.load_cpu)
         best = {
-            mode: max((s["target_req_per_s"] for s in ss if s["sustained"]), default=0) for mode, ss in steps.items()
+            mode: max((s["target_req_per_s"] for s in ss if s["sustained"]), default=0)
+            for mode, ss in steps.items()
         }
         best_probe = {
             mode: max((s for s in ss if s["sustained"]), key=lambda s: s["target_req_per_s"], default=None)
@@ -366,8 +427,10 @@ def main() -> None:
                 "wrk_threads": 1,
                 "wrk_connections": 64,
                 "sched_fifo": bool(FIFO) and bool(REALTIME),
+                "generator_spin_us": args.spin_us,
                 "note": "server pinned to one CPU, generator and wrk (one at a time) to the other; "
-                "as root all under SCHED_FIFO priority 10, the same for both tools",
+                "as root all under SCHED_FIFO priority 10, the same for both tools; the generator busy-waits "
+                "the last generator_spin_us before each send except in persistent_100_no_spin",
             },
             "server": serve_argv,
             "step_seconds": args.step_seconds,
@@ -378,7 +441,15 @@ def main() -> None:
                 mode: (
                     {
                         k: p[k]
-                        for k in ("achieved_req_per_s", "lateness_p50_ms", "lateness_p99_ms", "cpu_us_per_request")
+                        for k in (
+                            "achieved_req_per_s",
+                            "lateness_p50_ms",
+                            "lateness_p99_ms",
+                            "lateness_max_ms",
+                            "lateness_breakdown_us",
+                            "cpu_us_per_request",
+                            "loadavg_1m",
+                        )
                     }
                     if p
                     else None
@@ -388,10 +459,13 @@ def main() -> None:
             "wrk": {"keep_alive": wrk_keep, "connection_close": wrk_close},
             "ratio_vs_wrk": {
                 "persistent_100": best["persistent_100"] / wrk_keep["req_per_s"],
+                "persistent_100_no_spin": best["persistent_100_no_spin"] / wrk_keep["req_per_s"],
                 "one_connection_per_request": best["one_connection_per_request"] / wrk_close["req_per_s"],
             },
             "cpu_us_per_request": {
-                "shortfirst_load_at_max": {m: (p["cpu_us_per_request"] if p else None) for m, p in best_probe.items()},
+                "shortfirst_load_at_max": {
+                    m: (p["cpu_us_per_request"] if p else None) for m, p in best_probe.items()
+                },
                 "wrk_keep_alive": wrk_keep["cpu_us_per_request"],
                 "wrk_connection_close": wrk_close["cpu_us_per_request"],
             },
@@ -404,7 +478,11 @@ def main() -> None:
             "generator_realtime": bool(REALTIME),
         }
         write_json(Path(args.out), result)
-        print(json.dumps({"max_sustained_req_per_s": best, "wrk": [wrk_keep["req_per_s"], wrk_close["req_per_s"]]}))
+        print(
+            json.dumps(
+                {"max_sustained_req_per_s": best, "wrk": [wrk_keep["req_per_s"], wrk_close["req_per_s"]]}
+            )
+        )
     finally:
         cleanup()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -97,6 +97,8 @@ pub enum HttpError {
 /// an aborted request still reports what it had received.
 #[derive(Debug, Default, Clone)]
 pub struct Progress {
+    /// When the request was fully handed to the kernel (after connect, if any).
+    pub request_sent: Option<Instant>,
     pub first_byte: Option<Instant>,
     pub status: Option<u16>,
     pub body_bytes: u64,
@@ -151,6 +153,7 @@ impl Conn {
     pub async fn get(&mut self, request: &[u8], progress: &mut Progress) -> Result<Response, HttpError> {
         self.requests += 1;
         self.stream.write_all(request).await?;
+        progress.request_sent = Some(Instant::now());
         let mut filled = 0usize;
         loop {
             // Parse what we have; skip interim 1xx responses.

@@ -65,10 +65,14 @@ pub const DEFAULT_BATCH_WINDOW_US: u64 = 100;
 pub const MAX_BATCH_WINDOW_US: u64 = 2_000;
 /// How often the collector looks for new rows when the queue is empty.
 const COLLECT_POLL: Duration = Duration::from_millis(2);
-/// Idle kept-alive connections kept per client, and per worker in total;
-/// beyond these a reusable connection is closed instead.
-pub const IDLE_PER_CLIENT: usize = 4;
-pub const IDLE_PER_WORKER: usize = 4096;
+// Idle kept-alive connections (`--persistent K`): a connection goes back to
+// its client's idle list after each request until it has carried K, whatever
+// the backlog, so that K is what the server sees. A client has as many idle
+// connections as it had requests in flight at once; a worker keeps at most
+// min(max_in_flight, open-file limit − max_in_flight − FILES_BESIDES_CONNECTIONS)
+// / threads in total, and beyond that closes the connection it just used.
+/// Open files reserved for everything but connections (outputs, trace, runtime).
+const FILES_BESIDES_CONNECTIONS: u64 = 64;
 /// Read buffers of closed connections kept per worker for reuse
 /// (× [`crate::http::READ_BUF_BYTES`] = 4 MiB).
 const SPARE_BUFS_PER_WORKER: usize = 256;
@@ -169,6 +173,12 @@ pub struct Config {
     /// this much late (and their lateness says so). Fewer wake-ups per request
     /// at high rates; 0 wakes for every request.
     pub batch_window_us: u64,
+    /// Open and partly-open models: busy-wait (instead of sleeping) for the
+    /// last this many microseconds before each due send (at most half the gap
+    /// since the previous send), on a thread that both dispatches and performs
+    /// worker 0's requests; 0 = off. Burns CPU: rate × spin_us of a core, at
+    /// most half of one; see `--spin-us`.
+    pub spin_us: u64,
     pub command_line: Vec<String>,
 }
 
@@ -235,6 +245,8 @@ pub struct Summary {
     pub lateness_p99_ms: Option<f64>,
     pub lateness_max_ms: Option<f64>,
     pub lateness_samples: u64,
+    /// Where lateness goes (see [`LatenessBreakdown`]).
+    pub lateness_breakdown: LatenessBreakdown,
     pub valid: bool,
     pub invalid_reasons: Vec<String>,
     /// Stopped early by SIGINT/SIGTERM.
@@ -252,6 +264,7 @@ pub struct Summary {
     pub max_in_flight: usize,
     pub realtime: bool,
     pub batch_window_us: u64,
+    pub spin_us: u64,
     /// Commit the binary was built from (`git describe --always --dirty`
     /// at build time; "unknown" outside a git checkout).
     pub git_commit: String,
@@ -260,17 +273,80 @@ pub struct Summary {
     pub version: String,
 }
 
+/// Percentiles of one component of lateness, in microseconds.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Spread {
+    pub samples: u64,
+    pub p50_us: Option<u64>,
+    pub p99_us: Option<u64>,
+    pub max_us: Option<u64>,
+}
+
+impl Spread {
+    fn of(h: &Histogram<u64>) -> Spread {
+        if h.is_empty() {
+            return Spread::default();
+        }
+        Spread {
+            samples: h.len(),
+            p50_us: Some(h.value_at_quantile(0.5)),
+            p99_us: Some(h.value_at_quantile(0.99)),
+            max_us: Some(h.max()),
+        }
+    }
+}
+
+/// Where the lateness of open-model (and session-first) requests goes:
+/// lateness = `dispatch` + `handoff`; `send` follows the start (it is not
+/// lateness, but it delays the request on the wire all the same).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct LatenessBreakdown {
+    /// Scheduled time → the dispatcher hands the request over: the batch
+    /// window, the dispatcher's wake-up error and its work for the requests
+    /// before it in the same batch.
+    pub dispatch: Spread,
+    /// Handed over → the worker starts the request (a worker that was asleep
+    /// has to be woken and scheduled).
+    pub handoff: Spread,
+    /// Start → request written to the socket (includes connect for a new
+    /// connection).
+    pub send: Spread,
+    /// Per dispatcher wake-up: how long after its target time the dispatcher
+    /// actually resumed (timer and CPU wake-up latency; with `--spin-us`, the
+    /// error of the spin's end).
+    pub dispatcher_wake_error: Spread,
+}
+
+/// Per-request parts of lateness, in microseconds.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    dispatch_us: u64,
+    handoff_us: u64,
+    send_us: Option<u64>,
+}
+
+/// Whether a request's lateness counts: not for the back-to-back requests of
+/// a session after its first (they are due when the previous one ends);
+/// `Dispatched` also breaks it down (open and partly-open models).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Timed {
+    No,
+    Yes,
+    Dispatched(Instant),
+}
+
 /// One finished request on its way to the collector.
 struct Msg {
     rec: RequestRecord,
     lateness_us: Option<u64>,
+    timing: Option<Timing>,
     wire_bytes: u64,
     fail_reason: Option<&'static str>,
 }
 
 enum Job {
-    Single { id: u64, rec: TraceRecord, client: u32, scheduled: Instant },
-    Session { first_id: u64, recs: Vec<TraceRecord>, client: u32, scheduled: Instant },
+    Single { id: u64, rec: TraceRecord, client: u32, scheduled: Instant, dispatched: Instant },
+    Session { first_id: u64, recs: Vec<TraceRecord>, client: u32, scheduled: Instant, dispatched: Instant },
     User { user: u32 },
 }
 
@@ -287,21 +363,14 @@ struct ClosedShared {
 
 /// Per-worker context.
 struct Ctx {
-    target: Target,
-    run_start: Instant,
-    tx: mpsc::SyncSender<Msg>,
-    in_flight: Arc<AtomicUsize>,
-    persistent: Option<u32>,
-    abort_after: Option<Duration>,
-    timeout: Duration,
-    retries: u32,
-    seed: u64,
+    p: WorkerParams,
+    /// Idle connections by client (no empty lists: memory follows the
+    /// connections, not the number of clients ever seen).
     pool: RefCell<HashMap<u32, Vec<Conn>>>,
     idle: Cell<usize>,
     /// Read buffers of closed connections, for the next ones (at most
     /// [`SPARE_BUFS_PER_WORKER`]; beyond, a buffer is freed).
     spare_bufs: RefCell<Vec<Box<[u8]>>>,
-    closed: Option<Arc<ClosedShared>>,
 }
 
 fn secs(run_start: Instant, t: Instant) -> f64 {
@@ -327,11 +396,16 @@ fn fail_reason(e: &HttpError) -> &'static str {
 impl Ctx {
     fn send(&self, m: Msg) {
         // The collector only goes away when the run is over.
-        let _ = self.tx.send(m);
+        let _ = self.p.tx.send(m);
     }
 
     fn take_idle(&self, client: u32) -> Option<Conn> {
-        let c = self.pool.borrow_mut().get_mut(&client).and_then(Vec::pop);
+        let mut pool = self.pool.borrow_mut();
+        let list = pool.get_mut(&client)?;
+        let c = list.pop();
+        if list.is_empty() {
+            pool.remove(&client);
+        }
         if c.is_some() {
             self.idle.set(self.idle.get() - 1);
         }
@@ -339,18 +413,11 @@ impl Ctx {
     }
 
     fn put_idle(&self, client: u32, conn: Conn) {
-        if self.idle.get() >= IDLE_PER_WORKER {
+        if self.idle.get() >= self.p.idle_limit {
             return self.recycle(conn);
         }
-        let mut pool = self.pool.borrow_mut();
-        let v = pool.entry(client).or_default();
-        if v.len() < IDLE_PER_CLIENT {
-            v.push(conn);
-            self.idle.set(self.idle.get() + 1);
-        } else {
-            drop(pool);
-            self.recycle(conn);
-        }
+        self.pool.borrow_mut().entry(client).or_default().push(conn);
+        self.idle.set(self.idle.get() + 1);
     }
 
     /// Closes `conn`, keeping its read buffer for the next connection.
@@ -382,7 +449,7 @@ impl Ctx {
             }
         }
         let buf = self.spare_bufs.borrow_mut().pop();
-        let mut c = Conn::connect_with(self.target.addr, buf).await?;
+        let mut c = Conn::connect_with(self.p.target.addr, buf).await?;
         *connected = Some(Instant::now());
         let r = c.get(req, prog).await?;
         Ok((r, c))
@@ -397,24 +464,28 @@ impl Ctx {
         rec: &TraceRecord,
         scheduled: Instant,
         mut idle: Option<Conn>,
-        timed: bool,
+        timed: Timed,
     ) -> Option<Conn> {
         let start = Instant::now();
-        let keep_alive = self.persistent.is_some();
-        let req = self.target.request(&rec.path, keep_alive);
-        let limit = self.abort_after.unwrap_or(self.timeout);
+        let keep_alive = self.p.persistent.is_some();
+        let req = self.p.target.request(&rec.path, keep_alive);
+        let limit = self.p.abort_after.unwrap_or(self.p.timeout);
         let mut attempts = 0u32;
         let mut wire = 0u64;
+        let mut first_sent = None;
         let (outcome, prog, connected, done, reason, reusable) = loop {
             attempts += 1;
             let mut prog = Progress::default();
             let mut connected = None;
             let res = tokio::time::timeout(limit, self.attempt(&req, idle.take(), &mut prog, &mut connected)).await;
             wire += prog.wire_bytes;
+            if attempts == 1 {
+                first_sent = prog.request_sent;
+            }
             match res {
                 Ok(Ok((resp, conn))) => {
                     let outcome = if resp.status >= 400 { Outcome::HttpError } else { Outcome::Ok };
-                    let reuse = keep_alive && resp.keep_alive && self.persistent.is_some_and(|k| conn.requests < k);
+                    let reuse = keep_alive && resp.keep_alive && self.p.persistent.is_some_and(|k| conn.requests < k);
                     let reusable = if reuse {
                         Some(conn)
                     } else {
@@ -425,8 +496,8 @@ impl Ctx {
                 }
                 Ok(Err(e)) => break (Outcome::Failed, prog, connected, Instant::now(), Some(fail_reason(&e)), None),
                 Err(_elapsed) => {
-                    if self.abort_after.is_some() {
-                        if attempts <= self.retries {
+                    if self.p.abort_after.is_some() {
+                        if attempts <= self.p.retries {
                             continue;
                         }
                         break (Outcome::Aborted, prog, connected, Instant::now(), None, None);
@@ -435,7 +506,7 @@ impl Ctx {
                 }
             }
         };
-        let rs = self.run_start;
+        let rs = self.p.run_start;
         let record = RequestRecord {
             id,
             client,
@@ -451,29 +522,40 @@ impl Ctx {
             first_byte_s: prog.first_byte.map(|t| secs(rs, t)),
             done_s: Some(secs(rs, done)),
         };
-        let lateness_us = timed.then(|| start.saturating_duration_since(scheduled).as_micros() as u64);
-        self.send(Msg { rec: record, lateness_us, wire_bytes: wire, fail_reason: reason });
+        let lateness_us = (timed != Timed::No).then(|| start.saturating_duration_since(scheduled).as_micros() as u64);
+        let micros = |a: Instant, b: Instant| b.saturating_duration_since(a).as_micros() as u64;
+        let dispatched = match timed {
+            Timed::Dispatched(d) => Some(d),
+            _ => None,
+        };
+        let timing = dispatched.map(|d| Timing {
+            dispatch_us: micros(scheduled, d),
+            handoff_us: micros(d, start),
+            send_us: first_sent.map(|s| micros(start, s)),
+        });
+        self.send(Msg { rec: record, lateness_us, timing, wire_bytes: wire, fail_reason: reason });
         reusable
     }
 
     async fn run_job(self: Rc<Self>, job: Job) {
         match job {
-            Job::Single { id, rec, client, scheduled } => {
-                let idle = if self.persistent.is_some() { self.take_idle(client) } else { None };
-                if let Some(c) = self.perform(id, client, &rec, scheduled, idle, true).await {
+            Job::Single { id, rec, client, scheduled, dispatched } => {
+                let idle = if self.p.persistent.is_some() { self.take_idle(client) } else { None };
+                if let Some(c) = self.perform(id, client, &rec, scheduled, idle, Timed::Dispatched(dispatched)).await {
                     self.put_idle(client, c);
                 }
-                self.in_flight.fetch_sub(1, Ordering::AcqRel);
+                self.p.in_flight.fetch_sub(1, Ordering::AcqRel);
             }
-            Job::Session { first_id, recs, client, scheduled } => {
+            Job::Session { first_id, recs, client, scheduled, dispatched } => {
                 let mut conn = None;
                 let mut when = scheduled;
                 for (i, rec) in recs.iter().enumerate() {
-                    conn = self.perform(first_id + i as u64, client, rec, when, conn, i == 0).await;
+                    let timed = if i == 0 { Timed::Dispatched(dispatched) } else { Timed::No };
+                    conn = self.perform(first_id + i as u64, client, rec, when, conn, timed).await;
                     // Back-to-back: the next request is due now.
                     when = Instant::now();
                 }
-                self.in_flight.fetch_sub(1, Ordering::AcqRel);
+                self.p.in_flight.fetch_sub(1, Ordering::AcqRel);
             }
             Job::User { user } => self.user_loop(user).await,
         }
@@ -481,8 +563,8 @@ impl Ctx {
 
     /// A closed-model user: request, think, repeat.
     async fn user_loop(&self, user: u32) {
-        let shared = self.closed.as_ref().expect("closed model").clone();
-        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
+        let shared = self.p.closed.as_ref().expect("closed model").clone();
+        let mut rng = ChaCha8Rng::seed_from_u64(self.p.seed);
         rng.set_stream(1_000 + u64::from(user));
         let mut conn: Option<Conn> = None;
         // Users start staggered by one think time, not all at once.
@@ -546,7 +628,7 @@ impl Ctx {
             };
             tokio::time::sleep_until(scheduled.into()).await;
             let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-            conn = self.perform(id, user, &rec, scheduled, conn, true).await;
+            conn = self.perform(id, user, &rec, scheduled, conn, Timed::Yes).await;
             scheduled = Instant::now() + Duration::from_secs_f64(shared.think.sample_s(&mut rng));
         }
     }
@@ -671,6 +753,9 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
     if cfg.batch_window_us > MAX_BATCH_WINDOW_US {
         return Err(cerr(format!("--batch-window-us must be at most {MAX_BATCH_WINDOW_US}")));
     }
+    if cfg.spin_us > MAX_SPIN_US {
+        return Err(cerr(format!("--spin-us must be at most {MAX_SPIN_US}")));
+    }
     if cfg.persistent == Some(0) {
         return Err(cerr("--persistent K must be ≥ 1".into()));
     }
@@ -707,12 +792,20 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
     }
     let _normal_again = NormalAgain(cfg.realtime);
     let nofile = raise_nofile();
-    if (cfg.max_in_flight as u64) + 64 > nofile {
+    // In flight, plus (keep-alive) at least one idle connection per worker.
+    let min_idle = if cfg.persistent.is_some() { cfg.threads as u64 } else { 0 };
+    let needed = cfg.max_in_flight as u64 + min_idle + FILES_BESIDES_CONNECTIONS;
+    if needed > nofile {
         return Err(cerr(format!(
-            "--max-in-flight {} needs more open files than the limit {nofile} allows; lower it or raise `ulimit -n`",
-            cfg.max_in_flight
+            "--max-in-flight {} needs {needed} open files, more than the limit {nofile} allows; lower it or raise \
+             `ulimit -n`",
+            cfg.max_in_flight,
         )));
     }
+    // Idle connections get what the open-file limit leaves, up to one per
+    // request that may be in flight.
+    let idle_total = (nofile - cfg.max_in_flight as u64 - FILES_BESIDES_CONNECTIONS).min(cfg.max_in_flight as u64);
+    let idle_limit = (idle_total as usize / cfg.threads).max(1);
     std::fs::create_dir_all(&cfg.out_dir).map_err(|source| LoadError::Io { path: cfg.out_dir.clone(), source })?;
 
     // Scaling needs a first pass over the trace.
@@ -765,19 +858,35 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
         _ => None,
     };
 
-    // Workers.
+    // Workers. With --spin-us, worker 0 runs on this thread and the
+    // dispatcher runs inside it (see `dispatch_spinning`).
+    let spin = (cfg.spin_us > 0 && matches!(cfg.model, Model::Open | Model::PartlyOpen { .. }))
+        .then(|| Duration::from_micros(cfg.spin_us));
+    let params = WorkerParams {
+        target: cfg.target.clone(),
+        run_start,
+        tx: tx.clone(),
+        in_flight: in_flight.clone(),
+        persistent: cfg.persistent,
+        abort_after: cfg.abort_after_s.map(Duration::from_secs_f64),
+        timeout: Duration::from_secs_f64(cfg.timeout_s),
+        retries: cfg.retries,
+        seed: cfg.seed,
+        closed: closed.clone(),
+        idle_limit,
+    };
     let mut senders = Vec::new();
     let mut workers = Vec::new();
     for w in 0..cfg.threads {
-        let (jtx, mut jrx) = tokio::sync::mpsc::unbounded_channel::<Job>();
+        let (jtx, jrx) = tokio::sync::mpsc::unbounded_channel::<Job>();
         senders.push(jtx);
-        let tx = tx.clone();
-        let in_flight = in_flight.clone();
-        let target = cfg.target.clone();
-        let closed = closed.clone();
-        let (persistent, retries, seed, realtime) = (cfg.persistent, cfg.retries, cfg.seed, cfg.realtime);
-        let abort_after = cfg.abort_after_s.map(Duration::from_secs_f64);
-        let timeout = Duration::from_secs_f64(cfg.timeout_s);
+        if w == 0 && spin.is_some() {
+            // Worker 0 is this thread; the dispatcher spawns its jobs directly.
+            drop(jrx);
+            continue;
+        }
+        let p = params.clone();
+        let realtime = cfg.realtime;
         let h = std::thread::Builder::new()
             .name(format!("load-worker-{w}"))
             .spawn(move || {
@@ -786,28 +895,8 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
                     // Allowed: the dispatcher thread just got the same policy.
                     let _ = set_realtime(true);
                 }
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
-                let local = tokio::task::LocalSet::new();
-                let ctx = Rc::new(Ctx {
-                    target,
-                    run_start,
-                    tx,
-                    in_flight,
-                    persistent,
-                    abort_after,
-                    timeout,
-                    retries,
-                    seed,
-                    pool: RefCell::new(HashMap::new()),
-                    idle: Cell::new(0),
-                    spare_bufs: RefCell::new(Vec::new()),
-                    closed,
-                });
-                local.block_on(&rt, async {
-                    while let Some(job) = jrx.recv().await {
-                        tokio::task::spawn_local(ctx.clone().run_job(job));
-                    }
-                });
+                let (rt, local, ctx) = p.build();
+                local.block_on(&rt, receive_jobs(ctx, jrx));
                 rt.block_on(local);
             })
             .map_err(|source| LoadError::Io { path: "worker thread".into(), source })?;
@@ -818,6 +907,7 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
     let mut skipped = SkipCount::default();
     let mut out_of_order = 0u64;
     let mut dispatch_error = None;
+    let mut dispatcher_wake_error = Spread::default();
     match cfg.model {
         Model::Closed { users, .. } => {
             for u in 0..users {
@@ -833,7 +923,6 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
                 Model::PartlyOpen { k } => k as usize,
                 _ => 1,
             };
-            let mut last_wake = run_start;
             let mut d = Dispatcher {
                 it,
                 k,
@@ -847,68 +936,36 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
                 next_id: 0,
                 sessions: 0,
             };
-            loop {
-                let batch = match d.next_batch() {
-                    Ok(Some(b)) => b,
-                    Ok(None) => break,
-                    Err(e) => {
-                        dispatch_error = Some(e);
-                        break;
-                    }
-                };
-                let (first_id, recs, client, scheduled) = batch;
-                // Wake at most once per DISPATCH_QUANTUM: at high rates each wake-up
-                // sends everything due, instead of one timer and context switch per
-                // request (expensive, especially in a VM).
-                let wake = scheduled.max(last_wake + Duration::from_micros(cfg.batch_window_us));
-                if Instant::now() < scheduled {
-                    if !sleep_until(wake) {
-                        break;
-                    }
-                    last_wake = Instant::now();
-                } else if stopped() {
-                    break;
+            let mut hand = Handover {
+                tx: tx.clone(),
+                in_flight: in_flight.clone(),
+                max_in_flight: cfg.max_in_flight,
+                run_start,
+                k,
+                senders: &senders,
+                wake_error: hist(),
+            };
+            let res = match spin {
+                None => dispatch_sleeping(&mut d, &mut hand, cfg.batch_window_us),
+                Some(spin) => {
+                    let (rt, local, ctx) = params.clone().build();
+                    let res = local.block_on(&rt, dispatch_spinning(&mut d, &mut hand, &ctx, spin));
+                    // The requests still running on this thread end here.
+                    drop(ctx);
+                    rt.block_on(local);
+                    res
                 }
-                if in_flight.load(Ordering::Acquire) >= cfg.max_in_flight {
-                    let now = Instant::now();
-                    for (i, r) in recs.into_iter().enumerate() {
-                        let _ = tx.send(Msg {
-                            rec: RequestRecord {
-                                id: first_id + i as u64,
-                                client,
-                                path: r.path,
-                                size_bytes: r.size_bytes,
-                                bytes_received: 0,
-                                status: None,
-                                outcome: Outcome::Failed,
-                                attempts: 0,
-                                scheduled_s: secs(run_start, scheduled),
-                                start_s: secs(run_start, now),
-                                connected_s: None,
-                                first_byte_s: None,
-                                done_s: None,
-                            },
-                            lateness_us: None,
-                            wire_bytes: 0,
-                            fail_reason: Some("not sent: in-flight limit"),
-                        });
-                    }
-                    continue;
-                }
-                in_flight.fetch_add(1, Ordering::AcqRel);
-                let w = client as usize % cfg.threads;
-                let job = if k == 1 {
-                    let rec = recs.into_iter().next().expect("one record");
-                    Job::Single { id: first_id, rec, client, scheduled }
-                } else {
-                    Job::Session { first_id, recs, client, scheduled }
-                };
-                let _ = senders[w].send(job);
+            };
+            if let Err(e) = res {
+                dispatch_error = Some(e);
             }
             out_of_order = d.out_of_order;
+            dispatcher_wake_error = Spread::of(&hand.wake_error);
         }
     }
     drop(senders);
+    // The workers' parameters hold a sender to the collector too.
+    drop(params);
     for h in workers {
         let _ = h.join();
     }
@@ -922,9 +979,288 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
         }
         return Err(e);
     }
-    let summary = summarize(&cfg, collected, speed, started_unix_s, skipped.skipped(), out_of_order);
+    let mut summary = summarize(&cfg, collected, speed, started_unix_s, skipped.skipped(), out_of_order);
+    summary.lateness_breakdown.dispatcher_wake_error = dispatcher_wake_error;
     write_json_atomic(&cfg.out_dir.join("summary.json"), &summary)?;
     Ok(summary)
+}
+
+/// What a worker needs to build its runtime and [`Ctx`].
+#[derive(Clone)]
+struct WorkerParams {
+    target: Target,
+    run_start: Instant,
+    tx: mpsc::SyncSender<Msg>,
+    in_flight: Arc<AtomicUsize>,
+    persistent: Option<u32>,
+    abort_after: Option<Duration>,
+    timeout: Duration,
+    retries: u32,
+    seed: u64,
+    closed: Option<Arc<ClosedShared>>,
+    /// Most idle connections this worker keeps.
+    idle_limit: usize,
+}
+
+impl WorkerParams {
+    /// A single-threaded runtime, the set its tasks run in, and their context.
+    fn build(self) -> (tokio::runtime::Runtime, tokio::task::LocalSet, Rc<Ctx>) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+        let ctx = Rc::new(Ctx {
+            p: self,
+            pool: RefCell::new(HashMap::new()),
+            idle: Cell::new(0),
+            spare_bufs: RefCell::new(Vec::new()),
+        });
+        (rt, tokio::task::LocalSet::new(), ctx)
+    }
+}
+
+/// A worker's loop: a task per job until the dispatcher hangs up.
+async fn receive_jobs(ctx: Rc<Ctx>, mut jobs: tokio::sync::mpsc::UnboundedReceiver<Job>) {
+    while let Some(job) = jobs.recv().await {
+        tokio::task::spawn_local(ctx.clone().run_job(job));
+    }
+}
+
+/// Hands due batches to workers, or refuses them at the in-flight limit.
+struct Handover<'a> {
+    tx: mpsc::SyncSender<Msg>,
+    in_flight: Arc<AtomicUsize>,
+    max_in_flight: usize,
+    run_start: Instant,
+    k: usize,
+    senders: &'a [tokio::sync::mpsc::UnboundedSender<Job>],
+    /// Per wake-up of the dispatcher: µs after its target time.
+    wake_error: Histogram<u64>,
+}
+
+impl Handover<'_> {
+    /// Starts `batch` now: as a task on this thread if `local` is given and the
+    /// client's worker is 0, else through the worker's channel.
+    fn hand_over(&mut self, (first_id, recs, client, scheduled): Batch, local: Option<&Rc<Ctx>>) {
+        if self.in_flight.load(Ordering::Acquire) >= self.max_in_flight {
+            let now = Instant::now();
+            for (i, r) in recs.into_iter().enumerate() {
+                let _ = self.tx.send(Msg {
+                    rec: RequestRecord {
+                        id: first_id + i as u64,
+                        client,
+                        path: r.path,
+                        size_bytes: r.size_bytes,
+                        bytes_received: 0,
+                        status: None,
+                        outcome: Outcome::Failed,
+                        attempts: 0,
+                        scheduled_s: secs(self.run_start, scheduled),
+                        start_s: secs(self.run_start, now),
+                        connected_s: None,
+                        first_byte_s: None,
+                        done_s: None,
+                    },
+                    lateness_us: None,
+                    timing: None,
+                    wire_bytes: 0,
+                    fail_reason: Some("not sent: in-flight limit"),
+                });
+            }
+            return;
+        }
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        let w = client as usize % self.senders.len();
+        let dispatched = Instant::now();
+        let job = if self.k == 1 {
+            let rec = recs.into_iter().next().expect("one record");
+            Job::Single { id: first_id, rec, client, scheduled, dispatched }
+        } else {
+            Job::Session { first_id, recs, client, scheduled, dispatched }
+        };
+        match local {
+            Some(ctx) if w == 0 => {
+                tokio::task::spawn_local(ctx.clone().run_job(job));
+            }
+            _ => {
+                let _ = self.senders[w].send(job);
+            }
+        }
+    }
+}
+
+/// The dispatcher on its own thread: sleeps (nanosleep) until each batch is
+/// due, waking at most once per `batch_window_us`.
+fn dispatch_sleeping(d: &mut Dispatcher, hand: &mut Handover, batch_window_us: u64) -> Result<(), LoadError> {
+    let mut last_wake = hand.run_start;
+    while let Some(batch) = d.next_batch()? {
+        let scheduled = batch.3;
+        // Wake at most once per batch window: at high rates each wake-up sends
+        // everything due, instead of one timer and context switch per request
+        // (expensive, especially in a VM).
+        let wake = scheduled.max(last_wake + Duration::from_micros(batch_window_us));
+        if Instant::now() < scheduled {
+            if !sleep_until(wake) {
+                break;
+            }
+            last_wake = Instant::now();
+            hand.wake_error.saturating_record(last_wake.saturating_duration_since(wake).as_micros() as u64);
+        } else if stopped() {
+            break;
+        }
+        hand.hand_over(batch, None);
+    }
+    Ok(())
+}
+
+/// Longest accepted `--spin-us`.
+pub const MAX_SPIN_US: u64 = 5_000;
+
+/// The dispatcher inside worker 0's runtime (`--spin-us`): a timerfd wakes it
+/// `spin` (at most half the gap since the previous batch) before each due batch, then it busy-polls, yielding to the runtime
+/// (which polls the sockets without blocking) until the batch is due, and
+/// starts worker 0's requests itself. Neither this thread's wake-up from an
+/// idle CPU nor a hand-off to a sleeping worker is then on the path of a due
+/// request; the cost is a CPU busy for up to `spin` before every send.
+async fn dispatch_spinning(
+    d: &mut Dispatcher,
+    hand: &mut Handover<'_>,
+    ctx: &Rc<Ctx>,
+    spin: Duration,
+) -> Result<(), LoadError> {
+    let timer = TimerFd::new().map_err(|source| LoadError::Io { path: "timerfd".into(), source })?;
+    let mut previous = hand.run_start;
+    let mut budget = SpinBudget::new();
+    while let Some(batch) = d.next_batch()? {
+        let scheduled = batch.3;
+        // Spin for at most half the gap since the previous send, and not at
+        // all while this thread is busy most of the time anyway: spinning
+        // through every gap would keep it running 100% of the time, and under
+        // SCHED_FIFO the kernel's RT throttling (95% by default) would then
+        // stop it for tens of milliseconds each second (measured: lateness p99
+        // 40-80 ms at 20,000-25,000 requests/s).
+        let spin_now =
+            if budget.allows() { spin.min(scheduled.saturating_duration_since(previous) / 2) } else { Duration::ZERO };
+        previous = scheduled;
+        if Instant::now() < scheduled {
+            // Sleep (in slices, to notice a stop signal) until `spin_now` before.
+            let spin_from = scheduled - spin_now;
+            loop {
+                if stopped() {
+                    return Ok(());
+                }
+                let now = Instant::now();
+                if now >= spin_from {
+                    break;
+                }
+                timer
+                    .sleep((spin_from - now).min(Duration::from_millis(100)))
+                    .await
+                    .map_err(|source| LoadError::Io { path: "timerfd".into(), source })?;
+            }
+            while Instant::now() < scheduled {
+                tokio::task::yield_now().await;
+            }
+            hand.wake_error.saturating_record(Instant::now().saturating_duration_since(scheduled).as_micros() as u64);
+        } else if stopped() {
+            break;
+        }
+        hand.hand_over(batch, Some(ctx));
+    }
+    Ok(())
+}
+
+/// Share of its wall time the spinning thread may run (CPU time) before it
+/// stops spinning: below the kernel's default RT throttling limit of 95%.
+const SPIN_MAX_CPU_SHARE: f64 = 0.85;
+/// How often [`SpinBudget`] measures.
+const SPIN_BUDGET_WINDOW: Duration = Duration::from_millis(10);
+
+/// Whether the calling thread may spin: it may while, over the last
+/// [`SPIN_BUDGET_WINDOW`], it ran less than [`SPIN_MAX_CPU_SHARE`] of the time.
+struct SpinBudget {
+    window_start: Instant,
+    cpu_start: Duration,
+    allowed: bool,
+}
+
+impl SpinBudget {
+    fn new() -> SpinBudget {
+        SpinBudget { window_start: Instant::now(), cpu_start: thread_cpu_time(), allowed: true }
+    }
+
+    fn allows(&mut self) -> bool {
+        let now = Instant::now();
+        let wall = now.saturating_duration_since(self.window_start);
+        if wall >= SPIN_BUDGET_WINDOW {
+            let cpu = thread_cpu_time();
+            self.allowed = cpu.saturating_sub(self.cpu_start).as_secs_f64() < SPIN_MAX_CPU_SHARE * wall.as_secs_f64();
+            self.window_start = now;
+            self.cpu_start = cpu;
+        }
+        self.allowed
+    }
+}
+
+/// CPU time used by the calling thread.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: writes the calling thread's CPU clock into a local timespec.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// A non-blocking CLOCK_MONOTONIC timerfd registered with the runtime: a
+/// sleep with nanosecond resolution (tokio's own timers have 1 ms) that
+/// still lets the runtime serve sockets meanwhile.
+struct TimerFd(tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>);
+
+impl TimerFd {
+    fn new() -> std::io::Result<TimerFd> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain syscall; the fd is owned by the OwnedFd below.
+        let fd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor nobody else owns.
+        let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        // SAFETY: an OwnedFd stays open and keeps its descriptor for as long as
+        // the AsyncFd owns it.
+        let afd = unsafe { tokio::io::unix::AsyncFd::register_with_interest(owned, tokio::io::Interest::READABLE) };
+        Ok(TimerFd(afd?))
+    }
+
+    /// Sleeps for `d` (> 0).
+    async fn sleep(&self, d: Duration) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let fd = self.0.get_ref().as_raw_fd();
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+            it_value: libc::timespec {
+                tv_sec: d.as_secs() as libc::time_t,
+                // At least 1 ns: an all-zero value would disarm the timer.
+                tv_nsec: (d.subsec_nanos().max(u32::from(d.as_secs() == 0))) as libc::c_long,
+            },
+        };
+        // SAFETY: `fd` is our timerfd; `spec` is a valid local.
+        if unsafe { libc::timerfd_settime(fd, 0, &spec, std::ptr::null_mut()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        loop {
+            let mut guard = self.0.readable().await?;
+            let mut expirations = 0u64;
+            // SAFETY: reads 8 bytes into a local u64, as timerfd requires.
+            let n = unsafe { libc::read(fd, (&mut expirations as *mut u64).cast(), 8) };
+            if n == 8 {
+                return Ok(());
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::WouldBlock {
+                return Err(e);
+            }
+            guard.clear_ready();
+        }
+    }
 }
 
 /// Streams the trace into timed batches (one request, or a K-request session).
@@ -989,6 +1325,9 @@ struct Collected {
     resp_sched: Histogram<u64>,
     resp_start: Histogram<u64>,
     lateness: Histogram<u64>,
+    dispatch: Histogram<u64>,
+    handoff: Histogram<u64>,
+    send: Histogram<u64>,
     resp_sched_sum_us: f64,
     resp_start_sum_us: f64,
 }
@@ -1024,6 +1363,9 @@ fn collect(
         resp_sched: hist(),
         resp_start: hist(),
         lateness: hist(),
+        dispatch: hist(),
+        handoff: hist(),
+        send: hist(),
         resp_sched_sum_us: 0.0,
         resp_start_sum_us: 0.0,
     };
@@ -1090,6 +1432,13 @@ fn collect(
             }
             if let Some(l) = m.lateness_us {
                 c.lateness.saturating_record(l.clamp(1, HIST_MAX_US));
+            }
+            if let Some(t) = m.timing {
+                c.dispatch.saturating_record(t.dispatch_us);
+                c.handoff.saturating_record(t.handoff_us);
+                if let Some(s) = t.send_us {
+                    c.send.saturating_record(s);
+                }
             }
         }
         let now = Instant::now();
@@ -1203,6 +1552,12 @@ fn summarize(cfg: &Config, c: Collected, speed: f64, started_unix_s: f64, skippe
         lateness_p99_ms,
         lateness_max_ms: (!c.lateness.is_empty()).then(|| c.lateness.max() as f64 / 1000.0),
         lateness_samples: c.lateness.len(),
+        lateness_breakdown: LatenessBreakdown {
+            dispatch: Spread::of(&c.dispatch),
+            handoff: Spread::of(&c.handoff),
+            send: Spread::of(&c.send),
+            dispatcher_wake_error: Spread::default(),
+        },
         valid: invalid.is_empty(),
         invalid_reasons: invalid,
         interrupted: stopped(),
@@ -1219,6 +1574,7 @@ fn summarize(cfg: &Config, c: Collected, speed: f64, started_unix_s: f64, skippe
         max_in_flight: cfg.max_in_flight,
         realtime: cfg.realtime,
         batch_window_us: cfg.batch_window_us,
+        spin_us: cfg.spin_us,
         git_commit: env!("SHORTFIRST_GIT_COMMIT").to_string(),
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default(),
         cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),

@@ -132,6 +132,7 @@ fn config(addr: SocketAddr, trace: &Path, out: &Path) -> Config {
         progress: false,
         realtime: false,
         batch_window_us: shortfirst_load::run::DEFAULT_BATCH_WINDOW_US,
+        spin_us: 0,
         command_line: vec!["test".into()],
     }
 }
@@ -449,4 +450,104 @@ fn realtime_scheduling() {
             assert!(e.to_string().contains("CAP_SYS_NICE"), "{e}");
         }
     }
+}
+
+/// `--persistent K` under backlog: every connection goes back to its client's
+/// idle list until it has carried K requests, however many were in flight at
+/// once, so keep-alive does not turn into new connections.
+#[test]
+fn persistent_k_holds_under_backlog() {
+    let dir = tempfile::tempdir().unwrap();
+    // Three bursts of 20 simultaneous 100 ms requests from one client.
+    let mut lines = Vec::new();
+    for burst in 0..3 {
+        for _ in 0..20 {
+            lines.push((burst as f64 * 1.0, "/slow/100/10", 10));
+        }
+    }
+    let trace = write_trace(dir.path(), &lines);
+    let (addr, seen) = start_server(None, false);
+    let out = dir.path().join("run");
+    let mut cfg = config(addr, &trace, &out);
+    cfg.persistent = Some(2);
+    cfg.clients = 1;
+    let s = run(cfg).unwrap();
+    // (Not `valid`: 20 requests due at once on a loaded test machine may
+    // exceed the lateness limit, which is not what this test is about.)
+    assert_eq!((s.completed, s.not_sent_in_flight_limit), (60, 0));
+    // Bursts 1 and 2 share 20 connections (2 requests each, then closed);
+    // burst 3 needs 20 new ones.
+    assert_eq!(seen.connections.load(Ordering::Relaxed), 40);
+}
+
+/// The idle connections a worker keeps are bounded (by --max-in-flight /
+/// --threads, less if the open-file limit is tight): beyond, a connection is
+/// closed after its request.
+#[test]
+fn idle_connections_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut lines = Vec::new();
+    for burst in 0..2 {
+        for _ in 0..10 {
+            lines.push((burst as f64 * 1.0, "/slow/100/10", 10));
+        }
+    }
+    let trace = write_trace(dir.path(), &lines);
+    let (addr, seen) = start_server(None, false);
+    let out = dir.path().join("run");
+    let mut cfg = config(addr, &trace, &out);
+    cfg.persistent = Some(100);
+    cfg.clients = 1;
+    cfg.threads = 1;
+    cfg.max_in_flight = 12;
+    let s = run(cfg).unwrap();
+    assert_eq!((s.completed, s.not_sent_in_flight_limit), (20, 0));
+    // 10, then at most 12 idle were kept — all 10: no new connection.
+    assert_eq!(seen.connections.load(Ordering::Relaxed), 10);
+
+    let out = dir.path().join("run2");
+    let mut cfg = config(addr, &trace, &out);
+    cfg.persistent = Some(100);
+    cfg.clients = 1;
+    cfg.threads = 2;
+    cfg.max_in_flight = 12;
+    let before = seen.connections.load(Ordering::Relaxed);
+    let s = run(cfg).unwrap();
+    assert_eq!(s.completed, 20);
+    // One client is one worker's: it keeps 12 / 2 = 6 of its 10 connections,
+    // so the second burst opens 4 new ones.
+    assert_eq!(seen.connections.load(Ordering::Relaxed) - before, 14);
+}
+
+/// --spin-us: the dispatcher runs in worker 0 and busy-waits before each
+/// send; every request is sent once, with its lateness broken down.
+#[test]
+fn spin_dispatch_open_and_partly_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines: Vec<(f64, &str, u64)> = (0..300).map(|i| (i as f64 * 0.001, "/size/100", 100)).collect();
+    let trace = write_trace(dir.path(), &lines);
+    let (addr, seen) = start_server(None, false);
+    for (model, persistent) in [(Model::Open, None), (Model::Open, Some(10)), (Model::PartlyOpen { k: 3 }, Some(3))] {
+        let out = dir.path().join(format!("run-{model:?}-{persistent:?}"));
+        let mut cfg = config(addr, &trace, &out);
+        cfg.model = model;
+        cfg.persistent = persistent;
+        cfg.spin_us = 200;
+        let before = seen.requests.load(Ordering::Relaxed);
+        let s = run(cfg).unwrap();
+        assert_eq!((s.requests, s.completed, s.spin_us), (300, 300, 200), "{model:?}");
+        assert_eq!(seen.requests.load(Ordering::Relaxed) - before, 300);
+        let ids: Vec<u64> = rows(&out).iter().map(|r| r.id).collect();
+        assert_eq!(ids, (0..300).collect::<Vec<_>>());
+        // One timed request per dispatch (the first of each session).
+        let timed = if let Model::PartlyOpen { k } = model { 300 / u64::from(k) } else { 300 };
+        let b = &s.lateness_breakdown;
+        assert_eq!((b.dispatch.samples, b.handoff.samples, b.send.samples), (timed, timed, timed), "{model:?}");
+        assert!(b.dispatcher_wake_error.samples > 0);
+        let j = summary_json(&out);
+        assert!(j["lateness_breakdown"]["handoff"]["p99_us"].is_u64(), "{j}");
+    }
+    let mut cfg = config(addr, &trace, &dir.path().join("bad"));
+    cfg.spin_us = shortfirst_load::run::MAX_SPIN_US + 1;
+    assert!(run(cfg).unwrap_err().to_string().contains("--spin-us"));
 }
