@@ -71,16 +71,20 @@ test-rust: apt
 test-lab: venv apt build
 	cd lab && ../$(PY) -m pytest -q -ra
 
+# Every Python file we ship: the lab, and the bench drivers (one ruff configuration, lab's).
+# Run from lab/ so that lab's own packages are first-party for import sorting.
+PY_SOURCES := . ../bench ../crates/gatekeeper/bench ../crates/load/bench
+
 lint: venv
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
-	$(VENV)/bin/ruff check lab
-	$(VENV)/bin/ruff format --check lab
+	cd lab && ../$(VENV)/bin/ruff check --config pyproject.toml $(PY_SOURCES)
+	cd lab && ../$(VENV)/bin/ruff format --config pyproject.toml --check $(PY_SOURCES)
 
 fmt: venv
 	$(CARGO) fmt --all
-	$(VENV)/bin/ruff format lab
-	$(VENV)/bin/ruff check --fix lab
+	cd lab && ../$(VENV)/bin/ruff format --config pyproject.toml $(PY_SOURCES)
+	cd lab && ../$(VENV)/bin/ruff check --config pyproject.toml --fix $(PY_SOURCES)
 
 bench: $(BENCH_TARGETS)
 
