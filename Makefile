@@ -57,7 +57,7 @@ venv: $(STAMPS)/venv
 $(STAMPS)/venv: lab/requirements.lock lab/pyproject.toml
 	@mkdir -p $(STAMPS)
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q pip==26.3   # pinned: a new pip must not change CI by itself
 	$(VENV)/bin/pip install -q --require-hashes -r lab/requirements.lock
 	$(VENV)/bin/pip install -q --no-deps -e lab
 	@touch $@
