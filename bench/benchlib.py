@@ -16,6 +16,7 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,11 @@ from typing import Any
 #: The repository root (this file is ROOT/bench/benchlib.py): git runs there,
 #: whatever the caller's working directory.
 REPO = Path(__file__).resolve().parents[1]
+
+# The lab's provenance module is standard-library only too: one reading of the
+# machine for benches and experiments alike.
+sys.path.insert(0, str(REPO / "lab"))
+from shortfirst_lab import provenance as _provenance  # noqa: E402
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -69,13 +75,7 @@ def git_commit() -> str:
 
 
 def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
+    return _provenance.cpu_model() or "unknown"
 
 
 def machine() -> dict:

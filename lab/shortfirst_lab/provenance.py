@@ -27,7 +27,8 @@ def _git(args: list[str], cwd: Path) -> str | None:
     return r.stdout.strip() if r.returncode == 0 else None
 
 
-def _cpu_model() -> str | None:
+def cpu_model() -> str | None:
+    """The CPU model name from /proc/cpuinfo, or None if absent (bench/benchlib.py uses it too)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -53,7 +54,7 @@ def collect(repo: Path, argv: list[str] | None = None, extra: dict[str, Any] | N
         "os": platform.platform(),
         "hostname": socket.gethostname(),
         "cpu_count": os.cpu_count(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "python": platform.python_version(),
         "date_utc": utc_now(),
         "command_line": shlex.join(argv),
