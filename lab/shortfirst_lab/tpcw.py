@@ -417,8 +417,15 @@ def generate(bins: Binaries, db_url: str, items: int, customers: int, seed: int)
 
 @contextmanager
 def bookstore(
-    bins: Binaries, db_url: str, workdir: Path, pool: int, log_name: str = "bookstore.log"
+    bins: Binaries,
+    db_url: str,
+    workdir: Path,
+    pool: int,
+    log_name: str = "bookstore.log",
+    request_log: Path | None = None,
 ) -> Iterator[str]:
+    """Yields the bookstore's URL. With ``request_log``, the bookstore writes one row per request
+    there (``bookstore serve --request-log``); the file is complete once this context has exited."""
     port = free_port()
     args = [
         str(bins.bookstore),
@@ -430,6 +437,8 @@ def bookstore(
         "--pool",
         str(pool),
     ]
+    if request_log is not None:
+        args += ["--request-log", str(request_log)]
     with process(args, workdir / log_name) as p:
         url = f"http://127.0.0.1:{port}"
         wait_http(url + "/healthz", proc=p)
@@ -438,9 +447,15 @@ def bookstore(
 
 @contextmanager
 def gatekeeper(
-    bins: Binaries, upstream: str, policy: str, capacity: str, workdir: Path
+    bins: Binaries,
+    upstream: str,
+    policy: str,
+    capacity: str,
+    workdir: Path,
+    max_queue_wait_s: float | None = None,
 ) -> Iterator[tuple[str, str]]:
-    """Yields (proxy URL, metrics URL)."""
+    """Yields (proxy URL, metrics URL). ``max_queue_wait_s``: ``--max-queue-wait`` (503 after
+    waiting that long for admission); ``None``: no limit."""
     port, admin = free_port(), free_port()
     args = [
         str(bins.shortfirst),
@@ -456,6 +471,8 @@ def gatekeeper(
         "--admin",
         f"127.0.0.1:{admin}",
     ]
+    if max_queue_wait_s is not None:
+        args += ["--max-queue-wait", f"{round(max_queue_wait_s * 1000)}ms"]
     with process(args, workdir / "gatekeeper.log") as p:
         wait_http(f"http://127.0.0.1:{admin}/metrics", proc=p)
         yield f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}/metrics"
@@ -529,6 +546,71 @@ def calibrate(
     return f"{max(1, round(capacity_us / 1000))}ms", record
 
 
+def parse_capacity_us(text: str) -> int:
+    """``800ms``, ``2s``, ``500us`` or a bare number of ms → microseconds (the gatekeeper's units)."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(us|ms|s)?\s*", text)
+    if not m:
+        raise TpcwError(f"capacity {text!r}: expected e.g. 800ms, 2s or 500us")
+    scale = {"us": 1, "ms": 1_000, "s": 1_000_000, None: 1_000}[m.group(2)]
+    return round(float(m.group(1)) * scale)
+
+
+def calibrate_with_browsers(
+    measure,
+    browsers: int,
+    min_capacity: str,
+    max_capacity: str,
+    growth: float = 2.0,
+    within: float = 0.05,
+    duration_s: float = 40.0,
+    warmup_s: float = 20.0,
+    max_trials: int = 6,
+) -> tuple[str, dict]:
+    """Calibrates the capacity against the load the experiment runs: the experiment's own emulated
+    browsers (closed model, think time, shopping mix, client timeout), ``browsers`` of them (by
+    default the sweep's highest count: the gatekeeper's capacity matters past saturation),
+    through a fifo gatekeeper at every capacity from ``min_capacity`` multiplying by ``growth`` up
+    to ``max_capacity`` (at most ``max_trials``). ``measure(capacity, browsers, duration_s,
+    warmup_s)`` runs one point and returns it. The answer is the smallest capacity whose
+    successful throughput is within ``within`` of the best trial's (as ``choose_capacity``)."""
+    lo, hi = parse_capacity_us(min_capacity), parse_capacity_us(max_capacity)
+    if not (0 < lo <= hi) or growth <= 1.0 or max_trials < 1:
+        raise TpcwError(
+            "calibration: need 0 < calibrate_min <= calibrate_max, calibrate_growth > 1 and "
+            f"calibrate_max_trials >= 1; got {min_capacity}, {max_capacity}, {growth}, {max_trials}"
+        )
+    trials = []
+    cap = lo
+    while cap <= hi * 1.0001 and len(trials) < max_trials:
+        label = f"{max(1, round(cap / 1000))}ms"
+        r = measure(label, browsers, duration_s, warmup_s)
+        trials.append(
+            {
+                "capacity_us": parse_capacity_us(label),
+                "throughput_per_s": r["throughput_per_min"] / 60.0,
+                "throughput_per_min": r["throughput_per_min"],
+                "full_throughput_per_min": r["full"]["throughput_per_min"],
+                "timed_out": r["timed_out"],
+                "mean_response_s": r["mean_response_s"],
+            }
+        )
+        print(
+            f"  calibrate {label:>8}: {r['throughput_per_min']:8.0f}/min at {browsers} browsers", flush=True
+        )
+        cap *= growth
+    chosen = choose_capacity(trials, within)
+    record = {
+        "method": "browsers",
+        "browsers": browsers,
+        "duration_s": duration_s,
+        "warmup_s": warmup_s,
+        "trials": trials,
+        "within": within,
+        "chosen_capacity_us": chosen,
+    }
+    return f"{max(1, round(chosen / 1000))}ms", record
+
+
 def choose_capacity(trials: list[dict], within: float) -> int:
     """The smallest trial capacity whose throughput is at least (1 − within) × the best trial's."""
     if not trials:
@@ -575,6 +657,63 @@ def run_load(
     if res.returncode != 0 or not (out / "summary.json").exists():
         raise TpcwError(f"shortfirst load failed ({res.returncode}): {res.stderr.strip()[-500:]}")
     return json.loads((out / "summary.json").read_text())
+
+
+_TIMELINE_SERIES = re.compile(
+    r"^(gatekeeper_(?:load_seconds|capacity_seconds|queue_length|in_flight|admitted_total"
+    r"|cancelled_while_queued_total)|gatekeeper_type_estimated_cost_seconds)"
+    r"(?:\{type=\"((?:[^\"\\]|\\.)*)\"\})?\s+(\S+)$"
+)
+
+
+class Timeline:
+    """Samples the gatekeeper's gauges and per-type learned costs once a second while a point runs
+    (a background thread; one small HTTP request a second to the admin port). The learned cost of
+    a type over time is what SJF orders by; the end-of-run value alone is the drained tail's.
+
+    At most ``max_samples`` samples are kept (later ones are dropped); ``write`` writes
+    ``t_s,series,type,value`` rows, ``t_s`` from the start of sampling."""
+
+    def __init__(self, metrics_url: str, interval_s: float = 1.0, max_samples: int = 3600) -> None:
+        import threading
+
+        self.url, self.interval_s, self.max_samples = metrics_url, interval_s, max_samples
+        self.rows: list[tuple[float, str, str, float]] = []
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gatekeeper-timeline", daemon=True)
+
+    def __enter__(self) -> Timeline:
+        self._t0 = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set() and self.samples < self.max_samples:
+            t = time.monotonic() - self._t0
+            try:
+                with urllib.request.urlopen(self.url, timeout=2) as r:
+                    text = r.read().decode()
+            except OSError:
+                text = ""
+            for line in text.splitlines():
+                m = _TIMELINE_SERIES.match(line)
+                if m:
+                    self.rows.append((t, m.group(1), m.group(2) or "", float(m.group(3))))
+            self.samples += 1
+            self._stop.wait(self.interval_s)
+
+    def write(self, path: Path) -> None:
+        tmp = path.with_suffix(".csv.tmp")
+        with open(tmp, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["t_s", "series", "type", "value"])
+            w.writerows((f"{t:.3f}", series, label, value) for t, series, label, value in self.rows)
+        tmp.rename(path)
 
 
 _METRIC = re.compile(r"^(\w+)\{([^}]*)\}\s+(\S+)$")
@@ -740,6 +879,198 @@ def analyze(
     return res
 
 
+def join_requests(
+    requests_csv: Path,
+    started_unix_s: float,
+    app_log: Path,
+    warmup_s: float,
+    end_s: float,
+    tolerance_s: float = 0.002,
+    relay_s: float = 0.050,
+) -> dict:
+    """Joins the browsers' log (``shortfirst load``'s requests.csv) with the bookstore's
+    (``bookstore serve --request-log``), request by request, for the requests that ended in
+    [warmup_s, end_s].
+
+    Neither log carries an id of the other, so a successful browser request is matched to the
+    bookstore request of the same path whose end is nearest its first response byte, after
+    removing the two clocks' offset (with the typical relay time: the most common gap): at most
+    ``relay_s`` before it or ``tolerance_s`` after it, and that began after the browser sent it.
+    Its time splits into ``wait`` (browser send → the
+    bookstore starts it: connection, proxy, admission queue) and ``exec`` (→ the browser's last
+    byte), so ``wait + exec = response`` on the same requests. The offset removal aligns the
+    bookstore's end with the browser's first byte, so the relay back to the browser (typically
+    well under a millisecond) is counted in wait. A type's mean wait does not depend on which of
+    its requests were paired with which, only on which were matched at all.
+
+    A browser request that timed out (``given_up``) is then matched to the earliest still
+    unmatched bookstore request of its path that began after it was sent: the work the
+    application tier did for an answer nobody read. ``after_timeout`` counts those that began
+    only after the browser had given up (admitted although the client was gone).
+
+    Returns ``matched``/``ok`` (the share of successful requests joined), per interaction
+    ``count``, ``mean_wait_s``, ``mean_exec_s``, ``mean_response_s``, and ``given_up`` with
+    ``count``, ``reached_app``, ``after_timeout``, ``dropped`` (the bookstore saw the
+    connection close while it worked), ``app_s`` (its service time on them), per interaction,
+    and ``app_busy_s``: the bookstore's service time over every request it began in the window."""
+    app: dict[str, list[list]] = defaultdict(list)
+    with open(app_log, newline="") as f:
+        for row in csv.DictReader(f):
+            arrive = float(row["arrived_unix_s"]) - started_unix_s
+            svc = float(row["service_s"])
+            # [finish, arrive, service, outcome, used]
+            app[row["path"]].append([arrive + svc, arrive, svc, row["outcome"], False])
+    for rows in app.values():
+        rows.sort()
+    finishes = {p: [r[0] for r in rows] for p, rows in app.items()}
+
+    ok: list[tuple[float, float, float, str]] = []  # (first byte, start, done, path)
+    gave_up: list[tuple[float, float, str]] = []  # (start, done, path)
+    with open(requests_csv, newline="") as f:
+        for row in csv.DictReader(f):
+            if not row.get("done_s"):
+                continue
+            start, done = float(row["start_s"]), float(row["done_s"])
+            path = row["path"].split("?", 1)[0]
+            # Matched over the whole log, so that requests outside the window take their own
+            # bookstore rows; reported for the window only.
+            if row["outcome"] == "ok" and row["status"] == "200" and row.get("first_byte_s"):
+                ok.append((float(row["first_byte_s"]), start, done, path))
+            elif row["outcome"] == "timeout":
+                gave_up.append((start, done, path))
+
+    import bisect
+
+    # The clocks' offset: the most common gap between a browser's first byte and any bookstore
+    # end of the same path within 0.1 s (0.25 ms bins). Pairs of different requests spread evenly
+    # over the gaps; the true pairs pile up at one gap (offset + relay). The nearest end alone
+    # would not do: with dense requests, nearest-neighbour gaps pile up at zero.
+    bins: dict[int, int] = defaultdict(int)
+    pair_gaps: list[float] = []
+    for fb, _, _, path in ok:
+        fs = finishes.get(path, [])
+        for j in range(bisect.bisect_left(fs, fb - 0.1), len(fs)):
+            if fs[j] > fb + 0.1:
+                break
+            g = fb - fs[j]
+            bins[math.floor(g / 0.00025)] += 1
+            pair_gaps.append(g)
+    offset = 0.0
+    if bins:
+        peak = (max(bins, key=lambda k: (bins[k], -k)) + 0.5) * 0.00025
+        near = sorted(g for g in pair_gaps if abs(g - peak) <= 0.0005)
+        offset = near[len(near) // 2]
+
+    per: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    matched = 0
+    for fb, start, done, path in sorted(ok):
+        fs, rows = finishes.get(path), app.get(path)
+        if not fs:
+            continue
+        t = fb - offset
+        # The bookstore's end precedes the first byte by the relay: at most relay_s more than the
+        # typical relay, and no more than a bin's width less.
+        lo = bisect.bisect_left(fs, t - relay_s)
+        best = None
+        for j in range(lo, len(fs)):
+            if fs[j] > t + tolerance_s:
+                break
+            r = rows[j]
+            if r[4] or r[3] != "done" or r[1] + offset < start - tolerance_s:
+                continue
+            if best is None or abs(fs[j] - t) < abs(fs[best] - t):
+                best = j
+        if best is None:
+            continue
+        rows[best][4] = True
+        if not (warmup_s <= done <= end_s):
+            continue
+        matched += 1
+        wait = max(0.0, min(done - start, rows[best][1] + offset - start))
+        per[PATH_TO_CODE.get(path, "OTHER")].append((wait, done - start))
+    ok_in_window = sum(warmup_s <= done <= end_s for _, _, done, _ in ok)
+
+    g_per: dict[str, dict] = defaultdict(lambda: {"count": 0, "reached_app": 0, "app_s": 0.0, "wait_s": []})
+    reached = after = dropped = 0
+    n_gave_up = sum(warmup_s <= done <= end_s for _, done, _ in gave_up)
+    app_s = 0.0
+    for start, done, path in sorted(gave_up):
+        rows = app.get(path, [])
+        cands = [r for r in rows if not r[4] and r[1] + offset >= start - tolerance_s]
+        r = min(cands, key=lambda r: r[1]) if cands else None
+        if r is not None:
+            r[4] = True
+        if not (warmup_s <= done <= end_s):
+            continue
+        e = g_per[PATH_TO_CODE.get(path, "OTHER")]
+        e["count"] += 1
+        if r is None:
+            continue
+        reached += 1
+        e["reached_app"] += 1
+        e["app_s"] += r[2]
+        e["wait_s"].append(r[1] + offset - start)
+        app_s += r[2]
+        after += r[1] + offset > done
+        dropped += r[3] == "dropped"
+    busy = sum(r[2] for rows in app.values() for r in rows if warmup_s <= r[1] + offset <= end_s)
+    return {
+        "ok": ok_in_window,
+        "matched": matched,
+        "clock_offset_s": offset,
+        "per_interaction": {
+            c: {
+                "count": len(v),
+                "mean_wait_s": sum(w for w, _ in v) / len(v),
+                "mean_exec_s": sum(r - w for w, r in v) / len(v),
+                "mean_response_s": sum(r for _, r in v) / len(v),
+            }
+            for c, v in per.items()
+        },
+        "given_up": {
+            "count": n_gave_up,
+            "reached_app": reached,
+            "after_timeout": after,
+            "dropped": dropped,
+            "app_s": app_s,
+            "per_interaction": {
+                c: {
+                    "count": e["count"],
+                    "reached_app": e["reached_app"],
+                    "app_s": e["app_s"],
+                    "mean_wait_s": sum(e["wait_s"]) / len(e["wait_s"]) if e["wait_s"] else None,
+                }
+                for c, e in g_per.items()
+            },
+        },
+        "app_busy_s": busy,
+    }
+
+
+def apply_join(point: dict, joined: dict) -> None:
+    """Replaces a point's per-interaction ``mean_wait_s`` / ``mean_exec_s`` / ``mean_response_s``
+    with the joined figures (the same successful requests for all three), keeping the gatekeeper's
+    own per-type means as ``gate_mean_wait_s`` / ``gate_mean_exec_s`` (every admitted request of
+    the whole run, given-up ones included), and stores the rest of the join under ``joined``."""
+    per = point.setdefault("per_interaction", {})
+    for e in per.values():
+        for key in ("mean_wait_s", "mean_exec_s"):
+            if key in e and "gatekeeper_cancelled_while_queued" in point:
+                e[f"gate_{key}"] = e[key]
+            e.pop(key, None)
+    for code, j in joined["per_interaction"].items():
+        e = per.setdefault(code, {})
+        e.update(
+            {
+                "joined_count": j["count"],
+                "mean_wait_s": j["mean_wait_s"],
+                "mean_exec_s": j["mean_exec_s"],
+                "mean_response_s": j["mean_response_s"],
+            }
+        )
+    point["joined"] = {k: v for k, v in joined.items() if k != "per_interaction"}
+
+
 @dataclass
 class Point:
     mode: str
@@ -760,12 +1091,15 @@ def run_point(
     workdir: Path,
     timeout_s: float = 120.0,
     pg: Postgres | None = None,
+    name: str | None = None,
+    max_queue_wait_s: float | None = None,
 ) -> dict:
     """One measurement: ``mode`` is ``direct`` or a gatekeeper policy (``fifo``, ``sjf``, ``sjf-aging:X``),
-    optionally with its own capacity after ``@`` (``sjf@auto``) instead of ``capacity``."""
+    optionally with its own capacity after ``@`` (``sjf@auto``) instead of ``capacity``. Its logs go to
+    ``workdir/name`` (default: from the mode and the browsers)."""
     policy, _, own_capacity = mode.partition("@")
     capacity = own_capacity or capacity
-    name = f"{mode.replace(':', '-').replace('@', '-')}-{browsers}"
+    name = name or f"{mode.replace(':', '-').replace('@', '-')}-{browsers}"
     out = workdir / name
     if out.exists():
         shutil.rmtree(out)
@@ -776,8 +1110,13 @@ def run_point(
     if mode == "direct":
         summary = run_load(bins, app_url, out, browsers, think, duration_s, seed, timeout_s)
     else:
-        with gatekeeper(bins, app_url, policy, capacity, workdir / name) as (proxy, metrics_url):
-            summary = run_load(bins, proxy, out, browsers, think, duration_s, seed, timeout_s)
+        with gatekeeper(bins, app_url, policy, capacity, workdir / name, max_queue_wait_s) as (
+            proxy,
+            metrics_url,
+        ):
+            with Timeline(metrics_url) as timeline:
+                summary = run_load(bins, proxy, out, browsers, think, duration_s, seed, timeout_s)
+            timeline.write(out / "timeline.csv")
             with urllib.request.urlopen(metrics_url, timeout=10) as r:
                 text = r.read().decode()
             (out / "metrics.txt").write_text(text)
@@ -786,6 +1125,7 @@ def run_point(
             cancelled = re.search(r"^gatekeeper_cancelled_while_queued_total\s+(\S+)$", text, re.M)
     res = analyze(out / "requests.csv", warmup_s, duration_s, timeout_s, browsers, think_max_s(think))
     res["load_summary_valid"] = summary.get("valid")
+    res["load_started_unix_s"] = summary.get("started_unix_s")
     if mode != "direct":
         res["gatekeeper_cancelled_while_queued"] = float(cancelled.group(1)) if cancelled else None
     if pg is not None:
@@ -921,6 +1261,14 @@ def sweep(
             cfg["load"][key] = value
         elif key in ("items", "customers"):
             cfg["bookstore"][key] = value
+        elif key == "max_queue_wait_s":
+            # 0 on the command line: no limit.
+            if value:
+                cfg.setdefault("gatekeeper", {})[key] = value
+            else:
+                cfg.setdefault("gatekeeper", {}).pop(key, None)
+        elif key == "calibrate_with":
+            cfg.setdefault("gatekeeper", {})[key] = value
         elif key == "postgres":
             cfg.setdefault("postgres", {}).update({k: v for k, v in value.items() if v is not None})
     bins = bins or Binaries.default()
@@ -954,9 +1302,66 @@ def sweep(
     doc["client_timeout_s"] = timeout_s
     pool = int(b.get("pool", 128))
     settings = PgSettings.from_config(cfg.get("postgres", {}))
+    max_queue_wait_s = gk.get("max_queue_wait_s")
+    if max_queue_wait_s is not None:
+        max_queue_wait_s = float(max_queue_wait_s)
+        if not (0 < max_queue_wait_s):
+            raise TpcwError(f"[gatekeeper] max_queue_wait_s must be positive, got {max_queue_wait_s}")
+    doc["max_queue_wait_s"] = max_queue_wait_s
+
+    def measure(
+        mode: str, n: int, capacity: str, duration_s: float, warmup_s: float, prefix: str = ""
+    ) -> dict:
+        """One point on a fresh bookstore (its pool keeps every connection it ever opened, and an
+        idle PostgreSQL backend keeps its memory, so a point must not inherit the backends of the
+        one before: direct at 256 browsers opens 256 of them) and a prewarmed cache."""
+        name = prefix + f"{mode.replace(':', '-').replace('@', '-')}-{n}"
+        pg.wait_ready()
+        prewarm_s = pg.prewarm(settings.read_iops_limit)
+        app_log = out_dir / f"bookstore-{name}.requests.csv"
+        with bookstore(bins, pg.url, out_dir, pool, f"bookstore-{name}.log", app_log) as app:
+            r = run_point(
+                bins,
+                app,
+                mode,
+                capacity,
+                n,
+                think,
+                duration_s,
+                warmup_s,
+                int(ld.get("seed", 1)),
+                out_dir,
+                timeout_s,
+                pg,
+                name=name,
+                max_queue_wait_s=max_queue_wait_s,
+            )
+        started = r.pop("load_started_unix_s", None)
+        if started is not None and app_log.exists():
+            apply_join(
+                r,
+                join_requests(out_dir / name / "requests.csv", float(started), app_log, warmup_s, duration_s),
+            )
+        r.update({"mode": mode, "browsers": n, "loadavg": list(os.getloadavg()), "prewarm_s": prewarm_s})
+        return r
+
     with shop(cfg, bins, doc) as pg:
         capacity = str(gk.get("capacity", "calibrate"))
-        if capacity == "calibrate":
+        if capacity == "calibrate" and gk.get("calibrate_with", "closed-loop") == "browsers":
+            capacity, doc["calibration"] = calibrate_with_browsers(
+                lambda cap, n, d, w: measure(f"fifo@{cap}", n, cap, d, w, prefix="calibrate-"),
+                browsers=int(
+                    gk.get("calibrate_browsers", max(max(browsers_for(cfg, m)) for m in cfg["modes"]["list"]))
+                ),
+                min_capacity=str(gk.get("calibrate_min", "800ms")),
+                max_capacity=str(gk.get("calibrate_max", "6400ms")),
+                growth=float(gk.get("calibrate_growth", 2.0)),
+                within=float(gk.get("calibrate_within", 0.05)),
+                duration_s=float(gk.get("calibrate_browsers_duration_s", 40)),
+                warmup_s=float(gk.get("calibrate_browsers_warmup_s", 20)),
+                max_trials=int(gk.get("calibrate_max_trials", 6)),
+            )
+        elif capacity == "calibrate":
             with bookstore(bins, pg.url, out_dir, pool, "bookstore-calibrate.log") as app:
                 capacity, doc["calibration"] = calibrate(
                     bins,
@@ -975,35 +1380,7 @@ def sweep(
         print(f"capacity {capacity} (setup {time.monotonic() - t0:.0f} s)", flush=True)
         for mode in cfg["modes"]["list"]:
             for n in browsers_for(cfg, mode):
-                # A fresh bookstore per point: its pool keeps every connection it ever opened, and
-                # an idle PostgreSQL backend keeps its memory, so a point must not inherit the
-                # backends of the one before (direct at 256 browsers opens 256 of them).
-                name = f"{mode.replace(':', '-').replace('@', '-')}-{n}"
-                pg.wait_ready()
-                prewarm_s = pg.prewarm(settings.read_iops_limit)
-                with bookstore(bins, pg.url, out_dir, pool, f"bookstore-{name}.log") as app:
-                    r = run_point(
-                        bins,
-                        app,
-                        mode,
-                        capacity,
-                        int(n),
-                        think,
-                        float(ld["duration_s"]),
-                        float(ld["warmup_s"]),
-                        int(ld.get("seed", 1)),
-                        out_dir,
-                        timeout_s,
-                        pg,
-                    )
-                r.update(
-                    {
-                        "mode": mode,
-                        "browsers": int(n),
-                        "loadavg": list(os.getloadavg()),
-                        "prewarm_s": prewarm_s,
-                    }
-                )
+                r = measure(mode, int(n), capacity, float(ld["duration_s"]), float(ld["warmup_s"]))
                 results.append(r)
                 save()
                 print(
@@ -1374,6 +1751,16 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--shared-buffers", help="override [postgres] shared_buffers")
     s.add_argument("--work-mem", help="override [postgres] work_mem")
     s.add_argument("--read-iops-limit", type=int, help="override [postgres] read_iops_limit")
+    s.add_argument(
+        "--max-queue-wait",
+        type=float,
+        help="override [gatekeeper] max_queue_wait_s (seconds; 0: no limit)",
+    )
+    s.add_argument(
+        "--calibrate-with",
+        choices=["closed-loop", "browsers"],
+        help="override [gatekeeper] calibrate_with",
+    )
     r = sub.add_parser("report", help="figures and the learned-cost table from a summary.json")
     r.add_argument("summary", type=Path)
     a = ap.parse_args(argv)
@@ -1393,6 +1780,8 @@ def main(argv: list[str] | None = None) -> int:
             "duration_s": a.duration,
             "warmup_s": a.warmup,
             "client_timeout_s": a.client_timeout,
+            "max_queue_wait_s": a.max_queue_wait,
+            "calibrate_with": a.calibrate_with,
             "items": a.items,
             "customers": a.customers,
             "postgres": {

@@ -79,7 +79,8 @@ def test_browsers_through_the_gatekeeper_into_the_bookstore(tmp_path: Path):
     bins = _require_stack()
     with tpcw.postgres(max_connections=60) as pg:
         tpcw.generate(bins, pg.url, items=1000, customers=2000, seed=1)
-        with tpcw.bookstore(bins, pg.url, tmp_path, pool=16) as app:
+        app_log = tmp_path / "app.csv"
+        with tpcw.bookstore(bins, pg.url, tmp_path, pool=16, request_log=app_log) as app:
             r = tpcw.run_point(
                 bins,
                 app,
@@ -92,6 +93,47 @@ def test_browsers_through_the_gatekeeper_into_the_bookstore(tmp_path: Path):
                 seed=3,
                 workdir=tmp_path,
             )
+        # Given up while queued: one request admitted at a time (capacity below any cost) and a
+        # client timeout (80 ms) far below the queue's wait (~400 x 1 ms). The gatekeeper must
+        # take a request whose client has gone out of its queue, so that the bookstore serves
+        # almost none of them (if it did not, every queued request would reach the bookstore).
+        gone_log = tmp_path / "app-gone.csv"
+        with tpcw.bookstore(bins, pg.url, tmp_path, pool=4, request_log=gone_log) as app:
+            gone = tpcw.run_point(
+                bins,
+                app,
+                "fifo",
+                "1us",
+                browsers=400,
+                think="const:0",
+                duration_s=4.0,
+                warmup_s=0.5,
+                seed=3,
+                workdir=tmp_path,
+                timeout_s=0.08,
+            )
+    started = r.pop("load_started_unix_s")
+    j = tpcw.join_requests(tmp_path / "sjf-20" / "requests.csv", started, app_log, 1.0, 8.0)
+    # Every successful browser request is found in the bookstore's log, split into wait + exec.
+    assert j["ok"] == r["completed"] and j["matched"] >= 0.98 * j["ok"], j
+    for e in j["per_interaction"].values():
+        assert e["mean_wait_s"] >= 0 and e["mean_exec_s"] > 0, e
+        assert e["mean_wait_s"] + e["mean_exec_s"] == pytest.approx(e["mean_response_s"])
+    assert abs(j["clock_offset_s"]) < 0.1, j
+    timeline = (tmp_path / "sjf-20" / "timeline.csv").read_text().splitlines()
+    assert timeline[0] == "t_s,series,type,value"
+    assert any(",gatekeeper_type_estimated_cost_seconds,GET /home," in line for line in timeline), timeline[
+        :20
+    ]
+    assert len({line.split(",")[0] for line in timeline[1:]}) >= 5, "one sample a second for 8 s"
+    g = tpcw.join_requests(
+        tmp_path / "fifo-400" / "requests.csv", gone.pop("load_started_unix_s"), gone_log, 0.5, 4.0
+    )["given_up"]
+    assert gone["timed_out"] >= 100 and g["count"] == gone["timed_out"], (gone, g)
+    # Many of them never even reach the gatekeeper's handler (each timeout costs the browser its
+    # connection, and 400 browsers reconnect every 80 ms); the rest must leave the queue.
+    assert gone["gatekeeper_cancelled_while_queued"] >= 100, (gone, g)
+    assert g["reached_app"] <= 0.05 * g["count"], g
     assert r["failed"] == 0, r
     assert r["completed"] >= 100, r
     per = r["per_interaction"]
@@ -197,6 +239,36 @@ def test_calibration_takes_the_smallest_capacity_near_the_peak():
         tpcw.choose_capacity([], 0.05)
 
 
+def test_calibration_with_the_experiments_browsers():
+    seen = []
+    per_min = {800: 7000.0, 1600: 9000.0, 3200: 9300.0, 6400: 8000.0}
+
+    def measure(capacity: str, browsers: int, duration_s: float, warmup_s: float) -> dict:
+        seen.append((capacity, browsers, duration_s, warmup_s))
+        x = per_min[tpcw.parse_capacity_us(capacity) // 1000]
+        return {
+            "throughput_per_min": x,
+            "full": {"throughput_per_min": x + 100},
+            "timed_out": 3,
+            "mean_response_s": 1.0,
+        }
+
+    cap, rec = tpcw.calibrate_with_browsers(measure, 400, "800ms", "6.4s", duration_s=30, warmup_s=15)
+    assert seen == [(f"{c}ms", 400, 30, 15) for c in (800, 1600, 3200, 6400)]
+    # 1600 ms is within 5% of the best (3200 ms): the smallest such capacity.
+    assert cap == "1600ms"
+    assert rec["method"] == "browsers" and rec["browsers"] == 400 and rec["chosen_capacity_us"] == 1_600_000
+    assert [t["throughput_per_s"] for t in rec["trials"]] == pytest.approx([v / 60 for v in per_min.values()])
+    seen.clear()
+    tpcw.calibrate_with_browsers(measure, 50, "800ms", "6400ms", max_trials=2)
+    assert [s[0] for s in seen] == ["800ms", "1600ms"]
+    assert tpcw.parse_capacity_us("2s") == 2_000_000 and tpcw.parse_capacity_us("750") == 750_000
+    with pytest.raises(tpcw.TpcwError):
+        tpcw.parse_capacity_us("fast")
+    with pytest.raises(tpcw.TpcwError):
+        tpcw.calibrate_with_browsers(measure, 50, "1600ms", "800ms")
+
+
 def test_modes_may_have_their_own_load_points():
     cfg = {
         "load": {"browsers": [10, 20]},
@@ -283,6 +355,70 @@ def test_analyze_infers_browsers_left_waiting_at_the_end(tmp_path: Path):
     assert tpcw.think_max_s("exp:0.7:7") == 7.0
     assert tpcw.think_max_s("const:0") == 0.0
     assert tpcw.think_max_s("uniform:1:2") == math.inf
+
+
+def test_join_splits_each_response_and_finds_work_for_given_up_requests(tmp_path: Path):
+    header = (
+        "id,client,path,size_bytes,bytes_received,status,outcome,attempts,"
+        "scheduled_s,start_s,connected_s,first_byte_s,done_s\n"
+    )
+    rows = [
+        # Two overlapping Home requests: A (sent 10.0) and B (sent 10.35); the bookstore served
+        # X (began 10.3, ended 10.5) and Y (began 10.4, ended 10.6); X began before B was sent.
+        "1,0,/home,0,10,200,ok,1,10.0,10.0,10.0,10.5005,10.501\n",
+        "2,1,/home,0,10,200,ok,1,10.35,10.35,10.35,10.6005,10.602\n",
+        # Given up: C reached the bookstore only after its browser's timeout, D never did.
+        "3,2,/best_sellers,0,0,,timeout,1,11.0,11.0,11.0,,18.0\n",
+        "4,3,/best_sellers,0,0,,timeout,1,12.0,12.0,12.0,,19.0\n",
+        # Outside the window [5, 30]: ignored.
+        "5,0,/home,0,10,200,ok,1,1.0,1.0,1.0,1.2,1.2\n",
+    ]
+    browsers = tmp_path / "requests.csv"
+    browsers.write_text(header + "".join(rows))
+    # The bookstore's clock reads 0.020 s later than the browsers' run clock (their run starts
+    # 20 ms after started_unix_s): the join must remove that offset.
+    started, skew = 1000.0, 0.020
+    app = tmp_path / "app.csv"
+    app.write_text(
+        "arrived_unix_s,path,status,service_s,outcome\n"
+        + "".join(
+            f"{started + skew + a:.6f},{path},{status},{svc:.6f},{outcome}\n"
+            for a, path, status, svc, outcome in [
+                (10.4, "/home", 200, 0.2, "done"),  # Y, logged first (completion order)
+                (10.3, "/home", 200, 0.2, "done"),  # X
+                (19.0, "/best_sellers", "", 1.0, "dropped"),  # C's, after its timeout at 18
+                (1.0, "/home", 200, 0.2, "done"),  # before the window
+            ]
+        )
+    )
+    j = tpcw.join_requests(browsers, started, app, warmup_s=5.0, end_s=30.0)
+    assert (j["ok"], j["matched"]) == (2, 2)
+    assert j["clock_offset_s"] == pytest.approx(-skew + 0.0005, abs=1e-6)
+    home = j["per_interaction"]["HOME"]
+    assert home["count"] == 2
+    # A waited 0.3 s and B 0.05 s, each plus the 0.5 ms relay back to the browser.
+    assert home["mean_wait_s"] == pytest.approx((0.3005 + 0.0505) / 2, abs=1e-6)
+    assert home["mean_wait_s"] + home["mean_exec_s"] == pytest.approx(home["mean_response_s"])
+    assert home["mean_response_s"] == pytest.approx((0.501 + 0.252) / 2)
+    g = j["given_up"]
+    assert (g["count"], g["reached_app"], g["after_timeout"], g["dropped"]) == (2, 1, 1, 1)
+    assert g["app_s"] == pytest.approx(1.0)
+    assert g["per_interaction"]["BESS"]["count"] == 2
+    assert g["per_interaction"]["BESS"]["mean_wait_s"] == pytest.approx(8.0, abs=1e-3)
+    assert j["app_busy_s"] == pytest.approx(1.4)
+    # The point's per-interaction figures become the joined ones; the gate's are kept apart.
+    point = {
+        "gatekeeper_cancelled_while_queued": 1.0,
+        "per_interaction": {
+            "HOME": {"count": 2, "mean_response_s": 0.5, "mean_wait_s": 9.0, "mean_exec_s": 0.1}
+        },
+    }
+    tpcw.apply_join(point, j)
+    e = point["per_interaction"]["HOME"]
+    assert (e["gate_mean_wait_s"], e["gate_mean_exec_s"]) == (9.0, 0.1)
+    assert e["mean_wait_s"] == pytest.approx(home["mean_wait_s"])
+    assert e["mean_response_s"] == pytest.approx(home["mean_response_s"])
+    assert point["joined"]["given_up"]["count"] == 2
 
 
 def test_pg_settings_from_the_experiment_file():

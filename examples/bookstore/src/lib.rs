@@ -4,7 +4,7 @@
 //! (Elnikety et al. 2004, §4–§5) runs against: TPC-W's schema ([`schema`]), a
 //! deterministic scaled data generator ([`gen`]), the 14 web interactions with
 //! TPC-W's queries ([`interactions`]), rendered as HTML ([`html`]) and served
-//! over HTTP/1.1 ([`server`]), plus a no-load cost probe ([`costs`]) for the
+//! over HTTP/1.1 ([`server`]) with an optional per-request log ([`reqlog`]), plus a no-load cost probe ([`costs`]) for the
 //! paper's Table 1 comparison.
 //!
 //! What the bookstore must NOT know: anything about admission control,
@@ -17,6 +17,7 @@ pub mod error;
 pub mod gen;
 pub mod html;
 pub mod interactions;
+pub mod reqlog;
 pub mod schema;
 pub mod server;
 pub mod words;

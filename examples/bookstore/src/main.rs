@@ -6,12 +6,13 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use shortfirst_bookstore::error::{Error, Result};
 use shortfirst_bookstore::interactions::{Interaction, Store};
-use shortfirst_bookstore::{costs, db, gen, server};
+use shortfirst_bookstore::{costs, db, gen, reqlog, server};
 
 #[derive(Parser)]
 #[command(name = "bookstore", version, about = "A TPC-W-style online bookstore on PostgreSQL")]
@@ -56,6 +57,13 @@ enum Cmd {
         /// Seed of the random defaults (items, subjects, customers) drawn for requests without them.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Write one CSV row per request here (arrival wall-clock time, path, status, service
+        /// time, whether the connection closed first), flushed at shutdown.
+        #[arg(long, value_name = "FILE")]
+        request_log: Option<PathBuf>,
+        /// Most rows the request log takes; later requests are not logged (a warning says so).
+        #[arg(long, default_value_t = reqlog::DEFAULT_MAX_ROWS)]
+        request_log_max_rows: u64,
     },
     /// Measure each interaction's no-load cost and print it next to the Gatekeeper paper's Table 1.
     Costs {
@@ -127,7 +135,11 @@ async fn run(cmd: Cmd) -> Result<()> {
             );
             Ok(())
         }
-        Cmd::Serve { db, listen, pool, pool_wait_ms, max_connections, seed } => {
+        Cmd::Serve { db, listen, pool, pool_wait_ms, max_connections, seed, request_log, request_log_max_rows } => {
+            let request_log = match &request_log {
+                Some(p) => Some(Arc::new(reqlog::RequestLog::create(p, request_log_max_rows)?)),
+                None => None,
+            };
             let pool = db::pool(&db, pool, Duration::from_millis(pool_wait_ms))?;
             let store = Store::open(pool, seed).await?;
             let listener = tokio::net::TcpListener::bind(listen).await.map_err(Error::io(format!("bind {listen}")))?;
@@ -137,8 +149,14 @@ async fn run(cmd: Cmd) -> Result<()> {
                 store.items(),
                 store.customers()
             );
-            let opts = server::ServeOptions { max_connections, ..Default::default() };
+            let opts = server::ServeOptions { max_connections, request_log: request_log.clone(), ..Default::default() };
             server::serve(listener, store, opts, shutdown_signal()).await?;
+            if let Some(log) = &request_log {
+                log.flush()?;
+                if log.skipped() > 0 {
+                    tracing::warn!("request log: {} requests not logged (limit)", log.skipped());
+                }
+            }
             tracing::info!("bookstore: shut down");
             Ok(())
         }

@@ -31,6 +31,7 @@ use tokio::sync::Semaphore;
 use crate::error::{Error, Result};
 use crate::html::{esc, Page};
 use crate::interactions::{Interaction, Request, Session, Store};
+use crate::reqlog::RequestLog;
 
 /// Limits of the HTTP front.
 #[derive(Debug, Clone)]
@@ -40,11 +41,13 @@ pub struct ServeOptions {
     pub max_connections: usize,
     /// Largest accepted form body (POST); larger bodies get 413.
     pub max_body_bytes: usize,
+    /// Where to log every request (see [`crate::reqlog`]); `None`: no log.
+    pub request_log: Option<Arc<RequestLog>>,
 }
 
 impl Default for ServeOptions {
     fn default() -> Self {
-        ServeOptions { max_connections: 4_096, max_body_bytes: 64 * 1024 }
+        ServeOptions { max_connections: 4_096, max_body_bytes: 64 * 1024, request_log: None }
     }
 }
 
@@ -86,7 +89,16 @@ pub async fn serve(
             let service = service_fn(move |req| {
                 let store = store.clone();
                 let opts = opts.clone();
-                async move { Ok::<_, Infallible>(respond(&store, &opts, req).await) }
+                async move {
+                    // Dropped with the handler if the connection closes first: then the row
+                    // says `dropped`.
+                    let mut entry = opts.request_log.as_ref().map(|l| l.begin(req.uri().path()));
+                    let resp = respond(&store, &opts, req).await;
+                    if let Some(e) = entry.as_mut() {
+                        e.done(resp.status().as_u16());
+                    }
+                    Ok::<_, Infallible>(resp)
+                }
             });
             if let Err(e) = http1::Builder::new().keep_alive(true).serve_connection(TokioIo::new(stream), service).await
             {
