@@ -8,8 +8,12 @@ shopping mix (``examples/bookstore/tpcw-shopping.toml``) on persistent connectio
 ``run_point`` measures one (mode, browsers) point; ``sweep`` runs an experiment file
 (``lab/experiments/gatekeeper-tpcw.toml``) and writes ``summary.json`` with, per (mode, browsers):
 ``throughput_per_min``, ``mean_response_s``, ``p99_response_s`` and per interaction ``mean_wait_s``,
-``mean_exec_s`` (wait = time in the gatekeeper's admission queue, exec = admission to last byte, from the
-gatekeeper's per-type histograms; direct access has no queue, so its exec is the response time).
+``mean_exec_s`` and ``mean_response_s`` over the same successful requests (``join_requests``: the
+browsers' log joined with the bookstore's request log; wait = browser send → the bookstore starts the
+request, exec = → last byte), with the gatekeeper's own per-type histograms alongside
+(``gate_mean_wait_s``, ``gate_mean_exec_s``) and, under ``joined.given_up``, what became of the requests
+whose browser gave up. Every gatekeeper point also samples the learned costs once a second
+(``timeline.csv`` in the point's directory).
 
 Usage::
 
@@ -1694,6 +1698,41 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
                 f"{_num(lt['n_full'])} | {_num(lt['n_paper'])} | {_num(lt.get('mean_waiting'))} | "
                 f"{p.get('timed_out', 0)} | "
                 f"{p.get('failed', 0)} | {p.get('in_flight_at_end', 0)} |"
+            )
+        md.append("")
+    joined_pts = [p for p in points if "joined" in p]
+    if joined_pts:
+        md += [
+            "## Browsers' and bookstore's logs joined per request",
+            "",
+            "Successful requests: wait = browser send → the bookstore starts it (connection, proxy, "
+            "admission queue), exec = → the browser's last byte, on the same requests (matched: the "
+            "share found in the bookstore's log). Given up: the browser's timeout ended them; reached "
+            "bookstore = the bookstore worked on them anyway (after timeout: it began only after the "
+            "browser had gone; dropped: the bookstore saw the connection close); bookstore s = its "
+            "time on them, against its time on every request it began in the window.",
+            "",
+            "| mode | browsers | matched | mean wait (ms) | mean exec (ms) | mean response (ms) "
+            "| given up | reached bookstore | after timeout | dropped | bookstore s on given up "
+            "| bookstore s, all | cancelled while queued (whole run) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for p in joined_pts:
+            j, per = p["joined"], p.get("per_interaction", {})
+            n = sum(e.get("joined_count", 0) for e in per.values())
+
+            def avg(key: str, per=per, n=n) -> float | None:
+                if not n:
+                    return None
+                return sum(e.get("joined_count", 0) * e.get(key, 0.0) for e in per.values()) / n
+
+            g = j["given_up"]
+            cancelled = p.get("gatekeeper_cancelled_while_queued")
+            md.append(
+                f"| {p['mode']} | {p['browsers']} | {j['matched']}/{j['ok']} | {_ms(avg('mean_wait_s'))} | "
+                f"{_ms(avg('mean_exec_s'))} | {_ms(avg('mean_response_s'))} | {g['count']} | "
+                f"{g['reached_app']} | {g['after_timeout']} | {g['dropped']} | {g['app_s']:.1f} | "
+                f"{j['app_busy_s']:.1f} | {'-' if cancelled is None else f'{cancelled:.0f}'} |"
             )
         md.append("")
     pg_pts = [p for p in points if "postgres" in p]

@@ -189,9 +189,24 @@ def test_report_draws_figures_and_the_cost_table(tmp_path: Path):
             for point in [_point(m, n, 100.0 * n, 0.01 * n, 0.0005 * n)]
         ],
     }
+    fifo50 = next(p for p in doc["points"] if (p["mode"], p["browsers"]) == ("fifo", 50))
+    for e in fifo50["per_interaction"].values():
+        e["joined_count"] = e["count"]
+    fifo50["gatekeeper_cancelled_while_queued"] = 41.0
+    fifo50["joined"] = {
+        "ok": 18,
+        "matched": 17,
+        "clock_offset_s": -0.02,
+        "app_busy_s": 30.0,
+        "given_up": {"count": 45, "reached_app": 4, "after_timeout": 1, "dropped": 2, "app_s": 1.25},
+    }
     s = tmp_path / "summary.json"
     s.write_text(json.dumps(doc))
     files = tpcw.report(s)
+    summary_md = (tmp_path / "tpcw-summary.md").read_text()
+    # Joined: 17 requests, mean wait (10 x 50 + 5 x 100 + 2 x 500 ms) / 17 = 117.6 ms.
+    assert "| fifo | 50 | 17/18 | 117.6 | " in summary_md, summary_md
+    assert "| 45 | 4 | 1 | 2 | 1.2 | 30.0 | 41 |" in summary_md, summary_md
     assert {f.name for f in files} == {
         "tpcw-throughput.png",
         "tpcw-response.png",
