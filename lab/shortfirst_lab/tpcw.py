@@ -1707,15 +1707,18 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
             "",
             "Successful requests: wait = browser send → the bookstore starts it (connection, proxy, "
             "admission queue), exec = → the browser's last byte, on the same requests (matched: the "
-            "share found in the bookstore's log). Given up: the browser's timeout ended them; reached "
-            "bookstore = the bookstore worked on them anyway (after timeout: it began only after the "
-            "browser had gone; dropped: the bookstore saw the connection close); bookstore s = its "
-            "time on them, against its time on every request it began in the window.",
+            "share found in the bookstore's log). Failed: HTTP errors, e.g. the gatekeeper's 503 after "
+            "max_queue_wait_s. Given up: the browser's timeout ended them; reached bookstore = the "
+            "bookstore worked on them anyway (after timeout: it began only after the browser had gone; "
+            "dropped: the bookstore saw the connection close and dropped its handler; PostgreSQL may "
+            "still finish the query); bookstore s = the time they spent in the bookstore's handlers "
+            "(summed over concurrent requests, not CPU time), against that of every request it began "
+            "in the window.",
             "",
-            "| mode | browsers | matched | mean wait (ms) | mean exec (ms) | mean response (ms) "
+            "| mode | browsers | matched | mean wait (ms) | mean exec (ms) | mean response (ms) | failed "
             "| given up | reached bookstore | after timeout | dropped | bookstore s on given up "
             "| bookstore s, all | cancelled while queued (whole run) |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for p in joined_pts:
             j, per = p["joined"], p.get("per_interaction", {})
@@ -1730,7 +1733,8 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
             cancelled = p.get("gatekeeper_cancelled_while_queued")
             md.append(
                 f"| {p['mode']} | {p['browsers']} | {j['matched']}/{j['ok']} | {_ms(avg('mean_wait_s'))} | "
-                f"{_ms(avg('mean_exec_s'))} | {_ms(avg('mean_response_s'))} | {g['count']} | "
+                f"{_ms(avg('mean_exec_s'))} | {_ms(avg('mean_response_s'))} | {p.get('failed', 0)} | "
+                f"{g['count']} | "
                 f"{g['reached_app']} | {g['after_timeout']} | {g['dropped']} | {g['app_s']:.1f} | "
                 f"{j['app_busy_s']:.1f} | {'-' if cancelled is None else f'{cancelled:.0f}'} |"
             )

@@ -206,7 +206,7 @@ def test_report_draws_figures_and_the_cost_table(tmp_path: Path):
     summary_md = (tmp_path / "tpcw-summary.md").read_text()
     # Joined: 17 requests, mean wait (10 x 50 + 5 x 100 + 2 x 500 ms) / 17 = 117.6 ms.
     assert "| fifo | 50 | 17/18 | 117.6 | " in summary_md, summary_md
-    assert "| 45 | 4 | 1 | 2 | 1.2 | 30.0 | 41 |" in summary_md, summary_md
+    assert "| 0 | 45 | 4 | 1 | 2 | 1.2 | 30.0 | 41 |" in summary_md, summary_md
     assert {f.name for f in files} == {
         "tpcw-throughput.png",
         "tpcw-response.png",
