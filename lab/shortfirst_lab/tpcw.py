@@ -907,16 +907,18 @@ def join_requests(
     well under a millisecond) is counted in wait. A type's mean wait does not depend on which of
     its requests were paired with which, only on which were matched at all.
 
-    A browser request that timed out (``given_up``) is then matched to the earliest still
-    unmatched bookstore request of its path that began after it was sent: the work the
-    application tier did for an answer nobody read. ``after_timeout`` counts those that began
-    only after the browser had given up (admitted although the client was gone).
+    A browser request that timed out (``given_up``) is then matched to a still unmatched
+    bookstore request of its path that began while the browser waited: work the application
+    tier did for an answer nobody read. Bookstore requests left over (``unmatched_app``) began
+    after their browser had given up (admitted although the client was gone), got an error, or
+    were not matched.
 
     Returns ``matched``/``ok`` (the share of successful requests joined), per interaction
-    ``count``, ``mean_wait_s``, ``mean_exec_s``, ``mean_response_s``, and ``given_up`` with
-    ``count``, ``reached_app``, ``after_timeout``, ``dropped`` (the bookstore saw the
-    connection close while it worked), ``app_s`` (its service time on them), per interaction,
-    and ``app_busy_s``: the bookstore's service time over every request it began in the window."""
+    ``count``, ``mean_wait_s``, ``mean_exec_s``, ``mean_response_s``; ``given_up`` with
+    ``count``, ``reached_app``, ``dropped`` (the bookstore saw the connection close while it
+    worked), ``app_s`` (their time in the bookstore's handlers), per interaction;
+    ``unmatched_app`` (``count``, ``dropped``, ``app_s``); and ``app_busy_s``: the time in the
+    handlers of every request the bookstore began in the window."""
     app: dict[str, list[list]] = defaultdict(list)
     with open(app_log, newline="") as f:
         for row in csv.DictReader(f):
@@ -995,12 +997,14 @@ def join_requests(
     ok_in_window = sum(warmup_s <= done <= end_s for _, _, done, _ in ok)
 
     g_per: dict[str, dict] = defaultdict(lambda: {"count": 0, "reached_app": 0, "app_s": 0.0, "wait_s": []})
-    reached = after = dropped = 0
+    reached = dropped = 0
     n_gave_up = sum(warmup_s <= done <= end_s for _, done, _ in gave_up)
     app_s = 0.0
-    for start, done, path in sorted(gave_up):
+    # A given-up request reached the bookstore if a still unmatched bookstore request of its path
+    # began while its browser waited (between its send and its timeout), earliest deadline first.
+    for start, done, path in sorted(gave_up, key=lambda g: g[1]):
         rows = app.get(path, [])
-        cands = [r for r in rows if not r[4] and r[1] + offset >= start - tolerance_s]
+        cands = [r for r in rows if not r[4] and start - tolerance_s <= r[1] + offset <= done + tolerance_s]
         r = min(cands, key=lambda r: r[1]) if cands else None
         if r is not None:
             r[4] = True
@@ -1015,8 +1019,11 @@ def join_requests(
         e["app_s"] += r[2]
         e["wait_s"].append(r[1] + offset - start)
         app_s += r[2]
-        after += r[1] + offset > done
         dropped += r[3] == "dropped"
+    # Bookstore requests begun in the window that no browser request accounts for: begun after
+    # their browser had given up (admitted although the client was gone), answered with an error,
+    # or not matched (about ok - matched of them).
+    unmatched = [r for rows in app.values() for r in rows if not r[4] and warmup_s <= r[1] + offset <= end_s]
     busy = sum(r[2] for rows in app.values() for r in rows if warmup_s <= r[1] + offset <= end_s)
     return {
         "ok": ok_in_window,
@@ -1034,7 +1041,6 @@ def join_requests(
         "given_up": {
             "count": n_gave_up,
             "reached_app": reached,
-            "after_timeout": after,
             "dropped": dropped,
             "app_s": app_s,
             "per_interaction": {
@@ -1046,6 +1052,11 @@ def join_requests(
                 }
                 for c, e in g_per.items()
             },
+        },
+        "unmatched_app": {
+            "count": len(unmatched),
+            "dropped": sum(r[3] == "dropped" for r in unmatched),
+            "app_s": sum(r[2] for r in unmatched),
         },
         "app_busy_s": busy,
     }
@@ -1709,14 +1720,14 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
             "admission queue), exec = → the browser's last byte, on the same requests (matched: the "
             "share found in the bookstore's log). Failed: HTTP errors, e.g. the gatekeeper's 503 after "
             "max_queue_wait_s. Given up: the browser's timeout ended them; reached bookstore = the "
-            "bookstore worked on them anyway (after timeout: it began only after the browser had gone; "
-            "dropped: the bookstore saw the connection close and dropped its handler; PostgreSQL may "
-            "still finish the query); bookstore s = the time they spent in the bookstore's handlers "
-            "(summed over concurrent requests, not CPU time), against that of every request it began "
-            "in the window.",
+            "bookstore began them while the browser still waited (dropped: it then saw the connection "
+            "close and dropped the handler; PostgreSQL may still finish the query); bookstore s = their "
+            "time in the bookstore's handlers (summed over concurrent requests, not CPU time). Unmatched: "
+            "bookstore requests no browser request accounts for (begun after their browser had gone, "
+            "errors, or not matched). Bookstore s, all: every request it began in the window.",
             "",
             "| mode | browsers | matched | mean wait (ms) | mean exec (ms) | mean response (ms) | failed "
-            "| given up | reached bookstore | after timeout | dropped | bookstore s on given up "
+            "| given up | reached bookstore | dropped | bookstore s on given up | unmatched (n / s) "
             "| bookstore s, all | cancelled while queued (whole run) |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
@@ -1729,13 +1740,14 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
                     return None
                 return sum(e.get("joined_count", 0) * e.get(key, 0.0) for e in per.values()) / n
 
-            g = j["given_up"]
+            g, u = j["given_up"], j.get("unmatched_app", {})
             cancelled = p.get("gatekeeper_cancelled_while_queued")
             md.append(
                 f"| {p['mode']} | {p['browsers']} | {j['matched']}/{j['ok']} | {_ms(avg('mean_wait_s'))} | "
                 f"{_ms(avg('mean_exec_s'))} | {_ms(avg('mean_response_s'))} | {p.get('failed', 0)} | "
                 f"{g['count']} | "
-                f"{g['reached_app']} | {g['after_timeout']} | {g['dropped']} | {g['app_s']:.1f} | "
+                f"{g['reached_app']} | {g['dropped']} | {g['app_s']:.1f} | "
+                f"{u.get('count', '-')} / {u.get('app_s', 0.0):.1f} | "
                 f"{j['app_busy_s']:.1f} | {'-' if cancelled is None else f'{cancelled:.0f}'} |"
             )
         md.append("")
