@@ -261,13 +261,13 @@ def syscall_counts(
     """System calls and context switches per request of each mode, from one extra
     probe per mode under `perf stat` (counting a tracepoint costs a little per
     call, so these probes are not part of the search), at the mode's highest
-    sustained rate, or at the target rate if none was sustained. None without perf."""
+    sustained rate, or at its lowest probed rate if none was sustained. None without perf."""
     if shutil.which("perf") is None or not ROOT:
         return None
     out = {}
     for mode, extra in modes.items():
         ok = [p["target_req_per_s"] for p in steps[mode] if p["sustained"]]
-        rate = max(ok, default=TARGET_REQ_PER_S)
+        rate = max(ok) if ok else min(p["target_req_per_s"] for p in steps[mode])
         stat = tmp / f"perf-{mode}.csv"
         wrap = ["perf", "stat", "-x,", "-o", str(stat), "-e", "raw_syscalls:sys_enter,context-switches", "--"]
         r = step(
