@@ -24,7 +24,8 @@
 //! finished, and response times are reported from it as well as from the
 //! actual start. The generator measures its own lateness (actual start −
 //! scheduled) and marks the run invalid when lateness p99 exceeds
-//! [`LATENESS_P99_LIMIT_MS`].
+//! [`LATENESS_P99_LIMIT_MS`], and also when nothing succeeded or too many
+//! requests failed without a response (see [`Summary::valid`]).
 //!
 //! Limits: at most `max_in_flight` requests (open, partly-open: sessions) are
 //! outstanding; a request due when the limit is reached is not sent, gets a
@@ -57,6 +58,19 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// A run whose lateness p99 exceeds this is marked invalid.
 pub const LATENESS_P99_LIMIT_MS: f64 = 5.0;
+/// A run in which more than this share of the requests sent failed without a
+/// response (connection refused or reset, closed early, malformed response;
+/// not timeouts, aborts or HTTP errors, which are measured outcomes) is marked
+/// invalid: the response-time statistics cover completed requests only, and
+/// once more than 1% of them are missing for reasons other than slowness,
+/// even the p99 is not known (all of the missing ones could lie above it).
+pub const MAX_FAILED_SHARE: f64 = 0.01;
+/// Failure reasons that are the generator's own fault (not the server's):
+/// any one of them makes the run invalid, like the in-flight limit.
+const GENERATOR_FAILURES: &[&str] = &[NO_LOCAL_PORT];
+const NO_LOCAL_PORT: &str = "no local address/port available";
+/// `failures_by_reason` key of the requests refused at the in-flight limit.
+const NOT_SENT_REASON: &str = "not sent: in-flight limit";
 /// Rows queued between workers and the collector.
 pub const COLLECT_QUEUE: usize = 65_536;
 /// Default of [`Config::batch_window_us`].
@@ -247,7 +261,15 @@ pub struct Summary {
     pub lateness_samples: u64,
     /// Where lateness goes (see [`LatenessBreakdown`]).
     pub lateness_breakdown: LatenessBreakdown,
+    /// The statistics above describe the server under the load asked for:
+    /// generator lateness p99 ≤ [`LATENESS_P99_LIMIT_MS`], no request refused
+    /// at the in-flight limit or failed on the generator's side (no local
+    /// port), no malformed trace record skipped, not interrupted, at least
+    /// one request succeeded (2xx/3xx), and at most [`MAX_FAILED_SHARE`] of
+    /// the requests sent failed without a response. Timeouts, aborts and
+    /// HTTP errors are measured outcomes and do not make a run invalid.
     pub valid: bool,
+    /// Why not, one sentence each.
     pub invalid_reasons: Vec<String>,
     /// Stopped early by SIGINT/SIGTERM.
     pub interrupted: bool,
@@ -383,7 +405,7 @@ fn fail_reason(e: &HttpError) -> &'static str {
             std::io::ErrorKind::ConnectionRefused => "connection refused",
             std::io::ErrorKind::ConnectionReset => "connection reset",
             std::io::ErrorKind::BrokenPipe => "broken pipe",
-            std::io::ErrorKind::AddrNotAvailable => "no local address/port available",
+            std::io::ErrorKind::AddrNotAvailable => NO_LOCAL_PORT,
             _ => "i/o error",
         },
         HttpError::ClosedBeforeResponse => "closed before response",
@@ -1061,7 +1083,7 @@ impl Handover<'_> {
                     lateness_us: None,
                     timing: None,
                     wire_bytes: 0,
-                    fail_reason: Some("not sent: in-flight limit"),
+                    fail_reason: Some(NOT_SENT_REASON),
                 });
             }
             return;
@@ -1520,12 +1542,36 @@ fn summarize(cfg: &Config, c: Collected, speed: f64, started_unix_s: f64, skippe
     if stopped() {
         invalid.push("interrupted by a signal before the end of the trace/duration".into());
     }
+    let ok = get(Outcome::Ok);
+    if c.rows == 0 {
+        invalid.push("no request was due: nothing was measured".into());
+    } else if ok == 0 {
+        invalid.push(format!(
+            "no request succeeded (2xx/3xx) of {}: nothing of the server's service was measured",
+            c.rows
+        ));
+    }
+    // Rows refused at the in-flight limit are `failed` too, but counted above.
+    let failed_sent = get(Outcome::Failed).saturating_sub(c.not_sent);
+    if sent > 0 && failed_sent as f64 > MAX_FAILED_SHARE * sent as f64 {
+        invalid.push(format!(
+            "{failed_sent} of {sent} requests sent ({:.1}%) failed without a response (more than {:.0}%): {}",
+            100.0 * failed_sent as f64 / sent as f64,
+            100.0 * MAX_FAILED_SHARE,
+            failure_list(&c.failures)
+        ));
+    }
+    for reason in GENERATOR_FAILURES {
+        if let Some(n) = c.failures.get(*reason) {
+            invalid.push(format!("{n} requests failed on the generator's side: {reason}"));
+        }
+    }
     let offered_bits = (send_span > 0.0).then(|| c.requested_bytes_sent as f64 * 8.0 / send_span);
     Summary {
         requests: c.rows,
         sent,
-        completed: get(Outcome::Ok) + get(Outcome::HttpError),
-        ok: get(Outcome::Ok),
+        completed: ok + get(Outcome::HttpError),
+        ok,
         http_error: get(Outcome::HttpError),
         failed: get(Outcome::Failed),
         aborted: get(Outcome::Aborted),
@@ -1580,6 +1626,14 @@ fn summarize(cfg: &Config, c: Collected, speed: f64, started_unix_s: f64, skippe
         cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         version: env!("CARGO_PKG_VERSION").to_string(),
     }
+}
+
+/// "connection refused ×3, connection reset ×1" (the in-flight limit's rows
+/// are reported on their own).
+fn failure_list(failures: &BTreeMap<String, u64>) -> String {
+    let mut v: Vec<_> = failures.iter().filter(|(r, _)| r.as_str() != NOT_SENT_REASON).collect();
+    v.sort_by(|a, b| b.1.cmp(a.1));
+    v.iter().map(|(r, n)| format!("{r} ×{n}")).collect::<Vec<_>>().join(", ")
 }
 
 /// Writes JSON to `path.tmp`, then renames it onto `path`.

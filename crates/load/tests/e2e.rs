@@ -324,6 +324,99 @@ fn timeout_and_refused() {
     assert_eq!(s.failed, 2);
     assert_eq!(s.failures_by_reason.get("connection refused"), Some(&2));
     assert!(rows(&out2).iter().all(|r| r.outcome == Outcome::Failed && r.done_s.is_some()));
+    // Nothing was measured: the run says so.
+    assert!(!s.valid);
+    assert!(s.invalid_reasons.iter().any(|r| r.contains("no request succeeded")), "{:?}", s.invalid_reasons);
+    assert!(
+        s.invalid_reasons.iter().any(|r| r.contains("2 of 2 requests sent") && r.contains("connection refused ×2")),
+        "{:?}",
+        s.invalid_reasons
+    );
+    assert_eq!(summary_json(&out2)["valid"], false);
+}
+
+/// A server that accepts, reads the request and resets the connection
+/// (SO_LINGER 0) for the first `resets` connections, then serves `/size/N`
+/// like [`start_server`] (keep-alive).
+fn start_resetting_server(resets: u64) -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            l.set_nonblocking(true).unwrap();
+            let l = tokio::net::TcpListener::from_std(l).unwrap();
+            let mut n = 0u64;
+            loop {
+                let (mut sock, _) = l.accept().await.unwrap();
+                n += 1;
+                if n <= resets {
+                    let mut tmp = [0u8; 1024];
+                    let _ = sock.read(&mut tmp).await;
+                    socket2::SockRef::from(&sock).set_linger(Some(Duration::ZERO)).unwrap();
+                    drop(sock);
+                } else {
+                    tokio::spawn(serve_conn(sock, None, false, Arc::new(Seen::default())));
+                }
+            }
+        });
+    });
+    addr
+}
+
+/// `valid` means the statistics describe the server: a run in which every
+/// request is reset is invalid, and so is one where more than 1% of the
+/// requests sent failed without a response; up to 1% is a measured result.
+#[test]
+fn failures_without_response_invalidate_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines: Vec<(f64, &str, u64)> = (0..100).map(|i| (i as f64 * 0.001, "/size/100", 100)).collect();
+    let trace = write_trace(dir.path(), &lines);
+    let failed_reason = |s: &Summary| s.invalid_reasons.iter().any(|r| r.contains("failed without a response"));
+
+    // Every connection reset.
+    let out = dir.path().join("all");
+    let s = run(config(start_resetting_server(u64::MAX), &trace, &out)).unwrap();
+    assert_eq!((s.requests, s.failed, s.ok), (100, 100, 0));
+    assert_eq!(s.failures_by_reason.get("connection reset"), Some(&100), "{:?}", s.failures_by_reason);
+    assert!(!s.valid);
+    assert!(failed_reason(&s), "{:?}", s.invalid_reasons);
+    assert!(s.invalid_reasons.iter().any(|r| r.contains("no request succeeded")), "{:?}", s.invalid_reasons);
+
+    // 1 of 100 (one connection per request): at the limit, not a reason.
+    let out = dir.path().join("one");
+    let s = run(config(start_resetting_server(1), &trace, &out)).unwrap();
+    assert_eq!((s.failed, s.ok), (1, 99));
+    assert!(!failed_reason(&s), "{:?}", s.invalid_reasons);
+    assert!(!s.invalid_reasons.iter().any(|r| r.contains("no request succeeded")), "{:?}", s.invalid_reasons);
+
+    // 2 of 100: over it.
+    let out = dir.path().join("two");
+    let s = run(config(start_resetting_server(2), &trace, &out)).unwrap();
+    assert_eq!((s.failed, s.ok), (2, 98));
+    assert!(!s.valid);
+    assert!(failed_reason(&s) && s.invalid_reasons.iter().any(|r| r.contains("2 of 100")), "{:?}", s.invalid_reasons);
+}
+
+/// Every response an HTTP error (e.g. a wrong docroot): completed, but nothing
+/// of the workload was served, so the run is invalid; HTTP errors alone among
+/// successes are a measured outcome.
+#[test]
+fn no_success_invalidates_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write_trace(dir.path(), &[(0.0, "/missing", 10), (0.001, "/missing", 10)]);
+    let (addr, _) = start_server(None, false);
+    let out = dir.path().join("run");
+    let s = run(config(addr, &trace, &out)).unwrap();
+    assert_eq!((s.completed, s.http_error, s.ok), (2, 2, 0));
+    assert!(!s.valid);
+    assert!(s.invalid_reasons.iter().any(|r| r.contains("no request succeeded")), "{:?}", s.invalid_reasons);
+
+    let trace = write_trace(dir.path(), &[(0.0, "/missing", 10), (0.001, "/size/10", 10)]);
+    let out = dir.path().join("run2");
+    let s = run(config(addr, &trace, &out)).unwrap();
+    assert_eq!((s.http_error, s.ok), (1, 1));
+    assert!(s.invalid_reasons.iter().all(|r| r.contains("lateness")), "{:?}", s.invalid_reasons);
 }
 
 /// Requests due while `max_in_flight` are outstanding are logged as failed,
