@@ -176,11 +176,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if threads == 0 {
         bail!("--threads must be at least 1");
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build()
-        .context("starting tokio")?;
+    // One thread: a current-thread runtime, so accepting, the handlers, the upstream
+    // connections and the timer all run on the thread that waits in epoll. A multi-thread
+    // runtime with one worker still runs `block_on` (the accept loop) on a second thread and
+    // pays the work-stealing scheduler's bookkeeping on every task wake-up.
+    let mut builder = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    };
+    let rt = builder.enable_all().build().context("starting tokio")?;
     match args.command {
         Some(Sub::Calibrate(c)) => rt.block_on(run_calibrate(*c)),
         Some(Sub::SyntheticUpstream(s)) => rt.block_on(run_synthetic(s)),
