@@ -593,3 +593,22 @@ async fn upstream_closing_kept_alive_connections_is_not_an_error() {
         assert_eq!(p.handle.snapshot().load_us, 0);
     }
 }
+
+/// The idle pool is bounded: with room for one idle upstream connection, two concurrent
+/// requests open two, and when both come back the second is closed; the next concurrent pair
+/// reuses the one kept and opens one more, and sequential requests reuse the kept one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_upstream_connections_are_bounded() {
+    let (up, conns) = test_upstream().await;
+    let p = start_proxy(up, |c| c.upstream_pool_idle = 1).await;
+    let c = client();
+    for expected in [2, 3] {
+        let (a, b) = tokio::join!(get(&c, p.addr, "/sleep/100"), get(&c, p.addr, "/sleep/100"));
+        assert_eq!((a.0, b.0), (StatusCode::OK, StatusCode::OK));
+        assert_eq!(conns.load(SeqCst), expected, "only one idle connection is kept");
+    }
+    for _ in 0..5 {
+        assert_eq!(get(&c, p.addr, "/fast").await.0, StatusCode::OK);
+    }
+    assert_eq!(conns.load(SeqCst), 3, "the kept connection is reused, no new one opened");
+}
