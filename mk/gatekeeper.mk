@@ -15,3 +15,16 @@ bench-gatekeeper-synthetic: build
 	@mkdir -p results
 	$(PYTHON) crates/gatekeeper/bench/bench_synthetic.py --bin $(BIN) \
 	  --out results/bench-gatekeeper-synthetic.json $(GK_BENCH_ARGS)
+
+# make bench-gatekeeper-overhead
+#   Only the low-load proxy overhead (a few minutes): direct vs gatekeeper vs nginx in
+#   alternating rounds. Writes results/bench-gatekeeper-overhead.json (same schema as the
+#   full bench, other sections absent). Knobs: GK_OVERHEAD_ARGS, e.g.
+#   "--overhead-rounds 30 --overhead-baseline-bin OLD/shortfirst --halt-poll-ns 200000".
+GK_OVERHEAD_ARGS ?=
+
+.PHONY: bench-gatekeeper-overhead
+bench-gatekeeper-overhead: build
+	@mkdir -p results
+	$(PYTHON) crates/gatekeeper/bench/bench_synthetic.py --bin $(BIN) --only-overhead \
+	  --out results/bench-gatekeeper-overhead.json $(GK_OVERHEAD_ARGS)

@@ -144,22 +144,38 @@ struct CalibrateArgs {
     out: Option<PathBuf>,
 }
 
+/// The synthetic backend's service model: TPC-W's types and costs on processor-sharing
+/// CPUs that thrash past C. One set of flags for `synthetic-upstream` (the real backend)
+/// and `model` (the same backend in virtual time); each command sets its own default
+/// `--scale` with `mut_arg` (1 for the upstream, 0.25 for the model, as the bench runs it).
+#[derive(clap::Args, Debug, Clone)]
+pub(crate) struct BackendArgs {
+    /// Multiply every TPC-W type's cost (1 ms … 2 s) by this.
+    #[arg(long, default_value_t = 1.0)]
+    pub scale: f64,
+    /// Processors: requests served at full speed at once.
+    #[arg(long, default_value_t = 4)]
+    pub cpus: usize,
+    /// C: more requests than this running at once make the backend thrash.
+    #[arg(long, default_value_t = 32)]
+    pub slots: usize,
+    /// Thrashing per request beyond C: service rate divided by 1 + thrash × (n − C).
+    #[arg(long, default_value_t = 0.1)]
+    pub thrash: f64,
+}
+
+impl BackendArgs {
+    pub fn synthetic_config(&self) -> anyhow::Result<SyntheticConfig> {
+        Ok(SyntheticConfig::tpcw(self.scale, self.cpus, self.slots, self.thrash)?)
+    }
+}
+
 #[derive(clap::Args, Debug)]
 struct SyntheticArgs {
     #[arg(long, value_name = "ADDR:PORT")]
     listen: SocketAddr,
-    /// Multiply every type's cost (1 ms … 2 s) by this.
-    #[arg(long, default_value_t = 1.0)]
-    scale: f64,
-    /// Processors: requests served at full speed at once.
-    #[arg(long, default_value_t = 4)]
-    cpus: usize,
-    /// C: more requests than this running at once make the backend thrash.
-    #[arg(long, default_value_t = 32)]
-    slots: usize,
-    /// Thrashing per request beyond C: service rate divided by 1 + thrash × (n − C).
-    #[arg(long, default_value_t = 0.1)]
-    thrash: f64,
+    #[command(flatten)]
+    backend: BackendArgs,
     /// Write the mix (`path,weight` CSV) for load generators and `calibrate`, then serve.
     #[arg(long, value_name = "FILE")]
     write_mix: Option<PathBuf>,
@@ -176,11 +192,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if threads == 0 {
         bail!("--threads must be at least 1");
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build()
-        .context("starting tokio")?;
+    // One thread: a current-thread runtime, so accepting, the handlers, the upstream
+    // connections and the timer all run on the thread that waits in epoll. A multi-thread
+    // runtime with one worker still runs `block_on` (the accept loop) on a second thread and
+    // pays the work-stealing scheduler's bookkeeping on every task wake-up.
+    let mut builder = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    };
+    let rt = builder.enable_all().build().context("starting tokio")?;
     match args.command {
         Some(Sub::Calibrate(c)) => rt.block_on(run_calibrate(*c)),
         Some(Sub::SyntheticUpstream(s)) => rt.block_on(run_synthetic(s)),
@@ -363,7 +386,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 }
 
 async fn run_synthetic(s: SyntheticArgs) -> anyhow::Result<()> {
-    let cfg = SyntheticConfig::tpcw(s.scale, s.cpus, s.slots, s.thrash)?;
+    let cfg = s.backend.synthetic_config()?;
     if let Some(p) = &s.write_mix {
         let mut text = String::from("path,weight\n");
         for t in &cfg.types {

@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+use hyper::http::uri::PathAndQuery;
 use hyper::Uri;
 use serde::Deserialize;
 use shortfirst_core::admission::auto::AutoConfig;
@@ -100,13 +101,16 @@ impl Upstream {
         Ok(Upstream { authority, prefix })
     }
 
-    /// The upstream URI for a client request's path and query.
-    pub fn uri_for(&self, path_and_query: &str) -> Result<Uri, hyper::http::Error> {
-        Uri::builder()
-            .scheme("http")
-            .authority(self.authority.clone())
-            .path_and_query(format!("{}{}", self.prefix, path_and_query))
-            .build()
+    /// The request target to send upstream, in origin form (`/prefix/path?query`; the
+    /// authority goes in `Host`). Without a prefix the client's path and query is reused as
+    /// it is (a shared buffer, no new string to parse per request).
+    pub fn target_for(&self, path_and_query: &PathAndQuery) -> Result<Uri, hyper::http::Error> {
+        let pq = if self.prefix.is_empty() {
+            path_and_query.clone()
+        } else {
+            PathAndQuery::try_from(format!("{}{}", self.prefix, path_and_query))?
+        };
+        Ok(Uri::from(pq))
     }
 }
 
@@ -138,7 +142,7 @@ pub struct ProxyConfig {
     pub estimator: EstimatorConfig,
     /// Client connections served at once; further accepts wait (kernel backlog).
     pub max_connections: usize,
-    /// Idle upstream connections kept per host.
+    /// Idle upstream connections kept for reuse (more are closed when they come back).
     pub upstream_pool_idle: usize,
 }
 
@@ -291,9 +295,10 @@ mod tests {
     #[test]
     fn upstream_urls() {
         let u = Upstream::parse("http://127.0.0.1:9000/app/").unwrap();
-        assert_eq!(u.uri_for("/x?y=1").unwrap().to_string(), "http://127.0.0.1:9000/app/x?y=1");
+        assert_eq!(u.target_for(&PathAndQuery::from_static("/x?y=1")).unwrap().to_string(), "/app/x?y=1");
         let u = Upstream::parse("http://127.0.0.1:9000").unwrap();
-        assert_eq!(u.uri_for("/").unwrap().to_string(), "http://127.0.0.1:9000/");
+        assert_eq!(u.target_for(&PathAndQuery::from_static("/")).unwrap().to_string(), "/");
+        assert_eq!(u.target_for(&PathAndQuery::from_static("/x?y=1")).unwrap().to_string(), "/x?y=1");
         for bad in ["https://a:1", "127.0.0.1:9000", "http://a:1/?q"] {
             assert!(Upstream::parse(bad).is_err(), "{bad}");
         }

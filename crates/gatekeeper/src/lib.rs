@@ -14,6 +14,7 @@ pub mod config;
 pub mod metrics;
 pub mod proxy;
 pub mod synthetic;
+pub mod upstream;
 
 pub use config::{CapacitySetting, ProxyConfig};
 pub use proxy::{Gatekeeper, Handle};

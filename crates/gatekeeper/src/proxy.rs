@@ -1,5 +1,5 @@
 //! The proxy: HTTP/1.1 in (hyper server), admission through the core [`Gate`], HTTP/1.1 out
-//! over pooled upstream connections (hyper-util legacy client), responses streamed back.
+//! over kept-alive upstream connections ([`UpstreamPool`]), responses streamed back.
 //!
 //! Lifecycle of a request:
 //! 1. classify → type; the type's current estimate is its charge;
@@ -30,10 +30,9 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::http::uri::PathAndQuery;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use shortfirst_core::admission::auto::AutoCapacity;
 use shortfirst_core::admission::{Admitted, CostEstimator, Gate, GateConfig, Rejection, RequestId, Sample, Ticket};
 use tokio::net::TcpListener;
@@ -42,6 +41,7 @@ use tokio::sync::{oneshot, Notify, Semaphore};
 use crate::classify::Classifier;
 use crate::config::{CapacitySetting, ProxyConfig};
 use crate::metrics::{Metrics, Outcome, Snapshot};
+use crate::upstream::{Conn, UpstreamPool};
 use crate::GatekeeperError;
 
 pub type ProxyBody = UnsyncBoxBody<Bytes, hyper::Error>;
@@ -101,7 +101,7 @@ struct Shared {
     metrics: Metrics,
     core: Mutex<Core>,
     start: Instant,
-    client: Client<HttpConnector, RequestBody>,
+    pool: UpstreamPool,
     /// Wakes the timer task when the next wakeup may have moved earlier.
     wake: Notify,
 }
@@ -324,20 +324,13 @@ impl Gatekeeper {
             }
             None => None,
         };
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(cfg.upstream_timeout));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(cfg.upstream_pool_idle)
-            .pool_timer(TokioTimer::new())
-            .build(connector);
+        let pool = UpstreamPool::new(cfg.upstream.authority.clone(), cfg.upstream_timeout, cfg.upstream_pool_idle);
         let shared = Arc::new(Shared {
             metrics: Metrics::new(cfg.max_types),
             classifier,
             core: Mutex::new(Core { gate, estimator, auto, waiters: HashMap::new(), timer_at_us: u64::MAX }),
             start: Instant::now(),
-            client,
+            pool,
             wake: Notify::new(),
             cfg,
         });
@@ -476,23 +469,28 @@ const HOP_BY_HOP: [&str; 9] = [
 ];
 
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let listed: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-        .collect();
-    for name in listed {
-        headers.remove(name);
+    // The common case (no `Connection`, no `Proxy-*`) allocates nothing.
+    if headers.contains_key(header::CONNECTION) {
+        let listed: Vec<HeaderName> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+            .collect();
+        for name in listed {
+            headers.remove(name);
+        }
     }
     for name in HOP_BY_HOP {
         headers.remove(name);
     }
     // Any other Proxy-* header is hop-by-hop too.
-    let proxy: Vec<HeaderName> = headers.keys().filter(|k| k.as_str().starts_with("proxy-")).cloned().collect();
-    for name in proxy {
-        headers.remove(name);
+    if headers.keys().any(|k| k.as_str().starts_with("proxy-")) {
+        let proxy: Vec<HeaderName> = headers.keys().filter(|k| k.as_str().starts_with("proxy-")).cloned().collect();
+        for name in proxy {
+            headers.remove(name);
+        }
     }
 }
 
@@ -519,6 +517,12 @@ pub fn add_forwarding(headers: &mut HeaderMap, peer: SocketAddr) {
 }
 
 fn append_list(headers: &mut HeaderMap, name: HeaderName, item: &str) {
+    if !headers.contains_key(&name) {
+        if let Ok(v) = HeaderValue::from_str(item) {
+            headers.insert(name, v);
+        }
+        return;
+    }
     let joined = {
         let existing: Vec<&str> = headers.get_all(&name).iter().filter_map(|v| v.to_str().ok()).collect();
         if existing.is_empty() {
@@ -537,8 +541,9 @@ async fn handle(
     peer: SocketAddr,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
-    let pq = req.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
-    let type_index = shared.classifier.classify(req.method().as_str(), &pq, req.headers());
+    // A shared-buffer clone, not a copy: it becomes the upstream URI's path as it is.
+    let pq = req.uri().path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
+    let type_index = shared.classifier.classify(req.method().as_str(), pq.as_str(), req.headers());
     let tm = &shared.metrics.types[type_index];
     let (mut parts, body) = req.into_parts();
     let mut body = RequestBody::new(body);
@@ -613,7 +618,7 @@ async fn handle(
     tm.queue_wait.observe_us(waited_us);
 
     // Forward.
-    parts.uri = match shared.cfg.upstream.uri_for(&pq) {
+    parts.uri = match shared.cfg.upstream.target_for(&pq) {
         Ok(u) => u,
         Err(_) => {
             tm.count(Outcome::UpstreamError);
@@ -628,8 +633,8 @@ async fn handle(
     }
     let upstream_req = Request::from_parts(parts, body);
     let sent = Instant::now();
-    let result = tokio::time::timeout(shared.cfg.upstream_timeout, shared.client.request(upstream_req)).await;
-    let resp = match result {
+    let result = tokio::time::timeout(shared.cfg.upstream_timeout, shared.pool.send(upstream_req)).await;
+    let (resp, conn) = match result {
         Err(_) => {
             tm.count(Outcome::Timeout);
             return Ok(text_response(StatusCode::GATEWAY_TIMEOUT, "gatekeeper: upstream timed out"));
@@ -643,7 +648,8 @@ async fn handle(
     };
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    let metered = Metered { inner: body, permit: Some(permit), sent, shared: shared.clone(), type_index };
+    let metered =
+        Metered { inner: body, permit: Some(permit), conn: Some(conn), sent, shared: shared.clone(), type_index };
     Ok(Response::from_parts(parts, metered.boxed_unsync()))
 }
 
@@ -723,10 +729,13 @@ impl Body for RequestBody {
     }
 }
 
-/// The upstream response body, relayed frame by frame; its end is the measurement point.
+/// The upstream response body, relayed frame by frame; its end is the measurement point,
+/// and the moment its connection can serve another request.
 struct Metered {
     inner: Incoming,
     permit: Option<Permit>,
+    /// Returned to the pool at the end of the body; closed if the body is abandoned or fails.
+    conn: Option<Conn>,
     sent: Instant,
     shared: Arc<Shared>,
     type_index: usize,
@@ -734,6 +743,9 @@ struct Metered {
 
 impl Metered {
     fn complete(&mut self) {
+        if let Some(c) = self.conn.take() {
+            self.shared.pool.put_back(c);
+        }
         if let Some(p) = self.permit.take() {
             let us = self.sent.elapsed().as_micros() as u64;
             let tm = &self.shared.metrics.types[self.type_index];
@@ -744,6 +756,7 @@ impl Metered {
     }
 
     fn fail(&mut self, outcome: Outcome) {
+        self.conn = None;
         if let Some(p) = self.permit.take() {
             self.shared.metrics.types[self.type_index].count(outcome);
             drop(p);

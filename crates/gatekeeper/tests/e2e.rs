@@ -537,3 +537,78 @@ async fn queued_request_body_is_forwarded_whole() {
     assert_eq!(&echoed[pos + 2..], &body[..]);
     assert_eq!(blocker.await.unwrap().0, StatusCode::OK);
 }
+
+/// Answers one request per connection, then closes it `linger` later. With `announce` the
+/// response says `connection: close`; without, nothing tells the proxy the connection will
+/// not be reused (a server whose keep-alive timeout ran out). Records each request line.
+async fn one_shot_upstream(linger: Duration, announce: bool) -> (SocketAddr, Arc<std::sync::Mutex<Vec<String>>>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = lines.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = l.accept().await.unwrap();
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&buf);
+                seen.lock().unwrap().push(head.lines().next().unwrap_or("").to_string());
+                let close = if announce { "connection: close\r\n" } else { "" };
+                let resp = format!("HTTP/1.1 200 OK\r\n{close}content-length: 2\r\n\r\nok");
+                let _ = s.write_all(resp.as_bytes()).await;
+                tokio::time::sleep(linger).await;
+            });
+        }
+    });
+    (addr, lines)
+}
+
+/// An upstream that closes kept-alive connections (announced, or silently while they sit
+/// idle) costs no request a 502: a closed connection is never handed out again. The
+/// request target is sent in origin form.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_closing_kept_alive_connections_is_not_an_error() {
+    for (linger, gap, announce) in
+        [(Duration::from_millis(20), Duration::from_millis(60), false), (Duration::ZERO, Duration::ZERO, true)]
+    {
+        let (up, lines) = one_shot_upstream(linger, announce).await;
+        let p = start_proxy(up, |_| {}).await;
+        let c = client();
+        for i in 0..20 {
+            let (status, _, body) = get(&c, p.addr, "/x?y=1").await;
+            assert_eq!(status, StatusCode::OK, "request {i} (linger {linger:?}, announce {announce}): {body}");
+            tokio::time::sleep(gap).await;
+        }
+        let lines = lines.lock().unwrap().clone();
+        assert_eq!(lines.len(), 20, "one upstream connection per request: {lines:?}");
+        assert!(lines.iter().all(|l| l == "GET /x?y=1 HTTP/1.1"), "{lines:?}");
+        assert_eq!(p.handle.snapshot().load_us, 0);
+    }
+}
+
+/// The idle pool is bounded: with room for one idle upstream connection, two concurrent
+/// requests open two, and when both come back the second is closed; the next concurrent pair
+/// reuses the one kept and opens one more, and sequential requests reuse the kept one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_upstream_connections_are_bounded() {
+    let (up, conns) = test_upstream().await;
+    let p = start_proxy(up, |c| c.upstream_pool_idle = 1).await;
+    let c = client();
+    for expected in [2, 3] {
+        let (a, b) = tokio::join!(get(&c, p.addr, "/sleep/100"), get(&c, p.addr, "/sleep/100"));
+        assert_eq!((a.0, b.0), (StatusCode::OK, StatusCode::OK));
+        assert_eq!(conns.load(SeqCst), expected, "only one idle connection is kept");
+    }
+    for _ in 0..5 {
+        assert_eq!(get(&c, p.addr, "/fast").await.0, StatusCode::OK);
+    }
+    assert_eq!(conns.load(SeqCst), 3, "the kept connection is reused, no new one opened");
+}

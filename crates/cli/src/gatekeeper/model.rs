@@ -10,23 +10,15 @@ use anyhow::{bail, Context};
 use serde::Serialize;
 use shortfirst_core::admission::{EstimatorConfig, GateConfig, Policy};
 use shortfirst_gatekeeper::config;
-use shortfirst_gatekeeper::synthetic::SyntheticConfig;
+
+use super::BackendArgs;
 use shortfirst_sim::gatekeeper::{self as model, BackendModel, CalibrationTrial, ModelConfig, ModelResult, ModelType};
 
 #[derive(clap::Args, Debug)]
+#[command(mut_arg("scale", |a| a.default_value("0.25")))]
 pub struct ModelArgs {
-    /// Multiply every TPC-W type's cost (1 ms … 2 s) by this (as `synthetic-upstream`).
-    #[arg(long, default_value_t = 0.25)]
-    scale: f64,
-    /// Backend processors.
-    #[arg(long, default_value_t = 4)]
-    cpus: usize,
-    /// C: more requests than this running make the backend thrash.
-    #[arg(long, default_value_t = 32)]
-    slots: usize,
-    /// Thrashing per request beyond C.
-    #[arg(long, default_value_t = 0.1)]
-    thrash: f64,
+    #[command(flatten)]
+    backend: BackendArgs,
     /// Other busy processes sharing the backend's processors (a load generator or proxy on
     /// the same host). Default: none (a dedicated backend).
     #[arg(long, default_value_t = 0.0)]
@@ -143,7 +135,7 @@ fn point(name: &str, clients: usize, peak: f64, runs: Vec<ModelResult>) -> Point
 }
 
 pub fn run(a: ModelArgs) -> anyhow::Result<()> {
-    let synth = SyntheticConfig::tpcw(a.scale, a.cpus, a.slots, a.thrash)?;
+    let synth = a.backend.synthetic_config()?;
     let types: Vec<ModelType> = synth
         .types
         .iter()
@@ -166,10 +158,11 @@ pub fn run(a: ModelArgs) -> anyhow::Result<()> {
         .collect::<anyhow::Result<_>>()?;
     let mean_demand_us = synth.mean_cost_us();
     // Peak: every processor busy, no thrashing.
-    let peak_per_s = a.cpus as f64 / (mean_demand_us / 1e6);
+    let peak_per_s = a.backend.cpus as f64 / (mean_demand_us / 1e6);
     let saturating = ((peak_per_s * think_us / 1e6).ceil() as usize).max(1);
     let clients = ((saturating as f64 * a.load_factor).round() as usize).max(1);
-    let backend = BackendModel { cpus: a.cpus, slots: a.slots, thrash: a.thrash, background: a.background };
+    let b = &a.backend;
+    let backend = BackendModel { cpus: b.cpus, slots: b.slots, thrash: b.thrash, background: a.background };
     let base = ModelConfig {
         types: types.clone(),
         backend,

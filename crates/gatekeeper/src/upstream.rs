@@ -1,0 +1,136 @@
+//! Kept-alive HTTP/1.1 connections to the one upstream, reused request after request.
+//!
+//! Why not hyper-util's pooled client: for every HTTP/1 request whose response body is
+//! still to stream (all of ours), it spawns a task that waits until the connection is idle
+//! again and only then returns it to the pool (a task spawn, two extra polls and a pool
+//! lock with a hashed key per request). Here the caller hands the connection back itself,
+//! at the response's last byte ([`UpstreamPool::put_back`]), when the proxy already knows
+//! the exchange is complete; a connection whose response was abandoned is never reused.
+//!
+//! Limits: at most `max_idle` idle connections are kept (more are closed when handed
+//! back); an idle connection older than [`IDLE_TIMEOUT`] is closed when next looked at.
+//! A request that fails on a reused connection before any of it was written (the upstream
+//! closed the idle connection meanwhile) is sent once more on a new connection, as
+//! hyper-util's client does; no other request is retried.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::http::uri::Authority;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use crate::proxy::RequestBody;
+
+/// Idle connections older than this are closed instead of reused.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Why an upstream exchange failed (all answered 502 by the proxy).
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("connecting to {0}: {1}")]
+    Connect(String, std::io::Error),
+    #[error("connecting to {0}: timed out")]
+    ConnectTimeout(String),
+    #[error("HTTP/1.1 handshake with {0}: {1}")]
+    Handshake(String, hyper::Error),
+    #[error("upstream exchange: {0}")]
+    Exchange(hyper::Error),
+}
+
+/// A connection checked out for one exchange. Hand it back with [`UpstreamPool::put_back`]
+/// once the response has been read to its end; dropping it instead closes it.
+pub struct Conn {
+    sender: SendRequest<RequestBody>,
+}
+
+pub struct UpstreamPool {
+    authority: Authority,
+    connect_timeout: Duration,
+    max_idle: usize,
+    /// Most recently returned last: reusing the warmest connection first lets the others
+    /// age out.
+    idle: Mutex<Vec<(SendRequest<RequestBody>, Instant)>>,
+}
+
+impl UpstreamPool {
+    pub fn new(authority: Authority, connect_timeout: Duration, max_idle: usize) -> Self {
+        UpstreamPool { authority, connect_timeout, max_idle, idle: Mutex::new(Vec::new()) }
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<(SendRequest<RequestBody>, Instant)>> {
+        // Only pushes and pops happen under the lock: recover rather than poison.
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An idle connection that is still open, if any.
+    fn take_idle(&self) -> Option<SendRequest<RequestBody>> {
+        let now = Instant::now();
+        loop {
+            let (sender, since) = self.idle().pop()?;
+            if !sender.is_closed() && now.duration_since(since) < IDLE_TIMEOUT {
+                return Some(sender);
+            }
+        }
+    }
+
+    async fn connect(&self) -> Result<SendRequest<RequestBody>, UpstreamError> {
+        let addr = self.authority.as_str();
+        let stream = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr)).await {
+            Err(_) => return Err(UpstreamError::ConnectTimeout(addr.to_string())),
+            Ok(Err(e)) => return Err(UpstreamError::Connect(addr.to_string(), e)),
+            Ok(Ok(s)) => s,
+        };
+        // Requests and responses are small writes each answered by the peer: never hold
+        // one back waiting for an ACK (Nagle).
+        let _ = stream.set_nodelay(true);
+        let (sender, conn) =
+            http1::handshake(TokioIo::new(stream)).await.map_err(|e| UpstreamError::Handshake(addr.to_string(), e))?;
+        let peer = addr.to_string();
+        tokio::spawn(async move {
+            // Ends when the upstream closes, on an I/O error, or when the last sender is
+            // dropped while the connection is idle.
+            if let Err(e) = conn.await {
+                tracing::debug!("upstream connection {peer}: {e}");
+            }
+        });
+        Ok(sender)
+    }
+
+    /// Send `req` (origin-form target) and return the response head with the connection it
+    /// came on. The caller bounds the whole exchange with its own timeout.
+    pub async fn send(&self, mut req: Request<RequestBody>) -> Result<(Response<Incoming>, Conn), UpstreamError> {
+        if let Some(mut sender) = self.take_idle() {
+            // Ready at once unless its previous response's end has not been processed by the
+            // connection task yet (a few polls on this runtime).
+            if sender.ready().await.is_ok() {
+                match sender.try_send_request(req).await {
+                    Ok(resp) => return Ok((resp, Conn { sender })),
+                    Err(mut e) => match e.take_message() {
+                        // Not written at all: the connection was closing. Retry once, new.
+                        Some(r) => req = r,
+                        None => return Err(UpstreamError::Exchange(e.into_error())),
+                    },
+                }
+            }
+        }
+        let mut sender = self.connect().await?;
+        sender.ready().await.map_err(UpstreamError::Exchange)?;
+        let resp = sender.send_request(req).await.map_err(UpstreamError::Exchange)?;
+        Ok((resp, Conn { sender }))
+    }
+
+    /// Return a connection whose response was read to its end.
+    pub fn put_back(&self, conn: Conn) {
+        if conn.sender.is_closed() {
+            return;
+        }
+        let mut idle = self.idle();
+        if idle.len() < self.max_idle {
+            idle.push((conn.sender, Instant::now()));
+        }
+    }
+}
