@@ -1062,6 +1062,35 @@ def join_requests(
     }
 
 
+def timeline_stats(path: Path, from_s: float = 0.0) -> dict:
+    """From a point's ``timeline.csv``, samples from ``from_s`` on (e.g. after the warm-up: before a
+    type's first sample its charge is the costliest type's): the samples taken and, per request
+    type, its largest learned cost and the seconds during which it was at or above the capacity.
+    Under the paper's rule such a type runs only when nothing else is admitted (``Gate``: "Empty
+    system"), so under SJF with a queue of cheaper requests it does not run at all, yields no new
+    cost samples, and its estimate stays where it is."""
+    by_t: dict[float, dict[str, float]] = defaultdict(dict)
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            key = row["type"] or row["series"]
+            if float(row["t_s"]) >= from_s:
+                by_t[float(row["t_s"])][key] = float(row["value"])
+    times = sorted(by_t)
+    step = {t: (b - t) for t, b in zip(times, times[1:], strict=False)}
+    at_capacity: dict[str, float] = defaultdict(float)
+    max_cost: dict[str, float] = {}
+    for t in times:
+        sample = by_t[t]
+        cap = sample.get("gatekeeper_capacity_seconds")
+        for key, value in sample.items():
+            if key.startswith("gatekeeper_") or key == "(other)":
+                continue
+            max_cost[key] = max(max_cost.get(key, 0.0), value)
+            if cap and value >= cap and t in step:
+                at_capacity[key] += step[t]
+    return {"samples": len(times), "max_cost_s": max_cost, "at_or_above_capacity_s": dict(at_capacity)}
+
+
 def apply_join(point: dict, joined: dict) -> None:
     """Replaces a point's per-interaction ``mean_wait_s`` / ``mean_exec_s`` / ``mean_response_s``
     with the joined figures (the same successful requests for all three), keeping the gatekeeper's
@@ -1709,6 +1738,36 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
                 f"{_num(lt['n_full'])} | {_num(lt['n_paper'])} | {_num(lt.get('mean_waiting'))} | "
                 f"{p.get('timed_out', 0)} | "
                 f"{p.get('failed', 0)} | {p.get('in_flight_at_end', 0)} |"
+            )
+        md.append("")
+    timelines = []
+    warmup_s = float(doc.get("config", {}).get("load", {}).get("warmup_s", 0.0))
+    for p in points:
+        name = f"{p['mode'].replace(':', '-').replace('@', '-')}-{p['browsers']}"
+        path = summary_path.parent / name / "timeline.csv"
+        if p["mode"] != "direct" and path.exists():
+            timelines.append((p, timeline_stats(path, warmup_s)))
+    if timelines:
+        md += [
+            f"## Learned costs over time (each point's timeline.csv, sampled once a second, after the "
+            f"{warmup_s:g} s warm-up)",
+            "",
+            "A type whose learned cost reaches the capacity runs only when nothing else is admitted; under "
+            "SJF with cheaper requests always queued it then gets no new samples, so its estimate cannot "
+            "come down (a lock-in).",
+            "",
+            "| mode | browsers | samples | types at or above the capacity (s) | Search Results max (ms) "
+            "| Best Sellers max (ms) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for p, st in timelines:
+            over = (
+                ", ".join(f"{k} {v:.0f}" for k, v in sorted(st["at_or_above_capacity_s"].items())) or "none"
+            )
+            mx = st["max_cost_s"]
+            md.append(
+                f"| {p['mode']} | {p['browsers']} | {st['samples']} | {over} | "
+                f"{_ms(mx.get('GET /search_results'))} | {_ms(mx.get('GET /best_sellers'))} |"
             )
         md.append("")
     joined_pts = [p for p in points if "joined" in p]

@@ -204,10 +204,20 @@ def test_report_draws_figures_and_the_cost_table(tmp_path: Path):
         "given_up": {"count": 45, "reached_app": 4, "dropped": 2, "app_s": 1.25},
         "unmatched_app": {"count": 3, "dropped": 1, "app_s": 0.5},
     }
+    (tmp_path / "fifo-50").mkdir()
+    (tmp_path / "fifo-50" / "timeline.csv").write_text(
+        "t_s,series,type,value\n"
+        + "".join(
+            f"{t}.0,gatekeeper_capacity_seconds,,0.8\n"
+            f"{t}.0,gatekeeper_type_estimated_cost_seconds,GET /search_results,{0.9 if t >= 2 else 0.05}\n"
+            for t in range(5)
+        )
+    )
     s = tmp_path / "summary.json"
     s.write_text(json.dumps(doc))
     files = tpcw.report(s)
     summary_md = (tmp_path / "tpcw-summary.md").read_text()
+    assert "| fifo | 50 | 5 | GET /search_results 2 | 900.0 | - |" in summary_md, summary_md
     # Joined: 17 requests, mean wait (10 x 50 + 5 x 100 + 2 x 500 ms) / 17 = 117.6 ms.
     assert "| fifo | 50 | 17/18 | 117.6 | " in summary_md, summary_md
     assert "| 0 | 45 | 4 | 2 | 1.2 | 3 / 0.5 | 30.0 | 41 |" in summary_md, summary_md
@@ -442,6 +452,27 @@ def test_join_splits_each_response_and_finds_work_for_given_up_requests(tmp_path
     assert e["mean_wait_s"] == pytest.approx(home["mean_wait_s"])
     assert e["mean_response_s"] == pytest.approx(home["mean_response_s"])
     assert point["joined"]["given_up"]["count"] == 3
+
+
+def test_timeline_finds_types_priced_out_of_the_gate(tmp_path: Path):
+    rows = ["t_s,series,type,value"]
+    sres = {0: 5.0, 1: 0.05, 2: 0.9, 3: 0.95, 4: 0.9, 5: 0.9}
+    for t in range(6):
+        rows += [
+            f"{t}.0,gatekeeper_capacity_seconds,,0.8",
+            f"{t}.0,gatekeeper_queue_length,,120",
+            f"{t}.0,gatekeeper_type_estimated_cost_seconds,GET /search_results,{sres[t]}",
+            f"{t}.0,gatekeeper_type_estimated_cost_seconds,GET /best_sellers,0.4",
+            f"{t}.0,gatekeeper_type_estimated_cost_seconds,(other),5.0",
+        ]
+    p = tmp_path / "timeline.csv"
+    p.write_text("\n".join(rows) + "\n")
+    st = tpcw.timeline_stats(p, from_s=1.0)
+    assert st["samples"] == 5
+    # At or above 0.8 s from 2 s to the last sample at 5 s; the start-up value (t = 0) is left out.
+    assert st["at_or_above_capacity_s"] == {"GET /search_results": pytest.approx(3.0)}
+    assert st["max_cost_s"] == {"GET /search_results": 0.95, "GET /best_sellers": 0.4}
+    assert tpcw.timeline_stats(p)["max_cost_s"]["GET /search_results"] == 5.0
 
 
 def test_pg_settings_from_the_experiment_file():
