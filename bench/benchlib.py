@@ -11,6 +11,7 @@ Scripts outside bench/ import it with
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -103,3 +104,61 @@ def write_json(path: Path, obj: Any) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+#: The cpuidle-haltpoll driver's guest polling limit (ns): how long an idle vCPU polls
+#: before it halts and has to be woken by the host. Machine-global.
+HALT_POLL = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
+#: The lock benchmarks hold so that no two of them run at once.
+BENCH_LOCK = Path("/run/shortfirst-bench.lock")
+
+
+def read_halt_poll() -> int | None:
+    """The current guest_halt_poll_ns, or None where the driver is absent."""
+    return int(HALT_POLL.read_text().strip()) if HALT_POLL.exists() else None
+
+
+def bench_lock_held_by_ancestor() -> bool:
+    """Whether a flock on BENCH_LOCK is held by this process or one of its ancestors
+    (`flock /run/shortfirst-bench.lock ... make ...`), from /proc/locks."""
+    try:
+        inode = BENCH_LOCK.stat().st_ino
+        locks = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return False
+    holders = set()
+    for line in locks:
+        f = line.split()
+        if "->" in f or len(f) < 6 or f[1] != "FLOCK":
+            continue  # "->" marks a waiter, not a holder
+        if f[5].rsplit(":", 1)[-1] == str(inode):
+            holders.add(int(f[4]))
+    pid = os.getpid()
+    while pid > 1:
+        if pid in holders:
+            return True
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return False
+
+
+@contextlib.contextmanager
+def halt_poll_ns(value: int | None):
+    """Set the guest's halt polling (machine-global) for the duration, then restore it,
+    whatever happens (an exception, or SystemExit from a signal handler). Yields the
+    value before. None: leave it alone."""
+    if value is None:
+        yield None
+        return
+    before = HALT_POLL.read_text().strip()
+    try:
+        HALT_POLL.write_text(str(value))
+        yield int(before)
+    finally:
+        HALT_POLL.write_text(before)
+        restored = HALT_POLL.read_text().strip()
+        if restored != before:
+            raise RuntimeError(f"{HALT_POLL}: restoring {before} failed, it reads {restored}")

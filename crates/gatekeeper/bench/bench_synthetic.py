@@ -31,7 +31,17 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
-from benchlib import free_port, git_commit, machine, wait_port  # noqa: E402
+import benchlib  # noqa: E402
+from benchlib import (  # noqa: E402
+    BENCH_LOCK,
+    HALT_POLL,
+    bench_lock_held_by_ancestor,
+    free_port,
+    git_commit,
+    machine,
+    read_halt_poll,
+    wait_port,
+)
 
 POLICIES = ["fifo", "sjf", "sjf-aging:1", "sjf-aging:2", "sjf-aging:5"]
 #: The most expensive type with a usable sample (admin_response is 0.09% of the mix).
@@ -442,58 +452,18 @@ OVERHEAD_PASS_RULE = (
     "rounds are reported next to it and are not used for the verdict."
 )
 
-HALT_POLL = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
-BENCH_LOCK = Path("/run/shortfirst-bench.lock")
-
-
-def bench_lock_held_by_ancestor() -> bool:
-    """Whether a flock on BENCH_LOCK is held by this process or one of its ancestors
-    (`flock /run/shortfirst-bench.lock ... make ...`), from /proc/locks."""
-    try:
-        inode = BENCH_LOCK.stat().st_ino
-        locks = Path("/proc/locks").read_text().splitlines()
-    except OSError:
-        return False
-    holders = set()
-    for line in locks:
-        f = line.split()
-        if "->" in f or len(f) < 6 or f[1] != "FLOCK":
-            continue  # "->" marks a waiter, not a holder
-        if f[5].rsplit(":", 1)[-1] == str(inode):
-            holders.add(int(f[4]))
-    pid = os.getpid()
-    while pid > 1:
-        if pid in holders:
-            return True
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return False
-        pid = int(stat.rsplit(")", 1)[1].split()[1])
-    return False
-
 
 @contextlib.contextmanager
 def halt_poll_ns(value: int | None):
-    """Set the guest's cpuidle halt-polling (machine-global) for the duration, then restore
-    it, whatever happens. None: leave it alone."""
-    if value is None:
-        yield None
-        return
-    if not bench_lock_held_by_ancestor():
+    """benchlib.halt_poll_ns, only under the shared bench lock: the setting is
+    machine-global, so no other benchmark may run while it is changed."""
+    if value is not None and not bench_lock_held_by_ancestor():
         raise RuntimeError(
             f"--halt-poll-ns changes {HALT_POLL}, machine-global: run the bench under "
             f"`flock {BENCH_LOCK} ...` so no other benchmark sees the change"
         )
-    before = HALT_POLL.read_text().strip()
-    try:
-        HALT_POLL.write_text(str(value))
-        yield int(before)
-    finally:
-        HALT_POLL.write_text(before)
-        restored = HALT_POLL.read_text().strip()
-        if restored != before:
-            raise RuntimeError(f"{HALT_POLL}: restoring {before} failed, it reads {restored}")
+    with benchlib.halt_poll_ns(value) as before:
+        yield before
 
 
 def percentile(v: list[float], q: float) -> float:
@@ -617,7 +587,7 @@ def measure_overhead(b: Bench, capacity: str) -> dict:
             wait_port(nport)
             ports["nginx"] = nport
         settings = {}
-        machine_value = int(HALT_POLL.read_text().strip()) if HALT_POLL.exists() else None
+        machine_value = read_halt_poll()
         settings["machine"] = {"guest_halt_poll_ns": machine_value, **overhead_rounds(b, ports, trace, "")}
         if a.halt_poll_ns is not None:
             with halt_poll_ns(a.halt_poll_ns):

@@ -58,7 +58,16 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
-from benchlib import free_port, git_commit, machine, wait_port, write_json  # noqa: E402
+from benchlib import (  # noqa: E402
+    HALT_POLL,
+    free_port,
+    git_commit,
+    halt_poll_ns,
+    machine,
+    read_halt_poll,
+    wait_port,
+    write_json,
+)
 
 CHILDREN: list[subprocess.Popen] = []
 # As root, the generator runs its dispatcher and workers under SCHED_FIFO
@@ -77,31 +86,11 @@ TARGET_REQ_PER_S = 20000
 FIFO = ["chrt", "-f", "10"] if ROOT and shutil.which("chrt") else []
 
 
-# Machine-global settings this bench changed, restored on exit, error or signal:
-# (path, value to write back).
-RESTORE: list[tuple[Path, str]] = []
-# The cpuidle-haltpoll governor's guest polling limit (ns): how long an idle vCPU
-# polls before it halts and has to be woken by the host.
-HALT_POLL = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
 # The server process, for its CPU use per probe.
 SERVER: list[subprocess.Popen] = []
 
 
-def restore_settings() -> None:
-    while RESTORE:
-        path, value = RESTORE.pop()
-        path.write_text(value)
-
-
-def set_halt_poll(ns: int) -> None:
-    """Sets guest_halt_poll_ns (machine-global), remembering the old value once."""
-    if not any(p == HALT_POLL for p, _ in RESTORE):
-        RESTORE.append((HALT_POLL, HALT_POLL.read_text().strip()))
-    HALT_POLL.write_text(str(ns))
-
-
 def cleanup(*_args) -> None:
-    restore_settings()
     for p in CHILDREN:
         if p.poll() is None:
             p.kill()
@@ -250,7 +239,7 @@ def step(
         "steal_s_per_cpu": [(b - a) * tick_s for a, b in zip(t0["steal"], t1["steal"], strict=True)],
         "idle_s_per_cpu": [(b - a) * tick_s for a, b in zip(t0["idle"], t1["idle"], strict=True)],
         "server_cpu_share": (server1 - server0) / (wall1 - wall0),
-        "halt_poll_ns": int(HALT_POLL.read_text()) if HALT_POLL.exists() else None,
+        "halt_poll_ns": read_halt_poll(),
         "argv": res.args,
     }
 
@@ -553,8 +542,8 @@ def main() -> None:
         if args.halt_poll_ns is not None:
             # The same search for the default mode (and wrk) with the guest polling
             # before it halts an idle vCPU; restored right after (and on any exit).
-            set_halt_poll(args.halt_poll_ns)
-            try:
+            # A signal ends the run through cleanup()'s sys.exit, which unwinds this block.
+            with halt_poll_ns(args.halt_poll_ns):
                 hp_mode = "persistent_100_no_spin"
                 hp_steps = search(
                     probe_fn(hp_mode, modes[hp_mode], f"halt-poll {args.halt_poll_ns} ns: "),
@@ -563,12 +552,10 @@ def main() -> None:
                     args.resolution,
                 )
                 hp_wrk = wrk(port, "/f/0000000.bin", False, args.wrk_seconds, 1, 64, args.load_cpu)
-            finally:
-                restore_settings()
             hp_best = max((s["target_req_per_s"] for s in hp_steps if s["sustained"]), default=0)
             halt_poll = {
                 "guest_halt_poll_ns": args.halt_poll_ns,
-                "machine_default_guest_halt_poll_ns": int(HALT_POLL.read_text()),
+                "machine_default_guest_halt_poll_ns": read_halt_poll(),
                 "note": "opt-in (--halt-poll-ns): the machine-global cpuidle-haltpoll setting was changed "
                 "for these probes only and restored after; the other results of this file are the "
                 "machine's default",
