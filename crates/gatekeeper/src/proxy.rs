@@ -561,6 +561,7 @@ async fn handle(
             .charge(type_index, now)
             .unwrap_or(Charge { cost_us: core.estimator.config().cold_cost_us, probe: false });
         let arrived = if charge.probe {
+            tm.probes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             core.gate.arrive_probe(now, charge.cost_us)
         } else {
             core.gate.arrive(now, charge.cost_us)
