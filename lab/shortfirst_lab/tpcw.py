@@ -1065,10 +1065,13 @@ def join_requests(
 def timeline_stats(path: Path, from_s: float = 0.0) -> dict:
     """From a point's ``timeline.csv``, samples from ``from_s`` on (e.g. after the warm-up: before a
     type's first sample its charge is the costliest type's): the samples taken and, per request
-    type, its largest learned cost and the seconds during which it was at or above the capacity.
-    Under the paper's rule such a type runs only when nothing else is admitted (``Gate``: "Empty
-    system"), so under SJF with a queue of cheaper requests it does not run at all, yields no new
-    cost samples, and its estimate stays where it is."""
+    type, its largest learned cost, the seconds during which it was at or above the capacity, and
+    the longest span during which its learned cost did not change (``longest_unchanged_s``: no
+    sample completed then). Under the paper's rule a type at or above the capacity runs only when
+    nothing else is admitted (``Gate``: "Empty system"), and under SJF any type priced behind the
+    work that fills the gate is not admitted at all: it yields no new cost samples and its
+    estimate stays where it is, unless the estimator re-samples it (core::admission,
+    "Re-sampling": a probe every ``resample_after``, 5 s by default)."""
     by_t: dict[float, dict[str, float]] = defaultdict(dict)
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
@@ -1079,6 +1082,9 @@ def timeline_stats(path: Path, from_s: float = 0.0) -> dict:
     step = {t: (b - t) for t, b in zip(times, times[1:], strict=False)}
     at_capacity: dict[str, float] = defaultdict(float)
     max_cost: dict[str, float] = {}
+    # Per type: (value, time it took that value) of the current run, and the longest run so far.
+    run: dict[str, tuple[float, float]] = {}
+    unchanged: dict[str, float] = {}
     for t in times:
         sample = by_t[t]
         cap = sample.get("gatekeeper_capacity_seconds")
@@ -1088,7 +1094,15 @@ def timeline_stats(path: Path, from_s: float = 0.0) -> dict:
             max_cost[key] = max(max_cost.get(key, 0.0), value)
             if cap and value >= cap and t in step:
                 at_capacity[key] += step[t]
-    return {"samples": len(times), "max_cost_s": max_cost, "at_or_above_capacity_s": dict(at_capacity)}
+            if key not in run or run[key][0] != value:
+                run[key] = (value, t)
+            unchanged[key] = max(unchanged.get(key, 0.0), t - run[key][1])
+    return {
+        "samples": len(times),
+        "max_cost_s": max_cost,
+        "at_or_above_capacity_s": dict(at_capacity),
+        "longest_unchanged_s": unchanged,
+    }
 
 
 def apply_join(point: dict, joined: dict) -> None:
@@ -1752,22 +1766,29 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
             f"## Learned costs over time (each point's timeline.csv, sampled once a second, after the "
             f"{warmup_s:g} s warm-up)",
             "",
-            "A type whose learned cost reaches the capacity runs only when nothing else is admitted; under "
-            "SJF with cheaper requests always queued it then gets no new samples, so its estimate cannot "
-            "come down (a lock-in).",
+            "A type whose learned cost reaches the capacity runs only when nothing else is admitted, and "
+            "under SJF a type priced behind the work that fills the gate is not admitted at all: it gets "
+            "no new samples, so its estimate cannot move (a lock-in) unless the gatekeeper re-samples it "
+            "(a probe after `resample_after` without a sample, 5 s by default). *Longest unchanged*: the "
+            "longest span over which a type's learned cost did not move (no sample came back), for the "
+            "type where it is longest; a rare type also stays unchanged between its arrivals, so compare "
+            "with fifo at the same load.",
             "",
             "| mode | browsers | samples | types at or above the capacity (s) | Search Results max (ms) "
-            "| Best Sellers max (ms) |",
-            "|---|---|---|---|---|---|",
+            "| Best Sellers max (ms) | longest unchanged (s) |",
+            "|---|---|---|---|---|---|---|",
         ]
         for p, st in timelines:
             over = (
                 ", ".join(f"{k} {v:.0f}" for k, v in sorted(st["at_or_above_capacity_s"].items())) or "none"
             )
             mx = st["max_cost_s"]
+            frozen = st.get("longest_unchanged_s", {})
+            longest = max(frozen, key=frozen.get) if frozen else None
             md.append(
                 f"| {p['mode']} | {p['browsers']} | {st['samples']} | {over} | "
-                f"{_ms(mx.get('GET /search_results'))} | {_ms(mx.get('GET /best_sellers'))} |"
+                f"{_ms(mx.get('GET /search_results'))} | {_ms(mx.get('GET /best_sellers'))} | "
+                + (f"{frozen[longest]:.0f} ({longest}) |" if longest else "– |")
             )
         md.append("")
     joined_pts = [p for p in points if "joined" in p]

@@ -473,6 +473,8 @@ def test_timeline_finds_types_priced_out_of_the_gate(tmp_path: Path):
     assert st["at_or_above_capacity_s"] == {"GET /search_results": pytest.approx(3.0)}
     assert st["max_cost_s"] == {"GET /search_results": 0.95, "GET /best_sellers": 0.4}
     assert tpcw.timeline_stats(p)["max_cost_s"]["GET /search_results"] == 5.0
+    # Best Sellers never moved after 1 s (4 s); Search Results held 0.9 from 4 s to 5 s (1 s).
+    assert st["longest_unchanged_s"] == {"GET /search_results": pytest.approx(1.0), "GET /best_sellers": 4.0}
 
 
 def test_pg_settings_from_the_experiment_file():

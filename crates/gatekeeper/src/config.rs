@@ -200,6 +200,8 @@ pub struct FileEstimator {
     pub cold_cost: Option<String>,
     pub max_sample: Option<String>,
     pub basis: Option<String>,
+    /// Re-sample a type sjf has not admitted for this long (a duration, or "off").
+    pub resample_after: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -237,6 +239,19 @@ impl FileConfig {
             }
             if let Some(b) = &f.basis {
                 e.basis = b.parse().map_err(|err| GatekeeperError::Config(format!("estimator.basis: {err}")))?;
+            }
+            if let Some(r) = &f.resample_after {
+                e.resample_after_us = if r.trim() == "off" {
+                    None
+                } else {
+                    let us = parse_duration(r, "estimator.resample_after")?.as_micros() as u64;
+                    if us == 0 {
+                        return Err(GatekeeperError::Config(
+                            "estimator.resample_after: must be above 0 (\"off\" never re-samples)".into(),
+                        ));
+                    }
+                    Some(us)
+                };
             }
         }
         Ok(e)
@@ -316,5 +331,16 @@ mod tests {
         assert!(bad.estimator().unwrap_err().to_string().contains("estimator.basis"));
         assert_eq!(f.auto(AutoConfig::default()).unwrap().initial_capacity_us, 20_000);
         assert!(toml::from_str::<FileConfig>("capacty = \"1\"").is_err());
+        // Re-sampling: default 5 s, a duration (bare numbers are seconds), or off.
+        let resample = |v: &str| {
+            toml::from_str::<FileConfig>(&format!("[estimator]\nresample_after = \"{v}\"\n")).unwrap().estimator()
+        };
+        assert_eq!(f.estimator().unwrap().resample_after_us, Some(5_000_000));
+        assert_eq!(resample("2").unwrap().resample_after_us, Some(2_000_000));
+        assert_eq!(resample("750ms").unwrap().resample_after_us, Some(750_000));
+        assert_eq!(resample("off").unwrap().resample_after_us, None);
+        for bad in ["0", "soon"] {
+            assert!(resample(bad).unwrap_err().to_string().contains("estimator.resample_after"), "{bad}");
+        }
     }
 }

@@ -78,6 +78,9 @@ impl Outcome {
 #[derive(Debug, Default)]
 pub struct TypeMetrics {
     outcomes: [AtomicU64; 5],
+    /// Requests marked as re-sampling probes (core::admission, "Re-sampling"; they go ahead
+    /// of the order only under sjf).
+    pub probes: AtomicU64,
     pub queue_wait: Histogram,
     pub upstream: Histogram,
 }
@@ -186,6 +189,15 @@ impl Metrics {
         for (_, name, _, n) in &snap.types {
             let _ = writeln!(o, "gatekeeper_type_cost_samples_total{{type=\"{}\"}} {n}", escape(name));
         }
+        let _ = writeln!(o, "# HELP gatekeeper_type_probes_total Requests marked as re-sampling probes: their type had gone resample_after without a sample (under sjf they go ahead of the order).\n# TYPE gatekeeper_type_probes_total counter");
+        for (i, name, _, _) in &snap.types {
+            let _ = writeln!(
+                o,
+                "gatekeeper_type_probes_total{{type=\"{}\"}} {}",
+                escape(name),
+                self.types[*i].probes.load(Relaxed)
+            );
+        }
         let _ = writeln!(o, "# HELP gatekeeper_type_requests_total Requests by type and outcome.\n# TYPE gatekeeper_type_requests_total counter");
         for (i, name, _, _) in &snap.types {
             for out in Outcome::ALL {
@@ -237,6 +249,7 @@ mod tests {
     fn render_escapes_labels_and_lists_globals() {
         let m = Metrics::new(2);
         m.types[0].count(Outcome::Ok);
+        m.types[1].probes.fetch_add(2, Relaxed);
         let snap = Snapshot {
             load_us: 1_500,
             capacity_us: 20_000,
@@ -250,5 +263,7 @@ mod tests {
         assert!(s.contains("gatekeeper_queue_length 3\n"));
         assert!(s.contains("gatekeeper_type_requests_total{type=\"GET /a\\\"b\",outcome=\"ok\"} 1\n"), "{s}");
         assert!(s.contains("gatekeeper_type_estimated_cost_seconds{type=\"(other)\"} 0.01\n"));
+        assert!(s.contains("gatekeeper_type_probes_total{type=\"(other)\"} 2\n"), "{s}");
+        assert!(s.contains("gatekeeper_type_probes_total{type=\"GET /a\\\"b\"} 0\n"), "{s}");
     }
 }

@@ -34,7 +34,9 @@ use hyper::http::uri::PathAndQuery;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use shortfirst_core::admission::auto::AutoCapacity;
-use shortfirst_core::admission::{Admitted, CostEstimator, Gate, GateConfig, Rejection, RequestId, Sample, Ticket};
+use shortfirst_core::admission::{
+    Admitted, Charge, CostEstimator, Gate, GateConfig, Rejection, RequestId, Sample, Ticket,
+};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, Notify, Semaphore};
 
@@ -193,7 +195,7 @@ impl Shared {
                     let share_us = core.gate.share_us(now, &ticket).unwrap_or(wall_us).min(wall_us);
                     let sample = Sample { wall_us, share_us };
                     let s = core.estimator.sample_us(sample);
-                    let _ = core.estimator.observe_request(type_index, sample);
+                    let _ = core.estimator.observe_request_at(type_index, sample, now);
                     if let Some(auto) = core.auto.as_mut() {
                         let est = core.estimator.estimate_us(type_index).unwrap_or(s);
                         let warm = core.estimator.is_warm(type_index);
@@ -551,9 +553,20 @@ async fn handle(
     // Admission.
     let (own, deliveries, rx) = {
         let mut core = shared.lock();
-        let cost = core.estimator.estimate_us(type_index).unwrap_or(core.estimator.config().cold_cost_us);
         let now = shared.now_us();
-        match core.gate.arrive(now, cost) {
+        // A probe re-measures a type sjf has not admitted for a while (core::admission,
+        // "Re-sampling").
+        let charge = core
+            .estimator
+            .charge(type_index, now)
+            .unwrap_or(Charge { cost_us: core.estimator.config().cold_cost_us, probe: false });
+        let arrived = if charge.probe {
+            tm.probes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            core.gate.arrive_probe(now, charge.cost_us)
+        } else {
+            core.gate.arrive(now, charge.cost_us)
+        };
+        match arrived {
             Err(Rejection::QueueFull) => {
                 drop(core);
                 shared.metrics.rejected_queue_full.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -290,7 +290,7 @@ pub fn run(cfg: &ModelConfig) -> Result<ModelResult, ModelError> {
                 if let (Some(g), Some(ticket)) = (gate.as_mut(), r.ticket) {
                     let share_us = g.share_us(gate_us(now), &ticket)?;
                     let wall_us = gate_us(now - r.admitted_us);
-                    estimator.observe_request(r.type_index, Sample { wall_us, share_us })?;
+                    estimator.observe_request_at(r.type_index, Sample { wall_us, share_us }, gate_us(now))?;
                     let admitted = g.release(gate_us(now), ticket)?;
                     start(admitted, now, &mut pending, &mut running, &cfg.types);
                 }
@@ -317,9 +317,9 @@ pub fn run(cfg: &ModelConfig) -> Result<ModelResult, ModelError> {
                     ticket: None,
                 }),
                 Some(g) => {
-                    let cost = estimator.estimate_us(type_index)?;
-                    let (id, admitted) = g
-                        .arrive(gate_us(now), cost)
+                    let c = estimator.charge(type_index, gate_us(now))?;
+                    let arrive = if c.probe { Gate::arrive_probe } else { Gate::arrive };
+                    let (id, admitted) = arrive(g, gate_us(now), c.cost_us)
                         .map_err(|_| ModelError::Config("gate queue full: raise max_queue_len".into()))?;
                     pending.insert(id.0, Pending { client, type_index, sent_us: now });
                     start(admitted, now, &mut pending, &mut running, &cfg.types);

@@ -17,6 +17,8 @@ fn ids(adm: &[Admitted]) -> Vec<u64> {
 enum Ev {
     /// Arrival with a cost; the gate assigns ids 0, 1, 2, ... in order.
     Arrive(u64),
+    /// A probe's arrival with a cost ([`Gate::arrive_probe`]); ids as for `Arrive`.
+    Probe(u64),
     /// Release the request with this id (must be running).
     Release(u64),
     Cancel(u64),
@@ -30,6 +32,7 @@ fn run(g: &mut Gate, script: &[(u64, Ev)]) -> Vec<u64> {
     for &(t, ev) in script {
         let adm = match ev {
             Ev::Arrive(c) => g.arrive(t, c).expect("queue has room").1,
+            Ev::Probe(c) => g.arrive_probe(t, c).expect("queue has room").1,
             Ev::Release(id) => g.release(t, tickets.remove(&id).expect("running")).unwrap(),
             Ev::Cancel(id) => g.cancel(t, RequestId(id)).unwrap_or_default(),
             Ev::Poll => g.poll(t),
@@ -428,6 +431,134 @@ fn estimator_clamps_outliers() {
     assert_eq!(e.estimate_us(0).unwrap(), 501);
 }
 
+#[test]
+fn charge_marks_stale_types_as_probes_table() {
+    // resample after 1,000 µs. Each row: (now, sample to observe first or 0, type, expected
+    // (cost, probe)). Type 0 is sampled at 1,800; type 1 never.
+    let cfg = EstimatorConfig { resample_after_us: Some(1_000), cold_cost_us: 10_000, ..Default::default() };
+    let mut e = CostEstimator::new(2, cfg).unwrap();
+    let rows: &[(u64, u64, usize, (u64, bool))] = &[
+        (0, 0, 0, (10_000, false)),     // first charge starts the clock
+        (999, 0, 0, (10_000, false)),   // not stale yet
+        (1_000, 0, 0, (10_000, true)),  // stale: a probe, clock restarts
+        (1_500, 0, 0, (10_000, false)), // at most one probe per 1,000 µs
+        (1_800, 300, 0, (300, false)),  // sampled at 1,800
+        (2_700, 0, 0, (300, false)),    // 900 µs after the sample
+        (2_800, 0, 0, (300, true)),     // 1,000 µs after it
+        (2_800, 0, 1, (300, false)),    // type 1: first charge (largest known estimate)
+        (3_799, 0, 1, (300, false)),
+        (3_800, 0, 1, (300, true)),  // never sampled, 1,000 µs since its first charge
+        (3_799, 0, 0, (300, false)), // 999 µs after its last probe
+    ];
+    for (i, &(now, sample, ty, want)) in rows.iter().enumerate() {
+        if sample > 0 {
+            e.observe_request_at(ty, Sample { wall_us: sample, share_us: sample }, now).unwrap();
+        }
+        let c = e.charge(ty, now).unwrap();
+        assert_eq!((c.cost_us, c.probe), want, "row {i}: now {now} type {ty}");
+    }
+    // Without re-sampling (the paper's rule taken literally) nothing is ever a probe.
+    let mut e = CostEstimator::new(1, EstimatorConfig { resample_after_us: None, ..Default::default() }).unwrap();
+    for now in [0, 10_000_000, 1_000_000_000] {
+        assert!(!e.charge(0, now).unwrap().probe);
+    }
+    assert!(e.charge(1, 0).is_err(), "type out of range");
+    let zero = EstimatorConfig { resample_after_us: Some(0), ..Default::default() };
+    assert!(CostEstimator::new(1, zero).unwrap_err().to_string().contains("resample_after_us"));
+    assert_eq!(EstimatorConfig::default().resample_after_us, Some(DEFAULT_RESAMPLE_AFTER_US));
+}
+
+#[test]
+fn sjf_probe_goes_first_and_waits_for_room_table() {
+    // Capacity 1,000. 0 (500) and 1 (400) run; 2 (200) and 3 (150) wait; then 4 (600)
+    // arrives. Rows: (script, expected admission order).
+    use Ev::*;
+    let base = [(0, Arrive(500)), (0, Arrive(400)), (1, Arrive(200)), (2, Arrive(150))];
+    let cases: &[(&str, Ev, &[u64])] = &[
+        // Plain sjf: releasing 1 admits 3 and 2 (load 850); 4 waits until 0 and 3 finish.
+        ("sjf, ordinary arrival", Arrive(600), &[0, 1, 3, 2, 4]),
+        // A probe: releasing 1 (load 500) admits nothing, since 4 is first and does not fit
+        // and sjf admits only its pick; releasing 0 (load 0) admits 4, then 3 and 2 fit.
+        ("sjf, probe", Probe(600), &[0, 1, 4, 3, 2]),
+    ];
+    for &(name, ev, want) in cases {
+        let mut g = gate(1_000, "sjf");
+        let mut script: Vec<(u64, Ev)> = base.to_vec();
+        script.extend([(3, ev), (4, Release(1)), (5, Release(0))]);
+        if let Arrive(_) = ev {
+            script.extend([(6, Release(3)), (7, Release(2))]);
+        }
+        assert_eq!(run(&mut g, &script), want, "{name}");
+    }
+    // Probes among themselves go in arrival order, ahead of cheaper requests.
+    let mut g = gate(1_000, "sjf");
+    let order = run(&mut g, &[(0, Arrive(900)), (1, Arrive(200)), (2, Probe(700)), (3, Probe(50)), (4, Release(0))]);
+    assert_eq!(order, [0, 2, 3, 1]);
+    // A probe whose charge exceeds the capacity waits for the gate to drain, then runs alone.
+    let mut g = gate(1_000, "sjf");
+    let order = run(&mut g, &[(0, Arrive(300)), (0, Arrive(300)), (1, Probe(5_000)), (2, Arrive(1)), (3, Release(0))]);
+    assert_eq!(order, [0, 1], "nothing passes a waiting probe");
+    assert_eq!(g.probes_waiting(), 1);
+    // Under fifo and sjf-aging a probe is an ordinary arrival.
+    for policy in ["fifo", "sjf-aging:2"] {
+        let script = [(0, Arrive(900)), (1, Arrive(10)), (2, Probe(700)), (3, Release(0))];
+        let mut plain = gate(1_000, policy);
+        let mut probed = gate(1_000, policy);
+        let plain_script: Vec<(u64, Ev)> =
+            script.iter().map(|&(t, e)| (t, if let Probe(c) = e { Arrive(c) } else { e })).collect();
+        assert_eq!(run(&mut probed, &script), run(&mut plain, &plain_script), "{policy}");
+        assert_eq!(probed.probes_waiting(), 0, "{policy}");
+    }
+}
+
+#[test]
+fn resampling_breaks_the_sjf_lock_in() {
+    // The TPC-W lock-in in miniature: a costly type B (true cost 300) fills the queue; type
+    // A costs the same but its estimate is stuck at 370 from its warm-up. Requests arrive
+    // every 100 µs (A every 10th) against capacity 800; each runs its true cost.
+    for (resample, want_a_admitted) in [(None, false), (Some(5_000u64), true)] {
+        let cfg = EstimatorConfig { resample_after_us: resample, ..Default::default() };
+        let mut e = CostEstimator::new(2, cfg).unwrap();
+        e.observe_request_at(0, Sample { wall_us: 370, share_us: 370 }, 0).unwrap(); // A
+        e.observe_request_at(1, Sample { wall_us: 300, share_us: 300 }, 0).unwrap(); // B
+        let mut g = gate(800, "sjf");
+        let mut types: HashMap<u64, (usize, u64)> = HashMap::new(); // id -> (type, arrival)
+        let mut running: Vec<(u64, Ticket)> = Vec::new(); // (finish, ticket)
+        let mut a_done = 0;
+        for step in 0..2_000u64 {
+            let now = step * 100;
+            running.sort_by_key(|r| std::cmp::Reverse(r.0));
+            let mut adm = Vec::new();
+            while running.last().is_some_and(|r| r.0 <= now) {
+                let (_, t) = running.pop().unwrap();
+                let (ty, arrival) = types[&t.id().0];
+                e.observe_request_at(ty, Sample { wall_us: 300, share_us: 300 }, now).unwrap();
+                // Count A's that arrived once the queue had built up (the first few find room).
+                a_done += usize::from(ty == 0 && arrival >= 10_000);
+                adm.extend(g.release(now, t).unwrap());
+            }
+            let ty = usize::from(step % 10 != 0);
+            let c = e.charge(ty, now).unwrap();
+            let (id, more) = if c.probe { g.arrive_probe(now, c.cost_us) } else { g.arrive(now, c.cost_us) }.unwrap();
+            types.insert(id.0, (ty, now));
+            adm.extend(more);
+            running.extend(adm.into_iter().map(|a| (now + 300, a.ticket)));
+        }
+        assert!(g.queue_len() > 100, "overloaded: {}", g.queue_len());
+        assert_eq!(a_done > 0, want_a_admitted, "resample {resample:?}: {a_done} A done");
+        if resample.is_some() {
+            // A is re-measured (300) and now sorts with B, not behind all of them.
+            let a = e.estimate_us(0).unwrap();
+            assert!((300..310).contains(&a), "A's estimate {a}");
+            assert!(a_done >= 20, "{a_done}");
+        } else {
+            // Only the first few A's (before the queue built up) were measured: A stays
+            // priced above B, behind every B in the queue.
+            assert!(e.estimate_us(0).unwrap() > e.estimate_us(1).unwrap(), "{}", e.estimate_us(0).unwrap());
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Invariants over random event sequences
 // ---------------------------------------------------------------------------------------
@@ -435,6 +566,8 @@ fn estimator_clamps_outliers() {
 #[derive(Debug, Clone)]
 enum Op {
     Arrive(u64),
+    /// [`Gate::arrive_probe`].
+    ArriveProbe(u64),
     /// Release the running request at this (wrapped) position.
     Release(usize),
     Cancel(usize),
@@ -445,6 +578,7 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => prop_oneof![1u64..20, 1u64..2_000].prop_map(Op::Arrive),
+        1 => prop_oneof![1u64..20, 1u64..4_000].prop_map(Op::ArriveProbe),
         3 => any::<usize>().prop_map(Op::Release),
         1 => any::<usize>().prop_map(Op::Cancel),
         3 => (0u64..500).prop_map(Op::Advance),
@@ -466,6 +600,8 @@ struct Shadow {
     cost: u64,
     arrival: u64,
     deadline: u64,
+    /// A probe under sjf (elsewhere probes are ordinary arrivals).
+    probe: bool,
 }
 
 struct Checker {
@@ -483,6 +619,9 @@ struct Checker {
     busy_us: u64,
     shares_released_us: u64,
     releases: u64,
+    /// sjf: the oldest waiting probe and the releases it may still have to wait for (the
+    /// requests in flight when it became first; nothing else is admitted while it waits).
+    first_probe: Option<(u64, usize)>,
 }
 
 impl Checker {
@@ -493,6 +632,12 @@ impl Checker {
         prop_assert!(share <= since, "share {} > time since admission {}", share, since);
         self.shares_released_us += share;
         self.releases += 1;
+        if let Some((id, left)) = self.first_probe.as_mut() {
+            if self.waiting.contains_key(id) {
+                prop_assert!(*left > 0, "probe {} still waits after its release budget", id);
+                *left -= 1;
+            }
+        }
         self.released += t.charge_us();
         let adm = self.g.release(self.now, t).unwrap();
         self.admit(adm)
@@ -503,6 +648,14 @@ impl Checker {
         let mut load = load_before;
         for (running_count, a) in (self.running.len()..).zip(adm) {
             let id = a.ticket.id().0;
+            if self.g.config().policy == Policy::Sjf {
+                // sjf order: the oldest waiting probe, else the smallest (cost, arrival).
+                let want = match self.waiting.iter().find(|(_, w)| w.probe) {
+                    Some((&p, _)) => p,
+                    None => self.waiting.iter().map(|(&i, w)| (w.cost, i)).min().map(|(_, i)| i).unwrap_or(id),
+                };
+                prop_assert_eq!(id, want, "sjf admitted {} instead of {}", id, want);
+            }
             let s = self.waiting.remove(&id).ok_or_else(|| TestCaseError::fail("admitted twice"))?;
             prop_assert_eq!(a.ticket.charge_us(), s.cost);
             prop_assert_eq!(a.waited_us, self.now - s.arrival);
@@ -553,6 +706,17 @@ impl Checker {
         unreachable!("nothing runs after the last finish")
     }
 
+    /// After each event: the oldest waiting probe gets a budget of the requests in flight
+    /// when it became first.
+    fn track_probe(&mut self) {
+        let first = self.waiting.iter().find(|(_, w)| w.probe).map(|(&id, _)| id);
+        self.first_probe = match (first, self.first_probe) {
+            (Some(id), Some((was, left))) if id == was => Some((id, left)),
+            (Some(id), _) => Some((id, self.running.len())),
+            (None, _) => None,
+        };
+    }
+
     fn check(&self) -> Result<(), TestCaseError> {
         let sum: u64 = self.running.iter().map(|t| t.charge_us()).sum();
         prop_assert_eq!(self.g.load_us(), sum);
@@ -561,6 +725,10 @@ impl Checker {
         prop_assert_eq!(self.charged - self.released, sum);
         if !self.capacity_changed {
             prop_assert!(self.running.len() <= 1 || self.g.load_us() <= self.g.capacity_us());
+        }
+        // A waiting probe is admitted within the releases it had to wait for.
+        if let Some((id, left)) = self.first_probe {
+            prop_assert!(!(left == 0 && self.waiting.contains_key(&id)), "probe {} waits with no release left", id);
         }
         // Work conservation: the gate never idles with waiting work while empty.
         prop_assert!(!self.running.is_empty() || self.waiting.is_empty());
@@ -599,18 +767,22 @@ fn exercise_with(cfg: GateConfig, ops: Vec<Op>) -> Result<Checker, TestCaseError
         busy_us: 0,
         shares_released_us: 0,
         releases: 0,
+        first_probe: None,
     };
     for op in ops {
         match op {
-            Op::Arrive(estimate) => {
+            Op::Arrive(estimate) | Op::ArriveProbe(estimate) => {
+                let probe = matches!(op, Op::ArriveProbe(_));
                 // The gate is given the estimate; it charges at most the bound.
                 let cost = estimate.min(c.g.config().max_charge_us());
                 let deadline = match policy {
                     Policy::SjfAging { factor } => c.now + (factor * cost as f64) as u64,
                     _ => u64::MAX,
                 };
-                let (id, adm) = c.g.arrive(c.now, estimate).unwrap();
-                c.waiting.insert(id.0, Shadow { cost, arrival: c.now, deadline });
+                let arrive = if probe { Gate::arrive_probe } else { Gate::arrive };
+                let (id, adm) = arrive(&mut c.g, c.now, estimate).unwrap();
+                let probe = probe && policy == Policy::Sjf;
+                c.waiting.insert(id.0, Shadow { cost, arrival: c.now, deadline, probe });
                 c.admit(adm)?;
             }
             Op::Release(i) if !c.running.is_empty() => {
@@ -639,12 +811,14 @@ fn exercise_with(cfg: GateConfig, ops: Vec<Op>) -> Result<Checker, TestCaseError
             }
             _ => {}
         }
+        c.track_probe();
         c.check()?;
         prop_assert!(c.running.len() <= max_in_flight);
     }
     // Drain: releasing everything admits and then finishes everything waiting.
     while let Some(t) = c.running.pop() {
         c.release(t)?;
+        c.track_probe();
         c.check()?;
     }
     prop_assert!(c.waiting.is_empty());
@@ -710,6 +884,8 @@ proptest! {
         capacity in 1u64..3_000,
         ops in prop::collection::vec(op(), 0..200),
     ) {
+        // Probes reorder only sjf; compare the two on ordinary arrivals.
+        let ops: Vec<Op> = ops.into_iter().map(|o| if let Op::ArriveProbe(c) = o { Op::Arrive(c) } else { o }).collect();
         let sjf = exercise(Policy::Sjf, capacity, ops.clone())?;
         let big = exercise(Policy::SjfAging { factor: MAX_AGING_FACTOR }, capacity, ops)?;
         prop_assert_eq!(&sjf.admitted_order, &big.admitted_order);
