@@ -637,7 +637,11 @@ fn spin_dispatch_open_and_partly_open() {
         let b = &s.lateness_breakdown;
         assert_eq!((b.dispatch.samples, b.handoff.samples, b.send.samples), (timed, timed, timed), "{model:?}");
         assert!(b.dispatcher_wake_error.samples > 0);
+        let spin = s.spin.as_ref().expect("spin statistics");
+        assert!(spin.waits > 0 && spin.waits <= timed, "{spin:?}");
+        assert!(spin.spin_s <= spin.waits as f64 * 200e-6, "{spin:?}");
         let j = summary_json(&out);
+        assert!(j["spin"]["thread_cpu_s"].is_f64(), "{j}");
         assert!(j["lateness_breakdown"]["handoff"]["p99_us"].is_u64(), "{j}");
     }
     let mut cfg = config(addr, &trace, &dir.path().join("bad"));
