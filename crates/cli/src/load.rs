@@ -100,8 +100,8 @@ pub struct Args {
     /// CPU is not idle then anyway, and a spinner would starve them. Under
     /// --realtime that thread is SCHED_FIFO only while it sleeps that way and
     /// SCHED_OTHER while it spins (a SCHED_FIFO thread that never sleeps is
-    /// stopped ~50 ms a second by the kernel's RT throttling).
-    /// --batch-window-us does not apply. 0: off (default). At most 5000.
+    /// stopped ~50 ms a second by the kernel's RT throttling); it then wakes
+    /// at most once per --batch-window-us. 0: off (default). At most 5000.
     #[arg(long, default_value_t = 0)]
     spin_us: u64,
     /// No progress line on stderr.
