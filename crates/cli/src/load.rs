@@ -84,19 +84,24 @@ pub struct Args {
     /// 0: wake for every request.
     #[arg(long, default_value_t = run::DEFAULT_BATCH_WINDOW_US)]
     batch_window_us: u64,
-    /// Open and partly-open models: wake this many microseconds before each
-    /// due send (at most half the gap since the previous one) and busy-wait
-    /// the rest, on one thread that both dispatches and performs requests
-    /// (worker 0's; with --threads > 1 the other workers' requests are handed
-    /// over as without it). Removes the wake-up latency of an idle CPU from
-    /// lateness, at a cost: that thread keeps a CPU busy for that long before
-    /// every send: rate × N µs of a core, up to half a core, besides the
-    /// requests' own work. It does not spin while it has run more than 85% of
-    /// the last 10 ms (under --realtime, the kernel's RT throttling would stop
-    /// it). --batch-window-us does not apply. 0: off. At most 5000.
-    /// Measured (make bench-load, quiet VM, --realtime): it did not reach
-    /// lateness p99 <= 1 ms at any rate, and at 20,000/s it made p99 worse
-    /// (48-116 ms, against 1.5-2.2 ms without it); use it only at low rates.
+    /// Open and partly-open models: never sleep through a wait of at most
+    /// this many microseconds, and wake this long before the end of longer
+    /// ones; busy-wait the rest (the thread keeps serving its sockets
+    /// meanwhile). Dispatching and worker 0's requests then run on one thread
+    /// (with --threads > 1 the other workers' requests are handed over as
+    /// without it). For machines whose idle CPUs wake late (VMs: an idle vCPU
+    /// halts, and its next timer interrupt can come milliseconds late): set it
+    /// above that wake-up latency, e.g. 2000. Cost: that thread keeps a CPU
+    /// busy for up to N µs per wait, min(1, rate × N µs) of a core besides the
+    /// requests' own work (at 20,000/s a whole core, as any load generator at
+    /// that rate; at 100/s with N = 2000, a fifth of one). While other tasks
+    /// wait for a CPU (the kernel's CPU pressure, /proc/pressure/cpu, read
+    /// every 10 ms) it does not spin but sleeps until each send is due: the
+    /// CPU is not idle then anyway, and a spinner would starve them. Under
+    /// --realtime that thread is SCHED_FIFO only while it sleeps that way and
+    /// SCHED_OTHER while it spins (a SCHED_FIFO thread that never sleeps is
+    /// stopped ~50 ms a second by the kernel's RT throttling); it then wakes
+    /// at most once per --batch-window-us. 0: off (default). At most 5000.
     #[arg(long, default_value_t = 0)]
     spin_us: u64,
     /// No progress line on stderr.

@@ -187,11 +187,11 @@ pub struct Config {
     /// this much late (and their lateness says so). Fewer wake-ups per request
     /// at high rates; 0 wakes for every request.
     pub batch_window_us: u64,
-    /// Open and partly-open models: busy-wait (instead of sleeping) for the
-    /// last this many microseconds before each due send (at most half the gap
-    /// since the previous send), on a thread that both dispatches and performs
-    /// worker 0's requests; 0 = off. Burns CPU: rate × spin_us of a core, at
-    /// most half of one; see `--spin-us`.
+    /// Open and partly-open models: never sleep for a wait this short, and
+    /// busy-wait the last this many microseconds of longer ones (see
+    /// [`wait_spinning`]), on a thread that both dispatches and performs
+    /// worker 0's requests; 0 = off. Burns CPU: min(1, rate × spin_us) of a
+    /// core besides the requests' work; see `--spin-us`.
     pub spin_us: u64,
     pub command_line: Vec<String>,
 }
@@ -287,6 +287,8 @@ pub struct Summary {
     pub realtime: bool,
     pub batch_window_us: u64,
     pub spin_us: u64,
+    /// With `--spin-us`: how the dispatcher waited and what it cost.
+    pub spin: Option<SpinStats>,
     /// Commit the binary was built from (`git describe --always --dirty`
     /// at build time; "unknown" outside a git checkout).
     pub git_commit: String,
@@ -930,6 +932,7 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
     let mut out_of_order = 0u64;
     let mut dispatch_error = None;
     let mut dispatcher_wake_error = Spread::default();
+    let mut spin_stats = None;
     match cfg.model {
         Model::Closed { users, .. } => {
             for u in 0..users {
@@ -971,7 +974,23 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
                 None => dispatch_sleeping(&mut d, &mut hand, cfg.batch_window_us),
                 Some(spin) => {
                     let (rt, local, ctx) = params.clone().build();
-                    let res = local.block_on(&rt, dispatch_spinning(&mut d, &mut hand, &ctx, spin));
+                    let mut stats = SpinStats::default();
+                    let (cpu0, wall0) = (thread_cpu_time(), Instant::now());
+                    let res = local.block_on(
+                        &rt,
+                        dispatch_spinning(
+                            &mut d,
+                            &mut hand,
+                            &ctx,
+                            spin,
+                            cfg.realtime,
+                            Duration::from_micros(cfg.batch_window_us),
+                            &mut stats,
+                        ),
+                    );
+                    stats.thread_cpu_s = thread_cpu_time().saturating_sub(cpu0).as_secs_f64();
+                    stats.wall_s = wall0.elapsed().as_secs_f64();
+                    spin_stats = Some(stats);
                     // The requests still running on this thread end here.
                     drop(ctx);
                     rt.block_on(local);
@@ -1003,6 +1022,7 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
     }
     let mut summary = summarize(&cfg, collected, speed, started_unix_s, skipped.skipped(), out_of_order);
     summary.lateness_breakdown.dispatcher_wake_error = dispatcher_wake_error;
+    summary.spin = spin_stats;
     write_json_atomic(&cfg.out_dir.join("summary.json"), &summary)?;
     Ok(summary)
 }
@@ -1135,52 +1155,52 @@ fn dispatch_sleeping(d: &mut Dispatcher, hand: &mut Handover, batch_window_us: u
 /// Longest accepted `--spin-us`.
 pub const MAX_SPIN_US: u64 = 5_000;
 
-/// The dispatcher inside worker 0's runtime (`--spin-us`): a timerfd wakes it
-/// `spin` (at most half the gap since the previous batch) before each due batch, then it busy-polls, yielding to the runtime
-/// (which polls the sockets without blocking) until the batch is due, and
-/// starts worker 0's requests itself. Neither this thread's wake-up from an
-/// idle CPU nor a hand-off to a sleeping worker is then on the path of a due
-/// request; the cost is a CPU busy for up to `spin` before every send.
+/// The dispatcher inside worker 0's runtime (`--spin-us`): waits for each
+/// batch with [`wait_spinning`] (a timer only for waits longer than `spin`,
+/// busy-polling the runtime for the rest; sleeping instead while other tasks
+/// wait for a CPU, see [`CpuPressure`]) and starts worker 0's requests
+/// itself. Neither this thread's wake-up from an idle CPU nor a hand-off to a
+/// sleeping worker is then on the path of a due request.
 async fn dispatch_spinning(
     d: &mut Dispatcher,
     hand: &mut Handover<'_>,
     ctx: &Rc<Ctx>,
     spin: Duration,
+    realtime: bool,
+    batch_window: Duration,
+    stats: &mut SpinStats,
 ) -> Result<(), LoadError> {
     let timer = TimerFd::new().map_err(|source| LoadError::Io { path: "timerfd".into(), source })?;
-    let mut previous = hand.run_start;
-    let mut budget = SpinBudget::new();
+    let mut pressure = CpuPressure::open();
+    // Under --realtime this thread is SCHED_FIFO only while other tasks wait
+    // for a CPU (then it sleeps between sends, and a due send must preempt
+    // them); while it spins it is SCHED_OTHER. A SCHED_FIFO thread that never
+    // sleeps is stopped by the kernel's RT throttling (sched_rt_runtime_us,
+    // 950 ms per second) for the rest of each second, even with the CPU
+    // otherwise idle (measured: ~50 ms stalls once a second, lateness p99
+    // 40-80 ms at 15,000-22,000/s).
+    let mut fifo = realtime;
+    let mut last_wake = hand.run_start;
     while let Some(batch) = d.next_batch()? {
         let scheduled = batch.3;
-        // Spin for at most half the gap since the previous send, and not at
-        // all while this thread is busy most of the time anyway: spinning
-        // through every gap would keep it running 100% of the time, and under
-        // SCHED_FIFO the kernel's RT throttling (95% by default) would then
-        // stop it for tens of milliseconds each second (measured: lateness p99
-        // 40-80 ms at 20,000-25,000 requests/s).
-        let spin_now =
-            if budget.allows() { spin.min(scheduled.saturating_duration_since(previous) / 2) } else { Duration::ZERO };
-        previous = scheduled;
         if Instant::now() < scheduled {
-            // Sleep (in slices, to notice a stop signal) until `spin_now` before.
-            let spin_from = scheduled - spin_now;
-            loop {
-                if stopped() {
-                    return Ok(());
-                }
-                let now = Instant::now();
-                if now >= spin_from {
-                    break;
-                }
-                timer
-                    .sleep((spin_from - now).min(Duration::from_millis(100)))
-                    .await
-                    .map_err(|source| LoadError::Io { path: "timerfd".into(), source })?;
+            let contended = pressure.contended(Instant::now());
+            if realtime && fifo != contended && set_realtime(contended).is_ok() {
+                fifo = contended;
+                stats.policy_switches += 1;
             }
-            while Instant::now() < scheduled {
-                tokio::task::yield_now().await;
+            // Sleeping (contended), wake at most once per batch window, as the
+            // sleeping dispatcher does: a wake-up per request at high rates
+            // costs CPU the requests need.
+            let target = if contended { scheduled.max(last_wake + batch_window) } else { scheduled };
+            let due = wait_spinning(&timer, target, spin, contended, &stopped, stats)
+                .await
+                .map_err(|source| LoadError::Io { path: "timerfd".into(), source })?;
+            if !due {
+                return Ok(());
             }
-            hand.wake_error.saturating_record(Instant::now().saturating_duration_since(scheduled).as_micros() as u64);
+            last_wake = Instant::now();
+            hand.wake_error.saturating_record(last_wake.saturating_duration_since(target).as_micros() as u64);
         } else if stopped() {
             break;
         }
@@ -1189,36 +1209,171 @@ async fn dispatch_spinning(
     Ok(())
 }
 
-/// Share of its wall time the spinning thread may run (CPU time) before it
-/// stops spinning: below the kernel's default RT throttling limit of 95%.
-const SPIN_MAX_CPU_SHARE: f64 = 0.85;
-/// How often [`SpinBudget`] measures.
-const SPIN_BUDGET_WINDOW: Duration = Duration::from_millis(10);
+/// Longest single timer sleep of [`wait_spinning`]: how late a stop signal
+/// can be noticed during a long wait.
+const STOP_CHECK: Duration = Duration::from_millis(100);
 
-/// Whether the calling thread may spin: it may while, over the last
-/// [`SPIN_BUDGET_WINDOW`], it ran less than [`SPIN_MAX_CPU_SHARE`] of the time.
-struct SpinBudget {
-    window_start: Instant,
-    cpu_start: Duration,
-    allowed: bool,
+/// How the spinning dispatcher (`--spin-us`) spent its waits (`summary.json`
+/// `spin`).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SpinStats {
+    /// Waits for a batch that was not yet due.
+    pub waits: u64,
+    /// Of those, the ones longer than `--spin-us`: they slept on the timer
+    /// until `--spin-us` before the batch was due (the others never armed it).
+    pub timer_sleeps: u64,
+    /// Of the waits, those that slept until the batch was due without
+    /// spinning because other tasks were waiting for a CPU ([`CpuPressure`]).
+    pub contended_waits: u64,
+    /// Under `--realtime`: switches between SCHED_FIFO (contended, sleeping)
+    /// and SCHED_OTHER (spinning).
+    pub policy_switches: u64,
+    /// Time spent busy-polling for due batches, seconds: at most
+    /// `waits` × `--spin-us`.
+    pub spin_s: f64,
+    /// CPU time of the thread that dispatched and ran worker 0's requests,
+    /// seconds (its requests' work included).
+    pub thread_cpu_s: f64,
+    /// Wall time of that thread's dispatching, seconds.
+    pub wall_s: f64,
 }
 
-impl SpinBudget {
-    fn new() -> SpinBudget {
-        SpinBudget { window_start: Instant::now(), cpu_start: thread_cpu_time(), allowed: true }
+/// Waits until `due` on a thread that runs a tokio runtime, keeping the CPU
+/// busy for the last `spin` of the wait: a wait of at most `spin` never arms
+/// a timer; a longer one sleeps on `timer` (in slices of at most
+/// [`STOP_CHECK`]) until `due - spin`. While busy-waiting it yields to the
+/// runtime, which then polls its sockets without blocking, so this thread's
+/// requests are served meanwhile, and calls `sched_yield`, so that another
+/// thread of the same SCHED_FIFO priority on this CPU (the collector) still
+/// runs. Why: on a VM an idle vCPU halts and its next timer interrupt can
+/// arrive milliseconds late, so any sleep, however short, can cost that much
+/// lateness; `spin` should exceed that wake-up latency. Cost: up to `spin` of
+/// a CPU per wait, i.e. min(1, rate × spin) of a core besides the requests'
+/// own work. When `contended` (other tasks are waiting for a CPU), it does
+/// not spin at all but sleeps until `due`: a thread that never sleeps would
+/// starve them, and the kernel then stops it for their sake (measured: the
+/// fair server preempts a SCHED_FIFO spinner for ~50 ms once a second),
+/// while a CPU with work waiting does not go idle during the sleep anyway.
+/// Returns false, as soon as it is noticed, when `stop()` says so.
+async fn wait_spinning(
+    timer: &TimerFd,
+    due: Instant,
+    spin: Duration,
+    contended: bool,
+    stop: &dyn Fn() -> bool,
+    stats: &mut SpinStats,
+) -> std::io::Result<bool> {
+    stats.waits += 1;
+    let spin = if contended {
+        stats.contended_waits += 1;
+        Duration::ZERO
+    } else {
+        spin
+    };
+    let spin_from = due.checked_sub(spin).unwrap_or(due);
+    let mut slept = false;
+    loop {
+        if stop() {
+            return Ok(false);
+        }
+        let now = Instant::now();
+        if now >= spin_from {
+            break;
+        }
+        if !slept {
+            stats.timer_sleeps += 1;
+            slept = true;
+        }
+        timer.sleep((spin_from - now).min(STOP_CHECK)).await?;
+    }
+    let spin_start = Instant::now();
+    while Instant::now() < due {
+        if stop() {
+            return Ok(false);
+        }
+        // SAFETY: sched_yield takes no arguments and only reschedules.
+        unsafe {
+            libc::sched_yield();
+        }
+        tokio::task::yield_now().await;
+    }
+    stats.spin_s += due.saturating_duration_since(spin_start).as_secs_f64();
+    Ok(true)
+}
+
+/// How often [`CpuPressure`] reads the kernel's CPU pressure: a few
+/// scheduler ticks, as the kernel weighs each CPU's stall time by its busy
+/// time in whole ticks (measured with HZ=250: read every 2 ms, the total did
+/// not move at all; every 4-20 ms it tracked the pressure).
+const PRESSURE_WINDOW: Duration = Duration::from_millis(10);
+/// Share of a window in which some task waited for a CPU above which the
+/// machine counts as contended. Low enough that one task starved by the
+/// spinner (100% of the window) counts; high enough that the collector's
+/// brief waits for the spinner's next yield do not.
+const CONTENDED_SHARE: f64 = 0.1;
+
+/// Whether other tasks are waiting for a CPU, from the kernel's pressure
+/// stall information (`/proc/pressure/cpu`, "some": time in which at least
+/// one runnable task was not running), read at most once per
+/// [`PRESSURE_WINDOW`] (~6 µs a read), so it notices new contention up to
+/// two windows late. Machine-wide: a task waiting on
+/// another CPU counts too (then the spinner sleeps although it need not).
+/// Without PSI (older kernels, `psi=0`) it never reports contention.
+struct CpuPressure {
+    file: Option<std::fs::File>,
+    last_total_us: Option<u64>,
+    last_check: Instant,
+    contended: bool,
+}
+
+impl CpuPressure {
+    fn open() -> CpuPressure {
+        CpuPressure {
+            file: std::fs::File::open("/proc/pressure/cpu").ok(),
+            last_total_us: None,
+            last_check: Instant::now(),
+            contended: false,
+        }
     }
 
-    fn allows(&mut self) -> bool {
-        let now = Instant::now();
-        let wall = now.saturating_duration_since(self.window_start);
-        if wall >= SPIN_BUDGET_WINDOW {
-            let cpu = thread_cpu_time();
-            self.allowed = cpu.saturating_sub(self.cpu_start).as_secs_f64() < SPIN_MAX_CPU_SHARE * wall.as_secs_f64();
-            self.window_start = now;
-            self.cpu_start = cpu;
+    /// Whether, over the last window, some task waited for a CPU more than
+    /// [`CONTENDED_SHARE`] of the time (the answer of the last read until a
+    /// window has passed).
+    fn contended(&mut self, now: Instant) -> bool {
+        use std::os::unix::fs::FileExt;
+        let Some(f) = &self.file else { return false };
+        let elapsed = now.saturating_duration_since(self.last_check);
+        if elapsed < PRESSURE_WINDOW && self.last_total_us.is_some() {
+            return self.contended;
         }
-        self.allowed
+        let mut buf = [0u8; 256];
+        let total = f.read_at(&mut buf, 0).ok().and_then(|n| psi_some_total_us(&buf[..n]));
+        let Some(total) = total else {
+            // Unreadable or unparsable: stop asking.
+            self.file = None;
+            self.contended = false;
+            return false;
+        };
+        self.update(total, elapsed);
+        self.last_check = now;
+        self.contended
     }
+
+    /// Takes a new cumulative "some" total, `elapsed` after the previous one.
+    fn update(&mut self, total_us: u64, elapsed: Duration) {
+        if let Some(last) = self.last_total_us {
+            let stalled_us = total_us.saturating_sub(last) as f64;
+            self.contended = stalled_us > CONTENDED_SHARE * elapsed.as_secs_f64() * 1e6;
+        }
+        self.last_total_us = Some(total_us);
+    }
+}
+
+/// The `total=` (µs) of the "some" line of a `/proc/pressure/*` file.
+fn psi_some_total_us(text: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(text).ok()?;
+    let line = text.lines().find(|l| l.starts_with("some "))?;
+    line.split_whitespace().find_map(|f| f.strip_prefix("total="))?.parse().ok()
 }
 
 /// CPU time used by the calling thread.
@@ -1621,6 +1776,7 @@ fn summarize(cfg: &Config, c: Collected, speed: f64, started_unix_s: f64, skippe
         realtime: cfg.realtime,
         batch_window_us: cfg.batch_window_us,
         spin_us: cfg.spin_us,
+        spin: None,
         git_commit: env!("SHORTFIRST_GIT_COMMIT").to_string(),
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default(),
         cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
@@ -1670,5 +1826,119 @@ mod tests {
         for bad in ["closed", "closed:0", "partly-open:0", "closed:2,thonk=1", "semi"] {
             assert!(bad.parse::<Model>().is_err(), "{bad}");
         }
+    }
+
+    /// Runs `f` on a single-threaded runtime, as the spinning dispatcher does.
+    fn on_runtime<T>(f: impl std::future::Future<Output = T>) -> T {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, f)
+    }
+
+    const SPIN: Duration = Duration::from_millis(2);
+
+    /// A wait no longer than the spin never arms the timer; a longer one
+    /// arms it once and busy-waits at most `spin`; neither returns early.
+    #[test]
+    fn spin_threshold() {
+        on_runtime(async {
+            let timer = TimerFd::new().unwrap();
+            let mut st = SpinStats::default();
+            let due = Instant::now() + Duration::from_micros(500);
+            assert!(wait_spinning(&timer, due, SPIN, false, &|| false, &mut st).await.unwrap());
+            assert!(Instant::now() >= due);
+            assert_eq!((st.waits, st.timer_sleeps, st.contended_waits), (1, 0, 0));
+            assert!(st.spin_s <= 500e-6, "{st:?}");
+
+            let mut st = SpinStats::default();
+            let due = Instant::now() + Duration::from_millis(30);
+            assert!(wait_spinning(&timer, due, SPIN, false, &|| false, &mut st).await.unwrap());
+            assert!(Instant::now() >= due);
+            assert_eq!((st.waits, st.timer_sleeps), (1, 1));
+            assert!(st.spin_s <= SPIN.as_secs_f64(), "{st:?}");
+
+            // Contended: even a short wait sleeps, and nothing is spun.
+            let mut st = SpinStats::default();
+            let due = Instant::now() + Duration::from_micros(500);
+            assert!(wait_spinning(&timer, due, SPIN, true, &|| false, &mut st).await.unwrap());
+            assert!(Instant::now() >= due);
+            assert_eq!((st.waits, st.timer_sleeps, st.contended_waits, st.spin_s), (1, 1, 1, 0.0));
+        });
+    }
+
+    /// A stop is noticed during a long sleep (within one STOP_CHECK slice,
+    /// not at the end of the wait) and during the spin.
+    #[test]
+    fn spin_notices_stop() {
+        on_runtime(async {
+            let timer = TimerFd::new().unwrap();
+            let flag = Arc::new(AtomicBool::new(false));
+            let setter = {
+                let flag = flag.clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(50));
+                    flag.store(true, Ordering::Relaxed);
+                })
+            };
+            let mut st = SpinStats::default();
+            let t0 = Instant::now();
+            let stop = || flag.load(Ordering::Relaxed);
+            let due = t0 + Duration::from_secs(60);
+            assert!(!wait_spinning(&timer, due, SPIN, false, &stop, &mut st).await.unwrap());
+            assert!(t0.elapsed() < Duration::from_secs(30), "stop noticed only after {:?}", t0.elapsed());
+            setter.join().unwrap();
+            // Within the spin: no timer, and it returns without waiting for `due`.
+            let mut st = SpinStats::default();
+            let due = Instant::now() + Duration::from_millis(1);
+            assert!(!wait_spinning(&timer, due, SPIN, false, &|| true, &mut st).await.unwrap());
+            assert_eq!(st.timer_sleeps, 0);
+        });
+    }
+
+    /// At a low rate the spinner sleeps most of the time: 40 waits 10 ms
+    /// apart with a 1 ms spin cost about a tenth of the thread's time (a
+    /// spinner that never slept would use all of it).
+    #[test]
+    fn spin_cpu_share_at_low_rate() {
+        let spin = Duration::from_millis(1);
+        let (st, cpu, wall) = on_runtime(async {
+            let timer = TimerFd::new().unwrap();
+            let mut st = SpinStats::default();
+            let (cpu0, t0) = (thread_cpu_time(), Instant::now());
+            for i in 1..=40u32 {
+                assert!(wait_spinning(&timer, t0 + Duration::from_millis(10) * i, spin, false, &|| false, &mut st)
+                    .await
+                    .unwrap());
+            }
+            (st, thread_cpu_time().saturating_sub(cpu0), t0.elapsed())
+        });
+        assert_eq!(st.waits, 40);
+        assert!(st.timer_sleeps >= 39, "{st:?}");
+        assert!(st.spin_s <= 40.0 * spin.as_secs_f64(), "{st:?}");
+        let share = cpu.as_secs_f64() / wall.as_secs_f64();
+        assert!(share < 0.5, "spinning thread used {share:.2} of its wall time ({st:?})");
+    }
+
+    #[test]
+    fn psi_parsing() {
+        let text =
+            b"some avg10=1.00 avg60=0.50 avg300=0.10 total=123456\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=7\n";
+        assert_eq!(psi_some_total_us(text), Some(123456));
+        for bad in [&b""[..], b"full total=7\n", b"some avg10=1.00\n", b"some total=x\n"] {
+            assert_eq!(psi_some_total_us(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    /// Contended when some task waited for a CPU more than 10% of the window.
+    #[test]
+    fn pressure_threshold() {
+        let mut p = CpuPressure { file: None, last_total_us: None, last_check: Instant::now(), contended: false };
+        let w = Duration::from_millis(10);
+        for (total_us, contended) in [(1_000, false), (1_500, false), (3_000, true), (13_000, true), (13_900, false)] {
+            p.update(total_us, w);
+            assert_eq!(p.contended, contended, "total {total_us}");
+        }
+        // Without PSI it never reports contention.
+        assert!(!p.contended(Instant::now() + Duration::from_secs(1)));
     }
 }

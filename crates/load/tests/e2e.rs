@@ -532,15 +532,24 @@ fn realtime_scheduling() {
         .unwrap()
         .lines()
         .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
-    match run(cfg) {
-        Ok(s) => {
-            assert!(s.realtime && s.completed == 2);
-            // SAFETY: reads the calling thread's policy.
-            assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_OTHER, "normal scheduling after the run");
-        }
-        Err(e) => {
-            assert!(!is_root, "root may use SCHED_FIFO: {e}");
-            assert!(e.to_string().contains("CAP_SYS_NICE"), "{e}");
+    // With --spin-us the dispatching thread switches its own policy while it
+    // runs (SCHED_OTHER spinning, SCHED_FIFO sleeping); it must end normal too.
+    for spin_us in [0, 2000] {
+        let mut cfg = cfg.clone();
+        cfg.spin_us = spin_us;
+        cfg.out_dir = dir.path().join(format!("run-{spin_us}"));
+        match run(cfg) {
+            Ok(s) => {
+                assert!(s.realtime && s.completed == 2);
+                assert_eq!(s.spin.is_some(), spin_us > 0);
+                // SAFETY: reads the calling thread's policy.
+                let policy = unsafe { libc::sched_getscheduler(0) };
+                assert_eq!(policy, libc::SCHED_OTHER, "normal scheduling after the run (spin {spin_us})");
+            }
+            Err(e) => {
+                assert!(!is_root, "root may use SCHED_FIFO: {e}");
+                assert!(e.to_string().contains("CAP_SYS_NICE"), "{e}");
+            }
         }
     }
 }
@@ -637,7 +646,11 @@ fn spin_dispatch_open_and_partly_open() {
         let b = &s.lateness_breakdown;
         assert_eq!((b.dispatch.samples, b.handoff.samples, b.send.samples), (timed, timed, timed), "{model:?}");
         assert!(b.dispatcher_wake_error.samples > 0);
+        let spin = s.spin.as_ref().expect("spin statistics");
+        assert!(spin.waits > 0 && spin.waits <= timed, "{spin:?}");
+        assert!(spin.spin_s <= spin.waits as f64 * 200e-6, "{spin:?}");
         let j = summary_json(&out);
+        assert!(j["spin"]["thread_cpu_s"].is_f64(), "{j}");
         assert!(j["lateness_breakdown"]["handoff"]["p99_us"].is_u64(), "{j}");
     }
     let mut cfg = config(addr, &trace, &dir.path().join("bad"));
