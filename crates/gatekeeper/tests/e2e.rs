@@ -649,3 +649,60 @@ async fn idle_upstream_connections_are_bounded() {
     }
     assert_eq!(conns.load(SeqCst), 3, "the kept connection is reused, no new one opened");
 }
+
+/// Re-sampling (core::admission): under sjf a type that has gone `resample_after` without a
+/// sample has its next request admitted as a probe, ahead of cheaper queued requests. Returns
+/// the paths in completion order and the metrics text.
+async fn completion_order_with_resampling(resample_after_us: Option<u64>) -> (Vec<&'static str>, String) {
+    let (up, _) = test_upstream().await;
+    // Capacity just under one slow request: a slow request runs alone.
+    let p = start_proxy(up, |c| {
+        c.policy = Policy::Sjf;
+        c.capacity = CapacitySetting::Fixed { capacity_us: 200_000 };
+        c.estimator.resample_after_us = resample_after_us;
+    })
+    .await;
+    let c = client();
+    warm(&c, &p).await;
+    // Let both types go stale, then occupy the gate: an unseen type is charged the largest
+    // estimate (the slow one's), so it runs alone.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let blocker = tokio::spawn({
+        let c = c.clone();
+        async move { get(&c, p.addr, "/sleep/300").await }
+    });
+    wait_until("blocker admitted", Duration::from_secs(2), || p.handle.snapshot().in_flight == 1).await;
+    let done = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (i, path) in ["/fast", "/slow", "/fast", "/fast"].into_iter().enumerate() {
+        let (c, addr, done) = (c.clone(), p.addr, done.clone());
+        tasks.push(tokio::spawn(async move {
+            assert_eq!(get(&c, addr, path).await.0, StatusCode::OK);
+            done.lock().unwrap().push(path);
+        }));
+        let h = p.handle.clone();
+        wait_until("request queued", Duration::from_secs(2), move || h.snapshot().queue_len == i + 1).await;
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    blocker.await.unwrap();
+    let (_, _, m) = get(&c, p.admin, "/metrics").await;
+    let order = done.lock().unwrap().clone();
+    (order, m)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sjf_re_samples_a_stale_type_ahead_of_cheaper_requests() {
+    // Plain sjf: the three fast requests go first, the slow one waits for an empty gate.
+    let (order, m) = completion_order_with_resampling(None).await;
+    assert_eq!(order, ["/fast", "/fast", "/fast", "/slow"]);
+    assert!(m.contains("gatekeeper_type_probes_total{type=\"GET /slow\"} 0\n"), "{m}");
+    // Re-sampling after 300 ms: the first fast and the slow request find their types stale
+    // and are probes, first in line in arrival order; the slow one then runs alone before
+    // the two later fast requests.
+    let (order, m) = completion_order_with_resampling(Some(300_000)).await;
+    assert_eq!(order, ["/fast", "/slow", "/fast", "/fast"]);
+    assert!(m.contains("gatekeeper_type_probes_total{type=\"GET /slow\"} 1\n"), "{m}");
+    assert!(m.contains("gatekeeper_type_probes_total{type=\"GET /fast\"} 1\n"), "{m}");
+}
