@@ -973,6 +973,7 @@ def main() -> int:
             ap.error(f"unknown configuration {c!r}: expected one of {sorted(known)}")
     if a.max_in_flight is None:
         a.max_in_flight = a.slots
+    a.compare_max_queue_wait_s = a.compare_max_queue_wait_method = None
     try:
         a.max_queue_wait_s, a.max_queue_wait_method = max_queue_wait_spec(a.max_queue_wait, a)
         if a.compare_max_queue_wait is not None:
@@ -981,7 +982,7 @@ def main() -> int:
             )
     except ValueError as e:
         ap.error(str(e))
-    for w in (a.max_queue_wait_s, getattr(a, "compare_max_queue_wait_s", None)):
+    for w in (a.max_queue_wait_s, a.compare_max_queue_wait_s):
         if w is not None and w <= 0:
             ap.error(f"max queue wait {w:g} s: must be positive (is the client --timeout too short for the rule?)")
     if a.only_overhead and a.no_overhead:
