@@ -208,52 +208,57 @@ impl Backend {
     }
 }
 
-async fn model(
-    cfg: Arc<SyntheticConfig>,
-    mut rx: mpsc::Receiver<(u64, oneshot::Sender<()>)>,
-    stats: Arc<WorkStats>,
-) {
+async fn model(cfg: Arc<SyntheticConfig>, mut rx: mpsc::Receiver<(u64, oneshot::Sender<()>)>, stats: Arc<WorkStats>) {
     let mut jobs: Vec<Job> = Vec::new();
     let mut last = Instant::now();
     loop {
-        // Advance every job by the elapsed time at the current rate.
-        let now = Instant::now();
-        let rate = cfg.rate(jobs.len());
-        let served = (now - last).as_secs_f64() * 1e6 * rate;
-        last = now;
-        let mut i = 0;
-        while i < jobs.len() {
-            jobs[i].remaining_us -= served;
-            let finished = jobs[i].remaining_us <= 0.5;
-            // Jobs abandoned by their caller leave the model; what was served on them is
-            // counted as wasted.
-            if finished || jobs[i].done.is_closed() {
-                let j = jobs.swap_remove(i);
-                if finished && j.done.send(()).is_ok() {
-                    stats.completed.fetch_add(1, Ordering::Relaxed);
-                    stats.completed_work_us.fetch_add(j.cost_us, Ordering::Relaxed);
-                } else {
-                    let served_us = (j.cost_us as f64 - j.remaining_us.max(0.0)).round() as u64;
-                    stats.abandoned.fetch_add(1, Ordering::Relaxed);
-                    stats.abandoned_work_us.fetch_add(served_us.min(j.cost_us), Ordering::Relaxed);
-                }
-            } else {
-                i += 1;
-            }
-        }
+        advance(&cfg, &mut jobs, &mut last, &stats);
         let next = jobs.iter().map(|j| j.remaining_us).fold(f64::INFINITY, f64::min);
         let sleep = if next.is_finite() {
             let wait_us = next / cfg.rate(jobs.len());
-            Some(tokio::time::sleep_until(now + Duration::from_secs_f64(wait_us / 1e6)))
+            Some(tokio::time::sleep_until(last + Duration::from_secs_f64(wait_us / 1e6)))
         } else {
             None
         };
         tokio::select! {
             msg = rx.recv() => match msg {
-                Some((cost_us, done)) => jobs.push(Job { cost_us, remaining_us: cost_us as f64, done }),
+                Some((cost_us, done)) => {
+                    // Serve the jobs already running up to this arrival at the old rate
+                    // first: the newcomer must not be credited with time before it came.
+                    advance(&cfg, &mut jobs, &mut last, &stats);
+                    jobs.push(Job { cost_us, remaining_us: cost_us as f64, done });
+                }
                 None => return,
             },
             _ = async { match sleep { Some(s) => s.await, None => std::future::pending().await } } => {}
+        }
+    }
+}
+
+/// Serve every job from `last` to now at the rate of the current concurrency, then release
+/// the finished ones and those whose caller gave up.
+///
+/// What was served on a job whose caller gave up is counted as wasted.
+fn advance(cfg: &SyntheticConfig, jobs: &mut Vec<Job>, last: &mut Instant, stats: &WorkStats) {
+    let now = Instant::now();
+    let served = (now - *last).as_secs_f64() * 1e6 * cfg.rate(jobs.len());
+    *last = now;
+    let mut i = 0;
+    while i < jobs.len() {
+        jobs[i].remaining_us -= served;
+        let finished = jobs[i].remaining_us <= 0.5;
+        if finished || jobs[i].done.is_closed() {
+            let j = jobs.swap_remove(i);
+            if finished && j.done.send(()).is_ok() {
+                stats.completed.fetch_add(1, Ordering::Relaxed);
+                stats.completed_work_us.fetch_add(j.cost_us, Ordering::Relaxed);
+            } else {
+                let served_us = (j.cost_us as f64 - j.remaining_us.max(0.0)).round() as u64;
+                stats.abandoned.fetch_add(1, Ordering::Relaxed);
+                stats.abandoned_work_us.fetch_add(served_us.min(j.cost_us), Ordering::Relaxed);
+            }
+        } else {
+            i += 1;
         }
     }
 }
@@ -411,5 +416,26 @@ mod tests {
         let text = metrics_text(&s);
         assert!(text.contains("synthetic_requests_total{outcome=\"abandoned\"} 1\n"), "{text}");
         assert!(text.contains("synthetic_work_seconds_total{outcome=\"completed\"} 0.011000\n"), "{text}");
+    }
+
+    /// A job that arrives while another is running gets no service for the time before it
+    /// arrived (the model once credited a newcomer with the whole gap since the previous
+    /// event, so a 20 ms request could finish in a few ms).
+    #[tokio::test]
+    async fn a_newcomer_is_not_served_before_it_arrives() {
+        let mut c = SyntheticConfig::tpcw(1.0, 2, 2, 0.0).unwrap();
+        c.max_running = 2;
+        let b = Backend::start(c);
+        let long = tokio::spawn({
+            let b = b.clone();
+            async move { b.serve(200_000).await }
+        });
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let t0 = Instant::now();
+        assert!(b.serve(20_000).await.is_some());
+        let el = t0.elapsed();
+        // Two processors: the newcomer runs at full speed from its arrival, 20 ms.
+        assert!(el >= Duration::from_millis(19), "a 20 ms job took {el:?}");
+        assert!(long.await.unwrap().is_some());
     }
 }
