@@ -96,6 +96,11 @@ struct ProxyArgs {
     /// request. Default: off.
     #[arg(long, value_name = "N")]
     busy_poll_us: Option<u64>,
+    /// When a request that waited is charged: `admission` (its type's estimate then, so a
+    /// charge is never stale by its wait) or `arrival` (the estimate it arrived with, kept
+    /// while it waits and runs). Default: admission.
+    #[arg(long, value_name = "admission|arrival")]
+    charge_at: Option<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -262,6 +267,11 @@ fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
             bail!("--max-in-flight must be at least 1");
         }
         cfg.max_in_flight = Some(n);
+    }
+    match a.charge_at.as_deref().or(file.charge_at.as_deref()) {
+        None | Some("admission") => cfg.recharge_at_admission = true,
+        Some("arrival") => cfg.recharge_at_admission = false,
+        Some(other) => bail!("--charge-at {other:?}: expected admission or arrival"),
     }
     if let Some(us) = a.busy_poll_us.or(file.busy_poll_us) {
         cfg.busy_poll = (us > 0).then(|| std::time::Duration::from_micros(us));

@@ -399,13 +399,18 @@ class Bench:
                 "--admin",
                 f"127.0.0.1:{admin}",
                 *self.in_flight_args(),
-                *([] if max_queue_wait_s is None else ["--max-queue-wait", f"{max_queue_wait_s * 1e3:.0f}ms"]),
+                *self.wait_args(max_queue_wait_s),
                 *(extra or []),
+                *self.a.gatekeeper_args.split(),
             ],
             self.work / f"proxy-{self.counter}.log",
         )
         wait_port(port)
         return p, port, admin
+
+    @staticmethod
+    def wait_args(max_queue_wait_s: float | None) -> list[str]:
+        return [] if max_queue_wait_s is None else ["--max-queue-wait", f"{1e3 * max_queue_wait_s:.0f}ms"]
 
     def in_flight_args(self) -> list[str]:
         return ["--max-in-flight", str(self.a.max_in_flight)] if self.a.max_in_flight else []
@@ -733,7 +738,8 @@ def measure_overhead(b: Bench, capacity: str) -> dict:
             pids["nginx"] = ng.p.pid
         settings = {}
         machine_value = read_halt_poll()
-        settings["machine"] = {"guest_halt_poll_ns": machine_value, **overhead_rounds(b, ports, trace, "", pids)}
+        r = overhead_rounds(b, ports, trace, "", pids)
+        settings["machine"] = {"guest_halt_poll_ns": machine_value, **r}
         if a.halt_poll_ns is not None:
             with halt_poll_ns(a.halt_poll_ns):
                 r = overhead_rounds(b, ports, trace, f"-hp{a.halt_poll_ns}", pids)
@@ -919,6 +925,11 @@ def main() -> int:
         "(same forms as --max-queue-wait, e.g. none); reported side by side under "
         "max_queue_wait_comparison, not used for the targets",
     )
+    ap.add_argument(
+        "--gatekeeper-args",
+        default="",
+        help="extra flags for every gatekeeper started (e.g. '--charge-at arrival' for a comparison)",
+    )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument(
         "--configs",
@@ -984,7 +995,7 @@ def main() -> int:
         ap.error(str(e))
     for w in (a.max_queue_wait_s, a.compare_max_queue_wait_s):
         if w is not None and w <= 0:
-            ap.error(f"max queue wait {w:g} s: must be positive (is the client --timeout too short for the rule?)")
+            ap.error(f"max queue wait {w:g} s: must be positive (client --timeout too short for the rule?)")
     if a.only_overhead and a.no_overhead:
         ap.error("--only-overhead and --no-overhead exclude each other")
     if a.out is None:

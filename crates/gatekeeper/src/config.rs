@@ -147,6 +147,10 @@ pub struct ProxyConfig {
     /// Keep polling the I/O driver this long after each I/O event of a request instead of
     /// blocking (`gatekeeper::busypoll`). `None` (default): block as usual.
     pub busy_poll: Option<Duration>,
+    /// Charge a request that waited with its type's estimate at admission (default), or
+    /// keep the estimate it arrived with (`false`, the behaviour before session 5; for
+    /// comparisons). See `core::admission` "Charges".
+    pub recharge_at_admission: bool,
 }
 
 impl ProxyConfig {
@@ -170,6 +174,7 @@ impl ProxyConfig {
             max_connections: 10_000,
             upstream_pool_idle: 1_024,
             busy_poll: None,
+            recharge_at_admission: true,
         }
     }
 }
@@ -194,6 +199,7 @@ pub struct FileConfig {
     pub retry_after_s: Option<u32>,
     pub max_connections: Option<usize>,
     pub busy_poll_us: Option<u64>,
+    pub charge_at: Option<String>,
     pub estimator: Option<FileEstimator>,
     pub auto: Option<FileAuto>,
 }

@@ -165,7 +165,7 @@ impl Shared {
                 Some((m, t)) if m == id => Some(t),
                 _ => core.waiters.get(&id).map(|w| w.1),
             };
-            if let Some(t) = type_index.filter(|_| a.waited_us > 0) {
+            if let Some(t) = type_index.filter(|_| a.waited_us > 0 && self.cfg.recharge_at_admission) {
                 let cost = core.estimator.estimate_us(t).unwrap_or(core.estimator.config().cold_cost_us);
                 let now = self.now_us();
                 match core.gate.recharge(now, &mut a.ticket, cost) {
