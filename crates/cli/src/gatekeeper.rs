@@ -90,6 +90,17 @@ struct ProxyArgs {
     /// the head of the queue never waits for a full drain (beyond the paper). Default: 1.
     #[arg(long, value_name = "FRACTION")]
     max_charge_share: Option<f64>,
+    /// While a request waits for the upstream's response head, keep polling for I/O instead
+    /// of blocking, for at most N µs after it was sent (1..=10000; 0 = off): the thread stays
+    /// on a running CPU, for hosts whose idle CPUs wake late; costs up to N µs of CPU per
+    /// request. Default: off.
+    #[arg(long, value_name = "N")]
+    busy_poll_us: Option<u64>,
+    /// When a request that waited is charged: `admission` (its type's estimate then, so a
+    /// charge is never stale by its wait) or `arrival` (the estimate it arrived with, kept
+    /// while it waits and runs). Default: admission.
+    #[arg(long, value_name = "admission|arrival")]
+    charge_at: Option<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -256,6 +267,14 @@ fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
             bail!("--max-in-flight must be at least 1");
         }
         cfg.max_in_flight = Some(n);
+    }
+    match a.charge_at.as_deref().or(file.charge_at.as_deref()) {
+        None | Some("admission") => cfg.recharge_at_admission = true,
+        Some("arrival") => cfg.recharge_at_admission = false,
+        Some(other) => bail!("--charge-at {other:?}: expected admission or arrival"),
+    }
+    if let Some(us) = a.busy_poll_us.or(file.busy_poll_us) {
+        cfg.busy_poll = (us > 0).then(|| std::time::Duration::from_micros(us));
     }
     if let Some(w) = a.max_queue_wait.as_ref().or(file.max_queue_wait.as_ref()) {
         cfg.max_queue_wait = Some(config::parse_duration(w, "max-queue-wait")?);

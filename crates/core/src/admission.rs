@@ -26,8 +26,14 @@
 //!
 //! **Charges.** A request is charged the cost passed to [`Gate::arrive`] (the estimate at
 //! arrival, at least 1 µs, at most `max_charge_share` × the capacity at arrival), and that
-//! charge stays fixed while it waits and runs: queue order keys are stable and releasing
-//! returns exactly what was taken even if the estimate moved in between.
+//! charge stays fixed while it waits: queue order keys are stable. Once admitted, a driver
+//! may replace the charge with a fresher estimate ([`Gate::recharge`], the proxy and the
+//! model do it at admission): after a long wait the estimate a request arrived with can be
+//! far off. Wall-clock estimates inflate while many requests share the backend and deflate
+//! when few do, and a queue full of requests charged at an inflated moment would otherwise
+//! run the backend nearly alone, one stale charge at a time, while their type's estimate is
+//! already back down (measured: one request in flight for seconds, fifo, open model at twice
+//! the peak load). Releasing returns exactly the charge the ticket holds then.
 //!
 //! **Re-sampling (SJF; beyond the paper's text, in its spirit).** Under `sjf` a type is
 //! admitted only when nothing cheaper by estimate waits, so in overload a type priced
@@ -735,6 +741,37 @@ impl Gate {
         debug_assert_eq!(charge, ticket.charge_us);
         self.by_finish.remove(&(finish, ticket.id.0));
         self.load_us -= charge;
+        Ok(self.dispatch(now_us))
+    }
+
+    /// Replace an admitted request's charge with a fresher estimate of its cost (clamped as
+    /// on arrival). The load changes by the difference and the request's expected finish
+    /// (admission time + charge) moves with it; a lower load may admit waiting requests
+    /// (returned). A higher charge revokes nothing: as after lowering the capacity, nothing
+    /// more is admitted until the load is back under it. The ticket carries the new charge,
+    /// which its release returns.
+    pub fn recharge(
+        &mut self,
+        now_us: u64,
+        ticket: &mut Ticket,
+        cost_us: u64,
+    ) -> Result<Vec<Admitted>, AdmissionError> {
+        let now_us = self.clock(now_us);
+        let cost_us = cost_us.clamp(MIN_COST_US, self.cfg.max_charge_us());
+        let id = ticket.id.0;
+        let entry = self.running.get_mut(&id).ok_or(AdmissionError::UnknownTicket { id })?;
+        let (old, finish, _) = *entry;
+        if old == cost_us {
+            return Ok(Vec::new());
+        }
+        // finish = admission time + old charge, so it is at least `old`.
+        let new_finish = (finish - old).saturating_add(cost_us);
+        entry.0 = cost_us;
+        entry.1 = new_finish;
+        self.by_finish.remove(&(finish, id));
+        self.by_finish.insert((new_finish, id));
+        self.load_us = self.load_us - old + cost_us;
+        ticket.charge_us = cost_us;
         Ok(self.dispatch(now_us))
     }
 

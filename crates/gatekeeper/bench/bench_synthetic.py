@@ -274,12 +274,77 @@ def scrape(admin_port: int) -> dict:
     return out
 
 
+def scrape_upstream_work(port: int) -> dict:
+    """The synthetic upstream's work counters (whole run, warm-up included): work served on
+    completed requests and work wasted on requests whose caller left mid-service (a client
+    timeout closing the connection, through the proxy or directly)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    v = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            v[name] = float(value)
+    done_s = v['synthetic_work_seconds_total{outcome="completed"}']
+    wasted_s = v['synthetic_work_seconds_total{outcome="abandoned"}']
+    return {
+        "completed": int(v['synthetic_requests_total{outcome="completed"}']),
+        "abandoned": int(v['synthetic_requests_total{outcome="abandoned"}']),
+        "completed_work_s": done_s,
+        "abandoned_work_s": wasted_s,
+        "wasted_fraction": wasted_s / (done_s + wasted_s) if done_s + wasted_s > 0 else None,
+    }
+
+
+def max_queue_wait_rule(a: argparse.Namespace) -> tuple[float, str]:
+    """The gatekeeper's --max-queue-wait for every gatekeeper point, from the bench's
+    parameters only (decided in session 5 before any run with it; not tuned on outcomes).
+
+    An admitted request must be able to finish before its client gives up, or the backend
+    serves it for nobody. The longest an admitted request can take is the costliest type's
+    cost when the most requests the proxy lets in share the backend's processors:
+    cost x max(1, in_flight / cpus) (processor sharing, no thrashing up to C). The queue wait
+    is bounded so that twice that still fits in the client timeout:
+    max_queue_wait = timeout - 2 x worst service time. The factor 2 covers what the bound
+    leaves out (the model's 1 ms timers, the generator's and proxy's own latency, an
+    abandoned request lingering in the backend until its next event).
+    """
+    costliest_ms = max(type_cost_ms(f"/t/{name}", a.scale) for name in TABLE1_MS)
+    in_flight = a.max_in_flight or a.slots
+    worst_ms = costliest_ms * max(1.0, in_flight / a.cpus)
+    wait_s = a.timeout - 2 * worst_ms / 1e3
+    text = (
+        f"max_queue_wait = client timeout - 2 x the costliest type's worst service time = "
+        f"{a.timeout:g} s - 2 x ({costliest_ms:g} ms x max(1, {in_flight} in flight / {a.cpus} cpus)) "
+        f"= {wait_s:g} s, 503 + Retry-After beyond; every gatekeeper configuration, both models. "
+        "Rule fixed before any run with it (session 5): " + " ".join(max_queue_wait_rule.__doc__.split())
+    )
+    return wait_s, text
+
+
+def max_queue_wait_spec(spec: str, a: argparse.Namespace) -> tuple[float | None, str]:
+    """`rule` (max_queue_wait_rule), `none` (no limit: the paper's no-drop default) or seconds."""
+    if spec == "rule":
+        return max_queue_wait_rule(a)
+    if spec == "none":
+        return None, "no max_queue_wait: requests wait until admitted or until their client leaves"
+    try:
+        v = float(spec)
+    except ValueError:
+        raise ValueError(f"max queue wait {spec!r}: expected rule, none or seconds") from None
+    return v, f"max_queue_wait = {v:g} s (given on the command line)"
+
+
 class Bench:
     def __init__(self, a: argparse.Namespace, work: Path):
         self.a = a
         self.work = work
         self.bin = str(Path(a.bin).resolve())
         self.counter = 0
+        #: The --compare-max-queue-wait runs, if any (filled by run_models).
+        self.comparison: dict | None = None
 
     def upstream(self) -> tuple[Proc, int]:
         port = free_port()
@@ -309,7 +374,13 @@ class Bench:
         return p, port
 
     def proxy(
-        self, up_port: int, policy: str, capacity: str, binary: str | None = None
+        self,
+        up_port: int,
+        policy: str,
+        capacity: str,
+        binary: str | None = None,
+        max_queue_wait_s: float | None = None,
+        extra: list[str] | None = None,
     ) -> tuple[Proc, int, int]:
         port, admin = free_port(), free_port()
         self.counter += 1
@@ -328,11 +399,18 @@ class Bench:
                 "--admin",
                 f"127.0.0.1:{admin}",
                 *self.in_flight_args(),
+                *self.wait_args(max_queue_wait_s),
+                *(extra or []),
+                *self.a.gatekeeper_args.split(),
             ],
             self.work / f"proxy-{self.counter}.log",
         )
         wait_port(port)
         return p, port, admin
+
+    @staticmethod
+    def wait_args(max_queue_wait_s: float | None) -> list[str]:
+        return [] if max_queue_wait_s is None else ["--max-queue-wait", f"{1e3 * max_queue_wait_s:.0f}ms"]
 
     def in_flight_args(self) -> list[str]:
         return ["--max-in-flight", str(self.a.max_in_flight)] if self.a.max_in_flight else []
@@ -370,7 +448,17 @@ class Bench:
             raise RuntimeError(f"shortfirst load failed ({' '.join(argv)}):\n{r.stderr[-3000:]}")
         return out, wall
 
-    def one_run(self, config: str, capacity: str, model: str, trace: Path, tag: str) -> dict:
+    def one_run(
+        self,
+        config: str,
+        capacity: str,
+        model: str,
+        trace: Path,
+        tag: str,
+        max_queue_wait_s: float | None = None,
+    ) -> dict:
+        """One point. `max_queue_wait_s`: the gatekeeper's --max-queue-wait (None: no
+        limit); direct runs ignore it."""
         a = self.a
         up, up_port = self.upstream()
         with up:
@@ -378,18 +466,22 @@ class Bench:
             if config == "direct":
                 out, wall = self.load(up_port, model, trace, tag, a.duration)
             else:
-                px, port, admin = self.proxy(up_port, config, capacity)
+                px, port, admin = self.proxy(up_port, config, capacity, max_queue_wait_s=max_queue_wait_s)
                 with px:
                     out, wall = self.load(port, model, trace, tag, a.duration)
                     metrics = scrape(admin)
+            upstream_work = scrape_upstream_work(up_port)
         s = summarize(out, a.warmup, a.duration, wall, a.scale, a.timeout)
         s["gatekeeper"] = metrics
+        s["max_queue_wait_s"] = None if config == "direct" else max_queue_wait_s
+        s["upstream_work"] = upstream_work
         costly = s["per_type"].get(COSTLIEST, {}).get("mean_response_ms") or float("nan")
         mean = s["mean_response_ms"] or float("nan")
         print(
             f"  {tag:<34} {s['throughput_per_s']:7.1f} req/s {s['work_per_s']:5.2f} work/s  mean "
             f"{mean:8.1f} ms  {COSTLIEST} {costly:8.1f} ms  "
-            f"timeouts {s['timeouts']} errors {s['errors']}",
+            f"timeouts {s['timeouts']} errors {s['errors']}  "
+            f"upstream work wasted {100 * (upstream_work['wasted_fraction'] or 0):.1f}%",
             file=sys.stderr,
             flush=True,
         )
@@ -466,20 +558,45 @@ def halt_poll_ns(value: int | None):
         yield before
 
 
+def cpu_s(pid: int) -> float:
+    """CPU time (s) of a process, its threads and its child processes so far (schedstat:
+    nanoseconds on a CPU, per thread; an nginx master's worker is its child)."""
+    total = 0.0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        base = Path(f"/proc/{p}/task")
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            for t in base.iterdir():
+                with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                    total += int((t / "schedstat").read_text().split()[0]) / 1e9
+                    todo += [int(c) for c in (t / "children").read_text().split()]
+    return total
+
+
+def request_count(run_dir: Path) -> int:
+    """Requests the generator recorded (any outcome)."""
+    with open(run_dir / "requests.csv") as f:
+        return sum(1 for _ in f) - 1
+
+
 def percentile(v: list[float], q: float) -> float:
     s = sorted(v)
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-def overhead_rounds(b: Bench, ports: dict[str, int], trace: Path, tag: str) -> dict:
+def overhead_rounds(b: Bench, ports: dict[str, int], trace: Path, tag: str, pids: dict[str, int]) -> dict:
     """Alternating rounds over `ports`; the order rotates every round so no path always
-    runs first (after an idle gap) or last."""
+    runs first (after an idle gap) or last. `pids`: the proxy process of each proxied path,
+    whose CPU time over all rounds is divided by the requests it served."""
     import statistics
 
     a = b.a
     names = list(ports)
     rounds: dict[str, list[dict]] = {k: [] for k in names}
     pooled: dict[str, list[float]] = {k: [] for k in names}
+    sent = dict.fromkeys(names, 0)
+    cpu_before = {k: cpu_s(pid) for k, pid in pids.items()}
     for i in range(a.overhead_rounds):
         order = names[i % len(names) :] + names[: i % len(names)]
         for name in order:
@@ -492,6 +609,7 @@ def overhead_rounds(b: Bench, ports: dict[str, int], trace: Path, tag: str) -> d
                 ["--persistent", "1000"],
             )
             v = latencies_us(out)
+            sent[name] += request_count(out)
             if not v:
                 raise RuntimeError(f"overhead round {i} {name}: no completed requests")
             pooled[name] += v
@@ -505,6 +623,17 @@ def overhead_rounds(b: Bench, ports: dict[str, int], trace: Path, tag: str) -> d
                     "p99_us": percentile(v, 0.99),
                 }
             )
+    cpu = {}
+    for k, pid in pids.items():
+        used = cpu_s(pid) - cpu_before[k]
+        cpu[k] = {"cpu_s": used, "requests": sent[k], "cpu_us_per_request": 1e6 * used / max(sent[k], 1)}
+    for k, c in cpu.items():
+        print(
+            f"  overhead{tag} {k:<20} CPU {c['cpu_s']:.3f} s for {c['requests']} requests: "
+            f"{c['cpu_us_per_request']:.1f} us/request",
+            file=sys.stderr,
+            flush=True,
+        )
     latency = {
         k: {
             "n": len(v),
@@ -542,15 +671,19 @@ def overhead_rounds(b: Bench, ports: dict[str, int], trace: Path, tag: str) -> d
             file=sys.stderr,
             flush=True,
         )
-    return {"latency": latency, "per_round": rounds, "overhead_us": overhead}
+    return {"latency": latency, "per_round": rounds, "overhead_us": overhead, "proxy_cpu": cpu}
 
 
 def measure_overhead(b: Bench, capacity: str) -> dict:
     """Proxy overhead at low load, the same run: the upstream's /ping (no backend work)
     at --overhead-rate requests/s (open model, kept-alive connections), directly, through
-    the gatekeeper (fifo) and, as a reference, through nginx (one worker, kept-alive
+    the gatekeeper (fifo), through the gatekeeper with --busy-poll-us N
+    (--overhead-busy-poll-us) and, as a reference, through nginx (one worker, kept-alive
     upstream connections); optionally through a second gatekeeper binary
-    (--overhead-baseline-bin, e.g. the previous commit's). Many short rounds alternate
+    (--overhead-baseline-bin, e.g. the previous commit's). CPU per request of each proxy:
+    its CPU time over the rounds (schedstat of its threads and child processes) divided by
+    the requests sent through it; between rounds an idle proxy uses no CPU (busy polling
+    stops N us after the last event), so this is the CPU its requests cost. Many short rounds alternate
     between the paths, the order rotating every round, so that a noisy neighbour or a host
     stall hits all of them alike. Latency: send start to last byte of each completed
     request (generator lateness excluded), without the first 10% of each round. Overhead
@@ -567,13 +700,29 @@ def measure_overhead(b: Bench, capacity: str) -> dict:
     with contextlib.ExitStack() as stack:
         stack.enter_context(up)
         ports = {"direct": up_port}
-        px, port, _admin = b.proxy(up_port, "fifo", capacity)
+        pids = {}
+        px, port, _admin = b.proxy(up_port, "fifo", capacity, max_queue_wait_s=a.max_queue_wait_s)
         stack.enter_context(px)
         ports["gatekeeper"] = port
+        pids["gatekeeper"] = px.p.pid
+        if a.overhead_busy_poll_us:
+            bp, bpport, _ = b.proxy(
+                up_port,
+                "fifo",
+                capacity,
+                max_queue_wait_s=a.max_queue_wait_s,
+                extra=["--busy-poll-us", str(a.overhead_busy_poll_us)],
+            )
+            stack.enter_context(bp)
+            ports["gatekeeper-busy-poll"] = bpport
+            pids["gatekeeper-busy-poll"] = bp.p.pid
         if a.overhead_baseline_bin:
-            bpx, bport, _ = b.proxy(up_port, "fifo", capacity, binary=a.overhead_baseline_bin)
+            bpx, bport, _ = b.proxy(
+                up_port, "fifo", capacity, binary=a.overhead_baseline_bin, max_queue_wait_s=a.max_queue_wait_s
+            )
             stack.enter_context(bpx)
             ports["gatekeeper-baseline"] = bport
+            pids["gatekeeper-baseline"] = bpx.p.pid
         nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
         if a.overhead_nginx == "yes" and not nginx:
             raise RuntimeError("--overhead-nginx yes: nginx not found")
@@ -586,12 +735,14 @@ def measure_overhead(b: Bench, capacity: str) -> dict:
             stack.enter_context(ng)
             wait_port(nport)
             ports["nginx"] = nport
+            pids["nginx"] = ng.p.pid
         settings = {}
         machine_value = read_halt_poll()
-        settings["machine"] = {"guest_halt_poll_ns": machine_value, **overhead_rounds(b, ports, trace, "")}
+        r = overhead_rounds(b, ports, trace, "", pids)
+        settings["machine"] = {"guest_halt_poll_ns": machine_value, **r}
         if a.halt_poll_ns is not None:
             with halt_poll_ns(a.halt_poll_ns):
-                r = overhead_rounds(b, ports, trace, f"-hp{a.halt_poll_ns}")
+                r = overhead_rounds(b, ports, trace, f"-hp{a.halt_poll_ns}", pids)
             settings[f"halt_poll_{a.halt_poll_ns}"] = {"guest_halt_poll_ns": a.halt_poll_ns, **r}
     return {
         "rate_per_s": a.overhead_rate,
@@ -601,7 +752,8 @@ def measure_overhead(b: Bench, capacity: str) -> dict:
         "baseline_bin": a.overhead_baseline_bin,
         # The verdict's figures: the machine's own halt-polling setting, as our binary must
         # not depend on it.
-        **{k: settings["machine"][k] for k in ("latency", "per_round", "overhead_us")},
+        "busy_poll_us": a.overhead_busy_poll_us or None,
+        **{k: settings["machine"][k] for k in ("latency", "per_round", "overhead_us", "proxy_cpu")},
         "by_halt_poll_setting": settings,
         "pass_rule": OVERHEAD_PASS_RULE,
         "method": measure_overhead.__doc__,
@@ -675,10 +827,23 @@ def run_models(b: Bench, work: Path) -> tuple[str, dict | None, dict]:
     # Closed model: N users with think time Z keep the backend at its peak when
     # N = peak x (Z + response time); at saturation the response time is small next to Z.
     closed_users = {}
-    for f in [float(x) for x in a.closed_factors.split(",")]:
+    for f in factors(a.closed_factors):
         users = max(1, round(f * peak_est * a.think_s))
         closed_users[f] = users
-    open_rates = {float(f): float(f) * peak_est for f in a.open_factors.split(",")}
+    open_rates = {f: f * peak_est for f in factors(a.open_factors)}
+    # Every gatekeeper point runs with the main --max-queue-wait; with
+    # --compare-max-queue-wait it runs again right after with the other setting, reported
+    # under "max_queue_wait_comparison" (not used for the targets).
+    wait_s = a.max_queue_wait_s
+    other = a.compare_max_queue_wait_s
+    compare = {"closed": {}, "open": {}} if a.compare_max_queue_wait else None
+
+    def point(config: str, model_name: str, model: str, trace: Path, tag: str) -> dict:
+        s = b.one_run(config, capacity, model, trace, tag, wait_s)
+        if compare is not None and config != "direct":
+            c = b.one_run(config, capacity, model, trace, f"{tag}-wait-{a.compare_max_queue_wait}", other)
+            compare[model_name].setdefault(config, []).append(c)
+        return s
 
     closed_trace = work / "closed-trace.csv"
     write_trace(closed_trace, mix, 1000.0, a.duration * 4, a.seed)
@@ -686,23 +851,37 @@ def run_models(b: Bench, work: Path) -> tuple[str, dict | None, dict]:
         results["closed"][config] = []
         for f, users in closed_users.items():
             model = f"closed:{users},think=exp:{a.think_s}"
-            s = b.one_run(config, capacity, model, closed_trace, f"closed-{config}-{users}")
-            s.update({"users": users, "load_factor": f})
-            ll = s["littles_law"]
-            ll["users"] = users
-            ll["ratio"] = ll["n_from_logs"] / users
+            s = point(config, "closed", model, closed_trace, f"closed-{config}-{users}")
+            runs = [s, *([compare["closed"][config][-1]] if compare and config in compare["closed"] else [])]
+            for r in runs:
+                r.update({"users": users, "load_factor": f})
+                ll = r["littles_law"]
+                ll["users"] = users
+                ll["ratio"] = ll["n_from_logs"] / users
             results["closed"][config].append(s)
     for config in [c for c in a.open_configs.split(",") if c]:
         results["open"][config] = []
         for f, rate in open_rates.items():
             trace = work / f"open-{f}.csv"
             write_trace(trace, mix, rate, a.duration, a.seed)
-            s = b.one_run(config, capacity, "open", trace, f"open-{config}-{rate:.0f}")
-            s.update({"rate_per_s": rate, "load_factor": f})
-            s.pop("littles_law")  # no fixed population in an open model
+            s = point(config, "open", "open", trace, f"open-{config}-{rate:.0f}")
+            runs = [s, *([compare["open"][config][-1]] if compare and config in compare["open"] else [])]
+            for r in runs:
+                r.update({"rate_per_s": rate, "load_factor": f})
+                r.pop("littles_law")  # no fixed population in an open model
             results["open"][config].append(s)
-
+    if compare is not None:
+        b.comparison = {
+            "max_queue_wait_s": other,
+            "method": a.compare_max_queue_wait_method,
+            **compare,
+        }
     return capacity, calibration, results
+
+
+def factors(spec: str) -> list[float]:
+    """`--closed-factors` / `--open-factors`: comma-separated multiples; empty = none."""
+    return [float(x) for x in spec.split(",") if x.strip()]
 
 
 def main() -> int:
@@ -730,6 +909,26 @@ def main() -> int:
         type=int,
         default=None,
         help="gatekeeper --max-in-flight (default: C, the thrash threshold; 0 = none)",
+    )
+    ap.add_argument(
+        "--max-queue-wait",
+        default="rule",
+        help="gatekeeper --max-queue-wait for every gatekeeper point: 'rule' (default: client "
+        "timeout - 2 x the costliest type's worst service time, see max_queue_wait_rule), 'none' "
+        "(the paper's no-drop default) or seconds",
+    )
+    ap.add_argument(
+        "--compare-max-queue-wait",
+        default=None,
+        metavar="SPEC",
+        help="run every gatekeeper point a second time, right after, with this max queue wait "
+        "(same forms as --max-queue-wait, e.g. none); reported side by side under "
+        "max_queue_wait_comparison, not used for the targets",
+    )
+    ap.add_argument(
+        "--gatekeeper-args",
+        default="",
+        help="extra flags for every gatekeeper started (e.g. '--charge-at arrival' for a comparison)",
     )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument(
@@ -764,6 +963,13 @@ def main() -> int:
         "side; needs root and the bench lock held (flock /run/shortfirst-bench.lock ...)",
     )
     ap.add_argument(
+        "--overhead-busy-poll-us",
+        type=int,
+        default=500,
+        help="overhead runs: also measure the gatekeeper with --busy-poll-us N in the same rounds "
+        "(path gatekeeper-busy-poll; 0 = skip)",
+    )
+    ap.add_argument(
         "--overhead-nginx",
         choices=["auto", "yes", "no"],
         default="auto",
@@ -778,6 +984,18 @@ def main() -> int:
             ap.error(f"unknown configuration {c!r}: expected one of {sorted(known)}")
     if a.max_in_flight is None:
         a.max_in_flight = a.slots
+    a.compare_max_queue_wait_s = a.compare_max_queue_wait_method = None
+    try:
+        a.max_queue_wait_s, a.max_queue_wait_method = max_queue_wait_spec(a.max_queue_wait, a)
+        if a.compare_max_queue_wait is not None:
+            a.compare_max_queue_wait_s, a.compare_max_queue_wait_method = max_queue_wait_spec(
+                a.compare_max_queue_wait, a
+            )
+    except ValueError as e:
+        ap.error(str(e))
+    for w in (a.max_queue_wait_s, a.compare_max_queue_wait_s):
+        if w is not None and w <= 0:
+            ap.error(f"max queue wait {w:g} s: must be positive (client --timeout too short for the rule?)")
     if a.only_overhead and a.no_overhead:
         ap.error("--only-overhead and --no-overhead exclude each other")
     if a.out is None:
@@ -809,9 +1027,18 @@ def main() -> int:
             f"concurrent requests with factor {a.thrash}"
         ),
         "accounting_note": ACCOUNTING_NOTE.format(timeout=a.timeout),
+        "method": {
+            "max_queue_wait_s": a.max_queue_wait_s,
+            "max_queue_wait": a.max_queue_wait_method,
+            "wasted_work": "upstream_work per point: the synthetic upstream's counters over the "
+            "whole run (warm-up included) of work served on completed requests and of work "
+            "served on requests abandoned mid-service (their client timed out), in seconds of "
+            "base cost; wasted_fraction = abandoned / (completed + abandoned)",
+        },
         "capacity": capacity,
         "calibration": calibration,
         "results": results,
+        "max_queue_wait_comparison": b.comparison,
         "overhead": overhead,
         "sections": ["overhead"] if a.only_overhead else ["calibration", "results", "overhead"],
         "runtime_s": time.monotonic() - t_start,
@@ -821,7 +1048,7 @@ def main() -> int:
     if a.only_overhead:
         # Same schema, the sections not run are absent (not empty, which would read as "ran,
         # nothing to report").
-        del out["calibration"], out["results"]
+        del out["calibration"], out["results"], out["max_queue_wait_comparison"]
         out["sections_note"] = (
             "--only-overhead: only the low-load overhead rounds ran; calibration and the "
             f"closed/open model runs are absent; the proxy ran with a fixed capacity {capacity}"
@@ -866,6 +1093,33 @@ def evaluate(out: dict) -> dict:
                 "peak": peak,
                 "ratio_at_2x": ratios,
                 "pass": bool(proxied) and min(proxied) >= 0.95 and ratios.get("direct", 0.0) < 0.95,
+            }
+            if unit == "work_per_s":
+                # The backend's own ceiling (every processor on useful work), for reading
+                # the peak itself.
+                entry[unit]["peak_over_backend_max"] = peak / out["parameters"]["cpus"]
+        entry["wasted_work_fraction_at_2x"] = {
+            c: (r.get("upstream_work") or {}).get("wasted_fraction") for c, r in at2.items()
+        }
+        cmp_runs = ((out.get("max_queue_wait_comparison") or {}).get(model)) or {}
+        if cmp_runs:
+            peak_work = entry["work_per_s"]["peak"]
+            entry["max_queue_wait_comparison_at_2x"] = {
+                "max_queue_wait_s": out["max_queue_wait_comparison"]["max_queue_wait_s"],
+                "work_ratio_at_2x": {
+                    c: r["work_per_s"] / peak_work
+                    for c, rs in cmp_runs.items()
+                    for r in rs
+                    if math.isclose(r["load_factor"], 2.0)
+                },
+                "wasted_work_fraction_at_2x": {
+                    c: (r.get("upstream_work") or {}).get("wasted_fraction")
+                    for c, rs in cmp_runs.items()
+                    for r in rs
+                    if math.isclose(r["load_factor"], 2.0)
+                },
+                "note": "the same points run right after with the other max_queue_wait; ratios to "
+                "the main runs' peak; not used for the verdict",
             }
         t[f"{model}_throughput_at_2x"] = entry
     for model in ("closed", "open"):
@@ -920,6 +1174,8 @@ def evaluate(out: dict) -> dict:
                 for k, v in ov["overhead_us"].items()
                 if k != "gatekeeper"
             },
+            "proxy_cpu_us_per_request": {k: v["cpu_us_per_request"] for k, v in ov["proxy_cpu"].items()},
+            "busy_poll_us": ov.get("busy_poll_us"),
             "with_halt_poll": {
                 k: v["overhead_us"]["gatekeeper"]["median_of_round_means"]
                 for k, v in ov["by_halt_poll_setting"].items()
@@ -960,21 +1216,28 @@ def paper_accounting(pick: dict, fifo: dict, sjf: dict) -> dict:
 def table(out: dict) -> str:
     """The runs as a plain-text table (also in the JSON), for reports."""
     lines = [
-        f"{'model':<7}{'config':<13}{'load':>5}{'req/s':>8}{'work/s':>8}{'mean ms':>10}{'ok-only ms':>11}"
+        f"{'model':<7}{'config':<20}{'load':>5}{'req/s':>8}{'work/s':>8}{'mean ms':>10}{'ok-only ms':>11}"
         f"{COSTLIEST + ' ms':>17}{'timeouts':>9}{'N/X(R+Z)':>9}"
     ]
-    for model, runs in (out.get("results") or {}).items():
-        for config, rs in runs.items():
-            for r in rs:
-                c = r["per_type"].get(COSTLIEST, {}).get("mean_response_ms")
-                ok = r["accounting"]["paper"]["mean_response_ms"]
-                ll = r.get("littles_law", {}).get("ratio")
-                lines.append(
-                    f"{model:<7}{config:<13}{r['load_factor']:>5g}{r['throughput_per_s']:>8.1f}"
-                    f"{r['work_per_s']:>8.2f}{(r['mean_response_ms'] or float('nan')):>10.1f}"
-                    f"{(ok or float('nan')):>11.1f}{(c or float('nan')):>17.1f}{r['timeouts']:>9}"
-                    + (f"{1 / ll:>9.3f}" if ll else f"{'-':>9}")
-                )
+    groups = [(m, c, rs) for m, runs in (out.get("results") or {}).items() for c, rs in runs.items()]
+    cmp = out.get("max_queue_wait_comparison") or {}
+    for m in ("closed", "open"):
+        for c, rs in (cmp.get(m) or {}).items():
+            w = cmp["max_queue_wait_s"]
+            groups.append((m, f"{c}/w={'none' if w is None else f'{w:g}'}", rs))
+    lines[0] += f"{'wasted':>8}"
+    for model, config, rs in groups:
+        for r in rs:
+            c = r["per_type"].get(COSTLIEST, {}).get("mean_response_ms")
+            ok = r["accounting"]["paper"]["mean_response_ms"]
+            ll = r.get("littles_law", {}).get("ratio")
+            lines.append(
+                f"{model:<7}{config:<20}{r['load_factor']:>5g}{r['throughput_per_s']:>8.1f}"
+                f"{r['work_per_s']:>8.2f}{(r['mean_response_ms'] or float('nan')):>10.1f}"
+                f"{(ok or float('nan')):>11.1f}{(c or float('nan')):>17.1f}{r['timeouts']:>9}"
+                + (f"{1 / ll:>9.3f}" if ll else f"{'-':>9}")
+                + f"{100 * ((r.get('upstream_work') or {}).get('wasted_fraction') or 0):>7.1f}%"
+            )
     ov = out.get("overhead")
     if ov:
         lines.append(
@@ -986,6 +1249,8 @@ def table(out: dict) -> str:
                     f"  {setting:<18}{k:<20} median of round means {o['median_of_round_means']:7.0f}  "
                     f"pooled mean {o['pooled_mean']:7.0f}  pooled median {o['pooled_median']:7.0f}"
                 )
+            for k, c in r.get("proxy_cpu", {}).items():
+                lines.append(f"  {setting:<18}{k:<20} CPU per request {c['cpu_us_per_request']:7.1f} us")
     return "\n".join(lines)
 
 

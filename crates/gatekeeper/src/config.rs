@@ -144,6 +144,13 @@ pub struct ProxyConfig {
     pub max_connections: usize,
     /// Idle upstream connections kept for reuse (more are closed when they come back).
     pub upstream_pool_idle: usize,
+    /// Keep polling the I/O driver this long after each I/O event of a request instead of
+    /// blocking (`gatekeeper::busypoll`). `None` (default): block as usual.
+    pub busy_poll: Option<Duration>,
+    /// Charge a request that waited with its type's estimate at admission (default), or
+    /// keep the estimate it arrived with (`false`, the behaviour before session 5; for
+    /// comparisons). See `core::admission` "Charges".
+    pub recharge_at_admission: bool,
 }
 
 impl ProxyConfig {
@@ -166,6 +173,8 @@ impl ProxyConfig {
             estimator: EstimatorConfig::default(),
             max_connections: 10_000,
             upstream_pool_idle: 1_024,
+            busy_poll: None,
+            recharge_at_admission: true,
         }
     }
 }
@@ -189,6 +198,8 @@ pub struct FileConfig {
     pub upstream_timeout: Option<String>,
     pub retry_after_s: Option<u32>,
     pub max_connections: Option<usize>,
+    pub busy_poll_us: Option<u64>,
+    pub charge_at: Option<String>,
     pub estimator: Option<FileEstimator>,
     pub auto: Option<FileAuto>,
 }

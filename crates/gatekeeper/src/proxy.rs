@@ -40,6 +40,7 @@ use shortfirst_core::admission::{
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, Notify, Semaphore};
 
+use crate::busypoll::BusyPoll;
 use crate::classify::Classifier;
 use crate::config::{CapacitySetting, ProxyConfig};
 use crate::metrics::{Metrics, Outcome, Snapshot};
@@ -106,6 +107,8 @@ struct Shared {
     pool: UpstreamPool,
     /// Wakes the timer task when the next wakeup may have moved earlier.
     wake: Notify,
+    /// `--busy-poll-us`: polls while requests wait for the upstream.
+    busy: Option<Arc<BusyPoll>>,
 }
 
 /// Owns an admitted request's ticket; releasing happens in `Drop`, exactly once.
@@ -145,6 +148,10 @@ impl Shared {
 
     /// Turn admissions into deliveries (to do after unlocking). `mine` is the id of a caller
     /// that is not waiting on a channel yet; its permit is returned separately.
+    ///
+    /// A request that waited is recharged with its type's estimate now
+    /// (`Gate::recharge`): the one it arrived with may be stale by its whole wait. A lower
+    /// charge can admit more, which goes through the same loop.
     fn route(
         self: &Arc<Self>,
         core: &mut Core,
@@ -153,8 +160,21 @@ impl Shared {
     ) -> (Option<(Permit, u64)>, Deliveries) {
         let mut own = None;
         let mut out = Vec::with_capacity(admitted.len());
-        for a in admitted {
+        let mut todo = VecDeque::from(admitted);
+        while let Some(mut a) = todo.pop_front() {
             let id = a.ticket.id();
+            let type_index = match mine {
+                Some((m, t)) if m == id => Some(t),
+                _ => core.waiters.get(&id).map(|w| w.1),
+            };
+            if let Some(t) = type_index.filter(|_| a.waited_us > 0 && self.cfg.recharge_at_admission) {
+                let cost = core.estimator.estimate_us(t).unwrap_or(core.estimator.config().cold_cost_us);
+                let now = self.now_us();
+                match core.gate.recharge(now, &mut a.ticket, cost) {
+                    Ok(more) => todo.extend(more),
+                    Err(e) => tracing::error!("gatekeeper accounting: {e}"),
+                }
+            }
             let permit = |type_index| Permit { shared: self.clone(), ticket: Some(a.ticket), type_index };
             match mine {
                 Some((m, type_index)) if m == id => own = Some((permit(type_index), a.waited_us)),
@@ -327,6 +347,7 @@ impl Gatekeeper {
             None => None,
         };
         let pool = UpstreamPool::new(cfg.upstream.authority.clone(), cfg.upstream_timeout, cfg.upstream_pool_idle);
+        let busy = cfg.busy_poll.map(BusyPoll::new).transpose()?;
         let shared = Arc::new(Shared {
             metrics: Metrics::new(cfg.max_types),
             classifier,
@@ -334,6 +355,7 @@ impl Gatekeeper {
             start: Instant::now(),
             pool,
             wake: Notify::new(),
+            busy,
             cfg,
         });
         Ok(Gatekeeper { listener, admin, shared })
@@ -354,6 +376,7 @@ impl Gatekeeper {
     /// Serve until `shutdown` resolves. In-flight requests are abandoned at shutdown.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), GatekeeperError> {
         let timer = tokio::spawn(timer_task(self.shared.clone()));
+        let poller = self.shared.busy.clone().map(|b| tokio::spawn(b.run()));
         let admin = self.admin.map(|l| tokio::spawn(admin_loop(l, self.shared.clone())));
         let conns = Arc::new(Semaphore::new(self.shared.cfg.max_connections));
         let shared = self.shared.clone();
@@ -389,6 +412,9 @@ impl Gatekeeper {
             _ = shutdown => {}
         }
         timer.abort();
+        if let Some(p) = poller {
+            p.abort();
+        }
         if let Some(a) = admin {
             a.abort();
         }
@@ -646,7 +672,9 @@ async fn handle(
     }
     let upstream_req = Request::from_parts(parts, body);
     let sent = Instant::now();
+    let polling = shared.busy.as_deref().map(BusyPoll::upstream_wait);
     let result = tokio::time::timeout(shared.cfg.upstream_timeout, shared.pool.send(upstream_req)).await;
+    drop(polling);
     let (resp, conn) = match result {
         Err(_) => {
             tm.count(Outcome::Timeout);

@@ -21,8 +21,16 @@
 //!
 //! At most `max_running` requests are accepted at once; beyond that the upstream answers
 //! 503 at once (a backend's own connection limit).
+//!
+//! **Useful and wasted work.** A request whose caller leaves before it is served (a client
+//! timeout closing the connection through the proxy) leaves the model at its next event;
+//! the work already served on it was wasted. `GET /metrics` (Prometheus text) counts both:
+//! completed requests and their work, abandoned requests and the work served on them, in
+//! seconds of base cost (the units of `cost_us`), so a benchmark can tell how much of the
+//! backend's capacity went to requests nobody received.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -113,49 +121,98 @@ impl SyntheticConfig {
 }
 
 struct Job {
+    cost_us: u64,
     remaining_us: f64,
     done: oneshot::Sender<()>,
+}
+
+/// Counts of what the model did with the work it was given (monotonic; `GET /metrics`).
+#[derive(Debug, Default)]
+pub struct WorkStats {
+    completed: AtomicU64,
+    /// Base-cost microseconds of the completed requests.
+    completed_work_us: AtomicU64,
+    abandoned: AtomicU64,
+    /// Base-cost microseconds served on requests whose caller left before completion.
+    abandoned_work_us: AtomicU64,
+}
+
+/// A snapshot of [`WorkStats`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct WorkSnapshot {
+    pub completed: u64,
+    pub completed_work_us: u64,
+    pub abandoned: u64,
+    pub abandoned_work_us: u64,
+}
+
+impl WorkStats {
+    pub fn snapshot(&self) -> WorkSnapshot {
+        WorkSnapshot {
+            completed: self.completed.load(Ordering::Relaxed),
+            completed_work_us: self.completed_work_us.load(Ordering::Relaxed),
+            abandoned: self.abandoned.load(Ordering::Relaxed),
+            abandoned_work_us: self.abandoned_work_us.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// Run one request of `cost_us` through the shared-processor model; resolves when served.
 #[derive(Clone)]
 pub struct Backend {
     tx: mpsc::Sender<(u64, oneshot::Sender<()>)>,
-    running: Arc<std::sync::atomic::AtomicUsize>,
+    running: Arc<AtomicUsize>,
+    stats: Arc<WorkStats>,
     cfg: Arc<SyntheticConfig>,
+}
+
+/// Gives back a `running` place however `serve` ends, including when its caller drops it
+/// mid-wait (a client gone): otherwise every abandoned request would leak a place and the
+/// upstream would end up refusing everything.
+struct RunningPlace<'a>(&'a AtomicUsize);
+
+impl Drop for RunningPlace<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Backend {
     pub fn start(cfg: SyntheticConfig) -> Backend {
         let (tx, rx) = mpsc::channel(1024);
         let cfg = Arc::new(cfg);
-        tokio::spawn(model(cfg.clone(), rx));
-        Backend { tx, running: Arc::new(std::sync::atomic::AtomicUsize::new(0)), cfg }
+        let stats = Arc::new(WorkStats::default());
+        tokio::spawn(model(cfg.clone(), rx, stats.clone()));
+        Backend { tx, running: Arc::new(AtomicUsize::new(0)), stats, cfg }
     }
 
     /// `None` when `max_running` requests are already running.
     pub async fn serve(&self, cost_us: u64) -> Option<()> {
-        use std::sync::atomic::Ordering::SeqCst;
-        if self.running.fetch_add(1, SeqCst) >= self.cfg.max_running {
-            self.running.fetch_sub(1, SeqCst);
+        let taken = self.running.fetch_add(1, Ordering::SeqCst);
+        let place = RunningPlace(&self.running);
+        if taken >= self.cfg.max_running {
             return None;
         }
         let (done_tx, done_rx) = oneshot::channel();
         let ok = self.tx.send((cost_us, done_tx)).await.is_ok() && done_rx.await.is_ok();
-        self.running.fetch_sub(1, SeqCst);
+        drop(place);
         ok.then_some(())
     }
 
     pub fn running(&self) -> usize {
-        self.running.load(std::sync::atomic::Ordering::SeqCst)
+        self.running.load(Ordering::SeqCst)
+    }
+
+    pub fn stats(&self) -> WorkSnapshot {
+        self.stats.snapshot()
     }
 }
 
-async fn model(cfg: Arc<SyntheticConfig>, mut rx: mpsc::Receiver<(u64, oneshot::Sender<()>)>) {
+async fn model(cfg: Arc<SyntheticConfig>, mut rx: mpsc::Receiver<(u64, oneshot::Sender<()>)>, stats: Arc<WorkStats>) {
     let mut jobs: Vec<Job> = Vec::new();
     let mut last = Instant::now();
     loop {
-        advance(&cfg, &mut jobs, &mut last);
+        advance(&cfg, &mut jobs, &mut last, &stats);
         let next = jobs.iter().map(|j| j.remaining_us).fold(f64::INFINITY, f64::min);
         let sleep = if next.is_finite() {
             let wait_us = next / cfg.rate(jobs.len());
@@ -168,8 +225,8 @@ async fn model(cfg: Arc<SyntheticConfig>, mut rx: mpsc::Receiver<(u64, oneshot::
                 Some((cost_us, done)) => {
                     // Serve the jobs already running up to this arrival at the old rate
                     // first: the newcomer must not be credited with time before it came.
-                    advance(&cfg, &mut jobs, &mut last);
-                    jobs.push(Job { remaining_us: cost_us as f64, done });
+                    advance(&cfg, &mut jobs, &mut last, &stats);
+                    jobs.push(Job { cost_us, remaining_us: cost_us as f64, done });
                 }
                 None => return,
             },
@@ -180,16 +237,26 @@ async fn model(cfg: Arc<SyntheticConfig>, mut rx: mpsc::Receiver<(u64, oneshot::
 
 /// Serve every job from `last` to now at the rate of the current concurrency, then release
 /// the finished ones and those whose caller gave up.
-fn advance(cfg: &SyntheticConfig, jobs: &mut Vec<Job>, last: &mut Instant) {
+///
+/// What was served on a job whose caller gave up is counted as wasted.
+fn advance(cfg: &SyntheticConfig, jobs: &mut Vec<Job>, last: &mut Instant, stats: &WorkStats) {
     let now = Instant::now();
     let served = (now - *last).as_secs_f64() * 1e6 * cfg.rate(jobs.len());
     *last = now;
     let mut i = 0;
     while i < jobs.len() {
         jobs[i].remaining_us -= served;
-        if jobs[i].remaining_us <= 0.5 || jobs[i].done.is_closed() {
+        let finished = jobs[i].remaining_us <= 0.5;
+        if finished || jobs[i].done.is_closed() {
             let j = jobs.swap_remove(i);
-            let _ = j.done.send(());
+            if finished && j.done.send(()).is_ok() {
+                stats.completed.fetch_add(1, Ordering::Relaxed);
+                stats.completed_work_us.fetch_add(j.cost_us, Ordering::Relaxed);
+            } else {
+                let served_us = (j.cost_us as f64 - j.remaining_us.max(0.0)).round() as u64;
+                stats.abandoned.fetch_add(1, Ordering::Relaxed);
+                stats.abandoned_work_us.fetch_add(served_us.min(j.cost_us), Ordering::Relaxed);
+            }
         } else {
             i += 1;
         }
@@ -245,6 +312,9 @@ async fn respond(cfg: &SyntheticConfig, backend: &Backend, req: Request<Incoming
         // No backend work: for measuring what a proxy in front adds.
         return text(StatusCode::OK, "pong\n".into());
     }
+    if path == "/metrics" {
+        return text(StatusCode::OK, metrics_text(&backend.stats()));
+    }
     let Some(name) = path.strip_prefix("/t/") else {
         return text(StatusCode::NOT_FOUND, "synthetic upstream: GET /t/{type}\n".into());
     };
@@ -255,6 +325,24 @@ async fn respond(cfg: &SyntheticConfig, backend: &Backend, req: Request<Incoming
         Some(()) => text(StatusCode::OK, format!("{} {}us\n", t.name, t.cost_us)),
         None => text(StatusCode::SERVICE_UNAVAILABLE, "synthetic upstream: too many requests\n".into()),
     }
+}
+
+/// Prometheus text of the work counters (work in seconds of base cost).
+pub fn metrics_text(s: &WorkSnapshot) -> String {
+    format!(
+        "# HELP synthetic_requests_total Requests that left the model, by outcome (completed, or abandoned by their caller).\n\
+         # TYPE synthetic_requests_total counter\n\
+         synthetic_requests_total{{outcome=\"completed\"}} {}\n\
+         synthetic_requests_total{{outcome=\"abandoned\"}} {}\n\
+         # HELP synthetic_work_seconds_total Base-cost work served, on completed requests or wasted on abandoned ones.\n\
+         # TYPE synthetic_work_seconds_total counter\n\
+         synthetic_work_seconds_total{{outcome=\"completed\"}} {:.6}\n\
+         synthetic_work_seconds_total{{outcome=\"abandoned\"}} {:.6}\n",
+        s.completed,
+        s.abandoned,
+        s.completed_work_us as f64 / 1e6,
+        s.abandoned_work_us as f64 / 1e6,
+    )
 }
 
 #[cfg(test)]
@@ -312,6 +400,24 @@ mod tests {
         assert!(x.is_some() && y.is_some());
         assert!(el >= Duration::from_millis(78) && el < Duration::from_millis(200), "{el:?}");
     }
+
+    #[tokio::test]
+    async fn abandoned_requests_count_their_served_work_as_wasted_and_free_their_place() {
+        let b = Backend::start(SyntheticConfig::tpcw(1.0, 1, 1, 0.0).unwrap());
+        assert!(b.serve(10_000).await.is_some());
+        // The caller leaves a 1 s request after ~30 ms (a client timeout).
+        assert!(tokio::time::timeout(Duration::from_millis(30), b.serve(1_000_000)).await.is_err());
+        assert_eq!(b.running(), 0, "the abandoned request gave its place back");
+        // The model notices at its next event.
+        assert!(b.serve(1_000).await.is_some());
+        let s = b.stats();
+        assert_eq!((s.completed, s.completed_work_us, s.abandoned), (2, 11_000, 1), "{s:?}");
+        assert!((25_000..300_000).contains(&s.abandoned_work_us), "{s:?}");
+        let text = metrics_text(&s);
+        assert!(text.contains("synthetic_requests_total{outcome=\"abandoned\"} 1\n"), "{text}");
+        assert!(text.contains("synthetic_work_seconds_total{outcome=\"completed\"} 0.011000\n"), "{text}");
+    }
+
     /// A job that arrives while another is running gets no service for the time before it
     /// arrived (the model once credited a newcomer with the whole gap since the previous
     /// event, so a 20 ms request could finish in a few ms).

@@ -706,3 +706,25 @@ async fn sjf_re_samples_a_stale_type_ahead_of_cheaper_requests() {
     assert!(m.contains("gatekeeper_type_probes_total{type=\"GET /slow\"} 1\n"), "{m}");
     assert!(m.contains("gatekeeper_type_probes_total{type=\"GET /fast\"} 1\n"), "{m}");
 }
+
+/// `busy_poll`: requests are served (on a current-thread runtime the poller shares the one
+/// thread with the client and the upstream, so a poller that did not yield would hang this
+/// test), a request slower than the window still completes after the poller stopped, and a
+/// window beyond the bound is refused at bind.
+#[tokio::test(flavor = "current_thread")]
+async fn busy_polling_serves_requests_and_its_window_is_bounded() {
+    let (up, _) = test_upstream().await;
+    let mut bad = ProxyConfig::new("127.0.0.1:0".parse().unwrap(), Upstream::parse(&format!("http://{up}")).unwrap());
+    bad.busy_poll = Some(shortfirst_gatekeeper::busypoll::MAX_BUSY_POLL + Duration::from_micros(1));
+    let err = Gatekeeper::bind(bad).await.err().expect("an 11 ms window is refused").to_string();
+    assert!(err.contains("busy-poll"), "{err}");
+    let p = start_proxy(up, |c| c.busy_poll = Some(Duration::from_micros(300))).await;
+    let c = client();
+    for _ in 0..20 {
+        assert_eq!(get(&c, p.addr, "/fast").await.0, StatusCode::OK);
+    }
+    let t0 = Instant::now();
+    assert_eq!(get(&c, p.addr, "/slow").await.0, StatusCode::OK);
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert_eq!(p.handle.snapshot().in_flight, 0);
+}

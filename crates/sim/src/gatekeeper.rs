@@ -210,16 +210,26 @@ pub fn run(cfg: &ModelConfig) -> Result<ModelResult, ModelError> {
     let mut events = 0u64;
     let mut events_capped = false;
 
-    // Admissions from the gate start in the backend.
+    // Admissions from the gate start in the backend. A request that waited is recharged
+    // with its type's estimate now, as the proxy does (`Gate::recharge`); what a lower
+    // charge admits starts too.
+    #[allow(clippy::too_many_arguments)]
     fn start(
         admitted: Vec<Admitted>,
         now: f64,
+        gate: &mut Gate,
+        estimator: &CostEstimator,
         pending: &mut HashMap<u64, Pending>,
         running: &mut Vec<Running>,
         types: &[ModelType],
-    ) {
-        for a in admitted {
+    ) -> Result<(), ModelError> {
+        let mut todo = std::collections::VecDeque::from(admitted);
+        while let Some(mut a) = todo.pop_front() {
             let p = pending.remove(&a.ticket.id().0).expect("admitted request is pending");
+            if a.waited_us > 0 {
+                let cost = estimator.estimate_us(p.type_index)?;
+                todo.extend(gate.recharge(now.round() as u64, &mut a.ticket, cost)?);
+            }
             running.push(Running {
                 client: p.client,
                 type_index: p.type_index,
@@ -229,6 +239,7 @@ pub fn run(cfg: &ModelConfig) -> Result<ModelResult, ModelError> {
                 ticket: Some(a.ticket),
             });
         }
+        Ok(())
     }
 
     loop {
@@ -292,7 +303,7 @@ pub fn run(cfg: &ModelConfig) -> Result<ModelResult, ModelError> {
                     let wall_us = gate_us(now - r.admitted_us);
                     estimator.observe_request_at(r.type_index, Sample { wall_us, share_us }, gate_us(now))?;
                     let admitted = g.release(gate_us(now), ticket)?;
-                    start(admitted, now, &mut pending, &mut running, &cfg.types);
+                    start(admitted, now, g, &estimator, &mut pending, &mut running, &cfg.types)?;
                 }
                 let t = now + think.map_or(0.0, |d| d.sample(&mut rng));
                 thinking.push(Reverse((t.to_bits(), r.client)));
@@ -322,14 +333,14 @@ pub fn run(cfg: &ModelConfig) -> Result<ModelResult, ModelError> {
                     let (id, admitted) = arrive(g, gate_us(now), c.cost_us)
                         .map_err(|_| ModelError::Config("gate queue full: raise max_queue_len".into()))?;
                     pending.insert(id.0, Pending { client, type_index, sent_us: now });
-                    start(admitted, now, &mut pending, &mut running, &cfg.types);
+                    start(admitted, now, g, &estimator, &mut pending, &mut running, &cfg.types)?;
                 }
             }
         }
         if let Some(g) = gate.as_mut() {
             if next_wake.is_some_and(|w| w <= now) {
                 let admitted = g.poll(gate_us(now));
-                start(admitted, now, &mut pending, &mut running, &cfg.types);
+                start(admitted, now, g, &estimator, &mut pending, &mut running, &cfg.types)?;
             }
         }
     }

@@ -45,6 +45,33 @@ fn run(g: &mut Gate, script: &[(u64, Ev)]) -> Vec<u64> {
     order
 }
 
+/// Recharging at admission: a stale, high charge brought down lets the queue through; a
+/// raised one holds it until the load is back under the capacity; release returns the
+/// ticket's current charge.
+#[test]
+fn recharge_moves_the_load_and_admits_what_fits() {
+    let mut g = gate(100, "fifo");
+    let (_, mut adm) = g.arrive(0, 90).unwrap();
+    let mut a = adm.remove(0).ticket;
+    let (b, adm) = g.arrive(1, 50).unwrap();
+    assert!(adm.is_empty() && g.is_queued(b));
+    // A's type is now estimated at 40: B fits.
+    let adm = g.recharge(2, &mut a, 40).unwrap();
+    assert_eq!(ids(&adm), vec![b.0]);
+    assert_eq!((a.charge_us(), g.load_us()), (40, 90));
+    // Raised to 80: load 130 > 100, nothing more is admitted, nothing revoked.
+    let adm = g.recharge(3, &mut a, 80).unwrap();
+    assert!(adm.is_empty());
+    let (c, adm) = g.arrive(4, 1).unwrap();
+    assert!(adm.is_empty() && g.is_queued(c));
+    assert_eq!((g.load_us(), g.in_flight()), (130, 2));
+    // Same charge: nothing to do. Release returns the current charge.
+    assert!(g.recharge(5, &mut a, 80).unwrap().is_empty());
+    let adm = g.release(6, a).unwrap();
+    assert_eq!(ids(&adm), vec![c.0]);
+    assert_eq!(g.load_us(), 51);
+}
+
 #[test]
 fn policy_parse_table() {
     let ok: &[(&str, Policy)] = &[
@@ -573,6 +600,8 @@ enum Op {
     Cancel(usize),
     Advance(u64),
     SetCapacity(u64),
+    /// Recharge the running request at this (wrapped) position with this cost.
+    Recharge(usize, u64),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -583,6 +612,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(Op::Cancel),
         3 => (0u64..500).prop_map(Op::Advance),
         1 => (1u64..3_000).prop_map(Op::SetCapacity),
+        2 => (any::<usize>(), prop_oneof![1u64..20, 1u64..2_000]).prop_map(|(i, c)| Op::Recharge(i, c)),
     ]
 }
 
@@ -807,6 +837,21 @@ fn exercise_with(cfg: GateConfig, ops: Vec<Op>) -> Result<Checker, TestCaseError
             Op::SetCapacity(cap) => {
                 c.capacity_changed = true;
                 let adm = c.g.set_capacity(c.now, cap).unwrap();
+                c.admit(adm)?;
+            }
+            Op::Recharge(i, estimate) if !c.running.is_empty() => {
+                let i = i % c.running.len();
+                let old = c.running[i].charge_us();
+                let cost = estimate.min(c.g.config().max_charge_us());
+                let mut t = c.running.swap_remove(i);
+                let adm = c.g.recharge(c.now, &mut t, estimate).unwrap();
+                prop_assert_eq!(t.charge_us(), cost);
+                // A raised charge can leave the load above the capacity, as a lowered
+                // capacity does; a lowered one admits only what fits.
+                c.capacity_changed |= cost > old;
+                c.charged += cost;
+                c.released += old;
+                c.running.push(t);
                 c.admit(adm)?;
             }
             _ => {}
