@@ -775,6 +775,35 @@ impl Gate {
         Ok(self.dispatch(now_us))
     }
 
+    /// Recharge every request in `admitted` that waited with the cost `cost_of` gives for it
+    /// now ([`Gate::recharge`]; `None`: keep its charge), including the requests a lower
+    /// charge admits in turn. Returns all of them, tickets carrying their new charges. The
+    /// drivers (proxy, model) call this on each batch of admissions, so the cascade is
+    /// written once. Bounded: each request is admitted, hence recharged, at most once.
+    /// `admitted` must come from this gate; a ticket it does not hold (a caller's bug) keeps
+    /// its charge, so no admission is ever lost.
+    pub fn recharge_waited(
+        &mut self,
+        now_us: u64,
+        admitted: Vec<Admitted>,
+        mut cost_of: impl FnMut(RequestId) -> Option<u64>,
+    ) -> Vec<Admitted> {
+        let mut todo = std::collections::VecDeque::from(admitted);
+        let mut out = Vec::with_capacity(todo.len());
+        while let Some(mut a) = todo.pop_front() {
+            if a.waited_us > 0 {
+                if let Some(cost_us) = cost_of(a.ticket.id()) {
+                    match self.recharge(now_us, &mut a.ticket, cost_us) {
+                        Ok(more) => todo.extend(more),
+                        Err(e) => debug_assert!(false, "recharge of an admission this gate made: {e}"),
+                    }
+                }
+            }
+            out.push(a);
+        }
+        out
+    }
+
     /// A waiting request left (client disconnected). Returns `None` if it was not waiting
     /// (already admitted, expired, or unknown): then nothing changed.
     pub fn cancel(&mut self, now_us: u64, id: RequestId) -> Option<Vec<Admitted>> {

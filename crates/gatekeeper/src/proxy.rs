@@ -150,7 +150,7 @@ impl Shared {
     /// that is not waiting on a channel yet; its permit is returned separately.
     ///
     /// A request that waited is recharged with its type's estimate now
-    /// (`Gate::recharge`): the one it arrived with may be stale by its whole wait. A lower
+    /// (`Gate::recharge_waited`): the one it arrived with may be stale by its whole wait. A lower
     /// charge can admit more, which goes through the same loop.
     fn route(
         self: &Arc<Self>,
@@ -160,21 +160,21 @@ impl Shared {
     ) -> (Option<(Permit, u64)>, Deliveries) {
         let mut own = None;
         let mut out = Vec::with_capacity(admitted.len());
-        let mut todo = VecDeque::from(admitted);
-        while let Some(mut a) = todo.pop_front() {
-            let id = a.ticket.id();
-            let type_index = match mine {
-                Some((m, t)) if m == id => Some(t),
-                _ => core.waiters.get(&id).map(|w| w.1),
+        let admitted = if self.cfg.recharge_at_admission {
+            let (waiters, estimator) = (&core.waiters, &core.estimator);
+            let cost_of = |id: RequestId| {
+                let t = match mine {
+                    Some((m, t)) if m == id => Some(t),
+                    _ => waiters.get(&id).map(|w| w.1),
+                }?;
+                Some(estimator.estimate_us(t).unwrap_or(estimator.config().cold_cost_us))
             };
-            if let Some(t) = type_index.filter(|_| a.waited_us > 0 && self.cfg.recharge_at_admission) {
-                let cost = core.estimator.estimate_us(t).unwrap_or(core.estimator.config().cold_cost_us);
-                let now = self.now_us();
-                match core.gate.recharge(now, &mut a.ticket, cost) {
-                    Ok(more) => todo.extend(more),
-                    Err(e) => tracing::error!("gatekeeper accounting: {e}"),
-                }
-            }
+            core.gate.recharge_waited(self.now_us(), admitted, cost_of)
+        } else {
+            admitted
+        };
+        for a in admitted {
+            let id = a.ticket.id();
             let permit = |type_index| Permit { shared: self.clone(), ticket: Some(a.ticket), type_index };
             match mine {
                 Some((m, type_index)) if m == id => own = Some((permit(type_index), a.waited_us)),

@@ -41,7 +41,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::Exp;
 use serde::Serialize;
 use shortfirst_core::admission::{
-    AdmissionError, Admitted, CostEstimator, EstimatorConfig, Gate, GateConfig, Sample, Ticket,
+    AdmissionError, Admitted, CostEstimator, EstimatorConfig, Gate, GateConfig, RequestId, Sample, Ticket,
 };
 
 pub const MAX_CLIENTS: usize = 1_000_000;
@@ -211,7 +211,7 @@ pub fn run(cfg: &ModelConfig) -> Result<ModelResult, ModelError> {
     let mut events_capped = false;
 
     // Admissions from the gate start in the backend. A request that waited is recharged
-    // with its type's estimate now, as the proxy does (`Gate::recharge`); what a lower
+    // with its type's estimate now, as the proxy does (`Gate::recharge_waited`); what a lower
     // charge admits starts too.
     #[allow(clippy::too_many_arguments)]
     fn start(
@@ -223,13 +223,12 @@ pub fn run(cfg: &ModelConfig) -> Result<ModelResult, ModelError> {
         running: &mut Vec<Running>,
         types: &[ModelType],
     ) -> Result<(), ModelError> {
-        let mut todo = std::collections::VecDeque::from(admitted);
-        while let Some(mut a) = todo.pop_front() {
+        let cost_of = |id: RequestId| {
+            let p = pending.get(&id.0).expect("admitted request is pending");
+            estimator.estimate_us(p.type_index).ok()
+        };
+        for a in gate.recharge_waited(now.round() as u64, admitted, cost_of) {
             let p = pending.remove(&a.ticket.id().0).expect("admitted request is pending");
-            if a.waited_us > 0 {
-                let cost = estimator.estimate_us(p.type_index)?;
-                todo.extend(gate.recharge(now.round() as u64, &mut a.ticket, cost)?);
-            }
             running.push(Running {
                 client: p.client,
                 type_index: p.type_index,
