@@ -9,8 +9,8 @@ shopping mix (``examples/bookstore/tpcw-shopping.toml``) on persistent connectio
 (``lab/experiments/gatekeeper-tpcw.toml``) and writes ``summary.json`` with, per (mode, browsers):
 ``throughput_per_min``, ``mean_response_s``, ``p99_response_s`` and per interaction ``mean_wait_s``,
 ``mean_exec_s`` and ``mean_response_s`` over the same successful requests (``join_requests``: the
-browsers' log joined with the bookstore's request log; wait = browser send → the bookstore starts the
-request, exec = → last byte), with the gatekeeper's own per-type histograms alongside
+browsers' log joined with the bookstore's request log; exec = the bookstore's handler time plus the
+browser's read after its first byte, wait = the rest), with the gatekeeper's own per-type histograms alongside
 (``gate_mean_wait_s``, ``gate_mean_exec_s``) and, under ``joined.given_up``, what became of the requests
 whose browser gave up. Every gatekeeper point also samples the learned costs once a second
 (``timeline.csv`` in the point's directory).
@@ -900,12 +900,12 @@ def join_requests(
     bookstore request of the same path whose end is nearest its first response byte, after
     removing the two clocks' offset (with the typical relay time: the most common gap): at most
     ``relay_s`` before it or ``tolerance_s`` after it, and that began after the browser sent it.
-    Its time splits into ``wait`` (browser send → the
-    bookstore starts it: connection, proxy, admission queue) and ``exec`` (→ the browser's last
-    byte), so ``wait + exec = response`` on the same requests. The offset removal aligns the
-    bookstore's end with the browser's first byte, so the relay back to the browser (typically
-    well under a millisecond) is counted in wait. A type's mean wait does not depend on which of
-    its requests were paired with which, only on which were matched at all.
+    Its time splits into ``exec`` (the bookstore's handler time, measured on its own clock, plus
+    the browser's read from first to last byte) and ``wait`` (the rest: connection, proxy,
+    admission queue, and the relay back to the browser, typically well under a millisecond), so
+    ``wait + exec = response`` on the same requests and a matched request never has zero exec.
+    A type's means do not depend on which of its requests were paired with which bookstore rows,
+    only on which were matched at all.
 
     A browser request that timed out (``given_up``) is then matched to a still unmatched
     bookstore request of its path that began while the browser waited: work the application
@@ -992,8 +992,13 @@ def join_requests(
         if not (warmup_s <= done <= end_s):
             continue
         matched += 1
-        wait = max(0.0, min(done - start, rows[best][1] + offset - start))
-        per[PATH_TO_CODE.get(path, "OTHER")].append((wait, done - start))
+        # exec is the bookstore's own handler time (one clock, no offset in it) plus the browser's
+        # read after its first byte; wait is the rest. Taking the bookstore's start through the
+        # estimated offset instead let a cheap page whose relay was shorter than the typical one
+        # look as if it started after the browser's last byte: exec clamped to 0.
+        response = done - start
+        exec_s = min(response, rows[best][2] + max(0.0, done - fb))
+        per[PATH_TO_CODE.get(path, "OTHER")].append((response - exec_s, response))
     ok_in_window = sum(warmup_s <= done <= end_s for _, _, done, _ in ok)
 
     g_per: dict[str, dict] = defaultdict(lambda: {"count": 0, "reached_app": 0, "app_s": 0.0, "wait_s": []})
@@ -1796,8 +1801,9 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
         md += [
             "## Browsers' and bookstore's logs joined per request",
             "",
-            "Successful requests: wait = browser send → the bookstore starts it (connection, proxy, "
-            "admission queue), exec = → the browser's last byte, on the same requests (matched: the "
+            "Successful requests: exec = the bookstore's handler time plus the browser's read after its "
+            "first byte; wait = the rest of the response time (connection, proxy, admission queue, "
+            "relay), on the same requests (matched: the "
             "share found in the bookstore's log). Failed: HTTP errors, e.g. the gatekeeper's 503 after "
             "max_queue_wait_s. Given up: the browser's timeout ended them; reached bookstore = the "
             "bookstore began them while the browser still waited (dropped: it then saw the connection "

@@ -454,6 +454,37 @@ def test_join_splits_each_response_and_finds_work_for_given_up_requests(tmp_path
     assert point["joined"]["given_up"]["count"] == 3
 
 
+def test_join_gives_a_cheap_page_with_a_short_relay_its_execution_time(tmp_path: Path):
+    # Ten Home requests relayed back in the typical 0.5 ms fix the clocks' offset; one cheap
+    # Search Request (50 us in the bookstore) came back in 0.1 ms and was read in one go
+    # (first byte = last byte). Its bookstore start, moved by the typical relay, falls after its
+    # last byte; exec must still be its 50 us, not 0.
+    header = (
+        "id,client,path,size_bytes,bytes_received,status,outcome,attempts,"
+        "scheduled_s,start_s,connected_s,first_byte_s,done_s\n"
+    )
+    browser_rows, app_rows = [], []
+    for i in range(10):
+        t = 10.0 + i
+        browser_rows.append(f"{i},{i},/home,0,10,200,ok,1,{t},{t},{t},{t + 0.1005:.6f},{t + 0.101:.6f}\n")
+        app_rows.append(f"{1000.0 + t + 0.05:.6f},/home,200,0.050000,done\n")
+    browser_rows.append("99,99,/search_request,0,10,200,ok,1,25.0,25.0,25.0,25.00125,25.00125\n")
+    app_rows.append(f"{1000.0 + 25.00110:.6f},/search_request,200,0.000050,done\n")
+    browsers = tmp_path / "requests.csv"
+    browsers.write_text(header + "".join(browser_rows))
+    app = tmp_path / "app.csv"
+    app.write_text("arrived_unix_s,path,status,service_s,outcome\n" + "".join(app_rows))
+    j = tpcw.join_requests(browsers, 1000.0, app, warmup_s=5.0, end_s=30.0)
+    assert (j["ok"], j["matched"]) == (11, 11)
+    assert j["clock_offset_s"] == pytest.approx(0.0005, abs=1e-6)
+    sreq = j["per_interaction"]["SREQ"]
+    assert sreq["mean_exec_s"] == pytest.approx(0.00005, abs=1e-9)
+    assert sreq["mean_wait_s"] == pytest.approx(0.0012, abs=1e-9)
+    home = j["per_interaction"]["HOME"]
+    assert home["mean_exec_s"] == pytest.approx(0.0505, abs=1e-9)
+    assert home["mean_wait_s"] == pytest.approx(0.0505, abs=1e-9)
+
+
 def test_timeline_finds_types_priced_out_of_the_gate(tmp_path: Path):
     rows = ["t_s,series,type,value"]
     sres = {0: 5.0, 1: 0.05, 2: 0.9, 3: 0.95, 4: 0.9, 5: 0.9}
