@@ -853,9 +853,23 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
         let in_flight = in_flight.clone();
         let hlog = cfg.out_dir.join("response-times.hlog");
         let progress = cfg.progress && std::io::stderr().is_terminal();
+        let realtime = cfg.realtime;
         std::thread::Builder::new()
             .name("collector".into())
-            .spawn(move || collect(rx, writer, &hlog, run_start, in_flight, progress))
+            .spawn(move || {
+                if realtime {
+                    // The collector inherits SCHED_FIFO from this thread, but
+                    // must not have it: a sender preempted on the collector's
+                    // CPU between claiming a channel slot and filling it
+                    // (the spinning dispatcher is SCHED_OTHER) leaves the
+                    // collector's try_recv spinning on that slot, and a FIFO
+                    // thread yields to no SCHED_OTHER one: it spun until RT
+                    // throttling stopped it, ~950 ms (measured with perf
+                    // sched: every request of that second ~1 s late).
+                    let _ = set_realtime(false);
+                }
+                collect(rx, writer, &hlog, run_start, in_flight, progress)
+            })
             .map_err(|source| LoadError::Io { path: "collector thread".into(), source })?
     };
 

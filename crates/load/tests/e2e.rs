@@ -13,7 +13,7 @@ use shortfirst_load::workload::WorkloadSpec;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -518,12 +518,32 @@ fn malformed_trace_stops_or_is_skipped() {
     assert_eq!((s.requests, s.trace_records_skipped, s.valid), (2, 1, false));
 }
 
+/// Scheduling policies (`/proc/self/task/*/stat` field 41) of this process's
+/// threads named `name`.
+fn thread_policies(name: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // Fields after the parenthesised name start at field 3.
+        if let Some(policy) = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(41 - 3)) {
+            out.push(policy.parse().unwrap());
+        }
+    }
+    out
+}
+
 /// --realtime: works as root (and scheduling is restored afterwards), and
-/// fails with a clear message otherwise.
+/// fails with a clear message otherwise. The collector thread runs
+/// SCHED_OTHER even so: under SCHED_FIFO it could spin on a channel slot that a
+/// preempted SCHED_OTHER sender had claimed, for ~1 s (RT throttling).
 #[test]
 fn realtime_scheduling() {
     let dir = tempfile::tempdir().unwrap();
-    let trace = write_trace(dir.path(), &[(0.0, "/size/10", 10), (0.01, "/size/10", 10)]);
+    let trace = write_trace(dir.path(), &[(0.0, "/size/10", 10), (0.01, "/size/10", 10), (0.3, "/size/10", 10)]);
     let (addr, _) = start_server(None, false);
     let out = dir.path().join("run");
     let mut cfg = config(addr, &trace, &out);
@@ -538,9 +558,29 @@ fn realtime_scheduling() {
         let mut cfg = cfg.clone();
         cfg.spin_us = spin_us;
         cfg.out_dir = dir.path().join(format!("run-{spin_us}"));
-        match run(cfg) {
+        let done = Arc::new(AtomicBool::new(false));
+        let watcher = {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let mut seen = Vec::new();
+                while !done.load(Ordering::Relaxed) {
+                    seen.extend(thread_policies("collector"));
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                seen
+            })
+        };
+        let res = run(cfg);
+        done.store(true, Ordering::Relaxed);
+        let collector_policies = watcher.join().unwrap();
+        match res {
             Ok(s) => {
-                assert!(s.realtime && s.completed == 2);
+                assert!(s.realtime && s.completed == 3);
+                assert!(!collector_policies.is_empty(), "the collector thread was never seen");
+                assert!(
+                    collector_policies.iter().all(|&p| p == libc::SCHED_OTHER),
+                    "collector policies {collector_policies:?} (spin {spin_us})"
+                );
                 assert_eq!(s.spin.is_some(), spin_us > 0);
                 // SAFETY: reads the calling thread's policy.
                 let policy = unsafe { libc::sched_getscheduler(0) };
