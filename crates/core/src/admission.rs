@@ -656,6 +656,20 @@ impl Gate {
     pub fn in_flight(&self) -> usize {
         self.running.len()
     }
+    /// The charge of the waiting request the policy looks at first (`None`: nothing waits):
+    /// under `fifo` the oldest, under `sjf` the oldest probe or else the cheapest, under
+    /// `sjf-aging` the cheapest. While it waits with `load + head_cost > capacity` and
+    /// fewer than `max_in_flight` are admitted, `fifo` and `sjf` leave `capacity − load`
+    /// unused (metrics: why capacity is idle while requests wait).
+    pub fn head_cost_us(&self) -> Option<u64> {
+        let seq = match self.cfg.policy {
+            Policy::Fifo => *self.queue.first_key_value()?.0,
+            Policy::Sjf => self.probes.first().copied().or_else(|| self.by_cost.first().map(|&(_, s)| s))?,
+            Policy::SjfAging { .. } => return self.by_cost.first().map(|&(c, _)| c),
+        };
+        Some(self.queue[&seq].cost_us)
+    }
+
     pub fn is_queued(&self, id: RequestId) -> bool {
         self.queue.contains_key(&id.0)
     }

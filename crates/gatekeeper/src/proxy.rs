@@ -58,6 +58,8 @@ struct Core {
     waiters: HashMap<RequestId, (oneshot::Sender<Grant>, usize)>,
     /// When the timer task will next look at the gate (`u64::MAX`: not before it is woken).
     timer_at_us: u64,
+    /// Admitted, unfinished requests per type index (metrics).
+    in_flight_by_type: Vec<usize>,
 }
 
 impl Core {
@@ -175,6 +177,13 @@ impl Shared {
         };
         for a in admitted {
             let id = a.ticket.id();
+            let type_index = match mine {
+                Some((m, t)) if m == id => Some(t),
+                _ => core.waiters.get(&id).map(|w| w.1),
+            };
+            if let Some(n) = type_index.and_then(|t| core.in_flight_by_type.get_mut(t)) {
+                *n += 1;
+            }
             let permit = |type_index| Permit { shared: self.clone(), ticket: Some(a.ticket), type_index };
             match mine {
                 Some((m, type_index)) if m == id => own = Some((permit(type_index), a.waited_us)),
@@ -223,6 +232,9 @@ impl Shared {
                     }
                 }
             }
+            if let Some(n) = core.in_flight_by_type.get_mut(type_index) {
+                *n = n.saturating_sub(1);
+            }
             let admitted = core.gate.release(now, ticket).unwrap_or_else(|e| {
                 tracing::error!("gatekeeper accounting: {e}");
                 Vec::new()
@@ -249,12 +261,22 @@ impl Shared {
                 (i, name, est, n)
             })
             .collect();
+        // Bounded by max_queue_len: read at scrape time, not kept on the request path.
+        let mut queued_by_type = vec![0; core.in_flight_by_type.len()];
+        for &(_, t) in core.waiters.values() {
+            if let Some(n) = queued_by_type.get_mut(t) {
+                *n += 1;
+            }
+        }
         Snapshot {
             load_us: core.gate.load_us(),
             capacity_us: core.gate.capacity_us(),
             queue_len: core.gate.queue_len(),
             in_flight: core.gate.in_flight(),
+            head_cost_us: core.gate.head_cost_us(),
             types,
+            queued_by_type,
+            in_flight_by_type: core.in_flight_by_type.clone(),
         }
     }
 }
@@ -351,7 +373,14 @@ impl Gatekeeper {
         let shared = Arc::new(Shared {
             metrics: Metrics::new(cfg.max_types),
             classifier,
-            core: Mutex::new(Core { gate, estimator, auto, waiters: HashMap::new(), timer_at_us: u64::MAX }),
+            core: Mutex::new(Core {
+                gate,
+                estimator,
+                auto,
+                waiters: HashMap::new(),
+                timer_at_us: u64::MAX,
+                in_flight_by_type: vec![0; cfg.max_types],
+            }),
             start: Instant::now(),
             pool,
             wake: Notify::new(),

@@ -948,3 +948,22 @@ proptest! {
         prop_assert!(lo <= est && est <= hi, "{} not in [{}, {}]", est, lo, hi);
     }
 }
+
+/// `head_cost_us`: the charge of the request each policy looks at first, the figure that
+/// says whether idle capacity is idle because the head does not fit.
+#[test]
+fn head_cost_is_the_policys_first_look_table() {
+    // Capacity 100, one request of 90 running; then 50, 30 and a probe of 70 wait.
+    for (policy, want_before_probe, want_after_probe) in [("fifo", 50, 50), ("sjf", 30, 70), ("sjf-aging:1000", 30, 30)]
+    {
+        let mut g = gate(100, policy);
+        assert_eq!(g.head_cost_us(), None, "{policy}: empty queue");
+        let _running = g.arrive(0, 90).unwrap();
+        g.arrive(1, 50).unwrap();
+        g.arrive(2, 30).unwrap();
+        assert_eq!(g.head_cost_us(), Some(want_before_probe), "{policy}");
+        g.arrive_probe(3, 70).unwrap();
+        assert_eq!(g.head_cost_us(), Some(want_after_probe), "{policy} with a probe waiting");
+        assert_eq!((g.queue_len(), g.load_us()), (3, 90), "{policy}");
+    }
+}
