@@ -275,19 +275,25 @@ def scrape(admin_port: int) -> dict:
     return out
 
 
+def prom(port: int, timeout_s: float = 2) -> dict[str, float]:
+    """Every sample line of a Prometheus text page: `name{labels}` -> value."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout_s) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
 def scrape_upstream_work(port: int) -> dict:
     """The synthetic upstream's work counters (whole run, warm-up included): work served on
     completed requests and work wasted on requests whose caller left mid-service (a client
     timeout closing the connection, through the proxy or directly)."""
-    import urllib.request
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    v = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            v[name] = float(value)
+    v = prom(port, timeout_s=5)
     done_s = v['synthetic_work_seconds_total{outcome="completed"}']
     wasted_s = v['synthetic_work_seconds_total{outcome="abandoned"}']
     return {
@@ -301,20 +307,6 @@ def scrape_upstream_work(port: int) -> dict:
         "busy_cpu_s": v.get("synthetic_busy_cpu_seconds_total"),
         "overrun_s": v.get("synthetic_overrun_seconds_total"),
     }
-
-
-def prom(port: int) -> dict[str, float]:
-    """Every sample line of a Prometheus text page: `name{labels}` -> value."""
-    import urllib.request
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-        text = r.read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            out[name] = float(value)
-    return out
 
 
 def steal_s() -> float:
