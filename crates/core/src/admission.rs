@@ -26,14 +26,17 @@
 //!
 //! **Charges.** A request is charged the cost passed to [`Gate::arrive`] (the estimate at
 //! arrival, at least 1 µs, at most `max_charge_share` × the capacity at arrival), and that
-//! charge stays fixed while it waits: queue order keys are stable. Once admitted, a driver
+//! charge stays fixed while it waits unless the driver re-prices it (below). Once admitted, a driver
 //! may replace the charge with a fresher estimate ([`Gate::recharge`], the proxy and the
 //! model do it at admission): after a long wait the estimate a request arrived with can be
 //! far off. Wall-clock estimates inflate while many requests share the backend and deflate
 //! when few do, and a queue full of requests charged at an inflated moment would otherwise
 //! run the backend nearly alone, one stale charge at a time, while their type's estimate is
 //! already back down (measured: one request in flight for seconds, fifo, open model at twice
-//! the peak load). Releasing returns exactly the charge the ticket holds then.
+//! the peak load). Releasing returns exactly the charge the ticket holds then. Recharging
+//! only at admission still judges whether the head *fits* by its stale charge, so while a
+//! request waits a driver may also re-price it ([`Gate::reprice_waiting`]; the proxy and the
+//! model do it for a type's waiting requests whenever that type's estimate changes).
 //!
 //! **Re-sampling (SJF; beyond the paper's text, in its spirit).** Under `sjf` a type is
 //! admitted only when nothing cheaper by estimate waits, so in overload a type priced
@@ -787,6 +790,45 @@ impl Gate {
         self.load_us = self.load_us - old + cost_us;
         ticket.charge_us = cost_us;
         Ok(self.dispatch(now_us))
+    }
+
+    /// Re-price waiting requests: each of `ids` still waiting is charged `cost_us` from now on
+    /// (clamped as on arrival), the charge it is admitted with unless re-priced again; ids not
+    /// waiting are ignored. Then the gate dispatches (returned admissions): a lower charge may
+    /// let the request the policy picks fit now. Drivers that charge at admission
+    /// ([`Gate::recharge_waited`]) call this with a type's new estimate for that type's
+    /// waiting requests, so the fit test sees the charge admission would give, not the one
+    /// the request arrived with: measured (session 6, open model at twice the peak, fifo),
+    /// requests queued while Best Sellers' estimate was inflated (1.35-1.82 s against
+    /// 0.3-0.5 s current) headed the fifo queue for seconds and held the backend at 1-3
+    /// running requests, although each would have been recharged to the current estimate
+    /// once admitted. The sjf order follows the new charge; an sjf-aging request keeps the
+    /// deadline it arrived with (the bound promised at arrival). Bounded: `O(k log n)` for
+    /// `k` ids, then one dispatch.
+    pub fn reprice_waiting(
+        &mut self,
+        now_us: u64,
+        ids: impl IntoIterator<Item = RequestId>,
+        cost_us: u64,
+    ) -> Vec<Admitted> {
+        let now_us = self.clock(now_us);
+        let cost_us = cost_us.clamp(MIN_COST_US, self.cfg.max_charge_us());
+        let mut changed = false;
+        for id in ids {
+            let Some(w) = self.queue.get_mut(&id.0) else { continue };
+            if w.cost_us == cost_us {
+                continue;
+            }
+            self.by_cost.remove(&(w.cost_us, id.0));
+            w.cost_us = cost_us;
+            self.by_cost.insert((cost_us, id.0));
+            changed = true;
+        }
+        if changed {
+            self.dispatch(now_us)
+        } else {
+            Vec::new()
+        }
     }
 
     /// Recharge every request in `admitted` that waited with the cost `cost_of` gives for it
