@@ -859,9 +859,13 @@ fn exercise_with(cfg: GateConfig, ops: Vec<Op>) -> Result<Checker, TestCaseError
             }
             Op::Reprice(i, estimate) if !c.waiting.is_empty() => {
                 let id = *c.waiting.keys().nth(i % c.waiting.len()).unwrap();
-                // Clamped as on arrival; an aging request keeps its deadline.
-                c.waiting.get_mut(&id).unwrap().cost = estimate.min(c.g.config().max_charge_us());
+                // Clamped as on arrival; fifo only (elsewhere the charge is the order).
                 let adm = c.g.reprice_waiting(c.now, [RequestId(id)], estimate);
+                if policy == Policy::Fifo {
+                    c.waiting.get_mut(&id).unwrap().cost = estimate.min(c.g.config().max_charge_us());
+                } else {
+                    prop_assert!(adm.is_empty(), "re-priced under {}", policy);
+                }
                 c.admit(adm)?;
             }
             _ => {}
@@ -978,8 +982,8 @@ fn head_cost_is_the_policys_first_look_table() {
     }
 }
 
-/// Re-pricing waiting requests: the fit test and the sjf order see the new charge, the
-/// admitted ticket carries it, and ids that are not waiting are ignored.
+/// Re-pricing waiting requests (fifo): the fit test sees the new charge, the admitted
+/// ticket carries it, ids that are not waiting are ignored; other policies ignore it.
 #[test]
 fn reprice_waiting_table() {
     // fifo: a head charged 60 at an inflated moment waits behind 90 of 100; re-priced at
@@ -1002,15 +1006,16 @@ fn reprice_waiting_table() {
     assert_eq!(ids(&adm), vec![c.0]);
     assert_eq!((adm[0].ticket.charge_us(), g.load_us()), (30, 40));
 
-    // sjf: re-pricing the cheapest above another changes which goes first.
-    let mut g = gate(100, "sjf");
-    let (_, mut adm) = g.arrive(0, 90).unwrap();
-    let (b, _) = g.arrive(1, 30).unwrap();
-    let (c, _) = g.arrive(2, 20).unwrap();
-    assert_eq!(g.head_cost_us(), Some(20));
-    assert!(g.reprice_waiting(3, [c], 40).is_empty());
-    assert_eq!(g.head_cost_us(), Some(30));
-    let adm = g.release(4, adm.remove(0).ticket).unwrap();
-    assert_eq!(ids(&adm), vec![b.0, c.0]);
-    assert_eq!(g.load_us(), 70);
+    // sjf and sjf-aging: the charge is the order; re-pricing does nothing.
+    for policy in ["sjf", "sjf-aging:2"] {
+        let mut g = gate(100, policy);
+        let (_, mut adm) = g.arrive(0, 90).unwrap();
+        let (b, _) = g.arrive(1, 30).unwrap();
+        let (c, _) = g.arrive(2, 20).unwrap();
+        assert!(g.reprice_waiting(3, [c], 40).is_empty() && g.reprice_waiting(3, [b], 5).is_empty());
+        assert_eq!(g.head_cost_us(), Some(20), "{policy}");
+        let adm = g.release(4, adm.remove(0).ticket).unwrap();
+        assert_eq!(ids(&adm), vec![c.0, b.0], "{policy}");
+        assert_eq!(g.load_us(), 50, "{policy}");
+    }
 }
