@@ -276,7 +276,8 @@ impl Shared {
                     }
                     if self.cfg.recharge_at_admission {
                         // The type's queued requests will be charged `est` at admission;
-                        // judge whether they fit by it too (`Gate::reprice_waiting`).
+                        // judge whether they fit by it too (`Gate::reprice_waiting`, which
+                        // acts under fifo only).
                         let ids = core.waiters.of_type(type_index);
                         if !ids.is_empty() {
                             repriced = core.gate.reprice_waiting(now, ids, est);

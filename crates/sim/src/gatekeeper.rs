@@ -302,7 +302,8 @@ pub fn run(cfg: &ModelConfig) -> Result<ModelResult, ModelError> {
                     let wall_us = gate_us(now - r.admitted_us);
                     estimator.observe_request_at(r.type_index, Sample { wall_us, share_us }, gate_us(now))?;
                     // The type's queued requests are judged by its new estimate, the charge
-                    // they get at admission, as the proxy does (`Gate::reprice_waiting`).
+                    // they get at admission, as the proxy does (`Gate::reprice_waiting`,
+                    // fifo only).
                     let est = estimator.estimate_us(r.type_index)?;
                     let ids: Vec<RequestId> = pending
                         .iter()
