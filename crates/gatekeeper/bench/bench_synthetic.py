@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -274,19 +275,25 @@ def scrape(admin_port: int) -> dict:
     return out
 
 
+def prom(port: int, timeout_s: float = 2) -> dict[str, float]:
+    """Every sample line of a Prometheus text page: `name{labels}` -> value."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout_s) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
 def scrape_upstream_work(port: int) -> dict:
     """The synthetic upstream's work counters (whole run, warm-up included): work served on
     completed requests and work wasted on requests whose caller left mid-service (a client
     timeout closing the connection, through the proxy or directly)."""
-    import urllib.request
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    v = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            v[name] = float(value)
+    v = prom(port, timeout_s=5)
     done_s = v['synthetic_work_seconds_total{outcome="completed"}']
     wasted_s = v['synthetic_work_seconds_total{outcome="abandoned"}']
     return {
@@ -295,7 +302,148 @@ def scrape_upstream_work(port: int) -> dict:
         "completed_work_s": done_s,
         "abandoned_work_s": wasted_s,
         "wasted_fraction": wasted_s / (done_s + wasted_s) if done_s + wasted_s > 0 else None,
+        # Processor-seconds the model was busy, and the part of it spent on completed
+        # requests past their cost (held until the model's next event).
+        "busy_cpu_s": v.get("synthetic_busy_cpu_seconds_total"),
+        "overrun_s": v.get("synthetic_overrun_seconds_total"),
     }
+
+
+def steal_s() -> float:
+    """Seconds of steal summed over all CPUs so far (/proc/stat, USER_HZ ticks)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+
+
+def by_type(m: dict[str, float], metric: str) -> dict[str, float]:
+    pre = metric + '{type="GET /t/'
+    return {k[len(pre) : -2]: v for k, v in m.items() if k.startswith(pre)}
+
+
+class Sampler:
+    """Samples, every `period_s` during a run, the gatekeeper's admission state (load,
+    capacity, queue, in flight, the head's charge, per type: queued, in flight, estimate)
+    and the synthetic upstream's (requests in the model, busy processors, completed work,
+    overrun), plus the host's steal, for --sample-ms. Diagnosis of where capacity goes:
+    the timeline says, moment by moment, whether the backend had idle processors and what
+    the gate was doing then."""
+
+    def __init__(self, up_port: int, admin_port: int | None, period_s: float):
+        self.up_port, self.admin_port, self.period_s = up_port, admin_port, period_s
+        self.rows: list[dict] = []
+        self.stop = threading.Event()
+        self.t0 = time.monotonic()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def __enter__(self):
+        self.t0 = time.monotonic()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            t = time.monotonic() - self.t0
+            row: dict = {"t_s": t, "steal_s": steal_s()}
+            with contextlib.suppress(OSError):
+                u = prom(self.up_port)
+                # .get: an older binary (--bin of a baseline) lacks the newer gauges.
+                row["up"] = {
+                    "in_model": u.get("synthetic_in_model", float("nan")),
+                    "busy_cpu_s": u.get("synthetic_busy_cpu_seconds_total", float("nan")),
+                    "completed_work_s": u['synthetic_work_seconds_total{outcome="completed"}'],
+                    "overrun_s": u.get("synthetic_overrun_seconds_total", float("nan")),
+                }
+            if self.admin_port is not None:
+                with contextlib.suppress(OSError):
+                    g = prom(self.admin_port)
+                    row["gate"] = {
+                        "load_s": g["gatekeeper_load_seconds"],
+                        "capacity_s": g["gatekeeper_capacity_seconds"],
+                        "queue": g["gatekeeper_queue_length"],
+                        "in_flight": g["gatekeeper_in_flight"],
+                        "head_cost_s": g.get("gatekeeper_queue_head_cost_seconds", float("nan")),
+                        "queued": {k: v for k, v in by_type(g, "gatekeeper_type_queued").items() if v},
+                        "in_flight_by_type": {
+                            k: v for k, v in by_type(g, "gatekeeper_type_in_flight").items() if v
+                        },
+                        "estimate_ms": {
+                            k: 1e3 * v
+                            for k, v in by_type(g, "gatekeeper_type_estimated_cost_seconds").items()
+                        },
+                        "rejected_queue_wait": g['gatekeeper_rejected_total{reason="queue_wait"}'],
+                    }
+            self.rows.append(row)
+            self.stop.wait(max(0.0, self.period_s - (time.monotonic() - self.t0 - t)))
+
+
+def timeline_summary(
+    rows: list[dict], warmup_s: float, duration_s: float, cpus: int, max_in_flight: int
+) -> dict:
+    """What the samples in the measurement window say about unused backend capacity.
+
+    Between consecutive samples: the backend's busy processors (busy-CPU counter delta over
+    time) and its completed work rate. Per sample: `idle` when fewer than `cpus` requests
+    were in the model. For the idle samples, what the gate was doing: nothing waiting
+    (`queue_empty`), the head's charge not fitting in capacity - load (`head_blocked`),
+    the in-flight cap reached (`in_flight_cap`), or a head that fits (`head_fits`: the gate
+    would have admitted it at its next event, so the backend's idleness is momentary)."""
+    w = [r for r in rows if warmup_s <= r["t_s"] <= duration_s and "up" in r]
+    if len(w) < 2:
+        return {}
+    span = w[-1]["t_s"] - w[0]["t_s"]
+    busy = (w[-1]["up"]["busy_cpu_s"] - w[0]["up"]["busy_cpu_s"]) / span
+    work = (w[-1]["up"]["completed_work_s"] - w[0]["up"]["completed_work_s"]) / span
+    overrun = (w[-1]["up"]["overrun_s"] - w[0]["up"]["overrun_s"]) / span
+    steal = (w[-1]["steal_s"] - w[0]["steal_s"]) / span
+    out = {
+        "samples": len(w),
+        "busy_cpus": busy,
+        "completed_work_per_s": work,
+        "overrun_per_s": overrun,
+        "steal_cpus": steal,
+        "mean_in_model": sum(r["up"]["in_model"] for r in w) / len(w),
+        "idle_fraction": sum(r["up"]["in_model"] < cpus for r in w) / len(w),
+    }
+    gw = [r for r in w if "gate" in r]
+    if gw:
+        idle = [r for r in gw if r["up"]["in_model"] < cpus]
+        why = {"queue_empty": 0, "in_flight_cap": 0, "head_blocked": 0, "head_fits": 0}
+        for r in idle:
+            g = r["gate"]
+            if g["queue"] == 0:
+                why["queue_empty"] += 1
+            elif g["in_flight"] >= max_in_flight:
+                why["in_flight_cap"] += 1
+            elif g["load_s"] + g["head_cost_s"] > g["capacity_s"] + 1e-9:
+                why["head_blocked"] += 1
+            else:
+                why["head_fits"] += 1
+
+        def mean(v):
+            return sum(v) / len(v) if v else None
+
+        out.update(
+            {
+                "mean_load_over_capacity": mean([r["gate"]["load_s"] / r["gate"]["capacity_s"] for r in gw]),
+                "mean_queue": mean([r["gate"]["queue"] for r in gw]),
+                "mean_in_flight": mean([r["gate"]["in_flight"] for r in gw]),
+                "idle_samples_by_gate_state": why,
+                "idle_mean_load_over_capacity": mean(
+                    [r["gate"]["load_s"] / r["gate"]["capacity_s"] for r in idle]
+                ),
+                "idle_mean_in_flight": mean([r["gate"]["in_flight"] for r in idle]),
+                "idle_mean_in_model": mean([r["up"]["in_model"] for r in idle]),
+                "idle_mean_head_cost_ms": mean([1e3 * r["gate"]["head_cost_s"] for r in idle]),
+                "rejected_queue_wait_in_window": gw[-1]["gate"]["rejected_queue_wait"]
+                - gw[0]["gate"]["rejected_queue_wait"],
+            }
+        )
+    return out
 
 
 def max_queue_wait_rule(a: argparse.Namespace) -> tuple[float, str]:
@@ -322,6 +470,46 @@ def max_queue_wait_rule(a: argparse.Namespace) -> tuple[float, str]:
         "Rule fixed before any run with it (session 5): " + " ".join(max_queue_wait_rule.__doc__.split())
     )
     return wait_s, text
+
+
+#: `shortfirst gatekeeper calibrate` does not end its climb before the capacity holds this
+#: many requests of the costliest type (calibrate.rs, LARGEST_REQUESTS_BEFORE_STOP).
+CALIBRATE_FLOOR_REQUESTS = 4
+
+
+def max_charge_share_spec(spec: str) -> tuple[float | None, str]:
+    """The gatekeeper's --max-charge-share for every gatekeeper point: `rule`, `none` (the
+    paper's unbounded charges) or a fraction in (0, 1].
+
+    The rule: 1 / CALIBRATE_FLOOR_REQUESTS. The calibration's capacity holds at least that
+    many of the costliest requests by the estimates it saw, so at estimates like those no
+    charge is capped; the bound only caps estimates inflated far beyond them. Measured
+    (session 6, closed model at twice the saturating load, --sample-ms timelines): every
+    run starts with all users arriving at once on cold charges, the gate admits up to
+    --max-in-flight (32) requests, Best Sellers' first samples are taken 32-way shared on 4
+    processors and its estimate starts at 1.6-1.8 s (0.30 s true cost); with two of those
+    above capacity / 2 the backend then ran one Best Sellers at a time (1-3 requests in the
+    model, 4 processors) for 2-4 s until the estimate decayed, past the 5 s warm-up into the
+    measurement window in 3 of 6 runs (fifo and sjf, 3 runs each). With the bound the head
+    always finds room once the load is at most 3/4 of the capacity, so at least 4 requests
+    run while any waits (core::admission, "Bounded charges", property-tested). Chosen after
+    those measurements (session 6); the runs before it used `none`."""
+    if spec == "rule":
+        share = 1 / CALIBRATE_FLOOR_REQUESTS
+        return share, (
+            f"max_charge_share = 1 / {CALIBRATE_FLOOR_REQUESTS} (the calibration's floor of the "
+            "costliest requests the capacity holds) = "
+            f"{share:g}: " + " ".join(max_charge_share_spec.__doc__.split("The rule:", 1)[1].split())
+        )
+    if spec == "none":
+        return None, "no max_charge_share: the paper's unbounded charges"
+    try:
+        v = float(spec)
+    except ValueError:
+        raise ValueError(f"max charge share {spec!r}: expected rule, none or a fraction") from None
+    if not 0 < v <= 1:
+        raise ValueError(f"max charge share {v:g}: must be in (0, 1]")
+    return v, f"max_charge_share = {v:g} (given on the command line)"
 
 
 def max_queue_wait_spec(spec: str, a: argparse.Namespace) -> tuple[float | None, str]:
@@ -400,6 +588,11 @@ class Bench:
                 f"127.0.0.1:{admin}",
                 *self.in_flight_args(),
                 *self.wait_args(max_queue_wait_s),
+                *(
+                    []
+                    if self.a.max_charge_share_f is None
+                    else ["--max-charge-share", f"{self.a.max_charge_share_f:g}"]
+                ),
                 *(extra or []),
                 *self.a.gatekeeper_args.split(),
             ],
@@ -463,18 +656,29 @@ class Bench:
         up, up_port = self.upstream()
         with up:
             metrics = None
+            sampling = Sampler(up_port, None, a.sample_ms / 1e3) if a.sample_ms else contextlib.nullcontext()
             if config == "direct":
-                out, wall = self.load(up_port, model, trace, tag, a.duration)
+                with sampling:
+                    out, wall = self.load(up_port, model, trace, tag, a.duration)
             else:
                 px, port, admin = self.proxy(up_port, config, capacity, max_queue_wait_s=max_queue_wait_s)
                 with px:
-                    out, wall = self.load(port, model, trace, tag, a.duration)
+                    if a.sample_ms:
+                        sampling.admin_port = admin
+                    with sampling:
+                        out, wall = self.load(port, model, trace, tag, a.duration)
                     metrics = scrape(admin)
             upstream_work = scrape_upstream_work(up_port)
         s = summarize(out, a.warmup, a.duration, wall, a.scale, a.timeout)
         s["gatekeeper"] = metrics
         s["max_queue_wait_s"] = None if config == "direct" else max_queue_wait_s
         s["upstream_work"] = upstream_work
+        if a.sample_ms:
+            s["timeline"] = sampling.rows
+            s["timeline_summary"] = timeline_summary(
+                sampling.rows, a.warmup, a.duration, a.cpus, a.max_in_flight or 10**9
+            )
+            print(f"  {tag} timeline: {json.dumps(s['timeline_summary'])}", file=sys.stderr, flush=True)
         costly = s["per_type"].get(COSTLIEST, {}).get("mean_response_ms") or float("nan")
         mean = s["mean_response_ms"] or float("nan")
         print(
@@ -918,6 +1122,13 @@ def main() -> int:
         "(the paper's no-drop default) or seconds",
     )
     ap.add_argument(
+        "--max-charge-share",
+        default="rule",
+        help="gatekeeper --max-charge-share for every gatekeeper point: 'rule' (default: 1/4, the "
+        "calibration's floor, see max_charge_share_spec), 'none' (the paper's unbounded charges, "
+        "the bench's rule before session 6) or a fraction in (0, 1]",
+    )
+    ap.add_argument(
         "--compare-max-queue-wait",
         default=None,
         metavar="SPEC",
@@ -929,6 +1140,14 @@ def main() -> int:
         "--gatekeeper-args",
         default="",
         help="extra flags for every gatekeeper started (e.g. '--charge-at arrival' for a comparison)",
+    )
+    ap.add_argument(
+        "--sample-ms",
+        type=float,
+        default=0,
+        help="sample the gatekeeper's and the upstream's /metrics (and the host's steal) every "
+        "this many ms during each run: a timeline per point and its summary (where backend "
+        "capacity went unused); 0 = off (the default: the sampler takes CPU from the run)",
     )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument(
@@ -991,6 +1210,7 @@ def main() -> int:
             a.compare_max_queue_wait_s, a.compare_max_queue_wait_method = max_queue_wait_spec(
                 a.compare_max_queue_wait, a
             )
+        a.max_charge_share_f, a.max_charge_share_method = max_charge_share_spec(a.max_charge_share)
     except ValueError as e:
         ap.error(str(e))
     for w in (a.max_queue_wait_s, a.compare_max_queue_wait_s):
@@ -1030,6 +1250,8 @@ def main() -> int:
         "method": {
             "max_queue_wait_s": a.max_queue_wait_s,
             "max_queue_wait": a.max_queue_wait_method,
+            "max_charge_share": a.max_charge_share_f,
+            "max_charge_share_rule": a.max_charge_share_method,
             "wasted_work": "upstream_work per point: the synthetic upstream's counters over the "
             "whole run (warm-up included) of work served on completed requests and of work "
             "served on requests abandoned mid-service (their client timed out), in seconds of "

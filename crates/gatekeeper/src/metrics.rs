@@ -110,8 +110,14 @@ pub struct Snapshot {
     pub capacity_us: u64,
     pub queue_len: usize,
     pub in_flight: usize,
+    /// The charge of the waiting request the policy looks at first (`Gate::head_cost_us`).
+    pub head_cost_us: Option<u64>,
     /// (type index, name, estimated cost µs, successful samples).
     pub types: Vec<(usize, String, u64, u64)>,
+    /// Waiting requests per type index.
+    pub queued_by_type: Vec<usize>,
+    /// Admitted, unfinished requests per type index.
+    pub in_flight_by_type: Vec<usize>,
 }
 
 fn escape(s: &str) -> String {
@@ -152,6 +158,13 @@ impl Metrics {
         g(&mut o, "gatekeeper_in_flight", "Admitted, unfinished requests.", "gauge", snap.in_flight as f64);
         g(
             &mut o,
+            "gatekeeper_queue_head_cost_seconds",
+            "Charge of the waiting request the policy looks at first (fifo: oldest; sjf: a probe, else the cheapest; sjf-aging: the cheapest); 0 when none waits.",
+            "gauge",
+            snap.head_cost_us.unwrap_or(0) as f64 / 1e6,
+        );
+        g(
+            &mut o,
             "gatekeeper_admitted_total",
             "Requests admitted to the upstream.",
             "counter",
@@ -184,6 +197,15 @@ impl Metrics {
                 escape(name),
                 *est as f64 / 1e6
             );
+        }
+        for (metric, help, v) in [
+            ("gatekeeper_type_queued", "Requests of a type waiting for admission.", &snap.queued_by_type),
+            ("gatekeeper_type_in_flight", "Admitted, unfinished requests of a type.", &snap.in_flight_by_type),
+        ] {
+            let _ = writeln!(o, "# HELP {metric} {help}\n# TYPE {metric} gauge");
+            for (i, name, _, _) in &snap.types {
+                let _ = writeln!(o, "{metric}{{type=\"{}\"}} {}", escape(name), v.get(*i).copied().unwrap_or(0));
+            }
         }
         let _ = writeln!(o, "# HELP gatekeeper_type_cost_samples_total Successful measurements behind the estimate.\n# TYPE gatekeeper_type_cost_samples_total counter");
         for (_, name, _, n) in &snap.types {
@@ -255,12 +277,18 @@ mod tests {
             capacity_us: 20_000,
             queue_len: 3,
             in_flight: 1,
+            head_cost_us: Some(2_000),
             types: vec![(0, "GET /a\"b".into(), 2_000, 7), (1, "(other)".into(), 10_000, 0)],
+            queued_by_type: vec![3, 0],
+            in_flight_by_type: vec![0, 1],
         };
         let s = m.render(&snap);
         assert!(s.contains("gatekeeper_load_seconds 0.0015\n"));
         assert!(s.contains("gatekeeper_capacity_seconds 0.02\n"));
         assert!(s.contains("gatekeeper_queue_length 3\n"));
+        assert!(s.contains("gatekeeper_queue_head_cost_seconds 0.002\n"), "{s}");
+        assert!(s.contains("gatekeeper_type_queued{type=\"GET /a\\\"b\"} 3\n"), "{s}");
+        assert!(s.contains("gatekeeper_type_in_flight{type=\"(other)\"} 1\n"), "{s}");
         assert!(s.contains("gatekeeper_type_requests_total{type=\"GET /a\\\"b\",outcome=\"ok\"} 1\n"), "{s}");
         assert!(s.contains("gatekeeper_type_estimated_cost_seconds{type=\"(other)\"} 0.01\n"));
         assert!(s.contains("gatekeeper_type_probes_total{type=\"(other)\"} 2\n"), "{s}");

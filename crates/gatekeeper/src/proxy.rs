@@ -17,7 +17,7 @@
 //! Locking: one `std::sync::Mutex` around the gate, estimator and waiters, held only for
 //! the decisions (no I/O, no awaits). Grants are delivered after the lock is dropped.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -55,9 +55,54 @@ struct Core {
     estimator: CostEstimator,
     auto: Option<AutoCapacity>,
     /// Queued requests: where to send the grant, and the request's type.
-    waiters: HashMap<RequestId, (oneshot::Sender<Grant>, usize)>,
+    waiters: Waiters,
     /// When the timer task will next look at the gate (`u64::MAX`: not before it is woken).
     timer_at_us: u64,
+    /// Admitted, unfinished requests per type index (metrics).
+    in_flight_by_type: Vec<usize>,
+}
+
+/// Queued requests by id (where to send the grant, the request's type), and each type's
+/// queued ids, so a type's waiting requests can be re-priced when its estimate changes
+/// (`Gate::reprice_waiting`) without scanning the whole queue. Both are bounded by the
+/// gate's queue length.
+struct Waiters {
+    map: HashMap<RequestId, (oneshot::Sender<Grant>, usize)>,
+    by_type: Vec<BTreeSet<RequestId>>,
+}
+
+impl Waiters {
+    fn new(num_types: usize) -> Self {
+        Waiters { map: HashMap::new(), by_type: vec![BTreeSet::new(); num_types] }
+    }
+
+    fn insert(&mut self, id: RequestId, waiter: (oneshot::Sender<Grant>, usize)) {
+        if let Some(ids) = self.by_type.get_mut(waiter.1) {
+            ids.insert(id);
+        }
+        self.map.insert(id, waiter);
+    }
+
+    fn remove(&mut self, id: &RequestId) -> Option<(oneshot::Sender<Grant>, usize)> {
+        let w = self.map.remove(id)?;
+        if let Some(ids) = self.by_type.get_mut(w.1) {
+            ids.remove(id);
+        }
+        Some(w)
+    }
+
+    fn get(&self, id: &RequestId) -> Option<&(oneshot::Sender<Grant>, usize)> {
+        self.map.get(id)
+    }
+
+    fn values(&self) -> impl Iterator<Item = &(oneshot::Sender<Grant>, usize)> {
+        self.map.values()
+    }
+
+    /// The queued requests of one type.
+    fn of_type(&self, type_index: usize) -> Vec<RequestId> {
+        self.by_type.get(type_index).map_or_else(Vec::new, |ids| ids.iter().copied().collect())
+    }
 }
 
 impl Core {
@@ -175,6 +220,13 @@ impl Shared {
         };
         for a in admitted {
             let id = a.ticket.id();
+            let type_index = match mine {
+                Some((m, t)) if m == id => Some(t),
+                _ => core.waiters.get(&id).map(|w| w.1),
+            };
+            if let Some(n) = type_index.and_then(|t| core.in_flight_by_type.get_mut(t)) {
+                *n += 1;
+            }
             let permit = |type_index| Permit { shared: self.clone(), ticket: Some(a.ticket), type_index };
             match mine {
                 Some((m, type_index)) if m == id => own = Some((permit(type_index), a.waited_us)),
@@ -210,23 +262,37 @@ impl Shared {
             let mut guard = self.lock();
             let core = &mut *guard;
             let now = self.now_us();
+            let mut repriced = Vec::new();
             if let Some(wall_us) = service_us {
                 if type_index < core.estimator.num_types() {
                     let share_us = core.gate.share_us(now, &ticket).unwrap_or(wall_us).min(wall_us);
                     let sample = Sample { wall_us, share_us };
                     let s = core.estimator.sample_us(sample);
                     let _ = core.estimator.observe_request_at(type_index, sample, now);
+                    let est = core.estimator.estimate_us(type_index).unwrap_or(s);
                     if let Some(auto) = core.auto.as_mut() {
-                        let est = core.estimator.estimate_us(type_index).unwrap_or(s);
                         let warm = core.estimator.is_warm(type_index);
                         auto.record(type_index, s, est, warm);
                     }
+                    if self.cfg.recharge_at_admission {
+                        // The type's queued requests will be charged `est` at admission;
+                        // judge whether they fit by it too (`Gate::reprice_waiting`, which
+                        // acts under fifo only).
+                        let ids = core.waiters.of_type(type_index);
+                        if !ids.is_empty() {
+                            repriced = core.gate.reprice_waiting(now, ids, est);
+                        }
+                    }
                 }
             }
-            let admitted = core.gate.release(now, ticket).unwrap_or_else(|e| {
+            if let Some(n) = core.in_flight_by_type.get_mut(type_index) {
+                *n = n.saturating_sub(1);
+            }
+            let mut admitted = core.gate.release(now, ticket).unwrap_or_else(|e| {
                 tracing::error!("gatekeeper accounting: {e}");
                 Vec::new()
             });
+            admitted.splice(0..0, repriced);
             let wake = core.timer_moved_earlier();
             (self.route(core, admitted, None).1, wake)
         };
@@ -249,12 +315,22 @@ impl Shared {
                 (i, name, est, n)
             })
             .collect();
+        // Bounded by max_queue_len: read at scrape time, not kept on the request path.
+        let mut queued_by_type = vec![0; core.in_flight_by_type.len()];
+        for &(_, t) in core.waiters.values() {
+            if let Some(n) = queued_by_type.get_mut(t) {
+                *n += 1;
+            }
+        }
         Snapshot {
             load_us: core.gate.load_us(),
             capacity_us: core.gate.capacity_us(),
             queue_len: core.gate.queue_len(),
             in_flight: core.gate.in_flight(),
+            head_cost_us: core.gate.head_cost_us(),
             types,
+            queued_by_type,
+            in_flight_by_type: core.in_flight_by_type.clone(),
         }
     }
 }
@@ -351,7 +427,14 @@ impl Gatekeeper {
         let shared = Arc::new(Shared {
             metrics: Metrics::new(cfg.max_types),
             classifier,
-            core: Mutex::new(Core { gate, estimator, auto, waiters: HashMap::new(), timer_at_us: u64::MAX }),
+            core: Mutex::new(Core {
+                gate,
+                estimator,
+                auto,
+                waiters: Waiters::new(cfg.max_types),
+                timer_at_us: u64::MAX,
+                in_flight_by_type: vec![0; cfg.max_types],
+            }),
             start: Instant::now(),
             pool,
             wake: Notify::new(),

@@ -602,6 +602,8 @@ enum Op {
     SetCapacity(u64),
     /// Recharge the running request at this (wrapped) position with this cost.
     Recharge(usize, u64),
+    /// Re-price the waiting request at this (wrapped) position with this cost.
+    Reprice(usize, u64),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -613,6 +615,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0u64..500).prop_map(Op::Advance),
         1 => (1u64..3_000).prop_map(Op::SetCapacity),
         2 => (any::<usize>(), prop_oneof![1u64..20, 1u64..2_000]).prop_map(|(i, c)| Op::Recharge(i, c)),
+        2 => (any::<usize>(), prop_oneof![1u64..20, 1u64..2_000]).prop_map(|(i, c)| Op::Reprice(i, c)),
     ]
 }
 
@@ -854,6 +857,17 @@ fn exercise_with(cfg: GateConfig, ops: Vec<Op>) -> Result<Checker, TestCaseError
                 c.running.push(t);
                 c.admit(adm)?;
             }
+            Op::Reprice(i, estimate) if !c.waiting.is_empty() => {
+                let id = *c.waiting.keys().nth(i % c.waiting.len()).unwrap();
+                // Clamped as on arrival; fifo only (elsewhere the charge is the order).
+                let adm = c.g.reprice_waiting(c.now, [RequestId(id)], estimate);
+                if policy == Policy::Fifo {
+                    c.waiting.get_mut(&id).unwrap().cost = estimate.min(c.g.config().max_charge_us());
+                } else {
+                    prop_assert!(adm.is_empty(), "re-priced under {}", policy);
+                }
+                c.admit(adm)?;
+            }
             _ => {}
         }
         c.track_probe();
@@ -946,5 +960,62 @@ proptest! {
         let hi = *samples.iter().max().unwrap();
         let est = e.estimate_us(0).unwrap();
         prop_assert!(lo <= est && est <= hi, "{} not in [{}, {}]", est, lo, hi);
+    }
+}
+
+/// `head_cost_us`: the charge of the request each policy looks at first, the figure that
+/// says whether idle capacity is idle because the head does not fit.
+#[test]
+fn head_cost_is_the_policys_first_look_table() {
+    // Capacity 100, one request of 90 running; then 50, 30 and a probe of 70 wait.
+    for (policy, want_before_probe, want_after_probe) in [("fifo", 50, 50), ("sjf", 30, 70), ("sjf-aging:1000", 30, 30)]
+    {
+        let mut g = gate(100, policy);
+        assert_eq!(g.head_cost_us(), None, "{policy}: empty queue");
+        let _running = g.arrive(0, 90).unwrap();
+        g.arrive(1, 50).unwrap();
+        g.arrive(2, 30).unwrap();
+        assert_eq!(g.head_cost_us(), Some(want_before_probe), "{policy}");
+        g.arrive_probe(3, 70).unwrap();
+        assert_eq!(g.head_cost_us(), Some(want_after_probe), "{policy} with a probe waiting");
+        assert_eq!((g.queue_len(), g.load_us()), (3, 90), "{policy}");
+    }
+}
+
+/// Re-pricing waiting requests (fifo): the fit test sees the new charge, the admitted
+/// ticket carries it, ids that are not waiting are ignored; other policies ignore it.
+#[test]
+fn reprice_waiting_table() {
+    // fifo: a head charged 60 at an inflated moment waits behind 90 of 100; re-priced at
+    // 10 (its type's estimate now) it fits at once, the one behind it (5) does not.
+    let mut g = gate(100, "fifo");
+    let (a, adm) = g.arrive(0, 90).unwrap();
+    let mut tickets: Vec<Ticket> = adm.into_iter().map(|x| x.ticket).collect();
+    let (b, _) = g.arrive(1, 60).unwrap();
+    let (c, _) = g.arrive(2, 5).unwrap();
+    assert!(g.reprice_waiting(3, [a], 1).is_empty(), "a running request is not re-priced");
+    assert!(g.reprice_waiting(3, [b], 60).is_empty(), "same charge: nothing to do");
+    let adm = g.reprice_waiting(3, [b, RequestId(99)], 10);
+    assert_eq!(ids(&adm), vec![b.0]);
+    assert_eq!((adm[0].ticket.charge_us(), adm[0].waited_us), (10, 2));
+    assert_eq!((g.load_us(), g.queue_len(), g.head_cost_us()), (100, 1, Some(5)));
+    tickets.extend(adm.into_iter().map(|x| x.ticket));
+    // Raised while waiting: admitted at the raised charge once it fits.
+    assert!(g.reprice_waiting(4, [c], 30).is_empty());
+    let adm = g.release(5, tickets.remove(0)).unwrap();
+    assert_eq!(ids(&adm), vec![c.0]);
+    assert_eq!((adm[0].ticket.charge_us(), g.load_us()), (30, 40));
+
+    // sjf and sjf-aging: the charge is the order; re-pricing does nothing.
+    for policy in ["sjf", "sjf-aging:2"] {
+        let mut g = gate(100, policy);
+        let (_, mut adm) = g.arrive(0, 90).unwrap();
+        let (b, _) = g.arrive(1, 30).unwrap();
+        let (c, _) = g.arrive(2, 20).unwrap();
+        assert!(g.reprice_waiting(3, [c], 40).is_empty() && g.reprice_waiting(3, [b], 5).is_empty());
+        assert_eq!(g.head_cost_us(), Some(20), "{policy}");
+        let adm = g.release(4, adm.remove(0).ticket).unwrap();
+        assert_eq!(ids(&adm), vec![c.0, b.0], "{policy}");
+        assert_eq!(g.load_us(), 50, "{policy}");
     }
 }
