@@ -821,7 +821,7 @@ impl Gate {
         ids: impl IntoIterator<Item = RequestId>,
         cost_us: u64,
     ) -> Vec<Admitted> {
-        if self.cfg.policy != Policy::Fifo {
+        if !self.reprices_waiting() {
             return Vec::new();
         }
         let now_us = self.clock(now_us);
@@ -842,6 +842,12 @@ impl Gate {
         } else {
             Vec::new()
         }
+    }
+
+    /// Whether [`Gate::reprice_waiting`] acts under this gate's policy (`fifo` only), so a
+    /// driver can skip gathering a type's waiting requests when it would not.
+    pub fn reprices_waiting(&self) -> bool {
+        self.cfg.policy == Policy::Fifo
     }
 
     /// Recharge every request in `admitted` that waited with the cost `cost_of` gives for it

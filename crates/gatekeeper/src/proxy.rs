@@ -274,7 +274,7 @@ impl Shared {
                         let warm = core.estimator.is_warm(type_index);
                         auto.record(type_index, s, est, warm);
                     }
-                    if self.cfg.recharge_at_admission {
+                    if self.cfg.recharge_at_admission && core.gate.reprices_waiting() {
                         // The type's queued requests will be charged `est` at admission;
                         // judge whether they fit by it too (`Gate::reprice_waiting`, which
                         // acts under fifo only).

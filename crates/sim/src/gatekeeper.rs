@@ -304,13 +304,17 @@ pub fn run(cfg: &ModelConfig) -> Result<ModelResult, ModelError> {
                     // The type's queued requests are judged by its new estimate, the charge
                     // they get at admission, as the proxy does (`Gate::reprice_waiting`,
                     // fifo only).
-                    let est = estimator.estimate_us(r.type_index)?;
-                    let ids: Vec<RequestId> = pending
-                        .iter()
-                        .filter(|(_, p)| p.type_index == r.type_index)
-                        .map(|(&id, _)| RequestId(id))
-                        .collect();
-                    let mut admitted = g.reprice_waiting(gate_us(now), ids, est);
+                    let mut admitted = if g.reprices_waiting() {
+                        let est = estimator.estimate_us(r.type_index)?;
+                        let ids: Vec<RequestId> = pending
+                            .iter()
+                            .filter(|(_, p)| p.type_index == r.type_index)
+                            .map(|(&id, _)| RequestId(id))
+                            .collect();
+                        g.reprice_waiting(gate_us(now), ids, est)
+                    } else {
+                        Vec::new()
+                    };
                     admitted.extend(g.release(gate_us(now), ticket)?);
                     start(admitted, now, g, &estimator, &mut pending, &mut running, &cfg.types)?;
                 }
