@@ -1333,8 +1333,7 @@ async fn wait_spinning(
 /// dispatcher then pays its wake-up). Where the kernel has no cpuidle driver it
 /// falls back to the machine-wide [`CpuPressure`].
 struct Contention {
-    idle: Option<CpuIdle>,
-    psi: CpuPressure,
+    source: ContentionSource,
     contended: bool,
     last_check: Instant,
     /// The thread's CPU time at the last check.
@@ -1344,11 +1343,18 @@ struct Contention {
     slept: Duration,
 }
 
+/// What [`Contention`] reads: this CPU's idle counters, or machine-wide PSI
+/// where there is no cpuidle driver.
+enum ContentionSource {
+    Idle(CpuIdle),
+    Psi(CpuPressure),
+}
+
 impl Contention {
     fn open() -> Contention {
+        let source = CpuIdle::open().map_or_else(|| ContentionSource::Psi(CpuPressure::open()), ContentionSource::Idle);
         Contention {
-            idle: CpuIdle::open(),
-            psi: CpuPressure::open(),
+            source,
             contended: false,
             last_check: Instant::now(),
             last_cpu: thread_cpu_time(),
@@ -1358,7 +1364,10 @@ impl Contention {
 
     /// The state for the current window (re-judged once a window has passed).
     fn contended(&mut self, now: Instant) -> bool {
-        let Some(idle) = &mut self.idle else { return self.psi.contended(now) };
+        let idle = match &mut self.source {
+            ContentionSource::Idle(idle) => idle,
+            ContentionSource::Psi(psi) => return psi.contended(now),
+        };
         let window = now.saturating_duration_since(self.last_check);
         if window < PRESSURE_WINDOW {
             return self.contended;
