@@ -538,6 +538,10 @@ def main() -> None:
                 f"bench-load: --{name.replace('_', '-')} {v}: CPU {v} is not available to this process "
                 f"(allowed: {sorted(os.sched_getaffinity(0))}; a cpuset cgroup?)"
             )
+    if args.max_probes < 1:
+        raise SystemExit(f"bench-load: --max-probes {args.max_probes}: must be at least 1")
+    if not 0 <= args.steal_limit < 1:
+        raise SystemExit(f"bench-load: --steal-limit {args.steal_limit}: must be in [0, 1)")
     if args.halt_poll_ns is not None:
         if not ROOT or not HALT_POLL.exists():
             raise SystemExit(
