@@ -321,6 +321,10 @@ def by_type(m: dict[str, float], metric: str) -> dict[str, float]:
     return {k[len(pre) : -2]: v for k, v in m.items() if k.startswith(pre)}
 
 
+#: Shortest --sample-ms accepted (see main).
+MIN_SAMPLE_MS = 10
+
+
 class Sampler:
     """Samples, every `period_s` during a run, the gatekeeper's admission state (load,
     capacity, queue, in flight, the head's charge, per type: queued, in flight, estimate)
@@ -1204,6 +1208,10 @@ def main() -> int:
     for c in [*a.configs.split(","), *a.open_configs.split(",")]:
         if c and c not in known:
             ap.error(f"unknown configuration {c!r}: expected one of {sorted(known)}")
+    # A timeline holds duration / period rows per point; a scrape of both /metrics takes a
+    # few ms, so shorter periods only measure the sampler.
+    if a.sample_ms and a.sample_ms < MIN_SAMPLE_MS:
+        ap.error(f"--sample-ms {a.sample_ms:g}: must be 0 (off) or at least {MIN_SAMPLE_MS} ms")
     if a.max_in_flight is None:
         a.max_in_flight = a.slots
     a.compare_max_queue_wait_s = a.compare_max_queue_wait_method = None
