@@ -91,7 +91,9 @@
 //! - `sjf-aging:X`: each waiting request `o` has a bound `deadline_o = arrival_o + X * cost_o`
 //!   and an *earliest start* `start_o`: by the expected finish times of the admitted requests
 //!   (admission time + charge, or `now` for one already past it), the first moment `o`
-//!   would fit. Admitting `r` now occupies its share of capacity until about `now + cost_r`.
+//!   would fit — or, if starting then would still run `o` past the bound its older requests
+//!   set (below), the start of the request that set that bound, since `o` cannot go before
+//!   it. Admitting `r` now occupies its share of capacity until about `now + cost_r`.
 //!   A request `r` may go ahead of an older waiting request `o` only if that does not
 //!   delay `o` past its bound or at all: `now + cost_r <= max(deadline_o, start_o)`
 //!   (`r` finishes before `o`'s bound, or before `o` could start anyway). The oldest request
@@ -978,6 +980,8 @@ impl Gate {
         }
         let profile = self.release_profile(now_us);
         let mut bound = u64::MAX;
+        // The start (below) of the request that set `bound`.
+        let mut bound_start = now_us;
         let mut best_due: Option<(u64, u64)> = None;
         let mut best_cost: Option<(u64, u64)> = None;
         for (&seq, w) in self.queue.iter().take(AGING_SCAN_LIMIT) {
@@ -990,8 +994,21 @@ impl Gate {
                 *best = Some(best.map_or(key, |b| b.min(key)));
             }
             if w.deadline_us < bound {
-                let start = self.earliest_start_us(&profile, now_us, w.cost_us);
-                bound = bound.min(w.deadline_us.max(start));
+                // `w`'s start: once it fits, and once it may go ahead of the older requests.
+                // Started when it fits, would it still run past `bound`? Then it waits at
+                // least until the request that set `bound` starts (starting later only runs
+                // it further past). A lower bound on its real start either way, so the
+                // guarantee holds. Taking "when it fits" alone let a request that fits now
+                // but must wait for an older one pin `bound` to now: nothing younger got in
+                // while the backend drained (session 7, `shortfirst gatekeeper model` warm-up:
+                // one request running on 4 processors, 134 waiting).
+                let fits_at = self.earliest_start_us(&profile, now_us, w.cost_us);
+                let start = if fits_at.saturating_add(w.cost_us) <= bound { fits_at } else { fits_at.max(bound_start) };
+                let own = w.deadline_us.max(start);
+                if own < bound {
+                    bound = own;
+                    bound_start = start;
+                }
             }
             if now_us.saturating_add(min_cost) > bound {
                 break; // nothing younger can be allowed any more

@@ -227,6 +227,15 @@ fn admission_order_table() {
             &[0, 1, 2, 3],
         ),
         (
+            "aging: a request that fits but may not overtake an older one blocks no backfill",
+            20,
+            "sjf-aging:0",
+            // At 9, request 2 (5) fits but would run past 1's start (12, when 0 is expected
+            // to finish), so it waits for 1; request 3 (1) finishes before 12 and goes ahead.
+            &[(0, Arrive(12)), (0, Arrive(10)), (9, Arrive(5)), (9, Arrive(1)), (12, Release(0))],
+            &[0, 3, 1, 2],
+        ),
+        (
             "cancel of a blocking old request lets the next one in",
             10,
             "fifo",
@@ -696,9 +705,17 @@ impl Checker {
             prop_assert!(running_count == 0 || load + s.cost <= self.g.capacity_us());
             if let Policy::SjfAging { .. } = self.g.config().policy {
                 // Overtaking an older request never pushes it past its bound, or delays its
-                // earliest start (by the expected finish times of what is running).
+                // earliest start: by the expected finish times of what is running, when it
+                // fits, or, if it would then still run past the bound its older requests set,
+                // when the request that set that bound starts (module docs).
+                let (mut bound, mut bound_start) = (u64::MAX, self.now);
                 for (&oid, o) in self.waiting.range(..id) {
-                    let start = self.earliest_start(o.cost);
+                    let fits_at = self.earliest_start(o.cost);
+                    let start =
+                        if fits_at.saturating_add(o.cost) <= bound { fits_at } else { fits_at.max(bound_start) };
+                    if o.deadline.max(start) < bound {
+                        (bound, bound_start) = (o.deadline.max(start), start);
+                    }
                     prop_assert!(
                         self.now + s.cost <= o.deadline.max(start),
                         "request {} (cost {}) overtook {} (cost {}, deadline {}, start {}) at {}",
