@@ -118,7 +118,16 @@ pub struct ModelResult {
     pub throughput_per_s: f64,
     /// Demand completed per second of the window (µs of demand per µs ≙ busy processors).
     pub work_per_s: f64,
+    /// Mean response time of the requests completed in the window.
     pub mean_response_us: f64,
+    /// Mean response time by Little's law, (`mean_in_flight` + `mean_queued`) /
+    /// `throughput_per_s`: every request in the system counts, also those still waiting or
+    /// running when the run ends. Below `mean_response_us` only by sampling noise; far
+    /// above it when some requests wait longer than the window (starvation), which the
+    /// completed requests' mean leaves out. In a closed loop at saturation it is
+    /// `clients / throughput - think` whatever the policy (see `ARCHITECTURE.md`,
+    /// "What a policy can change").
+    pub little_response_us: f64,
     /// Time-average number of requests in the backend over the window.
     pub mean_in_flight: f64,
     /// Time-average number waiting in the gate's queue over the window.
@@ -378,6 +387,11 @@ pub fn run(cfg: &ModelConfig) -> Result<ModelResult, ModelError> {
         throughput_per_s: completed as f64 / window_s,
         work_per_s: work / window_us,
         mean_response_us: if completed > 0 { sum_rt.iter().sum::<f64>() / completed as f64 } else { 0.0 },
+        little_response_us: if completed > 0 {
+            (area_running + area_queued) / window_us / (completed as f64 / window_us)
+        } else {
+            0.0
+        },
         mean_in_flight: area_running / window_us,
         mean_queued: area_queued / window_us,
         starved_fraction: starved / window_us,
@@ -556,6 +570,40 @@ mod tests {
         let share_est = costly(&share);
         assert!((60_000.0..130_000.0).contains(&share_est), "share {share_est}");
         assert!(wall_est > 4.0 * share_est, "wall {wall_est} vs share {share_est}");
+    }
+
+    /// Little's law in a closed loop at saturation: the processors fix the throughput, so
+    /// the mean response over *every* request, `clients / throughput - think`, is about the
+    /// same under every policy. SJF's lower mean over the *completed* requests leaves out
+    /// the ones still waiting at the end, and sjf-aging, which starves nobody, moves the
+    /// waiting onto the costly type instead of removing it. Measured (seed 7, 2x the
+    /// saturating users): Little's mean fifo 549 ms, sjf 484, sjf-aging:1 469, sjf-aging:5
+    /// 452; completed-only sjf 123 ms; the costly type 987 ms under fifo, 8.9 s under
+    /// sjf-aging:1.
+    #[test]
+    fn closed_loop_mean_response_is_fixed_by_littles_law() {
+        let gate = |p| Some(GateConfig::new(2_000_000, p));
+        let fifo = run(&config(gate(Policy::Fifo), Basis::Wall)).unwrap();
+        let sjf = run(&config(gate(Policy::Sjf), Basis::Wall)).unwrap();
+        let aging1 = run(&config(gate(Policy::SjfAging { factor: 1.0 }), Basis::Wall)).unwrap();
+        let aging5 = run(&config(gate(Policy::SjfAging { factor: 5.0 }), Basis::Wall)).unwrap();
+        for (name, r) in [("sjf", &sjf), ("sjf-aging:1", &aging1), ("sjf-aging:5", &aging5)] {
+            let ratio = r.little_response_us / fifo.little_response_us;
+            assert!(ratio > 0.75, "{name}: Little's mean {ratio} x fifo's");
+        }
+        // Nobody starves under fifo and sjf-aging: both means agree.
+        for (name, r) in [("fifo", &fifo), ("sjf-aging:1", &aging1), ("sjf-aging:5", &aging5)] {
+            let gap = (r.mean_response_us - r.little_response_us).abs() / r.little_response_us;
+            assert!(gap < 0.05, "{name}: completed {} vs Little {}", r.mean_response_us, r.little_response_us);
+        }
+        assert!(
+            sjf.mean_response_us < 0.4 * sjf.little_response_us,
+            "sjf: completed {} vs Little {}",
+            sjf.mean_response_us,
+            sjf.little_response_us
+        );
+        let costly = |r: &ModelResult| r.types[2].mean_response_us;
+        assert!(costly(&aging1) > 3.0 * costly(&fifo), "costly: aging {} fifo {}", costly(&aging1), costly(&fifo));
     }
 
     #[test]

@@ -79,6 +79,9 @@ struct Point {
     throughput_per_s: f64,
     throughput_over_peak: f64,
     mean_response_ms: f64,
+    /// Little's law over every request, also those unfinished at the end (see
+    /// `ModelResult::little_response_us`).
+    little_response_ms: f64,
     mean_in_flight: f64,
     /// Per type: mean response (ms) and final estimate (ms), means over seeds.
     types: Vec<(String, f64, f64)>,
@@ -128,6 +131,7 @@ fn point(name: &str, clients: usize, peak: f64, runs: Vec<ModelResult>) -> Point
         throughput_per_s: x,
         throughput_over_peak: x / peak,
         mean_response_ms: mean(runs.iter().map(|r| r.mean_response_us / 1e3)),
+        little_response_ms: mean(runs.iter().map(|r| r.little_response_us / 1e3)),
         mean_in_flight: mean(runs.iter().map(|r| r.mean_in_flight)),
         types,
         runs,
@@ -205,11 +209,12 @@ pub fn run(a: ModelArgs) -> anyhow::Result<()> {
     for p in &points {
         let costliest = p.types.iter().max_by(|x, y| x.2.total_cmp(&y.2));
         eprintln!(
-            "  {:<14} X {:8.1}/s ({:.2} of peak)  mean RT {:8.1} ms  in flight {:6.1}{}",
+            "  {:<14} X {:8.1}/s ({:.2} of peak)  mean RT {:8.1} ms completed, {:8.1} ms all (Little)  in flight {:6.1}{}",
             p.name,
             p.throughput_per_s,
             p.throughput_over_peak,
             p.mean_response_ms,
+            p.little_response_ms,
             p.mean_in_flight,
             costliest
                 .filter(|_| p.name != "direct")
