@@ -387,11 +387,8 @@ pub fn run(cfg: &ModelConfig) -> Result<ModelResult, ModelError> {
         throughput_per_s: completed as f64 / window_s,
         work_per_s: work / window_us,
         mean_response_us: if completed > 0 { sum_rt.iter().sum::<f64>() / completed as f64 } else { 0.0 },
-        little_response_us: if completed > 0 {
-            (area_running + area_queued) / window_us / (completed as f64 / window_us)
-        } else {
-            0.0
-        },
+        // Little: mean number in the system / throughput, over the same window.
+        little_response_us: if completed > 0 { (area_running + area_queued) / completed as f64 } else { 0.0 },
         mean_in_flight: area_running / window_us,
         mean_queued: area_queued / window_us,
         starved_fraction: starved / window_us,
