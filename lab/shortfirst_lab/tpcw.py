@@ -327,6 +327,32 @@ def disk_read_bytes() -> int:
     return total
 
 
+def cpu_times(cpus: list[int], stat: Path = Path("/proc/stat")) -> dict[int, dict[str, float]]:
+    """Seconds each of ``cpus`` spent busy (user, nice, system, irq, softirq), idle (idle, iowait)
+    and stolen by the host, from ``/proc/stat``. A point's difference shows whether the host took
+    the CPU the experiment ran on: a throughput dip with steal is the host's, not the policy's."""
+    tick_s = 1.0 / os.sysconf("SC_CLK_TCK")
+    out: dict[int, dict[str, float]] = {}
+    for line in stat.read_text().splitlines():
+        name, *fields = line.split()
+        if not name.startswith("cpu") or name == "cpu" or int(name[3:]) not in cpus:
+            continue
+        v = [int(f) for f in fields[:8]] + [0] * (8 - len(fields[:8]))
+        user, nice, system, idle, iowait, irq, softirq, steal = v
+        out[int(name[3:])] = {
+            "busy_s": (user + nice + system + irq + softirq) * tick_s,
+            "idle_s": (idle + iowait) * tick_s,
+            "steal_s": steal * tick_s,
+        }
+    return out
+
+
+def cpu_delta(before: dict[int, dict[str, float]], after: dict[int, dict[str, float]]) -> dict:
+    """Per CPU, what a point used: ``after - before`` of ``cpu_times``, and the largest steal."""
+    per = {str(c): {k: round(after[c][k] - before[c][k], 3) for k in after[c]} for c in after if c in before}
+    return {"per_cpu": per, "max_steal_s": max((v["steal_s"] for v in per.values()), default=None)}
+
+
 def snapshot_delta(before: dict, after: dict) -> dict:
     """What a point did: counter differences, and the memory group's gauges after it."""
     out: dict = {"disk_read_bytes": after["disk_read_bytes"] - before["disk_read_bytes"]}
@@ -1170,6 +1196,8 @@ def run_point(
     if pg is not None:
         pg.reset_peak()
         before = pg.snapshot()
+    cpus = sorted(os.sched_getaffinity(0))
+    cpu_before = cpu_times(cpus)
     if mode == "direct":
         summary = run_load(bins, app_url, out, browsers, think, duration_s, seed, timeout_s)
     else:
@@ -1186,7 +1214,9 @@ def run_point(
             metrics = parse_metrics(text)
             # Requests whose client went away (e.g. its timeout) while they waited for admission.
             cancelled = re.search(r"^gatekeeper_cancelled_while_queued_total\s+(\S+)$", text, re.M)
+    cpu = cpu_delta(cpu_before, cpu_times(cpus))
     res = analyze(out / "requests.csv", warmup_s, duration_s, timeout_s, browsers, think_max_s(think))
+    res["cpu"] = cpu
     res["load_summary_valid"] = summary.get("valid")
     res["load_started_unix_s"] = summary.get("started_unix_s")
     if mode != "direct":
@@ -1713,6 +1743,24 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
             for n in browsers:
                 p = next((p for p in points if p["mode"] == m and p["browsers"] == n), None)
                 cells.append("" if p is None else (fmt.format(p[key]) if fmt else _ms(p[key])))
+            md.append(f"| {m} | " + " | ".join(cells) + " |")
+        md.append("")
+    if any("cpu" in p for p in points):
+        md += [
+            "## CPU stolen by the host (s, the most of any CPU the sweep ran on, over the whole load run)",
+            "",
+            "A point whose throughput dips with steal of more than a few percent of its run lost the CPU to "
+            "the host, not to its policy.",
+            "",
+            "| mode | " + " | ".join(str(n) for n in browsers) + " |",
+            "|---" * (len(browsers) + 1) + "|",
+        ]
+        for m in modes:
+            cells = []
+            for n in browsers:
+                p = next((p for p in points if p["mode"] == m and p["browsers"] == n), None)
+                steal = None if p is None else p.get("cpu", {}).get("max_steal_s")
+                cells.append("" if steal is None else f"{steal:.2f}")
             md.append(f"| {m} | " + " | ".join(cells) + " |")
         md.append("")
     full_pts = {(p["mode"], p["browsers"]): p["full"] for p in points if "full" in p}

@@ -196,6 +196,7 @@ def test_report_draws_figures_and_the_cost_table(tmp_path: Path):
     for e in fifo50["per_interaction"].values():
         e["joined_count"] = e["count"]
     fifo50["gatekeeper_cancelled_while_queued"] = 41.0
+    fifo50["cpu"] = {"per_cpu": {"0": {"busy_s": 60.0, "idle_s": 1.0, "steal_s": 3.25}}, "max_steal_s": 3.25}
     fifo50["joined"] = {
         "ok": 18,
         "matched": 17,
@@ -221,6 +222,8 @@ def test_report_draws_figures_and_the_cost_table(tmp_path: Path):
     # Joined: 17 requests, mean wait (10 x 50 + 5 x 100 + 2 x 500 ms) / 17 = 117.6 ms.
     assert "| fifo | 50 | 17/18 | 117.6 | " in summary_md, summary_md
     assert "| 0 | 45 | 4 | 2 | 1.2 | 3 / 0.5 | 30.0 | 41 |" in summary_md, summary_md
+    # Host steal per point: only fifo at 50 browsers has a record.
+    assert "| fifo |  | 3.25 |" in summary_md, summary_md
     assert {f.name for f in files} == {
         "tpcw-throughput.png",
         "tpcw-response.png",
@@ -236,6 +239,36 @@ def test_report_draws_figures_and_the_cost_table(tmp_path: Path):
     assert "| Home | 1.83 | 3.22 | 5.0 | 1.0 | 25.0 | 1.0 | 16 |" in table
     assert "| Best Sellers | 1205.01 | 2441.86 | 500.0 | 100.0 | 2500.0 | 100.0 | 5 |" in table
     assert "CPUs [0] of 2, nice -5, think time ÷10" in (tmp_path / "tpcw-summary.md").read_text()
+
+
+def test_cpu_times_split_busy_idle_and_steal(tmp_path: Path):
+    # Columns: user nice system idle iowait irq softirq steal (ticks); a CPU outside the list and the
+    # aggregate line are left out.
+    stat = tmp_path / "stat"
+    stat.write_text(
+        "cpu  10 0 10 10 0 0 0 10 0 0\ncpu0 100 5 20 300 7 1 2 40 0 0\ncpu1 9 9 9 9 9 9 9 9 0 0\nintr 1 2 3\n"
+    )
+    tick_s = 1.0 / os.sysconf("SC_CLK_TCK")
+    before = tpcw.cpu_times([0], stat)
+    assert list(before) == [0]
+    assert before[0] == {
+        "busy_s": pytest.approx(128 * tick_s),
+        "idle_s": pytest.approx(307 * tick_s),
+        "steal_s": pytest.approx(40 * tick_s),
+    }
+    after = {
+        0: {
+            "busy_s": before[0]["busy_s"] + 30,
+            "idle_s": before[0]["idle_s"] + 2,
+            "steal_s": 40 * tick_s + 1.5,
+        }
+    }
+    d = tpcw.cpu_delta(before, after)
+    assert d["per_cpu"]["0"] == {"busy_s": 30.0, "idle_s": 2.0, "steal_s": 1.5}
+    assert d["max_steal_s"] == 1.5
+    # The real /proc/stat has every CPU the process may run on.
+    cpus = sorted(os.sched_getaffinity(0))
+    assert sorted(tpcw.cpu_times(cpus)) == cpus
 
 
 def test_targets_from_points():
