@@ -38,7 +38,7 @@ import time
 import tomllib
 import urllib.request
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1732,19 +1732,17 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
     t = doc.get("targets") or targets(points)
     browsers = sorted({p["browsers"] for p in points})
     md = [f"# Gatekeeper on the TPC-W bookstore ({where}; capacity {doc.get('capacity', '?')})", ""]
-    for title, key, fmt in (
-        ("Throughput (interactions/min)", "throughput_per_min", "{:.0f}"),
-        ("Mean response time (ms)", "mean_response_s", None),
-    ):
-        md += [f"## {title}", "", "| mode | " + " | ".join(str(n) for n in browsers) + " |"]
-        md.append("|---" * (len(browsers) + 1) + "|")
+
+    def grid(cell: Callable[[dict], str]) -> list[str]:
+        """A mode x browsers table; ``cell`` renders one point (absent points are blank)."""
+        rows = ["| mode | " + " | ".join(str(n) for n in browsers) + " |", "|---" * (len(browsers) + 1) + "|"]
         for m in modes:
-            cells = []
-            for n in browsers:
-                p = next((p for p in points if p["mode"] == m and p["browsers"] == n), None)
-                cells.append("" if p is None else (fmt.format(p[key]) if fmt else _ms(p[key])))
-            md.append(f"| {m} | " + " | ".join(cells) + " |")
-        md.append("")
+            at = {p["browsers"]: p for p in points if p["mode"] == m}
+            rows.append(f"| {m} | " + " | ".join(cell(at[n]) if n in at else "" for n in browsers) + " |")
+        return rows + [""]
+
+    md += ["## Throughput (interactions/min)", "", *grid(lambda p: f"{p['throughput_per_min']:.0f}")]
+    md += ["## Mean response time (ms)", "", *grid(lambda p: _ms(p["mean_response_s"]))]
     if any("cpu" in p for p in points):
         md += [
             "## CPU stolen by the host (s, the most of any CPU the sweep ran on, over the whole load run)",
@@ -1752,37 +1750,23 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
             "A point whose throughput dips with steal of more than a few percent of its run lost the CPU to "
             "the host, not to its policy.",
             "",
-            "| mode | " + " | ".join(str(n) for n in browsers) + " |",
-            "|---" * (len(browsers) + 1) + "|",
+            *grid(lambda p: "" if p.get("cpu") is None else f"{p['cpu']['max_steal_s']:.2f}"),
         ]
-        for m in modes:
-            cells = []
-            for n in browsers:
-                p = next((p for p in points if p["mode"] == m and p["browsers"] == n), None)
-                steal = None if p is None else p.get("cpu", {}).get("max_steal_s")
-                cells.append("" if steal is None else f"{steal:.2f}")
-            md.append(f"| {m} | " + " | ".join(cells) + " |")
-        md.append("")
-    full_pts = {(p["mode"], p["browsers"]): p["full"] for p in points if "full" in p}
-    if full_pts:
+    if any("full" in p for p in points):
         md += [
             f"## Full accounting (every ended request; a timeout counts as {doc.get('client_timeout_s')} s)",
             "",
             "Throughput (interactions/min) / mean response time (ms):",
             "",
-            "| mode | " + " | ".join(str(n) for n in browsers) + " |",
-            "|---" * (len(browsers) + 1) + "|",
-        ]
-        for m in modes:
-            cells = []
-            for n in browsers:
-                f = full_pts.get((m, n))
-                cells.append(
-                    "" if f is None else f"{f['throughput_per_min']:.0f} / {_ms(f['mean_response_s'])}"
+            *grid(
+                lambda p: (
+                    ""
+                    if "full" not in p
+                    else f"{p['full']['throughput_per_min']:.0f} / {_ms(p['full']['mean_response_s'])}"
                 )
-            md.append(f"| {m} | " + " | ".join(cells) + " |")
+            ),
+        ]
         md += [
-            "",
             "## Little's law per point (N = X (R + Z), from the request log)",
             "",
             "R ended: mean response of the requests ended in the window; R all: with those unfinished at"
