@@ -223,10 +223,6 @@ pub struct Outcome {
 
 /// How many of the most recent orders Best Sellers ranks (TPC-W 2.6).
 pub const BEST_SELLERS_WINDOW: i32 = 3_333;
-/// The largest Best Sellers window `Store::open_with` takes: the scale the
-/// generator writes at most (0.9 orders per customer, 288,000 customers in
-/// the paper's database) with room to spare; larger is refused, not clamped.
-pub const BEST_SELLERS_WINDOW_MAX: i32 = 10_000_000;
 /// How many of the most recent orders Admin Confirm mines for related items.
 pub const RELATED_WINDOW: i32 = 10_000;
 /// Rows a search or listing page shows (TPC-W: 50).
@@ -242,7 +238,6 @@ pub struct Store {
     customers: i32,
     authors: i32,
     seed: u64,
-    best_sellers_window_orders: i32,
     counter: AtomicU64,
 }
 
@@ -251,20 +246,6 @@ impl Store {
     /// customer and author counts) once; new customers registered later are
     /// not drawn as random returning customers, which TPC-W also does.
     pub async fn open(pool: Pool, seed: u64) -> Result<Arc<Store>> {
-        Store::open_with(pool, seed, BEST_SELLERS_WINDOW).await
-    }
-
-    /// Like `open`, with Best Sellers ranking the most recent
-    /// `best_sellers_window_orders` orders instead of TPC-W's 3,333. A wider
-    /// window makes Best Sellers costlier relative to the other interactions:
-    /// the experiment's knob for matching the Gatekeeper paper's cost skew
-    /// (its MySQL took 1.2 s for Best Sellers at no load, PostgreSQL ~0.1 s).
-    pub async fn open_with(pool: Pool, seed: u64, best_sellers_window_orders: i32) -> Result<Arc<Store>> {
-        if !(1..=BEST_SELLERS_WINDOW_MAX).contains(&best_sellers_window_orders) {
-            return Err(Error::Config(format!(
-                "the Best Sellers window must be 1..={BEST_SELLERS_WINDOW_MAX} orders, got {best_sellers_window_orders}"
-            )));
-        }
         let client = crate::db::get(&pool).await?;
         let row = client
             .query_one(
@@ -282,15 +263,7 @@ impl Store {
             )));
         }
         drop(client);
-        Ok(Arc::new(Store {
-            pool,
-            items,
-            customers,
-            authors,
-            seed,
-            best_sellers_window_orders,
-            counter: AtomicU64::new(0),
-        }))
+        Ok(Arc::new(Store { pool, items, customers, authors, seed, counter: AtomicU64::new(0) }))
     }
 
     pub fn items(&self) -> i32 {
@@ -299,10 +272,6 @@ impl Store {
 
     pub fn customers(&self) -> i32 {
         self.customers
-    }
-
-    pub fn best_sellers_window_orders(&self) -> i32 {
-        self.best_sellers_window_orders
     }
 
     pub fn pool(&self) -> &Pool {
@@ -599,7 +568,7 @@ impl Store {
         let subject = Self::subject_param(req, rng)?;
         let c = crate::db::get(&self.pool).await?;
         // TPC-W 2.6.3: the 50 items of the subject sold in the largest
-        // quantity over the most recent 3,333 orders (the window is a knob).
+        // quantity over the most recent 3,333 orders.
         let st = prep(
             &c,
             "SELECT i_id, i_title, a_fname, a_lname, SUM(ol_qty) AS sold \
@@ -609,8 +578,7 @@ impl Store {
                  GROUP BY i_id, i_title, a_fname, a_lname ORDER BY sold DESC, i_id LIMIT 50",
         )
         .await?;
-        let rows =
-            c.query(&st, &[&subject, &self.best_sellers_window_orders]).await.map_err(Error::db("best sellers"))?;
+        let rows = c.query(&st, &[&subject, &BEST_SELLERS_WINDOW]).await.map_err(Error::db("best sellers"))?;
         let mut page = Page::new(&format!("Best sellers: {subject}"));
         let promo = self.promotion(&c, rng).await?;
         page.table(

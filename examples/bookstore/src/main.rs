@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use shortfirst_bookstore::error::{Error, Result};
-use shortfirst_bookstore::interactions::{Interaction, Store, BEST_SELLERS_WINDOW};
+use shortfirst_bookstore::interactions::{Interaction, Store};
 use shortfirst_bookstore::{costs, db, gen, reqlog, server};
 
 #[derive(Parser)]
@@ -64,10 +64,6 @@ enum Cmd {
         /// Most rows the request log takes; later requests are not logged (a warning says so).
         #[arg(long, default_value_t = reqlog::DEFAULT_MAX_ROWS)]
         request_log_max_rows: u64,
-        /// Orders Best Sellers ranks (TPC-W: 3,333). Wider makes it costlier relative to the
-        /// other interactions; 1 to 10,000,000.
-        #[arg(long, default_value_t = BEST_SELLERS_WINDOW, value_name = "ORDERS")]
-        best_sellers_window: i32,
     },
     /// Measure each interaction's no-load cost and print it next to the Gatekeeper paper's Table 1.
     Costs {
@@ -87,9 +83,6 @@ enum Cmd {
         json: Option<PathBuf>,
         #[arg(long, default_value_t = 1)]
         seed: u64,
-        /// Orders Best Sellers ranks, as for `serve`.
-        #[arg(long, default_value_t = BEST_SELLERS_WINDOW, value_name = "ORDERS")]
-        best_sellers_window: i32,
     },
     /// Print the route table (page code, interaction, path) as CSV.
     Routes,
@@ -142,30 +135,19 @@ async fn run(cmd: Cmd) -> Result<()> {
             );
             Ok(())
         }
-        Cmd::Serve {
-            db,
-            listen,
-            pool,
-            pool_wait_ms,
-            max_connections,
-            seed,
-            request_log,
-            request_log_max_rows,
-            best_sellers_window,
-        } => {
+        Cmd::Serve { db, listen, pool, pool_wait_ms, max_connections, seed, request_log, request_log_max_rows } => {
             let request_log = match &request_log {
                 Some(p) => Some(Arc::new(reqlog::RequestLog::create(p, request_log_max_rows)?)),
                 None => None,
             };
             let pool = db::pool(&db, pool, Duration::from_millis(pool_wait_ms))?;
-            let store = Store::open_with(pool, seed, best_sellers_window).await?;
+            let store = Store::open(pool, seed).await?;
             let listener = tokio::net::TcpListener::bind(listen).await.map_err(Error::io(format!("bind {listen}")))?;
             let local = listener.local_addr().map_err(Error::io("local address"))?;
             tracing::info!(
-                "bookstore serving on http://{local} ({} items, {} customers, Best Sellers over {} orders)",
+                "bookstore serving on http://{local} ({} items, {} customers)",
                 store.items(),
-                store.customers(),
-                store.best_sellers_window_orders()
+                store.customers()
             );
             let opts = server::ServeOptions { max_connections, request_log: request_log.clone(), ..Default::default() };
             server::serve(listener, store, opts, shutdown_signal()).await?;
@@ -178,7 +160,7 @@ async fn run(cmd: Cmd) -> Result<()> {
             tracing::info!("bookstore: shut down");
             Ok(())
         }
-        Cmd::Costs { db, rounds, budget_s, paper, json, seed, best_sellers_window } => {
+        Cmd::Costs { db, rounds, budget_s, paper, json, seed } => {
             if !(budget_s.is_finite() && budget_s > 0.0) {
                 return Err(Error::Config(format!("--budget-s must be positive, got {budget_s}")));
             }
@@ -187,7 +169,7 @@ async fn run(cmd: Cmd) -> Result<()> {
                 None => costs::parse_paper_table(costs::PAPER_TABLE1_CSV, "vendored Table 1")?,
             };
             let pool = db::pool(&db, 2, Duration::from_secs(30))?;
-            let store = Store::open_with(pool, seed, best_sellers_window).await?;
+            let store = Store::open(pool, seed).await?;
             let measured = costs::measure(&store, rounds, Duration::from_secs_f64(budget_s)).await?;
             let rows = costs::compare(&measured, &paper_rows);
             println!(

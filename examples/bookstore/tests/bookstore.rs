@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{data_attr, empty_db, fresh_db, pg, shop, shop_with_window, Browser};
+use common::{data_attr, empty_db, fresh_db, pg, shop, Browser};
 use shortfirst_bookstore::gen::{self, Scale};
 use shortfirst_bookstore::interactions::Interaction;
 use shortfirst_bookstore::schema::TABLES;
@@ -202,68 +202,6 @@ async fn read_pages_show_the_database_rows() {
 }
 
 /// The text of the first product link on a page.
-/// The Best Sellers window (`bookstore serve --best-sellers-window`) is the
-/// number of most recent orders ranked: one order ranks only that order's
-/// lines, and a window outside 1..=10,000,000 is refused by name.
-#[tokio::test]
-async fn best_sellers_ranks_the_configured_window_of_orders() {
-    let pg = require_pg!();
-    let url = fresh_db(pg).await;
-    let c = gen::connect(&url).await.unwrap();
-    // A subject sold in the most recent order, so that a one-order window has rows.
-    let subject: String = c
-        .query_one(
-            "SELECT i_subject FROM order_line JOIN item ON i_id = ol_i_id \
-             WHERE ol_o_id = (SELECT max(o_id) FROM orders) ORDER BY ol_i_id LIMIT 1",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    let mut ranked_by_window = Vec::new();
-    for window in [1, 30, 3_333] {
-        let expected: Vec<String> = c
-            .query(
-                "SELECT ol_i_id FROM order_line JOIN item ON i_id = ol_i_id \
-                 WHERE i_subject = $1 AND ol_o_id IN (SELECT o_id FROM orders ORDER BY o_id DESC LIMIT $2) \
-                 GROUP BY ol_i_id ORDER BY sum(ol_qty) DESC, ol_i_id LIMIT 50",
-                &[&subject, &i64::from(window)],
-            )
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.get::<_, i32>(0).to_string())
-            .collect();
-        assert!(!expected.is_empty(), "window {window}: no {subject} sales to rank");
-        let shop = shop_with_window(&url, window).await;
-        assert_eq!(shop.store.best_sellers_window_orders(), window);
-        let mut b = Browser::connect(shop.addr).await;
-        let p = b.get(&format!("/best_sellers?subject={subject}")).await;
-        assert_eq!(p.status, 200);
-        let ranked: Vec<String> = p
-            .body
-            .split("Also of interest")
-            .next()
-            .unwrap()
-            .split("/product_detail?i_id=")
-            .skip(1)
-            .filter_map(|s| s.split('"').next().map(str::to_string))
-            .collect();
-        assert_eq!(ranked, expected, "window {window}");
-        ranked_by_window.push(ranked);
-    }
-    assert_ne!(ranked_by_window[0], ranked_by_window[2], "the window changes the ranking");
-
-    let pool = shortfirst_bookstore::db::pool(&url, 1, std::time::Duration::from_secs(5)).unwrap();
-    for bad in [0, -1, 10_000_001] {
-        let err = match shortfirst_bookstore::interactions::Store::open_with(pool.clone(), 1, bad).await {
-            Ok(_) => panic!("window {bad} accepted"),
-            Err(e) => e.to_string(),
-        };
-        assert!(err.contains("Best Sellers window") && err.contains(&bad.to_string()), "{err}");
-    }
-}
-
 fn first_link_title(body: &str) -> Option<&str> {
     let start = body.find("/product_detail?i_id=")?;
     let rest = &body[start..];

@@ -126,13 +126,8 @@ impl Drop for Shop {
 }
 
 pub async fn shop(url: &str) -> Shop {
-    shop_with_window(url, shortfirst_bookstore::interactions::BEST_SELLERS_WINDOW).await
-}
-
-/// `shop` with Best Sellers ranking the most recent `best_sellers_window_orders` orders.
-pub async fn shop_with_window(url: &str, best_sellers_window_orders: i32) -> Shop {
     let pool = db::pool(url, 8, Duration::from_secs(30)).expect("pool");
-    let store = Store::open_with(pool, 1, best_sellers_window_orders).await.expect("open store");
+    let store = Store::open(pool, 1).await.expect("open store");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
