@@ -242,6 +242,23 @@ def test_report_draws_figures_and_the_cost_table(tmp_path: Path):
     assert "| Home | 1.83 | 3.22 | 5.0 | 1.0 | 25.0 | 1.0 | 16 |" in table
     assert "| Best Sellers | 1205.01 | 2441.86 | 500.0 | 100.0 | 2500.0 | 100.0 | 5 |" in table
     assert "CPUs [0] of 2, nice -5, think time ÷10" in (tmp_path / "tpcw-summary.md").read_text()
+    assert "Best Sellers over" not in summary_md
+    # A sweep with a non-TPC-W Best Sellers says so in the title of every summary.
+    doc["best_sellers_repeat"] = 5
+    s.write_text(json.dumps(doc))
+    tpcw.report(s)
+    title = (tmp_path / "tpcw-summary.md").read_text().splitlines()[0]
+    assert "think time ÷10; Best Sellers runs its query 5x per request, not once as in TPC-W;" in title, title
+
+
+def test_best_sellers_repeat_setting():
+    assert tpcw.best_sellers_repeat_of({}) is None
+    assert tpcw.best_sellers_repeat_of({"best_sellers_repeat": 5}) == 5
+    assert tpcw.best_sellers_repeat_of({"best_sellers_repeat": 1}) == 1
+    assert tpcw.best_sellers_repeat_of({"best_sellers_repeat": 100}) == 100
+    for bad in (0, -5, 101, "5", 2.5, True):
+        with pytest.raises(tpcw.TpcwError, match=r"\[bookstore\] best_sellers_repeat must be an integer"):
+            tpcw.best_sellers_repeat_of({"best_sellers_repeat": bad})
 
 
 def test_cpu_times_split_busy_idle_and_steal(tmp_path: Path):

@@ -223,6 +223,9 @@ pub struct Outcome {
 
 /// How many of the most recent orders Best Sellers ranks (TPC-W 2.6).
 pub const BEST_SELLERS_WINDOW: i32 = 3_333;
+/// The most times `Store::open_with` lets Best Sellers run its ranking query
+/// per request; more is refused, not clamped (it bounds the request's loop).
+pub const BEST_SELLERS_REPEAT_MAX: u32 = 100;
 /// How many of the most recent orders Admin Confirm mines for related items.
 pub const RELATED_WINDOW: i32 = 10_000;
 /// Rows a search or listing page shows (TPC-W: 50).
@@ -238,6 +241,7 @@ pub struct Store {
     customers: i32,
     authors: i32,
     seed: u64,
+    best_sellers_repeat: u32,
     counter: AtomicU64,
 }
 
@@ -246,6 +250,23 @@ impl Store {
     /// customer and author counts) once; new customers registered later are
     /// not drawn as random returning customers, which TPC-W also does.
     pub async fn open(pool: Pool, seed: u64) -> Result<Arc<Store>> {
+        Store::open_with(pool, seed, 1).await
+    }
+
+    /// Like `open`, with Best Sellers running its ranking query
+    /// `best_sellers_repeat` times per request (TPC-W: once) and answering
+    /// with the last result: the same page for that many times the database
+    /// work. A declared deviation from TPC-W, for giving Best Sellers the
+    /// share of the database's work it had in the Gatekeeper paper (~80% of
+    /// the shopping mix's on its MySQL, where it took 1.2 s at no load; ~50%
+    /// on PostgreSQL, where it takes ~0.1 s), since how a closed loop treats
+    /// the costliest type under SJF depends on that share.
+    pub async fn open_with(pool: Pool, seed: u64, best_sellers_repeat: u32) -> Result<Arc<Store>> {
+        if !(1..=BEST_SELLERS_REPEAT_MAX).contains(&best_sellers_repeat) {
+            return Err(Error::Config(format!(
+                "the Best Sellers repeat must be 1..={BEST_SELLERS_REPEAT_MAX} runs of its query, got {best_sellers_repeat}"
+            )));
+        }
         let client = crate::db::get(&pool).await?;
         let row = client
             .query_one(
@@ -263,7 +284,7 @@ impl Store {
             )));
         }
         drop(client);
-        Ok(Arc::new(Store { pool, items, customers, authors, seed, counter: AtomicU64::new(0) }))
+        Ok(Arc::new(Store { pool, items, customers, authors, seed, best_sellers_repeat, counter: AtomicU64::new(0) }))
     }
 
     pub fn items(&self) -> i32 {
@@ -272,6 +293,10 @@ impl Store {
 
     pub fn customers(&self) -> i32 {
         self.customers
+    }
+
+    pub fn best_sellers_repeat(&self) -> u32 {
+        self.best_sellers_repeat
     }
 
     pub fn pool(&self) -> &Pool {
@@ -578,7 +603,11 @@ impl Store {
                  GROUP BY i_id, i_title, a_fname, a_lname ORDER BY sold DESC, i_id LIMIT 50",
         )
         .await?;
-        let rows = c.query(&st, &[&subject, &BEST_SELLERS_WINDOW]).await.map_err(Error::db("best sellers"))?;
+        let mut rows = Vec::new();
+        // At least once; more only under `open_with`'s declared repeat (bounded there).
+        for _ in 0..self.best_sellers_repeat {
+            rows = c.query(&st, &[&subject, &BEST_SELLERS_WINDOW]).await.map_err(Error::db("best sellers"))?;
+        }
         let mut page = Page::new(&format!("Best sellers: {subject}"));
         let promo = self.promotion(&c, rng).await?;
         page.table(

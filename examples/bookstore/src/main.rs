@@ -64,6 +64,11 @@ enum Cmd {
         /// Most rows the request log takes; later requests are not logged (a warning says so).
         #[arg(long, default_value_t = reqlog::DEFAULT_MAX_ROWS)]
         request_log_max_rows: u64,
+        /// Run Best Sellers' ranking query this many times per request (TPC-W: 1; 1 to 100):
+        /// the same page for that much more database work. A declared deviation, for giving Best
+        /// Sellers the share of the work it had on the Gatekeeper paper's MySQL.
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        best_sellers_repeat: u32,
     },
     /// Measure each interaction's no-load cost and print it next to the Gatekeeper paper's Table 1.
     Costs {
@@ -83,6 +88,9 @@ enum Cmd {
         json: Option<PathBuf>,
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Runs of Best Sellers' query per request, as for `serve`.
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        best_sellers_repeat: u32,
     },
     /// Print the route table (page code, interaction, path) as CSV.
     Routes,
@@ -135,19 +143,30 @@ async fn run(cmd: Cmd) -> Result<()> {
             );
             Ok(())
         }
-        Cmd::Serve { db, listen, pool, pool_wait_ms, max_connections, seed, request_log, request_log_max_rows } => {
+        Cmd::Serve {
+            db,
+            listen,
+            pool,
+            pool_wait_ms,
+            max_connections,
+            seed,
+            request_log,
+            request_log_max_rows,
+            best_sellers_repeat,
+        } => {
             let request_log = match &request_log {
                 Some(p) => Some(Arc::new(reqlog::RequestLog::create(p, request_log_max_rows)?)),
                 None => None,
             };
             let pool = db::pool(&db, pool, Duration::from_millis(pool_wait_ms))?;
-            let store = Store::open(pool, seed).await?;
+            let store = Store::open_with(pool, seed, best_sellers_repeat).await?;
             let listener = tokio::net::TcpListener::bind(listen).await.map_err(Error::io(format!("bind {listen}")))?;
             let local = listener.local_addr().map_err(Error::io("local address"))?;
             tracing::info!(
-                "bookstore serving on http://{local} ({} items, {} customers)",
+                "bookstore serving on http://{local} ({} items, {} customers, Best Sellers query run {}x)",
                 store.items(),
-                store.customers()
+                store.customers(),
+                store.best_sellers_repeat()
             );
             let opts = server::ServeOptions { max_connections, request_log: request_log.clone(), ..Default::default() };
             server::serve(listener, store, opts, shutdown_signal()).await?;
@@ -160,7 +179,7 @@ async fn run(cmd: Cmd) -> Result<()> {
             tracing::info!("bookstore: shut down");
             Ok(())
         }
-        Cmd::Costs { db, rounds, budget_s, paper, json, seed } => {
+        Cmd::Costs { db, rounds, budget_s, paper, json, seed, best_sellers_repeat } => {
             if !(budget_s.is_finite() && budget_s > 0.0) {
                 return Err(Error::Config(format!("--budget-s must be positive, got {budget_s}")));
             }
@@ -169,7 +188,7 @@ async fn run(cmd: Cmd) -> Result<()> {
                 None => costs::parse_paper_table(costs::PAPER_TABLE1_CSV, "vendored Table 1")?,
             };
             let pool = db::pool(&db, 2, Duration::from_secs(30))?;
-            let store = Store::open(pool, seed).await?;
+            let store = Store::open_with(pool, seed, best_sellers_repeat).await?;
             let measured = costs::measure(&store, rounds, Duration::from_secs_f64(budget_s)).await?;
             let rows = costs::compare(&measured, &paper_rows);
             println!(

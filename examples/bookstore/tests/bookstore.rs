@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{data_attr, empty_db, fresh_db, pg, shop, Browser};
+use common::{data_attr, empty_db, fresh_db, pg, shop, shop_with_repeat, Browser};
 use shortfirst_bookstore::gen::{self, Scale};
 use shortfirst_bookstore::interactions::Interaction;
 use shortfirst_bookstore::schema::TABLES;
@@ -202,6 +202,62 @@ async fn read_pages_show_the_database_rows() {
 }
 
 /// The text of the first product link on a page.
+/// Scans of `order_line` counted by PostgreSQL, once the backends that did
+/// them have exited (a backend flushes its statistics when it exits, so the
+/// count is polled until it moves and then holds still).
+async fn order_line_scans_after(c: &tokio_postgres::Client, before: i64) -> i64 {
+    let sql = "SELECT seq_scan + COALESCE(idx_scan, 0) FROM pg_stat_user_tables WHERE relname = 'order_line'";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut last = before;
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let now = count(c, sql).await;
+        if now != before && now == last {
+            return now;
+        }
+        assert!(std::time::Instant::now() < deadline, "order_line statistics never settled ({before} -> {now})");
+        last = now;
+    }
+}
+
+/// `bookstore serve --best-sellers-repeat N` runs Best Sellers' ranking query
+/// N times per request (N times the database work, counted by PostgreSQL as
+/// scans of order_line) and answers with the same page; N outside 1..=100
+/// is refused by name.
+#[tokio::test]
+async fn best_sellers_repeat_multiplies_its_database_work() {
+    let pg = require_pg!();
+    let url = fresh_db(pg).await;
+    let c = gen::connect(&url).await.unwrap();
+    let scans = "SELECT seq_scan + COALESCE(idx_scan, 0) FROM pg_stat_user_tables WHERE relname = 'order_line'";
+    let mut work = Vec::new();
+    let mut pages = Vec::new();
+    for repeat in [1, 4] {
+        let before = count(&c, scans).await;
+        {
+            let shop = shop_with_repeat(&url, repeat).await;
+            assert_eq!(shop.store.best_sellers_repeat(), repeat);
+            let mut b = Browser::connect(shop.addr).await;
+            let p = b.get("/best_sellers?subject=COOKING").await;
+            assert_eq!(p.status, 200);
+            pages.push(p.body.split("Also of interest").next().unwrap().to_string());
+        }
+        work.push(order_line_scans_after(&c, before).await - before);
+    }
+    assert!(work[0] >= 1, "Best Sellers did not read order_line: {work:?}");
+    assert_eq!(work[1], 4 * work[0], "scans of order_line with repeat 1 and 4");
+    assert_eq!(pages[0], pages[1], "the same ranking whatever the repeat");
+
+    let pool = shortfirst_bookstore::db::pool(&url, 1, std::time::Duration::from_secs(5)).unwrap();
+    for bad in [0, 101] {
+        let err = match shortfirst_bookstore::interactions::Store::open_with(pool.clone(), 1, bad).await {
+            Ok(_) => panic!("repeat {bad} accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains("Best Sellers repeat") && err.contains(&bad.to_string()), "{err}");
+    }
+}
+
 fn first_link_title(body: &str) -> Option<&str> {
     let start = body.find("/product_detail?i_id=")?;
     let rest = &body[start..];

@@ -126,8 +126,13 @@ impl Drop for Shop {
 }
 
 pub async fn shop(url: &str) -> Shop {
+    shop_with_repeat(url, 1).await
+}
+
+/// `shop` with Best Sellers running its query `best_sellers_repeat` times per request.
+pub async fn shop_with_repeat(url: &str, best_sellers_repeat: u32) -> Shop {
     let pool = db::pool(url, 8, Duration::from_secs(30)).expect("pool");
-    let store = Store::open(pool, 1).await.expect("open store");
+    let store = Store::open_with(pool, 1, best_sellers_repeat).await.expect("open store");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
