@@ -242,7 +242,7 @@ def test_report_draws_figures_and_the_cost_table(tmp_path: Path):
     assert "| Home | 1.83 | 3.22 | 5.0 | 1.0 | 25.0 | 1.0 | 16 |" in table
     assert "| Best Sellers | 1205.01 | 2441.86 | 500.0 | 100.0 | 2500.0 | 100.0 | 5 |" in table
     assert "CPUs [0] of 2, nice -5, think time ÷10" in (tmp_path / "tpcw-summary.md").read_text()
-    assert "Best Sellers over" not in summary_md
+    assert "Best Sellers runs its query" not in summary_md
     # A sweep with a non-TPC-W Best Sellers says so in the title of every summary.
     doc["best_sellers_repeat"] = 5
     s.write_text(json.dumps(doc))

@@ -259,8 +259,8 @@ impl Store {
     /// work. A declared deviation from TPC-W, for giving Best Sellers the
     /// share of the database's work it had in the Gatekeeper paper (~80% of
     /// the shopping mix's on its MySQL, where it took 1.2 s at no load; ~50%
-    /// on PostgreSQL, where it takes ~0.1 s), since how a closed loop treats
-    /// the costliest type under SJF depends on that share.
+    /// on PostgreSQL, where it takes ~0.1 s), so that the experiment can be
+    /// run with the paper's cost mix as well as TPC-W's own.
     pub async fn open_with(pool: Pool, seed: u64, best_sellers_repeat: u32) -> Result<Arc<Store>> {
         if !(1..=BEST_SELLERS_REPEAT_MAX).contains(&best_sellers_repeat) {
             return Err(Error::Config(format!(

@@ -201,17 +201,19 @@ async fn read_pages_show_the_database_rows() {
     assert!(p.body.contains(&format!("Welcome back, {}", r.get::<_, &str>(0))));
 }
 
-/// The text of the first product link on a page.
-/// Scans of `order_line` counted by PostgreSQL, once the backends that did
-/// them have exited (a backend flushes its statistics when it exits, so the
-/// count is polled until it moves and then holds still).
+/// Scans of `order_line` PostgreSQL has counted so far in this database.
+const ORDER_LINE_SCANS: &str =
+    "SELECT seq_scan + COALESCE(idx_scan, 0) FROM pg_stat_user_tables WHERE relname = 'order_line'";
+
+/// `ORDER_LINE_SCANS` once the backends that did them have exited (a backend
+/// flushes its statistics when it exits, so the count is polled until it
+/// moves and then holds still).
 async fn order_line_scans_after(c: &tokio_postgres::Client, before: i64) -> i64 {
-    let sql = "SELECT seq_scan + COALESCE(idx_scan, 0) FROM pg_stat_user_tables WHERE relname = 'order_line'";
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let mut last = before;
     loop {
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-        let now = count(c, sql).await;
+        let now = count(c, ORDER_LINE_SCANS).await;
         if now != before && now == last {
             return now;
         }
@@ -229,11 +231,10 @@ async fn best_sellers_repeat_multiplies_its_database_work() {
     let pg = require_pg!();
     let url = fresh_db(pg).await;
     let c = gen::connect(&url).await.unwrap();
-    let scans = "SELECT seq_scan + COALESCE(idx_scan, 0) FROM pg_stat_user_tables WHERE relname = 'order_line'";
     let mut work = Vec::new();
     let mut pages = Vec::new();
     for repeat in [1, 4] {
-        let before = count(&c, scans).await;
+        let before = count(&c, ORDER_LINE_SCANS).await;
         {
             let shop = shop_with_repeat(&url, repeat).await;
             assert_eq!(shop.store.best_sellers_repeat(), repeat);
@@ -258,6 +259,7 @@ async fn best_sellers_repeat_multiplies_its_database_work() {
     }
 }
 
+/// The text of the first product link on a page.
 fn first_link_title(body: &str) -> Option<&str> {
     let start = body.find("/product_detail?i_id=")?;
     let rest = &body[start..];
