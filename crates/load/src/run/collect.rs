@@ -6,7 +6,7 @@ use super::config::Config;
 use super::sys::set_realtime;
 use super::worker::Msg;
 use super::LoadError;
-use crate::record::{Outcome, RecordWriter};
+use crate::record::{RecordWriter, RequestOutcome};
 use hdrhistogram::serialization::interval_log::IntervalLogWriterBuilder;
 use hdrhistogram::serialization::V2DeflateSerializer;
 use hdrhistogram::Histogram;
@@ -26,7 +26,7 @@ const HIST_MAX_US: u64 = 3_600_000_000;
 /// What the collector gathered.
 pub(super) struct Collected {
     pub(super) rows: u64,
-    pub(super) by_outcome: BTreeMap<Outcome, u64>,
+    pub(super) by_outcome: BTreeMap<RequestOutcome, u64>,
     pub(super) failures: BTreeMap<String, u64>,
     pub(super) not_sent: u64,
     pub(super) retries: u64,
@@ -135,7 +135,7 @@ impl Collected {
             self.rows,
             rows_last_second,
             in_flight,
-            self.rows - self.by_outcome.get(&Outcome::Ok).copied().unwrap_or(0),
+            self.rows - self.by_outcome.get(&RequestOutcome::Ok).copied().unwrap_or(0),
             lp99
         );
         let _ = err.flush();
@@ -225,7 +225,7 @@ fn collect(
         let now = Instant::now();
         if now >= next_tick {
             let end = next_tick.saturating_duration_since(run_start);
-            log.write_histogram(&interval, interval_start, end - interval_start, None)
+            log.write_histogram(&interval, interval_start, end.saturating_sub(interval_start), None)
                 .map_err(|e| io(std::io::Error::other(format!("{e:?}"))))?;
             interval.reset();
             interval_start = end;

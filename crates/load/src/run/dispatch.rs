@@ -9,7 +9,7 @@ use super::summary::Spread;
 use super::sys::{precise_timers, sleep_until, stopped};
 use super::worker::{secs, Ctx, Job, Msg, WorkerParams};
 use super::{spin, LoadError, SpinStats};
-use crate::record::{Outcome, RequestRecord};
+use crate::record::{RequestOutcome, RequestRecord};
 use crate::scale::TraceTotals;
 use crate::trace::{self, SkipBad, SkipCount, TraceFormat, TraceIter, TraceRecord};
 use hdrhistogram::Histogram;
@@ -152,7 +152,7 @@ impl Handover<'_> {
                     size_bytes: r.size_bytes,
                     bytes_received: 0,
                     status: None,
-                    outcome: Outcome::Failed,
+                    outcome: RequestOutcome::Failed,
                     attempts: 0,
                     scheduled_s: secs(self.run_start, scheduled),
                     start_s: secs(self.run_start, now),

@@ -9,7 +9,7 @@ use super::spin::SpinStats;
 use super::sys::stopped;
 use super::worker::NO_LOCAL_PORT;
 use super::LoadError;
-use crate::record::Outcome;
+use crate::record::RequestOutcome;
 use crate::scale::offered_load;
 use hdrhistogram::Histogram;
 use std::collections::BTreeMap;
@@ -192,7 +192,7 @@ fn invalid_reasons(cfg: &Config, c: &Collected, lateness_p99_ms: Option<f64>, sk
     if stopped() {
         invalid.push("interrupted by a signal before the end of the trace/duration".into());
     }
-    let ok = get(Outcome::Ok);
+    let ok = get(RequestOutcome::Ok);
     if c.rows == 0 {
         invalid.push("no request was due: nothing was measured".into());
     } else if ok == 0 {
@@ -202,7 +202,7 @@ fn invalid_reasons(cfg: &Config, c: &Collected, lateness_p99_ms: Option<f64>, sk
         ));
     }
     // Rows refused at the in-flight limit are `failed` too, but counted above.
-    let failed_sent = get(Outcome::Failed).saturating_sub(c.not_sent);
+    let failed_sent = get(RequestOutcome::Failed).saturating_sub(c.not_sent);
     if sent > 0 && failed_sent as f64 > MAX_FAILED_SHARE * sent as f64 {
         invalid.push(format!(
             "{failed_sent} of {sent} requests sent ({:.1}%) failed without a response (more than {:.0}%): {}",
@@ -237,17 +237,17 @@ pub(super) fn summarize(
     let busy_span = c.first_start_s.map(|f| c.last_done_s - f).unwrap_or(0.0);
     let sent = c.rows - c.not_sent;
     let invalid = invalid_reasons(cfg, &c, lateness_p99_ms, skipped);
-    let ok = get(Outcome::Ok);
+    let ok = get(RequestOutcome::Ok);
     let offered_bits = (send_span > 0.0).then(|| c.requested_bytes_sent as f64 * 8.0 / send_span);
     Summary {
         requests: c.rows,
         sent,
-        completed: ok + get(Outcome::HttpError),
+        completed: ok + get(RequestOutcome::HttpError),
         ok,
-        http_error: get(Outcome::HttpError),
-        failed: get(Outcome::Failed),
-        aborted: get(Outcome::Aborted),
-        timeout: get(Outcome::Timeout),
+        http_error: get(RequestOutcome::HttpError),
+        failed: get(RequestOutcome::Failed),
+        aborted: get(RequestOutcome::Aborted),
+        timeout: get(RequestOutcome::Timeout),
         not_sent_in_flight_limit: c.not_sent,
         retries: c.retries,
         failures_by_reason: c.failures,

@@ -5,7 +5,7 @@
 
 use super::closed::ClosedShared;
 use crate::http::{Conn, HttpError, Progress, Target};
-use crate::record::{Outcome, RequestRecord};
+use crate::record::{RequestOutcome, RequestRecord};
 use crate::trace::TraceRecord;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -128,7 +128,7 @@ fn fail_reason(e: &HttpError) -> &'static str {
 
 /// How a request ended after its last attempt.
 struct Ended {
-    outcome: Outcome,
+    outcome: RequestOutcome,
     prog: Progress,
     connected: Option<Instant>,
     done: Instant,
@@ -222,7 +222,7 @@ impl Ctx {
             }
             match res {
                 Ok(Ok((resp, conn))) => {
-                    let outcome = if resp.status >= 400 { Outcome::HttpError } else { Outcome::Ok };
+                    let outcome = if resp.status >= 400 { RequestOutcome::HttpError } else { RequestOutcome::Ok };
                     let reuse = keep_alive && resp.keep_alive && self.p.persistent.is_some_and(|k| conn.requests < k);
                     let reusable = if reuse {
                         Some(conn)
@@ -232,15 +232,17 @@ impl Ctx {
                     };
                     break (outcome, prog, connected, resp.done, None, reusable);
                 }
-                Ok(Err(e)) => break (Outcome::Failed, prog, connected, Instant::now(), Some(fail_reason(&e)), None),
+                Ok(Err(e)) => {
+                    break (RequestOutcome::Failed, prog, connected, Instant::now(), Some(fail_reason(&e)), None)
+                }
                 Err(_elapsed) => {
                     if self.p.abort_after.is_some() {
                         if attempts <= self.p.retries {
                             continue;
                         }
-                        break (Outcome::Aborted, prog, connected, Instant::now(), None, None);
+                        break (RequestOutcome::Aborted, prog, connected, Instant::now(), None, None);
                     }
-                    break (Outcome::Timeout, prog, connected, Instant::now(), None, None);
+                    break (RequestOutcome::Timeout, prog, connected, Instant::now(), None, None);
                 }
             }
         };
