@@ -17,7 +17,9 @@ _spec.loader.exec_module(unused_deps)
 def workspace(tmp_path: Path, crates: dict[str, tuple[str, dict[str, str]]], ws_deps: str = "") -> Path:
     """A workspace with `crates`: name -> (manifest tables, {relative path: source})."""
     members = ", ".join(f'"crates/{n}"' for n in crates)
-    (tmp_path / "Cargo.toml").write_text(f"[workspace]\nmembers = [{members}]\n\n[workspace.dependencies]\n{ws_deps}\n")
+    (tmp_path / "Cargo.toml").write_text(
+        f"[workspace]\nmembers = [{members}]\n\n[workspace.dependencies]\n{ws_deps}\n"
+    )
     for name, (tables, files) in crates.items():
         d = tmp_path / "crates" / name
         d.mkdir(parents=True)
@@ -57,7 +59,9 @@ def test_each_unused_dependency_is_named_with_its_crate_and_table(tmp_path):
                 # A name in a comment, string or longer path is no use; a
                 # normal dependency used only by a test belongs in dev-dependencies.
                 {
-                    "src/lib.rs": '// rand_distr::Exp\nconst S: &str = "proptest";\nfn f() { my_rand_distr::x(); }\n',
+                    "src/lib.rs": (
+                        '// rand_distr::Exp\nconst S: &str = "proptest::x";\nfn f() { my_rand_distr::x(); }\n'
+                    ),
                     "tests/t.rs": "fn t() { socket2::SockRef::from(&s); }\n",
                 },
             )
@@ -74,17 +78,26 @@ def test_each_unused_dependency_is_named_with_its_crate_and_table(tmp_path):
 def test_comment_only_use_is_not_a_use(tmp_path):
     # `// rand_distr::Exp` matches the path pattern: comments are stripped
     # before searching.
-    root = workspace(tmp_path, {"a": ('[dependencies]\nrand_distr = "0.4"\n', {"src/lib.rs": "// rand_distr::Exp\n"})})
+    root = workspace(
+        tmp_path, {"a": ('[dependencies]\nrand_distr = "0.4"\n', {"src/lib.rs": "// rand_distr::Exp\n"})}
+    )
     assert unused_deps.unused_in_workspace(root) == ["crates/a/Cargo.toml: [dependencies] rand_distr"]
 
 
 def test_workspace_dependency_no_member_takes(tmp_path):
     root = workspace(
         tmp_path,
-        {"a": ("[dependencies]\nlibc = { workspace = true }\n", {"src/lib.rs": "fn f() { libc::getpid(); }\n"})},
+        {
+            "a": (
+                "[dependencies]\nlibc = { workspace = true }\n",
+                {"src/lib.rs": "fn f() { libc::getpid(); }\n"},
+            )
+        },
         ws_deps='libc = "0.2"\nnix = "0.29"\n',
     )
-    assert unused_deps.unused_in_workspace(root) == ["Cargo.toml: [workspace.dependencies] nix (no member takes it)"]
+    assert unused_deps.unused_in_workspace(root) == [
+        "Cargo.toml: [workspace.dependencies] nix (no member takes it)"
+    ]
 
 
 def test_ignored_dependency_and_macro_use(tmp_path):

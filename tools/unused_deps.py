@@ -58,7 +58,9 @@ def _sources(crate: Path, parts: tuple[str, ...]) -> str:
             text = f.read_text(encoding="utf-8", errors="replace")
             total += len(text)
             if total > MAX_SOURCE_BYTES:
-                raise SystemExit(f"{crate}: more than {MAX_SOURCE_BYTES} bytes of Rust sources; raise the limit")
+                raise SystemExit(
+                    f"{crate}: more than {MAX_SOURCE_BYTES} bytes of Rust sources; raise the limit"
+                )
             texts.append(_code(text))
     return "\n".join(texts)
 
@@ -73,7 +75,9 @@ def _code(text: str) -> str:
 
 def _used(name: str, text: str) -> bool:
     ident = re.escape(name.replace("-", "_"))
-    return re.search(rf"(?<![\w:]){ident}\s*::|\buse\s+{ident}\b|\bextern\s+crate\s+{ident}\b", text) is not None
+    return (
+        re.search(rf"(?<![\w:]){ident}\s*::|\buse\s+{ident}\b|\bextern\s+crate\s+{ident}\b", text) is not None
+    )
 
 
 def unused_in_crate(crate: Path, root: Path | None = None) -> list[str]:
