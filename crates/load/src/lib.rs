@@ -1,6 +1,8 @@
 //! shortfirst-load: trace-driven load generation with per-request logs, and the
 //! workload models behind it.
 //!
+//! - [`run`]: the load generator itself (`shortfirst load`): open,
+//!   partly-open and closed models over real connections.
 //! - [`trace`]: reading traces (our CSV, CLF/Combined access logs, WC98 binary).
 //! - [`record`]: the per-request output row (`requests.csv`) and its writer,
 //!   shared with the simulator and the lab.

@@ -33,10 +33,15 @@ pub const COLUMNS: [&str; 13] = [
     "done_s",
 ];
 
-/// How a request ended.
+/// The former name of [`RequestOutcome`], kept so that callers outside this
+/// crate compile unchanged; other crates have an `Outcome` of their own (the
+/// proxy's, the simulator's), so new code names this one in full.
+pub use self::RequestOutcome as Outcome;
+
+/// How a request ended (the `outcome` column of `requests.csv`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Outcome {
+pub enum RequestOutcome {
     /// Complete response with a 1xx–3xx status.
     Ok,
     /// Complete response with a 4xx/5xx status.
@@ -50,38 +55,38 @@ pub enum Outcome {
     Timeout,
 }
 
-impl Outcome {
+impl RequestOutcome {
     pub fn as_str(self) -> &'static str {
         match self {
-            Outcome::Ok => "ok",
-            Outcome::HttpError => "http_error",
-            Outcome::Aborted => "aborted",
-            Outcome::Failed => "failed",
-            Outcome::Timeout => "timeout",
+            RequestOutcome::Ok => "ok",
+            RequestOutcome::HttpError => "http_error",
+            RequestOutcome::Aborted => "aborted",
+            RequestOutcome::Failed => "failed",
+            RequestOutcome::Timeout => "timeout",
         }
     }
 
     /// A complete response arrived (ok or http_error).
     pub fn completed(self) -> bool {
-        matches!(self, Outcome::Ok | Outcome::HttpError)
+        matches!(self, RequestOutcome::Ok | RequestOutcome::HttpError)
     }
 }
 
-impl fmt::Display for Outcome {
+impl fmt::Display for RequestOutcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
-impl std::str::FromStr for Outcome {
+impl std::str::FromStr for RequestOutcome {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         Ok(match s {
-            "ok" => Outcome::Ok,
-            "http_error" => Outcome::HttpError,
-            "aborted" => Outcome::Aborted,
-            "failed" => Outcome::Failed,
-            "timeout" => Outcome::Timeout,
+            "ok" => RequestOutcome::Ok,
+            "http_error" => RequestOutcome::HttpError,
+            "aborted" => RequestOutcome::Aborted,
+            "failed" => RequestOutcome::Failed,
+            "timeout" => RequestOutcome::Timeout,
             _ => return Err(format!("unknown outcome `{s}`")),
         })
     }
@@ -100,7 +105,7 @@ pub struct RequestRecord {
     pub bytes_received: u64,
     /// HTTP status of the last attempt's response, if one arrived.
     pub status: Option<u16>,
-    pub outcome: Outcome,
+    pub outcome: RequestOutcome,
     /// Attempts made (1 + retries); 0 when the request was never sent.
     pub attempts: u32,
     /// When the request was due to be sent.
@@ -307,7 +312,7 @@ mod tests {
             size_bytes: 1000,
             bytes_received: 1000,
             status: Some(200),
-            outcome: Outcome::Ok,
+            outcome: RequestOutcome::Ok,
             attempts: 1,
             scheduled_s: 0.1,
             start_s: 0.1000016,
@@ -324,7 +329,7 @@ mod tests {
         let mut w = RecordWriter::create(&path).unwrap();
         w.write(&sample(0)).unwrap();
         let mut failed = sample(1);
-        failed.outcome = Outcome::Failed;
+        failed.outcome = RequestOutcome::Failed;
         failed.status = None;
         failed.connected_s = None;
         failed.first_byte_s = None;
@@ -343,7 +348,7 @@ mod tests {
         let back: Vec<_> = read_records(&path).unwrap().collect::<Result<_, _>>().unwrap();
         assert_eq!(back.len(), 2);
         assert_eq!(back[0].done_s, Some(1.234568));
-        assert_eq!(back[1].outcome, Outcome::Failed);
+        assert_eq!(back[1].outcome, RequestOutcome::Failed);
         assert_eq!(back[1].status, None);
         assert_eq!(back[1].done_s, None);
     }

@@ -157,199 +157,210 @@ async fn copy_table(
 pub async fn generate(client: &mut Client, scale: Scale, seed: u64) -> Result<Loaded> {
     schema::create_tables(client).await?;
     let mut loaded = Loaded::default();
-    let s = scale;
-
-    let n = copy_table(client, "country", s.countries(), |id, b| {
-        let mut rng = row_rng(seed, T_COUNTRY, id);
-        let name = words::COUNTRIES[(id - 1) as usize];
-        let exchange = rng.gen_range(0.01..100.0f64);
-        let _ = writeln!(b, "{id}\t{name}\t{exchange:.6}\tCurrency{id}");
-    })
-    .await?;
+    let s = &scale;
+    let n = copy_table(client, "country", s.countries(), |id, b| country_row(seed, id, b)).await?;
     loaded.rows.push(("country", n));
-
-    let n = copy_table(client, "author", s.authors(), |id, b| {
-        let mut rng = row_rng(seed, T_AUTHOR, id);
-        let fname = words::astring(&mut rng, 3, 20);
-        let lname = digsyl(u64::from(rng.gen_range(1..=s.authors().max(1))));
-        let lname = &lname[..lname.len().min(20)];
-        let mname = words::astring(&mut rng, 1, 20);
-        let dob = EPOCH_DAYS - rng.gen_range(365 * 20..365 * 120);
-        let bio = words::text(&mut rng, 125, 500);
-        let _ = writeln!(b, "{id}\t{fname}\t{lname}\t{mname}\t{}\t{bio}", words::date_string(dob));
-    })
-    .await?;
+    let n = copy_table(client, "author", s.authors(), |id, b| author_row(seed, s, id, b)).await?;
     loaded.rows.push(("author", n));
-
-    let n = copy_table(client, "address", s.addresses(), |id, b| {
-        let mut rng = row_rng(seed, T_ADDRESS, id);
-        let street1 = words::astring(&mut rng, 15, 40);
-        let street2 = words::astring(&mut rng, 15, 40);
-        let city = words::astring(&mut rng, 4, 30);
-        let state = words::astring(&mut rng, 2, 20);
-        let zip = words::astring(&mut rng, 5, 10);
-        let country = rng.gen_range(1..=s.countries());
-        let _ = writeln!(b, "{id}\t{street1}\t{street2}\t{city}\t{state}\t{zip}\t{country}");
-    })
-    .await?;
+    let n = copy_table(client, "address", s.addresses(), |id, b| address_row(seed, s, id, b)).await?;
     loaded.rows.push(("address", n));
-
-    let n = copy_table(client, "customer", s.customers, |id, b| {
-        let mut rng = row_rng(seed, T_CUSTOMER, id);
-        let uname = digsyl(u64::from(id));
-        let passwd = uname.to_lowercase();
-        let fname = words::astring(&mut rng, 8, 15);
-        let lname = words::astring(&mut rng, 8, 15);
-        let addr = rng.gen_range(1..=s.addresses());
-        let phone_len = rng.gen_range(9..=16);
-        let phone = words::nstring(&mut rng, phone_len);
-        let since = EPOCH_DAYS - rng.gen_range(1..=730);
-        let last_login = (since + rng.gen_range(0..=60)).min(EPOCH_DAYS);
-        let login_s = EPOCH_DAYS * 86_400;
-        let discount = rng.gen_range(0..=50);
-        let ytd = rng.gen_range(0..=99_999);
-        let birth = EPOCH_DAYS - rng.gen_range(365 * 18..365 * 100);
-        let data = words::text(&mut rng, 100, 500);
-        let _ = writeln!(
-            b,
-            "{id}\t{uname}\t{passwd}\t{fname}\t{lname}\t{addr}\t{phone}\t{uname}@{fname}.com\t{}\t{}\t{}\t{}\t0.{discount:02}\t0.00\t{}\t{}\t{data}",
-            words::date_string(since),
-            words::date_string(last_login),
-            words::timestamp_string(login_s),
-            words::timestamp_string(login_s + 7_200),
-            money(ytd),
-            words::date_string(birth),
-        );
-    })
-    .await?;
+    let n = copy_table(client, "customer", s.customers, |id, b| customer_row(seed, s, id, b)).await?;
     loaded.rows.push(("customer", n));
-
+    // Scratch for an item's related items and an order's distinct items.
     let mut related: Vec<u32> = Vec::with_capacity(5);
-    let n = copy_table(client, "item", s.items, |id, b| {
-        let mut rng = row_rng(seed, T_ITEM, id);
-        // TPC-W: the first items/4 items each get their own author, the rest
-        // a random one, so every author has written at least one book.
-        let author = if id <= s.authors() { id } else { rng.gen_range(1..=s.authors()) };
-        let title = format!(
-            "{} {}",
-            digsyl(u64::from(rng.gen_range(1..=s.items))),
-            words::astring(&mut rng, 4, 40)
-        );
-        let pub_date = EPOCH_DAYS - rng.gen_range(1..=365 * 75);
-        let publisher = words::astring(&mut rng, 14, 60);
-        let subject = words::SUBJECTS.choose(&mut rng).copied().unwrap_or("ARTS");
-        let desc = words::text(&mut rng, 100, 500);
-        related.clear();
-        while related.len() < 5 {
-            let r = rng.gen_range(1..=s.items);
-            if r != id && !related.contains(&r) {
-                related.push(r);
-            }
-        }
-        let srp = rng.gen_range(100..=999_999);
-        let cost = srp - srp * rng.gen_range(0..=50) / 100;
-        let avail = pub_date + rng.gen_range(1..=30);
-        let stock = rng.gen_range(10..=30);
-        let isbn = words::astring(&mut rng, 13, 13);
-        let pages = rng.gen_range(20..=9_999);
-        let backing = words::BACKINGS.choose(&mut rng).copied().unwrap_or("PAPERBACK");
-        let dims = format!(
-            "{:.2}x{:.2}x{:.2}",
-            rng.gen_range(1.0..99.99f64),
-            rng.gen_range(1.0..99.99f64),
-            rng.gen_range(1.0..99.99f64)
-        );
-        let _ = writeln!(
-            b,
-            "{id}\t{title}\t{author}\t{}\t{publisher}\t{subject}\t{desc}\t{}\t{}\t{}\t{}\t{}\timg{}/thumb_{id}.gif\timg{}/image_{id}.gif\t{}\t{}\t{}\t{stock}\t{isbn}\t{pages}\t{backing}\t{dims}",
-            words::date_string(pub_date),
-            related[0],
-            related[1],
-            related[2],
-            related[3],
-            related[4],
-            id % 100,
-            id % 100,
-            money(srp),
-            money(cost),
-            words::date_string(avail),
-        );
-    })
-    .await?;
+    let n = copy_table(client, "item", s.items, |id, b| item_row(seed, s, id, &mut related, b)).await?;
     loaded.rows.push(("item", n));
-
-    let n = copy_table(client, "orders", s.orders(), |id, b| {
-        let f = order_facts(seed, &s, id);
-        let mut rng = row_rng(seed, T_ORDER, id ^ 0x8000_0000);
-        let ship_type = words::SHIP_TYPES.choose(&mut rng).copied().unwrap_or("AIR");
-        let ship_s = f.date_s + rng.gen_range(0..=7 * 86_400);
-        let bill = rng.gen_range(1..=s.addresses());
-        let ship = rng.gen_range(1..=s.addresses());
-        let status = words::ORDER_STATUS.choose(&mut rng).copied().unwrap_or("PENDING");
-        let _ = writeln!(
-            b,
-            "{id}\t{}\t{}\t{}\t{}\t{}\t{ship_type}\t{}\t{bill}\t{ship}\t{status}",
-            f.customer,
-            words::timestamp_string(f.date_s),
-            money(f.sub_total_cents),
-            money(f.tax_cents),
-            money(f.total_cents),
-            words::timestamp_string(ship_s),
-        );
-    })
-    .await?;
+    let n = copy_table(client, "orders", s.orders(), |id, b| orders_row(seed, s, id, b)).await?;
     loaded.rows.push(("orders", n));
 
     let mut lines_total = 0u64;
     let n_orders = s.orders();
     let sink_rows = copy_table(client, "order_line", n_orders, |o_id, b| {
-        let f = order_facts(seed, &s, o_id);
-        let mut rng = row_rng(seed, T_ORDER_LINE, o_id);
-        related.clear();
-        for ol_id in 1..=f.lines {
-            // Distinct items within an order, as a real cart would have.
-            let item = loop {
-                let i = rng.gen_range(1..=s.items);
-                if !related.contains(&i) {
-                    break i;
-                }
-            };
-            related.push(item);
-            let qty = rng.gen_range(1..=300);
-            let discount = rng.gen_range(0..=3);
-            let comments = words::text(&mut rng, 20, 100);
-            let _ = writeln!(b, "{ol_id}\t{o_id}\t{item}\t{qty}\t0.{discount:02}\t{comments}");
-            lines_total += 1;
-        }
+        lines_total += order_line_rows(seed, s, o_id, &mut related, b);
     })
     .await?;
     debug_assert_eq!(sink_rows, lines_total);
     loaded.rows.push(("order_line", sink_rows));
 
-    let n2 = copy_table(client, "cc_xacts", n_orders, |o_id, b| {
-        let f = order_facts(seed, &s, o_id);
-        let mut rng = row_rng(seed, T_CC, o_id);
-        let cc_type = words::CC_TYPES.choose(&mut rng).copied().unwrap_or("VISA");
-        let num = words::nstring(&mut rng, 16);
-        let name = format!("{} {}", words::astring(&mut rng, 5, 15), words::astring(&mut rng, 5, 15));
-        let expire = EPOCH_DAYS + rng.gen_range(10..=730);
-        let auth = words::astring(&mut rng, 15, 15);
-        let country = rng.gen_range(1..=s.countries());
-        let _ = writeln!(
-            b,
-            "{o_id}\t{cc_type}\t{num}\t{name}\t{}\t{auth}\t{}\t{}\t{country}",
-            words::date_string(expire),
-            money(f.total_cents),
-            words::timestamp_string(f.date_s + rng.gen_range(0..=3_600)),
-        );
-    })
-    .await?;
+    let n2 = copy_table(client, "cc_xacts", n_orders, |o_id, b| cc_xacts_row(seed, s, o_id, b)).await?;
     loaded.rows.push(("cc_xacts", n2));
     loaded.rows.push(("shopping_cart", 0));
     loaded.rows.push(("shopping_cart_line", 0));
 
     schema::finish(client).await?;
     Ok(loaded)
+}
+
+/// COUNTRY row `id` (a COPY text line appended to `b`).
+fn country_row(seed: u64, id: u32, b: &mut String) {
+    let mut rng = row_rng(seed, T_COUNTRY, id);
+    let name = words::COUNTRIES[(id - 1) as usize];
+    let exchange = rng.gen_range(0.01..100.0f64);
+    let _ = writeln!(b, "{id}\t{name}\t{exchange:.6}\tCurrency{id}");
+}
+
+/// AUTHOR row `id`.
+fn author_row(seed: u64, s: &Scale, id: u32, b: &mut String) {
+    let mut rng = row_rng(seed, T_AUTHOR, id);
+    let fname = words::astring(&mut rng, 3, 20);
+    let lname = digsyl(u64::from(rng.gen_range(1..=s.authors().max(1))));
+    let lname = &lname[..lname.len().min(20)];
+    let mname = words::astring(&mut rng, 1, 20);
+    let dob = EPOCH_DAYS - rng.gen_range(365 * 20..365 * 120);
+    let bio = words::text(&mut rng, 125, 500);
+    let _ = writeln!(b, "{id}\t{fname}\t{lname}\t{mname}\t{}\t{bio}", words::date_string(dob));
+}
+
+/// ADDRESS row `id`.
+fn address_row(seed: u64, s: &Scale, id: u32, b: &mut String) {
+    let mut rng = row_rng(seed, T_ADDRESS, id);
+    let street1 = words::astring(&mut rng, 15, 40);
+    let street2 = words::astring(&mut rng, 15, 40);
+    let city = words::astring(&mut rng, 4, 30);
+    let state = words::astring(&mut rng, 2, 20);
+    let zip = words::astring(&mut rng, 5, 10);
+    let country = rng.gen_range(1..=s.countries());
+    let _ = writeln!(b, "{id}\t{street1}\t{street2}\t{city}\t{state}\t{zip}\t{country}");
+}
+
+/// CUSTOMER row `id`.
+fn customer_row(seed: u64, s: &Scale, id: u32, b: &mut String) {
+    let mut rng = row_rng(seed, T_CUSTOMER, id);
+    let uname = digsyl(u64::from(id));
+    let passwd = uname.to_lowercase();
+    let fname = words::astring(&mut rng, 8, 15);
+    let lname = words::astring(&mut rng, 8, 15);
+    let addr = rng.gen_range(1..=s.addresses());
+    let phone_len = rng.gen_range(9..=16);
+    let phone = words::nstring(&mut rng, phone_len);
+    let since = EPOCH_DAYS - rng.gen_range(1..=730);
+    let last_login = (since + rng.gen_range(0..=60)).min(EPOCH_DAYS);
+    let login_s = EPOCH_DAYS * 86_400;
+    let discount = rng.gen_range(0..=50);
+    let ytd = rng.gen_range(0..=99_999);
+    let birth = EPOCH_DAYS - rng.gen_range(365 * 18..365 * 100);
+    let data = words::text(&mut rng, 100, 500);
+    let _ = writeln!(
+        b,
+        "{id}\t{uname}\t{passwd}\t{fname}\t{lname}\t{addr}\t{phone}\t{uname}@{fname}.com\t{}\t{}\t{}\t{}\t0.{discount:02}\t0.00\t{}\t{}\t{data}",
+        words::date_string(since),
+        words::date_string(last_login),
+        words::timestamp_string(login_s),
+        words::timestamp_string(login_s + 7_200),
+        money(ytd),
+        words::date_string(birth),
+    );
+}
+
+/// ITEM row `id`; `related` is scratch for its five related items.
+fn item_row(seed: u64, s: &Scale, id: u32, related: &mut Vec<u32>, b: &mut String) {
+    let mut rng = row_rng(seed, T_ITEM, id);
+    // TPC-W: the first items/4 items each get their own author, the rest
+    // a random one, so every author has written at least one book.
+    let author = if id <= s.authors() { id } else { rng.gen_range(1..=s.authors()) };
+    let title = format!("{} {}", digsyl(u64::from(rng.gen_range(1..=s.items))), words::astring(&mut rng, 4, 40));
+    let pub_date = EPOCH_DAYS - rng.gen_range(1..=365 * 75);
+    let publisher = words::astring(&mut rng, 14, 60);
+    let subject = words::SUBJECTS.choose(&mut rng).copied().unwrap_or("ARTS");
+    let desc = words::text(&mut rng, 100, 500);
+    related.clear();
+    while related.len() < 5 {
+        let r = rng.gen_range(1..=s.items);
+        if r != id && !related.contains(&r) {
+            related.push(r);
+        }
+    }
+    let srp = rng.gen_range(100..=999_999);
+    let cost = srp - srp * rng.gen_range(0..=50) / 100;
+    let avail = pub_date + rng.gen_range(1..=30);
+    let stock = rng.gen_range(10..=30);
+    let isbn = words::astring(&mut rng, 13, 13);
+    let pages = rng.gen_range(20..=9_999);
+    let backing = words::BACKINGS.choose(&mut rng).copied().unwrap_or("PAPERBACK");
+    let dims = format!(
+        "{:.2}x{:.2}x{:.2}",
+        rng.gen_range(1.0..99.99f64),
+        rng.gen_range(1.0..99.99f64),
+        rng.gen_range(1.0..99.99f64)
+    );
+    let _ = writeln!(
+        b,
+        "{id}\t{title}\t{author}\t{}\t{publisher}\t{subject}\t{desc}\t{}\t{}\t{}\t{}\t{}\timg{}/thumb_{id}.gif\timg{}/image_{id}.gif\t{}\t{}\t{}\t{stock}\t{isbn}\t{pages}\t{backing}\t{dims}",
+        words::date_string(pub_date),
+        related[0],
+        related[1],
+        related[2],
+        related[3],
+        related[4],
+        id % 100,
+        id % 100,
+        money(srp),
+        money(cost),
+        words::date_string(avail),
+    );
+}
+
+/// ORDERS row `id`.
+fn orders_row(seed: u64, s: &Scale, id: u32, b: &mut String) {
+    let f = order_facts(seed, s, id);
+    let mut rng = row_rng(seed, T_ORDER, id ^ 0x8000_0000);
+    let ship_type = words::SHIP_TYPES.choose(&mut rng).copied().unwrap_or("AIR");
+    let ship_s = f.date_s + rng.gen_range(0..=7 * 86_400);
+    let bill = rng.gen_range(1..=s.addresses());
+    let ship = rng.gen_range(1..=s.addresses());
+    let status = words::ORDER_STATUS.choose(&mut rng).copied().unwrap_or("PENDING");
+    let _ = writeln!(
+        b,
+        "{id}\t{}\t{}\t{}\t{}\t{}\t{ship_type}\t{}\t{bill}\t{ship}\t{status}",
+        f.customer,
+        words::timestamp_string(f.date_s),
+        money(f.sub_total_cents),
+        money(f.tax_cents),
+        money(f.total_cents),
+        words::timestamp_string(ship_s),
+    );
+}
+
+/// The ORDER_LINE rows of order `o_id`; `related` is scratch for the
+/// order's distinct items. Returns how many lines it wrote.
+fn order_line_rows(seed: u64, s: &Scale, o_id: u32, related: &mut Vec<u32>, b: &mut String) -> u64 {
+    let f = order_facts(seed, s, o_id);
+    let mut rng = row_rng(seed, T_ORDER_LINE, o_id);
+    related.clear();
+    for ol_id in 1..=f.lines {
+        // Distinct items within an order, as a real cart would have.
+        let item = loop {
+            let i = rng.gen_range(1..=s.items);
+            if !related.contains(&i) {
+                break i;
+            }
+        };
+        related.push(item);
+        let qty = rng.gen_range(1..=300);
+        let discount = rng.gen_range(0..=3);
+        let comments = words::text(&mut rng, 20, 100);
+        let _ = writeln!(b, "{ol_id}\t{o_id}\t{item}\t{qty}\t0.{discount:02}\t{comments}");
+    }
+    u64::from(f.lines)
+}
+
+/// CC_XACTS row of order `o_id`.
+fn cc_xacts_row(seed: u64, s: &Scale, o_id: u32, b: &mut String) {
+    let f = order_facts(seed, s, o_id);
+    let mut rng = row_rng(seed, T_CC, o_id);
+    let cc_type = words::CC_TYPES.choose(&mut rng).copied().unwrap_or("VISA");
+    let num = words::nstring(&mut rng, 16);
+    let name = format!("{} {}", words::astring(&mut rng, 5, 15), words::astring(&mut rng, 5, 15));
+    let expire = EPOCH_DAYS + rng.gen_range(10..=730);
+    let auth = words::astring(&mut rng, 15, 15);
+    let country = rng.gen_range(1..=s.countries());
+    let _ = writeln!(
+        b,
+        "{o_id}\t{cc_type}\t{num}\t{name}\t{}\t{auth}\t{}\t{}\t{country}",
+        words::date_string(expire),
+        money(f.total_cents),
+        words::timestamp_string(f.date_s + rng.gen_range(0..=3_600)),
+    );
 }
 
 /// Opens one plain connection (no TLS: the database is on loopback) and

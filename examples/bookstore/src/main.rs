@@ -180,37 +180,7 @@ async fn run(cmd: Cmd) -> Result<()> {
             Ok(())
         }
         Cmd::Costs { db, rounds, budget_s, paper, json, seed, best_sellers_repeat } => {
-            if !(budget_s.is_finite() && budget_s > 0.0) {
-                return Err(Error::Config(format!("--budget-s must be positive, got {budget_s}")));
-            }
-            let paper_rows = match &paper {
-                Some(p) => costs::read_paper_table(p)?,
-                None => costs::parse_paper_table(costs::PAPER_TABLE1_CSV, "vendored Table 1")?,
-            };
-            let pool = db::pool(&db, 2, Duration::from_secs(30))?;
-            let store = Store::open_with(pool, seed, best_sellers_repeat).await?;
-            let measured = costs::measure(&store, rounds, Duration::from_secs_f64(budget_s)).await?;
-            let rows = costs::compare(&measured, &paper_rows);
-            println!(
-                "# no-load cost per interaction: ours ({} items, {} customers, PostgreSQL, {} samples each) vs the paper's Table 1 (MySQL, 10,000 items)",
-                store.items(),
-                store.customers(),
-                measured.first().map(|m| m.samples).unwrap_or(0)
-            );
-            print!("{}", costs::render(&rows));
-            if let Some(path) = json {
-                let doc = serde_json::json!({
-                    "items": store.items(),
-                    "customers": store.customers(),
-                    "measured": measured,
-                    "comparison": rows,
-                });
-                let text = serde_json::to_string_pretty(&doc).map_err(|e| Error::Config(format!("json: {e}")))?;
-                let tmp = path.with_extension("json.tmp");
-                std::fs::write(&tmp, text + "\n").map_err(Error::io(tmp.display()))?;
-                std::fs::rename(&tmp, &path).map_err(Error::io(path.display()))?;
-            }
-            Ok(())
+            costs_cmd(&db, rounds, budget_s, paper, json, seed, best_sellers_repeat).await
         }
         Cmd::Routes => {
             println!("code,interaction,path");
@@ -220,6 +190,50 @@ async fn run(cmd: Cmd) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `bookstore costs`: measures each interaction's no-load cost, prints it
+/// beside the paper's Table 1, and writes the JSON when asked.
+async fn costs_cmd(
+    db: &str,
+    rounds: usize,
+    budget_s: f64,
+    paper: Option<PathBuf>,
+    json: Option<PathBuf>,
+    seed: u64,
+    best_sellers_repeat: u32,
+) -> Result<()> {
+    if !(budget_s.is_finite() && budget_s > 0.0) {
+        return Err(Error::Config(format!("--budget-s must be positive, got {budget_s}")));
+    }
+    let paper_rows = match &paper {
+        Some(p) => costs::read_paper_table(p)?,
+        None => costs::parse_paper_table(costs::PAPER_TABLE1_CSV, "vendored Table 1")?,
+    };
+    let pool = db::pool(db, 2, Duration::from_secs(30))?;
+    let store = Store::open_with(pool, seed, best_sellers_repeat).await?;
+    let measured = costs::measure(&store, rounds, Duration::from_secs_f64(budget_s)).await?;
+    let rows = costs::compare(&measured, &paper_rows);
+    println!(
+        "# no-load cost per interaction: ours ({} items, {} customers, PostgreSQL, {} samples each) vs the paper's Table 1 (MySQL, 10,000 items)",
+        store.items(),
+        store.customers(),
+        measured.first().map(|m| m.samples).unwrap_or(0)
+    );
+    print!("{}", costs::render(&rows));
+    if let Some(path) = json {
+        let doc = serde_json::json!({
+            "items": store.items(),
+            "customers": store.customers(),
+            "measured": measured,
+            "comparison": rows,
+        });
+        let text = serde_json::to_string_pretty(&doc).map_err(|e| Error::Config(format!("json: {e}")))?;
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, text + "\n").map_err(Error::io(tmp.display()))?;
+        std::fs::rename(&tmp, &path).map_err(Error::io(path.display()))?;
+    }
+    Ok(())
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -1,0 +1,253 @@
+//! The collector thread: writes each finished request's row to
+//! `requests.csv`, keeps the run's histograms and counters, writes the
+//! per-second HDR interval log (`response-times.hlog`) and the progress line.
+
+use super::config::Config;
+use super::sys::set_realtime;
+use super::worker::Msg;
+use super::LoadError;
+use crate::record::{RecordWriter, RequestOutcome};
+use hdrhistogram::serialization::interval_log::IntervalLogWriterBuilder;
+use hdrhistogram::serialization::V2DeflateSerializer;
+use hdrhistogram::Histogram;
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+/// How often the collector looks for new rows when the queue is empty.
+const COLLECT_POLL: Duration = Duration::from_millis(2);
+/// Histogram range: 1 µs to 1 hour, 3 significant digits.
+const HIST_MAX_US: u64 = 3_600_000_000;
+
+/// What the collector gathered.
+pub(super) struct Collected {
+    pub(super) rows: u64,
+    pub(super) by_outcome: BTreeMap<RequestOutcome, u64>,
+    pub(super) failures: BTreeMap<String, u64>,
+    pub(super) not_sent: u64,
+    pub(super) retries: u64,
+    pub(super) requested_bytes_sent: u64,
+    pub(super) bytes_received: u64,
+    pub(super) wire_bytes: u64,
+    pub(super) first_start_s: Option<f64>,
+    pub(super) last_start_s: f64,
+    pub(super) last_done_s: f64,
+    pub(super) resp_sched: Histogram<u64>,
+    pub(super) resp_start: Histogram<u64>,
+    pub(super) lateness: Histogram<u64>,
+    pub(super) dispatch: Histogram<u64>,
+    pub(super) handoff: Histogram<u64>,
+    pub(super) send: Histogram<u64>,
+    pub(super) resp_sched_sum_us: f64,
+    pub(super) resp_start_sum_us: f64,
+}
+
+/// An empty histogram over the collector's range.
+pub(super) fn hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HIST_MAX_US, 3).expect("valid histogram bounds")
+}
+
+fn us(s: f64) -> u64 {
+    ((s * 1e6).round() as u64).clamp(1, HIST_MAX_US)
+}
+
+impl Collected {
+    fn new() -> Collected {
+        Collected {
+            rows: 0,
+            by_outcome: BTreeMap::new(),
+            failures: BTreeMap::new(),
+            not_sent: 0,
+            retries: 0,
+            requested_bytes_sent: 0,
+            bytes_received: 0,
+            wire_bytes: 0,
+            first_start_s: None,
+            last_start_s: 0.0,
+            last_done_s: 0.0,
+            resp_sched: hist(),
+            resp_start: hist(),
+            lateness: hist(),
+            dispatch: hist(),
+            handoff: hist(),
+            send: hist(),
+            resp_sched_sum_us: 0.0,
+            resp_start_sum_us: 0.0,
+        }
+    }
+
+    /// Counts one row; returns its response time from the scheduled send
+    /// (µs) if it has one, for the interval log.
+    fn add(&mut self, m: &Msg) -> Option<u64> {
+        let r = &m.rec;
+        self.rows += 1;
+        *self.by_outcome.entry(r.outcome).or_insert(0) += 1;
+        if let Some(reason) = m.fail_reason {
+            *self.failures.entry(reason.to_string()).or_insert(0) += 1;
+        }
+        if r.attempts == 0 {
+            self.not_sent += 1;
+        } else {
+            self.retries += u64::from(r.attempts - 1);
+            self.requested_bytes_sent += r.size_bytes;
+            self.first_start_s = Some(self.first_start_s.map_or(r.start_s, |f| f.min(r.start_s)));
+            self.last_start_s = self.last_start_s.max(r.start_s);
+        }
+        self.bytes_received += r.bytes_received;
+        self.wire_bytes += m.wire_bytes;
+        if let Some(d) = r.done_s {
+            self.last_done_s = self.last_done_s.max(d);
+        }
+        let mut from_scheduled_us = None;
+        if let (Some(a), Some(b)) = (r.response_from_scheduled_s(), r.response_from_start_s()) {
+            let (a, b) = (us(a), us(b));
+            self.resp_sched.saturating_record(a);
+            self.resp_start.saturating_record(b);
+            from_scheduled_us = Some(a);
+            self.resp_sched_sum_us += a as f64;
+            self.resp_start_sum_us += b as f64;
+        }
+        if let Some(l) = m.lateness_us {
+            self.lateness.saturating_record(l.clamp(1, HIST_MAX_US));
+        }
+        if let Some(t) = m.timing {
+            self.dispatch.saturating_record(t.dispatch_us);
+            self.handoff.saturating_record(t.handoff_us);
+            if let Some(s) = t.send_us {
+                self.send.saturating_record(s);
+            }
+        }
+        from_scheduled_us
+    }
+
+    /// The progress line on stderr (overwritten in place each second).
+    fn print_progress(&self, elapsed: Duration, rows_last_second: u64, in_flight: usize) {
+        let lp99 = self.lateness.value_at_quantile(0.99) as f64 / 1000.0;
+        let mut err = std::io::stderr().lock();
+        let _ = write!(
+            err,
+            "\r[{:7.1}s] done {:>9} ({:>7}/s)  in flight {:>6}  not ok {:>7}  lateness p99 {:6.3} ms ",
+            elapsed.as_secs_f64(),
+            self.rows,
+            rows_last_second,
+            in_flight,
+            self.rows - self.by_outcome.get(&RequestOutcome::Ok).copied().unwrap_or(0),
+            lp99
+        );
+        let _ = err.flush();
+    }
+}
+
+/// Starts the collector thread on `rx`; it ends when every sender is gone.
+pub(super) fn spawn_collector(
+    cfg: &Config,
+    rx: mpsc::Receiver<Msg>,
+    writer: RecordWriter,
+    run_start: Instant,
+    in_flight: Arc<AtomicUsize>,
+) -> Result<JoinHandle<Result<Collected, LoadError>>, LoadError> {
+    let hlog = cfg.out_dir.join("response-times.hlog");
+    let progress = cfg.progress && std::io::stderr().is_terminal();
+    let realtime = cfg.realtime;
+    std::thread::Builder::new()
+        .name("collector".into())
+        .spawn(move || {
+            if realtime {
+                // The collector inherits SCHED_FIFO from this thread, but
+                // must not have it: a sender preempted on the collector's
+                // CPU between claiming a channel slot and filling it
+                // (the spinning dispatcher is SCHED_OTHER) leaves the
+                // collector's try_recv spinning on that slot, and a FIFO
+                // thread yields to no SCHED_OTHER one: it spun until RT
+                // throttling stopped it, ~950 ms (measured with perf
+                // sched: every request of that second ~1 s late).
+                let _ = set_realtime(false);
+            }
+            collect(rx, writer, &hlog, run_start, in_flight, progress)
+        })
+        .map_err(|source| LoadError::Io { path: "collector thread".into(), source })
+}
+
+/// The collector's loop: rows until every sender is gone, an interval of the
+/// HDR log (and the progress line) each second; the log is written to a
+/// temporary file and renamed into place at the end.
+fn collect(
+    rx: mpsc::Receiver<Msg>,
+    mut writer: RecordWriter,
+    hlog_path: &Path,
+    run_start: Instant,
+    in_flight: Arc<AtomicUsize>,
+    progress: bool,
+) -> Result<Collected, LoadError> {
+    let mut c = Collected::new();
+    let io = |source| LoadError::Io { path: hlog_path.to_path_buf(), source };
+    let mut tmp = hlog_path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let file = std::fs::File::create(&tmp).map_err(io)?;
+    let mut hlog_out = std::io::BufWriter::new(file);
+    let mut serializer = V2DeflateSerializer::new();
+    let base = SystemTime::now() + run_start.saturating_duration_since(Instant::now());
+    let mut log = IntervalLogWriterBuilder::new()
+        .add_comment("shortfirst load: response time from scheduled send, microseconds")
+        .with_start_time(base)
+        .with_base_time(base)
+        .begin_log_with(&mut hlog_out, &mut serializer)
+        .map_err(io)?;
+    let mut interval = hist();
+    let mut interval_start = Duration::ZERO;
+    let tick = Duration::from_secs(1);
+    let mut next_tick = run_start + tick;
+    let mut last_rows = 0u64;
+    loop {
+        // Poll rather than block: a blocked receiver costs the sender a
+        // futex wake-up per row; polling every COLLECT_POLL costs nothing per
+        // row and the queue absorbs the rows in between.
+        let msg = match rx.try_recv() {
+            Ok(m) => Some(m),
+            Err(mpsc::TryRecvError::Empty) => {
+                let to_tick = next_tick.saturating_duration_since(Instant::now());
+                std::thread::sleep(COLLECT_POLL.min(to_tick));
+                None
+            }
+            Err(mpsc::TryRecvError::Disconnected) => break,
+        };
+        if let Some(m) = msg {
+            writer.write(&m.rec)?;
+            if let Some(a) = c.add(&m) {
+                interval.saturating_record(a);
+            }
+        }
+        let now = Instant::now();
+        if now >= next_tick {
+            let end = next_tick.saturating_duration_since(run_start);
+            log.write_histogram(&interval, interval_start, end.saturating_sub(interval_start), None)
+                .map_err(|e| io(std::io::Error::other(format!("{e:?}"))))?;
+            interval.reset();
+            interval_start = end;
+            next_tick += tick;
+            if progress {
+                c.print_progress(end, c.rows - last_rows, in_flight.load(Ordering::Relaxed));
+            }
+            last_rows = c.rows;
+        }
+    }
+    let end = Instant::now().saturating_duration_since(run_start);
+    if !interval.is_empty() {
+        log.write_histogram(&interval, interval_start, end.saturating_sub(interval_start), None)
+            .map_err(|e| io(std::io::Error::other(format!("{e:?}"))))?;
+    }
+    drop(log);
+    let f = hlog_out.into_inner().map_err(|e| io(e.into_error()))?;
+    f.sync_all().map_err(io)?;
+    std::fs::rename(&tmp, hlog_path).map_err(io)?;
+    if progress {
+        eprintln!();
+    }
+    writer.finish()?;
+    Ok(c)
+}
