@@ -26,10 +26,19 @@ pub struct Args {
     /// Override the config's seed.
     #[arg(long)]
     seed: Option<u64>,
+    /// Run under SCHED_FIFO (priority 20; root or CAP_SYS_NICE), so releases
+    /// are not late on a busy machine. The emulator sleeps between packets,
+    /// so it takes only the CPU its packets need.
+    #[arg(long)]
+    realtime: bool,
     /// Check the config, print the resolved delay lines as JSON, and exit.
     #[arg(long)]
     check: bool,
 }
+
+/// Above the load generator's (`shortfirst load --realtime`), so that the
+/// path's delay is kept even while the generator is busy.
+const REALTIME_PRIORITY: i32 = 20;
 
 fn seconds_to_ns(what: &str, s: Option<f64>) -> anyhow::Result<Option<u64>> {
     match s {
@@ -52,6 +61,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         stats_path: args.stats,
         stats_interval_ns: seconds_to_ns("stats-interval-s", args.stats_interval_s)?,
         duration_ns: seconds_to_ns("duration-s", args.duration_s)?,
+        realtime_priority: args.realtime.then_some(REALTIME_PRIORITY),
     };
     shortfirst_netem::run(&config, &opts).with_context(|| format!("netem with {}", args.config.display()))?;
     Ok(())

@@ -44,6 +44,8 @@ pub struct Options {
     pub stats_interval_ns: Option<u64>,
     /// Stop by itself after this long (tests, benchmarks); None: until a signal.
     pub duration_ns: Option<u64>,
+    /// Run under SCHED_FIFO at this priority (needs root or CAP_SYS_NICE).
+    pub realtime_priority: Option<i32>,
 }
 
 /// The counters file.
@@ -54,6 +56,8 @@ struct StatsFile<'a> {
     seed: u64,
     jitter_mode: crate::line::JitterMode,
     txqueuelen: u32,
+    /// SCHED_FIFO priority, if the emulator ran under it.
+    realtime_priority: Option<i32>,
     /// False while running (SIGUSR1, periodic), true for the exit snapshot.
     complete: bool,
     elapsed_s: f64,
@@ -93,6 +97,9 @@ pub fn run(config: &Config, opts: &Options) -> Result<Report, DriverError> {
     let signals = Signals::new().map_err(|source| DriverError::Sys { what: "signalfd", source })?;
     let tun = sys::open_tun(&config.tun).map_err(tun_err("open /dev/net/tun + TUNSETIFF"))?;
     sys::set_txqueuelen_and_up(&config.tun, config.txqueuelen).map_err(tun_err("set txqueuelen and up"))?;
+    if let Some(priority) = opts.realtime_priority {
+        sys::set_sched_fifo(priority).map_err(|source| DriverError::Sys { what: "SCHED_FIFO", source })?;
+    }
     sys::set_timer_slack_ns(TIMER_SLACK_NS).map_err(|source| DriverError::Sys { what: "PR_SET_TIMERSLACK", source })?;
     let mut d = Driver {
         tun,
@@ -217,6 +224,7 @@ impl Driver {
             seed: config.seed,
             jitter_mode: config.jitter_mode,
             txqueuelen: config.txqueuelen,
+            realtime_priority: opts.realtime_priority,
             complete,
             elapsed_s: (sys::monotonic_ns() - self.started_ns) as f64 / 1e9,
             cpu_user_s,

@@ -88,6 +88,15 @@ pub fn set_timer_slack_ns(ns: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// SCHED_FIFO at `priority` for this process: a packet's release then waits
+/// for no ordinary (CFS) task, however busy the machine.
+pub fn set_sched_fifo(priority: i32) -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: priority };
+    // SAFETY: pid 0 is this process; param is valid.
+    check(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) })?;
+    Ok(())
+}
+
 /// CLOCK_MONOTONIC in ns (never steps with NTP, unlike CLOCK_REALTIME).
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
