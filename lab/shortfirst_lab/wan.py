@@ -423,6 +423,17 @@ class WanPath:
         """Starts ``python -m shortfirst_lab.wanprobe ARGS`` in ``ns`` (stopped at close)."""
         return self.popen(ns, [sys.executable, "-m", "shortfirst_lab.wanprobe", *map(str, args)], **kw)
 
+    def wait_listening(self, ns: str, port: int, timeout_s: float = 10.0) -> None:
+        """Waits until a TCP socket listens on ``port`` in ``ns``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            out = _run(["ip", "netns", "exec", ns, "ss", "-Hltn", f"sport = :{port}"]).stdout
+            if out.strip():
+                return
+            if time.monotonic() > deadline:
+                raise TestbedError(f"nothing listens on port {port} in {ns} after {timeout_s} s")
+            time.sleep(0.05)
+
     def close(self) -> None:
         for proc in self._procs:
             if proc.poll() is None:

@@ -65,6 +65,8 @@ def path(tmp_path_factory):
         p.start_emulator(BIN, tmp_path_factory.mktemp("netem"), seed=7)
         p.probe_popen(p.server_ns, "accept-loop", ACCEPT_PORT)
         p.probe_popen(p.server_ns, "bulk-server", BULK_PORT, "reno")
+        for port in (ACCEPT_PORT, BULK_PORT):
+            p.wait_listening(p.server_ns, port)
         yield p
 
 
