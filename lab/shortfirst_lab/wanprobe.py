@@ -8,7 +8,9 @@ prints one JSON object on stdout.
 - ``connect-times HOST PORT SRC N PARALLEL GAP_S``: N TCP connects from
   source address SRC, PARALLEL at a time, each worker pausing GAP_S after
   each; connect() returns after SYN -> SYN-ACK, i.e. one round trip. Prints
-  ``{"rtt_ms": [...]}``.
+  ``{"rtt_ms": [...], "kernel_rtt_ms": [...]}``: the wall-clock connect time
+  (includes this process's wake-up) and the kernel's own SYN -> SYN-ACK
+  sample (``tcpi_rtt`` right after connect, taken in softirq on arrival).
 - ``bulk-server PORT CC``: per connection, read the seconds wanted, then send
   zeros that long with congestion control CC (``TCP_CONGESTION``).
 - ``bulk-client HOST PORT SRC SECONDS SKIP``: receive for SECONDS, print
@@ -28,6 +30,9 @@ import time
 
 #: Per-socket receive buffer for the UDP counter, so the receiver never drops.
 UDP_RCVBUF_BYTES = 8 << 20
+#: struct tcp_info: 8 bytes of u8 fields, then u32s; tcpi_rtt (µs) is the 16th.
+TCPI_RTT_OFFSET = 8 + 15 * 4
+TCP_INFO_BYTES = 104
 #: SO_RCVBUFFORCE (root may exceed net.core.rmem_max); Python's socket module lacks the name.
 SO_RCVBUFFORCE = 33
 
@@ -41,6 +46,7 @@ def accept_loop(port: int) -> None:
 
 def connect_times(host: str, port: int, src: str, n: int, parallel: int, gap_s: float) -> dict:
     results: list[float] = []
+    kernel: list[float] = []
     lock = threading.Lock()
     per = [n // parallel + (1 if i < n % parallel else 0) for i in range(parallel)]
 
@@ -52,9 +58,11 @@ def connect_times(host: str, port: int, src: str, n: int, parallel: int, gap_s: 
             t0 = time.perf_counter()
             s.connect((host, port))
             dt = time.perf_counter() - t0
+            info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_BYTES)
             s.close()
             with lock:
                 results.append(dt * 1e3)
+                kernel.append(int.from_bytes(info[TCPI_RTT_OFFSET : TCPI_RTT_OFFSET + 4], "little") / 1e3)
             time.sleep(gap_s)
 
     threads = [threading.Thread(target=worker, args=(k,)) for k in per]
@@ -62,7 +70,7 @@ def connect_times(host: str, port: int, src: str, n: int, parallel: int, gap_s: 
         t.start()
     for t in threads:
         t.join()
-    return {"rtt_ms": results}
+    return {"rtt_ms": results, "kernel_rtt_ms": kernel}
 
 
 def bulk_server(port: int, cc: str) -> None:
