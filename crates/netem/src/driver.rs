@@ -256,3 +256,20 @@ pub fn write_atomically<S: Serialize>(path: &Path, value: &S) -> io::Result<()> 
     std::fs::write(&tmp, &text)?;
     std::fs::rename(&tmp, path)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_file_is_replaced_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stats.json");
+        write_atomically(&path, &serde_json::json!({"a": 1})).unwrap();
+        write_atomically(&path, &serde_json::json!({"a": 2})).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(v["a"], 2);
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("stats.json")]);
+    }
+}
