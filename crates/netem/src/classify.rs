@@ -92,7 +92,7 @@ impl Classifier {
     pub fn new(groups: &[Vec<Ipv4Prefix>]) -> Classifier {
         let mut table: Vec<(Ipv4Prefix, usize)> =
             groups.iter().enumerate().flat_map(|(g, ps)| ps.iter().map(move |p| (*p, g))).collect();
-        table.sort_by(|a, b| b.0.len.cmp(&a.0.len));
+        table.sort_by_key(|(p, _)| std::cmp::Reverse(p.len));
         Classifier { table }
     }
 
