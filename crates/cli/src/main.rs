@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod gatekeeper;
 mod load;
+mod netem;
 mod serve;
 mod sim;
 mod uplink;
@@ -34,6 +35,8 @@ enum Command {
     Workload(workload::Args),
     /// Discrete-event simulator running the same policy code as the server.
     Sim(sim::Args),
+    /// User-space WAN emulator: per-client-group delay, jitter, loss, rate on a TUN.
+    Netem(netem::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -45,6 +48,7 @@ fn main() -> std::process::ExitCode {
         Command::Load(a) => load::run(a),
         Command::Workload(a) => workload::run(a),
         Command::Sim(a) => sim::run(a),
+        Command::Netem(a) => netem::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
