@@ -44,8 +44,8 @@ from tqdm import tqdm
 
 from . import models, report
 from .experiment import Experiment, RunSpec, load_experiment
-from .provenance import collect, utc_now, write_atomic, write_json
-from .testbed import parse_proc_pairs
+from .kit import parse_proc_pairs, utc_now, write_atomic, write_json
+from .kit import provenance as collect
 
 HEALTH_PERIOD_S = 1.0
 SERVER_START_TIMEOUT_S = 15.0

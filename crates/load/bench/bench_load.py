@@ -65,14 +65,18 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
-from benchlib import (  # noqa: E402
+from shortfirst_lab.kit import (
+    CLK_TCK,
     HALT_POLL,
     free_port,
     git_commit,
     halt_poll_ns,
+    load_argv,
     machine,
+    per_cpu_ticks,
+    process_cpu_s,
     read_halt_poll,
+    read_proc_stat,
     wait_port,
     write_json,
 )
@@ -126,21 +130,8 @@ def run_cpu(argv: list[str], timeout: float) -> tuple[subprocess.CompletedProces
 def cpu_times() -> dict[str, list[int]]:
     """Per CPU, from /proc/stat: idle and steal time in clock ticks. Steal is time the
     host did not run this (virtual) CPU although it had work."""
-    out: dict[str, list[int]] = {"idle": [], "steal": []}
-    with open("/proc/stat") as f:
-        for line in f:
-            parts = line.split()
-            if parts[0].startswith("cpu") and parts[0] != "cpu":
-                out["idle"].append(int(parts[4]))
-                out["steal"].append(int(parts[8]) if len(parts) > 8 else 0)
-    return out
-
-
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) process `pid` has used so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    per = per_cpu_ticks(read_proc_stat())
+    return {"idle": [per[c]["idle"] for c in sorted(per)], "steal": [per[c]["steal"] for c in sorted(per)]}
 
 
 def pin(cpu: int | None) -> list[str]:
@@ -184,29 +175,23 @@ def step(
     argv = [
         *pin(cpu),
         *(wrap or []),
-        binary,
-        "load",
-        "--target",
-        f"http://127.0.0.1:{port}",
-        "--trace",
-        str(trace),
-        "--out",
-        str(out),
-        # --speed, not --rate: --rate reads the whole trace first to learn its
-        # mean rate, which would add to the CPU measured per request.
-        "--speed",
-        str(rate / TRACE_REQ_PER_S),
-        "--duration",
-        str(seconds),
-        "--quiet",
-        "--timeout",
-        "10",
-        "--threads",
-        "1",
-        *REALTIME,
-        *extra,
+        *load_argv(
+            binary,
+            f"http://127.0.0.1:{port}",
+            trace=trace,
+            out=out,
+            # speed, not --rate: --rate reads the whole trace first to learn its
+            # mean rate, which would add to the CPU measured per request.
+            speed=rate / TRACE_REQ_PER_S,
+            duration_s=seconds,
+            timeout_s=10,
+            threads=1,
+            quiet=True,
+            realtime=bool(REALTIME),
+            extra=extra,
+        ),
     ]
-    tick_s = 1 / os.sysconf("SC_CLK_TCK")
+    tick_s = 1 / CLK_TCK
     t0, server0, wall0 = cpu_times(), process_cpu_s(SERVER[0].pid), time.monotonic()
     res, cpu_s, switches = run_cpu(argv, seconds + 60)
     t1, server1, wall1 = cpu_times(), process_cpu_s(SERVER[0].pid), time.monotonic()
@@ -306,18 +291,20 @@ def peak_rss(
     binary: str, port: int, trace: Path, out: Path, rate: int, requests: int, cpu: int | None
 ) -> dict:
     """Peak RSS (KiB) of one `shortfirst load` run of `requests` requests at `rate`/s."""
-    argv = [*pin(cpu), binary, "load", "--target", f"http://127.0.0.1:{port}", "--trace", str(trace)]
-    argv += [
-        "--out",
-        str(out),
-        "--speed",
-        str(rate / TRACE_REQ_PER_S),
-        "--quiet",
-        "--threads",
-        "1",
-        *REALTIME,
+    argv = [
+        *pin(cpu),
+        *load_argv(
+            binary,
+            f"http://127.0.0.1:{port}",
+            trace=trace,
+            out=out,
+            speed=rate / TRACE_REQ_PER_S,
+            duration_s=requests / rate,
+            threads=1,
+            quiet=True,
+            realtime=bool(REALTIME),
+        ),
     ]
-    argv += ["--duration", str(requests / rate)]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     CHILDREN.append(proc)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -463,7 +450,7 @@ def memory_check(args, binary: str, tmp: Path) -> None:
         "machine": machine(),
         "command": " ".join(sys.argv),
     }
-    write_json(Path(args.out), result)
+    write_json(Path(args.out), result, allow_nan=True)
     print(
         json.dumps(
             {k: result[k] for k in ("rss_ratio_long_over_short",)}
@@ -731,7 +718,7 @@ def main() -> None:
             "command": " ".join(sys.argv),
             "generator_realtime": bool(REALTIME),
         }
-        write_json(Path(args.out), result)
+        write_json(Path(args.out), result, allow_nan=True)
         print(
             json.dumps(
                 {"max_sustained_req_per_s": best, "wrk": [wrk_keep["req_per_s"], wrk_close["req_per_s"]]}
