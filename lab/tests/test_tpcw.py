@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from shortfirst_lab import tpcw
+from shortfirst_lab.tpcw import database as tpcw_database
 
 
 def test_parse_metrics_keeps_per_type_series():
@@ -576,7 +577,7 @@ def test_pg_settings_from_the_experiment_file():
 
 
 def test_memory_limit_needs_root(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(tpcw.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(tpcw_database.os, "geteuid", lambda: 1000)
     with (
         pytest.raises(tpcw.TpcwError, match="need root"),
         tpcw.postgres(settings=tpcw.PgSettings(memory_limit_mb=100)),
