@@ -80,6 +80,7 @@ lint: venv
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	cd lab && ../$(VENV)/bin/ruff check --config pyproject.toml $(PY_SOURCES)
 	cd lab && ../$(VENV)/bin/ruff format --config pyproject.toml --check $(PY_SOURCES)
+	cd lab && ../$(PY) -m shortfirst_lab.depcheck --pyproject pyproject.toml --lock requirements.lock $(PY_SOURCES)
 
 fmt: venv
 	$(CARGO) fmt --all
