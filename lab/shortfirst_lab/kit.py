@@ -330,7 +330,7 @@ def parse_prometheus(text: str) -> list[Sample]:
         labels: dict[str, str] = {}
         body = m.group(3) or ""
         pos = 0
-        while pos < len(body):
+        while body[pos:].strip():
             lm = _LABEL.match(body, pos)
             if not lm or lm.end() == pos:
                 raise KitError(f"Prometheus text line {n}: bad labels: {raw!r}")
