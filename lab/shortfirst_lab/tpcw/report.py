@@ -68,26 +68,45 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
     points = doc["points"]
     modes = list(dict.fromkeys(p["mode"] for p in points))
     gk_modes = [m for m in modes if m != "direct"]
-    written: list[Path] = []
+    where = _where(doc)
+    written = _line_figures(plt, points, modes, where, out_dir)
+    written.append(_wait_exec_figure(plt, points, modes, gk_modes, out_dir))
+    written.append(_table1(points, modes, gk_modes, out_dir))
+    written.append(_summary_md(doc, points, modes, where, summary_path, out_dir))
+    return written
+
+
+def _where(doc: dict) -> str:
+    """Where and how the sweep ran, for every figure's title."""
     env = doc.get("environment", {})
     where = ""
     if env:
         where = f"CPUs {env.get('cpus')} of {env.get('online_cpus')}, nice {env.get('nice')}"
         if doc.get("think_shortening"):
             where += f", think time ÷{doc['think_shortening']:.0f}"
+    return where
 
-    def label(m: str) -> str:
-        return m if m == "direct" else f"gatekeeper-{m}"
 
-    def series(mode: str, key) -> tuple[list[int], list[float]]:
-        pts = sorted((p for p in points if p["mode"] == mode), key=lambda p: p["browsers"])
-        return [p["browsers"] for p in pts], [key(p) for p in pts]
+def _label(m: str) -> str:
+    return m if m == "direct" else f"gatekeeper-{m}"
+
+
+def _series(points: list[dict], mode: str, key) -> tuple[list[int], list[float]]:
+    """(browsers, key(point)) of a mode's points, by browsers."""
+    pts = sorted((p for p in points if p["mode"] == mode), key=lambda p: p["browsers"])
+    return [p["browsers"] for p in pts], [key(p) for p in pts]
+
+
+def _line_figures(plt, points: list[dict], modes: list[str], where: str, out_dir: Path) -> list[Path]:
+    """Throughput and response time vs browsers (paper Figures 5 and 9), and the aging continuum
+    (Figure 14) when aging modes ran."""
+    written: list[Path] = []
 
     def line_figure(name: str, shown: list[str], key, ylabel: str, title: str, log: bool) -> None:
         fig, ax = plt.subplots(figsize=(6, 4))
         for m in shown:
-            x, y = series(m, key)
-            ax.plot(x, y, marker="o", label=label(m))
+            x, y = _series(points, m, key)
+            ax.plot(x, y, marker="o", label=_label(m))
         ax.set_xlabel("emulated browsers")
         ax.set_ylabel(ylabel)
         ax.set_title(title + (f"\n({where})" if where else ""), fontsize=9)
@@ -128,19 +147,24 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
             "Aging continuum, sjf-aging:X = wait ≤ X × cost (paper Figure 14)",
             True,
         )
+    return written
 
-    def wait_exec(p: dict, code: str | None) -> tuple[float, float]:
-        per = p.get("per_interaction", {})
-        if code is not None:
-            e = per.get(code, {})
-            return e.get("mean_wait_s", math.nan), e.get("mean_exec_s", math.nan)
-        n = sum(e.get("count", 0) for e in per.values())
-        if not n:
-            return math.nan, math.nan
-        w = sum(e.get("count", 0) * e.get("mean_wait_s", 0.0) for e in per.values()) / n
-        x = sum(e.get("count", 0) * e.get("mean_exec_s", 0.0) for e in per.values()) / n
-        return w, x
 
+def _wait_exec(p: dict, code: str | None) -> tuple[float, float]:
+    per = p.get("per_interaction", {})
+    if code is not None:
+        e = per.get(code, {})
+        return e.get("mean_wait_s", math.nan), e.get("mean_exec_s", math.nan)
+    n = sum(e.get("count", 0) for e in per.values())
+    if not n:
+        return math.nan, math.nan
+    w = sum(e.get("count", 0) * e.get("mean_wait_s", 0.0) for e in per.values()) / n
+    x = sum(e.get("count", 0) * e.get("mean_exec_s", 0.0) for e in per.values()) / n
+    return w, x
+
+
+def _wait_exec_figure(plt, points: list[dict], modes: list[str], gk_modes: list[str], out_dir: Path) -> Path:
+    """Wait vs execution time of a cheap, a costly and the average interaction (Figures 11-13)."""
     shown = [m for m in ("fifo", "sjf") if m in modes] or gk_modes or modes
     fig, axes = plt.subplots(1, 3, figsize=(13, 4), sharey=False)
     panels = (
@@ -150,8 +174,8 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
     )
     for ax, (code, title) in zip(axes, panels, strict=True):
         for m in shown:
-            x, w = series(m, lambda p, c=code: wait_exec(p, c)[0] * 1e3)
-            _, e = series(m, lambda p, c=code: wait_exec(p, c)[1] * 1e3)
+            x, w = _series(points, m, lambda p, c=code: _wait_exec(p, c)[0] * 1e3)
+            _, e = _series(points, m, lambda p, c=code: _wait_exec(p, c)[1] * 1e3)
             (line,) = ax.plot(x, e, marker="o", label=f"{m} exec")
             ax.plot(x, w, marker="x", linestyle="--", color=line.get_color(), label=f"{m} wait")
         ax.set_title(title, fontsize=9)
@@ -164,8 +188,10 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-    written.append(path)
+    return path
 
+
+def _table1(points: list[dict], modes: list[str], gk_modes: list[str], out_dir: Path) -> Path:
     # Table 1: learned cost (the gatekeeper's estimate) and measured execution time (admission to
     # last byte) per interaction at no load (the lightest load point) and at peak (the load point
     # of highest throughput), for sjf (or the first gatekeeper mode), next to the paper's Table 1.
@@ -199,25 +225,35 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
             lines.append("| " + " | ".join(row) + " |")
     path = out_dir / "tpcw-table1.md"
     path.write_text("\n".join(lines) + "\n")
-    written.append(path)
+    return path
+
+
+def _grid(points: list[dict], modes: list[str], cell: Callable[[dict], str]) -> list[str]:
+    """A mode x browsers table; ``cell`` renders one point (absent points are blank)."""
+    browsers = sorted({p["browsers"] for p in points})
+    rows = ["| mode | " + " | ".join(str(n) for n in browsers) + " |", "|---" * (len(browsers) + 1) + "|"]
+    for m in modes:
+        at = {p["browsers"]: p for p in points if p["mode"] == m}
+        rows.append(f"| {m} | " + " | ".join(cell(at[n]) if n in at else "" for n in browsers) + " |")
+    return rows + [""]
+
+
+def _summary_md(
+    doc: dict, points: list[dict], modes: list[str], where: str, summary_path: Path, out_dir: Path
+) -> Path:
+    """``tpcw-summary.md``: throughput and mean response per (mode, browsers), the accountings,
+    the learned costs over time, the joined logs, PostgreSQL's memory, and the targets."""
+
+    def grid(cell: Callable[[dict], str]) -> list[str]:
+        return _grid(points, modes, cell)
 
     # Summary: throughput and mean response per (mode, browsers), and the targets.
     t = doc.get("targets") or targets(points)
-    browsers = sorted({p["browsers"] for p in points})
     repeat = doc.get("best_sellers_repeat", 1)
     if repeat != 1:
         # Not TPC-W's Best Sellers: say so where every figure is read.
         where += f"; Best Sellers runs its query {repeat}x per request, not once as in TPC-W"
     md = [f"# Gatekeeper on the TPC-W bookstore ({where}; capacity {doc.get('capacity', '?')})", ""]
-
-    def grid(cell: Callable[[dict], str]) -> list[str]:
-        """A mode x browsers table; ``cell`` renders one point (absent points are blank)."""
-        rows = ["| mode | " + " | ".join(str(n) for n in browsers) + " |", "|---" * (len(browsers) + 1) + "|"]
-        for m in modes:
-            at = {p["browsers"]: p for p in points if p["mode"] == m}
-            rows.append(f"| {m} | " + " | ".join(cell(at[n]) if n in at else "" for n in browsers) + " |")
-        return rows + [""]
-
     md += ["## Throughput (interactions/min)", "", *grid(lambda p: f"{p['throughput_per_min']:.0f}")]
     md += ["## Mean response time (ms)", "", *grid(lambda p: _ms(p["mean_response_s"]))]
     if any("cpu" in p for p in points):
@@ -229,6 +265,22 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
             "",
             *grid(lambda p: "" if p.get("cpu") is None else f"{p['cpu']['max_steal_s']:.2f}"),
         ]
+    md += _md_full(doc, points, grid)
+    md += _md_timelines(doc, points, summary_path)
+    md += _md_joined(points)
+    md += _md_postgres(doc, points)
+    md += ["## Targets (successful interactions only, the paper's accounting)", "", "```json"]
+    md += [json.dumps(t, indent=2), "```", ""]
+    tf = doc.get("targets_full_accounting") or targets(full_view(points))
+    md += ["## Targets (full accounting)", "", "```json", json.dumps(tf, indent=2), "```", ""]
+    path = out_dir / "tpcw-summary.md"
+    path.write_text("\n".join(md))
+    return path
+
+
+def _md_full(doc: dict, points: list[dict], grid: Callable) -> list[str]:
+    """The full accounting per point, and Little's law per point."""
+    md: list[str] = []
     if any("full" in p for p in points):
         md += [
             f"## Full accounting (every ended request; a timeout counts as {doc.get('client_timeout_s')} s)",
@@ -268,6 +320,12 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
                 f"{p.get('failed', 0)} | {p.get('in_flight_at_end', 0)} |"
             )
         md.append("")
+    return md
+
+
+def _md_timelines(doc: dict, points: list[dict], summary_path: Path) -> list[str]:
+    """Learned costs over time, from each gatekeeper point's timeline.csv."""
+    md: list[str] = []
     timelines = []
     warmup_s = float(doc.get("config", {}).get("load", {}).get("warmup_s", 0.0))
     for p in points:
@@ -305,6 +363,12 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
                 + (f"{frozen[longest]:.0f} ({longest}) |" if longest else "– |")
             )
         md.append("")
+    return md
+
+
+def _md_joined(points: list[dict]) -> list[str]:
+    """The browsers' and the bookstore's logs joined per request, per point."""
+    md: list[str] = []
     joined_pts = [p for p in points if "joined" in p]
     if joined_pts:
         md += [
@@ -346,6 +410,12 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
                 f"{j['app_busy_s']:.1f} | {'-' if cancelled is None else f'{cancelled:.0f}'} |"
             )
         md.append("")
+    return md
+
+
+def _md_postgres(doc: dict, points: list[dict]) -> list[str]:
+    """PostgreSQL's memory and I/O per point."""
+    md: list[str] = []
     pg_pts = [p for p in points if "postgres" in p]
     if pg_pts:
         pgs = doc.get("postgres", {})
@@ -371,11 +441,4 @@ def report(summary_path: Path, out_dir: Path | None = None) -> list[Path]:
                 f"{'-' if hit is None else f'{hit:.3f}'} | {mem.get('oom_kill', '-')} |"
             )
         md.append("")
-    md += ["## Targets (successful interactions only, the paper's accounting)", "", "```json"]
-    md += [json.dumps(t, indent=2), "```", ""]
-    tf = doc.get("targets_full_accounting") or targets(full_view(points))
-    md += ["## Targets (full accounting)", "", "```json", json.dumps(tf, indent=2), "```", ""]
-    path = out_dir / "tpcw-summary.md"
-    path.write_text("\n".join(md))
-    written.append(path)
-    return written
+    return md
