@@ -49,6 +49,45 @@ def join_requests(
     worked), ``app_s`` (their time in the bookstore's handlers), per interaction;
     ``unmatched_app`` (``count``, ``dropped``, ``app_s``); and ``app_busy_s``: the time in the
     handlers of every request the bookstore began in the window."""
+    app, finishes = _read_app_log(app_log, started_unix_s)
+    ok, gave_up = _read_browser_log(requests_csv)
+    offset = _clock_offset(ok, finishes)
+    per, matched = _match_successes(ok, app, finishes, offset, warmup_s, end_s, tolerance_s, relay_s)
+    ok_in_window = sum(warmup_s <= done <= end_s for _, _, done, _ in ok)
+    given_up = _match_given_up(gave_up, app, offset, warmup_s, end_s, tolerance_s)
+    # Bookstore requests begun in the window that no browser request accounts for: begun after
+    # their browser had given up (admitted although the client was gone), answered with an error,
+    # or not matched (about ok - matched of them).
+    unmatched = [r for rows in app.values() for r in rows if not r[4] and warmup_s <= r[1] + offset <= end_s]
+    busy = sum(r[2] for rows in app.values() for r in rows if warmup_s <= r[1] + offset <= end_s)
+    return {
+        "ok": ok_in_window,
+        "matched": matched,
+        "clock_offset_s": offset,
+        "per_interaction": {
+            c: {
+                "count": len(v),
+                "mean_wait_s": sum(w for w, _ in v) / len(v),
+                "mean_exec_s": sum(r - w for w, r in v) / len(v),
+                "mean_response_s": sum(r for _, r in v) / len(v),
+            }
+            for c, v in per.items()
+        },
+        "given_up": given_up,
+        "unmatched_app": {
+            "count": len(unmatched),
+            "dropped": sum(r[3] == "dropped" for r in unmatched),
+            "app_s": sum(r[2] for r in unmatched),
+        },
+        "app_busy_s": busy,
+    }
+
+
+def _read_app_log(
+    app_log: Path, started_unix_s: float
+) -> tuple[dict[str, list[list]], dict[str, list[float]]]:
+    """The bookstore's rows per path, on the browsers' clock (less the offset), by end:
+    ``[finish, arrive, service, outcome, used]``; and each path's finishes, for bisection."""
     app: dict[str, list[list]] = defaultdict(list)
     with open(app_log, newline="") as f:
         for row in csv.DictReader(f):
@@ -59,7 +98,14 @@ def join_requests(
     for rows in app.values():
         rows.sort()
     finishes = {p: [r[0] for r in rows] for p, rows in app.items()}
+    return app, finishes
 
+
+def _read_browser_log(
+    requests_csv: Path,
+) -> tuple[list[tuple[float, float, float, str]], list[tuple[float, float, str]]]:
+    """The browsers' successful requests ``(first byte, start, done, path)`` and those they
+    gave up on ``(start, done, path)``."""
     ok: list[tuple[float, float, float, str]] = []  # (first byte, start, done, path)
     gave_up: list[tuple[float, float, str]] = []  # (start, done, path)
     with open(requests_csv, newline="") as f:
@@ -74,7 +120,10 @@ def join_requests(
                 ok.append((float(row["first_byte_s"]), start, done, path))
             elif row["outcome"] == "timeout":
                 gave_up.append((start, done, path))
+    return ok, gave_up
 
+
+def _clock_offset(ok: list[tuple[float, float, float, str]], finishes: dict[str, list[float]]) -> float:
     # The clocks' offset: the most common gap between a browser's first byte and any bookstore
     # end of the same path within 0.1 s (0.25 ms bins). Pairs of different requests spread evenly
     # over the gaps; the true pairs pile up at one gap (offset + relay). The nearest end alone
@@ -94,7 +143,21 @@ def join_requests(
         peak = (max(bins, key=lambda k: (bins[k], -k)) + 0.5) * 0.00025
         near = sorted(g for g in pair_gaps if abs(g - peak) <= 0.0005)
         offset = near[len(near) // 2]
+    return offset
 
+
+def _match_successes(
+    ok: list[tuple[float, float, float, str]],
+    app: dict[str, list[list]],
+    finishes: dict[str, list[float]],
+    offset: float,
+    warmup_s: float,
+    end_s: float,
+    tolerance_s: float,
+    relay_s: float,
+) -> tuple[dict[str, list[tuple[float, float]]], int]:
+    """Each successful browser request matched to its bookstore row (marked used); per
+    interaction, ``(wait, response)`` of those that ended in the window, and how many."""
     per: dict[str, list[tuple[float, float]]] = defaultdict(list)
     matched = 0
     for fb, start, done, path in sorted(ok):
@@ -127,8 +190,18 @@ def join_requests(
         response = done - start
         exec_s = min(response, rows[best][2] + max(0.0, done - fb))
         per[PATH_TO_CODE.get(path, "OTHER")].append((response - exec_s, response))
-    ok_in_window = sum(warmup_s <= done <= end_s for _, _, done, _ in ok)
+    return per, matched
 
+
+def _match_given_up(
+    gave_up: list[tuple[float, float, str]],
+    app: dict[str, list[list]],
+    offset: float,
+    warmup_s: float,
+    end_s: float,
+    tolerance_s: float,
+) -> dict:
+    """What became of the requests whose browser gave up (the ``given_up`` record)."""
     g_per: dict[str, dict] = defaultdict(lambda: {"count": 0, "reached_app": 0, "app_s": 0.0, "wait_s": []})
     reached = dropped = 0
     n_gave_up = sum(warmup_s <= done <= end_s for _, done, _ in gave_up)
@@ -153,45 +226,20 @@ def join_requests(
         e["wait_s"].append(r[1] + offset - start)
         app_s += r[2]
         dropped += r[3] == "dropped"
-    # Bookstore requests begun in the window that no browser request accounts for: begun after
-    # their browser had given up (admitted although the client was gone), answered with an error,
-    # or not matched (about ok - matched of them).
-    unmatched = [r for rows in app.values() for r in rows if not r[4] and warmup_s <= r[1] + offset <= end_s]
-    busy = sum(r[2] for rows in app.values() for r in rows if warmup_s <= r[1] + offset <= end_s)
     return {
-        "ok": ok_in_window,
-        "matched": matched,
-        "clock_offset_s": offset,
+        "count": n_gave_up,
+        "reached_app": reached,
+        "dropped": dropped,
+        "app_s": app_s,
         "per_interaction": {
             c: {
-                "count": len(v),
-                "mean_wait_s": sum(w for w, _ in v) / len(v),
-                "mean_exec_s": sum(r - w for w, r in v) / len(v),
-                "mean_response_s": sum(r for _, r in v) / len(v),
+                "count": e["count"],
+                "reached_app": e["reached_app"],
+                "app_s": e["app_s"],
+                "mean_wait_s": sum(e["wait_s"]) / len(e["wait_s"]) if e["wait_s"] else None,
             }
-            for c, v in per.items()
+            for c, e in g_per.items()
         },
-        "given_up": {
-            "count": n_gave_up,
-            "reached_app": reached,
-            "dropped": dropped,
-            "app_s": app_s,
-            "per_interaction": {
-                c: {
-                    "count": e["count"],
-                    "reached_app": e["reached_app"],
-                    "app_s": e["app_s"],
-                    "mean_wait_s": sum(e["wait_s"]) / len(e["wait_s"]) if e["wait_s"] else None,
-                }
-                for c, e in g_per.items()
-            },
-        },
-        "unmatched_app": {
-            "count": len(unmatched),
-            "dropped": sum(r[3] == "dropped" for r in unmatched),
-            "app_s": sum(r[2] for r in unmatched),
-        },
-        "app_busy_s": busy,
     }
 
 
