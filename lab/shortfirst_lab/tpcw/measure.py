@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import math
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..kit import CLK_TCK, parse_prometheus, per_cpu_ticks, read_proc_stat
@@ -70,69 +71,108 @@ def analyze(
       ``mean_waiting`` is the time-average number of browsers waiting for a response in the
       window, from the log's intervals, unfinished requests included.
     """
-    per: dict[str, list[float]] = defaultdict(list)
-    per_full: dict[str, list[float]] = defaultdict(list)
-    per_timed_out: dict[str, int] = defaultdict(int)
-    ok_rt: list[float] = []
-    all_rt: list[float] = []
-    censored_rt: list[float] = []
-    failed = timed_out = in_flight_at_end = 0
-    by_client: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    waiting_s = 0.0
+    window_s = max(1e-9, end_s - warmup_s)
+    t = _read_requests(requests_csv, warmup_s, end_s)
+    for client in range(browsers or 0):
+        reqs = t.by_client.get(str(client))
+        last_done = max((d for _, d in reqs), default=0.0) if reqs else 0.0
+        if last_done < end_s - think_max_s:
+            t.in_flight_at_end += 1
+            t.censored_rt.append(end_s - last_done - think_max_s)
+            t.waiting_s += end_s - max(warmup_s, last_done + think_max_s)
+    think_s = _mean_think_s(t.by_client, warmup_s, end_s)
+    res = _summarize(t.ok_rt, window_s)
+    full = _summarize(t.all_rt, window_s)
+    full["mean_response_ended_s"] = full["mean_response_s"]
+    if t.censored_rt:
+        full["mean_response_s"] = (sum(t.all_rt) + sum(t.censored_rt)) / (len(t.all_rt) + len(t.censored_rt))
+    full["per_interaction"] = {
+        c: {"count": len(v), "mean_response_s": sum(v) / len(v), "timed_out": t.per_timed_out.get(c, 0)}
+        for c, v in t.per_full.items()
+    }
+    browsers = browsers or len(t.by_client)
+    res.update(
+        {
+            "failed": t.failed,
+            "timed_out": t.timed_out,
+            "in_flight_at_end": t.in_flight_at_end,
+            "client_timeout_s": None if math.isinf(timeout_s) else timeout_s,
+            "full": full,
+            "little": _little(res, full, browsers, think_s, t.waiting_s / window_s),
+            "per_interaction_response": {
+                c: {"count": len(v), "mean_response_s": sum(v) / len(v)} for c, v in t.per.items()
+            },
+        }
+    )
+    return res
+
+
+@dataclass
+class _Tally:
+    """What one pass over the browsers' log counts (see ``analyze``)."""
+
+    per: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    per_full: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    per_timed_out: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    ok_rt: list[float] = field(default_factory=list)
+    all_rt: list[float] = field(default_factory=list)
+    censored_rt: list[float] = field(default_factory=list)
+    failed: int = 0
+    timed_out: int = 0
+    in_flight_at_end: int = 0
+    by_client: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
+    waiting_s: float = 0.0
+
+
+def _read_requests(requests_csv: Path, warmup_s: float, end_s: float) -> _Tally:
+    """One pass over the browsers' log: response times of the requests that ended in the window
+    by outcome and interaction, the requests in flight at its end, each browser's requests, and
+    the browsers' time spent waiting in the window."""
+    t = _Tally()
     with open(requests_csv, newline="") as f:
         for row in csv.DictReader(f):
             done = row.get("done_s") or ""
             start_s = float(row["start_s"]) if row.get("start_s") else math.nan
             done_s = float(done) if done else math.inf
             if not math.isnan(start_s):
-                waiting_s += max(0.0, min(done_s, end_s) - max(start_s, warmup_s))
+                t.waiting_s += max(0.0, min(done_s, end_s) - max(start_s, warmup_s))
             if start_s <= end_s < done_s:
-                in_flight_at_end += 1
-                censored_rt.append(end_s - start_s)
+                t.in_flight_at_end += 1
+                t.censored_rt.append(end_s - start_s)
             if not done:
                 continue
-            by_client[row.get("client", "")].append((start_s, done_s))
+            t.by_client[row.get("client", "")].append((start_s, done_s))
             if not (warmup_s <= done_s <= end_s):
                 continue
             rt = done_s - start_s
             code = PATH_TO_CODE.get(row["path"].split("?", 1)[0], "OTHER")
             if row["outcome"] == "timeout":
-                timed_out += 1
-                per_timed_out[code] += 1
+                t.timed_out += 1
+                t.per_timed_out[code] += 1
             elif row["outcome"] != "ok" or row["status"] != "200":
-                failed += 1
+                t.failed += 1
             else:
-                per[code].append(rt)
-                ok_rt.append(rt)
-            per_full[code].append(rt)
-            all_rt.append(rt)
-    window_s = max(1e-9, end_s - warmup_s)
-    for client in range(browsers or 0):
-        reqs = by_client.get(str(client))
-        last_done = max((d for _, d in reqs), default=0.0) if reqs else 0.0
-        if last_done < end_s - think_max_s:
-            in_flight_at_end += 1
-            censored_rt.append(end_s - last_done - think_max_s)
-            waiting_s += end_s - max(warmup_s, last_done + think_max_s)
-    # Think time actually taken: from a request's end to the same browser's next start, for the
-    # requests that ended in the window.
+                t.per[code].append(rt)
+                t.ok_rt.append(rt)
+            t.per_full[code].append(rt)
+            t.all_rt.append(rt)
+    return t
+
+
+def _mean_think_s(by_client: dict[str, list[tuple[float, float]]], warmup_s: float, end_s: float) -> float:
+    """Think time actually taken: from a request's end to the same browser's next start, for the
+    requests that ended in the window (mean; 0 without any)."""
     thinks: list[float] = []
     for reqs in by_client.values():
         reqs.sort()
         for (_, done_a), (start_b, _) in zip(reqs, reqs[1:], strict=False):
             if warmup_s <= done_a <= end_s:
                 thinks.append(max(0.0, start_b - done_a))
-    think_s = sum(thinks) / len(thinks) if thinks else 0.0
-    res = _summarize(ok_rt, window_s)
-    full = _summarize(all_rt, window_s)
-    full["mean_response_ended_s"] = full["mean_response_s"]
-    if censored_rt:
-        full["mean_response_s"] = (sum(all_rt) + sum(censored_rt)) / (len(all_rt) + len(censored_rt))
-    full["per_interaction"] = {
-        c: {"count": len(v), "mean_response_s": sum(v) / len(v), "timed_out": per_timed_out.get(c, 0)}
-        for c, v in per_full.items()
-    }
-    browsers = browsers or len(by_client)
+    return sum(thinks) / len(thinks) if thinks else 0.0
+
+
+def _little(res: dict, full: dict, browsers: int, think_s: float, mean_waiting: float) -> dict:
+    """Little's law, N = X (R + Z), in both accountings (see ``analyze``)."""
 
     def n(acc: dict) -> float | None:
         if not acc["completed"]:
@@ -143,31 +183,18 @@ def analyze(
             * (acc.get("mean_response_ended_s", acc["mean_response_s"]) + think_s)
         )
 
-    res.update(
-        {
-            "failed": failed,
-            "timed_out": timed_out,
-            "in_flight_at_end": in_flight_at_end,
-            "client_timeout_s": None if math.isinf(timeout_s) else timeout_s,
-            "full": full,
-            "little": {
-                "browsers": browsers,
-                "mean_think_s": think_s,
-                "n_full": n(full),
-                "n_paper": n(res),
-                "n_full_over_browsers": n(full) / browsers if browsers and n(full) is not None else None,
-                "mean_waiting": waiting_s / window_s,
-                # The mean response time Little's law implies at the measured full throughput.
-                "implied_mean_response_s": browsers / (full["throughput_per_min"] / 60.0) - think_s
-                if full["completed"]
-                else None,
-            },
-            "per_interaction_response": {
-                c: {"count": len(v), "mean_response_s": sum(v) / len(v)} for c, v in per.items()
-            },
-        }
-    )
-    return res
+    return {
+        "browsers": browsers,
+        "mean_think_s": think_s,
+        "n_full": n(full),
+        "n_paper": n(res),
+        "n_full_over_browsers": n(full) / browsers if browsers and n(full) is not None else None,
+        "mean_waiting": mean_waiting,
+        # The mean response time Little's law implies at the measured full throughput.
+        "implied_mean_response_s": browsers / (full["throughput_per_min"] / 60.0) - think_s
+        if full["completed"]
+        else None,
+    }
 
 
 def cpu_times(cpus: list[int], stat: Path = Path("/proc/stat")) -> dict[int, dict[str, float]]:
