@@ -9,6 +9,7 @@ import re
 import shutil
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,35 +93,7 @@ def run_point(
         res["gatekeeper_cancelled_while_queued"] = float(cancelled.group(1)) if cancelled else None
     if pg is not None:
         res["postgres"] = snapshot_delta(before, pg.snapshot())
-    per = {}
-    for code, stats in res.pop("per_interaction_response").items():
-        entry = {"count": stats["count"], "mean_response_s": stats["mean_response_s"]}
-        if mode == "direct":
-            entry["mean_wait_s"] = 0.0
-            entry["mean_exec_s"] = stats["mean_response_s"]
-        per[code] = entry
-    # Gatekeeper: split wait/exec and report the learned cost, per type (whole run, incl. warm-up).
-    for (metric, label), value in metrics.items():
-        code = type_to_code(label)
-        if code is None:
-            continue
-        e = per.setdefault(code, {})
-        if metric == "gatekeeper_type_estimated_cost_seconds":
-            e["learned_cost_s"] = value
-        for prefix, key in (
-            ("gatekeeper_type_queue_wait_seconds", "mean_wait_s"),
-            ("gatekeeper_type_upstream_seconds", "mean_exec_s"),
-        ):
-            if metric == prefix + "_sum":
-                e[f"_{key}_sum"] = value
-            if metric == prefix + "_count":
-                e[f"_{key}_count"] = value
-    for e in per.values():
-        for key in ("mean_wait_s", "mean_exec_s"):
-            s, n = e.pop(f"_{key}_sum", None), e.pop(f"_{key}_count", None)
-            if s is not None and n:
-                e[key] = s / n
-    res["per_interaction"] = per
+    res["per_interaction"] = _per_interaction(res.pop("per_interaction_response"), metrics, mode == "direct")
     return res
 
 
@@ -148,22 +121,14 @@ def sweep(
     cfg = load_config(config_path, overrides)
     bins = bins or Binaries.default()
     bins.check()
-    b, ld, gk = cfg["bookstore"], cfg["load"], cfg.get("gatekeeper", {})
+    b, ld = cfg["bookstore"], cfg["load"]
     out_dir.mkdir(parents=True, exist_ok=True)
-    # A raw load-generator think distribution (e.g. const:0 for the closed-loop exploration with a
-    # fixed number in flight) replaces TPC-W's exponential one.
-    think = ld.get("think") or f"exp:{ld['think_mean_s']}:{ld['think_max_s']}"
     results: list[dict] = []
-    doc: dict = {
-        "experiment": str(config_path),
-        "config": cfg,
-        "think": think,
-        "think_shortening": None if ld.get("think") else 7.0 / float(ld["think_mean_s"]),
-        "scale": {"items": b["items"], "customers": b["customers"]},
-        "pool": int(b.get("pool", 128)),
-        "environment": environment(),
-        "points": results,
-    }
+    doc = _new_doc(config_path, cfg, results)
+    think, timeout_s = doc["think"], doc["client_timeout_s"]
+    max_queue_wait_s, best_sellers_repeat = doc["max_queue_wait_s"], best_sellers_repeat_of(b)
+    pool = int(b.get("pool", 128))
+    settings = PgSettings.from_config(cfg.get("postgres", {}))
 
     def save() -> None:
         doc["targets"] = targets(results)
@@ -171,18 +136,6 @@ def sweep(
         write_json(out_dir / "summary.json", doc, allow_nan=True)
 
     t0 = time.monotonic()
-    timeout_s = float(ld.get("client_timeout_s", 120.0))
-    doc["client_timeout_s"] = timeout_s
-    pool = int(b.get("pool", 128))
-    settings = PgSettings.from_config(cfg.get("postgres", {}))
-    max_queue_wait_s = gk.get("max_queue_wait_s")
-    if max_queue_wait_s is not None:
-        max_queue_wait_s = float(max_queue_wait_s)
-        if not (0 < max_queue_wait_s):
-            raise TpcwError(f"[gatekeeper] max_queue_wait_s must be positive, got {max_queue_wait_s}")
-    doc["max_queue_wait_s"] = max_queue_wait_s
-    best_sellers_repeat = best_sellers_repeat_of(b)
-    doc["best_sellers_repeat"] = best_sellers_repeat or 1
 
     def measure(
         mode: str, n: int, capacity: str, duration_s: float, warmup_s: float, prefix: str = ""
@@ -223,38 +176,7 @@ def sweep(
         return r
 
     with shop(cfg, bins, doc) as pg:
-        capacity = str(gk.get("capacity", "calibrate"))
-        if capacity == "calibrate" and gk.get("calibrate_with", "closed-loop") == "browsers":
-            capacity, doc["calibration"] = calibrate_with_browsers(
-                lambda cap, n, d, w: measure(f"fifo@{cap}", n, cap, d, w, prefix="calibrate-"),
-                browsers=int(
-                    gk.get("calibrate_browsers", max(max(browsers_for(cfg, m)) for m in cfg["modes"]["list"]))
-                ),
-                min_capacity=str(gk.get("calibrate_min", "800ms")),
-                max_capacity=str(gk.get("calibrate_max", "6400ms")),
-                growth=float(gk.get("calibrate_growth", 2.0)),
-                within=float(gk.get("calibrate_within", 0.05)),
-                duration_s=float(gk.get("calibrate_browsers_duration_s", 40)),
-                warmup_s=float(gk.get("calibrate_browsers_warmup_s", 20)),
-                max_trials=int(gk.get("calibrate_max_trials", 6)),
-            )
-        elif capacity == "calibrate":
-            with bookstore(
-                bins, pg.url, out_dir, pool, "bookstore-calibrate.log", None, best_sellers_repeat
-            ) as app:
-                capacity, doc["calibration"] = calibrate(
-                    bins,
-                    app,
-                    out_dir,
-                    int(gk.get("calibrate_clients", 64)),
-                    float(gk.get("calibrate_measure_s", 10)),
-                    int(gk.get("calibrate_max_trials", 30)),
-                    str(gk.get("calibrate_min", "10ms")),
-                    str(gk.get("calibrate_max", "600s")),
-                    float(gk.get("calibrate_growth", 2.0)),
-                    float(gk.get("calibrate_within", 0.05)),
-                    float(gk.get("calibrate_warmup_s", 2.0)),
-                )
+        capacity = _capacity(cfg, bins, pg.url, out_dir, doc, measure)
         doc["capacity"] = capacity
         print(f"capacity {capacity} (setup {time.monotonic() - t0:.0f} s)", flush=True)
         for mode in cfg["modes"]["list"]:
@@ -272,3 +194,112 @@ def sweep(
     doc["wall_s"] = time.monotonic() - t0
     save()
     return doc
+
+
+def _capacity(cfg: dict, bins: Binaries, db_url: str, out_dir: Path, doc: dict, measure: Callable) -> str:
+    """The gatekeeper's capacity: the file's, or calibrated (``[gatekeeper] calibrate_with``:
+    with the experiment's own browsers through ``measure``, or ``shortfirst gatekeeper
+    calibrate``'s closed loop on a bookstore of its own). Records the calibration in ``doc``."""
+    gk = cfg.get("gatekeeper", {})
+    pool = int(cfg["bookstore"].get("pool", 128))
+    best_sellers_repeat = best_sellers_repeat_of(cfg["bookstore"])
+    capacity = str(gk.get("capacity", "calibrate"))
+    if capacity == "calibrate" and gk.get("calibrate_with", "closed-loop") == "browsers":
+        capacity, doc["calibration"] = calibrate_with_browsers(
+            lambda cap, n, d, w: measure(f"fifo@{cap}", n, cap, d, w, prefix="calibrate-"),
+            browsers=int(
+                gk.get("calibrate_browsers", max(max(browsers_for(cfg, m)) for m in cfg["modes"]["list"]))
+            ),
+            min_capacity=str(gk.get("calibrate_min", "800ms")),
+            max_capacity=str(gk.get("calibrate_max", "6400ms")),
+            growth=float(gk.get("calibrate_growth", 2.0)),
+            within=float(gk.get("calibrate_within", 0.05)),
+            duration_s=float(gk.get("calibrate_browsers_duration_s", 40)),
+            warmup_s=float(gk.get("calibrate_browsers_warmup_s", 20)),
+            max_trials=int(gk.get("calibrate_max_trials", 6)),
+        )
+    elif capacity == "calibrate":
+        with bookstore(
+            bins, db_url, out_dir, pool, "bookstore-calibrate.log", None, best_sellers_repeat
+        ) as app:
+            capacity, doc["calibration"] = calibrate(
+                bins,
+                app,
+                out_dir,
+                int(gk.get("calibrate_clients", 64)),
+                float(gk.get("calibrate_measure_s", 10)),
+                int(gk.get("calibrate_max_trials", 30)),
+                str(gk.get("calibrate_min", "10ms")),
+                str(gk.get("calibrate_max", "600s")),
+                float(gk.get("calibrate_growth", 2.0)),
+                float(gk.get("calibrate_within", 0.05)),
+                float(gk.get("calibrate_warmup_s", 2.0)),
+            )
+    return capacity
+
+
+def _new_doc(config_path: Path, cfg: dict, results: list[dict]) -> dict:
+    """The summary's header: the experiment, its settings as run, where it ran; ``results`` is
+    the list the points are appended to."""
+    b, ld, gk = cfg["bookstore"], cfg["load"], cfg.get("gatekeeper", {})
+    # A raw load-generator think distribution (e.g. const:0 for the closed-loop exploration with a
+    # fixed number in flight) replaces TPC-W's exponential one.
+    think = ld.get("think") or f"exp:{ld['think_mean_s']}:{ld['think_max_s']}"
+    doc: dict = {
+        "experiment": str(config_path),
+        "config": cfg,
+        "think": think,
+        "think_shortening": None if ld.get("think") else 7.0 / float(ld["think_mean_s"]),
+        "scale": {"items": b["items"], "customers": b["customers"]},
+        "pool": int(b.get("pool", 128)),
+        "environment": environment(),
+        "points": results,
+    }
+
+    timeout_s = float(ld.get("client_timeout_s", 120.0))
+    doc["client_timeout_s"] = timeout_s
+    max_queue_wait_s = gk.get("max_queue_wait_s")
+    if max_queue_wait_s is not None:
+        max_queue_wait_s = float(max_queue_wait_s)
+        if not (0 < max_queue_wait_s):
+            raise TpcwError(f"[gatekeeper] max_queue_wait_s must be positive, got {max_queue_wait_s}")
+    doc["max_queue_wait_s"] = max_queue_wait_s
+    best_sellers_repeat = best_sellers_repeat_of(b)
+    doc["best_sellers_repeat"] = best_sellers_repeat or 1
+
+    return doc
+
+
+def _per_interaction(response: dict, metrics: dict[tuple[str, str], float], direct: bool) -> dict:
+    """Per interaction: count and mean response from the browsers' log; direct access waits for
+    nothing, so all of it is exec; through the gatekeeper, its learned cost and the mean queue
+    wait and upstream time from its per-type histograms (whole run, warm-up included)."""
+    per = {}
+    for code, stats in response.items():
+        entry = {"count": stats["count"], "mean_response_s": stats["mean_response_s"]}
+        if direct:
+            entry["mean_wait_s"] = 0.0
+            entry["mean_exec_s"] = stats["mean_response_s"]
+        per[code] = entry
+    # Gatekeeper: split wait/exec and report the learned cost, per type (whole run, incl. warm-up).
+    for (metric, label), value in metrics.items():
+        code = type_to_code(label)
+        if code is None:
+            continue
+        e = per.setdefault(code, {})
+        if metric == "gatekeeper_type_estimated_cost_seconds":
+            e["learned_cost_s"] = value
+        for prefix, key in (
+            ("gatekeeper_type_queue_wait_seconds", "mean_wait_s"),
+            ("gatekeeper_type_upstream_seconds", "mean_exec_s"),
+        ):
+            if metric == prefix + "_sum":
+                e[f"_{key}_sum"] = value
+            if metric == prefix + "_count":
+                e[f"_{key}_count"] = value
+    for e in per.values():
+        for key in ("mean_wait_s", "mean_exec_s"):
+            s, n = e.pop(f"_{key}_sum", None), e.pop(f"_{key}_count", None)
+            if s is not None and n:
+                e[key] = s / n
+    return per
