@@ -19,112 +19,14 @@ def evaluate(out: dict) -> dict:
     res = out.get("results") or {}
     for model in ("closed", "open"):
         runs = res.get(model, {})
-        if not runs:
-            continue
-        entry = {}
-        for unit in ("throughput_per_s", "work_per_s"):
-            peak = max(r[unit] for rs in runs.values() for r in rs)
-            at2 = {
-                c: next((r for r in rs if math.isclose(r["load_factor"], 2.0)), None)
-                for c, rs in runs.items()
-            }
-            at2 = {c: r for c, r in at2.items() if r is not None}
-            ratios = {c: r[unit] / peak for c, r in at2.items()}
-            proxied = [v for c, v in ratios.items() if c != "direct"]
-            entry[unit] = {
-                "peak": peak,
-                "ratio_at_2x": ratios,
-                "pass": bool(proxied) and min(proxied) >= 0.95 and ratios.get("direct", 0.0) < 0.95,
-            }
-            if unit == "work_per_s":
-                # The backend's own ceiling (every processor on useful work), for reading
-                # the peak itself.
-                entry[unit]["peak_over_backend_max"] = peak / out["parameters"]["cpus"]
-        entry["wasted_work_fraction_at_2x"] = {
-            c: (r.get("upstream_work") or {}).get("wasted_fraction") for c, r in at2.items()
-        }
-        cmp_runs = ((out.get("max_queue_wait_comparison") or {}).get(model)) or {}
-        if cmp_runs:
-            peak_work = entry["work_per_s"]["peak"]
-            entry["max_queue_wait_comparison_at_2x"] = {
-                "max_queue_wait_s": out["max_queue_wait_comparison"]["max_queue_wait_s"],
-                "work_ratio_at_2x": {
-                    c: r["work_per_s"] / peak_work
-                    for c, rs in cmp_runs.items()
-                    for r in rs
-                    if math.isclose(r["load_factor"], 2.0)
-                },
-                "wasted_work_fraction_at_2x": {
-                    c: (r.get("upstream_work") or {}).get("wasted_fraction")
-                    for c, rs in cmp_runs.items()
-                    for r in rs
-                    if math.isclose(r["load_factor"], 2.0)
-                },
-                "note": "the same points run right after with the other max_queue_wait; ratios to "
-                "the main runs' peak; not used for the verdict",
-            }
-        t[f"{model}_throughput_at_2x"] = entry
+        if runs:
+            t[f"{model}_throughput_at_2x"] = _throughput_at_2x(out, model, runs)
     for model in ("closed", "open"):
         runs = res.get(model, {})
-        if "fifo" not in runs or "sjf" not in runs:
-            continue
-        top = max(r["load_factor"] for r in runs["fifo"])
-        pick = {c: next((r for r in rs if r["load_factor"] == top), None) for c, rs in runs.items()}
-        pick = {c: r for c, r in pick.items() if r is not None}
-        fifo, sjf = pick["fifo"], pick["sjf"]
-        rare = "admin_response"
-
-        def type_ratio(name: str, sjf=sjf, fifo=fifo):
-            a_, b_ = sjf["per_type"].get(name), fifo["per_type"].get(name)
-            return None if not a_ or not b_ else a_["mean_response_ms"] / b_["mean_response_ms"]
-
-        aging = {c: pick[c]["mean_response_ms"] for c in pick if c.startswith("sjf-aging")}
-        ratio = fifo["mean_response_ms"] / sjf["mean_response_ms"]
-        t[f"{model}_sjf_vs_fifo_at_highest_load"] = {
-            "load_factor": top,
-            "fifo_mean_ms": fifo["mean_response_ms"],
-            "sjf_mean_ms": sjf["mean_response_ms"],
-            "fifo_over_sjf": ratio,
-            f"{COSTLIEST}_ms": {
-                c: pick[c]["per_type"].get(COSTLIEST, {}).get("mean_response_ms") for c in pick
-            },
-            f"{COSTLIEST}_sjf_over_fifo": type_ratio(COSTLIEST),
-            f"{rare}_sjf_over_fifo": type_ratio(rare),
-            f"{rare}_samples": [
-                sjf["per_type"].get(rare, {}).get("n", 0),
-                fifo["per_type"].get(rare, {}).get("n", 0),
-            ],
-            "timeouts": {c: pick[c]["timeouts"] for c in pick},
-            "paper_accounting": paper_accounting(pick, fifo, sjf),
-            "aging_means_ms": aging,
-            "pass_10x": ratio >= 10,
-            "pass_costliest_within_20pct": (type_ratio(COSTLIEST) or 99) <= 1.2,
-            "pass_aging_between": bool(aging)
-            and all(sjf["mean_response_ms"] <= v <= fifo["mean_response_ms"] for v in aging.values()),
-        }
-    ov = out["overhead"]
-    if ov:
-        g = ov["overhead_us"]["gatekeeper"]
-        t["proxy_overhead_low_load"] = {
-            "rate_per_s": ov["rate_per_s"],
-            "rule": ov["pass_rule"],
-            "overhead_us_median_of_round_means": g["median_of_round_means"],
-            "overhead_us_pooled_mean": g["pooled_mean"],
-            "overhead_us_pooled_median": g["pooled_median"],
-            "reference_overhead_us": {
-                k: {x: v[x] for x in ("median_of_round_means", "pooled_mean", "pooled_median")}
-                for k, v in ov["overhead_us"].items()
-                if k != "gatekeeper"
-            },
-            "proxy_cpu_us_per_request": {k: v["cpu_us_per_request"] for k, v in ov["proxy_cpu"].items()},
-            "busy_poll_us": ov.get("busy_poll_us"),
-            "with_halt_poll": {
-                k: v["overhead_us"]["gatekeeper"]["median_of_round_means"]
-                for k, v in ov["by_halt_poll_setting"].items()
-                if k != "machine"
-            },
-            "pass": g["pass"],
-        }
+        if "fifo" in runs and "sjf" in runs:
+            t[f"{model}_sjf_vs_fifo_at_highest_load"] = _sjf_vs_fifo(runs)
+    if out["overhead"]:
+        t["proxy_overhead_low_load"] = _overhead_target(out["overhead"])
     return t
 
 
@@ -194,3 +96,111 @@ def table(out: dict) -> str:
             for k, c in r.get("proxy_cpu", {}).items():
                 lines.append(f"  {setting:<18}{k:<20} CPU per request {c['cpu_us_per_request']:7.1f} us")
     return "\n".join(lines)
+
+
+def _throughput_at_2x(out: dict, model: str, runs: dict) -> dict:
+    """Throughput at twice the saturating load over the peak, per configuration, in requests
+    and in work per second; wasted work; the max-queue-wait comparison if it ran."""
+    entry = {}
+    for unit in ("throughput_per_s", "work_per_s"):
+        peak = max(r[unit] for rs in runs.values() for r in rs)
+        at2 = {
+            c: next((r for r in rs if math.isclose(r["load_factor"], 2.0)), None) for c, rs in runs.items()
+        }
+        at2 = {c: r for c, r in at2.items() if r is not None}
+        ratios = {c: r[unit] / peak for c, r in at2.items()}
+        proxied = [v for c, v in ratios.items() if c != "direct"]
+        entry[unit] = {
+            "peak": peak,
+            "ratio_at_2x": ratios,
+            "pass": bool(proxied) and min(proxied) >= 0.95 and ratios.get("direct", 0.0) < 0.95,
+        }
+        if unit == "work_per_s":
+            # The backend's own ceiling (every processor on useful work), for reading
+            # the peak itself.
+            entry[unit]["peak_over_backend_max"] = peak / out["parameters"]["cpus"]
+    entry["wasted_work_fraction_at_2x"] = {
+        c: (r.get("upstream_work") or {}).get("wasted_fraction") for c, r in at2.items()
+    }
+    cmp_runs = ((out.get("max_queue_wait_comparison") or {}).get(model)) or {}
+    if cmp_runs:
+        peak_work = entry["work_per_s"]["peak"]
+        entry["max_queue_wait_comparison_at_2x"] = {
+            "max_queue_wait_s": out["max_queue_wait_comparison"]["max_queue_wait_s"],
+            "work_ratio_at_2x": {
+                c: r["work_per_s"] / peak_work
+                for c, rs in cmp_runs.items()
+                for r in rs
+                if math.isclose(r["load_factor"], 2.0)
+            },
+            "wasted_work_fraction_at_2x": {
+                c: (r.get("upstream_work") or {}).get("wasted_fraction")
+                for c, rs in cmp_runs.items()
+                for r in rs
+                if math.isclose(r["load_factor"], 2.0)
+            },
+            "note": "the same points run right after with the other max_queue_wait; ratios to "
+            "the main runs' peak; not used for the verdict",
+        }
+    return entry
+
+
+def _sjf_vs_fifo(runs: dict) -> dict:
+    """sjf against fifo (and the aging modes between them) at the highest load of a model."""
+    top = max(r["load_factor"] for r in runs["fifo"])
+    pick = {c: next((r for r in rs if r["load_factor"] == top), None) for c, rs in runs.items()}
+    pick = {c: r for c, r in pick.items() if r is not None}
+    fifo, sjf = pick["fifo"], pick["sjf"]
+    rare = "admin_response"
+
+    def type_ratio(name: str, sjf=sjf, fifo=fifo):
+        a_, b_ = sjf["per_type"].get(name), fifo["per_type"].get(name)
+        return None if not a_ or not b_ else a_["mean_response_ms"] / b_["mean_response_ms"]
+
+    aging = {c: pick[c]["mean_response_ms"] for c in pick if c.startswith("sjf-aging")}
+    ratio = fifo["mean_response_ms"] / sjf["mean_response_ms"]
+    return {
+        "load_factor": top,
+        "fifo_mean_ms": fifo["mean_response_ms"],
+        "sjf_mean_ms": sjf["mean_response_ms"],
+        "fifo_over_sjf": ratio,
+        f"{COSTLIEST}_ms": {c: pick[c]["per_type"].get(COSTLIEST, {}).get("mean_response_ms") for c in pick},
+        f"{COSTLIEST}_sjf_over_fifo": type_ratio(COSTLIEST),
+        f"{rare}_sjf_over_fifo": type_ratio(rare),
+        f"{rare}_samples": [
+            sjf["per_type"].get(rare, {}).get("n", 0),
+            fifo["per_type"].get(rare, {}).get("n", 0),
+        ],
+        "timeouts": {c: pick[c]["timeouts"] for c in pick},
+        "paper_accounting": paper_accounting(pick, fifo, sjf),
+        "aging_means_ms": aging,
+        "pass_10x": ratio >= 10,
+        "pass_costliest_within_20pct": (type_ratio(COSTLIEST) or 99) <= 1.2,
+        "pass_aging_between": bool(aging)
+        and all(sjf["mean_response_ms"] <= v <= fifo["mean_response_ms"] for v in aging.values()),
+    }
+
+
+def _overhead_target(ov: dict) -> dict:
+    """The proxy's overhead at low load against its pass rule."""
+    g = ov["overhead_us"]["gatekeeper"]
+    return {
+        "rate_per_s": ov["rate_per_s"],
+        "rule": ov["pass_rule"],
+        "overhead_us_median_of_round_means": g["median_of_round_means"],
+        "overhead_us_pooled_mean": g["pooled_mean"],
+        "overhead_us_pooled_median": g["pooled_median"],
+        "reference_overhead_us": {
+            k: {x: v[x] for x in ("median_of_round_means", "pooled_mean", "pooled_median")}
+            for k, v in ov["overhead_us"].items()
+            if k != "gatekeeper"
+        },
+        "proxy_cpu_us_per_request": {k: v["cpu_us_per_request"] for k, v in ov["proxy_cpu"].items()},
+        "busy_poll_us": ov.get("busy_poll_us"),
+        "with_halt_poll": {
+            k: v["overhead_us"]["gatekeeper"]["median_of_round_means"]
+            for k, v in ov["by_halt_poll_setting"].items()
+            if k != "machine"
+        },
+        "pass": g["pass"],
+    }
