@@ -156,6 +156,13 @@ def overhead_rounds(b: Bench, ports: dict[str, int], trace: Path, tag: str, pids
         }
         for k, v in pooled.items()
     }
+    overhead = overhead_vs_direct(names, rounds, latency, tag)
+    return {"latency": latency, "per_round": rounds, "overhead_us": overhead, "proxy_cpu": cpu}
+
+
+def overhead_vs_direct(names: list[str], rounds: dict[str, list[dict]], latency: dict, tag: str) -> dict:
+    """Each proxied path's latency minus direct's: per round (means and medians), the median of
+    the round means (the verdict, OVERHEAD_PASS_RULE) and pooled over all rounds."""
     overhead = {}
     for k in names:
         if k == "direct":
@@ -183,7 +190,7 @@ def overhead_rounds(b: Bench, ports: dict[str, int], trace: Path, tag: str, pids
             file=sys.stderr,
             flush=True,
         )
-    return {"latency": latency, "per_round": rounds, "overhead_us": overhead, "proxy_cpu": cpu}
+    return overhead
 
 
 def measure_overhead(b: Bench, capacity: str) -> dict:
