@@ -172,6 +172,109 @@ def machine() -> dict:
     }
 
 
+def setup_servers(binary: Path, tmp: Path) -> dict[str, tuple[list[str], int]]:
+    """The files both servers serve, in ``tmp``, and each server's command line and port."""
+    root = tmp / "www"
+    root.mkdir()
+    for name, size in FILES.items():
+        (root / name).write_bytes(bytes(i % 251 for i in range(size)))
+    nginx_port, sf_port = free_port(), free_port()
+    while sf_port == nginx_port:
+        sf_port = free_port()
+    conf = tmp / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(tmp=tmp, port=nginx_port, root=root))
+    servers = {
+        "nginx": (["nginx", "-c", str(conf), "-p", str(tmp)], nginx_port),
+        "shortfirst": (
+            [
+                str(binary),
+                "serve",
+                "--root",
+                str(root),
+                "--listen",
+                f"127.0.0.1:{sf_port}",
+                "--threads",
+                "2",
+                "--max-requests-per-connection",
+                "10000",
+                "--access-log",
+                str(tmp / "shortfirst-access.log"),
+            ],
+            sf_port,
+        ),
+    }
+    return servers
+
+
+def run_rounds(args: argparse.Namespace, servers: dict, tmp: Path) -> list[dict]:
+    """Every round: each server started, warmed and measured on each file (order alternating
+    between rounds), its CPU per request from its own CPU time."""
+    runs = []
+    for rnd in range(args.rounds):
+        order = ["nginx", "shortfirst"] if rnd % 2 == 0 else ["shortfirst", "nginx"]
+        for name in order:
+            argv, port = servers[name]
+            proc = start(name, argv, port, tmp / f"{name}.out")
+            try:
+                for path in FILES:
+                    if args.warmup:
+                        warm = argparse.Namespace(**{**vars(args), "duration": args.warmup})
+                        run_wrk(warm, port, f"/{path}")
+                    cpu_before_s = server_cpu_s(proc.pid)
+                    r = run_wrk(args, port, f"/{path}")
+                    cpu_s = server_cpu_s(proc.pid) - cpu_before_s
+                    # CPU per request is far less disturbed by neighbours than
+                    # throughput: the efficiency figure on a shared machine.
+                    r["server_cpu_us_per_request"] = round(cpu_s * 1e6 / max(1, r["requests"] or 0), 2)
+                    r.update(server=name, file=path, size_bytes=FILES[path], round=rnd + 1)
+                    print(
+                        f"round {rnd + 1} {name:10s} {path:9s} {r['requests_per_s']:>10.0f} req/s  "
+                        f"p50 {r['latency_ms'].get('p50')} ms  p99 {r['latency_ms'].get('p99')} ms  "
+                        f"cpu {r['server_cpu_us_per_request']} us/req",
+                        flush=True,
+                    )
+                    runs.append(r)
+            finally:
+                stop(proc)
+
+    return runs
+
+
+def summarize(runs: list[dict], servers: dict) -> dict:
+    """Per file, each server's medians over rounds and the ratios shortfirst/nginx."""
+    summary = {}
+    for path in FILES:
+        per = {}
+        for name in servers:
+            rs = [r for r in runs if r["server"] == name and r["file"] == path]
+            # Medians over rounds: the machine is shared, and one round
+            # disturbed by a neighbour should not decide the ratio.
+            per[name] = {
+                "requests_per_s": round(statistics.median(r["requests_per_s"] for r in rs), 1),
+                "latency_ms": {
+                    p: round(statistics.median(r["latency_ms"][p] for r in rs), 4)
+                    for p in ("p50", "p90", "p99")
+                },
+                "server_cpu_us_per_request": round(
+                    statistics.median(r["server_cpu_us_per_request"] for r in rs), 2
+                ),
+                "requests_per_s_per_round": [r["requests_per_s"] for r in rs],
+            }
+        rps_ratio = per["shortfirst"]["requests_per_s"] / per["nginx"]["requests_per_s"]
+        p99_ratio = per["shortfirst"]["latency_ms"]["p99"] / per["nginx"]["latency_ms"]["p99"]
+        cpu_ratio = per["shortfirst"]["server_cpu_us_per_request"] / max(
+            1e-9, per["nginx"]["server_cpu_us_per_request"]
+        )
+        summary[path] = {
+            **per,
+            "ratio_requests_per_s": round(rps_ratio, 3),
+            "ratio_p99": round(p99_ratio, 3),
+            "ratio_server_cpu_per_request": round(cpu_ratio, 3),
+            "target_met": rps_ratio >= 1.0 and p99_ratio <= 1.0,
+        }
+    return summary
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default="target/release/shortfirst")
@@ -195,93 +298,9 @@ def main() -> int:
     machine_at_start = machine()
     tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     try:
-        root = tmp / "www"
-        root.mkdir()
-        for name, size in FILES.items():
-            (root / name).write_bytes(bytes(i % 251 for i in range(size)))
-        nginx_port, sf_port = free_port(), free_port()
-        while sf_port == nginx_port:
-            sf_port = free_port()
-        conf = tmp / "nginx.conf"
-        conf.write_text(NGINX_CONF.format(tmp=tmp, port=nginx_port, root=root))
-        servers = {
-            "nginx": (["nginx", "-c", str(conf), "-p", str(tmp)], nginx_port),
-            "shortfirst": (
-                [
-                    str(binary),
-                    "serve",
-                    "--root",
-                    str(root),
-                    "--listen",
-                    f"127.0.0.1:{sf_port}",
-                    "--threads",
-                    "2",
-                    "--max-requests-per-connection",
-                    "10000",
-                    "--access-log",
-                    str(tmp / "shortfirst-access.log"),
-                ],
-                sf_port,
-            ),
-        }
-        runs = []
-        for rnd in range(args.rounds):
-            order = ["nginx", "shortfirst"] if rnd % 2 == 0 else ["shortfirst", "nginx"]
-            for name in order:
-                argv, port = servers[name]
-                proc = start(name, argv, port, tmp / f"{name}.out")
-                try:
-                    for path in FILES:
-                        if args.warmup:
-                            warm = argparse.Namespace(**{**vars(args), "duration": args.warmup})
-                            run_wrk(warm, port, f"/{path}")
-                        cpu_before_s = server_cpu_s(proc.pid)
-                        r = run_wrk(args, port, f"/{path}")
-                        cpu_s = server_cpu_s(proc.pid) - cpu_before_s
-                        # CPU per request is far less disturbed by neighbours than
-                        # throughput: the efficiency figure on a shared machine.
-                        r["server_cpu_us_per_request"] = round(cpu_s * 1e6 / max(1, r["requests"] or 0), 2)
-                        r.update(server=name, file=path, size_bytes=FILES[path], round=rnd + 1)
-                        print(
-                            f"round {rnd + 1} {name:10s} {path:9s} {r['requests_per_s']:>10.0f} req/s  "
-                            f"p50 {r['latency_ms'].get('p50')} ms  p99 {r['latency_ms'].get('p99')} ms  "
-                            f"cpu {r['server_cpu_us_per_request']} us/req",
-                            flush=True,
-                        )
-                        runs.append(r)
-                finally:
-                    stop(proc)
-
-        summary = {}
-        for path in FILES:
-            per = {}
-            for name in servers:
-                rs = [r for r in runs if r["server"] == name and r["file"] == path]
-                # Medians over rounds: the machine is shared, and one round
-                # disturbed by a neighbour should not decide the ratio.
-                per[name] = {
-                    "requests_per_s": round(statistics.median(r["requests_per_s"] for r in rs), 1),
-                    "latency_ms": {
-                        p: round(statistics.median(r["latency_ms"][p] for r in rs), 4)
-                        for p in ("p50", "p90", "p99")
-                    },
-                    "server_cpu_us_per_request": round(
-                        statistics.median(r["server_cpu_us_per_request"] for r in rs), 2
-                    ),
-                    "requests_per_s_per_round": [r["requests_per_s"] for r in rs],
-                }
-            rps_ratio = per["shortfirst"]["requests_per_s"] / per["nginx"]["requests_per_s"]
-            p99_ratio = per["shortfirst"]["latency_ms"]["p99"] / per["nginx"]["latency_ms"]["p99"]
-            cpu_ratio = per["shortfirst"]["server_cpu_us_per_request"] / max(
-                1e-9, per["nginx"]["server_cpu_us_per_request"]
-            )
-            summary[path] = {
-                **per,
-                "ratio_requests_per_s": round(rps_ratio, 3),
-                "ratio_p99": round(p99_ratio, 3),
-                "ratio_server_cpu_per_request": round(cpu_ratio, 3),
-                "target_met": rps_ratio >= 1.0 and p99_ratio <= 1.0,
-            }
+        servers = setup_servers(binary, tmp)
+        runs = run_rounds(args, servers, tmp)
+        summary = summarize(runs, servers)
         report = {
             "benchmark": "bench-serve",
             "command": " ".join([sys.argv[0], *sys.argv[1:]]),
