@@ -92,10 +92,10 @@ REALTIME = ["--realtime"] if ROOT else []
 # The generator's --spin-us in the spinning modes: never sleep through a wait
 # this short, and wake this long before the end of longer ones. Above the wake-up
 # latency of an idle vCPU on this VM (its next timer interrupt ~2 ms late, measured
-# session 4), so that no send waits on a halted CPU (see the ARCHITECTURE.md section
+# on this VM), so that no send waits on a halted CPU (see the ARCHITECTURE.md section
 # of crates/load).
 SPIN_US = 2000
-# The target: open-model requests/s with lateness p99 <= 1 ms.
+# The target: open-model requests/s with lateness p99 <= 1 ms.
 TARGET_REQ_PER_S = 20000
 # SCHED_FIFO priority of the server and wrk (the generator's --realtime uses 10 too).
 FIFO = ["chrt", "-f", "10"] if ROOT and shutil.which("chrt") else []
@@ -464,8 +464,8 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--bin", default="target/release/shortfirst")
     ap.add_argument("--out", default="results/bench-load.json")
-    # The search starts at the target, not below it: lateness is not monotonic in the
-    # rate on an idle VM (measured 23:08 UTC: 18,700/s sustained, 5,000/s not, because at low
+    # The search starts at the target, not below it: lateness is not monotonic in the
+    # rate on an idle VM (measured on an idle VM: 18,700/s sustained, 5,000/s not, because at low
     # rates the wake-up of an idle vCPU dominates p99), so a search that starts low and fails
     # only bisects downwards and never sees the rates that pass.
     ap.add_argument("--start-rate", type=int, default=20000)

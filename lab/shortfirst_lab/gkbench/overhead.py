@@ -199,7 +199,7 @@ def measure_overhead(b: Bench, capacity: str) -> dict:
     the gatekeeper (fifo), through the gatekeeper with --busy-poll-us N
     (--overhead-busy-poll-us) and, as a reference, through nginx (one worker, kept-alive
     upstream connections); optionally through a second gatekeeper binary
-    (--overhead-baseline-bin, e.g. the previous commit's). CPU per request of each proxy:
+    (--overhead-baseline-bin, e.g. an older build's). CPU per request of each proxy:
     its CPU time over the rounds (schedstat of its threads and child processes) divided by
     the requests sent through it; between rounds an idle proxy uses no CPU (busy polling
     stops N us after the last event), so this is the CPU its requests cost. Many short rounds alternate

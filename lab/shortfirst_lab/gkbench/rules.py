@@ -12,7 +12,7 @@ from .workload import TABLE1_MS, type_cost_ms
 
 def max_queue_wait_rule(a: argparse.Namespace) -> tuple[float, str]:
     """The gatekeeper's --max-queue-wait for every gatekeeper point, from the bench's
-    parameters only (decided in session 5 before any run with it; not tuned on outcomes).
+    parameters only (decided before any run with it, so that it is not tuned on outcomes).
 
     An admitted request must be able to finish before its client gives up, or the backend
     serves it for nobody. The longest an admitted request can take is the costliest type's
@@ -31,7 +31,7 @@ def max_queue_wait_rule(a: argparse.Namespace) -> tuple[float, str]:
         f"max_queue_wait = client timeout - 2 x the costliest type's worst service time = "
         f"{a.timeout:g} s - 2 x ({costliest_ms:g} ms x max(1, {in_flight} in flight / {a.cpus} cpus)) "
         f"= {wait_s:g} s, 503 + Retry-After beyond; every gatekeeper configuration, both models. "
-        "Rule fixed before any run with it (session 5): " + " ".join(max_queue_wait_rule.__doc__.split())
+        "Rule fixed before any run with it: " + " ".join(max_queue_wait_rule.__doc__.split())
     )
     return wait_s, text
 
@@ -48,7 +48,7 @@ def max_charge_share_spec(spec: str) -> tuple[float | None, str]:
     The rule: 1 / CALIBRATE_FLOOR_REQUESTS. The calibration's capacity holds at least that
     many of the costliest requests by the estimates it saw, so at estimates like those no
     charge is capped; the bound only caps estimates inflated far beyond them. Measured
-    (session 6, closed model at twice the saturating load, --sample-ms timelines): every
+    (closed model at twice the saturating load, --sample-ms timelines): every
     run starts with all users arriving at once on cold charges, the gate admits up to
     --max-in-flight (32) requests, Best Sellers' first samples are taken 32-way shared on 4
     processors and its estimate starts at 1.6-1.8 s (0.30 s true cost); with two of those
@@ -59,8 +59,8 @@ def max_charge_share_spec(spec: str) -> tuple[float | None, str]:
     run while any waits (core::admission, "Bounded charges", property-tested). Chosen after
     those measurements, so it is not the bench's default: with the synthetic model's exact
     intervals and fifo's re-pricing of queued requests, unbounded charges (`none`, the
-    configuration fixed before any run) measured 3.96-4.01 work/s at 2x in every mode
-    (session 6), the same as the rule."""
+    configuration fixed before any run) measured 3.96-4.01 work/s at 2x in every mode,
+    the same as the rule."""
     if spec == "rule":
         share = 1 / CALIBRATE_FLOOR_REQUESTS
         return share, (
@@ -106,8 +106,8 @@ ACCOUNTING_NOTE = (
 )
 
 
-#: Decided before the first run of these alternating rounds (session 4, 01:06 UTC) and not
-#: changed after looking at any outcome.
+#: Decided before the first run of these alternating rounds and not changed after looking at
+#: any outcome, so that the verdict is not fitted to the data.
 OVERHEAD_PASS_RULE = (
     "pass if the median over rounds of the per-round overhead (the gatekeeper's mean latency "
     "minus direct's mean latency in the same round) is <= 200 us. A median of round means "

@@ -8,7 +8,7 @@ from .workload import COSTLIEST
 
 
 def evaluate(out: dict) -> dict:
-    """The issue's targets, computed from the runs above (pass/fail plus the figures).
+    """The bench's targets, computed from the runs above (pass/fail plus the figures).
 
     Throughput is judged in both units: requests per second, and work per second (each
     completion weighted by its type's cost). Requests per second alone flatters a policy

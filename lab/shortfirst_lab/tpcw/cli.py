@@ -1,4 +1,4 @@
-"""Gatekeeper on the TPC-W bookstore (issue 6): emulated browsers → (gatekeeper) → bookstore → PostgreSQL.
+"""Gatekeeper on the TPC-W bookstore: emulated browsers → (gatekeeper) → bookstore → PostgreSQL.
 
 Everything runs on loopback: a private PostgreSQL started by ``examples/bookstore/pg.sh`` (stopped and
 deleted by its watchdog when this process exits), the ``bookstore`` application server, optionally

@@ -227,7 +227,8 @@ def full_view(points: list[dict]) -> list[dict]:
 
 
 def targets(points: list[dict]) -> dict:
-    """Issue 6's three targets, computed from the points (absent modes give ``None``):
+    """The sweep's three targets (the Gatekeeper paper's claims), computed from the points (absent
+    modes give ``None``):
 
     - per mode, throughput at the highest load as a fraction of the mode's peak (gatekeeper ≥ 0.95
       while direct falls);
