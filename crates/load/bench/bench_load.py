@@ -161,6 +161,35 @@ def wrk(port: int, path: str, close: bool, seconds: int, threads: int, conns: in
     }
 
 
+def generator_argv(
+    binary: str,
+    port: int,
+    trace: Path,
+    out: Path,
+    rate: int,
+    duration_s: float,
+    timeout_s: float | None = None,
+    extra: list[str] | None = None,
+) -> list[str]:
+    """One generator thread replaying `trace` at `rate` requests/s against the local server
+    (SCHED_FIFO unless --no-realtime)."""
+    return load_argv(
+        binary,
+        f"http://127.0.0.1:{port}",
+        trace=trace,
+        out=out,
+        # speed, not --rate: --rate reads the whole trace first to learn its
+        # mean rate, which would add to the CPU measured per request.
+        speed=rate / TRACE_REQ_PER_S,
+        duration_s=duration_s,
+        timeout_s=timeout_s,
+        threads=1,
+        quiet=True,
+        realtime=bool(REALTIME),
+        extra=extra or [],
+    )
+
+
 def step(
     binary: str,
     port: int,
@@ -172,25 +201,7 @@ def step(
     cpu: int | None,
     wrap: list[str] | None = None,
 ) -> dict:
-    argv = [
-        *pin(cpu),
-        *(wrap or []),
-        *load_argv(
-            binary,
-            f"http://127.0.0.1:{port}",
-            trace=trace,
-            out=out,
-            # speed, not --rate: --rate reads the whole trace first to learn its
-            # mean rate, which would add to the CPU measured per request.
-            speed=rate / TRACE_REQ_PER_S,
-            duration_s=seconds,
-            timeout_s=10,
-            threads=1,
-            quiet=True,
-            realtime=bool(REALTIME),
-            extra=extra,
-        ),
-    ]
+    argv = [*pin(cpu), *(wrap or []), *generator_argv(binary, port, trace, out, rate, seconds, 10, extra)]
     tick_s = 1 / CLK_TCK
     t0, server0, wall0 = cpu_times(), process_cpu_s(SERVER[0].pid), time.monotonic()
     res, cpu_s, switches = run_cpu(argv, seconds + 60)
@@ -291,20 +302,7 @@ def peak_rss(
     binary: str, port: int, trace: Path, out: Path, rate: int, requests: int, cpu: int | None
 ) -> dict:
     """Peak RSS (KiB) of one `shortfirst load` run of `requests` requests at `rate`/s."""
-    argv = [
-        *pin(cpu),
-        *load_argv(
-            binary,
-            f"http://127.0.0.1:{port}",
-            trace=trace,
-            out=out,
-            speed=rate / TRACE_REQ_PER_S,
-            duration_s=requests / rate,
-            threads=1,
-            quiet=True,
-            realtime=bool(REALTIME),
-        ),
-    ]
+    argv = [*pin(cpu), *generator_argv(binary, port, trace, out, rate, requests / rate)]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     CHILDREN.append(proc)
     _, status, usage = os.wait4(proc.pid, 0)
