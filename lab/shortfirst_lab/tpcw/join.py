@@ -86,7 +86,8 @@ def join_requests(
 def _read_app_log(
     app_log: Path, started_unix_s: float
 ) -> tuple[dict[str, list[list]], dict[str, list[float]]]:
-    """The bookstore's rows per path, on the browsers' clock (less the offset), by end:
+    """The bookstore's rows per path, in seconds since the load generator started (by the
+    bookstore's clock: the offset is estimated later), sorted by end:
     ``[finish, arrive, service, outcome, used]``; and each path's finishes, for bisection."""
     app: dict[str, list[list]] = defaultdict(list)
     with open(app_log, newline="") as f:
