@@ -81,6 +81,7 @@ lint: venv
 	$(PY) -m pytest -q -p no:cacheprovider tools/test_unused_deps.py && $(PY) tools/unused_deps.py
 	cd lab && ../$(VENV)/bin/ruff check --config pyproject.toml $(PY_SOURCES)
 	cd lab && ../$(VENV)/bin/ruff format --config pyproject.toml --check $(PY_SOURCES)
+	cd lab && ../$(PY) -m shortfirst_lab.depcheck --pyproject pyproject.toml --lock requirements.lock $(PY_SOURCES)
 
 fmt: venv
 	$(CARGO) fmt --all

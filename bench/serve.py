@@ -13,7 +13,8 @@ log to a file (nginx `buffer=64k flush=1s`; shortfirst's log is always
 buffered). shortfirst runs its default policy, srpt with SO_PRIORITY set per
 band, so the bench pays for the scheduling it ships with.
 
-Standard library only. Every child process is killed on exit, error or signal.
+Runs with the lab's venv python (it imports shortfirst_lab.kit). Every child process is
+killed on exit, error or signal.
 """
 
 from __future__ import annotations
@@ -29,11 +30,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-from benchlib import free_port, git_commit, write_json
-from benchlib import machine as base_machine
+from shortfirst_lab.kit import KitError, free_port, git_commit, process_cpu_s, wait_http, write_json
+from shortfirst_lab.kit import machine as base_machine
 
 FILES = {"1k.bin": 1024, "100k.bin": 100 * 1024}
 CHILDREN: list[subprocess.Popen] = []
@@ -92,27 +92,16 @@ def port_in_use(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def wait_ready(port: int, path: str, proc: subprocess.Popen, name: str) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"bench-serve: {name} exited with {proc.returncode} before serving")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit(f"bench-serve: {name} not answering on 127.0.0.1:{port} after 10 s")
-
-
 def start(name: str, argv: list[str], port: int, log: Path) -> subprocess.Popen:
     if port_in_use(port):
         raise SystemExit(f"bench-serve: port {port} already in use")
     out = open(log, "wb")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     CHILDREN.append(proc)
-    wait_ready(port, "/1k.bin", proc, name)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/1k.bin", proc, timeout_s=10)
+    except KitError as e:
+        raise SystemExit(f"bench-serve: {name}: {e}") from None
     return proc
 
 
@@ -148,23 +137,13 @@ def parse_wrk(text: str) -> dict:
     }
 
 
-def cpu_ticks(pid: int) -> int:
-    """User + system clock ticks of a process, its threads and its children (nginx workers)."""
-    total = 0
-    pids = [pid]
+def server_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of a server process and its children (nginx workers)."""
     try:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        pids += [int(c) for c in children]
     except OSError:
-        pass
-    for p in pids:
-        try:
-            for task in os.listdir(f"/proc/{p}/task"):
-                fields = Path(f"/proc/{p}/task/{task}/stat").read_text().rsplit(")", 1)[1].split()
-                total += int(fields[11]) + int(fields[12])
-        except OSError:
-            continue
-    return total
+        children = []
+    return process_cpu_s(pid) + sum(process_cpu_s(int(c)) for c in children)
 
 
 def run_wrk(args, port: int, path: str) -> dict:
@@ -193,6 +172,109 @@ def machine() -> dict:
     }
 
 
+def setup_servers(binary: Path, tmp: Path) -> dict[str, tuple[list[str], int]]:
+    """The files both servers serve, in ``tmp``, and each server's command line and port."""
+    root = tmp / "www"
+    root.mkdir()
+    for name, size in FILES.items():
+        (root / name).write_bytes(bytes(i % 251 for i in range(size)))
+    nginx_port, sf_port = free_port(), free_port()
+    while sf_port == nginx_port:
+        sf_port = free_port()
+    conf = tmp / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(tmp=tmp, port=nginx_port, root=root))
+    servers = {
+        "nginx": (["nginx", "-c", str(conf), "-p", str(tmp)], nginx_port),
+        "shortfirst": (
+            [
+                str(binary),
+                "serve",
+                "--root",
+                str(root),
+                "--listen",
+                f"127.0.0.1:{sf_port}",
+                "--threads",
+                "2",
+                "--max-requests-per-connection",
+                "10000",
+                "--access-log",
+                str(tmp / "shortfirst-access.log"),
+            ],
+            sf_port,
+        ),
+    }
+    return servers
+
+
+def run_rounds(args: argparse.Namespace, servers: dict, tmp: Path) -> list[dict]:
+    """Every round: each server started, warmed and measured on each file (order alternating
+    between rounds), its CPU per request from its own CPU time."""
+    runs = []
+    for rnd in range(args.rounds):
+        order = ["nginx", "shortfirst"] if rnd % 2 == 0 else ["shortfirst", "nginx"]
+        for name in order:
+            argv, port = servers[name]
+            proc = start(name, argv, port, tmp / f"{name}.out")
+            try:
+                for path in FILES:
+                    if args.warmup:
+                        warm = argparse.Namespace(**{**vars(args), "duration": args.warmup})
+                        run_wrk(warm, port, f"/{path}")
+                    cpu_before_s = server_cpu_s(proc.pid)
+                    r = run_wrk(args, port, f"/{path}")
+                    cpu_s = server_cpu_s(proc.pid) - cpu_before_s
+                    # CPU per request is far less disturbed by neighbours than
+                    # throughput: the efficiency figure on a shared machine.
+                    r["server_cpu_us_per_request"] = round(cpu_s * 1e6 / max(1, r["requests"] or 0), 2)
+                    r.update(server=name, file=path, size_bytes=FILES[path], round=rnd + 1)
+                    print(
+                        f"round {rnd + 1} {name:10s} {path:9s} {r['requests_per_s']:>10.0f} req/s  "
+                        f"p50 {r['latency_ms'].get('p50')} ms  p99 {r['latency_ms'].get('p99')} ms  "
+                        f"cpu {r['server_cpu_us_per_request']} us/req",
+                        flush=True,
+                    )
+                    runs.append(r)
+            finally:
+                stop(proc)
+
+    return runs
+
+
+def summarize(runs: list[dict], servers: dict) -> dict:
+    """Per file, each server's medians over rounds and the ratios shortfirst/nginx."""
+    summary = {}
+    for path in FILES:
+        per = {}
+        for name in servers:
+            rs = [r for r in runs if r["server"] == name and r["file"] == path]
+            # Medians over rounds: the machine is shared, and one round
+            # disturbed by a neighbour should not decide the ratio.
+            per[name] = {
+                "requests_per_s": round(statistics.median(r["requests_per_s"] for r in rs), 1),
+                "latency_ms": {
+                    p: round(statistics.median(r["latency_ms"][p] for r in rs), 4)
+                    for p in ("p50", "p90", "p99")
+                },
+                "server_cpu_us_per_request": round(
+                    statistics.median(r["server_cpu_us_per_request"] for r in rs), 2
+                ),
+                "requests_per_s_per_round": [r["requests_per_s"] for r in rs],
+            }
+        rps_ratio = per["shortfirst"]["requests_per_s"] / per["nginx"]["requests_per_s"]
+        p99_ratio = per["shortfirst"]["latency_ms"]["p99"] / per["nginx"]["latency_ms"]["p99"]
+        cpu_ratio = per["shortfirst"]["server_cpu_us_per_request"] / max(
+            1e-9, per["nginx"]["server_cpu_us_per_request"]
+        )
+        summary[path] = {
+            **per,
+            "ratio_requests_per_s": round(rps_ratio, 3),
+            "ratio_p99": round(p99_ratio, 3),
+            "ratio_server_cpu_per_request": round(cpu_ratio, 3),
+            "target_met": rps_ratio >= 1.0 and p99_ratio <= 1.0,
+        }
+    return summary
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default="target/release/shortfirst")
@@ -216,95 +298,9 @@ def main() -> int:
     machine_at_start = machine()
     tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     try:
-        root = tmp / "www"
-        root.mkdir()
-        for name, size in FILES.items():
-            (root / name).write_bytes(bytes(i % 251 for i in range(size)))
-        nginx_port, sf_port = free_port(), free_port()
-        while sf_port == nginx_port:
-            sf_port = free_port()
-        conf = tmp / "nginx.conf"
-        conf.write_text(NGINX_CONF.format(tmp=tmp, port=nginx_port, root=root))
-        servers = {
-            "nginx": (["nginx", "-c", str(conf), "-p", str(tmp)], nginx_port),
-            "shortfirst": (
-                [
-                    str(binary),
-                    "serve",
-                    "--root",
-                    str(root),
-                    "--listen",
-                    f"127.0.0.1:{sf_port}",
-                    "--threads",
-                    "2",
-                    "--max-requests-per-connection",
-                    "10000",
-                    "--access-log",
-                    str(tmp / "shortfirst-access.log"),
-                ],
-                sf_port,
-            ),
-        }
-        runs = []
-        for rnd in range(args.rounds):
-            order = ["nginx", "shortfirst"] if rnd % 2 == 0 else ["shortfirst", "nginx"]
-            for name in order:
-                argv, port = servers[name]
-                proc = start(name, argv, port, tmp / f"{name}.out")
-                try:
-                    for path in FILES:
-                        if args.warmup:
-                            warm = argparse.Namespace(**{**vars(args), "duration": args.warmup})
-                            run_wrk(warm, port, f"/{path}")
-                        ticks_before = cpu_ticks(proc.pid)
-                        r = run_wrk(args, port, f"/{path}")
-                        ticks = cpu_ticks(proc.pid) - ticks_before
-                        # CPU per request is far less disturbed by neighbours than
-                        # throughput: the efficiency figure on a shared machine.
-                        r["server_cpu_us_per_request"] = round(
-                            ticks * 1e6 / os.sysconf("SC_CLK_TCK") / max(1, r["requests"] or 0), 2
-                        )
-                        r.update(server=name, file=path, size_bytes=FILES[path], round=rnd + 1)
-                        print(
-                            f"round {rnd + 1} {name:10s} {path:9s} {r['requests_per_s']:>10.0f} req/s  "
-                            f"p50 {r['latency_ms'].get('p50')} ms  p99 {r['latency_ms'].get('p99')} ms  "
-                            f"cpu {r['server_cpu_us_per_request']} us/req",
-                            flush=True,
-                        )
-                        runs.append(r)
-                finally:
-                    stop(proc)
-
-        summary = {}
-        for path in FILES:
-            per = {}
-            for name in servers:
-                rs = [r for r in runs if r["server"] == name and r["file"] == path]
-                # Medians over rounds: the machine is shared, and one round
-                # disturbed by a neighbour should not decide the ratio.
-                per[name] = {
-                    "requests_per_s": round(statistics.median(r["requests_per_s"] for r in rs), 1),
-                    "latency_ms": {
-                        p: round(statistics.median(r["latency_ms"][p] for r in rs), 4)
-                        for p in ("p50", "p90", "p99")
-                    },
-                    "server_cpu_us_per_request": round(
-                        statistics.median(r["server_cpu_us_per_request"] for r in rs), 2
-                    ),
-                    "requests_per_s_per_round": [r["requests_per_s"] for r in rs],
-                }
-            rps_ratio = per["shortfirst"]["requests_per_s"] / per["nginx"]["requests_per_s"]
-            p99_ratio = per["shortfirst"]["latency_ms"]["p99"] / per["nginx"]["latency_ms"]["p99"]
-            cpu_ratio = per["shortfirst"]["server_cpu_us_per_request"] / max(
-                1e-9, per["nginx"]["server_cpu_us_per_request"]
-            )
-            summary[path] = {
-                **per,
-                "ratio_requests_per_s": round(rps_ratio, 3),
-                "ratio_p99": round(p99_ratio, 3),
-                "ratio_server_cpu_per_request": round(cpu_ratio, 3),
-                "target_met": rps_ratio >= 1.0 and p99_ratio <= 1.0,
-            }
+        servers = setup_servers(binary, tmp)
+        runs = run_rounds(args, servers, tmp)
+        summary = summarize(runs, servers)
         report = {
             "benchmark": "bench-serve",
             "command": " ".join([sys.argv[0], *sys.argv[1:]]),
@@ -326,7 +322,7 @@ def main() -> int:
             "runs": runs,
         }
         out = Path(args.out)
-        write_json(out, report)
+        write_json(out, report, allow_nan=True)
         for path, s in summary.items():
             print(
                 f"{path}: shortfirst/nginx requests/s {s['ratio_requests_per_s']}, p99 {s['ratio_p99']}, "

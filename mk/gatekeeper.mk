@@ -11,9 +11,9 @@ GK_BENCH_ARGS ?=
 BENCH_TARGETS += bench-gatekeeper-synthetic
 
 .PHONY: bench-gatekeeper-synthetic
-bench-gatekeeper-synthetic: build
+bench-gatekeeper-synthetic: build venv
 	@mkdir -p results
-	$(PYTHON) crates/gatekeeper/bench/bench_synthetic.py --bin $(BIN) \
+	$(PY) crates/gatekeeper/bench/bench_synthetic.py --bin $(BIN) \
 	  --out results/bench-gatekeeper-synthetic.json $(GK_BENCH_ARGS)
 
 # make bench-gatekeeper-overhead
@@ -24,7 +24,7 @@ bench-gatekeeper-synthetic: build
 GK_OVERHEAD_ARGS ?=
 
 .PHONY: bench-gatekeeper-overhead
-bench-gatekeeper-overhead: build
+bench-gatekeeper-overhead: build venv
 	@mkdir -p results
-	$(PYTHON) crates/gatekeeper/bench/bench_synthetic.py --bin $(BIN) --only-overhead \
+	$(PY) crates/gatekeeper/bench/bench_synthetic.py --bin $(BIN) --only-overhead \
 	  --out results/bench-gatekeeper-overhead.json $(GK_OVERHEAD_ARGS)

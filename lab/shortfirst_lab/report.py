@@ -31,7 +31,7 @@ from scipy import stats
 
 from . import analysis, figures, models
 from .experiment import Experiment, load_experiment
-from .provenance import write_atomic, write_json
+from .kit import write_atomic, write_json
 
 LATENESS_LIMIT_MS = 5.0
 RUN_KEYS = (

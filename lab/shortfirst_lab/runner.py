@@ -44,8 +44,8 @@ from tqdm import tqdm
 
 from . import models, report
 from .experiment import Experiment, RunSpec, load_experiment
-from .provenance import collect, utc_now, write_atomic, write_json
-from .testbed import parse_proc_pairs
+from .kit import load_argv, parse_proc_pairs, utc_now, write_atomic, write_json
+from .kit import provenance as collect
 
 HEALTH_PERIOD_S = 1.0
 SERVER_START_TIMEOUT_S = 15.0
@@ -390,15 +390,9 @@ class Runner:
             if self.exp.uplink.rto_min_ms:
                 rec["route_commands"] = self.set_rto_min(tb, self.exp.uplink.rto_min_ms)
             s_argv = self.server_argv(tb, policy)
-            l_argv = [
-                str(self.bin),
-                "load",
-                "--target",
-                f"http://{tb.server_addr}:{self.exp.server.port}",
-                "--out",
-                str(rdir),
-                *load_args,
-            ]
+            l_argv = load_argv(
+                self.bin, f"http://{tb.server_addr}:{self.exp.server.port}", out=rdir, extra=load_args
+            )
             _write_commands(
                 rdir / "commands.txt",
                 [s_argv, l_argv],

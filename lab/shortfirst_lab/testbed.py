@@ -48,6 +48,8 @@ import sys
 import time
 from pathlib import Path
 
+from .kit import parse_proc_pairs, process_cpu_s
+
 PREFIX = "sf"
 LOCK_DIR = Path("/run/shortfirst-testbed")
 SUBNET_PREFIX = "10.77.0."
@@ -437,7 +439,7 @@ class Testbed:
             "band_bytes": {b["band"]: b["bytes"] for b in uplink["bands"]},
             "band_backlog_packets": {b["band"]: b["backlog_packets"] for b in uplink["bands"]},
             "band_drops": {b["band"]: b["drops"] for b in uplink["bands"]},
-            "server_cpu_s": sum(_cpu_seconds(p.pid) for p in self._server_procs if p.poll() is None),
+            "server_cpu_s": sum(process_cpu_s(p.pid) for p in self._server_procs if p.poll() is None),
         }
 
     # -- teardown -----------------------------------------------------------
@@ -500,35 +502,3 @@ def _tcp_states(paths: list[Path]) -> dict[int, int]:
                 st = int(fields[3], 16)
                 counts[st] = counts.get(st, 0) + 1
     return counts
-
-
-def parse_proc_pairs(text: str) -> dict[str, dict[str, int]]:
-    """/proc/net/snmp and /proc/net/netstat: pairs of lines ``Group: names…`` /
-    ``Group: values…`` (several files may be concatenated). A pair whose groups
-    differ, and values that are not integers, are skipped."""
-    out: dict[str, dict[str, int]] = {}
-    lines = [ln for ln in text.splitlines() if ":" in ln]
-    for names, values in zip(lines[::2], lines[1::2], strict=False):
-        group, _, names_rest = names.partition(":")
-        vgroup, _, values_rest = values.partition(":")
-        if group != vgroup:
-            continue
-        for k, v in zip(names_rest.split(), values_rest.split(), strict=False):
-            try:
-                out.setdefault(group, {})[k] = int(v)
-            except ValueError:
-                continue
-    return out
-
-
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_seconds(pid: int) -> float:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return 0.0
-    # Fields after the ")" of the command name: state is field 3, utime 14, stime 15.
-    fields = stat.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK

@@ -1,23 +1,15 @@
-"""The synthetic gatekeeper bench's diagnosis helpers (crates/gatekeeper/bench/
-bench_synthetic.py): how `timeline_summary` classifies moments with idle backend
-processors, and the `--max-charge-share` specs, as tables."""
-
-import importlib.util
-import sys
-from pathlib import Path
+"""The synthetic gatekeeper bench's diagnosis helpers (shortfirst_lab.gkbench, run by
+crates/gatekeeper/bench/bench_synthetic.py): how `timeline_summary` classifies moments
+with idle backend processors, and the `--max-charge-share` specs, as tables."""
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "crates" / "gatekeeper" / "bench" / "bench_synthetic.py"
+from shortfirst_lab import gkbench
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_synthetic", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_synthetic"] = module
-    spec.loader.exec_module(module)
-    return module
+    return gkbench
 
 
 def row(t_s, in_model, busy_cpu_s, work_s, *, queue=0, in_flight=0, load_s=0.0, head_s=0.0, rejected=0):

@@ -1,0 +1,164 @@
+"""One run's figures from the generator's requests.csv: throughput, work per second, the two
+accountings of response time (full and the paper's), Little's law for closed loops.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from .workload import type_cost_ms
+
+
+def summarize(
+    run_dir: Path, warmup_s: float, duration_s: float, wall_s: float, scale: float, timeout_s: float
+) -> dict:
+    """Throughput and response times from requests.csv.
+
+    - Throughput: responses completed (200) inside the measurement window
+      [warmup, duration], whenever they were sent, per second of window. Cost-weighted
+      throughput: the same completions weighted by their type's base cost (the synthetic
+      backend's work, in seconds), per second: backend work done per second (at most
+      --cpus when every processor serves useful work).
+    - Response times: requests *scheduled* inside the window. A request that timed out (or
+      never completed) counts with its timeout as response time, a lower bound of the truth,
+      in `mean_response_ms` (and per type); `mean_response_ms_completed` is over completed
+      requests only. Dropping timeouts would hide exactly the requests a policy starves.
+    """
+    with open(run_dir / "requests.csv") as f:
+        rows = list(csv.DictReader(f))
+    window = max(duration_s - warmup_s, 1e-9)
+    done_in_window = work_s = 0.0
+    rts, rts_done, per_type, timeouts, errors = [], [], {}, 0, 0
+    by_client: dict[str, list[tuple[float, float]]] = {}
+    for r in rows:
+        name = r["path"].rsplit("/", 1)[-1]
+        sched = float(r["scheduled_s"] or 0)
+        done = r.get("done_s") or ""
+        ok = r["outcome"] == "ok" and r["status"] == "200" and done != ""
+        if ok and warmup_s <= float(done) <= duration_s:
+            done_in_window += 1
+            work_s += type_cost_ms(r["path"], scale) / 1e3
+        # When the user was free again: the response, the error, or giving up.
+        end = float(done) if done != "" else sched + timeout_s
+        by_client.setdefault(r.get("client", ""), []).append((sched, end))
+        if not (warmup_s <= sched < duration_s):
+            continue
+        if ok:
+            rt = float(done) - sched
+            rts_done.append(rt)
+        elif r["outcome"] in ("timeout", "aborted"):
+            rt = timeout_s
+            timeouts += 1
+        else:
+            # Refused, reset, 5xx: the time the user waited for the failure.
+            errors += 1
+            rt = end - sched
+        rts.append(rt)
+        t = per_type.setdefault(name, {"rts": [], "rts_ok": [], "timeouts": 0, "errors": 0})
+        t["rts"].append(rt)
+        if ok:
+            t["rts_ok"].append(rt)
+        t["timeouts"] += 1 if r["outcome"] in ("timeout", "aborted") else 0
+        t["errors"] += 0 if ok or r["outcome"] in ("timeout", "aborted") else 1
+
+    littles = littles_law(by_client, warmup_s, duration_s)
+
+    ordered = sorted(rts)
+    return {
+        "accounting": _accounting(rts, rts_done, done_in_window / window, timeouts, errors, timeout_s),
+        "littles_law": littles,
+        "throughput_per_s": done_in_window / window,
+        "median_response_ms": 1e3 * ordered[len(ordered) // 2] if ordered else None,
+        "work_per_s": work_s / window,
+        "mean_response_ms": mean_ms(rts),
+        "mean_response_ms_completed": mean_ms(rts_done),
+        "requests": len(rts),
+        "timeouts": timeouts,
+        "errors": errors,
+        "per_type": {
+            k: {
+                "n": len(v["rts"]),
+                "timeouts": v["timeouts"],
+                "errors": v["errors"],
+                "mean_response_ms": mean_ms(v["rts"]),
+                "mean_response_ms_successful": mean_ms(v["rts_ok"]),
+            }
+            for k, v in sorted(per_type.items())
+        },
+        "wall_s": wall_s,
+    }
+
+
+def mean_ms(v: list[float]) -> float | None:
+    return 1e3 * sum(v) / len(v) if v else None
+
+
+def _accounting(
+    rts: list[float],
+    rts_done: list[float],
+    throughput_per_s: float,
+    timeouts: int,
+    errors: int,
+    timeout_s: float,
+) -> dict:
+    """The two accountings of the same requests, each with its definition."""
+    return {
+        "full": {
+            "mean_response_ms": mean_ms(rts),
+            "requests": len(rts),
+            "definition": "every request scheduled in the window: completed ones at their "
+            "response time, errors at the time they took, timed-out ones at the client "
+            "timeout (a lower bound: the user gave up then)",
+        },
+        "paper": {
+            "mean_response_ms": mean_ms(rts_done),
+            "throughput_per_s": throughput_per_s,
+            "requests": len(rts_done),
+            "excluded_timeouts": timeouts,
+            "excluded_errors": errors,
+            "timeout_s": timeout_s,
+            "definition": "successful requests only (Elnikety et al. 2004, section 4: failed "
+            "or timed-out requests are in neither throughput nor response time)",
+        },
+    }
+
+
+def littles_law(by_client: dict[str, list[tuple[float, float]]], warmup_s: float, duration_s: float) -> dict:
+    """Little's law for a closed loop, from the logs: `by_client` holds each user's requests
+    as (scheduled send, end); every request that ended in the window (any outcome) is one
+    cycle of a user: respond (R), then think (Z) until the next send."""
+    window = max(duration_s - warmup_s, 1e-9)
+    ended = [(sch, end) for reqs in by_client.values() for sch, end in reqs if warmup_s <= end < duration_s]
+    thinks = []
+
+    def clipped(a: float, b: float) -> float:
+        return max(0.0, min(b, duration_s) - max(a, warmup_s))
+
+    waiting_s = thinking_s = 0.0
+    for reqs in by_client.values():
+        reqs.sort()
+        for (_, end), (next_sched, _) in zip(reqs, reqs[1:], strict=False):
+            if warmup_s <= end < duration_s:
+                thinks.append(max(0.0, next_sched - end))
+            thinking_s += clipped(end, next_sched)
+        waiting_s += sum(clipped(sch, end) for sch, end in reqs)
+    x_all = len(ended) / window
+    r_all = sum(e - s for s, e in ended) / len(ended) if ended else 0.0
+    z = sum(thinks) / len(thinks) if thinks else 0.0
+    littles = {
+        "x_per_s": x_all,
+        "r_s": r_all,
+        "z_s": z,
+        "n_from_logs": x_all * (r_all + z),
+        "waiting_avg": waiting_s / window,
+        "thinking_avg": thinking_s / window,
+        "definition": "X = requests that ended in the window (any outcome) per second; R = their "
+        "mean time from scheduled send to end (response, error, or giving up); Z = mean time "
+        "from a user's request ending to its next send. Closed loop: N = X (R + Z). "
+        "waiting_avg / thinking_avg: time-average number of users waiting / thinking in the "
+        "window (their sum is N up to the generator's lateness). X R falls short of "
+        "waiting_avg when requests outlast the window (they end after it), so a ratio well "
+        "below 1 means the window is too short for the longest waits, not a broken loop.",
+    }
+    return littles

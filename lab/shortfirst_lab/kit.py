@@ -1,0 +1,463 @@
+"""The one helper kit of the lab and the benchmarks: standard library only.
+
+Everything a measurement must do the same way wherever it runs — pick a free port, wait
+for a child to listen, record the commit and the machine, read the kernel's counters,
+parse the Prometheus text our binaries serve, build a `shortfirst load` command line,
+write a result so that no reader sees half of it — lives here once. The benches import
+it from the installed lab package (`pip install -e lab`, the Makefile's `venv`), so the
+same code records an experiment's provenance and a benchmark's machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: The repository root (this file is ROOT/lab/shortfirst_lab/kit.py; the lab is installed
+#: editable): git runs there, whatever the caller's working directory.
+REPO = Path(__file__).resolve().parents[2]
+
+#: Clock ticks per second of /proc/stat and /proc/PID/stat (USER_HZ).
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+class KitError(RuntimeError):
+    """A child did not come up, or a counter file could not be read as expected."""
+
+
+# -- ports and children ------------------------------------------------------------------
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on `host` at the time of the call (the kernel's choice)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: Any = None, timeout_s: float = 10.0, host: str = "127.0.0.1") -> None:
+    """Wait until something accepts TCP connections on host:port.
+
+    `proc` (a subprocess.Popen, optional) is the child expected to listen: if it exits
+    first, fail at once instead of waiting out the timeout. Raises KitError naming the
+    port (or the child's exit code)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise KitError(f"{proc.args[0]} exited with {proc.returncode} before listening on {host}:{port}")
+        try:
+            with socket.create_connection((host, port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise KitError(f"nothing listening on {host}:{port} after {timeout_s} s")
+
+
+def wait_http(url: str, proc: Any = None, timeout_s: float = 30.0) -> None:
+    """Wait until a GET of `url` answers without an HTTP error (a 4xx or 5xx counts as not
+    ready: a server still starting may answer 503). `proc` as in `wait_port`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise KitError(f"{proc.args[0]} exited with {proc.returncode} before answering {url}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status < 400:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise KitError(f"{url} not answering after {timeout_s} s")
+
+
+class Child:
+    """A child process with its output in a log file, stopped on exit (SIGTERM to this very
+    process, SIGKILL after `stop_timeout_s`): a measurement never leaves a server behind."""
+
+    def __init__(self, argv: Sequence[str], log: Path, stop_timeout_s: float = 10.0, **popen: Any):
+        log = Path(log)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.stop_timeout_s = stop_timeout_s
+        self.log = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        try:
+            self.proc = subprocess.Popen(list(argv), stdout=self.log, stderr=subprocess.STDOUT, **popen)
+        except BaseException:
+            self.log.close()
+            raise
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> int | None:
+        """Stops the child if it still runs; returns its exit code. Safe to call twice."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+    def __enter__(self) -> Child:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# -- provenance: commit, machine, time ---------------------------------------------------
+
+
+def git(args: list[str], cwd: Path = REPO) -> str | None:
+    """`git ARGS` in `cwd`: its stripped output, or None if git failed or is absent."""
+    try:
+        r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def git_commit(repo: Path = REPO) -> str:
+    """The commit a result came from, `-dirty` if the tree had uncommitted changes
+    ("unknown" outside a git checkout)."""
+    return git(["describe", "--always", "--dirty", "--abbrev=40"], repo) or "unknown"
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """The CPU model name from /proc/cpuinfo, or None if absent."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def machine() -> dict[str, Any]:
+    """The machine as a benchmark result records it. The load average matters on a shared
+    machine: a figure measured at load 20 and one at load 1 differ."""
+    return {
+        "cpu_model": cpu_model() or "unknown",
+        "cpus": os.cpu_count(),
+        "kernel": platform.release(),
+        "hostname": socket.gethostname(),
+        "loadavg": list(os.getloadavg()),
+        "timestamp_utc": utc_now(),
+    }
+
+
+def provenance(repo: Path = REPO, argv: list[str] | None = None, extra: dict | None = None) -> dict:
+    """What an experiment directory records (`provenance.json`) so that a report can always
+    say which commit, kernel and machine produced its numbers: git commit and whether the
+    tree was dirty, kernel, CPUs, date, command line."""
+    argv = sys.argv if argv is None else argv
+    status = git(["status", "--porcelain", "--untracked-files=no"], repo)
+    out: dict[str, Any] = {
+        "git_commit": git(["rev-parse", "HEAD"], repo),
+        "git_branch": git(["rev-parse", "--abbrev-ref", "HEAD"], repo),
+        "git_dirty": bool(status) if status is not None else None,
+        "kernel": platform.release(),
+        "os": platform.platform(),
+        "hostname": socket.gethostname(),
+        "cpu_count": os.cpu_count(),
+        "cpu_model": cpu_model(),
+        "python": platform.python_version(),
+        "date_utc": utc_now(),
+        "command_line": shlex.join(argv),
+        "uid": os.getuid(),
+    }
+    if extra:
+        out.update(extra)
+    return out
+
+
+# -- atomic writes -----------------------------------------------------------------------
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write to a temporary file in the same directory, then rename over `path`: a reader
+    never sees half a file, and a crash never loses the old one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = "wb" if isinstance(data, bytes) else "w"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode) as f:
+            f.write(data)
+        # mkstemp creates 0600; give the file the permissions a plain open() would (umask).
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, obj: Any, *, allow_nan: bool = False) -> None:
+    """`obj` as indented JSON, atomically. NaN is refused unless `allow_nan` (it is not
+    JSON; summaries that use it for "no value" say so by passing True)."""
+    write_atomic(path, json.dumps(obj, indent=2, allow_nan=allow_nan) + "\n")
+
+
+# -- kernel counters ---------------------------------------------------------------------
+
+#: The columns of a `cpu` line of /proc/stat, in order (ticks of USER_HZ).
+PROC_STAT_FIELDS = (
+    "user",
+    "nice",
+    "system",
+    "idle",
+    "iowait",
+    "irq",
+    "softirq",
+    "steal",
+    "guest",
+    "guest_nice",
+)
+
+
+def parse_proc_stat(text: str) -> dict[str, dict[str, int]]:
+    """The `cpu` lines of /proc/stat: {"cpu": {...}, "cpu0": {...}, ...}, each field of
+    PROC_STAT_FIELDS in ticks. Fields an older kernel lacks read 0; other lines are skipped."""
+    out: dict[str, dict[str, int]] = {}
+    for line in text.splitlines():
+        name, *values = line.split()
+        if not name.startswith("cpu"):
+            continue
+        ticks = [int(v) for v in values[: len(PROC_STAT_FIELDS)]]
+        ticks += [0] * (len(PROC_STAT_FIELDS) - len(ticks))
+        out[name] = dict(zip(PROC_STAT_FIELDS, ticks, strict=True))
+    return out
+
+
+def read_proc_stat(path: Path = Path("/proc/stat")) -> dict[str, dict[str, int]]:
+    return parse_proc_stat(Path(path).read_text())
+
+
+def per_cpu_ticks(stat: dict[str, dict[str, int]]) -> dict[int, dict[str, int]]:
+    """The per-CPU lines of a parsed /proc/stat, by CPU number (the total line left out)."""
+    return {int(k[3:]): v for k, v in stat.items() if k != "cpu" and k[3:].isdigit()}
+
+
+def parse_proc_pairs(text: str) -> dict[str, dict[str, int]]:
+    """/proc/net/snmp and /proc/net/netstat: pairs of lines ``Group: names…`` /
+    ``Group: values…`` (several files may be concatenated). A pair whose groups
+    differ, and values that are not integers, are skipped."""
+    out: dict[str, dict[str, int]] = {}
+    lines = [ln for ln in text.splitlines() if ":" in ln]
+    for names, values in zip(lines[::2], lines[1::2], strict=False):
+        group, _, names_rest = names.partition(":")
+        vgroup, _, values_rest = values.partition(":")
+        if group != vgroup:
+            continue
+        for k, v in zip(names_rest.split(), values_rest.split(), strict=False):
+            try:
+                out.setdefault(group, {})[k] = int(v)
+            except ValueError:
+                continue
+    return out
+
+
+def read_netstat(path: Path = Path("/proc/net/netstat")) -> dict[str, dict[str, int]]:
+    return parse_proc_pairs(Path(path).read_text())
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, every thread) process `pid` has used so far; 0.0 once it
+    is gone (a process that exited used what it used, and is no longer ours to count)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    # Fields after the ")" of the command name: state is field 3, utime 14, stime 15.
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+# -- Prometheus text ---------------------------------------------------------------------
+
+_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{(.*)\})?\s+(\S+)(?:\s+-?\d+)?\s*$")
+_LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sample line: metric name, labels (unescaped) and value. `key` is the series as
+    written (``name{labels}``), for looking a series up the way it is printed."""
+
+    name: str
+    labels: dict[str, str]
+    value: float
+    key: str
+
+
+def parse_prometheus(text: str) -> list[Sample]:
+    """The samples of a Prometheus text exposition, in order. Comments (``# HELP``,
+    ``# TYPE``) and blank lines are skipped; values may be ``NaN``, ``+Inf``, ``-Inf``; an
+    optional timestamp is ignored. A line that is not a sample raises KitError naming it."""
+    out: list[Sample] = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            raise KitError(f"Prometheus text line {n}: not a sample: {raw!r}")
+        labels: dict[str, str] = {}
+        body = m.group(3) or ""
+        pos = 0
+        while body[pos:].strip():
+            lm = _LABEL.match(body, pos)
+            if not lm or lm.end() == pos:
+                raise KitError(f"Prometheus text line {n}: bad labels: {raw!r}")
+            labels[lm.group(1)] = re.sub(r"\\[\\\"n]", lambda e: _UNESCAPE[e.group(0)], lm.group(2))
+            pos = lm.end()
+        try:
+            value = float(m.group(4))
+        except ValueError:
+            raise KitError(f"Prometheus text line {n}: bad value: {raw!r}") from None
+        out.append(Sample(m.group(1), labels, value, m.group(1) + (m.group(2) or "")))
+    return out
+
+
+def prometheus_series(text: str) -> dict[str, float]:
+    """Every sample as ``{"name{labels}": value}``, the series as written."""
+    return {s.key: s.value for s in parse_prometheus(text)}
+
+
+def fetch_text(url: str, timeout_s: float = 5.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout_s) as r:
+        return r.read().decode()
+
+
+# -- the load generator's command line ---------------------------------------------------
+
+
+def load_argv(
+    binary: str | Path,
+    target: str,
+    *,
+    trace: str | Path | None = None,
+    session: str | Path | None = None,
+    out: str | Path | None = None,
+    model: str | None = None,
+    speed: float | None = None,
+    duration_s: float | str | None = None,
+    persistent: int | None = None,
+    timeout_s: float | str | None = None,
+    seed: int | None = None,
+    threads: int | None = None,
+    quiet: bool = False,
+    realtime: bool = False,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """`shortfirst load` with the options every caller spells the same way, in one order:
+    target, trace or session, out, model, speed, duration, persistent, timeout, seed,
+    threads, quiet, realtime, then `extra` as given. Numbers are written with str(): what
+    the caller passes is what the generator reads."""
+    if trace is not None and session is not None:
+        raise ValueError("load_argv: give a trace or a session, not both")
+    argv = [str(binary), "load", "--target", target]
+    for flag, value in (
+        ("--trace", trace),
+        ("--session", session),
+        ("--out", out),
+        ("--model", model),
+        ("--speed", speed),
+        ("--duration", duration_s),
+        ("--persistent", persistent),
+        ("--timeout", timeout_s),
+        ("--seed", seed),
+        ("--threads", threads),
+    ):
+        if value is not None:
+            argv += [flag, str(value)]
+    if quiet:
+        argv.append("--quiet")
+    if realtime:
+        argv.append("--realtime")
+    return argv + list(extra)
+
+
+# -- benchmarks on a shared machine ------------------------------------------------------
+
+#: The cpuidle-haltpoll driver's guest polling limit (ns): how long an idle vCPU polls
+#: before it halts and has to be woken by the host. Machine-global.
+HALT_POLL = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
+#: The lock benchmarks hold so that no two of them run at once.
+BENCH_LOCK = Path("/run/shortfirst-bench.lock")
+
+
+def read_halt_poll() -> int | None:
+    """The current guest_halt_poll_ns, or None where the driver is absent."""
+    return int(HALT_POLL.read_text().strip()) if HALT_POLL.exists() else None
+
+
+def bench_lock_held_by_ancestor() -> bool:
+    """Whether a flock on BENCH_LOCK is held by this process or one of its ancestors
+    (`flock /run/shortfirst-bench.lock ... make ...`), from /proc/locks."""
+    try:
+        inode = BENCH_LOCK.stat().st_ino
+        locks = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return False
+    holders = set()
+    for line in locks:
+        f = line.split()
+        if "->" in f or len(f) < 6 or f[1] != "FLOCK":
+            continue  # "->" marks a waiter, not a holder
+        if f[5].rsplit(":", 1)[-1] == str(inode):
+            holders.add(int(f[4]))
+    pid = os.getpid()
+    while pid > 1:
+        if pid in holders:
+            return True
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return False
+
+
+@contextlib.contextmanager
+def halt_poll_ns(value: int | None) -> Iterator[int | None]:
+    """Set the guest's halt polling (machine-global) for the duration, then restore it,
+    whatever happens (an exception, or SystemExit from a signal handler). Yields the
+    value before. None: leave it alone."""
+    if value is None:
+        yield None
+        return
+    before = HALT_POLL.read_text().strip()
+    try:
+        HALT_POLL.write_text(str(value))
+        yield int(before)
+    finally:
+        HALT_POLL.write_text(before)
+        restored = HALT_POLL.read_text().strip()
+        if restored != before:
+            raise RuntimeError(f"{HALT_POLL}: restoring {before} failed, it reads {restored}")

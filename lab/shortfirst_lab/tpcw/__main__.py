@@ -1,0 +1,5 @@
+"""``python -m shortfirst_lab.tpcw``: see ``cli``."""
+
+from .cli import main
+
+raise SystemExit(main())
