@@ -13,7 +13,7 @@ use hyper::http::uri::PathAndQuery;
 use hyper::Uri;
 use serde::Deserialize;
 use shortfirst_core::admission::auto::AutoConfig;
-use shortfirst_core::admission::{EstimatorConfig, Policy};
+use shortfirst_core::admission::{AdmissionPolicy, EstimatorConfig};
 
 use crate::classify::Rule;
 use crate::GatekeeperError;
@@ -120,7 +120,7 @@ pub struct ProxyConfig {
     pub listen: SocketAddr,
     pub upstream: Upstream,
     pub capacity: CapacitySetting,
-    pub policy: Policy,
+    pub policy: AdmissionPolicy,
     pub rules: Vec<Rule>,
     /// Including the overflow type.
     pub max_types: usize,
@@ -159,7 +159,7 @@ impl ProxyConfig {
             listen,
             upstream,
             capacity: CapacitySetting::Auto(AutoConfig::default()),
-            policy: Policy::Sjf,
+            policy: AdmissionPolicy::Sjf,
             rules: vec![Rule::Route],
             max_types: 64,
             declared_types: Vec::new(),

@@ -48,7 +48,7 @@ impl Histogram {
 
 /// How a request through the gatekeeper ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum ProxyOutcome {
     /// Response fully relayed.
     Ok,
     /// Upstream refused/reset/broke: 502.
@@ -61,16 +61,21 @@ pub enum Outcome {
     ClientGone,
 }
 
-impl Outcome {
-    pub const ALL: [Outcome; 5] =
-        [Outcome::Ok, Outcome::UpstreamError, Outcome::Timeout, Outcome::Rejected, Outcome::ClientGone];
+impl ProxyOutcome {
+    pub const ALL: [ProxyOutcome; 5] = [
+        ProxyOutcome::Ok,
+        ProxyOutcome::UpstreamError,
+        ProxyOutcome::Timeout,
+        ProxyOutcome::Rejected,
+        ProxyOutcome::ClientGone,
+    ];
     pub fn label(self) -> &'static str {
         match self {
-            Outcome::Ok => "ok",
-            Outcome::UpstreamError => "upstream_error",
-            Outcome::Timeout => "timeout",
-            Outcome::Rejected => "rejected",
-            Outcome::ClientGone => "client_gone",
+            ProxyOutcome::Ok => "ok",
+            ProxyOutcome::UpstreamError => "upstream_error",
+            ProxyOutcome::Timeout => "timeout",
+            ProxyOutcome::Rejected => "rejected",
+            ProxyOutcome::ClientGone => "client_gone",
         }
     }
 }
@@ -86,10 +91,10 @@ pub struct TypeMetrics {
 }
 
 impl TypeMetrics {
-    pub fn count(&self, o: Outcome) {
+    pub fn count(&self, o: ProxyOutcome) {
         self.outcomes[o as usize].fetch_add(1, Relaxed);
     }
-    pub fn outcome_count(&self, o: Outcome) -> u64 {
+    pub fn outcome_count(&self, o: ProxyOutcome) -> u64 {
         self.outcomes[o as usize].load(Relaxed)
     }
 }
@@ -222,7 +227,7 @@ impl Metrics {
         }
         let _ = writeln!(o, "# HELP gatekeeper_type_requests_total Requests by type and outcome.\n# TYPE gatekeeper_type_requests_total counter");
         for (i, name, _, _) in &snap.types {
-            for out in Outcome::ALL {
+            for out in ProxyOutcome::ALL {
                 let _ = writeln!(
                     o,
                     "gatekeeper_type_requests_total{{type=\"{}\",outcome=\"{}\"}} {}",
@@ -270,7 +275,7 @@ mod tests {
     #[test]
     fn render_escapes_labels_and_lists_globals() {
         let m = Metrics::new(2);
-        m.types[0].count(Outcome::Ok);
+        m.types[0].count(ProxyOutcome::Ok);
         m.types[1].probes.fetch_add(2, Relaxed);
         let snap = Snapshot {
             load_us: 1_500,
