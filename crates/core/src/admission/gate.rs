@@ -106,6 +106,8 @@ struct Waiting {
     cost_us: u64,
     arrival_us: u64,
     deadline_us: u64,
+    /// The request's class (its type, for the proxy), `None` for a class of its own.
+    class: Option<u64>,
 }
 
 /// Admission accounting plus the admission queue. See the module docs.
@@ -125,8 +127,12 @@ pub struct Gate {
     by_finish: BTreeSet<(u64, u64)>,
     /// Waiting requests by arrival order.
     queue: BTreeMap<u64, Waiting>,
-    /// `(cost, seq)` of waiting requests: the SJF order.
+    /// `(cost, seq)` of the waiting requests that are the oldest of their class (every
+    /// classless request is): the SJF order, whose picks are always first in their class.
     by_cost: BTreeSet<(u64, u64)>,
+    /// Waiting requests by class, in arrival order; bounded by the queue length (a class
+    /// leaves the map with its last waiting request).
+    classes: HashMap<u64, BTreeSet<u64>>,
     /// `(deadline, seq)` of waiting requests (sjf-aging only).
     by_deadline: BTreeSet<(u64, u64)>,
     /// Waiting probes, by arrival (sjf only): ahead of every other waiting request.
@@ -157,6 +163,7 @@ impl Gate {
             by_finish: BTreeSet::new(),
             queue: BTreeMap::new(),
             by_cost: BTreeSet::new(),
+            classes: HashMap::new(),
             by_deadline: BTreeSet::new(),
             probes: BTreeSet::new(),
         })

@@ -20,7 +20,8 @@ impl Gate {
         let mut best_due: Option<(u64, u64)> = None;
         let mut best_cost: Option<(u64, u64)> = None;
         for (&seq, w) in self.queue.iter().take(AGING_SCAN_LIMIT) {
-            if now_us.saturating_add(w.cost_us) <= bound && self.fits(w.cost_us) {
+            // Only the oldest of a class is a candidate (the class rule).
+            if now_us.saturating_add(w.cost_us) <= bound && self.fits(w.cost_us) && self.is_class_head(seq) {
                 let (best, key) = if w.deadline_us <= now_us {
                     (&mut best_due, (w.deadline_us, seq))
                 } else {

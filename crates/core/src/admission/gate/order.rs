@@ -10,7 +10,7 @@ impl Gate {
         let head = match self.cfg.policy {
             AdmissionPolicy::Fifo => self.queue.first_key_value().map(|(&s, _)| s)?,
             // A waiting probe goes first (re-sampling, module docs).
-            AdmissionPolicy::Sjf => self.probes.first().copied().or_else(|| self.by_cost.first().map(|&(_, s)| s))?,
+            AdmissionPolicy::Sjf => self.sjf_head()?,
             AdmissionPolicy::SjfAging { .. } => return self.pick_aging(now_us),
         };
         // fifo and sjf never admit a request they did not pick: under fifo that would

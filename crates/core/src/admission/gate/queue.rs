@@ -15,7 +15,7 @@ impl Gate {
     pub fn head_cost_us(&self) -> Option<u64> {
         let seq = match self.cfg.policy {
             AdmissionPolicy::Fifo => *self.queue.first_key_value()?.0,
-            AdmissionPolicy::Sjf => self.probes.first().copied().or_else(|| self.by_cost.first().map(|&(_, s)| s))?,
+            AdmissionPolicy::Sjf => self.sjf_head()?,
             AdmissionPolicy::SjfAging { .. } => return self.by_cost.first().map(|&(c, _)| c),
         };
         Some(self.queue[&seq].cost_us)
@@ -29,14 +29,38 @@ impl Gate {
     /// dispatches; the returned admissions may include it (and, after a capacity change,
     /// others). Rejected without side effects when the queue is full.
     pub fn arrive(&mut self, now_us: u64, cost_us: u64) -> Result<(RequestId, Vec<Admitted>), Rejection> {
-        self.arrive_as(now_us, cost_us, false)
+        self.arrive_as(now_us, cost_us, false, None)
+    }
+
+    /// [`Gate::arrive`] for a request of a class (the proxy's request type): within a
+    /// class every policy admits in arrival order, whatever the charges (the class rule in
+    /// the module docs). A type's estimate drifts, so charges taken at arrival would
+    /// otherwise let later requests of a type overtake earlier ones for ever.
+    pub fn arrive_in(
+        &mut self,
+        now_us: u64,
+        class: u64,
+        cost_us: u64,
+    ) -> Result<(RequestId, Vec<Admitted>), Rejection> {
+        self.arrive_as(now_us, cost_us, false, Some(class))
+    }
+
+    /// [`Gate::arrive_probe`] for a request of a class ([`Gate::arrive_in`]): under `sjf`
+    /// the probe's class goes ahead of every other, its requests in arrival order.
+    pub fn arrive_probe_in(
+        &mut self,
+        now_us: u64,
+        class: u64,
+        cost_us: u64,
+    ) -> Result<(RequestId, Vec<Admitted>), Rejection> {
+        self.arrive_as(now_us, cost_us, true, Some(class))
     }
 
     /// [`Gate::arrive`] for a probe ([`Charge::probe`]): under `sjf` it waits ahead of every
     /// non-probe (probes in arrival order), charged `cost_us` as any request, so it is
     /// admitted as soon as it fits. Under `fifo` and `sjf-aging` it is an ordinary arrival.
     pub fn arrive_probe(&mut self, now_us: u64, cost_us: u64) -> Result<(RequestId, Vec<Admitted>), Rejection> {
-        self.arrive_as(now_us, cost_us, true)
+        self.arrive_as(now_us, cost_us, true, None)
     }
 
     /// Waiting probes (sjf only; 0 under other policies).
@@ -44,7 +68,13 @@ impl Gate {
         self.probes.len()
     }
 
-    fn arrive_as(&mut self, now_us: u64, cost_us: u64, probe: bool) -> Result<(RequestId, Vec<Admitted>), Rejection> {
+    fn arrive_as(
+        &mut self,
+        now_us: u64,
+        cost_us: u64,
+        probe: bool,
+        class: Option<u64>,
+    ) -> Result<(RequestId, Vec<Admitted>), Rejection> {
         let now_us = self.clock(now_us);
         if self.queue.len() >= self.cfg.max_queue_len {
             return Err(Rejection::QueueFull);
@@ -58,8 +88,18 @@ impl Gate {
             }
             _ => u64::MAX,
         };
-        self.queue.insert(seq, Waiting { cost_us, arrival_us: now_us, deadline_us });
-        self.by_cost.insert((cost_us, seq));
+        self.queue.insert(seq, Waiting { cost_us, arrival_us: now_us, deadline_us, class });
+        let first_of_class = match class {
+            None => true,
+            Some(c) => {
+                let members = self.classes.entry(c).or_default();
+                members.insert(seq);
+                members.len() == 1
+            }
+        };
+        if first_of_class {
+            self.by_cost.insert((cost_us, seq));
+        }
         if matches!(self.cfg.policy, AdmissionPolicy::SjfAging { .. }) {
             self.by_deadline.insert((deadline_us, seq));
         }
@@ -109,9 +149,11 @@ impl Gate {
             if w.cost_us == cost_us {
                 continue;
             }
-            self.by_cost.remove(&(w.cost_us, id.0));
+            let head = self.by_cost.remove(&(w.cost_us, id.0));
             w.cost_us = cost_us;
-            self.by_cost.insert((cost_us, id.0));
+            if head {
+                self.by_cost.insert((cost_us, id.0));
+            }
             changed = true;
         }
         if changed {
@@ -119,6 +161,31 @@ impl Gate {
         } else {
             Vec::new()
         }
+    }
+
+    /// Change the policy (configuration reload). Waiting requests keep their arrival
+    /// order, charges and classes; their sjf-aging deadlines are computed from their
+    /// arrival and charge under the new factor, probes stay probes only under `sjf`. Then
+    /// the gate dispatches (returned admissions). Bounded: `O(n log n)` for `n` waiting.
+    pub fn set_policy(&mut self, now_us: u64, policy: AdmissionPolicy) -> Vec<Admitted> {
+        let now_us = self.clock(now_us);
+        self.cfg.policy = policy;
+        self.by_deadline.clear();
+        if policy != AdmissionPolicy::Sjf {
+            self.probes.clear();
+        }
+        for (&seq, w) in self.queue.iter_mut() {
+            w.deadline_us = match policy {
+                AdmissionPolicy::SjfAging { factor } => {
+                    w.arrival_us.saturating_add((factor * w.cost_us as f64).min(u64::MAX as f64 / 2.0) as u64)
+                }
+                _ => u64::MAX,
+            };
+            if matches!(policy, AdmissionPolicy::SjfAging { .. }) {
+                self.by_deadline.insert((w.deadline_us, seq));
+            }
+        }
+        self.dispatch(now_us)
     }
 
     /// Whether [`Gate::reprice_waiting`] acts under this gate's policy (`fifo` only), so a
@@ -178,9 +245,49 @@ impl Gate {
 
     pub(super) fn remove_waiting(&mut self, seq: u64) -> Option<Waiting> {
         let w = self.queue.remove(&seq)?;
-        self.by_cost.remove(&(w.cost_us, seq));
+        let was_head = self.by_cost.remove(&(w.cost_us, seq));
         self.by_deadline.remove(&(w.deadline_us, seq));
         self.probes.remove(&seq);
+        if let Some(c) = w.class {
+            if let Some(members) = self.classes.get_mut(&c) {
+                members.remove(&seq);
+                match members.first().copied() {
+                    None => {
+                        self.classes.remove(&c);
+                    }
+                    // The class's next oldest becomes its candidate.
+                    Some(next) if was_head => {
+                        self.by_cost.insert((self.queue[&next].cost_us, next));
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
         Some(w)
+    }
+
+    /// The oldest waiting request of `seq`'s class (`seq` itself when it has none).
+    pub(super) fn class_head(&self, seq: u64) -> u64 {
+        self.queue
+            .get(&seq)
+            .and_then(|w| w.class)
+            .and_then(|c| self.classes.get(&c))
+            .and_then(|m| m.first().copied())
+            .unwrap_or(seq)
+    }
+
+    /// Whether `seq` is the oldest waiting request of its class (a candidate of sjf and
+    /// sjf-aging).
+    pub(super) fn is_class_head(&self, seq: u64) -> bool {
+        self.class_head(seq) == seq
+    }
+
+    /// sjf's pick before the fit test: the oldest of the oldest probe's class, or else the
+    /// cheapest class head.
+    pub(super) fn sjf_head(&self) -> Option<u64> {
+        match self.probes.first() {
+            Some(&p) => Some(self.class_head(p)),
+            None => self.by_cost.first().map(|&(_, s)| s),
+        }
     }
 }
