@@ -31,13 +31,14 @@ use tokio::time::Instant;
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
 use shortfirst_core::admission::auto::AutoCapacity;
-use shortfirst_core::admission::{CostEstimator, Gate, GateConfig};
+use shortfirst_core::admission::{AdmissionPolicy, CostEstimator, Gate, GateConfig};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, Semaphore};
 
 use crate::busypoll::BusyPoll;
-use crate::classify::Classifier;
+use crate::classify::{Classifier, Rule};
 use crate::config::{CapacitySetting, ProxyConfig};
 use crate::metrics::{Metrics, Snapshot};
 use crate::upstream::UpstreamPool;
@@ -71,6 +72,44 @@ impl Handle {
     }
     /// Set a fixed capacity now (calibration). Ignored in auto mode's next tick only if
     /// auto is off; with auto on, the controller continues from this value.
+    /// Apply a reloaded configuration's classifier rules, capacity and policy without
+    /// dropping connections or requests: known types keep their estimates, queued requests
+    /// keep their places (re-ordered by the new policy), admitted ones run on.
+    pub fn reload(
+        &self,
+        rules: Vec<Rule>,
+        capacity: &CapacitySetting,
+        policy: AdmissionPolicy,
+    ) -> Result<(), GatekeeperError> {
+        self.shared.classifier.set_rules(rules);
+        let deliveries = {
+            let mut guard = self.shared.lock();
+            let core = &mut *guard;
+            let now = self.shared.now_us();
+            let mut admitted = core.gate.set_policy(now, policy);
+            match capacity {
+                CapacitySetting::Fixed { capacity_us } => {
+                    core.auto = None;
+                    admitted.extend(core.gate.set_capacity(now, *capacity_us)?);
+                }
+                // An auto controller already running keeps its learned capacity.
+                CapacitySetting::Auto(a) if core.auto.is_none() => {
+                    core.auto = Some(AutoCapacity::new(a.clone(), self.shared.cfg.max_types, now)?);
+                    admitted.extend(core.gate.set_capacity(now, a.initial_capacity_us)?);
+                }
+                CapacitySetting::Auto(_) => {}
+            }
+            let wake = core.timer_moved_earlier();
+            (self.shared.route(core, admitted, None).1, wake)
+        };
+        let (deliveries, wake) = deliveries;
+        Shared::deliver(deliveries);
+        if wake {
+            self.shared.wake.notify_one();
+        }
+        Ok(())
+    }
+
     pub fn set_capacity_us(&self, capacity_us: u64) -> Result<(), GatekeeperError> {
         let deliveries = {
             let mut core = self.shared.lock();
@@ -125,6 +164,7 @@ impl Gatekeeper {
                 waiters: Waiters::new(cfg.max_types),
                 timer_at_us: u64::MAX,
                 in_flight_by_type: vec![0; cfg.max_types],
+                shutting_down: false,
             }),
             start: Instant::now(),
             pool,
@@ -147,43 +187,38 @@ impl Gatekeeper {
         Handle { shared: self.shared.clone() }
     }
 
-    /// Serve until `shutdown` resolves. In-flight requests are abandoned at shutdown.
+    /// Serve until `shutdown` resolves, then shut down gracefully: stop accepting, answer
+    /// every queued request 503 with `Retry-After` (and later arrivals on open
+    /// connections too), let the admitted ones finish (their responses relayed, the
+    /// backend done with them) for at most `shutdown_timeout`, close the connections.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), GatekeeperError> {
         let timer = tokio::spawn(timer_task(self.shared.clone()));
         let poller = self.shared.busy.clone().map(|b| tokio::spawn(b.run()));
         let admin = self.admin.map(|l| tokio::spawn(admin::admin_loop(l, self.shared.clone())));
-        let conns = Arc::new(Semaphore::new(self.shared.cfg.max_connections));
-        let shared = self.shared.clone();
-        let accept = async {
-            loop {
-                let permit = conns.clone().acquire_owned().await.expect("semaphore never closed");
-                let (stream, peer) = match self.listener.accept().await {
-                    Ok(x) => x,
-                    Err(e) => {
-                        // EMFILE and friends: back off instead of spinning.
-                        tracing::warn!("accept: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                let shared = shared.clone();
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| route::handle(shared.clone(), peer, req));
-                    let conn = hyper::server::conn::http1::Builder::new()
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(Duration::from_secs(30))
-                        .serve_connection(TokioIo::new(stream), svc);
-                    if let Err(e) = conn.await {
-                        tracing::debug!("client connection {peer}: {e}");
-                    }
-                    drop(permit);
-                });
-            }
-        };
+        let graceful = GracefulShutdown::new();
+        let listener = self.listener;
         tokio::select! {
-            _ = accept => {}
+            _ = accept_loop(&listener, &self.shared, &graceful) => {}
             _ = shutdown => {}
+        }
+        drop(listener);
+        let bound = self.shared.cfg.shutdown_timeout;
+        let deadline = Instant::now() + bound;
+        tracing::info!("shutting down: queued requests get 503, admitted ones have {bound:?} to finish");
+        self.shared.begin_shutdown();
+        let finished = tokio::time::timeout_at(deadline, async {
+            graceful.shutdown().await;
+            // Responses whose client left still drain from the backend.
+            while self.shared.in_flight() > 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        if finished.is_err() {
+            tracing::warn!(
+                "shutdown: {} admitted requests still unfinished after {bound:?} (--shutdown-timeout); abandoning them",
+                self.shared.in_flight()
+            );
         }
         timer.abort();
         if let Some(p) = poller {
@@ -193,5 +228,37 @@ impl Gatekeeper {
             a.abort();
         }
         Ok(())
+    }
+}
+
+/// Accept client connections (at most `max_connections` at once; further accepts wait in
+/// the kernel's backlog) and serve each on a task of its own, watched for shutdown.
+async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, graceful: &GracefulShutdown) {
+    let conns = Arc::new(Semaphore::new(shared.cfg.max_connections));
+    loop {
+        let permit = conns.clone().acquire_owned().await.expect("semaphore never closed");
+        let (stream, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!("accept: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let shared = shared.clone();
+        let svc = hyper::service::service_fn(move |req| route::handle(shared.clone(), peer, req));
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(Duration::from_secs(30))
+            .serve_connection(TokioIo::new(stream), svc);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!("client connection {peer}: {e}");
+            }
+            drop(permit);
+        });
     }
 }

@@ -30,6 +30,8 @@ pub(super) struct Core {
     pub(super) timer_at_us: u64,
     /// Admitted, unfinished requests per type index (metrics).
     pub(super) in_flight_by_type: Vec<usize>,
+    /// Set once shutdown begins: arrivals get 503, nothing waits any more.
+    pub(super) shutting_down: bool,
 }
 
 /// Queued requests by id (where to send the grant, the request's type), and each type's
@@ -67,6 +69,13 @@ impl Waiters {
 
     pub(super) fn values(&self) -> impl Iterator<Item = &(oneshot::Sender<Grant>, usize)> {
         self.map.values()
+    }
+
+    /// Every queued request, oldest first.
+    pub(super) fn ids(&self) -> Vec<RequestId> {
+        let mut ids: Vec<RequestId> = self.map.keys().copied().collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// The queued requests of one type.
@@ -111,6 +120,8 @@ pub(super) enum Grant {
     },
     /// Waited `max_queue_wait`: answer 503.
     Expired,
+    /// The gatekeeper is shutting down: answer 503 with `Retry-After`.
+    ShuttingDown,
 }
 
 pub(super) struct Shared {
@@ -221,9 +232,14 @@ impl Shared {
 
     pub(super) fn deliver(deliveries: Deliveries) {
         for (tx, grant) in deliveries {
-            // If the receiver is gone the grant comes back and is dropped here, outside the
-            // lock: its permit releases the charge.
-            drop(tx.send(grant));
+            // If the receiver is gone (the client left as it was admitted) the grant comes
+            // back and is dropped here, outside the lock: its permit releases the charge,
+            // and the request is never started.
+            if let Err(Grant::Admitted { permit, .. }) = tx.send(grant) {
+                if let Some(tm) = permit.shared.metrics.types.get(permit.type_index) {
+                    tm.count(crate::metrics::ProxyOutcome::ClientGone);
+                }
+            }
         }
     }
 
@@ -273,7 +289,38 @@ impl Shared {
         }
     }
 
+    /// Begin shutting down: from now on arrivals are refused, and every queued request is
+    /// taken out of the gate and answered 503 with `Retry-After`. Admitted requests go on.
+    pub(super) fn begin_shutdown(self: &Arc<Self>) {
+        let (refused, deliveries) = {
+            let mut guard = self.lock();
+            let core = &mut *guard;
+            core.shutting_down = true;
+            let now = self.now_us();
+            let ids: Vec<RequestId> = core.waiters.ids();
+            let mut refused = Vec::with_capacity(ids.len());
+            let mut admitted = Vec::new();
+            for id in ids {
+                if let Some((tx, _)) = core.waiters.remove(&id) {
+                    refused.push(tx);
+                }
+                admitted.extend(core.gate.cancel(now, id).unwrap_or_default());
+            }
+            (refused, self.route(core, admitted, None).1)
+        };
+        for tx in refused {
+            let _ = tx.send(Grant::ShuttingDown);
+        }
+        Self::deliver(deliveries);
+    }
+
+    /// Admitted requests whose backend work is not done yet (their charges).
+    pub(super) fn in_flight(&self) -> usize {
+        self.lock().gate.in_flight()
+    }
+
     pub(super) fn snapshot(&self) -> Snapshot {
+        self.metrics.type_table_overflow.store(self.classifier.overflowed(), std::sync::atomic::Ordering::Relaxed);
         let core = self.lock();
         let types = self
             .classifier

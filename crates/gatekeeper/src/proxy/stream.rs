@@ -93,26 +93,40 @@ impl Body for RequestBody {
 
 /// The upstream response body, relayed frame by frame; its end is the measurement point,
 /// and the moment its connection can serve another request.
+///
+/// The permit rides with it: the charge is held until the backend is done with the
+/// request (the body's last byte read, or its connection closed), whatever the client
+/// does. A client that leaves before the end drops this body; the rest is then read and
+/// discarded by a task of its own ([`drain`]) before the charge is released, so the
+/// gate never admits past its capacity while the backend still works on abandoned
+/// requests.
 pub(super) struct Metered {
-    pub(super) inner: Incoming,
+    /// `None` once handed to [`drain`].
+    pub(super) inner: Option<Incoming>,
     pub(super) permit: Option<Permit>,
-    /// Returned to the pool at the end of the body; closed if the body is abandoned or fails.
+    /// Returned to the pool at the end of the body; closed if the body fails.
     pub(super) conn: Option<Conn>,
     pub(super) sent: Instant,
     pub(super) shared: Arc<Shared>,
     pub(super) type_index: usize,
+    /// Already in [`drain`]: dropped again (the runtime shutting down), it gives up.
+    pub(super) draining: bool,
+    /// The client is known to be gone: however it ends, the outcome is `client_gone`.
+    pub(super) gone: bool,
 }
 
 impl Metered {
-    pub(super) fn complete(&mut self) {
+    /// The backend finished the response: return the connection, learn the sample,
+    /// release the charge. The outcome is `ok` when the client got it all, else `client_gone`.
+    pub(super) fn complete(&mut self, outcome: ProxyOutcome) {
         if let Some(c) = self.conn.take() {
             self.shared.pool.put_back(c);
         }
         if let Some(p) = self.permit.take() {
             let us = self.sent.elapsed().as_micros() as u64;
             let tm = &self.shared.metrics.types[self.type_index];
-            tm.upstream.observe_us(us);
-            tm.count(ProxyOutcome::Ok);
+            tm.observe_upstream_us(us);
+            tm.count(outcome);
             p.finish(Some(us));
         }
     }
@@ -124,6 +138,10 @@ impl Metered {
             drop(p);
         }
     }
+
+    fn at_end(&self) -> bool {
+        self.inner.as_ref().map_or(true, Incoming::is_end_stream)
+    }
 }
 
 impl Body for Metered {
@@ -132,34 +150,80 @@ impl Body for Metered {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = &mut *self;
-        let r = Pin::new(&mut this.inner).poll_frame(cx);
+        let Some(inner) = this.inner.as_mut() else { return Poll::Ready(None) };
+        let r = Pin::new(inner).poll_frame(cx);
         match &r {
-            Poll::Ready(None) => this.complete(),
-            Poll::Ready(Some(Err(_))) => this.fail(ProxyOutcome::UpstreamError),
-            Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => this.complete(),
+            Poll::Ready(None) => this.complete(ProxyOutcome::Ok),
+            Poll::Ready(Some(Err(e))) => {
+                tracing::warn!("upstream response body failed: {e}");
+                this.fail(ProxyOutcome::UpstreamError)
+            }
+            Poll::Ready(Some(Ok(_))) if this.at_end() => this.complete(ProxyOutcome::Ok),
             _ => {}
         }
         r
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.at_end()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        self.inner.as_ref().map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
     }
 }
 
 impl Drop for Metered {
     fn drop(&mut self) {
-        if self.permit.is_some() {
-            if self.inner.is_end_stream() {
-                // Empty bodies (HEAD, 204, 304, Content-Length: 0) are never polled.
-                self.complete();
-            } else {
-                self.fail(ProxyOutcome::ClientGone);
+        if self.permit.is_none() {
+            return;
+        }
+        if self.at_end() {
+            // Empty bodies (HEAD, 204, 304, Content-Length: 0) are never polled.
+            self.complete(if self.gone { ProxyOutcome::ClientGone } else { ProxyOutcome::Ok });
+            return;
+        }
+        // The client left before the end: the backend may still be producing the
+        // response. Keep the charge until it is done.
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) if !self.draining => {
+                let rest = Metered {
+                    inner: self.inner.take(),
+                    permit: self.permit.take(),
+                    conn: self.conn.take(),
+                    sent: self.sent,
+                    shared: self.shared.clone(),
+                    type_index: self.type_index,
+                    draining: true,
+                    gone: true,
+                };
+                rt.spawn(drain(rest));
+            }
+            // No runtime, or the drain itself dropped (the proxy is being torn down):
+            // nothing can read the rest; closing the connection tells the backend.
+            _ => self.fail(ProxyOutcome::ClientGone),
+        }
+    }
+}
+
+/// Read an abandoned response to its end and discard it, then release its charge (with
+/// its sample: the backend did the whole work). Bounded by the upstream timeout: past it
+/// the connection is closed, which is the backend's signal to stop, and the charge goes.
+async fn drain(mut rest: Metered) {
+    let limit = rest.shared.cfg.upstream_timeout;
+    let read_all = async {
+        while let Some(inner) = rest.inner.as_mut() {
+            match inner.frame().await {
+                None => return true,
+                Some(Err(_)) => return false,
+                Some(Ok(_)) if inner.is_end_stream() => return true,
+                Some(Ok(_)) => {}
             }
         }
+        true
+    };
+    match tokio::time::timeout(limit, read_all).await {
+        Ok(true) => rest.complete(ProxyOutcome::ClientGone),
+        Ok(false) | Err(_) => rest.fail(ProxyOutcome::ClientGone),
     }
 }
