@@ -256,7 +256,8 @@ fn init_logging(access_log: bool) {
     let default = if access_log { "info" } else { "info,access=off" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).try_init();
 }
 
 fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
@@ -382,7 +383,10 @@ async fn reload_on_sighup(args: ProxyArgs, handle: shortfirst_gatekeeper::Handle
 
 /// The settings a user checks at start-up and after a reload, readable.
 fn summary(cfg: &ProxyConfig) -> String {
-    let rules: Vec<String> = cfg.rules.iter().map(ToString::to_string).collect();
+    let mut rules: Vec<String> = cfg.rules.iter().map(ToString::to_string).collect();
+    if rules.is_empty() {
+        rules.push("route".into()); // the classifier's default
+    }
     format!(
         "upstream http://{}{}, capacity {}, policy {}, classify [{}]{}",
         cfg.upstream.authority,

@@ -201,9 +201,9 @@ async fn clients_leaving_mid_response_do_not_free_the_charge_early() {
     }
     // Every client leaves as soon as its head arrived; the first right now.
     clients[0] = None;
-    for i in 1..4 {
+    for (i, client) in clients.iter_mut().enumerate().skip(1) {
         wait_until("started", || seen.lock().unwrap().started.len() > i).await;
-        clients[i] = None;
+        *client = None;
     }
     wait_until("all charges back", || handle.snapshot().in_flight == 0).await;
     let s = seen.lock().unwrap();
