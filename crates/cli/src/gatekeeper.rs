@@ -260,6 +260,8 @@ fn init_logging(access_log: bool) {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).try_init();
 }
 
+/// Merge the flags over the file's keys, validated. Long because it is one line-pair
+/// per setting, in the order of `--help`.
 fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
     let file = match &a.config {
         Some(p) => FileConfig::load(p)?,

@@ -190,6 +190,10 @@ fn validate(cfg: &ModelConfig) -> Result<(), ModelError> {
 }
 
 /// Run the model. Deterministic for a given configuration.
+///
+/// Long (one discrete-event loop whose state, the clock, gate, running set and clients'
+/// random streams, every event kind touches); a candidate for a state struct with one
+/// method per event kind.
 pub fn run(cfg: &ModelConfig) -> Result<ModelResult, ModelError> {
     validate(cfg)?;
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);

@@ -138,6 +138,8 @@ fn point(name: &str, clients: usize, peak: f64, runs: Vec<ModelResult>) -> Point
     }
 }
 
+/// Calibrate in the model, then run direct and each policy, and print the table. Long
+/// because it is one report's sequence of runs and its printing.
 pub fn run(a: ModelArgs) -> anyhow::Result<()> {
     let synth = a.backend.synthetic_config()?;
     let types: Vec<ModelType> = synth
