@@ -1,4 +1,4 @@
-# Gatekeeper (issue 5): admission-control / SJF proxy benchmark.
+# Gatekeeper: admission-control / SJF proxy benchmark.
 #
 # make bench-gatekeeper-synthetic
 #   Synthetic TPC-W-like upstream (shortfirst gatekeeper synthetic-upstream), capacity

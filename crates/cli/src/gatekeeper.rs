@@ -35,7 +35,7 @@ enum Sub {
     Model(Box<model::ModelArgs>),
 }
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 struct ProxyArgs {
     /// Address to accept clients on, e.g. 0.0.0.0:8080.
     #[arg(long, value_name = "ADDR:PORT")]
@@ -54,10 +54,13 @@ struct ProxyArgs {
     /// `NAME=REGEX` (matched against "METHOD /path?query"). Default: route.
     #[arg(long, value_name = "RULE")]
     classify: Vec<String>,
-    /// Serve Prometheus metrics at http://ADDR:PORT/metrics.
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics and a liveness check at
+    /// http://ADDR:PORT/healthz (200 "ok" while the gatekeeper runs).
     #[arg(long, value_name = "ADDR:PORT")]
     admin: Option<SocketAddr>,
-    /// TOML configuration file; flags override its keys.
+    /// TOML configuration file; flags override its keys, which are the flags' names
+    /// without `--` (crates/gatekeeper/gatekeeper.example.toml lists them all). SIGHUP
+    /// re-reads it and applies classify, capacity and policy without dropping connections.
     #[arg(long, value_name = "FILE.toml")]
     config: Option<PathBuf>,
     /// Most request types tracked, including the shared overflow type. Default: 64.
@@ -101,6 +104,25 @@ struct ProxyArgs {
     /// while it waits and runs). Default: admission.
     #[arg(long, value_name = "admission|arrival")]
     charge_at: Option<String>,
+    /// Send the upstream's address as `Host` instead of the client's (which is kept by
+    /// default; `Forwarded` and `X-Forwarded-Host` carry it either way).
+    #[arg(long)]
+    rewrite_host: bool,
+    /// On SIGTERM or SIGINT: stop accepting, answer queued requests 503 + Retry-After,
+    /// give admitted ones this long to finish, exit. Default: 30s.
+    #[arg(long, value_name = "DURATION")]
+    shutdown_timeout: Option<String>,
+    /// `Retry-After` seconds on 503. Default: 1.
+    #[arg(long, value_name = "SECONDS")]
+    retry_after: Option<u32>,
+    /// Client connections served at once; further accepts wait in the kernel's backlog.
+    /// Default: 10000.
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+    /// Log one line per request on stderr (as RUST_LOG=access=info). Errors (a 502 and
+    /// why) are logged in any case; RUST_LOG overrides both (e.g. RUST_LOG=debug).
+    #[arg(long)]
+    access_log: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -196,8 +218,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(Sub::Model(m)) = args.command {
         return model::run(*m);
     }
+    let file = match (&args.command, &args.proxy.config) {
+        (None, Some(p)) => FileConfig::load(p)?,
+        _ => FileConfig::default(),
+    };
+    init_logging(args.proxy.access_log || file.access_log.unwrap_or(false));
     let threads = match &args.command {
-        None => args.proxy.threads.unwrap_or(1),
+        None => args.proxy.threads.or(file.threads).unwrap_or(1),
         Some(_) => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     if threads == 0 {
@@ -223,6 +250,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
 }
 
+/// Log to stderr; `RUST_LOG` picks what (tracing's env-filter syntax), by default
+/// warnings and errors, start-up and shutdown notes, and with `access` the access log.
+fn init_logging(access_log: bool) {
+    let default = if access_log { "info" } else { "info,access=off" };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).try_init();
+}
+
+/// Merge the flags over the file's keys, validated. Long because it is one line-pair
+/// per setting, in the order of `--help`.
 fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
     let file = match &a.config {
         Some(p) => FileConfig::load(p)?,
@@ -282,11 +321,18 @@ fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
     if let Some(t) = a.upstream_timeout.as_ref().or(file.upstream_timeout.as_ref()) {
         cfg.upstream_timeout = config::parse_duration(t, "upstream-timeout")?;
     }
-    if let Some(r) = file.retry_after_s {
+    if let Some(r) = a.retry_after.or(file.retry_after) {
         cfg.retry_after_s = r;
     }
-    if let Some(m) = file.max_connections {
-        cfg.max_connections = m.max(1);
+    if let Some(m) = a.max_connections.or(file.max_connections) {
+        if m == 0 {
+            bail!("--max-connections must be at least 1");
+        }
+        cfg.max_connections = m;
+    }
+    cfg.rewrite_host = a.rewrite_host || file.rewrite_host.unwrap_or(false);
+    if let Some(t) = a.shutdown_timeout.as_ref().or(file.shutdown_timeout.as_ref()) {
+        cfg.shutdown_timeout = config::parse_duration(t, "shutdown-timeout")?;
     }
     cfg.estimator = file.estimator()?;
     if let Some(b) = &a.estimate_basis {
@@ -301,22 +347,71 @@ fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
     Ok(cfg)
 }
 
+/// Resolves at the first SIGTERM or SIGINT.
 async fn shutdown_signal() {
-    let _ = tokio::signal::ctrl_c().await;
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("cannot watch SIGTERM ({e}); only SIGINT stops the gatekeeper");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT"),
+    }
+}
+
+/// On every SIGHUP, re-read the configuration (file and flags, flags winning as at start)
+/// and apply its classifier rules, capacity and policy. A configuration that does not
+/// parse is refused with the reason, and the running one stays.
+async fn reload_on_sighup(args: ProxyArgs, handle: shortfirst_gatekeeper::Handle) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot watch SIGHUP: no configuration reload");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        let applied = proxy_config(args.clone())
+            .and_then(|cfg| Ok(handle.reload(cfg.rules.clone(), &cfg.capacity, cfg.policy).map(|()| cfg)?));
+        match applied {
+            Ok(cfg) => tracing::info!("SIGHUP: configuration reloaded ({})", summary(&cfg)),
+            Err(e) => tracing::error!("SIGHUP: configuration refused, keeping the running one: {e:#}"),
+        }
+    }
+}
+
+/// The settings a user checks at start-up and after a reload, readable.
+fn summary(cfg: &ProxyConfig) -> String {
+    let mut rules: Vec<String> = cfg.rules.iter().map(ToString::to_string).collect();
+    if rules.is_empty() {
+        rules.push("route".into()); // the classifier's default
+    }
+    format!(
+        "upstream http://{}{}, capacity {}, policy {}, classify [{}]{}",
+        cfg.upstream.authority,
+        cfg.upstream.prefix,
+        cfg.capacity,
+        cfg.policy,
+        rules.join(", "),
+        if cfg.rewrite_host { ", Host rewritten to the upstream's" } else { "" }
+    )
 }
 
 async fn run_proxy(a: ProxyArgs) -> anyhow::Result<()> {
-    let cfg = proxy_config(a)?;
-    let summary = format!(
-        "capacity {:?}, policy {}, upstream http://{}{}",
-        cfg.capacity, cfg.policy, cfg.upstream.authority, cfg.upstream.prefix
-    );
+    let cfg = proxy_config(a.clone())?;
+    let summary = summary(&cfg);
     let gk = Gatekeeper::bind(cfg).await?;
     eprintln!("shortfirst gatekeeper: listening on {} ({summary})", gk.local_addr());
     if let Some(a) = gk.admin_addr() {
-        eprintln!("shortfirst gatekeeper: metrics at http://{a}/metrics");
+        eprintln!("shortfirst gatekeeper: metrics at http://{a}/metrics, health at http://{a}/healthz");
     }
+    let reload = tokio::spawn(reload_on_sighup(a, gk.handle()));
     gk.run(shutdown_signal()).await?;
+    reload.abort();
+    eprintln!("shortfirst gatekeeper: stopped");
     Ok(())
 }
 
@@ -362,6 +457,8 @@ async fn run_calibrate(c: CalibrateArgs) -> anyhow::Result<()> {
     pcfg.policy = c.policy.parse()?;
     pcfg.max_in_flight = c.max_in_flight;
     pcfg.rules = c.classify.iter().map(|r| Rule::parse(r)).collect::<Result<_, _>>()?;
+    // The trials' clients are gone when calibration ends: nothing to wait for.
+    pcfg.shutdown_timeout = std::time::Duration::from_secs(1);
     let gk = Gatekeeper::bind(pcfg).await?;
     let url = format!("http://{}", gk.local_addr());
     let handle = gk.handle();

@@ -132,8 +132,8 @@ impl Policy {
                 Ok(if name == "srpt-classes" { Policy::SrptClasses(cutoffs) } else { Policy::SizeClasses(cutoffs) })
             }
             // The gatekeeper's parser, so both accept the same X.
-            ("sjf-aging", Some(a)) => match format!("sjf-aging:{}", a.trim()).parse::<admission::Policy>() {
-                Ok(admission::Policy::SjfAging { factor }) => Ok(Policy::SjfAging { factor }),
+            ("sjf-aging", Some(a)) => match format!("sjf-aging:{}", a.trim()).parse::<admission::AdmissionPolicy>() {
+                Ok(admission::AdmissionPolicy::SjfAging { factor }) => Ok(Policy::SjfAging { factor }),
                 _ => Err(PolicyError::AgingFactor { policy }),
             },
             _ => Err(PolicyError::Unknown(policy)),

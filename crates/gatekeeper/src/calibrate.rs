@@ -174,6 +174,9 @@ async fn client_loop(
 }
 
 /// Run the search against the gatekeeper behind `handle`, listening on `proxy_url`.
+///
+/// Long because it is the search read top to bottom: the incremental steps, their stop
+/// rule, then the golden-section refinement, sharing the trial log.
 pub async fn calibrate(
     handle: &Handle,
     proxy_url: &str,

@@ -13,7 +13,7 @@ use hyper::http::uri::PathAndQuery;
 use hyper::Uri;
 use serde::Deserialize;
 use shortfirst_core::admission::auto::AutoConfig;
-use shortfirst_core::admission::{EstimatorConfig, Policy};
+use shortfirst_core::admission::{AdmissionPolicy, EstimatorConfig};
 
 use crate::classify::Rule;
 use crate::GatekeeperError;
@@ -76,6 +76,32 @@ impl CapacitySetting {
     }
 }
 
+/// A cost or duration in µs as a user writes it: `250us`, `25ms`, `2s`, `1.5ms`.
+pub fn format_us(us: u64) -> String {
+    if us >= 1_000_000 && us % 10_000 == 0 {
+        format!("{}s", us as f64 / 1e6)
+    } else if us >= 1_000 && us % 10 == 0 {
+        format!("{}ms", us as f64 / 1e3)
+    } else {
+        format!("{us}us")
+    }
+}
+
+impl std::fmt::Display for CapacitySetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CapacitySetting::Fixed { capacity_us } => write!(f, "{} (fixed)", format_us(*capacity_us)),
+            CapacitySetting::Auto(a) => write!(
+                f,
+                "auto (starts at {}, within {}..{})",
+                format_us(a.initial_capacity_us),
+                format_us(a.min_capacity_us),
+                format_us(a.max_capacity_us)
+            ),
+        }
+    }
+}
+
 /// The upstream: `http://host:port[/prefix]`.
 #[derive(Debug, Clone)]
 pub struct Upstream {
@@ -120,7 +146,7 @@ pub struct ProxyConfig {
     pub listen: SocketAddr,
     pub upstream: Upstream,
     pub capacity: CapacitySetting,
-    pub policy: Policy,
+    pub policy: AdmissionPolicy,
     pub rules: Vec<Rule>,
     /// Including the overflow type.
     pub max_types: usize,
@@ -148,9 +174,14 @@ pub struct ProxyConfig {
     /// blocking (`gatekeeper::busypoll`). `None` (default): block as usual.
     pub busy_poll: Option<Duration>,
     /// Charge a request that waited with its type's estimate at admission (default), or
-    /// keep the estimate it arrived with (`false`, the behaviour before session 5; for
+    /// keep the estimate it arrived with (`false`, the paper's rule taken literally; for
     /// comparisons). See `core::admission` "Charges".
     pub recharge_at_admission: bool,
+    /// Send the upstream's address as `Host` instead of the client's (default: keep the
+    /// client's, as reverse proxies do; `Forwarded` and `X-Forwarded-Host` carry it either way).
+    pub rewrite_host: bool,
+    /// At shutdown, how long admitted requests may take to finish before they are abandoned.
+    pub shutdown_timeout: Duration,
 }
 
 impl ProxyConfig {
@@ -159,7 +190,7 @@ impl ProxyConfig {
             listen,
             upstream,
             capacity: CapacitySetting::Auto(AutoConfig::default()),
-            policy: Policy::Sjf,
+            policy: AdmissionPolicy::Sjf,
             rules: vec![Rule::Route],
             max_types: 64,
             declared_types: Vec::new(),
@@ -175,13 +206,18 @@ impl ProxyConfig {
             upstream_pool_idle: 1_024,
             busy_poll: None,
             recharge_at_admission: true,
+            rewrite_host: false,
+            shutdown_timeout: Duration::from_secs(30),
         }
     }
 }
 
-/// The TOML file. Every key is optional; command-line flags override it.
+/// The TOML file. Every key is optional; command-line flags override it. The top-level
+/// keys are the command-line flags' names without `--` (`max-queue-len = 100`; the
+/// snake_case spellings `max_queue_len` are accepted too); `types`, `[estimator]` and
+/// `[auto]` have no flags. `crates/gatekeeper/gatekeeper.example.toml` lists every key.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct FileConfig {
     pub listen: Option<String>,
     pub upstream: Option<String>,
@@ -189,17 +225,33 @@ pub struct FileConfig {
     pub policy: Option<String>,
     pub classify: Option<Vec<String>>,
     pub admin: Option<String>,
+    #[serde(alias = "max_types")]
     pub max_types: Option<usize>,
     pub types: Option<Vec<String>>,
+    #[serde(alias = "max_queue_len")]
     pub max_queue_len: Option<usize>,
+    #[serde(alias = "max_queue_wait")]
     pub max_queue_wait: Option<String>,
+    #[serde(alias = "max_in_flight")]
     pub max_in_flight: Option<usize>,
+    #[serde(alias = "max_charge_share")]
     pub max_charge_share: Option<f64>,
+    #[serde(alias = "upstream_timeout")]
     pub upstream_timeout: Option<String>,
-    pub retry_after_s: Option<u32>,
+    #[serde(alias = "retry_after_s")]
+    pub retry_after: Option<u32>,
+    #[serde(alias = "max_connections")]
     pub max_connections: Option<usize>,
+    #[serde(alias = "busy_poll_us")]
     pub busy_poll_us: Option<u64>,
+    #[serde(alias = "charge_at")]
     pub charge_at: Option<String>,
+    /// Same as `[estimator] basis`; the flag's name.
+    pub estimate_basis: Option<String>,
+    pub threads: Option<usize>,
+    pub rewrite_host: Option<bool>,
+    pub shutdown_timeout: Option<String>,
+    pub access_log: Option<bool>,
     pub estimator: Option<FileEstimator>,
     pub auto: Option<FileAuto>,
 }
@@ -265,10 +317,15 @@ impl FileConfig {
                 };
             }
         }
+        if let Some(b) = &self.estimate_basis {
+            e.basis = b.parse().map_err(|err| GatekeeperError::Config(format!("estimate-basis: {err}")))?;
+        }
         Ok(e)
     }
 
     /// Apply `[auto]` to an auto capacity setting.
+    ///
+    /// (The `estimate-basis` key is applied after `[estimator]`, as the flag is.)
     pub fn auto(&self, mut a: AutoConfig) -> Result<AutoConfig, GatekeeperError> {
         if let Some(f) = &self.auto {
             if let Some(v) = &f.initial {
@@ -312,6 +369,16 @@ mod tests {
     }
 
     #[test]
+    fn capacity_prints_readably() {
+        let t =
+            [(10_000, "10ms (fixed)"), (2_500_000, "2.5s (fixed)"), (800, "800us (fixed)"), (1_500, "1.5ms (fixed)")];
+        for (us, want) in t {
+            assert_eq!(CapacitySetting::Fixed { capacity_us: us }.to_string(), want);
+        }
+        assert_eq!(CapacitySetting::parse("auto").unwrap().to_string(), "auto (starts at 50ms, within 1ms..3600s)");
+    }
+
+    #[test]
     fn capacity_setting() {
         assert_eq!(CapacitySetting::parse("50ms").unwrap(), CapacitySetting::Fixed { capacity_us: 50_000 });
         assert!(matches!(CapacitySetting::parse("auto").unwrap(), CapacitySetting::Auto(_)));
@@ -328,6 +395,53 @@ mod tests {
         for bad in ["https://a:1", "127.0.0.1:9000", "http://a:1/?q"] {
             assert!(Upstream::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn example_file_parses_with_every_key() {
+        let text = include_str!("../gatekeeper.example.toml");
+        let f: FileConfig = toml::from_str(text).expect("gatekeeper.example.toml parses");
+        f.estimator().unwrap();
+        f.auto(AutoConfig::default()).unwrap();
+        // Every key is set in the example (commented-out keys would go stale unseen).
+        let table: toml::Table = toml::from_str(text).unwrap();
+        for key in [
+            "listen",
+            "upstream",
+            "capacity",
+            "policy",
+            "classify",
+            "admin",
+            "max-types",
+            "types",
+            "max-queue-len",
+            "max-queue-wait",
+            "max-in-flight",
+            "max-charge-share",
+            "upstream-timeout",
+            "retry-after",
+            "max-connections",
+            "busy-poll-us",
+            "charge-at",
+            "estimate-basis",
+            "threads",
+            "rewrite-host",
+            "shutdown-timeout",
+            "access-log",
+            "estimator",
+            "auto",
+        ] {
+            assert!(table.contains_key(key), "example lacks {key}");
+        }
+        assert_eq!(f.max_queue_len, Some(10_000));
+        assert_eq!(f.rewrite_host, Some(false));
+    }
+
+    #[test]
+    fn snake_case_keys_are_still_accepted() {
+        let f: FileConfig = toml::from_str("max_queue_len = 5\nretry_after_s = 2\nmax-types = 9\n").unwrap();
+        assert_eq!((f.max_queue_len, f.retry_after, f.max_types), (Some(5), Some(2), Some(9)));
+        assert!(toml::from_str::<FileConfig>("max-queue-lenn = 5").is_err());
     }
 
     #[test]

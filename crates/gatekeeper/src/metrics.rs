@@ -1,12 +1,16 @@
 //! Prometheus metrics for the gatekeeper, rendered in the text exposition format.
 //!
 //! Per type (label `type`, bounded by the classifier's type limit): estimated cost,
-//! requests by outcome, queue-wait and upstream-time histograms. Global: load, capacity,
-//! queue length, in-flight, admitted and rejected counts. Counters are atomics updated on
+//! requests by outcome, queue-wait and upstream-time histograms, and the spread of the
+//! type's measured costs (a type that mixes cheap and costly requests shows a large
+//! spread: its rule is too coarse). Global: load, capacity, queue length, in-flight,
+//! admitted and rejected counts, requests put in the overflow type because the type table
+//! was full. Counters are atomics updated on
 //! the request path without locks; the registry is fixed-size, so memory is bounded.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
 
 /// Histogram bucket upper bounds in seconds (Prometheus `le`).
 pub const BUCKETS_S: [f64; 18] =
@@ -48,7 +52,7 @@ impl Histogram {
 
 /// How a request through the gatekeeper ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum ProxyOutcome {
     /// Response fully relayed.
     Ok,
     /// Upstream refused/reset/broke: 502.
@@ -61,16 +65,57 @@ pub enum Outcome {
     ClientGone,
 }
 
-impl Outcome {
-    pub const ALL: [Outcome; 5] =
-        [Outcome::Ok, Outcome::UpstreamError, Outcome::Timeout, Outcome::Rejected, Outcome::ClientGone];
+impl ProxyOutcome {
+    pub const ALL: [ProxyOutcome; 5] = [
+        ProxyOutcome::Ok,
+        ProxyOutcome::UpstreamError,
+        ProxyOutcome::Timeout,
+        ProxyOutcome::Rejected,
+        ProxyOutcome::ClientGone,
+    ];
     pub fn label(self) -> &'static str {
         match self {
-            Outcome::Ok => "ok",
-            Outcome::UpstreamError => "upstream_error",
-            Outcome::Timeout => "timeout",
-            Outcome::Rejected => "rejected",
-            Outcome::ClientGone => "client_gone",
+            ProxyOutcome::Ok => "ok",
+            ProxyOutcome::UpstreamError => "upstream_error",
+            ProxyOutcome::Timeout => "timeout",
+            ProxyOutcome::Rejected => "rejected",
+            ProxyOutcome::ClientGone => "client_gone",
+        }
+    }
+}
+
+/// Mean and variance of a type's measured costs (Welford's update, numerically stable).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Spread {
+    pub count: u64,
+    pub mean_us: f64,
+    m2: f64,
+}
+
+impl Spread {
+    pub fn observe_us(&mut self, us: u64) {
+        let x = us as f64;
+        self.count += 1;
+        let d = x - self.mean_us;
+        self.mean_us += d / self.count as f64;
+        self.m2 += d * (x - self.mean_us);
+    }
+
+    /// Standard deviation, µs (0 below two samples).
+    pub fn stddev_us(&self) -> f64 {
+        if self.count < 2 {
+            return 0.0;
+        }
+        (self.m2 / (self.count - 1) as f64).sqrt()
+    }
+
+    /// Standard deviation over mean: about 0 for a type of one cost; above 1 for a type
+    /// that mixes costs an order of magnitude apart.
+    pub fn ratio(&self) -> f64 {
+        if self.mean_us > 0.0 {
+            self.stddev_us() / self.mean_us
+        } else {
+            0.0
         }
     }
 }
@@ -83,13 +128,25 @@ pub struct TypeMetrics {
     pub probes: AtomicU64,
     pub queue_wait: Histogram,
     pub upstream: Histogram,
+    /// The spread of the upstream times of the type's successful requests.
+    pub spread: Mutex<Spread>,
 }
 
 impl TypeMetrics {
-    pub fn count(&self, o: Outcome) {
+    /// A successful request's upstream time: the histogram and the spread.
+    pub fn observe_upstream_us(&self, us: u64) {
+        self.upstream.observe_us(us);
+        self.spread.lock().unwrap_or_else(|p| p.into_inner()).observe_us(us);
+    }
+
+    pub fn spread(&self) -> Spread {
+        *self.spread.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn count(&self, o: ProxyOutcome) {
         self.outcomes[o as usize].fetch_add(1, Relaxed);
     }
-    pub fn outcome_count(&self, o: Outcome) -> u64 {
+    pub fn outcome_count(&self, o: ProxyOutcome) -> u64 {
         self.outcomes[o as usize].load(Relaxed)
     }
 }
@@ -101,6 +158,8 @@ pub struct Metrics {
     pub rejected_queue_full: AtomicU64,
     pub rejected_queue_wait: AtomicU64,
     pub cancelled_while_queued: AtomicU64,
+    /// Requests put in the overflow type because the type table was full.
+    pub type_table_overflow: AtomicU64,
 }
 
 /// Values read from the gate and estimator at scrape time.
@@ -132,9 +191,12 @@ impl Metrics {
             rejected_queue_full: AtomicU64::new(0),
             rejected_queue_wait: AtomicU64::new(0),
             cancelled_while_queued: AtomicU64::new(0),
+            type_table_overflow: AtomicU64::new(0),
         }
     }
 
+    /// The whole exposition, families in a fixed order. Long because it is one list of
+    /// metric families, each a few lines; splitting it would scatter the format.
     pub fn render(&self, snap: &Snapshot) -> String {
         let mut o = String::with_capacity(4096 + snap.types.len() * 4096);
         let g = |o: &mut String, name: &str, help: &str, kind: &str, v: f64| {
@@ -189,6 +251,31 @@ impl Metrics {
             self.cancelled_while_queued.load(Relaxed) as f64,
         );
 
+        g(
+            &mut o,
+            "gatekeeper_type_table_overflow_total",
+            "Requests put in the type (other) because the type table (--max-types) was full: raise it or coarsen --classify.",
+            "counter",
+            self.type_table_overflow.load(Relaxed) as f64,
+        );
+        let _ = writeln!(o, "# HELP gatekeeper_type_cost_spread_ratio Standard deviation over mean of a type's measured upstream times: near 0 for a type of one cost, above 1 when it mixes costs (refine --classify).\n# TYPE gatekeeper_type_cost_spread_ratio gauge");
+        for (i, name, _, _) in &snap.types {
+            let _ = writeln!(
+                o,
+                "gatekeeper_type_cost_spread_ratio{{type=\"{}\"}} {}",
+                escape(name),
+                self.types[*i].spread().ratio()
+            );
+        }
+        let _ = writeln!(o, "# HELP gatekeeper_type_cost_stddev_seconds Standard deviation of a type's measured upstream times.\n# TYPE gatekeeper_type_cost_stddev_seconds gauge");
+        for (i, name, _, _) in &snap.types {
+            let _ = writeln!(
+                o,
+                "gatekeeper_type_cost_stddev_seconds{{type=\"{}\"}} {}",
+                escape(name),
+                self.types[*i].spread().stddev_us() / 1e6
+            );
+        }
         let _ = writeln!(o, "# HELP gatekeeper_type_estimated_cost_seconds Current cost estimate of a request type.\n# TYPE gatekeeper_type_estimated_cost_seconds gauge");
         for (_, name, est, _) in &snap.types {
             let _ = writeln!(
@@ -222,7 +309,7 @@ impl Metrics {
         }
         let _ = writeln!(o, "# HELP gatekeeper_type_requests_total Requests by type and outcome.\n# TYPE gatekeeper_type_requests_total counter");
         for (i, name, _, _) in &snap.types {
-            for out in Outcome::ALL {
+            for out in ProxyOutcome::ALL {
                 let _ = writeln!(
                     o,
                     "gatekeeper_type_requests_total{{type=\"{}\",outcome=\"{}\"}} {}",
@@ -268,9 +355,44 @@ mod tests {
     }
 
     #[test]
+    fn spread_shows_a_type_that_mixes_costs() {
+        let one = TypeMetrics::default();
+        let mixed = TypeMetrics::default();
+        for i in 0..100 {
+            one.observe_upstream_us(10_000 + i % 3);
+            mixed.observe_upstream_us(if i % 2 == 0 { 4_000 } else { 234_000 });
+        }
+        assert!(one.spread().ratio() < 0.01, "{:?}", one.spread());
+        assert!(mixed.spread().ratio() > 0.9, "{:?}", mixed.spread());
+        let m = Metrics::new(2);
+        m.types[0].observe_upstream_us(4_000);
+        m.types[0].observe_upstream_us(234_000);
+        m.type_table_overflow.fetch_add(3, Relaxed);
+        let snap = Snapshot {
+            load_us: 0,
+            capacity_us: 1,
+            queue_len: 0,
+            in_flight: 0,
+            head_cost_us: None,
+            types: vec![(0, "GET /s".into(), 1, 2), (1, "(other)".into(), 1, 0)],
+            queued_by_type: vec![0, 0],
+            in_flight_by_type: vec![0, 0],
+        };
+        let s = m.render(&snap);
+        assert!(s.contains("gatekeeper_type_table_overflow_total 3\n"), "{s}");
+        let ratio: f64 = s
+            .lines()
+            .find_map(|l| l.strip_prefix("gatekeeper_type_cost_spread_ratio{type=\"GET /s\"} "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(ratio > 1.0, "{ratio}");
+    }
+
+    #[test]
     fn render_escapes_labels_and_lists_globals() {
         let m = Metrics::new(2);
-        m.types[0].count(Outcome::Ok);
+        m.types[0].count(ProxyOutcome::Ok);
         m.types[1].probes.fetch_add(2, Relaxed);
         let snap = Snapshot {
             load_us: 1_500,

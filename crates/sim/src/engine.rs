@@ -210,7 +210,7 @@ impl<'a> Exclusive<'a> {
         let mut waiting = match self.policy {
             Policy::SjfAging { factor } => {
                 // Capacity 1 unit, every charge >= 1: exactly one job admitted at a time.
-                let mut cfg = GateConfig::new(1, admission::Policy::SjfAging { factor: *factor });
+                let mut cfg = GateConfig::new(1, admission::AdmissionPolicy::SjfAging { factor: *factor });
                 cfg.max_queue_len = self.jobs.len().max(1);
                 Waiting::Aging(Box::new(Gate::new(cfg).expect("capacity 1 and a queue bound >= 1 are valid")))
             }

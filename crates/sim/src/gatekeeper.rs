@@ -190,6 +190,10 @@ fn validate(cfg: &ModelConfig) -> Result<(), ModelError> {
 }
 
 /// Run the model. Deterministic for a given configuration.
+///
+/// Long (one discrete-event loop whose state, the clock, gate, running set and clients'
+/// random streams, every event kind touches); a candidate for a state struct with one
+/// method per event kind.
 pub fn run(cfg: &ModelConfig) -> Result<ModelResult, ModelError> {
     validate(cfg)?;
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
@@ -455,7 +459,7 @@ pub fn replicate(cfg: &ModelConfig, n: u64) -> Result<Vec<ModelResult>, ModelErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shortfirst_core::admission::{Basis, Policy};
+    use shortfirst_core::admission::{AdmissionPolicy, Basis};
 
     /// A TPC-W-like mix: 80% cheap (1 ms), 15% medium (20 ms), 5% costly (300 ms);
     /// mean demand 18.8 ms, so 4 processors peak at 212.8 requests/s.
@@ -496,7 +500,7 @@ mod tests {
 
     #[test]
     fn deterministic_for_a_seed_and_checks_its_input() {
-        let cfg = config(Some(GateConfig::new(2_000_000, Policy::Fifo)), Basis::Wall);
+        let cfg = config(Some(GateConfig::new(2_000_000, AdmissionPolicy::Fifo)), Basis::Wall);
         assert_eq!(run(&cfg).unwrap(), run(&cfg).unwrap());
         let other = ModelConfig { seed: 8, ..cfg.clone() };
         assert_ne!(run(&cfg).unwrap().completed, run(&other).unwrap().completed);
@@ -513,14 +517,14 @@ mod tests {
     #[test]
     fn gate_holds_throughput_where_direct_collapses() {
         let direct = run(&config(None, Basis::Wall)).unwrap();
-        let fifo = run(&config(Some(GateConfig::new(2_000_000, Policy::Fifo)), Basis::Wall)).unwrap();
+        let fifo = run(&config(Some(GateConfig::new(2_000_000, AdmissionPolicy::Fifo)), Basis::Wall)).unwrap();
         assert!(direct.throughput_per_s < 0.15 * PEAK_PER_S, "direct {}", direct.throughput_per_s);
         assert!(fifo.throughput_per_s > 0.9 * PEAK_PER_S, "fifo {}", fifo.throughput_per_s);
         // Never more work than the processors can do.
         for r in [&direct, &fifo] {
             assert!(r.work_per_s <= 4.0 + 1e-9, "{}", r.work_per_s);
         }
-        let sjf = run(&config(Some(GateConfig::new(2_000_000, Policy::Sjf)), Basis::Wall)).unwrap();
+        let sjf = run(&config(Some(GateConfig::new(2_000_000, AdmissionPolicy::Sjf)), Basis::Wall)).unwrap();
         assert!(
             sjf.mean_response_us < fifo.mean_response_us,
             "sjf {} fifo {}",
@@ -536,8 +540,8 @@ mod tests {
     #[test]
     fn bounded_charges_remove_the_drain_stall() {
         let capacity = 200_000; // below the costly type's 300 ms
-        let unbounded = run(&config(Some(GateConfig::new(capacity, Policy::Fifo)), Basis::Wall)).unwrap();
-        let bounded = GateConfig { max_charge_share: 0.25, ..GateConfig::new(capacity, Policy::Fifo) };
+        let unbounded = run(&config(Some(GateConfig::new(capacity, AdmissionPolicy::Fifo)), Basis::Wall)).unwrap();
+        let bounded = GateConfig { max_charge_share: 0.25, ..GateConfig::new(capacity, AdmissionPolicy::Fifo) };
         let bounded = run(&config(Some(bounded), Basis::Wall)).unwrap();
         assert!(unbounded.throughput_per_s < 0.5 * PEAK_PER_S, "unbounded {}", unbounded.throughput_per_s);
         assert!(bounded.throughput_per_s > 0.9 * PEAK_PER_S, "bounded {}", bounded.throughput_per_s);
@@ -549,7 +553,7 @@ mod tests {
     /// basis learns it inflated by the concurrency admitted.
     #[test]
     fn share_basis_learns_demand_not_latency() {
-        let gate = GateConfig::new(4_000_000, Policy::Fifo);
+        let gate = GateConfig::new(4_000_000, AdmissionPolicy::Fifo);
         let wall = run(&config(Some(gate.clone()), Basis::Wall)).unwrap();
         let share = run(&config(Some(gate), Basis::Share)).unwrap();
         let costly = |r: &ModelResult| r.types[2].final_estimate_us as f64;
@@ -580,10 +584,10 @@ mod tests {
     #[test]
     fn closed_loop_mean_response_is_fixed_by_littles_law() {
         let gate = |p| Some(GateConfig::new(2_000_000, p));
-        let fifo = run(&config(gate(Policy::Fifo), Basis::Wall)).unwrap();
-        let sjf = run(&config(gate(Policy::Sjf), Basis::Wall)).unwrap();
-        let aging1 = run(&config(gate(Policy::SjfAging { factor: 1.0 }), Basis::Wall)).unwrap();
-        let aging5 = run(&config(gate(Policy::SjfAging { factor: 5.0 }), Basis::Wall)).unwrap();
+        let fifo = run(&config(gate(AdmissionPolicy::Fifo), Basis::Wall)).unwrap();
+        let sjf = run(&config(gate(AdmissionPolicy::Sjf), Basis::Wall)).unwrap();
+        let aging1 = run(&config(gate(AdmissionPolicy::SjfAging { factor: 1.0 }), Basis::Wall)).unwrap();
+        let aging5 = run(&config(gate(AdmissionPolicy::SjfAging { factor: 5.0 }), Basis::Wall)).unwrap();
         for (name, r) in [("sjf", &sjf), ("sjf-aging:1", &aging1), ("sjf-aging:5", &aging5)] {
             let ratio = r.little_response_us / fifo.little_response_us;
             assert!(ratio > 0.75, "{name}: Little's mean {ratio} x fifo's");
@@ -605,7 +609,7 @@ mod tests {
 
     #[test]
     fn calibrate_picks_the_smallest_near_best() {
-        let cfg = config(Some(GateConfig::new(1, Policy::Fifo)), Basis::Wall);
+        let cfg = config(Some(GateConfig::new(1, AdmissionPolicy::Fifo)), Basis::Wall);
         let (cap, trials) = calibrate(&cfg, 50_000, 3_200_000, 2.0, 0.02).unwrap();
         assert_eq!(trials.len(), 7);
         let best = trials.iter().map(|t| t.throughput_per_s).fold(0.0, f64::max);

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use serde::Serialize;
-use shortfirst_core::admission::{EstimatorConfig, GateConfig, Policy};
+use shortfirst_core::admission::{AdmissionPolicy, EstimatorConfig, GateConfig};
 use shortfirst_gatekeeper::config;
 
 use super::BackendArgs;
@@ -138,6 +138,8 @@ fn point(name: &str, clients: usize, peak: f64, runs: Vec<ModelResult>) -> Point
     }
 }
 
+/// Calibrate in the model, then run direct and each policy, and print the table. Long
+/// because it is one report's sequence of runs and its printing.
 pub fn run(a: ModelArgs) -> anyhow::Result<()> {
     let synth = a.backend.synthetic_config()?;
     let types: Vec<ModelType> = synth
@@ -155,7 +157,7 @@ pub fn run(a: ModelArgs) -> anyhow::Result<()> {
         bail!("--max-charge-share must be in (0, 1], got {}", a.max_charge_share);
     }
     let basis = a.estimate_basis.parse().with_context(|| format!("--estimate-basis {:?}", a.estimate_basis))?;
-    let policies: Vec<Policy> = a
+    let policies: Vec<AdmissionPolicy> = a
         .policies
         .split(',')
         .map(|p| p.parse().with_context(|| format!("--policies: {p:?}")))
@@ -179,7 +181,7 @@ pub fn run(a: ModelArgs) -> anyhow::Result<()> {
         seed: a.seed,
         start_together: a.start_together,
     };
-    let gate_cfg = |capacity_us: u64, policy: Policy| GateConfig {
+    let gate_cfg = |capacity_us: u64, policy: AdmissionPolicy| GateConfig {
         max_charge_share: a.max_charge_share,
         ..GateConfig::new(capacity_us, policy)
     };
@@ -187,7 +189,7 @@ pub fn run(a: ModelArgs) -> anyhow::Result<()> {
         let min = config::parse_cost_us(&a.calibrate_min, "calibrate-min")?;
         let max = config::parse_cost_us(&a.calibrate_max, "calibrate-max")?;
         let users = ((saturating as f64 * a.calibrate_factor).round() as usize).max(1);
-        let mut c = ModelConfig { clients: users, gate: Some(gate_cfg(min, Policy::Fifo)), ..base.clone() };
+        let mut c = ModelConfig { clients: users, gate: Some(gate_cfg(min, AdmissionPolicy::Fifo)), ..base.clone() };
         c.backend.background = a.calibrate_background.unwrap_or(a.background);
         model::calibrate(&c, min, max, 2.0, 0.02)?
     } else {

@@ -74,19 +74,19 @@ fn recharge_moves_the_load_and_admits_what_fits() {
 
 #[test]
 fn policy_parse_table() {
-    let ok: &[(&str, Policy)] = &[
-        ("fifo", Policy::Fifo),
-        ("sjf", Policy::Sjf),
-        ("sjf-aging:2", Policy::SjfAging { factor: 2.0 }),
-        ("sjf-aging:0.5", Policy::SjfAging { factor: 0.5 }),
-        (" sjf-aging:0 ", Policy::SjfAging { factor: 0.0 }),
+    let ok: &[(&str, AdmissionPolicy)] = &[
+        ("fifo", AdmissionPolicy::Fifo),
+        ("sjf", AdmissionPolicy::Sjf),
+        ("sjf-aging:2", AdmissionPolicy::SjfAging { factor: 2.0 }),
+        ("sjf-aging:0.5", AdmissionPolicy::SjfAging { factor: 0.5 }),
+        (" sjf-aging:0 ", AdmissionPolicy::SjfAging { factor: 0.0 }),
     ];
     for (s, p) in ok {
-        assert_eq!(s.parse::<Policy>().unwrap(), *p, "{s}");
-        assert_eq!(p.to_string().parse::<Policy>().unwrap(), *p);
+        assert_eq!(s.parse::<AdmissionPolicy>().unwrap(), *p, "{s}");
+        assert_eq!(p.to_string().parse::<AdmissionPolicy>().unwrap(), *p);
     }
     for bad in ["", "FIFO", "sjf-aging", "sjf-aging:", "sjf-aging:-1", "sjf-aging:x", "lifo"] {
-        let e = bad.parse::<Policy>().unwrap_err();
+        let e = bad.parse::<AdmissionPolicy>().unwrap_err();
         assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");
     }
 }
@@ -280,7 +280,7 @@ fn release_returns_exact_charge_and_rejects_unknown_ticket() {
 
 #[test]
 fn queue_full_rejects_newcomer_without_side_effects() {
-    let mut cfg = GateConfig::new(10, Policy::Fifo);
+    let mut cfg = GateConfig::new(10, AdmissionPolicy::Fifo);
     cfg.max_queue_len = 2;
     let mut g = Gate::new(cfg).unwrap();
     let (_, adm) = g.arrive(0, 10).unwrap();
@@ -294,7 +294,7 @@ fn queue_full_rejects_newcomer_without_side_effects() {
 
 #[test]
 fn expire_removes_oldest_waiters_and_reports_wakeup() {
-    let mut cfg = GateConfig::new(10, Policy::Sjf);
+    let mut cfg = GateConfig::new(10, AdmissionPolicy::Sjf);
     cfg.max_queue_wait_us = Some(100);
     let mut g = Gate::new(cfg).unwrap();
     let (_, running) = g.arrive(0, 10).unwrap();
@@ -331,12 +331,12 @@ fn capacity_change_admits_or_holds() {
 
 #[test]
 fn in_flight_cap_holds_cheap_requests() {
-    let cfg = GateConfig { max_in_flight: Some(2), ..GateConfig::new(1_000, Policy::Sjf) };
+    let cfg = GateConfig { max_in_flight: Some(2), ..GateConfig::new(1_000, AdmissionPolicy::Sjf) };
     let mut g = Gate::new(cfg).unwrap();
     let order = run(&mut g, &[(0, Ev::Arrive(1)), (0, Ev::Arrive(1)), (0, Ev::Arrive(1)), (1, Ev::Release(0))]);
     assert_eq!(order, vec![0, 1, 2]);
     assert_eq!(g.in_flight(), 2);
-    assert!(Gate::new(GateConfig { max_in_flight: Some(0), ..GateConfig::new(1, Policy::Fifo) }).is_err());
+    assert!(Gate::new(GateConfig { max_in_flight: Some(0), ..GateConfig::new(1, AdmissionPolicy::Fifo) }).is_err());
 }
 
 #[test]
@@ -384,7 +384,7 @@ fn basis_picks_the_sample() {
 #[test]
 fn bounded_charge_table() {
     // capacity 1000, bound 1/4: a 900 µs estimate is charged 250.
-    let cfg = GateConfig { max_charge_share: 0.25, ..GateConfig::new(1_000, Policy::Fifo) };
+    let cfg = GateConfig { max_charge_share: 0.25, ..GateConfig::new(1_000, AdmissionPolicy::Fifo) };
     assert_eq!(cfg.max_charge_us(), 250);
     let mut g = Gate::new(cfg).unwrap();
     let mut running = Vec::new();
@@ -399,12 +399,12 @@ fn bounded_charge_table() {
     assert_eq!(adm[0].ticket.charge_us(), 250);
     assert_eq!(g.load_us(), 1_000);
     // The paper's rule (share 1) charges the estimate, however large.
-    assert_eq!(GateConfig::new(1_000, Policy::Fifo).max_charge_us(), u64::MAX);
+    assert_eq!(GateConfig::new(1_000, AdmissionPolicy::Fifo).max_charge_us(), u64::MAX);
     let mut g = gate(1_000, "fifo");
     let (_, adm) = g.arrive(0, 5_000).unwrap();
     assert_eq!(adm[0].ticket.charge_us(), 5_000, "runs alone");
     for bad in [0.0, -0.5, 1.5, f64::NAN] {
-        let cfg = GateConfig { max_charge_share: bad, ..GateConfig::new(1_000, Policy::Fifo) };
+        let cfg = GateConfig { max_charge_share: bad, ..GateConfig::new(1_000, AdmissionPolicy::Fifo) };
         assert!(matches!(Gate::new(cfg), Err(AdmissionError::BadChargeShare { .. })), "{bad}");
     }
 }
@@ -628,11 +628,11 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn policy() -> impl Strategy<Value = Policy> {
+fn policy() -> impl Strategy<Value = AdmissionPolicy> {
     prop_oneof![
-        Just(Policy::Fifo),
-        Just(Policy::Sjf),
-        (0u32..8).prop_map(|x| Policy::SjfAging { factor: f64::from(x) / 2.0 }),
+        Just(AdmissionPolicy::Fifo),
+        Just(AdmissionPolicy::Sjf),
+        (0u32..8).prop_map(|x| AdmissionPolicy::SjfAging { factor: f64::from(x) / 2.0 }),
     ]
 }
 
@@ -690,7 +690,7 @@ impl Checker {
         let mut load = load_before;
         for (running_count, a) in (self.running.len()..).zip(adm) {
             let id = a.ticket.id().0;
-            if self.g.config().policy == Policy::Sjf {
+            if self.g.config().policy == AdmissionPolicy::Sjf {
                 // sjf order: the oldest waiting probe, else the smallest (cost, arrival).
                 let want = match self.waiting.iter().find(|(_, w)| w.probe) {
                     Some((&p, _)) => p,
@@ -703,7 +703,7 @@ impl Checker {
             prop_assert_eq!(a.waited_us, self.now - s.arrival);
             // Capacity: admitted into an empty system, or fits.
             prop_assert!(running_count == 0 || load + s.cost <= self.g.capacity_us());
-            if let Policy::SjfAging { .. } = self.g.config().policy {
+            if let AdmissionPolicy::SjfAging { .. } = self.g.config().policy {
                 // Overtaking an older request never pushes it past its bound, or delays its
                 // earliest start: by the expected finish times of what is running, when it
                 // fits, or, if it would then still run past the bound its older requests set,
@@ -788,7 +788,7 @@ impl Checker {
             && !self.capacity_changed
             && cfg.max_in_flight.is_none()
             && !self.waiting.is_empty()
-            && matches!(cfg.policy, Policy::Fifo | Policy::Sjf)
+            && matches!(cfg.policy, AdmissionPolicy::Fifo | AdmissionPolicy::Sjf)
         {
             let floor = cfg.capacity_us.saturating_sub(cfg.max_charge_us());
             prop_assert!(self.g.load_us() > floor, "load {} <= {} with requests waiting", self.g.load_us(), floor);
@@ -797,7 +797,7 @@ impl Checker {
     }
 }
 
-fn exercise(policy: Policy, capacity: u64, ops: Vec<Op>) -> Result<Checker, TestCaseError> {
+fn exercise(policy: AdmissionPolicy, capacity: u64, ops: Vec<Op>) -> Result<Checker, TestCaseError> {
     exercise_with(GateConfig::new(capacity, policy), ops)
 }
 
@@ -826,12 +826,12 @@ fn exercise_with(cfg: GateConfig, ops: Vec<Op>) -> Result<Checker, TestCaseError
                 // The gate is given the estimate; it charges at most the bound.
                 let cost = estimate.min(c.g.config().max_charge_us());
                 let deadline = match policy {
-                    Policy::SjfAging { factor } => c.now + (factor * cost as f64) as u64,
+                    AdmissionPolicy::SjfAging { factor } => c.now + (factor * cost as f64) as u64,
                     _ => u64::MAX,
                 };
                 let arrive = if probe { Gate::arrive_probe } else { Gate::arrive };
                 let (id, adm) = arrive(&mut c.g, c.now, estimate).unwrap();
-                let probe = probe && policy == Policy::Sjf;
+                let probe = probe && policy == AdmissionPolicy::Sjf;
                 c.waiting.insert(id.0, Shadow { cost, arrival: c.now, deadline, probe });
                 c.admit(adm)?;
             }
@@ -878,7 +878,7 @@ fn exercise_with(cfg: GateConfig, ops: Vec<Op>) -> Result<Checker, TestCaseError
                 let id = *c.waiting.keys().nth(i % c.waiting.len()).unwrap();
                 // Clamped as on arrival; fifo only (elsewhere the charge is the order).
                 let adm = c.g.reprice_waiting(c.now, [RequestId(id)], estimate);
-                if policy == Policy::Fifo {
+                if policy == AdmissionPolicy::Fifo {
                     c.waiting.get_mut(&id).unwrap().cost = estimate.min(c.g.config().max_charge_us());
                 } else {
                     prop_assert!(adm.is_empty(), "re-priced under {}", policy);
@@ -951,7 +951,7 @@ proptest! {
         capacity in 1u64..3_000,
         ops in prop::collection::vec(op(), 0..200),
     ) {
-        let c = exercise(Policy::Fifo, capacity, ops)?;
+        let c = exercise(AdmissionPolicy::Fifo, capacity, ops)?;
         prop_assert!(c.admitted_order.windows(2).all(|w| w[0] < w[1]));
     }
 
@@ -962,8 +962,8 @@ proptest! {
     ) {
         // Probes reorder only sjf; compare the two on ordinary arrivals.
         let ops: Vec<Op> = ops.into_iter().map(|o| if let Op::ArriveProbe(c) = o { Op::Arrive(c) } else { o }).collect();
-        let sjf = exercise(Policy::Sjf, capacity, ops.clone())?;
-        let big = exercise(Policy::SjfAging { factor: MAX_AGING_FACTOR }, capacity, ops)?;
+        let sjf = exercise(AdmissionPolicy::Sjf, capacity, ops.clone())?;
+        let big = exercise(AdmissionPolicy::SjfAging { factor: MAX_AGING_FACTOR }, capacity, ops)?;
         prop_assert_eq!(&sjf.admitted_order, &big.admitted_order);
     }
 

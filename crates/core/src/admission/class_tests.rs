@@ -1,0 +1,176 @@
+//! The class rule: within a class (the proxy's request type) every policy admits in
+//! arrival order, whatever the charges; across classes the policy's order holds among
+//! each class's oldest waiting request. Tables, then a property over random event sequences.
+
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+
+use super::*;
+
+fn gate(capacity_us: u64, policy: &str) -> Gate {
+    Gate::new(GateConfig::new(capacity_us, policy.parse().unwrap())).unwrap()
+}
+
+/// One arrival per `(class, cost)` while request 0 (class 99) holds the whole capacity,
+/// then releases one at a time; returns the admission order (ids).
+fn order(policy: &str, arrivals: &[(u64, u64)], probe_at: Option<usize>) -> Vec<u64> {
+    let mut g = gate(100, policy);
+    let (_, adm) = g.arrive_in(0, 99, 100).unwrap();
+    let mut running: Vec<Ticket> = adm.into_iter().map(|a| a.ticket).collect();
+    for (i, &(class, cost)) in arrivals.iter().enumerate() {
+        let (_, adm) = if probe_at == Some(i) {
+            g.arrive_probe_in(1 + i as u64, class, cost).unwrap()
+        } else {
+            g.arrive_in(1 + i as u64, class, cost).unwrap()
+        };
+        assert!(adm.is_empty(), "capacity is held");
+    }
+    let mut out = Vec::new();
+    let mut t = 1_000;
+    while let Some(ticket) = running.pop() {
+        t += 1_000;
+        for a in g.release(t, ticket).unwrap() {
+            out.push(a.ticket.id().0);
+            running.push(a.ticket);
+        }
+    }
+    out
+}
+
+#[test]
+fn class_order_table() {
+    // (policy, arrivals as (class, cost), probe index, admission order)
+    type Row<'a> = (&'a str, &'a [(u64, u64)], Option<usize>, &'a [u64]);
+    let table: &[Row] = &[
+        // One type whose estimate drifts down: still first come, first served.
+        ("sjf", &[(1, 90), (1, 60), (1, 30), (1, 10)], None, &[1, 2, 3, 4]),
+        // ... and up.
+        ("sjf", &[(1, 10), (1, 30), (1, 60), (1, 90)], None, &[1, 2, 3, 4]),
+        // Two types: the cheaper head goes first, each type in arrival order.
+        ("sjf", &[(1, 90), (2, 50), (1, 10), (2, 60)], None, &[2, 4, 1, 3]),
+        ("sjf-aging:1000", &[(1, 90), (1, 60), (1, 30)], None, &[1, 2, 3]),
+        ("sjf-aging:1000", &[(1, 90), (2, 50), (1, 10), (2, 60)], None, &[2, 4, 1, 3]),
+        ("fifo", &[(1, 90), (2, 50), (1, 10)], None, &[1, 2, 3]),
+        // A probe takes its class ahead of every other, the class in arrival order.
+        ("sjf", &[(2, 5), (1, 90), (1, 80)], Some(2), &[2, 3, 1]),
+    ];
+    for (policy, arrivals, probe, want) in table {
+        assert_eq!(order(policy, arrivals, *probe), *want, "{policy} {arrivals:?} probe {probe:?}");
+    }
+}
+
+#[test]
+fn cancelling_a_class_head_promotes_the_next_of_its_class() {
+    let mut g = gate(100, "sjf");
+    let (_, adm) = g.arrive_in(0, 9, 100).unwrap();
+    let blocker = adm.into_iter().next().unwrap().ticket;
+    let (a, _) = g.arrive_in(1, 1, 80).unwrap();
+    let (_b, _) = g.arrive_in(2, 1, 10).unwrap();
+    let (_c, _) = g.arrive_in(3, 2, 50).unwrap();
+    assert_eq!(g.head_cost_us(), Some(50), "type 1's head costs 80, type 2's 50");
+    g.cancel(4, a).unwrap();
+    assert_eq!(g.head_cost_us(), Some(10), "type 1's next oldest is its candidate now");
+    let adm = g.release(5, blocker).unwrap();
+    assert_eq!(adm.iter().map(|a| a.ticket.id().0).collect::<Vec<_>>(), [2, 3]);
+}
+
+#[test]
+fn set_policy_reorders_the_waiting_requests() {
+    let mut g = gate(100, "fifo");
+    let (_, adm) = g.arrive(0, 100).unwrap();
+    let blocker = adm.into_iter().next().unwrap().ticket;
+    g.arrive(1, 90).unwrap();
+    g.arrive(2, 10).unwrap();
+    assert_eq!(g.head_cost_us(), Some(90), "fifo: the oldest");
+    assert!(g.set_policy(3, "sjf".parse().unwrap()).is_empty());
+    assert_eq!(g.head_cost_us(), Some(10), "sjf: the cheapest");
+    assert!(g.set_policy(4, "sjf-aging:0".parse().unwrap()).is_empty());
+    assert_eq!(g.next_wakeup_us(), None, "aging:0: both already due, no future deadline");
+    let adm = g.release(5, blocker).unwrap();
+    assert_eq!(adm.iter().map(|a| a.ticket.id().0).collect::<Vec<_>>(), [1, 2], "aging:0 is fifo");
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Arrive { class: u64, cost: u64, probe: bool },
+    Release(usize),
+    Cancel(usize),
+    Advance(u64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0u64..4, 1u64..400, prop::bool::weighted(0.1))
+            .prop_map(|(class, cost, probe)| Op::Arrive { class, cost, probe }),
+        3 => any::<usize>().prop_map(Op::Release),
+        1 => any::<usize>().prop_map(Op::Cancel),
+        1 => (1u64..500).prop_map(Op::Advance),
+    ]
+}
+
+fn policy() -> impl Strategy<Value = &'static str> {
+    prop_oneof![Just("fifo"), Just("sjf"), Just("sjf-aging:0"), Just("sjf-aging:2"), Just("sjf-aging:1000")]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Whatever the charges, cancellations and policy, the requests of one class are
+    /// admitted in arrival order, and every admission leaves the load within the
+    /// capacity or runs alone.
+    #[test]
+    fn every_policy_admits_a_class_in_arrival_order(
+        policy in policy(),
+        capacity in 50u64..1_000,
+        ops in prop::collection::vec(op(), 1..200),
+    ) {
+        let mut g = gate(capacity, policy);
+        let mut now = 0;
+        let mut class_of: HashMap<u64, u64> = HashMap::new();
+        let mut last_admitted: HashMap<u64, u64> = HashMap::new();
+        let mut waiting: Vec<RequestId> = Vec::new();
+        let mut running: Vec<Ticket> = Vec::new();
+        let mut check = |adm: Vec<Admitted>, class_of: &HashMap<u64, u64>, waiting: &mut Vec<RequestId>, running: &mut Vec<Ticket>| -> Result<(), TestCaseError> {
+            for a in adm {
+                let id = a.ticket.id();
+                let class = class_of[&id.0];
+                if let Some(&prev) = last_admitted.get(&class) {
+                    prop_assert!(prev < id.0, "class {class}: {id} admitted after #{prev}");
+                }
+                last_admitted.insert(class, id.0);
+                waiting.retain(|w| *w != id);
+                running.push(a.ticket);
+            }
+            Ok(())
+        };
+        for op in ops {
+            match op {
+                Op::Arrive { class, cost, probe } => {
+                    let r = if probe { g.arrive_probe_in(now, class, cost) } else { g.arrive_in(now, class, cost) };
+                    let (id, adm) = r.expect("queue has room");
+                    class_of.insert(id.0, class);
+                    waiting.push(id);
+                    check(adm, &class_of, &mut waiting, &mut running)?;
+                }
+                Op::Release(i) if !running.is_empty() => {
+                    let t = running.swap_remove(i % running.len());
+                    let adm = g.release(now, t).unwrap();
+                    check(adm, &class_of, &mut waiting, &mut running)?;
+                }
+                Op::Cancel(i) if !waiting.is_empty() => {
+                    let id = waiting.remove(i % waiting.len());
+                    let adm = g.cancel(now, id).expect("was waiting");
+                    check(adm, &class_of, &mut waiting, &mut running)?;
+                }
+                Op::Advance(dt) => {
+                    now += dt;
+                    let adm = g.poll(now);
+                    check(adm, &class_of, &mut waiting, &mut running)?;
+                }
+                _ => {}
+            }
+            prop_assert!(g.in_flight() <= 1 || g.load_us() <= capacity);
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! The gate: admission accounting (load against capacity, tickets released exactly once)
+//! and the types it hands out. The waiting requests are in `queue`, the picks in `order`
+//! (fifo, sjf) and `aging` (sjf-aging).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::{AdmissionError, AdmissionPolicy, MIN_COST_US};
+#[cfg(doc)]
+use super::{Basis, Charge};
+
+mod aging;
+mod order;
+mod queue;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GateConfig {
+    /// Capacity in cost units (µs of expected service time, summed over admitted requests).
+    pub capacity_us: u64,
+    pub policy: AdmissionPolicy,
+    /// Bound on waiting requests; arrivals beyond it are rejected.
+    pub max_queue_len: usize,
+    /// Requests waiting this long are expired (rejected) by [`Gate::expire`]; `None` = never.
+    pub max_queue_wait_us: Option<u64>,
+    /// At most this many admitted requests at once (`None`: cost capacity only).
+    pub max_in_flight: Option<usize>,
+    /// No request is charged more than this fraction of the capacity (in (0, 1]); see
+    /// "Bounded charges" in the module docs. 1 (the default) is the paper's rule.
+    #[serde(default = "unbounded_charge_share")]
+    pub max_charge_share: f64,
+}
+
+fn unbounded_charge_share() -> f64 {
+    1.0
+}
+
+impl GateConfig {
+    pub fn new(capacity_us: u64, policy: AdmissionPolicy) -> Self {
+        GateConfig {
+            capacity_us,
+            policy,
+            max_queue_len: 100_000,
+            max_queue_wait_us: None,
+            max_in_flight: None,
+            max_charge_share: 1.0,
+        }
+    }
+
+    /// The largest charge at the current capacity (at least [`MIN_COST_US`]); unbounded
+    /// when `max_charge_share` is 1 (the paper's rule).
+    pub fn max_charge_us(&self) -> u64 {
+        if self.max_charge_share >= 1.0 {
+            return u64::MAX;
+        }
+        ((self.capacity_us as f64 * self.max_charge_share) as u64).max(MIN_COST_US)
+    }
+}
+
+/// Identifies a request from its arrival at the gate until it leaves (admitted, cancelled,
+/// expired). Increasing in arrival order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct RequestId(pub u64);
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// Proof of admission. Not `Clone`: handing it to [`Gate::release`] consumes it, so a
+/// charge cannot be released twice.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "an admitted request's ticket must be released when it finishes or fails"]
+pub struct Ticket {
+    pub(super) id: RequestId,
+    pub(super) charge_us: u64,
+}
+
+impl Ticket {
+    pub fn id(&self) -> RequestId {
+        self.id
+    }
+    pub fn charge_us(&self) -> u64 {
+        self.charge_us
+    }
+}
+
+/// A request that left the queue for the backend.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Admitted {
+    pub ticket: Ticket,
+    /// Time spent in the queue (0 when admitted on arrival).
+    pub waited_us: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Rejection {
+    /// The queue already held `max_queue_len` requests.
+    QueueFull,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Waiting {
+    cost_us: u64,
+    arrival_us: u64,
+    deadline_us: u64,
+    /// The request's class (its type, for the proxy), `None` for a class of its own.
+    class: Option<u64>,
+}
+
+/// Admission accounting plus the admission queue. See the module docs.
+#[derive(Debug)]
+pub struct Gate {
+    cfg: GateConfig,
+    next_seq: u64,
+    last_now_us: u64,
+    load_us: u64,
+    /// `∫ dt / in_flight(t)` over the time anything was in flight, µs: a processor-sharing
+    /// virtual clock. A request's share is its advance while the request was admitted.
+    share_clock_us: f64,
+    /// Admitted, unfinished: id → (charge, expected finish = admission time + charge,
+    /// share clock at admission).
+    running: HashMap<u64, (u64, u64, f64)>,
+    /// `(expected finish, seq)` of admitted requests (sjf-aging's earliest starts).
+    by_finish: BTreeSet<(u64, u64)>,
+    /// Waiting requests by arrival order.
+    queue: BTreeMap<u64, Waiting>,
+    /// `(cost, seq)` of the waiting requests that are the oldest of their class (every
+    /// classless request is): the SJF order, whose picks are always first in their class.
+    by_cost: BTreeSet<(u64, u64)>,
+    /// Waiting requests by class, in arrival order; bounded by the queue length (a class
+    /// leaves the map with its last waiting request).
+    classes: HashMap<u64, BTreeSet<u64>>,
+    /// `(deadline, seq)` of waiting requests (sjf-aging only).
+    by_deadline: BTreeSet<(u64, u64)>,
+    /// Waiting probes, by arrival (sjf only): ahead of every other waiting request.
+    probes: BTreeSet<u64>,
+}
+
+impl Gate {
+    pub fn new(cfg: GateConfig) -> Result<Self, AdmissionError> {
+        if cfg.capacity_us < MIN_COST_US {
+            return Err(AdmissionError::BadCapacity { capacity_us: cfg.capacity_us });
+        }
+        if cfg.max_queue_len == 0 {
+            return Err(AdmissionError::BadQueueLen);
+        }
+        if cfg.max_in_flight == Some(0) {
+            return Err(AdmissionError::BadInFlight);
+        }
+        if !(cfg.max_charge_share > 0.0 && cfg.max_charge_share <= 1.0) {
+            return Err(AdmissionError::BadChargeShare { share: cfg.max_charge_share });
+        }
+        Ok(Gate {
+            cfg,
+            next_seq: 0,
+            last_now_us: 0,
+            load_us: 0,
+            share_clock_us: 0.0,
+            running: HashMap::new(),
+            by_finish: BTreeSet::new(),
+            queue: BTreeMap::new(),
+            by_cost: BTreeSet::new(),
+            classes: HashMap::new(),
+            by_deadline: BTreeSet::new(),
+            probes: BTreeSet::new(),
+        })
+    }
+
+    pub fn config(&self) -> &GateConfig {
+        &self.cfg
+    }
+
+    pub fn capacity_us(&self) -> u64 {
+        self.cfg.capacity_us
+    }
+
+    /// Sum of the charges of admitted, unfinished requests.
+    pub fn load_us(&self) -> u64 {
+        self.load_us
+    }
+
+    pub fn queue_len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Admitted, unfinished requests.
+    pub fn in_flight(&self) -> usize {
+        self.running.len()
+    }
+
+    fn clock(&mut self, now_us: u64) -> u64 {
+        let now_us = self.last_now_us.max(now_us);
+        self.share_clock_us = self.share_clock_at(now_us);
+        self.last_now_us = now_us;
+        now_us
+    }
+
+    /// The share clock at `now_us` (≥ the last time seen), before anything changes then.
+    fn share_clock_at(&self, now_us: u64) -> f64 {
+        let n = self.running.len();
+        if n == 0 {
+            return self.share_clock_us;
+        }
+        self.share_clock_us + now_us.saturating_sub(self.last_now_us) as f64 / n as f64
+    }
+
+    /// An admitted request's *share* of the backend so far: `∫ dt / in_flight(t)` from its
+    /// admission to `now_us`, in µs. On a backend that splits its capacity evenly among the
+    /// admitted requests this is the service the request received, whatever the concurrency
+    /// ([`Basis::Share`]); it never exceeds the time since admission. Call it before
+    /// [`Gate::release`] (which consumes the ticket). Read-only.
+    pub fn share_us(&self, now_us: u64, ticket: &Ticket) -> Result<u64, AdmissionError> {
+        let &(_, _, at_admission) =
+            self.running.get(&ticket.id.0).ok_or(AdmissionError::UnknownTicket { id: ticket.id.0 })?;
+        let now_us = self.last_now_us.max(now_us);
+        Ok((self.share_clock_at(now_us) - at_admission).max(0.0).round() as u64)
+    }
+
+    /// An admitted request finished (successfully or not): its charge is returned and the
+    /// queue is dispatched.
+    pub fn release(&mut self, now_us: u64, ticket: Ticket) -> Result<Vec<Admitted>, AdmissionError> {
+        let now_us = self.clock(now_us);
+        let (charge, finish, _) =
+            self.running.remove(&ticket.id.0).ok_or(AdmissionError::UnknownTicket { id: ticket.id.0 })?;
+        debug_assert_eq!(charge, ticket.charge_us);
+        self.by_finish.remove(&(finish, ticket.id.0));
+        self.load_us -= charge;
+        Ok(self.dispatch(now_us))
+    }
+
+    /// Replace an admitted request's charge with a fresher estimate of its cost (clamped as
+    /// on arrival). The load changes by the difference and the request's expected finish
+    /// (admission time + charge) moves with it; a lower load may admit waiting requests
+    /// (returned). A higher charge revokes nothing: as after lowering the capacity, nothing
+    /// more is admitted until the load is back under it. The ticket carries the new charge,
+    /// which its release returns.
+    pub fn recharge(
+        &mut self,
+        now_us: u64,
+        ticket: &mut Ticket,
+        cost_us: u64,
+    ) -> Result<Vec<Admitted>, AdmissionError> {
+        let now_us = self.clock(now_us);
+        let cost_us = cost_us.clamp(MIN_COST_US, self.cfg.max_charge_us());
+        let id = ticket.id.0;
+        let entry = self.running.get_mut(&id).ok_or(AdmissionError::UnknownTicket { id })?;
+        let (old, finish, _) = *entry;
+        if old == cost_us {
+            return Ok(Vec::new());
+        }
+        // finish = admission time + old charge, so it is at least `old`.
+        let new_finish = (finish - old).saturating_add(cost_us);
+        entry.0 = cost_us;
+        entry.1 = new_finish;
+        self.by_finish.remove(&(finish, id));
+        self.by_finish.insert((new_finish, id));
+        self.load_us = self.load_us - old + cost_us;
+        ticket.charge_us = cost_us;
+        Ok(self.dispatch(now_us))
+    }
+
+    /// Recharge every request in `admitted` that waited with the cost `cost_of` gives for it
+    /// now ([`Gate::recharge`]; `None`: keep its charge), including the requests a lower
+    /// charge admits in turn. Returns all of them, tickets carrying their new charges. The
+    /// drivers (proxy, model) call this on each batch of admissions, so the cascade is
+    /// written once. Bounded: each request is admitted, hence recharged, at most once.
+    /// `admitted` must come from this gate; a ticket it does not hold (a caller's bug) keeps
+    /// its charge, so no admission is ever lost.
+    pub fn recharge_waited(
+        &mut self,
+        now_us: u64,
+        admitted: Vec<Admitted>,
+        mut cost_of: impl FnMut(RequestId) -> Option<u64>,
+    ) -> Vec<Admitted> {
+        let mut todo = std::collections::VecDeque::from(admitted);
+        let mut out = Vec::with_capacity(todo.len());
+        while let Some(mut a) = todo.pop_front() {
+            if a.waited_us > 0 {
+                if let Some(cost_us) = cost_of(a.ticket.id()) {
+                    match self.recharge(now_us, &mut a.ticket, cost_us) {
+                        Ok(more) => todo.extend(more),
+                        Err(e) => debug_assert!(false, "recharge of an admission this gate made: {e}"),
+                    }
+                }
+            }
+            out.push(a);
+        }
+        out
+    }
+
+    /// Change the capacity (auto-tuning, calibration). Lowering it below the current load
+    /// admits nothing until enough requests finish; nothing admitted is revoked.
+    pub fn set_capacity(&mut self, now_us: u64, capacity_us: u64) -> Result<Vec<Admitted>, AdmissionError> {
+        if capacity_us < MIN_COST_US {
+            return Err(AdmissionError::BadCapacity { capacity_us });
+        }
+        let now_us = self.clock(now_us);
+        self.cfg.capacity_us = capacity_us;
+        Ok(self.dispatch(now_us))
+    }
+
+    fn fits(&self, cost_us: u64) -> bool {
+        if self.cfg.max_in_flight.is_some_and(|m| self.running.len() >= m) {
+            return false;
+        }
+        self.running.is_empty() || self.load_us.saturating_add(cost_us) <= self.cfg.capacity_us
+    }
+
+    fn dispatch(&mut self, now_us: u64) -> Vec<Admitted> {
+        let mut out = Vec::new();
+        while let Some(seq) = self.next_admission(now_us) {
+            let w = self.remove_waiting(seq).expect("picked request is waiting");
+            let finish = now_us.saturating_add(w.cost_us);
+            self.load_us += w.cost_us;
+            self.running.insert(seq, (w.cost_us, finish, self.share_clock_us));
+            self.by_finish.insert((finish, seq));
+            out.push(Admitted {
+                ticket: Ticket { id: RequestId(seq), charge_us: w.cost_us },
+                waited_us: now_us - w.arrival_us,
+            });
+        }
+        out
+    }
+}

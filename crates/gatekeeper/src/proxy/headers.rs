@@ -1,0 +1,132 @@
+//! Header rewriting on the way through: hop-by-hop headers removed, forwarding headers
+//! appended.
+
+use std::net::SocketAddr;
+
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+/// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1), plus those named in
+/// `Connection`.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+];
+
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // The common case (no `Connection`, no `Proxy-*`) allocates nothing.
+    if headers.contains_key(header::CONNECTION) {
+        let listed: Vec<HeaderName> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+            .collect();
+        for name in listed {
+            headers.remove(name);
+        }
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+    // Any other Proxy-* header is hop-by-hop too.
+    if headers.keys().any(|k| k.as_str().starts_with("proxy-")) {
+        let proxy: Vec<HeaderName> = headers.keys().filter(|k| k.as_str().starts_with("proxy-")).cloned().collect();
+        for name in proxy {
+            headers.remove(name);
+        }
+    }
+}
+
+/// Append `Forwarded` and `X-Forwarded-For/Proto/Host` for a request from `peer`.
+pub fn add_forwarding(headers: &mut HeaderMap, peer: SocketAddr) {
+    let ip = peer.ip();
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).map(str::to_string);
+    let for_token = match ip {
+        std::net::IpAddr::V4(v4) => v4.to_string(),
+        std::net::IpAddr::V6(v6) => format!("\"[{v6}]\""),
+    };
+    let mut fwd = format!("for={for_token};proto=http");
+    if let Some(h) = &host {
+        if h.bytes().all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\') {
+            fwd.push_str(&format!(";host=\"{h}\""));
+        }
+    }
+    append_list(headers, HeaderName::from_static("forwarded"), &fwd);
+    append_list(headers, HeaderName::from_static("x-forwarded-for"), &ip.to_string());
+    headers.insert(HeaderName::from_static("x-forwarded-proto"), HeaderValue::from_static("http"));
+    if let Some(h) = host.and_then(|h| HeaderValue::from_str(&h).ok()) {
+        headers.insert(HeaderName::from_static("x-forwarded-host"), h);
+    }
+}
+
+fn append_list(headers: &mut HeaderMap, name: HeaderName, item: &str) {
+    if !headers.contains_key(&name) {
+        if let Ok(v) = HeaderValue::from_str(item) {
+            headers.insert(name, v);
+        }
+        return;
+    }
+    let joined = {
+        let existing: Vec<&str> = headers.get_all(&name).iter().filter_map(|v| v.to_str().ok()).collect();
+        if existing.is_empty() {
+            item.to_string()
+        } else {
+            format!("{}, {item}", existing.join(", "))
+        }
+    };
+    if let Ok(v) = HeaderValue::from_str(&joined) {
+        headers.insert(name, v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_are_removed() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("connection", "keep-alive, X-Secret"),
+            ("keep-alive", "timeout=5"),
+            ("x-secret", "1"),
+            ("te", "trailers"),
+            ("trailer", "x"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("proxy-authorization", "x"),
+            ("proxy-foo", "x"),
+            ("x-keep", "1"),
+            ("content-length", "3"),
+        ] {
+            h.append(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        strip_hop_by_hop(&mut h);
+        let mut left: Vec<_> = h.keys().map(|k| k.as_str().to_string()).collect();
+        left.sort();
+        assert_eq!(left, ["content-length", "x-keep"]);
+    }
+
+    #[test]
+    fn forwarding_headers_append() {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("shop.example"));
+        h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
+        add_forwarding(&mut h, "127.0.0.1:5000".parse().unwrap());
+        assert_eq!(h["forwarded"], "for=127.0.0.1;proto=http;host=\"shop.example\"");
+        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 127.0.0.1");
+        assert_eq!(h["x-forwarded-proto"], "http");
+        assert_eq!(h["x-forwarded-host"], "shop.example");
+        let mut h = HeaderMap::new();
+        add_forwarding(&mut h, "[::1]:5000".parse().unwrap());
+        assert_eq!(h["forwarded"], "for=\"[::1]\";proto=http");
+    }
+}
