@@ -10,6 +10,7 @@ mod gatekeeper;
 mod load;
 mod serve;
 mod sim;
+mod units;
 mod uplink;
 mod workload;
 

@@ -183,15 +183,11 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// `10mbit`, `1.5gbit`, `500kbit`, `800bit` or a plain number, in bits per second:
-/// `shortfirst uplink`'s syntax, without its shaping range (a simulated link may
-/// have any positive rate).
+/// `10mbit`, `1.5gbit`, `500kbit`, `800bit` or a plain number, in bits per second: the
+/// shared syntax of every command, without a shaper's range (a simulated link may have
+/// any positive rate).
 fn parse_rate_bits_per_s(text: &str) -> Result<f64> {
-    match shortfirst_uplink::rate::parse_unbounded(text) {
-        Ok(0) => bail!("--rate {text:?}: must be above 0 bit/s"),
-        Ok(rate_bits_per_s) => Ok(rate_bits_per_s as f64),
-        Err(e) => bail!("--rate: {e}"),
-    }
+    crate::units::rate_bits_per_s(text).map_err(|e| anyhow::anyhow!("--rate: {e}"))
 }
 
 fn read_trace(path: &Path, format: Option<TraceFormat>, skip_bad: bool) -> Result<Input> {
