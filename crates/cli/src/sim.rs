@@ -51,8 +51,8 @@ pub struct Options {
     /// Number of jobs to generate with --workload.
     #[arg(long, value_name = "N", requires = "workload")]
     jobs: Option<u64>,
-    /// Cap for `surge` sizes, bytes (default: the load generator's).
-    #[arg(long, value_name = "BYTES", requires = "workload")]
+    /// Cap for `surge` sizes: 10M, 500K or bytes (default: the load generator's).
+    #[arg(long, value_name = "SIZE", requires = "workload", value_parser = crate::units::size_bytes_f64)]
     surge_max_bytes: Option<f64>,
     /// Seed for --workload.
     #[arg(long, default_value_t = 1)]

@@ -16,6 +16,16 @@ pub fn positive_duration_s(text: &str) -> Result<f64, String> {
     }
 }
 
+/// A byte count: `1500`, `20K`, `1.5M`, `64KiB` (K = 1000, Ki = 1024).
+pub fn size_bytes(text: &str) -> Result<u64, String> {
+    units::parse_size_bytes(text).map_err(|e| e.to_string())
+}
+
+/// A byte count as a float, for the size models that compute in f64.
+pub fn size_bytes_f64(text: &str) -> Result<f64, String> {
+    size_bytes(text).map(|b| b as f64)
+}
+
 /// A positive link rate in bits per second: `10mbit`, `1.5gbit`, or a plain number.
 pub fn rate_bits_per_s(text: &str) -> Result<f64, String> {
     match units::parse_rate_bits_per_s(text).map_err(|e| e.to_string())? {
@@ -36,6 +46,9 @@ mod tests {
         assert_eq!(positive_duration_s("2.5"), Ok(2.5));
         assert!(positive_duration_s("0s").unwrap_err().contains("above 0"));
         assert!(duration_s("ten").unwrap_err().contains("\"ten\""));
+        assert_eq!(size_bytes("64KiB"), Ok(65_536));
+        assert_eq!(size_bytes_f64("10M"), Ok(10e6));
+        assert!(size_bytes("ten").unwrap_err().contains("\"ten\""));
         assert_eq!(rate_bits_per_s("10mbit"), Ok(10e6));
         assert!(rate_bits_per_s("0mbit").unwrap_err().contains("above 0"));
         assert!(rate_bits_per_s("10mbps").unwrap_err().contains("bits"));
