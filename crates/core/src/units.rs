@@ -21,7 +21,9 @@ use std::time::Duration;
 /// What a value failed to parse as, and why, naming the input.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UnitError {
-    #[error("duration {input:?}: expected a number with a unit ns, us, ms, s, m(in) or h, e.g. 150s, 2.5ms, 1m30s{bare}")]
+    #[error(
+        "duration {input:?}: expected a number with a unit ns, us, ms, s, m(in) or h, e.g. 150s, 2.5ms, 1m30s{bare}"
+    )]
     Duration { input: String, bare: &'static str },
     #[error("duration {input:?}: longer than {max_s} s", max_s = MAX_DURATION_S)]
     DurationTooLong { input: String },
@@ -208,7 +210,8 @@ mod tests {
             let got = parse_duration_s(text, bare).unwrap_or_else(|e| panic!("{text:?}: {e}"));
             assert!((got - want).abs() < 1e-12, "{text:?} → {got}, want {want}");
         }
-        let bad = ["", " ", "s", "-1s", "1e3", "inf", "nan", "1.2.3s", "10 parsecs", "5d", "1s2", "s5", "1mbit", "1,5s"];
+        let bad =
+            ["", " ", "s", "-1s", "1e3", "inf", "nan", "1.2.3s", "10 parsecs", "5d", "1s2", "s5", "1mbit", "1,5s"];
         for text in bad {
             let e = parse_duration_s(text, Seconds).unwrap_err();
             assert!(matches!(e, UnitError::Duration { .. }), "{text:?}: {e:?}");

@@ -115,5 +115,4 @@ mod tests {
         assert!(Scaling::Speed(0.0).speed(None).is_err());
         assert!(Scaling::Rate { req_per_s: 1.0 }.speed(None).is_err());
     }
-
 }
