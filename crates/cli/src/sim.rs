@@ -65,7 +65,9 @@ pub struct Options {
     /// the size distribution's exact mean for theory checks).
     #[arg(long, value_name = "PER_S", requires = "workload")]
     arrival_rate: Option<f64>,
-    /// ps, fifo, srpt, srpt-classes:CUTOFFS, size-classes:CUTOFFS, sjf, sjf-aging:X, las, fsp.
+    /// ps (also fair), fifo, srpt, srpt-classes:CUTOFFS, size-classes:CUTOFFS, sjf, sjf-aging:X,
+    /// las, fsp. `srpt` here is exact SRPT; what `shortfirst serve --policy srpt --cutoffs C`
+    /// does is `srpt-classes:C`.
     #[arg(long, value_name = "POLICY")]
     policy: String,
     /// Rate of each server, bits per second: 10mbit, 1gbit, 500kbit or a number.
