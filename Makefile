@@ -28,16 +28,14 @@ include $(sort $(wildcard mk/*.mk))
 
 .PHONY: help setup apt build venv test test-rust test-lab lint fmt bench clean
 
-help:
-	@echo "make demo    — the main job: FAIR vs SRPT on a shaped uplink, with a report"
-	@echo "make test    — every test (installs what it needs)"
-	@echo "make bench   — every benchmark, results as JSON under results/"
-	@echo "make lint    — rustfmt, clippy and ruff, all as checks"
+help: ## list every target with one line each (this list)
+	@echo "make TARGET — every target, from its '## ' comment in Makefile and mk/*.mk:"
+	@awk -F':.*## ' '/^[a-zA-Z0-9_.-]+:([^=]|$$).*## / { printf "  %-28s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
-setup: apt build venv
+setup: apt build venv ## install everything: Debian packages, the release build, the Python venv
 
 # Debian packages: install only what is missing, apt-get update once if needed.
-apt:
+apt: ## install the Debian packages the targets need (APT_PACKAGES; root)
 	@missing=""; for p in $(sort $(APT_PACKAGES)); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
@@ -47,13 +45,13 @@ apt:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
-build: $(BIN)
+build: $(BIN) ## release build of target/release/shortfirst
 $(BIN): Cargo.lock $(shell find crates -name '*.rs' -o -name Cargo.toml 2>/dev/null)
 	@command -v $(CARGO) >/dev/null || { echo "make: cargo not found (Rust via rustup is part of this machine kind)" >&2; exit 1; }
 	$(CARGO) build --release --locked --bin shortfirst
 	@touch $@
 
-venv: $(STAMPS)/venv
+venv: $(STAMPS)/venv ## the lab's Python virtual environment (.venv) from lab/requirements.lock
 $(STAMPS)/venv: lab/requirements.lock lab/pyproject.toml
 	@mkdir -p $(STAMPS)
 	$(PYTHON) -m venv $(VENV)
@@ -62,33 +60,34 @@ $(STAMPS)/venv: lab/requirements.lock lab/pyproject.toml
 	$(VENV)/bin/pip install -q --no-deps -e lab
 	@touch $@
 
-test: lint $(TEST_TARGETS) test-rust test-lab
+test: lint $(TEST_TARGETS) test-rust test-lab ## every test: lint, Rust, Python, real sockets, namespaces and qdiscs
 	@echo "make test: all passed"
 
-test-rust: apt
+test-rust: apt ## cargo test of the whole workspace
 	$(CARGO) test --workspace --locked
 
-test-lab: venv apt build
+test-lab: venv apt build ## the lab's pytest suite (needs the release build; root for namespaces)
 	cd lab && ../$(PY) -m pytest -q -ra
 
-# Every Python file we ship: the lab, and the bench drivers (one ruff configuration, lab's).
+# Every Python file we ship: the lab, the bench drivers and scripts/ (one ruff configuration, lab's).
 # Run from lab/ so that lab's own packages are first-party for import sorting.
-PY_SOURCES := . ../bench ../crates/gatekeeper/bench ../crates/load/bench
+PY_SOURCES := . ../bench ../crates/gatekeeper/bench ../crates/load/bench ../scripts
 
-lint: venv
+lint: venv ## rustfmt, clippy -D warnings, ruff and the history check, all as checks
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(PY) -m pytest -q -p no:cacheprovider tools/test_unused_deps.py && $(PY) tools/unused_deps.py
 	cd lab && ../$(VENV)/bin/ruff check --config pyproject.toml $(PY_SOURCES)
 	cd lab && ../$(VENV)/bin/ruff format --config pyproject.toml --check $(PY_SOURCES)
 	cd lab && ../$(PY) -m shortfirst_lab.depcheck --pyproject pyproject.toml --lock requirements.lock $(PY_SOURCES)
+	$(PYTHON) scripts/check_history.py
 
-fmt: venv
+fmt: venv ## format Rust and Python in place, apply ruff's fixes
 	$(CARGO) fmt --all
 	cd lab && ../$(VENV)/bin/ruff format --config pyproject.toml $(PY_SOURCES)
 	cd lab && ../$(VENV)/bin/ruff check --config pyproject.toml --fix $(PY_SOURCES)
 
-bench: $(BENCH_TARGETS)
+bench: $(BENCH_TARGETS) ## every benchmark (BENCH_TARGETS), each writes JSON under results/
 
-clean:
+clean: ## remove target/, .venv and .make
 	rm -rf target $(VENV) $(STAMPS)

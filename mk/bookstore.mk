@@ -26,31 +26,31 @@ BOOKSTORE_POOL ?= 128
 
 .PHONY: bookstore-build bookstore-pg-start bookstore-pg-stop bookstore-db bookstore-serve bookstore-costs
 
-bookstore-build: $(BOOKSTORE_BIN)
+bookstore-build: $(BOOKSTORE_BIN) ## release build of the TPC-W bookstore (target/release/bookstore)
 $(BOOKSTORE_BIN): Cargo.lock $(shell find examples/bookstore -name '*.rs' -o -name Cargo.toml -o -name '*.csv' 2>/dev/null)
 	$(CARGO) build --release --locked -p shortfirst-bookstore --bin bookstore
 	@touch $@
 
-bookstore-pg-start: apt
+bookstore-pg-start: apt ## start the private PostgreSQL in .make/pg
 	@examples/bookstore/pg.sh start $(BOOKSTORE_PGDIR) --port $(BOOKSTORE_PORT) >/dev/null
 	@examples/bookstore/pg.sh status $(BOOKSTORE_PGDIR)
 
-bookstore-pg-stop:
+bookstore-pg-stop: ## stop the private PostgreSQL (rm -rf .make/pg removes it)
 	examples/bookstore/pg.sh stop $(BOOKSTORE_PGDIR)
 
 # Regenerated only when the scale or seed changes (the stamp, kept inside the
 # PostgreSQL directory so it disappears with it, records them).
 BOOKSTORE_STAMP = $(BOOKSTORE_PGDIR)/bookstore-db-$(BOOKSTORE_ITEMS)-$(BOOKSTORE_CUSTOMERS)-$(BOOKSTORE_SEED)-$(BOOKSTORE_PORT)
-bookstore-db: bookstore-pg-start $(BOOKSTORE_BIN)
+bookstore-db: bookstore-pg-start $(BOOKSTORE_BIN) ## generate the bookstore database (BOOKSTORE_ITEMS, BOOKSTORE_CUSTOMERS)
 	@if [ ! -f $(BOOKSTORE_STAMP) ]; then \
 	  rm -f $(BOOKSTORE_PGDIR)/bookstore-db-*; \
 	  $(BOOKSTORE_BIN) gen --db $(BOOKSTORE_DB) --items $(BOOKSTORE_ITEMS) --customers $(BOOKSTORE_CUSTOMERS) --seed $(BOOKSTORE_SEED) \
 	    && touch $(BOOKSTORE_STAMP); \
 	else echo "bookstore database up to date ($(BOOKSTORE_ITEMS) items, $(BOOKSTORE_CUSTOMERS) customers)"; fi
 
-bookstore-serve: bookstore-db
+bookstore-serve: bookstore-db ## serve the bookstore on BOOKSTORE_LISTEN (default 127.0.0.1:8080)
 	$(BOOKSTORE_BIN) serve --db $(BOOKSTORE_DB) --listen $(BOOKSTORE_LISTEN) --pool $(BOOKSTORE_POOL)
 
-bookstore-costs: bookstore-db
+bookstore-costs: bookstore-db ## no-load cost per interaction vs the Gatekeeper paper's Table 1
 	@mkdir -p results
 	$(BOOKSTORE_BIN) costs --db $(BOOKSTORE_DB) --json results/bookstore-costs.json

@@ -1,4 +1,4 @@
-# Gatekeeper: admission-control / SJF proxy benchmark.
+# Gatekeeper (Elnikety et al. 2004): admission-control / SJF proxy benchmark.
 #
 # make bench-gatekeeper-synthetic
 #   Synthetic TPC-W-like upstream (shortfirst gatekeeper synthetic-upstream), capacity
@@ -11,7 +11,7 @@ GK_BENCH_ARGS ?=
 BENCH_TARGETS += bench-gatekeeper-synthetic
 
 .PHONY: bench-gatekeeper-synthetic
-bench-gatekeeper-synthetic: build venv
+bench-gatekeeper-synthetic: build venv ## gatekeeper vs direct on the synthetic backend (GK_BENCH_ARGS)
 	@mkdir -p results
 	$(PY) crates/gatekeeper/bench/bench_synthetic.py --bin $(BIN) \
 	  --out results/bench-gatekeeper-synthetic.json $(GK_BENCH_ARGS)
@@ -24,7 +24,7 @@ bench-gatekeeper-synthetic: build venv
 GK_OVERHEAD_ARGS ?=
 
 .PHONY: bench-gatekeeper-overhead
-bench-gatekeeper-overhead: build venv
+bench-gatekeeper-overhead: build venv ## only the gatekeeper's low-load overhead, a few minutes (GK_OVERHEAD_ARGS)
 	@mkdir -p results
 	$(PY) crates/gatekeeper/bench/bench_synthetic.py --bin $(BIN) --only-overhead \
 	  --out results/bench-gatekeeper-overhead.json $(GK_OVERHEAD_ARGS)

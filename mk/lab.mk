@@ -5,17 +5,17 @@ LAB_EXP := lab/experiments
 .PHONY: demo lab-tocs lab-report
 
 # The main job: FAIR vs SRPT at loads 0.7 and 0.9 on a 10 Mbit/s uplink, a few minutes.
-demo: apt venv build
+demo: apt venv build ## the main job: FAIR vs SRPT on a shaped uplink, with a report (root, ~5 min)
 	@if [ "$$(id -u)" != 0 ]; then echo "make demo: needs root (network namespaces, qdiscs)" >&2; exit 1; fi
 	rm -rf results/demo
 	$(PY) -m shortfirst_lab run $(LAB_EXP)/demo.toml --out results/demo --bin $(BIN)
 
 # The full reproduction of Harchol-Balter 2003 Figs. 5, 6, 9 (about 2.3 hours).
 # LAB_SET="--set run.duration_s=150" shortens it; LAB_RESUME=--resume continues an interrupted run.
-lab-tocs: apt venv build
+lab-tocs: apt venv build ## Harchol-Balter 2003 Figs. 5, 6, 9 in full (~2.3 h; LAB_SET, LAB_RESUME)
 	$(PY) -m shortfirst_lab run $(LAB_EXP)/tocs-lan.toml --out results/tocs-lan --bin $(BIN) $(LAB_SET) $(LAB_RESUME)
 
 # Rebuild summary.json and report.html of an experiment directory from its raw logs.
 LAB_DIR ?= results/demo
-lab-report: venv
+lab-report: venv ## rebuild summary.json and report.html of LAB_DIR from its raw logs
 	$(PY) -m shortfirst_lab report $(LAB_DIR)

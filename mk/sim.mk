@@ -7,12 +7,12 @@ BENCH_TARGETS += bench-sim
 # Jobs per workload; every policy runs 3 times on each of two workloads.
 BENCH_SIM_JOBS ?= 2000000
 
-bench-sim:
+bench-sim: ## simulator speed per policy (BENCH_SIM_JOBS)
 	@mkdir -p results
 	$(CARGO) run --release --locked -p shortfirst-sim --example bench_sim -- results/bench-sim.json $(BENCH_SIM_JOBS)
 
 # Crovella Fig. 7/8 from the formulas and the simulator: results/theory/*.png, fig7.json.
 .PHONY: theory-figures
 THEORY_FIG_JOBS ?= 1000000
-theory-figures: venv build
+theory-figures: venv build ## Crovella Figs. 7/8 from the formulas and the simulator
 	cd lab && ../$(PY) -m shortfirst_lab.theory_cli fig7 --out ../results/theory --jobs $(THEORY_FIG_JOBS)

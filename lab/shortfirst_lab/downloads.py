@@ -4,7 +4,7 @@ several long ones download through the shaped uplink, under each policy.
 This is the smallest experiment that shows the paper's effect (Harchol-Balter
 et al. 2003, §2): under ``fair`` the short response shares the uplink with
 every long one; under ``srpt`` its packets sit in a better HTB band and go
-first. It backs the namespace test of issue 2 and ``make demo-downloads``:
+first. It backs the namespace test (tests/test_namespace_srpt.py) and ``make demo-downloads``:
 
     python -m shortfirst_lab.downloads [--bin target/release/shortfirst] [--trials 3] [--out FILE.json]
 

@@ -10,8 +10,9 @@ Inputs (written by the runner, never modified here)::
     DIR/runs/<run>/health.csv      1 Hz server health samples (optional)
     DIR/runs/<run>/run.json        the runner's record of the run (status, policy, load, ...)
 
-Outputs: `DIR/summary.json` (schema of issue 4, plus `repeat` and `run` to tell repeats
-apart), `DIR/report.html` (one self-contained page, figures embedded as base64 PNG) and
+Outputs: `DIR/summary.json` (runs, comparisons against FAIR and the papers' targets, plus
+`repeat` and `run` to tell repeats apart), `DIR/report.html` (one self-contained page, figures
+embedded as base64 PNG) and
 `DIR/runs/<run>/analysis.json` (every per-run metric, including the ones not in the summary).
 """
 
@@ -52,12 +53,16 @@ RUN_KEYS = (
     "lateness_p99_ms",
     "valid",
 )
-# Issue 4 "what it must show" item 3: (load, key, op, threshold), for the SRPT comparison.
+# What SRPT must show against FAIR, each from the paper that measured it:
+# (load, key, op, threshold, source). The thresholds sit inside the papers' ranges, so a
+# reproduction on another machine can meet them: 4x inside "3-8x for loads > 0.5", 10x below
+# the 16x slowdown gain at 0.9, 0.98 for "no negative effect on throughput", 1.1 for "never
+# more than 10% higher" for the largest 1%.
 TARGETS = (
-    (0.8, "mean_response_ratio", ">=", 4.0),
-    (0.8, "throughput_ratio", ">=", 0.98),
-    (0.8, "largest_1pct_ratio", "<=", 1.1),
-    (0.9, "mean_slowdown_ratio", ">=", 10.0),
+    (0.8, "mean_response_ratio", ">=", 4.0, "Harchol-Balter 2003 §3.2"),
+    (0.8, "throughput_ratio", ">=", 0.98, "Harchol-Balter 2003 §3.2"),
+    (0.8, "largest_1pct_ratio", "<=", 1.1, "Schroeder 2006 §5.2"),
+    (0.9, "mean_slowdown_ratio", ">=", 10.0, "Harchol-Balter 2003 §3.2"),
 )
 
 
@@ -207,6 +212,7 @@ def summarise(out: Path) -> tuple[dict[str, Any], list[RunData], dict[str, Any]]
         "provenance": prov,
         "runs": [{k: r.metrics.get(k) for k in RUN_KEYS} for r in runs],
         "comparisons": comparisons,
+        "targets": target_rows(comparisons),
     }
     extras = {
         "exp": exp,
@@ -219,21 +225,38 @@ def summarise(out: Path) -> tuple[dict[str, Any], list[RunData], dict[str, Any]]
 
 
 def target_rows(comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The issue's targets against the SRPT comparisons (mean over repeats) at 0.8 and 0.9."""
+    """The papers' targets against the SRPT comparisons (mean over repeats) at 0.8 and 0.9."""
     rows = []
-    for load, key, op, thr in TARGETS:
+    for load, key, op, thr, source in TARGETS:
         vals = [
             c[key]
             for c in comparisons
             if c["policy"] == "srpt" and abs(c["load"] - load) < 1e-9 and c.get(key) is not None
         ]
         if not vals:
-            rows.append({"load": load, "key": key, "target": f"{op} {thr:g}", "measured": None, "met": None})
+            rows.append(
+                {
+                    "load": load,
+                    "key": key,
+                    "target": f"{op} {thr:g}",
+                    "source": source,
+                    "measured": None,
+                    "met": None,
+                }
+            )
             continue
         v = float(np.mean(vals))
         met = v >= thr if op == ">=" else v <= thr
         rows.append(
-            {"load": load, "key": key, "target": f"{op} {thr:g}", "measured": v, "met": met, "n": len(vals)}
+            {
+                "load": load,
+                "key": key,
+                "target": f"{op} {thr:g}",
+                "source": source,
+                "measured": v,
+                "met": met,
+                "n": len(vals),
+            }
         )
     return rows
 
@@ -405,10 +428,11 @@ the run failed).</p>
 <p>mean response and slowdown ratios: FAIR ÷ policy (higher is better); throughput and largest-1% ratios:
 policy ÷ FAIR. Stretch S(r) = RT<sub>policy</sub>(r) / RT<sub>FAIR</sub>(r) per request.</p>
 
-<h3>Targets (issue 4, from Harchol-Balter 2003)</h3>
-<table><tr><th>load</th><th class="l">metric</th><th>target</th><th>measured (SRPT)</th><th>met</th></tr>
+<h3>Targets from the papers (Harchol-Balter 2003, Schroeder 2006)</h3>
+<table><tr><th>load</th><th class="l">metric</th><th>target</th><th class="l">source</th>
+<th>measured (SRPT)</th><th>met</th></tr>
 {% for t in targets %}<tr class="{{ 'good' if t.met else ('bad' if t.met is not none else '') }}">
-<td>{{ t.load }}</td><td class="l">{{ t.key }}</td><td>{{ t.target }}</td>
+<td>{{ t.load }}</td><td class="l">{{ t.key }}</td><td>{{ t.target }}</td><td class="l">{{ t.source }}</td>
 <td>{{ '%.3f'|format(t.measured) if t.measured is not none else 'no run' }}</td>
 <td>{{ ('yes' if t.met else 'no') if t.met is not none else '—' }}</td></tr>{% endfor %}</table>
 
@@ -638,9 +662,9 @@ def format_table(summary: dict[str, Any]) -> str:
         if rows:
             lines.append("")
             lines.append(
-                "targets (issue 4): "
+                "targets from the papers: "
                 + "; ".join(
-                    f"load {t['load']} {t['key']} {t['target']}: {t['measured']:.3f} "
+                    f"load {t['load']} {t['key']} {t['target']} ({t['source']}): {t['measured']:.3f} "
                     f"{'met' if t['met'] else 'MISSED'}"
                     for t in rows
                 )

@@ -631,16 +631,21 @@ class Runner:
         self.calibrate(self.trace)
         todo = exp.matrix()
         failures = []
-        with tqdm(total=len(todo), unit="run", disable=not self.progress, dynamic_ncols=True) as bar:
-            for spec in todo:
+        # A bar redrawn every second only for a person at a terminal; in a log (make demo
+        # piped to a file) one line per finished run instead.
+        bar_on_terminal = self.progress and sys.stderr.isatty()
+        with tqdm(total=len(todo), unit="run", disable=not bar_on_terminal, dynamic_ncols=True) as bar:
+            for number, spec in enumerate(todo, start=1):
                 rj = out / "runs" / spec.run_id / "run.json"
                 if self.resume and rj.exists() and json.loads(rj.read_text()).get("status") == "ok":
                     bar.update(1)
                     continue
-                rec = self.run_one(spec, bar)
+                rec = self.run_one(spec, bar if bar_on_terminal else None)
                 if rec["status"] != "ok":
                     failures.append(f"{spec.run_id}: {rec['status']}")
                     _log(f"{spec.run_id}: {rec['status']}")
+                elif self.progress and not bar_on_terminal:
+                    _log(f"run {number}/{len(todo)} {spec.run_id}: ok")
                 bar.update(1)
         summary = report.build(out)
         if failures:

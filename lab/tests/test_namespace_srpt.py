@@ -1,5 +1,5 @@
-"""Issue 2, "What it must show" item 1: the scheduling effect through a real
-shaped uplink.
+"""The scheduling effect through a real shaped uplink, end to end (Harchol-Balter 2003
+§2: a short response overtakes long ones when its packets sit in a better band).
 
 Server in one namespace, client in another, HTB uplink at 10 Mbit installed by
 ``shortfirst uplink setup``. Under ``srpt`` a 20 KB response requested while

@@ -25,7 +25,7 @@ CMP_KEYS = {
 
 def test_summary_schema_and_known_values(experiment_dir):
     s = report.build(experiment_dir, with_figures=False)
-    assert set(s) == {"experiment", "provenance", "runs", "comparisons"}
+    assert set(s) == {"experiment", "provenance", "runs", "comparisons", "targets"}
     assert s["experiment"]["name"] == "synthetic"
     assert s["provenance"]["git_commit"] == "abc"
     assert len(s["runs"]) == 4
@@ -47,6 +47,14 @@ def test_summary_schema_and_known_values(experiment_dir):
         assert c["largest_1pct_ratio"] == pytest.approx(1 / 15)
         assert c["fraction_starved"] == 0.0
         assert c["max_stretch"] == pytest.approx(1 / 15)
+    # Targets are named by the paper and section they come from, never by a tracker number.
+    assert [(t["load"], t["key"]) for t in s["targets"]] == [
+        (0.8, "mean_response_ratio"),
+        (0.8, "throughput_ratio"),
+        (0.8, "largest_1pct_ratio"),
+        (0.9, "mean_slowdown_ratio"),
+    ]
+    assert all(t["source"].startswith(("Harchol-Balter 2003 §", "Schroeder 2006 §")) for t in s["targets"])
     # Written atomically beside the logs, and equal to what build() returned.
     assert json.loads((experiment_dir / "summary.json").read_text()) == s
     a = json.loads((experiment_dir / "runs" / "srpt-load0.90-rep1" / "analysis.json").read_text())

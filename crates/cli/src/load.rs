@@ -3,8 +3,9 @@
 use anyhow::Context;
 use shortfirst_load::http::Target;
 use shortfirst_load::run::{self, Config, Model, Source};
-use shortfirst_load::scale::{parse_rate_bits_per_s, Scaling};
+use shortfirst_load::scale::Scaling;
 use shortfirst_load::trace::TraceFormat;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
@@ -36,28 +37,29 @@ pub struct Args {
     #[arg(long, requires = "uplink", conflicts_with_all = ["speed", "rate"])]
     load: Option<f64>,
     /// Uplink rate (10mbit, 1gbit, …): for --load, and to report the offered load.
-    #[arg(long)]
-    uplink: Option<String>,
+    #[arg(long, value_parser = crate::units::rate_bits_per_s)]
+    uplink: Option<f64>,
     /// Replay X times faster than the trace's timestamps.
     #[arg(long, conflicts_with = "rate")]
     speed: Option<f64>,
     /// Scale the trace to this mean request rate (requests/s).
     #[arg(long)]
     rate: Option<f64>,
-    /// Stop starting requests after this many seconds.
-    #[arg(long)]
+    /// Stop starting requests after this long: 150s, 2m, 1m30s (a plain number is seconds).
+    #[arg(long, value_parser = crate::units::positive_duration_s)]
     duration: Option<f64>,
     /// Up to K requests per connection (keep-alive); default one connection per request.
     #[arg(long)]
     persistent: Option<u32>,
-    /// User abort: give up an attempt after T seconds.
-    #[arg(long)]
+    /// User abort: give up an attempt after this long: 3s, 500ms (a plain number is seconds).
+    #[arg(long, value_parser = crate::units::positive_duration_s)]
     abort_after: Option<f64>,
     /// Retries after an abort (needs --abort-after).
     #[arg(long, default_value_t = 0)]
     retries: u32,
-    /// Hard time limit of one attempt when no --abort-after is given (seconds).
-    #[arg(long, default_value_t = 30.0)]
+    /// Hard time limit of one attempt when no --abort-after is given: 30s, 2m (a plain
+    /// number is seconds).
+    #[arg(long, default_value = "30s", value_parser = crate::units::positive_duration_s)]
     timeout: f64,
     /// Client identities for requests whose trace gives none (assigned
     /// round-robin; a client's kept-alive connections are reused only by it).
@@ -104,13 +106,14 @@ pub struct Args {
     /// at most once per --batch-window-us. 0: off (default). At most 5000.
     #[arg(long, default_value_t = 0)]
     spin_us: u64,
-    /// No progress line on stderr.
+    /// No progress line on stderr. Without it the line is drawn only when stderr is a
+    /// terminal: redirected to a file or a pipe, a line rewritten every second is noise.
     #[arg(long)]
     quiet: bool,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let uplink = a.uplink.as_deref().map(parse_rate_bits_per_s).transpose().map_err(anyhow::Error::msg)?;
+    let uplink = a.uplink;
     let scaling = match (a.load, a.speed, a.rate) {
         (Some(rho), _, _) => {
             anyhow::ensure!(rho > 0.0, "--load must be positive");
@@ -141,7 +144,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         threads: a.threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
         max_in_flight: a.max_in_flight,
         seed: a.seed,
-        progress: !a.quiet,
+        progress: !a.quiet && std::io::stderr().is_terminal(),
         realtime: a.realtime,
         batch_window_us: a.batch_window_us,
         spin_us: a.spin_us,

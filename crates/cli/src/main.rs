@@ -11,6 +11,7 @@ mod load;
 mod netem;
 mod serve;
 mod sim;
+mod units;
 mod uplink;
 mod workload;
 

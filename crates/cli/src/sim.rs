@@ -51,8 +51,8 @@ pub struct Options {
     /// Number of jobs to generate with --workload.
     #[arg(long, value_name = "N", requires = "workload")]
     jobs: Option<u64>,
-    /// Cap for `surge` sizes, bytes (default: the load generator's).
-    #[arg(long, value_name = "BYTES", requires = "workload")]
+    /// Cap for `surge` sizes: 10M, 500K or bytes (default: the load generator's).
+    #[arg(long, value_name = "SIZE", requires = "workload", value_parser = crate::units::size_bytes_f64)]
     surge_max_bytes: Option<f64>,
     /// Seed for --workload.
     #[arg(long, default_value_t = 1)]
@@ -65,7 +65,9 @@ pub struct Options {
     /// the size distribution's exact mean for theory checks).
     #[arg(long, value_name = "PER_S", requires = "workload")]
     arrival_rate: Option<f64>,
-    /// ps, fifo, srpt, srpt-classes:CUTOFFS, size-classes:CUTOFFS, sjf, sjf-aging:X, las, fsp.
+    /// ps (also fair), fifo, srpt, srpt-classes:CUTOFFS, size-classes:CUTOFFS, sjf, sjf-aging:X,
+    /// las, fsp. `srpt` here is exact SRPT; what `shortfirst serve --policy srpt --cutoffs C`
+    /// does is `srpt-classes:C`.
     #[arg(long, value_name = "POLICY")]
     policy: String,
     /// Rate of each server, bits per second: 10mbit, 1gbit, 500kbit or a number.
@@ -183,15 +185,11 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// `10mbit`, `1.5gbit`, `500kbit`, `800bit` or a plain number, in bits per second:
-/// `shortfirst uplink`'s syntax, without its shaping range (a simulated link may
-/// have any positive rate).
+/// `10mbit`, `1.5gbit`, `500kbit`, `800bit` or a plain number, in bits per second: the
+/// shared syntax of every command, without a shaper's range (a simulated link may have
+/// any positive rate).
 fn parse_rate_bits_per_s(text: &str) -> Result<f64> {
-    match shortfirst_uplink::rate::parse_unbounded(text) {
-        Ok(0) => bail!("--rate {text:?}: must be above 0 bit/s"),
-        Ok(rate_bits_per_s) => Ok(rate_bits_per_s as f64),
-        Err(e) => bail!("--rate: {e}"),
-    }
+    crate::units::rate_bits_per_s(text).map_err(|e| anyhow::anyhow!("--rate: {e}"))
 }
 
 fn read_trace(path: &Path, format: Option<TraceFormat>, skip_bad: bool) -> Result<Input> {

@@ -39,11 +39,12 @@ struct GenerateArgs {
     /// Output directory.
     #[arg(long)]
     out: PathBuf,
-    /// Cap of the Surge tail in bytes (the paper's 1e10 cannot be served).
-    #[arg(long)]
+    /// Cap of the Surge tail: 10M, 500K or bytes (the paper's 1e10 cannot be served).
+    #[arg(long, value_parser = crate::units::size_bytes_f64)]
     max_bytes: Option<f64>,
-    /// Refuse to write a docroot larger than this (apparent size; files are sparse).
-    #[arg(long, default_value_t = generate::DEFAULT_MAX_TOTAL_BYTES)]
+    /// Refuse to write a docroot larger than this (apparent size; files are sparse):
+    /// 50G, 500M or bytes.
+    #[arg(long, default_value_t = generate::DEFAULT_MAX_TOTAL_BYTES, value_parser = crate::units::size_bytes)]
     max_total_bytes: u64,
     /// Replace an existing DIR/docroot and DIR/trace.csv.
     #[arg(long)]

@@ -63,18 +63,24 @@ fn generate_stats_serve_and_replay() {
     assert!(stats["median_bytes"].as_u64().unwrap() < 1024, "{stats}");
 
     let (_server, port) = serve(&wl.join("docroot"));
-    for (name, extra) in [("one-per-request", vec![]), ("persistent", vec!["--persistent", "10"])] {
+    // Durations with units and as plain seconds; the second run has no --quiet, and its
+    // stderr is a pipe, so it must not get the terminal's carriage-return progress line.
+    for (name, extra) in [
+        ("one-per-request", vec!["--quiet", "--duration", "150", "--timeout", "30"]),
+        ("persistent", vec!["--persistent", "10", "--duration", "150s", "--timeout", "1m30s"]),
+    ] {
         let run = dir.path().join(name);
         let out = shortfirst()
             .args(["load", "--target", &format!("http://127.0.0.1:{port}"), "--trace"])
             .arg(wl.join("trace.csv"))
             .arg("--out")
             .arg(&run)
-            .args(["--rate", "1000", "--uplink", "100mbit", "--quiet", "--seed", "9"])
+            .args(["--rate", "1000", "--uplink", "100mbit", "--seed", "9"])
             .args(&extra)
             .output()
             .unwrap();
         assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(!out.stderr.contains(&b'\r'), "{name}: progress line written to a pipe");
         let trace = std::fs::read_to_string(wl.join("trace.csv")).unwrap();
         let sizes: Vec<u64> = trace.lines().skip(1).map(|l| l.split(',').nth(2).unwrap().parse().unwrap()).collect();
         let csv = std::fs::read_to_string(run.join("requests.csv")).unwrap();
@@ -131,6 +137,12 @@ fn load_errors_name_the_input() {
     assert!(err.contains("--uplink"), "{err}");
     let err = load_fails(&trace, &out, &["--retries", "2"]);
     assert!(err.contains("--abort-after"), "{err}");
+    let err = load_fails(&trace, &out, &["--duration", "ten"]);
+    assert!(err.contains("\"ten\"") && err.contains("150s"), "{err}");
+    let err = load_fails(&trace, &out, &["--timeout", "0s"]);
+    assert!(err.contains("above 0"), "{err}");
+    let err = load_fails(&trace, &out, &["--uplink", "10mbps"]);
+    assert!(err.contains("10mbit"), "{err}");
 
     let res =
         shortfirst().args(["workload", "generate", "--kind", "pareto", "--out"]).arg(dir.path()).output().unwrap();

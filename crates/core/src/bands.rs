@@ -147,26 +147,10 @@ impl std::fmt::Display for Cutoffs {
 }
 
 /// Parses a byte count with an optional decimal (K, M, G) or binary (Ki, Mi, Gi)
-/// suffix and optional trailing `B`, case-insensitive: `1500`, `2K`, `5KB`, `1.5M`, `64KiB`.
+/// suffix and optional trailing `B`, case-insensitive: `1500`, `2K`, `5KB`, `1.5M`, `64KiB`
+/// (the shared rule of [`crate::units::parse_size_bytes`]).
 pub fn parse_size_bytes(text: &str) -> Option<u64> {
-    let t = text.trim();
-    let lower = t.to_ascii_lowercase();
-    let lower = lower.strip_suffix('b').unwrap_or(&lower);
-    let (number, multiplier) =
-        [("ki", 1u64 << 10), ("mi", 1 << 20), ("gi", 1 << 30), ("k", 1_000), ("m", 1_000_000), ("g", 1_000_000_000)]
-            .iter()
-            .find_map(|(suffix, m)| lower.strip_suffix(suffix).map(|n| (n, *m)))
-            .unwrap_or((lower, 1));
-    let number = number.trim();
-    if number.is_empty() || !number.chars().all(|c| c.is_ascii_digit() || c == '.') {
-        return None;
-    }
-    let value: f64 = number.parse().ok()?;
-    let bytes = value * multiplier as f64;
-    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 || bytes.fract() != 0.0 {
-        return None;
-    }
-    Some(bytes as u64)
+    crate::units::parse_size_bytes(text).ok()
 }
 
 /// Where one response stands: its band now, and the bytes still to send.

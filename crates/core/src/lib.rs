@@ -9,5 +9,6 @@
 pub mod admission;
 pub mod bands;
 pub mod policy;
+pub mod units;
 
 pub use bands::{Band, BandMap, Cutoffs, Response};

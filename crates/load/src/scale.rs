@@ -76,32 +76,6 @@ pub fn offered_load(bytes: u128, span_s: f64, uplink_bits_per_s: f64) -> Option<
     (span_s > 0.0 && uplink_bits_per_s > 0.0).then(|| bytes as f64 * 8.0 / span_s / uplink_bits_per_s)
 }
 
-/// Parses a link rate as `tc` writes it: `10mbit`, `1gbit`, `500kbit`,
-/// `1000000bit` or a bare number of bits/s. Byte-based units (`mbps` means
-/// megabytes/s to tc) are refused to avoid a factor-8 mistake.
-pub fn parse_rate_bits_per_s(s: &str) -> Result<f64, String> {
-    let t = s.trim().to_ascii_lowercase();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == 'e')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let v: f64 = num.parse().map_err(|_| format!("bad rate `{s}`: expected e.g. 10mbit, 1gbit, 500kbit"))?;
-    let mult = match unit.trim() {
-        "" | "bit" | "bit/s" => 1.0,
-        "kbit" | "kbit/s" => 1e3,
-        "mbit" | "mbit/s" => 1e6,
-        "gbit" | "gbit/s" => 1e9,
-        u => {
-            return Err(format!(
-                "bad rate `{s}`: unit `{u}` not accepted; use bit, kbit, mbit or gbit (bits per second)"
-            ))
-        }
-    };
-    let r = v * mult;
-    if !(r.is_finite() && r > 0.0) {
-        return Err(format!("bad rate `{s}`: must be positive"));
-    }
-    Ok(r)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,17 +114,5 @@ mod tests {
         assert!(Scaling::Load { rho: 0.5, uplink_bits_per_s: 1e6 }.speed(Some(&flat)).is_err());
         assert!(Scaling::Speed(0.0).speed(None).is_err());
         assert!(Scaling::Rate { req_per_s: 1.0 }.speed(None).is_err());
-    }
-
-    #[test]
-    fn rates() {
-        assert_eq!(parse_rate_bits_per_s("10mbit").unwrap(), 10e6);
-        assert_eq!(parse_rate_bits_per_s("1Gbit").unwrap(), 1e9);
-        assert_eq!(parse_rate_bits_per_s("500kbit").unwrap(), 5e5);
-        assert_eq!(parse_rate_bits_per_s("2.5mbit/s").unwrap(), 2.5e6);
-        assert_eq!(parse_rate_bits_per_s("1200").unwrap(), 1200.0);
-        assert!(parse_rate_bits_per_s("10mbps").unwrap_err().contains("not accepted"));
-        assert!(parse_rate_bits_per_s("fast").is_err());
-        assert!(parse_rate_bits_per_s("0mbit").is_err());
     }
 }

@@ -36,30 +36,11 @@ pub fn parse_rate_bits_per_s(input: &str) -> Result<u64, RateError> {
 /// (`10Mbit`, `9999Kbit`, `1.5Gbit`, `800bit`), and any rate a model (the
 /// simulator) may use where no qdisc has to express it.
 pub fn parse_unbounded(input: &str) -> Result<u64, RateError> {
-    let syntax = || RateError::Syntax { input: input.to_string() };
-    let lower = input.trim().to_ascii_lowercase();
-    if lower.ends_with("bps") {
-        return Err(RateError::ByteUnit { input: input.to_string() });
-    }
-    let (number, multiplier) = [("tbit", 1e12), ("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1.0)]
-        .iter()
-        .find_map(|(unit, m)| lower.strip_suffix(unit).map(|n| (n, *m)))
-        .unwrap_or((lower.as_str(), 1.0));
-    let number = number.trim();
-    // Only digits and at most one dot: rejects "-1", "1e9", "inf", "nan", " ".
-    if number.is_empty()
-        || number == "."
-        || !number.chars().all(|c| c.is_ascii_digit() || c == '.')
-        || number.matches('.').count() > 1
-    {
-        return Err(syntax());
-    }
-    let value: f64 = number.parse().map_err(|_| syntax())?;
-    let bits = (value * multiplier).round();
-    if !bits.is_finite() || bits < 0.0 || bits > u64::MAX as f64 {
-        return Err(syntax());
-    }
-    Ok(bits as u64)
+    use shortfirst_core::units::{parse_rate_bits_per_s, UnitError};
+    parse_rate_bits_per_s(input).map_err(|e| match e {
+        UnitError::RateInBytes { input } => RateError::ByteUnit { input },
+        _ => RateError::Syntax { input: input.to_string() },
+    })
 }
 
 /// Formats bits per second the short way a human reads it: `10Mbit`, `1.5Gbit`, `500Kbit`.
