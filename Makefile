@@ -76,7 +76,7 @@ PY_SOURCES := . ../bench ../crates/gatekeeper/bench ../crates/load/bench ../scri
 lint: venv ## rustfmt, clippy -D warnings, ruff and the history check, all as checks
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
-	$(PY) -m pytest -q -p no:cacheprovider tools/test_unused_deps.py && $(PY) tools/unused_deps.py
+	$(PY) scripts/unused_deps.py
 	cd lab && ../$(VENV)/bin/ruff check --config pyproject.toml $(PY_SOURCES)
 	cd lab && ../$(VENV)/bin/ruff format --config pyproject.toml --check $(PY_SOURCES)
 	cd lab && ../$(PY) -m shortfirst_lab.depcheck --pyproject pyproject.toml --lock requirements.lock $(PY_SOURCES)

@@ -8,7 +8,7 @@ name in build.rs. Every [workspace.dependencies] entry must be taken by some
 member. A dependency used only through its features or a macro name can be
 listed in the crate's `[package.metadata.unused-deps] ignored = [...]`.
 
-Usage: python3 tools/unused_deps.py [WORKSPACE_ROOT]; exit status 1 and one
+Usage: python3 scripts/unused_deps.py [WORKSPACE_ROOT]; exit status 1 and one
 line per unused dependency (crate, table, name) when there are any.
 Stdlib only, so it runs on a fresh clone before anything is installed.
 """

@@ -1,4 +1,4 @@
-"""Tests of tools/unused_deps.py on small workspaces made in a temporary
+"""Tests of scripts/unused_deps.py on small workspaces made in a temporary
 directory: what counts as a use, per table, and what is reported."""
 
 import importlib.util
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent / "unused_deps.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "unused_deps.py"
 _spec = importlib.util.spec_from_file_location("unused_deps", SCRIPT)
 unused_deps = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(unused_deps)
