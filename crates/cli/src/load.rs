@@ -4,6 +4,7 @@ use anyhow::Context;
 use shortfirst_load::http::Target;
 use shortfirst_load::run::{self, Config, Model, Source};
 use shortfirst_load::scale::{parse_rate_bits_per_s, Scaling};
+use shortfirst_load::source_addrs::SourceAddrs;
 use shortfirst_load::trace::TraceFormat;
 use std::path::PathBuf;
 
@@ -63,6 +64,16 @@ pub struct Args {
     /// round-robin; a client's kept-alive connections are reused only by it).
     #[arg(long, default_value_t = 64)]
     clients: u32,
+    /// Bind each connection to a source address chosen by its client id, so
+    /// one process can stand for several client groups (subnets):
+    /// ADDR[,ADDR...] gives client c the address number c mod n;
+    /// file:PATH reads CSV rows `client,addr` (optional header `client,addr`,
+    /// `#` comments), where a row `*,ADDR` serves every client not listed;
+    /// without it, a request of an unlisted client stops the run before it is
+    /// sent. Every address must be on this host and of the target's family
+    /// (checked once, before the run). Default: the kernel chooses.
+    #[arg(long, value_name = "SPEC")]
+    source_addrs: Option<String>,
     /// Worker threads (default: the number of CPUs).
     #[arg(long)]
     threads: Option<usize>,
@@ -147,8 +158,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         spin_us: a.spin_us,
         command_line: std::env::args().collect(),
     };
+    let source_addrs = match a.source_addrs.as_deref() {
+        Some(spec) => SourceAddrs::parse(spec)?,
+        None => SourceAddrs::Any,
+    };
     run::stop_on_signals();
-    let s = run::run(cfg)?;
+    let s = run::run_with(cfg, source_addrs)?;
     let ms = |v: Option<f64>| v.map(|x| format!("{:.3} ms", x * 1e3)).unwrap_or_else(|| "-".into());
     eprintln!(
         "{} requests: {} ok, {} http_error, {} failed, {} aborted, {} timeout; mean response {}, p99 {}; \
