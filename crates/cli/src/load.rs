@@ -37,8 +37,9 @@ pub struct Args {
     #[arg(long, requires = "uplink", conflicts_with_all = ["speed", "rate"])]
     load: Option<f64>,
     /// Uplink rate (10mbit, 1gbit, …): for --load, and to report the offered load.
-    #[arg(long)]
-    uplink: Option<String>,
+    // Parsed here (a usage error if bad), which also keeps `Args` small.
+    #[arg(long, value_parser = parse_rate_bits_per_s)]
+    uplink: Option<f64>,
     /// Replay X times faster than the trace's timestamps.
     #[arg(long, conflicts_with = "rate")]
     speed: Option<f64>,
@@ -72,8 +73,8 @@ pub struct Args {
     /// without it, a request of an unlisted client stops the run before it is
     /// sent. Every address must be on this host and of the target's family
     /// (checked once, before the run). Default: the kernel chooses.
-    #[arg(long, value_name = "SPEC")]
-    source_addrs: Option<String>,
+    #[arg(long, value_name = "SPEC", value_parser = parse_source_addrs)]
+    source_addrs: Option<Box<SourceAddrs>>,
     /// Worker threads (default: the number of CPUs).
     #[arg(long)]
     threads: Option<usize>,
@@ -120,8 +121,14 @@ pub struct Args {
     quiet: bool,
 }
 
+/// Parses (and reads the file of) a `--source-addrs` spec; boxed to keep
+/// the arguments small.
+fn parse_source_addrs(spec: &str) -> Result<Box<SourceAddrs>, String> {
+    SourceAddrs::parse(spec).map(Box::new).map_err(|e| e.to_string())
+}
+
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let uplink = a.uplink.as_deref().map(parse_rate_bits_per_s).transpose().map_err(anyhow::Error::msg)?;
+    let uplink = a.uplink;
     let scaling = match (a.load, a.speed, a.rate) {
         (Some(rho), _, _) => {
             anyhow::ensure!(rho > 0.0, "--load must be positive");
@@ -158,10 +165,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         spin_us: a.spin_us,
         command_line: std::env::args().collect(),
     };
-    let source_addrs = match a.source_addrs.as_deref() {
-        Some(spec) => SourceAddrs::parse(spec)?,
-        None => SourceAddrs::Any,
-    };
+    let source_addrs = a.source_addrs.map(|s| *s).unwrap_or_default();
     run::stop_on_signals();
     let s = run::run_with(cfg, source_addrs)?;
     let ms = |v: Option<f64>| v.map(|x| format!("{:.3} ms", x * 1e3)).unwrap_or_else(|| "-".into());
@@ -184,4 +188,34 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         eprintln!("  invalid: {r}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn args(extra: &[&str]) -> Args {
+        let base = ["load", "--target", "http://127.0.0.1:9", "--trace", "t.csv", "--out", "o"];
+        Cli::try_parse_from(base.iter().chain(extra)).unwrap().args
+    }
+
+    #[test]
+    fn source_addrs_flag() {
+        assert_eq!(args(&[]).source_addrs, None);
+        let a = args(&["--source-addrs", "10.10.1.2,10.10.2.2"]);
+        let want = SourceAddrs::RoundRobin(vec!["10.10.1.2".parse().unwrap(), "10.10.2.2".parse().unwrap()]);
+        assert_eq!(a.source_addrs.as_deref(), Some(&want));
+        // A bad spec is a usage error naming the option and the item.
+        let base = ["load", "--target", "http://127.0.0.1:9", "--trace", "t.csv", "--out", "o"];
+        let e = Cli::try_parse_from(base.iter().chain(&["--source-addrs", "10.10.1.2,nohost"])).err().unwrap();
+        let e = e.to_string();
+        assert!(e.contains("--source-addrs") && e.contains("`nohost` (address 2)"), "{e}");
+    }
 }

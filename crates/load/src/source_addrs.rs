@@ -138,14 +138,12 @@ impl SourceAddrs {
                 ),
             };
             let ip = parse_ip(addr).ok_or_else(|| line_err(n, format!("`{addr}` is not an IP address")))?;
-            match c {
-                None if default.replace(ip).is_some() => return Err(line_err(n, "a second `*` row".into())),
-                None => {}
-                Some(c) => {
-                    if by_client.insert(c, ip).is_some() {
-                        return Err(line_err(n, format!("client {c} is listed twice")));
-                    }
-                }
+            let duplicate = match c {
+                None => default.replace(ip).is_some().then(|| "a second `*` row".to_string()),
+                Some(c) => by_client.insert(c, ip).is_some().then(|| format!("client {c} is listed twice")),
+            };
+            if let Some(m) = duplicate {
+                return Err(line_err(n, m));
             }
             if !lines.contains_key(&ip) {
                 if lines.len() == MAX_ADDRS {

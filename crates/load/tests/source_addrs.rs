@@ -80,8 +80,7 @@ fn config(addr: SocketAddr, trace: &Path, out: &Path, model: Model, persistent: 
         out_dir: out.to_path_buf(),
         model,
         source: Source::Trace { path: trace.to_path_buf(), format: None, skip_bad: false },
-        // The closed model refuses scaling.
-        scaling: if matches!(model, Model::Closed { .. }) { Scaling::AsIs } else { Scaling::Speed(50.0) },
+        scaling: Scaling::AsIs,
         uplink_bits_per_s: None,
         duration_s: None,
         persistent,
@@ -100,7 +99,8 @@ fn config(addr: SocketAddr, trace: &Path, out: &Path, model: Model, persistent: 
     }
 }
 
-/// A trace of `n` requests with unique paths, 1 ms apart (before speed-up),
+/// A trace of `n` requests with unique paths, 2 ms apart (so that a
+/// client's previous connection is usually idle again by its next request),
 /// with client `client(i)` if given.
 fn write_trace(dir: &Path, n: usize, client: Option<&dyn Fn(usize) -> u32>) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
@@ -108,7 +108,7 @@ fn write_trace(dir: &Path, n: usize, client: Option<&dyn Fn(usize) -> u32>) -> P
     let mut s =
         String::from(if client.is_some() { "time_s,path,size_bytes,client\n" } else { "time_s,path,size_bytes\n" });
     for i in 0..n {
-        let t = i as f64 * 0.001;
+        let t = i as f64 * 0.002;
         match client {
             Some(f) => s.push_str(&format!("{t},/r/{i},10,{}\n", f(i))),
             None => s.push_str(&format!("{t},/r/{i},10\n")),
