@@ -35,16 +35,18 @@ pub const MAX_ADDRS: usize = 65_536;
 pub enum SourceAddrsError {
     #[error("--source-addrs `{spec}`: {message}")]
     Spec { spec: String, message: String },
-    #[error("--source-addrs {}: {source}", path.display())]
-    Io { path: PathBuf, source: io::Error },
+    // The I/O errors are in the message, not chained as a source: printed
+    // with its chain, the error would say them twice.
+    #[error("--source-addrs {}: {error}", path.display())]
+    Io { path: PathBuf, error: io::Error },
     #[error("--source-addrs {}: no `client,addr` rows", path.display())]
     Empty { path: PathBuf },
     #[error("--source-addrs {}:{line}: {message}", path.display())]
     Line { path: PathBuf, line: usize, message: String },
     #[error("--source-addrs: {addr} ({origin}) is {family} but the target {target} is not")]
     Family { addr: IpAddr, origin: String, family: &'static str, target: SocketAddr },
-    #[error("--source-addrs: cannot bind {addr} ({origin}): {}", bind_reason(source))]
-    Bind { addr: IpAddr, origin: String, source: io::Error },
+    #[error("--source-addrs: cannot bind {addr} ({origin}): {}", bind_reason(error))]
+    Bind { addr: IpAddr, origin: String, error: io::Error },
     #[error("--source-addrs {}: client {client} has no row and there is no `*` row for unlisted clients", path.display())]
     Unmapped { client: u32, path: PathBuf },
 }
@@ -79,7 +81,7 @@ impl SourceAddrs {
             }
             let path = Path::new(path);
             let text =
-                std::fs::read_to_string(path).map_err(|source| SourceAddrsError::Io { path: path.into(), source })?;
+                std::fs::read_to_string(path).map_err(|error| SourceAddrsError::Io { path: path.into(), error })?;
             return SourceAddrs::parse_file(path, &text);
         }
         let mut addrs = Vec::new();
@@ -198,7 +200,7 @@ impl SourceAddrs {
                 let family = if ip.is_ipv4() { "IPv4" } else { "IPv6" };
                 return Err(SourceAddrsError::Family { addr: ip, origin, family, target });
             }
-            probe_bind(ip).map_err(|source| SourceAddrsError::Bind { addr: ip, origin, source })?;
+            probe_bind(ip).map_err(|error| SourceAddrsError::Bind { addr: ip, origin, error })?;
         }
         Ok(())
     }
