@@ -16,7 +16,7 @@
 //! kept-alive connections are pooled per client, so a connection is only
 //! ever reused by requests of the same source address.
 //!
-//! Limits: at most [`MAX_FILE_ROWS`] rows in a file and [`MAX_ADDRS`]
+//! Limits: at most [`MAX_FILE_BYTES`] and [`MAX_FILE_ROWS`] rows in a file, and [`MAX_ADDRS`]
 //! distinct addresses (each is probed once before the run); beyond, the spec
 //! is refused.
 
@@ -27,6 +27,8 @@ use std::path::{Path, PathBuf};
 
 /// Most `client,addr` rows read from a file.
 pub const MAX_FILE_ROWS: usize = 1 << 20;
+/// Largest file read (ample for [`MAX_FILE_ROWS`] rows of IPv6 addresses).
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
 /// Most distinct source addresses in one spec.
 pub const MAX_ADDRS: usize = 65_536;
 
@@ -80,8 +82,12 @@ impl SourceAddrs {
                 return Err(err("file: needs a path".into()));
             }
             let path = Path::new(path);
-            let text =
-                std::fs::read_to_string(path).map_err(|error| SourceAddrsError::Io { path: path.into(), error })?;
+            let io_err = |error| SourceAddrsError::Io { path: path.into(), error };
+            let bytes = std::fs::metadata(path).map_err(io_err)?.len();
+            if bytes > MAX_FILE_BYTES {
+                return Err(err(format!("{} is {bytes} bytes, more than {MAX_FILE_BYTES}", path.display())));
+            }
+            let text = std::fs::read_to_string(path).map_err(io_err)?;
             return SourceAddrs::parse_file(path, &text);
         }
         let mut addrs = Vec::new();

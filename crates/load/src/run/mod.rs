@@ -37,6 +37,11 @@
 //! a few hundred bytes), whatever the trace length.
 
 //!
+//! Source addresses: with [`run_with`], each connection is bound before
+//! connecting to the address its client id maps to
+//! ([`crate::source_addrs`]); idle connections are pooled per client, so a
+//! kept-alive connection never changes source address.
+//!
 //! Modules: `config` (what a run is asked), `dispatch` (the trace into
 //! timed batches, handed to workers), `spin` (the opt-in spinning
 //! dispatcher), `worker` (the runtimes that perform requests), `closed` (the
