@@ -4,6 +4,7 @@ use anyhow::Context;
 use shortfirst_load::http::Target;
 use shortfirst_load::run::{self, Config, Model, Source};
 use shortfirst_load::scale::Scaling;
+use shortfirst_load::source_addrs::SourceAddrs;
 use shortfirst_load::trace::TraceFormat;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -65,6 +66,16 @@ pub struct Args {
     /// round-robin; a client's kept-alive connections are reused only by it).
     #[arg(long, default_value_t = 64)]
     clients: u32,
+    /// Bind each connection to a source address chosen by its client id, so
+    /// one process can stand for several client groups (subnets):
+    /// ADDR[,ADDR...] gives client c the address number c mod n;
+    /// file:PATH reads CSV rows `client,addr` (optional header `client,addr`,
+    /// `#` comments), where a row `*,ADDR` serves every client not listed;
+    /// without it, a request of an unlisted client stops the run before it is
+    /// sent. Every address must be on this host and of the target's family
+    /// (checked once, before the run). Default: the kernel chooses.
+    #[arg(long, value_name = "SPEC", value_parser = parse_source_addrs)]
+    source_addrs: Option<Box<SourceAddrs>>,
     /// Worker threads (default: the number of CPUs).
     #[arg(long)]
     threads: Option<usize>,
@@ -112,6 +123,12 @@ pub struct Args {
     quiet: bool,
 }
 
+/// Parses (and reads the file of) a `--source-addrs` spec; boxed to keep
+/// the arguments small.
+fn parse_source_addrs(spec: &str) -> Result<Box<SourceAddrs>, String> {
+    SourceAddrs::parse(spec).map(Box::new).map_err(|e| e.to_string())
+}
+
 pub fn run(a: Args) -> anyhow::Result<()> {
     let uplink = a.uplink;
     let scaling = match (a.load, a.speed, a.rate) {
@@ -150,8 +167,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         spin_us: a.spin_us,
         command_line: std::env::args().collect(),
     };
+    let source_addrs = a.source_addrs.map(|s| *s).unwrap_or_default();
     run::stop_on_signals();
-    let s = run::run(cfg)?;
+    let s = run::run_with(cfg, source_addrs)?;
     let ms = |v: Option<f64>| v.map(|x| format!("{:.3} ms", x * 1e3)).unwrap_or_else(|| "-".into());
     eprintln!(
         "{} requests: {} ok, {} http_error, {} failed, {} aborted, {} timeout; mean response {}, p99 {}; \
@@ -172,4 +190,34 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         eprintln!("  invalid: {r}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn args(extra: &[&str]) -> Args {
+        let base = ["load", "--target", "http://127.0.0.1:9", "--trace", "t.csv", "--out", "o"];
+        Cli::try_parse_from(base.iter().chain(extra)).unwrap().args
+    }
+
+    #[test]
+    fn source_addrs_flag() {
+        assert_eq!(args(&[]).source_addrs, None);
+        let a = args(&["--source-addrs", "10.10.1.2,10.10.2.2"]);
+        let want = SourceAddrs::RoundRobin(vec!["10.10.1.2".parse().unwrap(), "10.10.2.2".parse().unwrap()]);
+        assert_eq!(a.source_addrs.as_deref(), Some(&want));
+        // A bad spec is a usage error naming the option and the item.
+        let base = ["load", "--target", "http://127.0.0.1:9", "--trace", "t.csv", "--out", "o"];
+        let e = Cli::try_parse_from(base.iter().chain(&["--source-addrs", "10.10.1.2,nohost"])).err().unwrap();
+        let e = e.to_string();
+        assert!(e.contains("--source-addrs") && e.contains("`nohost` (address 2)"), "{e}");
+    }
 }

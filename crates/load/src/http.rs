@@ -11,10 +11,10 @@
 //! larger than that is an error ([`HttpError::HeadTooLarge`]).
 
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 
 /// Read buffer per connection; also the largest response head accepted.
 pub const READ_BUF_BYTES: usize = 16 * 1024;
@@ -120,6 +120,7 @@ pub struct Conn {
     buf: Box<[u8]>,
     /// Requests sent on this connection.
     pub requests: u32,
+    source: Option<IpAddr>,
 }
 
 enum Body {
@@ -137,10 +138,27 @@ impl Conn {
     /// [`Conn::into_buf`]) if given: a generator recycles buffers instead of
     /// allocating (and faulting in) 16 KiB per connection.
     pub async fn connect_with(addr: SocketAddr, buf: Option<Box<[u8]>>) -> io::Result<Conn> {
-        let stream = TcpStream::connect(addr).await?;
+        Conn::connect_from(None, addr, buf).await
+    }
+
+    /// As [`Conn::connect_with`], from source address `source` if given
+    /// (bound before connecting; else the kernel chooses).
+    pub async fn connect_from(source: Option<IpAddr>, addr: SocketAddr, buf: Option<Box<[u8]>>) -> io::Result<Conn> {
+        let stream = match source {
+            None => TcpStream::connect(addr).await?,
+            Some(ip) => {
+                let sock = crate::source_addrs::bound_socket(ip, addr)?;
+                TcpSocket::from_std_stream(std::net::TcpStream::from(sock)).connect(addr).await?
+            }
+        };
         stream.set_nodelay(true)?;
         let buf = buf.filter(|b| b.len() == READ_BUF_BYTES).unwrap_or_else(|| vec![0u8; READ_BUF_BYTES].into());
-        Ok(Conn { stream, buf, requests: 0 })
+        Ok(Conn { stream, buf, requests: 0, source })
+    }
+
+    /// The source address this connection was bound to (None: the kernel's choice).
+    pub fn source(&self) -> Option<IpAddr> {
+        self.source
     }
 
     /// Closes the connection and hands back its read buffer for reuse.

@@ -6,6 +6,8 @@
 //! - [`trace`]: reading traces (our CSV, CLF/Combined access logs, WC98 binary).
 //! - [`record`]: the per-request output row (`requests.csv`) and its writer,
 //!   shared with the simulator and the lab.
+//! - [`source_addrs`]: which source address each client identity connects
+//!   from (`--source-addrs`), so one process can stand for several client groups.
 //! - [`dist`], [`workload`], [`generate`], [`stats`]: size/time distributions,
 //!   synthetic workloads, writing them to disk, and trace statistics.
 
@@ -16,6 +18,7 @@ pub mod record;
 pub mod run;
 pub mod scale;
 pub mod session;
+pub mod source_addrs;
 pub mod stats;
 pub mod trace;
 pub mod workload;

@@ -11,6 +11,7 @@ use super::worker::{secs, Ctx, Job, Msg, WorkerParams};
 use super::{spin, LoadError, SpinStats};
 use crate::record::{RequestOutcome, RequestRecord};
 use crate::scale::TraceTotals;
+use crate::source_addrs::SourceAddrs;
 use crate::trace::{self, SkipBad, SkipCount, TraceFormat, TraceIter, TraceRecord};
 use hdrhistogram::Histogram;
 use std::path::Path;
@@ -66,6 +67,9 @@ pub(super) struct Dispatcher {
     clients: u32,
     next_id: u64,
     sessions: u64,
+    /// Checked for each batch's client before it is due: a client without a
+    /// source address stops the run before its request is sent.
+    source_addrs: Arc<SourceAddrs>,
 }
 
 /// First id, the records, the client, and when the batch is due.
@@ -95,6 +99,7 @@ impl Dispatcher {
         let first_id = self.next_id;
         self.next_id += recs.len() as u64;
         let client = first.client.unwrap_or((self.sessions % u64::from(self.clients)) as u32);
+        self.source_addrs.for_client(client)?;
         self.sessions += 1;
         Ok(Some((first_id, recs, client, self.run_start + Duration::from_secs_f64(offset_s))))
     }
@@ -210,6 +215,7 @@ pub(super) fn dispatch_trace(
         clients: cfg.clients,
         next_id: 0,
         sessions: 0,
+        source_addrs: params.source_addrs.clone(),
     };
     let mut hand = Handover {
         tx: params.tx.clone(),

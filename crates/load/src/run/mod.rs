@@ -37,6 +37,11 @@
 //! a few hundred bytes), whatever the trace length.
 
 //!
+//! Source addresses: with [`run_with`], each connection is bound before
+//! connecting to the address its client id maps to
+//! ([`crate::source_addrs`]); idle connections are pooled per client, so a
+//! kept-alive connection never changes source address.
+//!
 //! Modules: `config` (what a run is asked), `dispatch` (the trace into
 //! timed batches, handed to workers), `spin` (the opt-in spinning
 //! dispatcher), `worker` (the runtimes that perform requests), `closed` (the
@@ -62,6 +67,7 @@ pub use sys::stop_on_signals;
 
 use crate::record::{RecordError, RecordWriter};
 use crate::session::SessionError;
+use crate::source_addrs::{SourceAddrs, SourceAddrsError};
 use crate::trace::TraceError;
 use closed::ClosedShared;
 use rand::{Rng, SeedableRng};
@@ -103,12 +109,29 @@ pub enum LoadError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("{0}")]
     Config(String),
+    #[error(transparent)]
+    SourceAddrs(#[from] SourceAddrsError),
 }
 
 /// Runs the load and writes `requests.csv`, `summary.json` and
-/// `response-times.hlog` into `cfg.out_dir`.
+/// `response-times.hlog` into `cfg.out_dir`; the kernel chooses each
+/// connection's source address.
 pub fn run(cfg: Config) -> Result<Summary, LoadError> {
+    run_with(cfg, SourceAddrs::Any)
+}
+
+/// As [`run`], each connection bound to its client's address in
+/// `source_addrs` (`--source-addrs`). Every address is checked (family,
+/// one probe bind) before anything starts.
+pub fn run_with(cfg: Config, source_addrs: SourceAddrs) -> Result<Summary, LoadError> {
     cfg.validate()?;
+    source_addrs.check(cfg.target.addr)?;
+    if let Model::Closed { users, .. } = cfg.model {
+        // Users are the clients 0..users: all known now.
+        for u in 0..users {
+            source_addrs.for_client(u)?;
+        }
+    }
     if cfg.realtime {
         sys::set_realtime(true).map_err(|e| {
             LoadError::Config(format!("--realtime: cannot use SCHED_FIFO ({e}); needs root or CAP_SYS_NICE"))
@@ -146,6 +169,7 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
         seed: cfg.seed,
         closed: closed.clone(),
         idle_limit,
+        source_addrs: Arc::new(source_addrs),
     };
     let (senders, workers) = spawn_workers(&cfg, &params, spin.is_some())?;
 

@@ -6,6 +6,7 @@
 use super::closed::ClosedShared;
 use crate::http::{Conn, HttpError, Progress, Target};
 use crate::record::{RequestOutcome, RequestRecord};
+use crate::source_addrs::SourceAddrs;
 use crate::trace::TraceRecord;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -70,6 +71,8 @@ pub(super) struct WorkerParams {
     pub(super) closed: Option<Arc<ClosedShared>>,
     /// Most idle connections this worker keeps.
     pub(super) idle_limit: usize,
+    /// The source address of each client's connections.
+    pub(super) source_addrs: Arc<SourceAddrs>,
 }
 
 impl WorkerParams {
@@ -97,7 +100,9 @@ pub(super) async fn receive_jobs(ctx: Rc<Ctx>, mut jobs: tokio::sync::mpsc::Unbo
 pub(super) struct Ctx {
     pub(super) p: WorkerParams,
     /// Idle connections by client (no empty lists: memory follows the
-    /// connections, not the number of clients ever seen).
+    /// connections, not the number of clients ever seen). Keyed by client,
+    /// not by server: a client's source address is fixed for the run, so a
+    /// kept-alive connection is never reused from another source address.
     pool: RefCell<HashMap<u32, Vec<Conn>>>,
     idle: Cell<usize>,
     /// Read buffers of closed connections, for the next ones (at most
@@ -175,16 +180,23 @@ impl Ctx {
         }
     }
 
-    /// One connection attempt: reuse `idle` if given (falling back to a new
-    /// connection if the server had closed it), else connect.
+    /// One connection attempt for `client`: reuse `idle` if given (falling
+    /// back to a new connection if the server had closed it), else connect
+    /// from the client's source address.
     async fn attempt(
         &self,
         req: &[u8],
+        client: u32,
         idle: Option<Conn>,
         prog: &mut Progress,
         connected: &mut Option<Instant>,
     ) -> Result<(crate::http::Response, Conn), HttpError> {
+        // Every client was checked to have an address before its requests
+        // were dispatched (closed model: before the run); an error here is
+        // still a failed request, not a connection from the wrong address.
+        let source = self.p.source_addrs.for_client(client).map_err(|e| HttpError::Io(std::io::Error::other(e)))?;
         if let Some(mut c) = idle {
+            debug_assert_eq!(c.source(), source, "kept-alive connection of client {client} from another address");
             *connected = Some(Instant::now());
             match c.get(req, prog).await {
                 Ok(r) => return Ok((r, c)),
@@ -196,7 +208,7 @@ impl Ctx {
             }
         }
         let buf = self.spare_bufs.borrow_mut().pop();
-        let mut c = Conn::connect_with(self.p.target.addr, buf).await?;
+        let mut c = Conn::connect_from(source, self.p.target.addr, buf).await?;
         *connected = Some(Instant::now());
         let r = c.get(req, prog).await?;
         Ok((r, c))
@@ -205,7 +217,7 @@ impl Ctx {
     /// Attempts `req` until it completes, fails, times out, or is aborted
     /// more often than the retries allow; returns how it ended and a
     /// connection that may carry another request.
-    async fn attempt_until_done(&self, req: &[u8], mut idle: Option<Conn>) -> (Ended, Option<Conn>) {
+    async fn attempt_until_done(&self, req: &[u8], client: u32, mut idle: Option<Conn>) -> (Ended, Option<Conn>) {
         let keep_alive = self.p.persistent.is_some();
         let limit = self.p.abort_after.unwrap_or(self.p.timeout);
         let mut attempts = 0u32;
@@ -215,7 +227,8 @@ impl Ctx {
             attempts += 1;
             let mut prog = Progress::default();
             let mut connected = None;
-            let res = tokio::time::timeout(limit, self.attempt(req, idle.take(), &mut prog, &mut connected)).await;
+            let res =
+                tokio::time::timeout(limit, self.attempt(req, client, idle.take(), &mut prog, &mut connected)).await;
             wire += prog.wire_bytes;
             if attempts == 1 {
                 first_sent = prog.request_sent;
@@ -262,7 +275,7 @@ impl Ctx {
     ) -> Option<Conn> {
         let start = Instant::now();
         let req = self.p.target.request(&rec.path, self.p.persistent.is_some());
-        let (e, reusable) = self.attempt_until_done(&req, idle).await;
+        let (e, reusable) = self.attempt_until_done(&req, client, idle).await;
         let rs = self.p.run_start;
         let record = RequestRecord {
             id,
