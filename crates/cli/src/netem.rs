@@ -14,15 +14,15 @@ pub struct Args {
     #[arg(long)]
     config: PathBuf,
     /// Write the counters here as JSON (replaced atomically): at exit, on
-    /// SIGUSR1, and every --stats-interval-s.
+    /// SIGUSR1, and every --stats-interval.
     #[arg(long)]
     stats: Option<PathBuf>,
-    /// Also write the counters every this many seconds.
-    #[arg(long)]
-    stats_interval_s: Option<f64>,
-    /// Stop after this many seconds (default: run until SIGTERM/SIGINT).
-    #[arg(long)]
-    duration_s: Option<f64>,
+    /// Also write the counters this often (`5s`, `500ms`; a plain number is seconds).
+    #[arg(long, value_parser = crate::units::positive_duration_s)]
+    stats_interval: Option<f64>,
+    /// Stop after this long (`60s`, `10m`; default: run until SIGTERM/SIGINT).
+    #[arg(long, value_parser = crate::units::positive_duration_s)]
+    duration: Option<f64>,
     /// Override the config's seed.
     #[arg(long)]
     seed: Option<u64>,
@@ -44,7 +44,7 @@ fn seconds_to_ns(what: &str, s: Option<f64>) -> anyhow::Result<Option<u64>> {
     match s {
         None => Ok(None),
         Some(s) if s.is_finite() && s > 0.0 && s <= 1e7 => Ok(Some((s * 1e9) as u64)),
-        Some(s) => anyhow::bail!("--{what} {s}: expected a number of seconds in (0, 1e7]"),
+        Some(s) => anyhow::bail!("--{what} {s}s: expected at most 1e7 seconds"),
     }
 }
 
@@ -59,8 +59,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let opts = Options {
         stats_path: args.stats,
-        stats_interval_ns: seconds_to_ns("stats-interval-s", args.stats_interval_s)?,
-        duration_ns: seconds_to_ns("duration-s", args.duration_s)?,
+        stats_interval_ns: seconds_to_ns("stats-interval", args.stats_interval)?,
+        duration_ns: seconds_to_ns("duration", args.duration)?,
         realtime_priority: args.realtime.then_some(REALTIME_PRIORITY),
     };
     shortfirst_netem::run(&config, &opts).with_context(|| format!("netem with {}", args.config.display()))?;
