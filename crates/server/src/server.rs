@@ -412,25 +412,6 @@ async fn admin_request(mut stream: TcpStream, shared: &Shared, answering: &Atomi
     stream.shutdown().await
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Instant;
-
-    #[test]
-    fn rate_limit_logs_first_then_one_per_interval_with_the_count() {
-        let t0 = Instant::now();
-        let at = |ms: u64| t0 + Duration::from_millis(ms);
-        let mut r = RateLimit::new(Duration::from_secs(10));
-        // Accept errors every 50 ms for 25 s: three warnings, not five hundred.
-        let logged: Vec<(u64, u64)> =
-            (0..500).filter_map(|i| r.record(at(i * 50)).map(|suppressed| (i * 50, suppressed))).collect();
-        assert_eq!(logged, vec![(0, 0), (10_000, 199), (20_000, 199)]);
-        // After a quiet spell the next one is logged at once.
-        assert_eq!(r.record(at(60_000)), Some(99));
-    }
-}
-
 /// Runs the server on its own multi-thread runtime until SIGTERM or SIGINT;
 /// SIGHUP reopens the access log (log rotation).
 pub fn run_until_signal(config: ServerConfig) -> Result<(), ServerError> {
@@ -461,4 +442,23 @@ pub fn run_until_signal(config: ServerConfig) -> Result<(), ServerError> {
         };
         server.run(shutdown).await
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    fn rate_limit_logs_first_then_one_per_interval_with_the_count() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut r = RateLimit::new(Duration::from_secs(10));
+        // Accept errors every 50 ms for 25 s: three warnings, not five hundred.
+        let logged: Vec<(u64, u64)> =
+            (0..500).filter_map(|i| r.record(at(i * 50)).map(|suppressed| (i * 50, suppressed))).collect();
+        assert_eq!(logged, vec![(0, 0), (10_000, 199), (20_000, 199)]);
+        // After a quiet spell the next one is logged at once.
+        assert_eq!(r.record(at(60_000)), Some(99));
+    }
 }
