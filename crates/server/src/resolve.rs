@@ -74,6 +74,10 @@ pub fn normalize(target_path: &[u8], out: &mut Vec<u8>) -> Result<bool, Refusal>
                 }
                 out.push(d);
                 i += 3;
+            } else if b == 0 {
+                // httparse already refuses raw NUL in a target; this keeps the
+                // guarantee on the function itself.
+                return Err(Refusal::BadRequest);
             } else {
                 out.push(b);
                 i += 1;
@@ -305,6 +309,7 @@ mod tests {
             "/%2E%2E%2Fetc",
             "/a%2fb",
             "/a%00b",
+            "/a\0b",
             "/a%zz",
             "/a%2",
             "relative",
