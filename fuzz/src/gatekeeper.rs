@@ -31,8 +31,11 @@ pub fn gatekeeper_classify(data: &[u8]) {
         assert_eq!(c.classify(method, path, &headers), i, "classification is not stable");
         let name = c.type_name(i).expect("an index the classifier gave has a name");
         assert!(i != c.overflow_index() || name == OVERFLOW_TYPE);
-        let route = route_template(method, path);
-        assert!(route.starts_with(&format!("{method} /")), "{route:?}");
+        // The proxy hands it hyper's path-and-query, which starts with `/`.
+        if path.starts_with('/') {
+            let route = route_template(method, path);
+            assert!(route.starts_with(&format!("{method} /")), "{route:?}");
+        }
     }
     assert!(c.types().len() <= max_types);
 }
