@@ -1,4 +1,7 @@
 # shortfirst serve: benchmark against nginx (bench/serve.py drives both with wrk).
+# nginx is also the reference of the differential conformance test
+# (crates/server/tests/conformance.rs, run by `make test`; it skips, saying
+# so, where nginx is missing).
 APT_PACKAGES += nginx wrk curl
 BENCH_TARGETS += bench-serve
 

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use shortfirst_server::{AccessLogFormat, ConfigFile, Policy, ServerConfig};
+use shortfirst_server::{AccessLogFormat, ConfigFile, Dotfiles, Policy, ServerConfig};
 
 /// Boxed: the flags are many, and `Command` (in main.rs) holds every
 /// subcommand's `Args` inline.
@@ -57,7 +57,8 @@ struct Flags {
     /// Largest request body (read and discarded); larger → 413 [default: 65536].
     #[arg(long)]
     max_body_bytes: Option<u64>,
-    /// First byte to end of request head; exceeded → 408 and close [default: 10000].
+    /// First byte to end of request head; exceeded → 408 and close. A new connection
+    /// that sends nothing is closed after it too [default: 10000].
     #[arg(long)]
     header_timeout_ms: Option<u64>,
     /// Keep-alive idle time before closing [default: 60000].
@@ -94,6 +95,10 @@ struct Flags {
     /// Serve through symlinks that lead outside the root [default: false].
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     follow_symlinks_outside_root: Option<bool>,
+    /// Requests for dotfiles (`/.git/config`, `/.env`; not `/.well-known/`): ignore answers 404,
+    /// deny 403, allow serves them [default: ignore].
+    #[arg(long)]
+    dotfiles: Option<Dotfiles>,
     /// Auto cutoffs: response sizes remembered [default: 10000].
     #[arg(long)]
     auto_window: Option<usize>,
@@ -132,6 +137,7 @@ impl Flags {
             access_log_format: self.access_log_format,
             socket_priority: self.socket_priority,
             follow_symlinks_outside_root: self.follow_symlinks_outside_root,
+            dotfiles: self.dotfiles,
             auto_window: self.auto_window,
             auto_recompute_every: self.auto_recompute_every,
         };

@@ -28,6 +28,11 @@ fn config_errors_name_the_culprit() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("cutoffs"), "{out:?}");
     let out = shortfirst().args(["serve"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("--root"), "{out:?}");
+    let out = shortfirst().args(["serve", "--root", "/", "--dotfiles", "hide"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ignore, deny or allow"), "{out:?}");
+    std::fs::write(&conf, format!("root = {:?}\ndotfiles = \"show\"\n", dir.path())).unwrap();
+    let out = shortfirst().args(["serve", "--config"]).arg(&conf).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("dotfiles"), "{out:?}");
 }
 
 #[test]

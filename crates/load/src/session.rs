@@ -82,7 +82,14 @@ impl SessionModel {
     pub fn load(path: &Path) -> Result<SessionModel, SessionError> {
         let err = |m: String| SessionError { file: path.to_path_buf(), message: m };
         let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
-        let spec: FileSpec = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
+        SessionModel::parse(&text, path)
+    }
+
+    /// A model from the text of its TOML file; `path` names the file in errors
+    /// and is where a `transitions` CSV is looked up from.
+    pub fn parse(text: &str, path: &Path) -> Result<SessionModel, SessionError> {
+        let err = |m: String| SessionError { file: path.to_path_buf(), message: m };
+        let spec: FileSpec = toml::from_str(text).map_err(|e| err(e.to_string()))?;
         let rows: Vec<(String, String, f64)> = match (&spec.transitions, spec.transitions_inline) {
             (Some(f), None) => {
                 let csv_path = path.parent().unwrap_or(Path::new(".")).join(f);

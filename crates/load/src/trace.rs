@@ -388,8 +388,9 @@ fn parse_clf_time(s: &str) -> Result<f64, String> {
         if zb.len() != 5 || !(zb[0] == b'+' || zb[0] == b'-') {
             return Err(bad());
         }
-        let zh: i64 = zone[1..3].parse().map_err(|_| bad())?;
-        let zm: i64 = zone[3..5].parse().map_err(|_| bad())?;
+        // `get`: five bytes need not be five characters (a multi-byte one would split).
+        let zh: i64 = zone.get(1..3).and_then(|t| t.parse().ok()).ok_or_else(bad)?;
+        let zm: i64 = zone.get(3..5).and_then(|t| t.parse().ok()).ok_or_else(bad)?;
         let off = zh * 3600 + zm * 60;
         if zb[0] == b'-' {
             -off

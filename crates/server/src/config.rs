@@ -87,6 +87,27 @@ impl std::str::FromStr for AccessLogFormat {
     }
 }
 
+/// What to do with a request for a dotfile: a path with a segment starting
+/// with `.` (`/.git/config`, `/.env`, `/a/.htpasswd`), except under
+/// `/.well-known/`, which RFC 8615 reserves for files meant to be public.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dotfiles {
+    /// 404, as if it did not exist: says nothing about what the root holds.
+    Ignore,
+    /// 403.
+    Deny,
+    /// Served like any other file.
+    Allow,
+}
+
+impl std::str::FromStr for Dotfiles {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Dotfiles, String> {
+        parse_name(s, "dotfiles setting", "ignore, deny or allow")
+    }
+}
+
 /// The validated configuration the server runs with.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -138,6 +159,9 @@ pub struct ServerConfig {
     pub socket_priority: bool,
     /// Follow symlinks that lead outside the root (refused by default).
     pub follow_symlinks_outside_root: bool,
+    /// Dotfiles: refused by default (a `.git` or `.env` left in a docroot is a
+    /// classic leak; serving one must be asked for).
+    pub dotfiles: Dotfiles,
     /// Auto cutoffs (`srpt2`, `--cutoffs auto`): sizes remembered.
     pub auto_window: usize,
     /// Auto cutoffs: recompute after this many responses.
@@ -171,6 +195,7 @@ impl ServerConfig {
             access_log_format: AccessLogFormat::Combined,
             socket_priority: true,
             follow_symlinks_outside_root: false,
+            dotfiles: Dotfiles::Ignore,
             auto_window: 10_000,
             auto_recompute_every: 1_000,
         }
@@ -198,6 +223,7 @@ impl ServerConfig {
             access_log_format,
             socket_priority,
             follow_symlinks_outside_root,
+            dotfiles,
             auto_window,
             auto_recompute_every
         );
@@ -321,6 +347,7 @@ pub struct ConfigFile {
     pub access_log_format: Option<AccessLogFormat>,
     pub socket_priority: Option<bool>,
     pub follow_symlinks_outside_root: Option<bool>,
+    pub dotfiles: Option<Dotfiles>,
     pub auto_window: Option<usize>,
     pub auto_recompute_every: Option<usize>,
 }
@@ -365,6 +392,7 @@ impl ConfigFile {
             access_log_format,
             socket_priority,
             follow_symlinks_outside_root,
+            dotfiles,
             auto_window,
             auto_recompute_every
         );
@@ -425,6 +453,8 @@ mod tests {
         assert!(matches!(ServerConfig::from_file(ConfigFile::default()), Err(ConfigError::Missing("root"))));
         assert_eq!("srpt2".parse::<Policy>(), Ok(Policy::Srpt2));
         assert_eq!("json".parse::<AccessLogFormat>(), Ok(AccessLogFormat::Json));
+        assert_eq!("deny".parse::<Dotfiles>(), Ok(Dotfiles::Deny));
+        assert!("hide".parse::<Dotfiles>().unwrap_err().contains("ignore, deny or allow"));
         assert!("SRPT".parse::<Policy>().unwrap_err().contains("fair, srpt or srpt2"));
     }
 }

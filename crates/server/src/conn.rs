@@ -5,9 +5,19 @@
 //!   │ Idle (band 0)│──────▶│ ReadHead │──────▶│ Resolve │───────────▶│ Send       │
 //!   └──────────────┘        └──────────┘       └─────────┘ set band   │ head+body, │
 //!         ▲   idle timeout /     │ header timeout → 408, limits →       │ 1 setsockopt│
-//!         │   shutdown → close   │ 414/431/400/505, then close          │ per crossing│
+//!         │   shutdown → close   │ 414/431/400/501/505, then close      │ per crossing│
 //!         └──────────────────────┴──── keep-alive ◀─────────────────────┴────────────┘
 //! ```
+//!
+//! A new connection gets the header timeout, not the idle timeout, for its
+//! first byte: the idle timeout is for keep-alive between requests, and a
+//! client that connects and never speaks must not hold a slot any longer than
+//! one that speaks slowly (slowloris).
+//!
+//! Request bodies mean nothing to GET and HEAD (RFC 9110 §9.3.1) but are read
+//! and discarded to find the next request: a `Content-Length` body after the
+//! response, a chunked one before it (so that a body too large or malformed
+//! is answered 413 or 400 instead of the file).
 //!
 //! Pipelined requests are parsed one after another from the read buffer and
 //! answered in order. The read buffer is `max-header-bytes` long and reused;
@@ -17,6 +27,7 @@
 
 use std::fs::File;
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,8 +38,10 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::access_log::{self, Entry};
-use crate::http::parse::{self, Method, Request};
-use crate::http::precondition::{self, Conditions, Outcome};
+use crate::http::chunked::{self, Decoder};
+use crate::http::parse::{self, FieldLines, Method, Request, MAX_LIST_LINES};
+use crate::http::precondition::{self, Conditions, Outcome, Validators};
+use crate::http::response::FileVersion;
 use crate::http::{response, Status};
 use crate::io;
 use crate::resolve::{self, Refusal, Resolved};
@@ -74,6 +87,16 @@ pub(crate) struct Conn {
     rend: usize,
     /// Request-body bytes still to skip before the next request.
     discard_bytes: u64,
+    /// When the connection was accepted: the first request's head is due
+    /// within the header timeout of it.
+    accepted_at: Instant,
+    /// A chunked body's bytes read past the buffer's end, and what of them
+    /// follows the body (the next request); allocated on the first chunked
+    /// body, at most as long as the read buffer.
+    body_buf: Vec<u8>,
+    body_rest: Range<usize>,
+    /// The last chunked body ran past the read buffer (see `body_rest`).
+    body_spilled: bool,
     head: Vec<u8>,
     path: Vec<u8>,
     scratch: Vec<u8>,
@@ -116,6 +139,10 @@ impl Conn {
             rstart: 0,
             rend: 0,
             discard_bytes: 0,
+            accepted_at: Instant::now(),
+            body_buf: Vec::new(),
+            body_rest: 0..0,
+            body_spilled: false,
             head: Vec::with_capacity(512),
             path: Vec::with_capacity(256),
             scratch: Vec::with_capacity(256),
@@ -172,7 +199,7 @@ impl Conn {
             }
             if self.rend > self.rstart && self.discard_bytes == 0 {
                 let started = *first_byte_at.get_or_insert_with(Instant::now);
-                if let Some(req) = parse::parse(&self.rbuf[self.rstart..self.rend], &limits)? {
+                if let Some(req) = parse::parse(&mut self.rbuf[self.rstart..self.rend], &limits)? {
                     return Ok(Some((req, started)));
                 }
             }
@@ -190,8 +217,14 @@ impl Conn {
             }
             let read = self.stream.read(&mut self.rbuf[self.rend..]);
             let result = if idle {
+                // Before the first request, silence is held to the header timeout.
+                let deadline = if self.served == 0 {
+                    self.accepted_at + config.header_timeout
+                } else {
+                    Instant::now() + config.idle_timeout
+                };
                 tokio::select! {
-                    r = tokio::time::timeout(config.idle_timeout, read) => r,
+                    r = tokio::time::timeout_at(deadline.into(), read) => r,
                     _ = self.shutdown.changed() => return Ok(None),
                 }
             } else {
@@ -220,10 +253,16 @@ impl Conn {
         let mut keep_alive = req.wants_keep_alive()
             && self.served < self.shared.config.max_requests_per_connection
             && !self.shutting_down();
-        // Request bodies: GET/HEAD bodies mean nothing (RFC 9110 §9.3.1) but must
-        // be skipped to find the next request; unknown lengths cannot be.
-        let body_status = if req.transfer_encoding {
-            Some(Status::LENGTH_REQUIRED)
+        // Request bodies (see the module docs): a chunked one is read now.
+        let mut chunked_in_buf = 0;
+        let body_status = if req.chunked {
+            match self.skip_chunked_body(req).await {
+                Ok(n) => {
+                    chunked_in_buf = n;
+                    None
+                }
+                Err(status) => Some(status),
+            }
         } else if req.content_length.unwrap_or(0) > self.shared.config.max_body_bytes {
             Some(Status::CONTENT_TOO_LARGE)
         } else {
@@ -236,8 +275,16 @@ impl Conn {
             }
             None => self.respond(req, keep_alive).await,
         };
-        self.rstart = base + req.head_len;
+        self.rstart = base + req.head_len + chunked_in_buf;
         self.discard_bytes = req.content_length.unwrap_or(0);
+        if std::mem::take(&mut self.body_spilled) {
+            // The chunked body ran past the buffer: what followed it is the next request.
+            let rest = std::mem::replace(&mut self.body_rest, 0..0);
+            let len = rest.len();
+            self.rbuf[..len].copy_from_slice(&self.body_buf[rest]);
+            self.rstart = 0;
+            self.rend = len;
+        }
         match outcome {
             Ok(o) => {
                 self.log(req, base, &o, started);
@@ -257,22 +304,30 @@ impl Conn {
     async fn respond(&mut self, req: &Request, keep_alive: bool) -> std::io::Result<Outcome_> {
         let base = self.rstart;
         let method = req.method();
-        if method == Method::Other {
-            return self.send_error(Status::METHOD_NOT_ALLOWED, Some(req), keep_alive).await;
+        match method {
+            Method::Get | Method::Head => {}
+            Method::NotAllowed => return self.send_error(Status::METHOD_NOT_ALLOWED, Some(req), keep_alive).await,
+            Method::Unknown => return self.send_error(Status::NOT_IMPLEMENTED, Some(req), keep_alive).await,
         }
         let target = &self.rbuf[base + req.target.start..base + req.target.end];
         let Some((path, query)) = split_target(target) else {
             return self.send_error(Status::BAD_REQUEST, Some(req), keep_alive).await;
         };
-        let resolved = resolve::normalize(path, &mut self.path)
-            .and_then(|slash| self.shared.root.resolve(&self.path, slash, &mut self.scratch));
+        let resolved = resolve::normalize(path, &mut self.path).and_then(|slash| {
+            resolve::check_dotfiles(&self.path, self.shared.config.dotfiles)?;
+            self.shared.root.resolve(&self.path, slash, &mut self.scratch)
+        });
         let (file, meta, index) = match resolved {
             Ok(Resolved::File { file, meta, index }) => (file, meta, index),
             Ok(Resolved::AddSlash) => {
-                // Location: the target's own path plus "/", query kept.
+                // Location: the normalised path plus "/", query kept. Never the
+                // raw target: `//host/dir` must not become `Location: //host/dir/`,
+                // a redirect to another host. The normalised path has no empty
+                // segment, so the value starts with exactly one slash.
                 let mut location = std::mem::take(&mut self.scratch);
                 location.clear();
-                location.extend_from_slice(path);
+                location.push(b'/');
+                response::push_path_encoded(&mut location, &self.path);
                 location.push(b'/');
                 if let Some(q) = query {
                     location.push(b'?');
@@ -298,18 +353,41 @@ impl Conn {
 
         let len = meta.len();
         let mtime_secs = u64::try_from(meta.mtime()).unwrap_or(0);
-        response::etag(&mut self.etag, mtime_secs, len);
+        let version = FileVersion {
+            inode: meta.ino(),
+            mtime_ns: mtime_secs
+                .saturating_mul(1_000_000_000)
+                .saturating_add(meta.mtime_nsec().clamp(0, 999_999_999) as u64),
+            size_bytes: len,
+        };
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        response::etag(&mut self.etag, version, u64::try_from(now.as_nanos()).unwrap_or(u64::MAX));
         let buf = &self.rbuf[base..];
-        let field = |r: &Option<std::ops::Range<usize>>| r.as_ref().map(|r| &buf[r.clone()]);
+        let field = |r: Option<Range<usize>>| r.map(|r| &buf[r]);
+        let (mut if_match, mut if_none_match) = ([&b""[..]; MAX_LIST_LINES], [&b""[..]; MAX_LIST_LINES]);
+        let if_match_len = field_lines(buf, &req.if_match, &mut if_match);
+        let if_none_match_len = field_lines(buf, &req.if_none_match, &mut if_none_match);
         let conditions = Conditions {
-            if_none_match: field(&req.if_none_match),
-            if_modified_since: field(&req.if_modified_since),
-            range: field(&req.range),
-            if_range: field(&req.if_range),
+            if_match: &if_match[..if_match_len],
+            if_none_match: &if_none_match[..if_none_match_len],
+            if_modified_since: field(req.if_modified_since.value()),
+            if_unmodified_since: field(req.if_unmodified_since.value()),
+            range: field(req.range.clone()),
+            // A repeated If-Range is no validator: an empty one never matches.
+            if_range: if req.if_range.is_present() { Some(field(req.if_range.value()).unwrap_or(b"")) } else { None },
             is_get: method == Method::Get,
         };
-        let outcome = precondition::evaluate(&conditions, &self.etag, mtime_secs, len);
+        let validators = Validators {
+            etag: &self.etag,
+            mtime_secs,
+            last_modified_strong: mtime_secs.saturating_add(1) <= now.as_secs(),
+        };
+        let outcome = precondition::evaluate(&conditions, &validators, len);
+        if outcome == Outcome::PreconditionFailed {
+            return self.send_error(Status::PRECONDITION_FAILED, Some(req), keep_alive).await;
+        }
         let (status, offset, body_len) = match outcome {
+            Outcome::PreconditionFailed => unreachable!("answered above"),
             Outcome::NotModified => (Status::NOT_MODIFIED, 0, 0),
             Outcome::Full => (Status::OK, 0, len),
             Outcome::Partial { start, end } => (Status::PARTIAL_CONTENT, start, end - start + 1),
@@ -352,6 +430,43 @@ impl Conn {
             Body::File { file, offset, len: body_len }
         };
         self.send(status, body).await
+    }
+
+    /// Reads and discards a chunked request body (RFC 9112 §7.1), which must end
+    /// within the header timeout and carry at most `max-body-bytes` of data.
+    /// Returns how many bytes after the head in the read buffer it took; when it
+    /// runs past them, what follows it is left in `body_rest`.
+    async fn skip_chunked_body(&mut self, req: &Request) -> Result<usize, Status> {
+        let status = |e: chunked::Error| match e {
+            chunked::Error::Malformed => Status::BAD_REQUEST,
+            chunked::Error::TooLarge => Status::CONTENT_TOO_LARGE,
+        };
+        let config = &self.shared.config;
+        let mut decoder = Decoder::new(config.max_body_bytes, config.max_header_bytes);
+        let body_start = self.rstart + req.head_len;
+        let (used, done) = decoder.feed(&self.rbuf[body_start..self.rend]).map_err(status)?;
+        if done {
+            return Ok(used);
+        }
+        let in_buf = self.rend - body_start;
+        // No longer than the read buffer, so what follows the body fits back in it.
+        if self.body_buf.len() != self.rbuf.len() {
+            self.body_buf = vec![0; self.rbuf.len()];
+        }
+        let deadline = tokio::time::Instant::now() + config.header_timeout;
+        loop {
+            let n = match tokio::time::timeout_at(deadline, self.stream.read(&mut self.body_buf)).await {
+                Err(_elapsed) => return Err(Status::REQUEST_TIMEOUT),
+                Ok(Ok(0) | Err(_)) => return Err(Status::BAD_REQUEST), // cut off inside the body
+                Ok(Ok(n)) => n,
+            };
+            let (used, done) = decoder.feed(&self.body_buf[..n]).map_err(status)?;
+            if done {
+                self.body_rest = used..n;
+                self.body_spilled = true;
+                return Ok(in_buf);
+            }
+        }
     }
 
     /// Writes an error response with a short text body.
@@ -498,6 +613,14 @@ impl Drop for Conn {
     fn drop(&mut self) {
         self.shared.metrics.connection_closed(self.gauge_band);
     }
+}
+
+/// The values of a list header's lines, into `out`; returns how many.
+fn field_lines<'a>(buf: &'a [u8], f: &FieldLines, out: &mut [&'a [u8]; MAX_LIST_LINES]) -> usize {
+    for (slot, r) in out.iter_mut().zip(f.lines()) {
+        *slot = &buf[r.clone()];
+    }
+    f.lines().len()
 }
 
 /// Errors after which the connection cannot be trusted to stay in sync.

@@ -23,6 +23,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use crate::config::Dotfiles;
+
 /// Why a target cannot be served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
@@ -72,6 +74,10 @@ pub fn normalize(target_path: &[u8], out: &mut Vec<u8>) -> Result<bool, Refusal>
                 }
                 out.push(d);
                 i += 3;
+            } else if b == 0 {
+                // httparse already refuses raw NUL in a target; this keeps the
+                // guarantee on the function itself.
+                return Err(Refusal::BadRequest);
             } else {
                 out.push(b);
                 i += 1;
@@ -91,6 +97,24 @@ pub fn normalize(target_path: &[u8], out: &mut Vec<u8>) -> Result<bool, Refusal>
         }
     }
     Ok(trailing_slash)
+}
+
+/// Refuses a normalised path naming a dotfile, as `policy` says (see
+/// [`Dotfiles`]). Runs on the decoded path, so `%2e` spellings are caught too.
+pub fn check_dotfiles(rel: &[u8], policy: Dotfiles) -> Result<(), Refusal> {
+    let refusal = match policy {
+        Dotfiles::Allow => return Ok(()),
+        Dotfiles::Ignore => Refusal::NotFound,
+        Dotfiles::Deny => Refusal::Forbidden,
+    };
+    let mut segments = rel.split(|&b| b == b'/');
+    let first = segments.next().unwrap_or(b"");
+    let first_hidden = first.starts_with(b".") && first != b".well-known";
+    if first_hidden || segments.any(|seg| seg.starts_with(b".")) {
+        Err(refusal)
+    } else {
+        Ok(())
+    }
 }
 
 fn hex(c: u8) -> Option<u8> {
@@ -285,6 +309,7 @@ mod tests {
             "/%2E%2E%2Fetc",
             "/a%2fb",
             "/a%00b",
+            "/a\0b",
             "/a%zz",
             "/a%2",
             "relative",
@@ -293,6 +318,31 @@ mod tests {
         ];
         for target in refused {
             assert_eq!(normalize(target.as_bytes(), &mut out), Err(Refusal::BadRequest), "{target}");
+        }
+    }
+
+    #[test]
+    fn dotfiles_table() {
+        use Dotfiles::*;
+        let cases: &[(&str, Dotfiles, Result<(), Refusal>)] = &[
+            ("/.git/config", Ignore, Err(Refusal::NotFound)),
+            ("/.git/config", Deny, Err(Refusal::Forbidden)),
+            ("/.git/config", Allow, Ok(())),
+            ("/.env", Ignore, Err(Refusal::NotFound)),
+            ("/a/.htpasswd", Ignore, Err(Refusal::NotFound)),
+            ("/a/%2egit/HEAD", Ignore, Err(Refusal::NotFound)),
+            ("/a/b/../.hidden", Deny, Err(Refusal::Forbidden)),
+            ("/.well-known/acme-challenge/x", Ignore, Ok(())),
+            ("/.well-known/.secret", Ignore, Err(Refusal::NotFound)),
+            ("/a/.well-known/x", Ignore, Err(Refusal::NotFound)),
+            ("/a.b/c.d", Ignore, Ok(())),
+            ("/a/./b", Ignore, Ok(())),
+            ("/", Ignore, Ok(())),
+        ];
+        let mut out = Vec::new();
+        for (target, policy, want) in cases {
+            normalize(target.as_bytes(), &mut out).unwrap();
+            assert_eq!(check_dotfiles(&out, *policy), *want, "{target} {policy:?}");
         }
     }
 

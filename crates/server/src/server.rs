@@ -15,10 +15,12 @@
 //! busy ones finish their current response, with `Connection: close`), wait up
 //! to `drain-timeout`, then abort what is left and flush the access log.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,7 +28,7 @@ use shortfirst_core::bands::Band;
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::access_log::AccessLog;
@@ -40,8 +42,14 @@ use crate::sched::{set_so_priority, setsockopt_int, PriorityObserver, Scheduler}
 
 /// Listen backlog (the kernel caps it at `net.core.somaxconn`).
 const BACKLOG: i32 = 4096;
-/// Admin connections served at once; more are closed at accept.
+/// Admin connections open at once. At the limit, a new connection evicts the
+/// oldest one still waiting for its request (a scraper's request arrives at
+/// once, so the waiting ones are idle or hostile); if none is waiting, the new
+/// one is closed.
 const ADMIN_MAX_CONNECTIONS: usize = 16;
+/// Between two logged accept errors (EMFILE while the fd limit is hit repeats
+/// every back-off): one warning, then one per interval with the count.
+const ACCEPT_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// An admin request must arrive within this, and fit in [`ADMIN_MAX_REQUEST_BYTES`].
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
 const ADMIN_MAX_REQUEST_BYTES: usize = 8 * 1024;
@@ -190,6 +198,7 @@ impl Server {
         let admin_task = admin.map(|l| tokio::spawn(admin_loop(l, shared.clone())));
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut connections = JoinSet::new();
+        let mut accept_errors = RateLimit::new(ACCEPT_ERROR_LOG_INTERVAL);
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -210,7 +219,9 @@ impl Server {
                     }
                     Err(e) => {
                         // EMFILE/ENFILE and friends: back off instead of spinning.
-                        tracing::warn!(error = %e, "accept failed");
+                        if let Some(suppressed) = accept_errors.record(std::time::Instant::now()) {
+                            tracing::warn!(error = %e, suppressed, "accept failed (logged at most every 10 s; suppressed: since the last warning)");
+                        }
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                 },
@@ -296,24 +307,74 @@ fn refuse(shared: &Shared, stream: TcpStream) {
     let _ = stream.try_write(&buf);
 }
 
+/// Logs the first of a run of repeated events, then at most one per interval,
+/// saying how many were left out in between.
+#[derive(Debug)]
+pub struct RateLimit {
+    interval: Duration,
+    last_logged: Option<std::time::Instant>,
+    suppressed: u64,
+}
+
+impl RateLimit {
+    pub fn new(interval: Duration) -> RateLimit {
+        RateLimit { interval, last_logged: None, suppressed: 0 }
+    }
+
+    /// An event at `now`: `Some(suppressed since the last one logged)` if it is
+    /// to be logged, `None` if it is to be counted only.
+    pub fn record(&mut self, now: std::time::Instant) -> Option<u64> {
+        match self.last_logged {
+            Some(last) if now.saturating_duration_since(last) < self.interval => {
+                self.suppressed += 1;
+                None
+            }
+            _ => {
+                self.last_logged = Some(now);
+                Some(std::mem::take(&mut self.suppressed))
+            }
+        }
+    }
+}
+
+/// One open admin connection, for eviction.
+struct AdminSlot {
+    /// Set once its request has been read: it is then answered, not evicted.
+    answering: Arc<AtomicBool>,
+    task: tokio::task::AbortHandle,
+}
+
 async fn admin_loop(listener: TcpListener, shared: Arc<Shared>) {
-    let slots = Arc::new(Semaphore::new(ADMIN_MAX_CONNECTIONS));
+    // In accept order, so the first waiting one is the oldest.
+    let mut slots: VecDeque<AdminSlot> = VecDeque::with_capacity(ADMIN_MAX_CONNECTIONS);
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else { continue };
+        slots.retain(|s| !s.task.is_finished());
+        if slots.len() >= ADMIN_MAX_CONNECTIONS {
+            match slots.iter().position(|s| !s.answering.load(Ordering::Acquire)) {
+                Some(oldest_waiting) => {
+                    if let Some(evicted) = slots.remove(oldest_waiting) {
+                        evicted.task.abort();
+                    }
+                }
+                None => continue, // every slot is answering: drop the new connection
+            }
+        }
         let shared = shared.clone();
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(ADMIN_TIMEOUT, admin_request(stream, &shared)).await;
-            drop(permit);
+        let answering = Arc::new(AtomicBool::new(false));
+        let flag = answering.clone();
+        let task = tokio::spawn(async move {
+            let _ = tokio::time::timeout(ADMIN_TIMEOUT, admin_request(stream, &shared, &flag)).await;
         });
+        slots.push_back(AdminSlot { answering, task: task.abort_handle() });
     }
 }
 
 /// One admin request: `GET /metrics` (Prometheus text) or `GET /healthz`; then close.
-async fn admin_request(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
+async fn admin_request(mut stream: TcpStream, shared: &Shared, answering: &AtomicBool) -> std::io::Result<()> {
     let mut buf = vec![0u8; ADMIN_MAX_REQUEST_BYTES];
     let mut len = 0;
     let (status, body, content_type): (Status, String, &[u8]) = loop {
@@ -340,6 +401,7 @@ async fn admin_request(mut stream: TcpStream, shared: &Shared) -> std::io::Resul
             _ => break (Status::BAD_REQUEST, "bad request\n".to_string(), b"text/plain"),
         };
     };
+    answering.store(true, Ordering::Release);
     let mut head = Vec::with_capacity(256);
     response::begin(&mut head, status);
     response::header(&mut head, b"Content-Type", content_type);
@@ -380,4 +442,23 @@ pub fn run_until_signal(config: ServerConfig) -> Result<(), ServerError> {
         };
         server.run(shutdown).await
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    fn rate_limit_logs_first_then_one_per_interval_with_the_count() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut r = RateLimit::new(Duration::from_secs(10));
+        // Accept errors every 50 ms for 25 s: three warnings, not five hundred.
+        let logged: Vec<(u64, u64)> =
+            (0..500).filter_map(|i| r.record(at(i * 50)).map(|suppressed| (i * 50, suppressed))).collect();
+        assert_eq!(logged, vec![(0, 0), (10_000, 199), (20_000, 199)]);
+        // After a quiet spell the next one is logged at once.
+        assert_eq!(r.record(at(60_000)), Some(99));
+    }
 }

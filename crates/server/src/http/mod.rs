@@ -1,7 +1,9 @@
 //! The wire-level HTTP/1.1 pieces, each in its own module: request parsing
 //! ([`parse`]), response-head writing ([`response`]), conditional and range
-//! requests ([`precondition`]), and cached dates ([`date`]).
+//! requests ([`precondition`]), chunked request bodies ([`chunked`]), and cached
+//! dates ([`date`]).
 
+pub mod chunked;
 pub mod date;
 pub mod parse;
 pub mod precondition;
@@ -25,6 +27,7 @@ impl Status {
     pub const METHOD_NOT_ALLOWED: Status = Status { code: 405, reason: "Method Not Allowed" };
     pub const REQUEST_TIMEOUT: Status = Status { code: 408, reason: "Request Timeout" };
     pub const LENGTH_REQUIRED: Status = Status { code: 411, reason: "Length Required" };
+    pub const PRECONDITION_FAILED: Status = Status { code: 412, reason: "Precondition Failed" };
     pub const CONTENT_TOO_LARGE: Status = Status { code: 413, reason: "Content Too Large" };
     pub const URI_TOO_LONG: Status = Status { code: 414, reason: "URI Too Long" };
     pub const RANGE_NOT_SATISFIABLE: Status = Status { code: 416, reason: "Range Not Satisfiable" };

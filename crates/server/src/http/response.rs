@@ -100,14 +100,69 @@ pub fn push_hex(buf: &mut Vec<u8>, mut n: u64) {
     buf.extend_from_slice(&digits[i..]);
 }
 
-/// A strong ETag from modification time and size, as nginx does: `"<mtime hex>-<size hex>"`.
-pub fn etag(buf: &mut Vec<u8>, mtime_secs: u64, size_bytes: u64) {
+/// What an ETag is made of: the file's identity, modification time to the
+/// nanosecond, and size. A rewrite within the same second (same size) still
+/// changes the time; a replacement by rename changes the inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileVersion {
+    pub inode: u64,
+    pub mtime_ns: u64,
+    pub size_bytes: u64,
+}
+
+/// Writes the ETag `"<inode hex>-<mtime ns hex>-<size hex>"`, weak (`W/`) when
+/// the file changed less than a second before `now_ns`: file system timestamps
+/// are coarser than a nanosecond (a clock tick), so a second change within the
+/// same tick at the same size could keep the tag. A weak tag still serves
+/// `If-None-Match`, but never `If-Match` or `If-Range` (RFC 9110 §8.8.1).
+pub fn etag(buf: &mut Vec<u8>, v: FileVersion, now_ns: u64) {
     buf.clear();
+    if now_ns < v.mtime_ns.saturating_add(1_000_000_000) {
+        buf.extend_from_slice(b"W/");
+    }
     buf.push(b'"');
-    push_hex(buf, mtime_secs);
+    push_hex(buf, v.inode);
     buf.push(b'-');
-    push_hex(buf, size_bytes);
+    push_hex(buf, v.mtime_ns);
+    buf.push(b'-');
+    push_hex(buf, v.size_bytes);
     buf.push(b'"');
+}
+
+/// Appends `path` (decoded bytes) percent-encoded for a `Location` path: every
+/// byte but unreserved characters, sub-delims, `:`, `@` and `/` is escaped
+/// (RFC 3986 §3.3), so the value can only be read as a path on this server.
+pub fn push_path_encoded(buf: &mut Vec<u8>, path: &[u8]) {
+    for &b in path {
+        let plain = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b':'
+                    | b'@'
+                    | b'/'
+            );
+        if plain {
+            buf.push(b);
+        } else {
+            buf.push(b'%');
+            buf.push(b"0123456789ABCDEF"[usize::from(b >> 4)]);
+            buf.push(b"0123456789ABCDEF"[usize::from(b & 0xf)]);
+        }
+    }
 }
 
 /// `Content-Type` from a path's extension; `application/octet-stream` if unknown.
@@ -141,8 +196,31 @@ mod tests {
             push_u64(&mut b, n);
             assert_eq!(b, n.to_string().as_bytes());
         }
-        etag(&mut b, 0x5f, 256);
-        assert_eq!(b, b"\"5f-100\"");
+        let v = FileVersion { inode: 0x2a, mtime_ns: 5_000_000_000, size_bytes: 256 };
+        etag(&mut b, v, 6_000_000_000);
+        assert_eq!(b, b"\"2a-12a05f200-100\"");
+        etag(&mut b, v, 5_999_999_999);
+        assert_eq!(b, b"W/\"2a-12a05f200-100\"", "changed within the last second: weak");
+        etag(&mut b, FileVersion { mtime_ns: 5_000_000_001, ..v }, 9_000_000_000);
+        assert_eq!(b, b"\"2a-12a05f201-100\"", "a nanosecond apart: another tag");
+        etag(&mut b, FileVersion { inode: 0x2b, ..v }, 9_000_000_000);
+        assert_eq!(b, b"\"2b-12a05f200-100\"", "another inode: another tag");
+    }
+
+    #[test]
+    fn location_paths_are_encoded() {
+        let cases: &[(&[u8], &str)] = &[
+            (b"a/b", "a/b"),
+            (b"a b/\\x", "a%20b/%5Cx"),
+            (b"q?#%", "q%3F%23%25"),
+            (b"\xc3\xa9\r\n", "%C3%A9%0D%0A"),
+            (b"u:p@h;x=1", "u:p@h;x=1"),
+        ];
+        for (path, want) in cases {
+            let mut b = Vec::new();
+            push_path_encoded(&mut b, path);
+            assert_eq!(String::from_utf8(b).unwrap(), *want, "{path:?}");
+        }
     }
 
     #[test]

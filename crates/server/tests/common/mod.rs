@@ -54,7 +54,18 @@ pub fn populate(dir: &std::path::Path) -> PathBuf {
     std::fs::write(root.join("big.bin"), pattern(300_000)).unwrap();
     std::fs::write(root.join("sub/index.html"), b"sub index\n").unwrap();
     std::fs::write(dir.join("secret.txt"), b"TOP-SECRET\n").unwrap();
+    // Changed an hour ago: validators are strong (a file changed within the
+    // last second gets a weak ETag, which If-Range never matches).
+    let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    for name in ["index.html", "small.txt", "medium.bin", "big.bin", "sub/index.html"] {
+        set_mtime(&root.join(name), hour_ago);
+    }
     root
+}
+
+/// Sets a file's modification time.
+pub fn set_mtime(path: &std::path::Path, when: std::time::SystemTime) {
+    std::fs::File::options().write(true).open(path).unwrap().set_modified(when).unwrap();
 }
 
 /// Deterministic bytes, distinct per position, so a misplaced range shows.

@@ -1,0 +1,320 @@
+//! Differential conformance: every request of a corpus goes to shortfirst and
+//! to nginx serving the same directory. Status codes must match, and so must
+//! the headers RFC 9110 constrains (Content-Length and Content-Range of what
+//! is served, Last-Modified, the presence of ETag, Accept-Ranges, Location's
+//! path), unless the difference is listed in [`DIFFERENCES`] with the clause
+//! that allows it. A listed difference that no longer shows is an error too,
+//! so the list stays true. Skipped, with a message, where nginx cannot run.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{set_mtime, Raw, Resp, TestServer};
+
+/// Where the two servers may answer differently: (case, nginx's status, ours, why).
+const DIFFERENCES: &[(&str, u16, u16, &str)] = &[
+    (
+        "unknown method",
+        405,
+        501,
+        "RFC 9110 §9.1: an unrecognized method SHOULD get 501; nginx answers 405 for any method it does not serve",
+    ),
+    (
+        "TE chunked, identity",
+        501,
+        400,
+        "RFC 9112 §6.3: chunked not the final coding MUST get 400; nginx answers 501 to any coding but chunked",
+    ),
+    (
+        "TE chunked twice",
+        501,
+        400,
+        "RFC 9112 §6.1: chunked MUST NOT be applied twice, so the length cannot be known (§6.3: 400)",
+    ),
+    (
+        "multiple ranges",
+        206,
+        200,
+        "RFC 9110 §14.2: a server MAY ignore Range; we send one representation, nginx multipart/byteranges",
+    ),
+    (
+        "empty Host",
+        400,
+        200,
+        "RFC 9110 §7.2: an empty Host is valid for a target without authority; nginx refuses it",
+    ),
+    (
+        "dotfile",
+        200,
+        404,
+        "RFC 9110 §15.5.5: 404 may stand for not willing to disclose; dotfiles are refused by default (--dotfiles allow serves them)",
+    ),
+    (
+        "dotfile directory",
+        403,
+        404,
+        "RFC 9110 §15.5.5, as for dotfiles; nginx refuses the directory listing with 403",
+    ),
+    (
+        "fragment in target",
+        200,
+        400,
+        "RFC 9112 §3.2: a request-target has no fragment (invalid request line: 400); nginx strips it",
+    ),
+    (
+        "repeated If-Modified-Since",
+        400,
+        200,
+        "RFC 9110 §13.1.3: If-Modified-Since with more than one member MUST be ignored (not refused)",
+    ),
+    (
+        "If-None-Match lines",
+        400,
+        200,
+        "RFC 9110 §5.3: lines of a list-based field combine into one list; nginx refuses a repeated If-None-Match",
+    ),
+    (
+        "Host with userinfo",
+        200,
+        400,
+        "RFC 9112 §3.2: Host = uri-host [ \":\" port ] (no userinfo); an invalid Host value MUST get 400",
+    ),
+];
+
+/// One request of the corpus. Not compared whatever the request: Server, Date,
+/// the ETag's value (opaque, RFC 9110 §8.8.3), error bodies and their types.
+struct Case {
+    name: &'static str,
+    request: String,
+}
+
+fn case(name: &'static str, request: impl Into<String>) -> Case {
+    Case { name, request: request.into() }
+}
+
+fn get(target: &str) -> String {
+    format!("GET {target} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+}
+
+fn with(target: &str, headers: &str) -> String {
+    format!("GET {target} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n{headers}\r\n")
+}
+
+fn corpus(lm: &str) -> Vec<Case> {
+    let old = "Mon, 01 Jan 2001 00:00:00 GMT";
+    vec![
+        // The ordinary e2e cases.
+        case("file", get("/medium.bin")),
+        case("index", get("/")),
+        case("sub index", get("/sub/")),
+        case("sub index with query", get("/sub/?x=1")),
+        case("directory without slash", get("/sub")),
+        case("directory without slash, query", get("/sub?x=1")),
+        case("missing", get("/nope.txt")),
+        case("file with slash", get("/small.txt/")),
+        case("HEAD", "HEAD /medium.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"),
+        case("HTTP/1.0", "GET /small.txt HTTP/1.0\r\n\r\n"),
+        case("no Host", "GET / HTTP/1.1\r\n\r\n"),
+        case("two Hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"),
+        case("HTTP/2.0", "GET / HTTP/2.0\r\nHost: t\r\n\r\n"),
+        case("POST", "POST /small.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
+        case("range", with("/medium.bin", "Range: bytes=1000-1999\r\n")),
+        case("suffix range", with("/medium.bin", "Range: bytes=-10\r\n")),
+        case("open range", with("/medium.bin", "Range: bytes=99990-\r\n")),
+        case("range past the end", with("/medium.bin", "Range: bytes=100000-\r\n")),
+        case("range other unit", with("/medium.bin", "Range: items=0-1\r\n")),
+        case("multiple ranges", with("/medium.bin", "Range: bytes=0-1,5-6\r\n")),
+        case("If-None-Match *", with("/small.txt", "If-None-Match: *\r\n")),
+        case("If-None-Match other", with("/small.txt", "If-None-Match: \"other\"\r\n")),
+        case("If-Modified-Since current", with("/small.txt", &format!("If-Modified-Since: {lm}\r\n"))),
+        case("If-Modified-Since old", with("/small.txt", &format!("If-Modified-Since: {old}\r\n"))),
+        case("If-Range stale", with("/medium.bin", "Range: bytes=0-0\r\nIf-Range: \"stale\"\r\n")),
+        case("If-Range date", with("/medium.bin", &format!("Range: bytes=0-0\r\nIf-Range: {lm}\r\n"))),
+        case("traversal", get("/../secret.txt")),
+        case("encoded traversal", get("/%2e%2e/secret.txt")),
+        // The defects of the review.
+        case("redirect //host", get("//other.host/x/dir")),
+        case("If-Match *", with("/small.txt", "If-Match: *\r\n")),
+        case("If-Match stale", with("/small.txt", "If-Match: \"stale\"\r\n")),
+        case("If-Match stale with Range", with("/medium.bin", "If-Match: \"stale\"\r\nRange: bytes=0-9\r\n")),
+        case("If-Unmodified-Since old", with("/small.txt", &format!("If-Unmodified-Since: {old}\r\n"))),
+        case("If-Unmodified-Since current", with("/small.txt", &format!("If-Unmodified-Since: {lm}\r\n"))),
+        case("If-None-Match lines", with("/small.txt", "If-None-Match: \"a\"\r\nIf-None-Match: \"b\"\r\n")),
+        case(
+            "repeated If-Modified-Since",
+            with("/small.txt", &format!("If-Modified-Since: {lm}\r\nIf-Modified-Since: {lm}\r\n")),
+        ),
+        case("invalid Host", "GET / HTTP/1.1\r\nHost: a/b\r\n\r\n"),
+        case("Host with userinfo", "GET / HTTP/1.1\r\nHost: u@h\r\n\r\n"),
+        case("empty Host", "GET /small.txt HTTP/1.1\r\nHost:\r\nConnection: close\r\n\r\n"),
+        case("TE chunked", with("/small.txt", "Transfer-Encoding: chunked\r\n") + "5\r\nhello\r\n0\r\n\r\n"),
+        case("TE chunked, identity", with("/small.txt", "Transfer-Encoding: chunked, identity\r\n")),
+        case("TE chunked twice", with("/small.txt", "Transfer-Encoding: chunked, chunked\r\n")),
+        case("TE unknown", with("/small.txt", "Transfer-Encoding: gzip\r\n")),
+        case("TE and Content-Length", with("/small.txt", "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n")),
+        case("TE on HTTP/1.0", "GET /small.txt HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+        case("space in target", "GET /small .txt HTTP/1.1\r\nHost: t\r\n\r\n"),
+        case("HTTP/1.2", "GET /small.txt HTTP/1.2\r\nHost: t\r\nConnection: close\r\n\r\n"),
+        case("unknown method", "BREW /small.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"),
+        case("huge range start", with("/small.txt", "Range: bytes=18446744073709551615-\r\n")),
+        case("fragment in target", get("/small.txt#frag")),
+        case("userinfo in absolute-form", get("http://user:pass@t/small.txt")),
+        case("absolute-form", get("http://t/small.txt")),
+        case("dotfile", get("/.env")),
+        case("dotfile directory", get("/.git/")),
+    ]
+}
+
+struct Nginx {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn nginx_binary() -> Option<PathBuf> {
+    ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"].iter().map(PathBuf::from).find(|p| p.exists())
+}
+
+/// nginx in the foreground, one process, serving `root` on a free loopback port.
+fn start_nginx(bin: &Path, root: &Path, dir: &Path) -> Result<Nginx, String> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let d = dir.display();
+    let conf = format!(
+        "daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/error.log;\n\
+         events {{ worker_connections 256; }}\n\
+         http {{\n  access_log off; server_tokens off; absolute_redirect off;\n\
+           client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fcgi;\n\
+           uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
+           types {{ text/html html; text/plain txt; }} default_type application/octet-stream;\n\
+           server {{ listen 127.0.0.1:{port}; root {root}; index index.html; }}\n}}\n",
+        root = root.display()
+    );
+    let conf_path = dir.join("nginx.conf");
+    std::fs::write(&conf_path, conf).unwrap();
+    let child = Command::new(bin)
+        .arg("-c")
+        .arg(&conf_path)
+        .arg("-p")
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+    let mut nginx = Nginx { child, addr: SocketAddr::from(([127, 0, 0, 1], port)) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(nginx.addr).is_err() {
+        if let Ok(Some(status)) = nginx.child.try_wait() {
+            let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+            return Err(format!("nginx exited ({status}): {log}"));
+        }
+        if Instant::now() > deadline {
+            return Err("nginx did not listen within 10 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(nginx)
+}
+
+async fn exchange(addr: SocketAddr, request: &str) -> Option<Resp> {
+    let mut c = Raw::connect(addr).await;
+    c.send(request.as_bytes()).await;
+    c.response(request.starts_with("HEAD ")).await
+}
+
+/// The constrained headers of a response to compare, as `name: value` lines.
+fn constrained(r: &Resp) -> Vec<String> {
+    let mut out = Vec::new();
+    let served = matches!(r.status, 200 | 206 | 304);
+    if matches!(r.status, 200 | 206) {
+        out.push(format!("content-length: {:?}", r.header("content-length")));
+    }
+    if r.status == 200 {
+        // RFC 9110 §14.3 allows Accept-Ranges on any response; nginx sends it on 200 only.
+        out.push(format!("accept-ranges: {:?}", r.header("accept-ranges")));
+    }
+    if matches!(r.status, 206 | 416) {
+        out.push(format!("content-range: {:?}", r.header("content-range")));
+    }
+    if served {
+        out.push(format!("last-modified: {:?}", r.header("last-modified")));
+        out.push(format!("etag present: {}", r.header("etag").is_some()));
+    }
+    if (300..400).contains(&r.status) && r.status != 304 {
+        out.push(format!("location: {:?}", r.header("location")));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shortfirst_and_nginx_agree_or_differ_as_the_rfcs_allow() {
+    let Some(bin) = nginx_binary() else {
+        eprintln!("SKIP conformance: nginx is not installed (make apt installs it: APT_PACKAGES in mk/serve.mk)");
+        return;
+    };
+    let mut s = TestServer::start(|_| {}).await;
+    let root = s.root.clone();
+    for dir in ["other.host/x/dir", ".git"] {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+    }
+    std::fs::write(root.join(".env"), b"SECRET=1\n").unwrap();
+    std::fs::write(root.join(".git/config"), b"[core]\n").unwrap();
+    set_mtime(&root.join(".env"), std::time::SystemTime::now() - Duration::from_secs(3600));
+    let nginx_dir = tempfile::tempdir().unwrap();
+    let nginx = match start_nginx(&bin, &root, nginx_dir.path()) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("SKIP conformance: {e}");
+            s.stop().await;
+            return;
+        }
+    };
+    let lm = exchange(s.addr, &get("/small.txt")).await.unwrap().header("last-modified").unwrap().to_string();
+    let mut failures = Vec::new();
+    let mut seen_differences = Vec::new();
+    for c in corpus(&lm) {
+        let ours = exchange(s.addr, &c.request).await;
+        let theirs = exchange(nginx.addr, &c.request).await;
+        let (Some(ours), Some(theirs)) = (ours, theirs) else {
+            failures.push(format!("{}: no response (ours or nginx's) to {:?}", c.name, c.request));
+            continue;
+        };
+        let listed = DIFFERENCES.iter().find(|d| d.0 == c.name);
+        match listed {
+            Some(&(_, nginx_status, our_status, _)) => {
+                if (theirs.status, ours.status) != (nginx_status, our_status) {
+                    failures.push(format!(
+                        "{}: listed as nginx {nginx_status} / ours {our_status}, got nginx {} / ours {}",
+                        c.name, theirs.status, ours.status
+                    ));
+                }
+                seen_differences.push(c.name);
+            }
+            None if theirs.status != ours.status => failures.push(format!(
+                "{}: nginx {} / ours {} (unlisted difference) for {:?}",
+                c.name, theirs.status, ours.status, c.request
+            )),
+            None => {
+                let (a, b) = (constrained(&ours), constrained(&theirs));
+                if a != b {
+                    failures.push(format!("{}: headers differ: ours {a:?} / nginx {b:?}", c.name));
+                }
+            }
+        }
+    }
+    for d in DIFFERENCES {
+        assert!(seen_differences.contains(&d.0), "listed difference {:?} is not in the corpus", d.0);
+    }
+    drop(nginx);
+    s.stop().await;
+    assert!(failures.is_empty(), "{} disagreement(s):\n{}", failures.len(), failures.join("\n"));
+}

@@ -1,0 +1,36 @@
+# Fuzzing: cargo-fuzz (libFuzzer) targets in fuzz/, a workspace of their own.
+#   make fuzz                      every target for FUZZ_SECONDS each, corpora grow in fuzz/corpus/
+#   make fuzz FUZZ_TARGETS=http_head FUZZ_SECONDS=1200
+#   make fuzz-cmin                 minimise the corpora before committing them
+# `make test` replays the committed corpora on stable Rust (fuzz-replay): each
+# target's body is a plain function in fuzz/src, called by fuzz/tests/replay.rs.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= http_head resolve_target range_conditions trace_csv trace_clf trace_wc98 session_toml gatekeeper_classify gatekeeper_config
+# Pinned: a new cargo-fuzz must not change what `make fuzz` does by itself.
+CARGO_FUZZ_VERSION := 0.13.1
+FUZZ_TOOLCHAIN ?= nightly
+TEST_TARGETS += fuzz-replay
+
+.PHONY: fuzz fuzz-tools fuzz-cmin fuzz-replay
+
+fuzz-tools:
+	@command -v rustup >/dev/null || { echo "make fuzz: rustup is needed for the nightly toolchain" >&2; exit 1; }
+	@rustup toolchain list | grep -q '^$(FUZZ_TOOLCHAIN)' || rustup toolchain install $(FUZZ_TOOLCHAIN) --profile minimal
+	@cargo fuzz --version 2>/dev/null | grep -q ' $(CARGO_FUZZ_VERSION)$$' || \
+	  $(CARGO) install cargo-fuzz --version $(CARGO_FUZZ_VERSION) --locked
+
+# Each target runs alone (one process, -jobs=1 would only add a log file) for
+# FUZZ_SECONDS; a crash stops `make fuzz` with the input under fuzz/artifacts/.
+fuzz: fuzz-tools
+	cd fuzz && for t in $(FUZZ_TARGETS); do \
+	  echo "== $$t ($(FUZZ_SECONDS) s)"; \
+	  $(CARGO) +$(FUZZ_TOOLCHAIN) fuzz run $$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1; \
+	done
+
+fuzz-cmin: fuzz-tools
+	cd fuzz && for t in $(FUZZ_TARGETS); do $(CARGO) +$(FUZZ_TOOLCHAIN) fuzz cmin $$t corpus/$$t; done
+
+# Stable Rust, no libFuzzer: every committed input through every target's body.
+fuzz-replay:
+	$(CARGO) fmt --manifest-path fuzz/Cargo.toml --check
+	$(CARGO) test --locked --manifest-path fuzz/Cargo.toml --no-default-features
