@@ -13,7 +13,7 @@ TEST_TARGETS += fuzz-replay
 
 .PHONY: fuzz fuzz-tools fuzz-cmin fuzz-replay
 
-fuzz-tools:
+fuzz-tools: ## install the nightly toolchain and the pinned cargo-fuzz if missing
 	@command -v rustup >/dev/null || { echo "make fuzz: rustup is needed for the nightly toolchain" >&2; exit 1; }
 	@rustup toolchain list | grep -q '^$(FUZZ_TOOLCHAIN)' || rustup toolchain install $(FUZZ_TOOLCHAIN) --profile minimal
 	@cargo fuzz --version 2>/dev/null | grep -q ' $(CARGO_FUZZ_VERSION)$$' || \
@@ -21,16 +21,17 @@ fuzz-tools:
 
 # Each target runs alone (one process, -jobs=1 would only add a log file) for
 # FUZZ_SECONDS; a crash stops `make fuzz` with the input under fuzz/artifacts/.
-fuzz: fuzz-tools
+fuzz: fuzz-tools ## run every fuzz target for FUZZ_SECONDS (FUZZ_TARGETS to choose)
 	cd fuzz && for t in $(FUZZ_TARGETS); do \
 	  echo "== $$t ($(FUZZ_SECONDS) s)"; \
 	  $(CARGO) +$(FUZZ_TOOLCHAIN) fuzz run $$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1; \
 	done
 
-fuzz-cmin: fuzz-tools
+fuzz-cmin: fuzz-tools ## minimise the fuzz corpora before committing them
 	cd fuzz && for t in $(FUZZ_TARGETS); do $(CARGO) +$(FUZZ_TOOLCHAIN) fuzz cmin $$t corpus/$$t; done
 
 # Stable Rust, no libFuzzer: every committed input through every target's body.
-fuzz-replay:
+# Shares the main workspace's target directory: the same dependencies, built once.
+fuzz-replay: ## replay the committed fuzz corpora and regressions through every target (stable Rust)
 	$(CARGO) fmt --manifest-path fuzz/Cargo.toml --check
-	$(CARGO) test --locked --manifest-path fuzz/Cargo.toml --no-default-features
+	CARGO_TARGET_DIR=$(CURDIR)/target $(CARGO) test --locked --manifest-path fuzz/Cargo.toml --no-default-features
