@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use shortfirst_server::conn::split_target;
 use shortfirst_server::http::chunked::Decoder;
 use shortfirst_server::http::parse::{parse, Limits};
-use shortfirst_server::http::precondition::{evaluate, Conditions, Outcome, Validators};
+use shortfirst_server::http::precondition::{evaluate, Conditions, Validators, Verdict};
 use shortfirst_server::resolve::{check_dotfiles, normalize, Refusal, Resolved, Root};
 use shortfirst_server::Dotfiles;
 
@@ -148,16 +148,16 @@ pub fn range_conditions(data: &[u8]) {
     let etag = if etag.is_empty() { &b"\"1-2-3\""[..] } else { etag };
     let v = Validators { etag, mtime_secs, last_modified_strong: data[16] & 2 == 0 };
     match evaluate(&c, &v, len) {
-        Outcome::Partial { start, end } => {
+        Verdict::Partial { start, end } => {
             assert!(start <= end && end < len, "range {start}-{end} of a {len}-byte file");
             assert!(c.range.is_some() && c.is_get);
         }
-        Outcome::NotModified => assert!(c.if_none_match.len() + usize::from(c.if_modified_since.is_some()) > 0),
-        Outcome::PreconditionFailed => {
+        Verdict::NotModified => assert!(c.if_none_match.len() + usize::from(c.if_modified_since.is_some()) > 0),
+        Verdict::PreconditionFailed => {
             assert!(c.if_match.len() + usize::from(c.if_unmodified_since.is_some()) > 0)
         }
-        Outcome::Unsatisfiable => assert!(c.range.is_some() && c.is_get),
-        Outcome::Full => {}
+        Verdict::Unsatisfiable => assert!(c.range.is_some() && c.is_get),
+        Verdict::Full => {}
     }
 }
 

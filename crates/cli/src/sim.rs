@@ -16,7 +16,7 @@ use rand_distr::{Distribution, Exp};
 use serde::Serialize;
 use shortfirst_core::policy::Policy;
 use shortfirst_load::dist::SizeDist;
-use shortfirst_load::record::{Outcome as RecordOutcome, RecordWriter, RequestRecord};
+use shortfirst_load::record::{RecordWriter, RequestOutcome as RecordOutcome, RequestRecord};
 use shortfirst_load::trace::{self, TraceFormat};
 use shortfirst_sim::report::{summarize, Summary};
 use shortfirst_sim::{simulate, Job, Link};
@@ -269,7 +269,7 @@ fn scale_to_load(jobs: &mut [Job], rho: f64, link: Link) -> Option<()> {
     Some(())
 }
 
-fn write_records(path: &Path, input: &Input, outcomes: &[shortfirst_sim::Outcome]) -> Result<()> {
+fn write_records(path: &Path, input: &Input, outcomes: &[shortfirst_sim::JobTimes]) -> Result<()> {
     let mut w = RecordWriter::create(path).with_context(|| format!("creating {}", path.display()))?;
     for (i, (job, o)) in input.jobs.iter().zip(outcomes).enumerate() {
         let record = RequestRecord {

@@ -40,7 +40,7 @@ use tokio::sync::watch;
 use crate::access_log::{self, Entry};
 use crate::http::chunked::{self, Decoder};
 use crate::http::parse::{self, FieldLines, Method, Request, MAX_LIST_LINES};
-use crate::http::precondition::{self, Conditions, Outcome, Validators};
+use crate::http::precondition::{self, Conditions, Validators, Verdict};
 use crate::http::response::FileVersion;
 use crate::http::{response, Status};
 use crate::io;
@@ -383,15 +383,15 @@ impl Conn {
             last_modified_strong: mtime_secs.saturating_add(1) <= now.as_secs(),
         };
         let outcome = precondition::evaluate(&conditions, &validators, len);
-        if outcome == Outcome::PreconditionFailed {
+        if outcome == Verdict::PreconditionFailed {
             return self.send_error(Status::PRECONDITION_FAILED, Some(req), keep_alive).await;
         }
         let (status, offset, body_len) = match outcome {
-            Outcome::PreconditionFailed => unreachable!("answered above"),
-            Outcome::NotModified => (Status::NOT_MODIFIED, 0, 0),
-            Outcome::Full => (Status::OK, 0, len),
-            Outcome::Partial { start, end } => (Status::PARTIAL_CONTENT, start, end - start + 1),
-            Outcome::Unsatisfiable => (Status::RANGE_NOT_SATISFIABLE, 0, 0),
+            Verdict::PreconditionFailed => unreachable!("answered above"),
+            Verdict::NotModified => (Status::NOT_MODIFIED, 0, 0),
+            Verdict::Full => (Status::OK, 0, len),
+            Verdict::Partial { start, end } => (Status::PARTIAL_CONTENT, start, end - start + 1),
+            Verdict::Unsatisfiable => (Status::RANGE_NOT_SATISFIABLE, 0, 0),
         };
         let h = &mut self.head;
         response::begin(h, status);

@@ -49,7 +49,7 @@ pub struct Job {
 /// What happened to a job. `first_service_s` is the first instant the job
 /// received a positive service rate (for a zero-size job: its completion).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Outcome {
+pub struct JobTimes {
     pub first_service_s: f64,
     pub done_s: f64,
 }
@@ -78,12 +78,12 @@ pub enum SimError {
 }
 
 /// Simulates `jobs` (sorted by arrival) on `link` under `policy`; one outcome per job, same order.
-pub fn simulate(jobs: &[Job], policy: &Policy, link: Link) -> Result<Vec<Outcome>, SimError> {
+pub fn simulate(jobs: &[Job], policy: &Policy, link: Link) -> Result<Vec<JobTimes>, SimError> {
     validate(jobs, link)?;
     if matches!(policy, Policy::SjfAging { .. }) && link.servers != 1 {
         return Err(SimError::OneServerOnly { policy: policy.to_string(), servers: link.servers });
     }
-    let mut out = vec![Outcome { first_service_s: f64::NAN, done_s: f64::NAN }; jobs.len()];
+    let mut out = vec![JobTimes { first_service_s: f64::NAN, done_s: f64::NAN }; jobs.len()];
     match (policy, policy.ties()) {
         (Policy::Las, _) => Las::new(jobs, link).run(&mut out),
         (_, TieShare::Fair) => Bands::new(jobs, policy, link).run(&mut out),
@@ -206,7 +206,7 @@ impl<'a> Exclusive<'a> {
         (OrdF64(self.policy.rank(&self.state(idx, remaining))), idx)
     }
 
-    fn run(mut self, out: &mut [Outcome]) {
+    fn run(mut self, out: &mut [JobTimes]) {
         let mut waiting = match self.policy {
             Policy::SjfAging { factor } => {
                 // Capacity 1 unit, every charge >= 1: exactly one job admitted at a time.
@@ -272,7 +272,7 @@ impl<'a> Exclusive<'a> {
         running: &mut Vec<Running>,
         waiting: &mut Waiting,
         preemptive: bool,
-        out: &mut [Outcome],
+        out: &mut [JobTimes],
     ) {
         let size = self.jobs[idx as usize].size_bytes as f64;
         self.remaining[idx as usize] = size;
@@ -317,7 +317,7 @@ impl<'a> Exclusive<'a> {
         }
     }
 
-    fn start(&self, idx: u32, remaining: f64, now: f64, running: &mut Vec<Running>, out: &mut [Outcome]) {
+    fn start(&self, idx: u32, remaining: f64, now: f64, running: &mut Vec<Running>, out: &mut [JobTimes]) {
         let o = &mut out[idx as usize];
         if o.first_service_s.is_nan() {
             o.first_service_s = now;
@@ -326,7 +326,7 @@ impl<'a> Exclusive<'a> {
     }
 
     /// Starts the jobs the gate admitted.
-    fn admit(&self, admitted: Vec<admission::Admitted>, now: f64, running: &mut Vec<Running>, out: &mut [Outcome]) {
+    fn admit(&self, admitted: Vec<admission::Admitted>, now: f64, running: &mut Vec<Running>, out: &mut [JobTimes]) {
         for a in admitted {
             let idx = u32::try_from(a.ticket.id().0).expect("job index fits u32");
             self.start(idx, self.remaining[idx as usize], now, running, out);
@@ -335,7 +335,7 @@ impl<'a> Exclusive<'a> {
         debug_assert!(running.len() <= self.servers, "the gate admits one job at a time");
     }
 
-    fn fill(&self, running: &mut Vec<Running>, waiting: &mut Waiting, now: f64, out: &mut [Outcome]) {
+    fn fill(&self, running: &mut Vec<Running>, waiting: &mut Waiting, now: f64, out: &mut [JobTimes]) {
         let Waiting::Heap(h) = waiting else { return };
         while running.len() < self.servers {
             let Some(Reverse((_, idx))) = h.pop() else { break };
@@ -406,7 +406,7 @@ impl<'a> Bands<'a> {
         level
     }
 
-    fn run(mut self, out: &mut [Outcome]) {
+    fn run(mut self, out: &mut [JobTimes]) {
         let rate = self.link.rate_bytes_per_s;
         let mut shares = Vec::with_capacity(self.queues.len());
         let mut now = 0.0f64;
@@ -478,7 +478,7 @@ impl<'a> Las<'a> {
         Las { jobs, link }
     }
 
-    fn run(self, out: &mut [Outcome]) {
+    fn run(self, out: &mut [JobTimes]) {
         let rate = self.link.rate_bytes_per_s;
         // Top of the stack (the end) is the least-attained group; attained grows downwards.
         let mut stack: Vec<Group> = Vec::new();

@@ -13,4 +13,4 @@ pub mod engine;
 pub mod gatekeeper;
 pub mod report;
 
-pub use engine::{simulate, Job, Link, Outcome, SimError};
+pub use engine::{simulate, Job, JobTimes, Link, SimError};

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use crate::engine::{Job, Link, Outcome};
+use crate::engine::{Job, JobTimes, Link};
 
 /// What `summary.json` reports about a run (the CLI adds where the jobs came from).
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -74,7 +74,7 @@ pub fn mean_work_found_s(jobs: &[Job], capacity_bytes_per_s: f64, from: usize) -
 }
 
 /// Summary of `jobs[warmup_jobs..]` (the warm-up jobs still shape what later jobs find).
-pub fn summarize(all_jobs: &[Job], all_outcomes: &[Outcome], link: Link, warmup_jobs: usize) -> Summary {
+pub fn summarize(all_jobs: &[Job], all_outcomes: &[JobTimes], link: Link, warmup_jobs: usize) -> Summary {
     assert_eq!(all_jobs.len(), all_outcomes.len(), "one outcome per job");
     let w = warmup_jobs.min(all_jobs.len());
     let (jobs, outcomes) = (&all_jobs[w..], &all_outcomes[w..]);
@@ -142,7 +142,7 @@ mod tests {
     fn summary_of_two_jobs() {
         // 1000 B/s: job 0 (1000 B) at 0 done at 1; job 1 (500 B) at 1 done at 2 (waited 0.5).
         let jobs = [Job { arrival_s: 0.0, size_bytes: 1000 }, Job { arrival_s: 1.0, size_bytes: 500 }];
-        let outcomes = [Outcome { first_service_s: 0.0, done_s: 1.0 }, Outcome { first_service_s: 1.5, done_s: 2.0 }];
+        let outcomes = [JobTimes { first_service_s: 0.0, done_s: 1.0 }, JobTimes { first_service_s: 1.5, done_s: 2.0 }];
         let s = summarize(&jobs, &outcomes, Link { rate_bytes_per_s: 1000.0, servers: 1 }, 0);
         assert_eq!(s.requests, 2);
         assert_eq!(s.mean_response_s, 1.0);

@@ -3,13 +3,13 @@
 
 use proptest::prelude::*;
 use shortfirst_core::policy::Policy;
-use shortfirst_sim::{simulate, Job, Link, Outcome, SimError};
+use shortfirst_sim::{simulate, Job, JobTimes, Link, SimError};
 
 fn jobs(spec: &[(f64, u64)]) -> Vec<Job> {
     spec.iter().map(|&(arrival_s, size_bytes)| Job { arrival_s, size_bytes }).collect()
 }
 
-fn run(policy: &str, servers: usize, spec: &[(f64, u64)]) -> Vec<Outcome> {
+fn run(policy: &str, servers: usize, spec: &[(f64, u64)]) -> Vec<JobTimes> {
     let p = Policy::parse(policy).unwrap();
     simulate(&jobs(spec), &p, Link { rate_bytes_per_s: 1.0, servers }).unwrap()
 }

@@ -11,7 +11,7 @@ use super::parse::{parse_u64, trim};
 
 /// The outcome for a representation of `len` bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Verdict {
     /// 412: `If-Match` or `If-Unmodified-Since` is false.
     PreconditionFailed,
     /// 304: the client's copy is current.
@@ -54,29 +54,29 @@ pub struct Validators<'a> {
 }
 
 /// Evaluates the preconditions and the range for a representation of `len` bytes.
-pub fn evaluate(c: &Conditions<'_>, v: &Validators<'_>, len: u64) -> Outcome {
+pub fn evaluate(c: &Conditions<'_>, v: &Validators<'_>, len: u64) -> Verdict {
     if !c.if_match.is_empty() {
         if !any_tag_matches(c.if_match, v.etag, Comparison::Strong) {
-            return Outcome::PreconditionFailed;
+            return Verdict::PreconditionFailed;
         }
     } else if let Some(since) = c.if_unmodified_since.and_then(parse_http_date) {
         if v.mtime_secs > since {
-            return Outcome::PreconditionFailed;
+            return Verdict::PreconditionFailed;
         }
     }
     if !c.if_none_match.is_empty() {
         if any_tag_matches(c.if_none_match, v.etag, Comparison::Weak) {
-            return Outcome::NotModified;
+            return Verdict::NotModified;
         }
     } else if let Some(since) = c.if_modified_since.and_then(parse_http_date) {
         if v.mtime_secs <= since {
-            return Outcome::NotModified;
+            return Verdict::NotModified;
         }
     }
-    let Some(range) = c.range.filter(|_| c.is_get) else { return Outcome::Full };
+    let Some(range) = c.range.filter(|_| c.is_get) else { return Verdict::Full };
     if let Some(if_range) = c.if_range {
         if !if_range_matches(trim(if_range), v) {
-            return Outcome::Full;
+            return Verdict::Full;
         }
     }
     parse_range(range, len)
@@ -165,39 +165,39 @@ pub fn parse_http_date(value: &[u8]) -> Option<u64> {
 
 /// A single byte range; anything else (several ranges, other units, bad
 /// syntax) is ignored and the whole representation sent, as §14.2 allows.
-fn parse_range(value: &[u8], len: u64) -> Outcome {
+fn parse_range(value: &[u8], len: u64) -> Verdict {
     let value = trim(value);
     let Some(spec) = value.get(..6).filter(|p| p.eq_ignore_ascii_case(b"bytes=")).map(|_| trim(&value[6..])) else {
-        return Outcome::Full;
+        return Verdict::Full;
     };
     if spec.contains(&b',') {
-        return Outcome::Full;
+        return Verdict::Full;
     }
-    let Some(dash) = spec.iter().position(|&b| b == b'-') else { return Outcome::Full };
+    let Some(dash) = spec.iter().position(|&b| b == b'-') else { return Verdict::Full };
     let (first, last) = (trim(&spec[..dash]), trim(&spec[dash + 1..]));
     match (first.is_empty(), last.is_empty()) {
-        (true, true) => Outcome::Full,
+        (true, true) => Verdict::Full,
         // suffix: the last N bytes
         (true, false) => match parse_position(last) {
-            None => Outcome::Full,
-            Some(0) => Outcome::Unsatisfiable,
-            Some(_) if len == 0 => Outcome::Unsatisfiable,
-            Some(n) => Outcome::Partial { start: len - n.min(len), end: len - 1 },
+            None => Verdict::Full,
+            Some(0) => Verdict::Unsatisfiable,
+            Some(_) if len == 0 => Verdict::Unsatisfiable,
+            Some(n) => Verdict::Partial { start: len - n.min(len), end: len - 1 },
         },
         (false, _) => {
-            let Some(start) = parse_position(first) else { return Outcome::Full };
+            let Some(start) = parse_position(first) else { return Verdict::Full };
             let end = if last.is_empty() {
                 u64::MAX
             } else {
                 match parse_position(last) {
                     Some(end) if end >= start => end,
-                    _ => return Outcome::Full, // invalid range-spec: ignore the header
+                    _ => return Verdict::Full, // invalid range-spec: ignore the header
                 }
             };
             if start >= len {
-                Outcome::Unsatisfiable
+                Verdict::Unsatisfiable
             } else {
-                Outcome::Partial { start, end: end.min(len - 1) }
+                Verdict::Partial { start, end: end.min(len - 1) }
             }
         }
     }
@@ -226,14 +226,14 @@ mod tests {
     const MTIME: u64 = 784_111_777; // Sun, 06 Nov 1994 08:49:37 GMT
     const V: Validators<'static> = Validators { etag: ETAG, mtime_secs: MTIME, last_modified_strong: true };
 
-    fn with(range: &str) -> Outcome {
+    fn with(range: &str) -> Verdict {
         evaluate(&Conditions { range: Some(range.as_bytes()), is_get: true, ..Default::default() }, &V, 1000)
     }
 
     #[test]
     fn range_table() {
-        use Outcome::*;
-        let cases: &[(&str, Outcome)] = &[
+        use Verdict::*;
+        let cases: &[(&str, Verdict)] = &[
             ("bytes=0-99", Partial { start: 0, end: 99 }),
             ("bytes=900-", Partial { start: 900, end: 999 }),
             ("bytes=900-5000", Partial { start: 900, end: 999 }),
@@ -262,7 +262,7 @@ mod tests {
 
     #[test]
     fn conditionals_table() {
-        use Outcome::*;
+        use Verdict::*;
         let c = |inm: Option<&'static str>, ims: Option<&'static str>, if_range: Option<&'static str>| Conditions {
             if_none_match: inm.map_or(&[][..], |v| Box::leak(Box::new([v.as_bytes()]))),
             if_modified_since: ims.map(str::as_bytes),
@@ -272,7 +272,7 @@ mod tests {
             ..Default::default()
         };
         let part = Partial { start: 0, end: 0 };
-        let cases: &[(Conditions<'_>, Outcome)] = &[
+        let cases: &[(Conditions<'_>, Verdict)] = &[
             (c(Some("\"5f-100\""), None, None), NotModified),
             (c(Some("W/\"5f-100\""), None, None), NotModified),
             (c(Some("\"x\", \"5f-100\""), None, None), NotModified),
@@ -301,7 +301,7 @@ mod tests {
     /// over If-None-Match and Range (§13.2.2), and lists spread over lines.
     #[test]
     fn preconditions_table() {
-        use Outcome::*;
+        use Verdict::*;
         const LM: &str = "Sun, 06 Nov 1994 08:49:37 GMT";
         const BEFORE: &str = "Sun, 06 Nov 1994 08:49:36 GMT";
         struct Case {
@@ -310,7 +310,7 @@ mod tests {
             inm: &'static [&'static str],
             range: Option<&'static str>,
             etag: &'static str,
-            want: Outcome,
+            want: Verdict,
         }
         let case = |if_match, ius, inm, range, etag, want| Case { if_match, ius, inm, range, etag, want };
         let cases = [
@@ -360,8 +360,8 @@ mod tests {
             is_get: true,
             ..Default::default()
         };
-        assert_eq!(evaluate(&c, &V, 10), Outcome::Partial { start: 0, end: 0 });
+        assert_eq!(evaluate(&c, &V, 10), Verdict::Partial { start: 0, end: 0 });
         let weak = Validators { last_modified_strong: false, ..V };
-        assert_eq!(evaluate(&c, &weak, 10), Outcome::Full);
+        assert_eq!(evaluate(&c, &weak, 10), Verdict::Full);
     }
 }
