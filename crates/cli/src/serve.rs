@@ -4,7 +4,9 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use shortfirst_server::{AccessLogFormat, ConfigFile, Dotfiles, Policy, ServerConfig};
+use shortfirst_server::{AccessLogFormat, ConfigFile, Dotfiles, PolicySpec, ServerConfig};
+
+use crate::units::positive_duration_s;
 
 /// Boxed: the flags are many, and `Command` (in main.rs) holds every
 /// subcommand's `Args` inline.
@@ -27,10 +29,13 @@ struct Flags {
     /// Address to listen on [default: 127.0.0.1:8080].
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// fair: one data band; srpt: size bands (cutoffs); srpt2: two bands split at the median [default: srpt].
-    #[arg(long)]
-    policy: Option<Policy>,
-    /// srpt cutoffs, e.g. `1K,2K,5K,20K,50K` (the default), or `auto` (learned from observed sizes).
+    /// fair: one data band; srpt-classes:CUTOFFS: size bands with those cutoffs, as in `sim`
+    /// (e.g. `srpt-classes:1K,2K,5K,20K,50K`); srpt-classes: the cutoffs of --cutoffs;
+    /// srpt: = srpt-classes (older name); srpt2: two bands split at the median [default: srpt-classes].
+    #[arg(long, value_name = "POLICY")]
+    policy: Option<PolicySpec>,
+    /// Cutoffs of srpt-classes / srpt, e.g. `1K,2K,5K,20K,50K` (the default), or `auto`
+    /// (learned from observed sizes). Not with --policy srpt-classes:CUTOFFS.
     #[arg(long)]
     cutoffs: Option<String>,
     /// Admin listener serving Prometheus metrics at /metrics.
@@ -58,17 +63,29 @@ struct Flags {
     #[arg(long)]
     max_body_bytes: Option<u64>,
     /// First byte to end of request head; exceeded → 408 and close. A new connection
-    /// that sends nothing is closed after it too [default: 10000].
-    #[arg(long)]
+    /// that sends nothing is closed after it too. Units: `10s`, `500ms`; plain = seconds [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration_s, conflicts_with = "header_timeout_ms")]
+    header_timeout: Option<f64>,
+    /// Keep-alive idle time before closing [default: 60s].
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration_s, conflicts_with = "idle_timeout_ms")]
+    idle_timeout: Option<f64>,
+    /// Longest time a write may make no progress before closing [default: 60s].
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration_s, conflicts_with = "send_timeout_ms")]
+    send_timeout: Option<f64>,
+    /// On SIGTERM/SIGINT, time given to in-flight responses [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration_s, conflicts_with = "drain_timeout_ms")]
+    drain_timeout: Option<f64>,
+    /// --header-timeout in plain milliseconds (older spelling).
+    #[arg(long, value_name = "MS")]
     header_timeout_ms: Option<u64>,
-    /// Keep-alive idle time before closing [default: 60000].
-    #[arg(long)]
+    /// --idle-timeout in plain milliseconds (older spelling).
+    #[arg(long, value_name = "MS")]
     idle_timeout_ms: Option<u64>,
-    /// Longest time a write may make no progress before closing [default: 60000].
-    #[arg(long)]
+    /// --send-timeout in plain milliseconds (older spelling).
+    #[arg(long, value_name = "MS")]
     send_timeout_ms: Option<u64>,
-    /// On SIGTERM/SIGINT, time given to in-flight responses [default: 10000].
-    #[arg(long)]
+    /// --drain-timeout in plain milliseconds (older spelling).
+    #[arg(long, value_name = "MS")]
     drain_timeout_ms: Option<u64>,
     /// Requests per connection before closing it [default: 10000].
     #[arg(long)]
@@ -125,6 +142,10 @@ impl Flags {
             max_header_bytes: self.max_header_bytes,
             max_headers: self.max_headers,
             max_body_bytes: self.max_body_bytes,
+            header_timeout: self.header_timeout,
+            idle_timeout: self.idle_timeout,
+            send_timeout: self.send_timeout,
+            drain_timeout: self.drain_timeout,
             header_timeout_ms: self.header_timeout_ms,
             idle_timeout_ms: self.idle_timeout_ms,
             send_timeout_ms: self.send_timeout_ms,
