@@ -182,3 +182,112 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // Every ServerError names what failed (root, address, log path); no extra context needed.
     Ok(shortfirst_server::run_until_signal(config)?)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use clap::Parser;
+    use shortfirst_server::{CutoffsSpec, Policy};
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(extra: &[&str]) -> Result<Args, String> {
+        let base = ["serve", "--root", "/srv"];
+        Cli::try_parse_from(base.iter().chain(extra)).map(|c| c.args).map_err(|e| e.to_string())
+    }
+
+    fn config(extra: &[&str]) -> ServerConfig {
+        parse(extra).unwrap().flags.into_config().unwrap()
+    }
+
+    /// Which timeout of the config a case checks.
+    type Field = fn(&ServerConfig) -> Duration;
+
+    #[test]
+    fn timeout_flags_take_units_and_the_ms_flags_still_work() {
+        let ms = Duration::from_millis;
+        let cases: &[(&[&str], Field, Duration)] = &[
+            (&[], |c| c.header_timeout, ms(10_000)),
+            (&["--header-timeout", "5s"], |c| c.header_timeout, ms(5_000)),
+            (&["--header-timeout", "500ms"], |c| c.header_timeout, ms(500)),
+            (&["--header-timeout", "2"], |c| c.header_timeout, ms(2_000)),
+            (&["--header-timeout-ms", "1500"], |c| c.header_timeout, ms(1_500)),
+            (&["--idle-timeout", "1m"], |c| c.idle_timeout, ms(60_000)),
+            (&["--idle-timeout-ms", "250"], |c| c.idle_timeout, ms(250)),
+            (&["--send-timeout", "0.5"], |c| c.send_timeout, ms(500)),
+            (&["--send-timeout-ms", "42"], |c| c.send_timeout, ms(42)),
+            (&["--drain-timeout", "30s"], |c| c.drain_timeout, ms(30_000)),
+            (&["--drain-timeout-ms", "0"], |c| c.drain_timeout, ms(0)),
+        ];
+        for (flags, field, want) in cases {
+            assert_eq!(field(&config(flags)), *want, "{flags:?}");
+        }
+    }
+
+    #[test]
+    fn bad_timeout_flags_are_usage_errors_naming_the_flag() {
+        let cases: &[(&[&str], &[&str])] = &[
+            (&["--header-timeout", "5s", "--header-timeout-ms", "5000"], &["--header-timeout", "--header-timeout-ms"]),
+            (&["--idle-timeout-ms", "5", "--idle-timeout", "5s"], &["--idle-timeout", "--idle-timeout-ms"]),
+            (&["--send-timeout", "1s", "--send-timeout-ms", "1"], &["--send-timeout-ms"]),
+            (&["--drain-timeout", "1s", "--drain-timeout-ms", "1"], &["--drain-timeout-ms"]),
+            (&["--header-timeout", "0s"], &["--header-timeout", "above 0"]),
+            (&["--idle-timeout", "ten"], &["--idle-timeout", "ten"]),
+            (&["--send-timeout=-1"], &["--send-timeout"]),
+            (&["--header-timeout-ms", "5s"], &["--header-timeout-ms"]),
+        ];
+        for (flags, needles) in cases {
+            let err = parse(flags).err().unwrap_or_else(|| panic!("{flags:?} accepted"));
+            for n in *needles {
+                assert!(err.contains(n), "{flags:?}: {err} lacks {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn policy_flag_names_match_sim() {
+        let paper = CutoffsSpec::List(shortfirst_core::bands::Cutoffs::paper_default());
+        let list = |t: &str| CutoffsSpec::List(shortfirst_core::bands::Cutoffs::parse(t).unwrap());
+        let cases: Vec<(&[&str], Policy, CutoffsSpec)> = vec![
+            (&[], Policy::Srpt, paper.clone()),
+            (&["--policy", "srpt-classes:1K,2K"], Policy::Srpt, list("1K,2K")),
+            (&["--policy", "srpt-classes"], Policy::Srpt, paper.clone()),
+            (&["--policy", "srpt-classes", "--cutoffs", "4K"], Policy::Srpt, list("4K")),
+            (&["--policy", "srpt", "--cutoffs", "4K"], Policy::Srpt, list("4K")),
+            (&["--policy", "srpt", "--cutoffs", "auto"], Policy::Srpt, CutoffsSpec::Auto),
+            (&["--policy", "fair"], Policy::Fair, paper.clone()),
+            (&["--policy", "srpt2"], Policy::Srpt2, paper.clone()),
+        ];
+        for (flags, policy, cutoffs) in cases {
+            let c = config(flags);
+            assert_eq!((c.policy, &c.cutoffs), (policy, &cutoffs), "{flags:?}");
+        }
+        // Same spelling, same bands as the simulator's policy.
+        let sim = shortfirst_core::policy::Policy::parse("srpt-classes:1K,2K").unwrap();
+        let shortfirst_core::policy::Policy::SrptClasses(sim_cutoffs) = sim else { panic!("{sim}") };
+        assert_eq!(config(&["--policy", "srpt-classes:1K,2K"]).cutoffs, CutoffsSpec::List(sim_cutoffs));
+    }
+
+    #[test]
+    fn bad_policy_flags_are_named() {
+        for (flags, needles) in [
+            (&["--policy", "sjf"][..], &["--policy", "sjf"][..]),
+            (&["--policy", "srpt-classes:2K,1K"], &["--policy", "increasing"]),
+            (&["--policy", "fair:1K"], &["--policy", "srpt-classes:CUTOFFS"]),
+        ] {
+            let err = parse(flags).err().unwrap_or_else(|| panic!("{flags:?} accepted"));
+            for n in needles {
+                assert!(err.contains(n), "{flags:?}: {err} lacks {n}");
+            }
+        }
+        let err = parse(&["--policy", "srpt-classes:1K", "--cutoffs", "2K"]).unwrap().flags.into_config().unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains("cutoffs") && msg.contains("srpt-classes"), "{msg}");
+    }
+}

@@ -53,7 +53,8 @@ pub struct PolicySpec {
     pub cutoffs: Option<Cutoffs>,
 }
 
-const POLICY_NAMES: &str = "fair, srpt-classes, srpt-classes:CUTOFFS (e.g. srpt-classes:1K,2K,5K,20K,50K), srpt (= srpt-classes) or srpt2";
+const POLICY_NAMES: &str =
+    "fair, srpt-classes, srpt-classes:CUTOFFS (e.g. srpt-classes:1K,2K,5K,20K,50K), srpt (= srpt-classes) or srpt2";
 
 impl From<Policy> for PolicySpec {
     fn from(policy: Policy) -> PolicySpec {
@@ -77,7 +78,9 @@ impl std::str::FromStr for PolicySpec {
                 Err(e) => Err(e.to_string()),
             },
             (_, false) => parse_name::<Policy>(&name, "policy", POLICY_NAMES).map(PolicySpec::from),
-            (_, true) => Err(format!("unknown policy {s:?}: only srpt-classes takes cutoffs after `:`; expected {POLICY_NAMES}")),
+            (_, true) => {
+                Err(format!("unknown policy {s:?}: only srpt-classes takes cutoffs after `:`; expected {POLICY_NAMES}"))
+            }
         }
     }
 }
@@ -336,7 +339,7 @@ impl ServerConfig {
                 return Err(ConfigError::Invalid {
                     key: "cutoffs",
                     reason: format!(
-                        "policy srpt-classes:{cutoffs} already names its cutoffs; give either policy = \"srpt-classes:C\" or cutoffs = \"C\" with policy = \"srpt-classes\", not both"
+                        "policy srpt-classes:{cutoffs} already names its cutoffs; give them either in the policy or in `cutoffs` (--cutoffs) with policy srpt-classes, not both"
                     ),
                 });
             }
@@ -463,8 +466,8 @@ pub struct ConfigFile {
 
 impl ConfigFile {
     pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigError> {
-        let file: ConfigFile =
-            toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string() })?;
+        let file: ConfigFile = toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string() })?;
         file.check_pairs().map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string() })?;
         Ok(file)
     }
@@ -553,7 +556,8 @@ mod tests {
             Path::new("t.toml"),
         )
         .unwrap();
-        let flags = ConfigFile { policy: Some(Policy::Srpt.into()), cutoffs: Some("auto".into()), ..Default::default() };
+        let flags =
+            ConfigFile { policy: Some(Policy::Srpt.into()), cutoffs: Some("auto".into()), ..Default::default() };
         let c = ServerConfig::from_file(file.overlay(flags)).unwrap();
         assert_eq!(c.root, PathBuf::from("/srv"));
         assert_eq!(c.policy, Policy::Srpt);
@@ -605,10 +609,13 @@ mod tests {
         ServerConfig::from_file(file).unwrap()
     }
 
+    /// Which timeout of the config a case checks.
+    type Field = fn(&ServerConfig) -> Duration;
+
     #[test]
     fn timeouts_take_units_and_the_ms_keys_still_work() {
         let ms = Duration::from_millis;
-        let cases: &[(&str, fn(&ServerConfig) -> Duration, Duration)] = &[
+        let cases: &[(&str, Field, Duration)] = &[
             ("header-timeout = \"10s\"", |c| c.header_timeout, ms(10_000)),
             ("header-timeout = \"500ms\"", |c| c.header_timeout, ms(500)),
             ("header-timeout = 3", |c| c.header_timeout, ms(3_000)),
@@ -661,8 +668,11 @@ mod tests {
 
     #[test]
     fn a_flag_in_either_spelling_replaces_the_files_timeout() {
-        let file = ConfigFile::parse("root = \"/srv\"\nheader-timeout-ms = 9000\nidle-timeout = \"9s\"\n", Path::new("t.toml"))
-            .unwrap();
+        let file = ConfigFile::parse(
+            "root = \"/srv\"\nheader-timeout-ms = 9000\nidle-timeout = \"9s\"\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
         let flags = ConfigFile { header_timeout: Some(2.0), idle_timeout_ms: Some(300), ..Default::default() };
         let c = ServerConfig::from_file(file.overlay(flags)).unwrap();
         assert_eq!(c.header_timeout, Duration::from_secs(2));
@@ -716,7 +726,8 @@ mod tests {
         }
         // Cutoffs twice: in the policy name and in `cutoffs`.
         let file =
-            ConfigFile::parse("root = \"/srv\"\npolicy = \"srpt-classes:1K\"\ncutoffs = \"2K\"\n", Path::new("t.toml")).unwrap();
+            ConfigFile::parse("root = \"/srv\"\npolicy = \"srpt-classes:1K\"\ncutoffs = \"2K\"\n", Path::new("t.toml"))
+                .unwrap();
         let msg = ServerConfig::from_file(file).unwrap_err().to_string();
         assert!(msg.contains("cutoffs") && msg.contains("srpt-classes:1000"), "{msg}");
         let msg = ServerConfig::from_file(
