@@ -4,7 +4,9 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use shortfirst_server::{AccessLogFormat, ConfigFile, Dotfiles, Policy, ServerConfig};
+use shortfirst_server::{AccessLogFormat, ConfigFile, Dotfiles, PolicySpec, ServerConfig};
+
+use crate::units::positive_duration_s;
 
 /// Boxed: the flags are many, and `Command` (in main.rs) holds every
 /// subcommand's `Args` inline.
@@ -27,10 +29,13 @@ struct Flags {
     /// Address to listen on [default: 127.0.0.1:8080].
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// fair: one data band; srpt: size bands (cutoffs); srpt2: two bands split at the median [default: srpt].
-    #[arg(long)]
-    policy: Option<Policy>,
-    /// srpt cutoffs, e.g. `1K,2K,5K,20K,50K` (the default), or `auto` (learned from observed sizes).
+    /// fair: one data band; srpt-classes:CUTOFFS: size bands with those cutoffs, as in `sim`
+    /// (e.g. `srpt-classes:1K,2K,5K,20K,50K`); srpt-classes: the cutoffs of --cutoffs;
+    /// srpt: = srpt-classes (older name); srpt2: two bands split at the median [default: srpt-classes].
+    #[arg(long, value_name = "POLICY")]
+    policy: Option<PolicySpec>,
+    /// Cutoffs of srpt-classes / srpt, e.g. `1K,2K,5K,20K,50K` (the default), or `auto`
+    /// (learned from observed sizes). Not with --policy srpt-classes:CUTOFFS.
     #[arg(long)]
     cutoffs: Option<String>,
     /// Admin listener serving Prometheus metrics at /metrics.
@@ -58,17 +63,29 @@ struct Flags {
     #[arg(long)]
     max_body_bytes: Option<u64>,
     /// First byte to end of request head; exceeded → 408 and close. A new connection
-    /// that sends nothing is closed after it too [default: 10000].
-    #[arg(long)]
+    /// that sends nothing is closed after it too. Units: `10s`, `500ms`; plain = seconds [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration_s, conflicts_with = "header_timeout_ms")]
+    header_timeout: Option<f64>,
+    /// Keep-alive idle time before closing [default: 60s].
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration_s, conflicts_with = "idle_timeout_ms")]
+    idle_timeout: Option<f64>,
+    /// Longest time a write may make no progress before closing [default: 60s].
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration_s, conflicts_with = "send_timeout_ms")]
+    send_timeout: Option<f64>,
+    /// On SIGTERM/SIGINT, time given to in-flight responses [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration_s, conflicts_with = "drain_timeout_ms")]
+    drain_timeout: Option<f64>,
+    /// --header-timeout in plain milliseconds (older spelling).
+    #[arg(long, value_name = "MS")]
     header_timeout_ms: Option<u64>,
-    /// Keep-alive idle time before closing [default: 60000].
-    #[arg(long)]
+    /// --idle-timeout in plain milliseconds (older spelling).
+    #[arg(long, value_name = "MS")]
     idle_timeout_ms: Option<u64>,
-    /// Longest time a write may make no progress before closing [default: 60000].
-    #[arg(long)]
+    /// --send-timeout in plain milliseconds (older spelling).
+    #[arg(long, value_name = "MS")]
     send_timeout_ms: Option<u64>,
-    /// On SIGTERM/SIGINT, time given to in-flight responses [default: 10000].
-    #[arg(long)]
+    /// --drain-timeout in plain milliseconds (older spelling).
+    #[arg(long, value_name = "MS")]
     drain_timeout_ms: Option<u64>,
     /// Requests per connection before closing it [default: 10000].
     #[arg(long)]
@@ -125,6 +142,10 @@ impl Flags {
             max_header_bytes: self.max_header_bytes,
             max_headers: self.max_headers,
             max_body_bytes: self.max_body_bytes,
+            header_timeout: self.header_timeout,
+            idle_timeout: self.idle_timeout,
+            send_timeout: self.send_timeout,
+            drain_timeout: self.drain_timeout,
             header_timeout_ms: self.header_timeout_ms,
             idle_timeout_ms: self.idle_timeout_ms,
             send_timeout_ms: self.send_timeout_ms,
@@ -160,4 +181,113 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let config = args.flags.into_config()?;
     // Every ServerError names what failed (root, address, log path); no extra context needed.
     Ok(shortfirst_server::run_until_signal(config)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use clap::Parser;
+    use shortfirst_server::{CutoffsSpec, Policy};
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(extra: &[&str]) -> Result<Args, String> {
+        let base = ["serve", "--root", "/srv"];
+        Cli::try_parse_from(base.iter().chain(extra)).map(|c| c.args).map_err(|e| e.to_string())
+    }
+
+    fn config(extra: &[&str]) -> ServerConfig {
+        parse(extra).unwrap().flags.into_config().unwrap()
+    }
+
+    /// Which timeout of the config a case checks.
+    type Field = fn(&ServerConfig) -> Duration;
+
+    #[test]
+    fn timeout_flags_take_units_and_the_ms_flags_still_work() {
+        let ms = Duration::from_millis;
+        let cases: &[(&[&str], Field, Duration)] = &[
+            (&[], |c| c.header_timeout, ms(10_000)),
+            (&["--header-timeout", "5s"], |c| c.header_timeout, ms(5_000)),
+            (&["--header-timeout", "500ms"], |c| c.header_timeout, ms(500)),
+            (&["--header-timeout", "2"], |c| c.header_timeout, ms(2_000)),
+            (&["--header-timeout-ms", "1500"], |c| c.header_timeout, ms(1_500)),
+            (&["--idle-timeout", "1m"], |c| c.idle_timeout, ms(60_000)),
+            (&["--idle-timeout-ms", "250"], |c| c.idle_timeout, ms(250)),
+            (&["--send-timeout", "0.5"], |c| c.send_timeout, ms(500)),
+            (&["--send-timeout-ms", "42"], |c| c.send_timeout, ms(42)),
+            (&["--drain-timeout", "30s"], |c| c.drain_timeout, ms(30_000)),
+            (&["--drain-timeout-ms", "0"], |c| c.drain_timeout, ms(0)),
+        ];
+        for (flags, field, want) in cases {
+            assert_eq!(field(&config(flags)), *want, "{flags:?}");
+        }
+    }
+
+    #[test]
+    fn bad_timeout_flags_are_usage_errors_naming_the_flag() {
+        let cases: &[(&[&str], &[&str])] = &[
+            (&["--header-timeout", "5s", "--header-timeout-ms", "5000"], &["--header-timeout", "--header-timeout-ms"]),
+            (&["--idle-timeout-ms", "5", "--idle-timeout", "5s"], &["--idle-timeout", "--idle-timeout-ms"]),
+            (&["--send-timeout", "1s", "--send-timeout-ms", "1"], &["--send-timeout-ms"]),
+            (&["--drain-timeout", "1s", "--drain-timeout-ms", "1"], &["--drain-timeout-ms"]),
+            (&["--header-timeout", "0s"], &["--header-timeout", "above 0"]),
+            (&["--idle-timeout", "ten"], &["--idle-timeout", "ten"]),
+            (&["--send-timeout=-1"], &["--send-timeout"]),
+            (&["--header-timeout-ms", "5s"], &["--header-timeout-ms"]),
+        ];
+        for (flags, needles) in cases {
+            let err = parse(flags).err().unwrap_or_else(|| panic!("{flags:?} accepted"));
+            for n in *needles {
+                assert!(err.contains(n), "{flags:?}: {err} lacks {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn policy_flag_names_match_sim() {
+        let paper = CutoffsSpec::List(shortfirst_core::bands::Cutoffs::paper_default());
+        let list = |t: &str| CutoffsSpec::List(shortfirst_core::bands::Cutoffs::parse(t).unwrap());
+        let cases: Vec<(&[&str], Policy, CutoffsSpec)> = vec![
+            (&[], Policy::Srpt, paper.clone()),
+            (&["--policy", "srpt-classes:1K,2K"], Policy::Srpt, list("1K,2K")),
+            (&["--policy", "srpt-classes"], Policy::Srpt, paper.clone()),
+            (&["--policy", "srpt-classes", "--cutoffs", "4K"], Policy::Srpt, list("4K")),
+            (&["--policy", "srpt", "--cutoffs", "4K"], Policy::Srpt, list("4K")),
+            (&["--policy", "srpt", "--cutoffs", "auto"], Policy::Srpt, CutoffsSpec::Auto),
+            (&["--policy", "fair"], Policy::Fair, paper.clone()),
+            (&["--policy", "srpt2"], Policy::Srpt2, paper.clone()),
+        ];
+        for (flags, policy, cutoffs) in cases {
+            let c = config(flags);
+            assert_eq!((c.policy, &c.cutoffs), (policy, &cutoffs), "{flags:?}");
+        }
+        // Same spelling, same bands as the simulator's policy.
+        let sim = shortfirst_core::policy::Policy::parse("srpt-classes:1K,2K").unwrap();
+        let shortfirst_core::policy::Policy::SrptClasses(sim_cutoffs) = sim else { panic!("{sim}") };
+        assert_eq!(config(&["--policy", "srpt-classes:1K,2K"]).cutoffs, CutoffsSpec::List(sim_cutoffs));
+    }
+
+    #[test]
+    fn bad_policy_flags_are_named() {
+        for (flags, needles) in [
+            (&["--policy", "sjf"][..], &["--policy", "sjf"][..]),
+            (&["--policy", "srpt-classes:2K,1K"], &["--policy", "increasing"]),
+            (&["--policy", "fair:1K"], &["--policy", "srpt-classes:CUTOFFS"]),
+        ] {
+            let err = parse(flags).err().unwrap_or_else(|| panic!("{flags:?} accepted"));
+            for n in needles {
+                assert!(err.contains(n), "{flags:?}: {err} lacks {n}");
+            }
+        }
+        let err = parse(&["--policy", "srpt-classes:1K", "--cutoffs", "2K"]).unwrap().flags.into_config().unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains("cutoffs") && msg.contains("srpt-classes"), "{msg}");
+    }
 }

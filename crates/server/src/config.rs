@@ -40,6 +40,92 @@ fn parse_name<T: serde::de::DeserializeOwned>(s: &str, what: &str, expected: &st
     T::deserialize(StrDeserializer::<Error>::new(s)).map_err(|_| format!("unknown {what} {s:?}: expected {expected}"))
 }
 
+/// A `--policy` value: the policy plus, for `srpt-classes:CUTOFFS`, the cutoffs it names.
+///
+/// The names match `shortfirst sim`: `srpt-classes:C` is SRPT by size classes with
+/// cutoffs `C`; `srpt-classes` alone takes them from `--cutoffs` (or the default).
+/// `srpt` is kept as the older spelling of `srpt-classes` (in `sim`, `srpt` is exact SRPT,
+/// which a server with a handful of priority bands cannot do).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicySpec {
+    pub policy: Policy,
+    /// Cutoffs named in the policy itself (`srpt-classes:1K,5K`); `None` = from `cutoffs`.
+    pub cutoffs: Option<Cutoffs>,
+}
+
+const POLICY_NAMES: &str =
+    "fair, srpt-classes, srpt-classes:CUTOFFS (e.g. srpt-classes:1K,2K,5K,20K,50K), srpt (= srpt-classes) or srpt2";
+
+impl From<Policy> for PolicySpec {
+    fn from(policy: Policy) -> PolicySpec {
+        PolicySpec { policy, cutoffs: None }
+    }
+}
+
+impl std::str::FromStr for PolicySpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<PolicySpec, String> {
+        let trimmed = s.trim();
+        let name = trimmed.split_once(':').map_or(trimmed, |(n, _)| n.trim()).to_ascii_lowercase();
+        match (name.as_str(), trimmed.contains(':')) {
+            ("srpt-classes", false) => Ok(Policy::Srpt.into()),
+            // Core's parser, so `sim` and `serve` read the same cutoffs the same way.
+            ("srpt-classes", true) => match shortfirst_core::policy::Policy::parse(trimmed) {
+                Ok(shortfirst_core::policy::Policy::SrptClasses(cutoffs)) => {
+                    Ok(PolicySpec { policy: Policy::Srpt, cutoffs: Some(cutoffs) })
+                }
+                Ok(other) => Err(format!("policy {s:?}: parsed as {other}, expected srpt-classes:CUTOFFS")),
+                Err(e) => Err(e.to_string()),
+            },
+            (_, false) => parse_name::<Policy>(&name, "policy", POLICY_NAMES).map(PolicySpec::from),
+            (_, true) => {
+                Err(format!("unknown policy {s:?}: only srpt-classes takes cutoffs after `:`; expected {POLICY_NAMES}"))
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PolicySpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<PolicySpec, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl std::fmt::Display for PolicySpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.policy, &self.cutoffs) {
+            (Policy::Srpt, Some(c)) => write!(f, "srpt-classes:{c}"),
+            (p, _) => write!(f, "{p}"),
+        }
+    }
+}
+
+/// A timeout from the config file: a unit string (`"10s"`, `"500ms"`, `"1m"`) or a plain
+/// number of seconds, as on the command line. Kept in seconds until validated.
+fn duration_s<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Text {
+        Number(f64),
+        Text(String),
+    }
+    match Text::deserialize(d)? {
+        Text::Number(v) => Ok(Some(v)),
+        Text::Text(t) => shortfirst_core::units::parse_duration_s(&t, shortfirst_core::units::BareUnit::Seconds)
+            .map(Some)
+            .map_err(serde::de::Error::custom),
+    }
+}
+
+/// A positive timeout in seconds → `Duration`; `key` names the setting in the error.
+fn timeout(key: &'static str, seconds: f64) -> Result<Duration, ConfigError> {
+    match Duration::try_from_secs_f64(seconds) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        _ => Err(ConfigError::Invalid { key, reason: format!("{seconds} s: must be above 0 and finite") }),
+    }
+}
+
 impl std::fmt::Display for Policy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -203,6 +289,7 @@ impl ServerConfig {
 
     /// Builds and validates a configuration from its partial form; `root` is required.
     pub fn from_file(file: ConfigFile) -> Result<ServerConfig, ConfigError> {
+        file.check_pairs()?;
         let root = file.root.ok_or(ConfigError::Missing("root"))?;
         let mut c = ServerConfig::new(root);
         macro_rules! take {
@@ -210,7 +297,6 @@ impl ServerConfig {
         }
         take!(
             listen,
-            policy,
             threads,
             max_connections,
             max_request_line_bytes,
@@ -231,17 +317,33 @@ impl ServerConfig {
         c.access_log = file.access_log;
         c.send_buffer_bytes = file.send_buffer_bytes;
         let ms = Duration::from_millis;
-        if let Some(v) = file.header_timeout_ms {
-            c.header_timeout = ms(v);
+        for (key, secs, millis, field) in [
+            ("header-timeout", file.header_timeout, file.header_timeout_ms, &mut c.header_timeout),
+            ("idle-timeout", file.idle_timeout, file.idle_timeout_ms, &mut c.idle_timeout),
+            ("send-timeout", file.send_timeout, file.send_timeout_ms, &mut c.send_timeout),
+            ("drain-timeout", file.drain_timeout, file.drain_timeout_ms, &mut c.drain_timeout),
+        ] {
+            if let Some(s) = secs {
+                *field = timeout(key, s)?;
+            } else if let Some(v) = millis {
+                *field = ms(v);
+            }
         }
-        if let Some(v) = file.idle_timeout_ms {
-            c.idle_timeout = ms(v);
+        let mut policy_cutoffs = None;
+        if let Some(spec) = file.policy {
+            c.policy = spec.policy;
+            policy_cutoffs = spec.cutoffs;
         }
-        if let Some(v) = file.send_timeout_ms {
-            c.send_timeout = ms(v);
-        }
-        if let Some(v) = file.drain_timeout_ms {
-            c.drain_timeout = ms(v);
+        if let Some(cutoffs) = policy_cutoffs {
+            if file.cutoffs.is_some() {
+                return Err(ConfigError::Invalid {
+                    key: "cutoffs",
+                    reason: format!(
+                        "policy srpt-classes:{cutoffs} already names its cutoffs; give them either in the policy or in `cutoffs` (--cutoffs) with policy srpt-classes, not both"
+                    ),
+                });
+            }
+            c.cutoffs = CutoffsSpec::List(cutoffs);
         }
         if let Some(text) = file.cutoffs {
             let spec: CutoffsSpec =
@@ -249,7 +351,7 @@ impl ServerConfig {
             if c.policy != Policy::Srpt {
                 return Err(ConfigError::Invalid {
                     key: "cutoffs",
-                    reason: format!("only the srpt policy takes cutoffs (policy is {})", c.policy),
+                    reason: format!("only srpt-classes (alias srpt) takes cutoffs (policy is {})", c.policy),
                 });
             }
             c.cutoffs = spec;
@@ -326,7 +428,7 @@ pub enum ConfigError {
 pub struct ConfigFile {
     pub root: Option<PathBuf>,
     pub listen: Option<SocketAddr>,
-    pub policy: Option<Policy>,
+    pub policy: Option<PolicySpec>,
     pub cutoffs: Option<String>,
     pub admin: Option<SocketAddr>,
     pub threads: Option<usize>,
@@ -335,6 +437,16 @@ pub struct ConfigFile {
     pub max_header_bytes: Option<usize>,
     pub max_headers: Option<usize>,
     pub max_body_bytes: Option<u64>,
+    /// Timeouts in seconds (`header-timeout = "10s"`); the `-ms` keys are the older
+    /// spelling in plain milliseconds. Giving both forms of one timeout is an error.
+    #[serde(default, deserialize_with = "duration_s")]
+    pub header_timeout: Option<f64>,
+    #[serde(default, deserialize_with = "duration_s")]
+    pub idle_timeout: Option<f64>,
+    #[serde(default, deserialize_with = "duration_s")]
+    pub send_timeout: Option<f64>,
+    #[serde(default, deserialize_with = "duration_s")]
+    pub drain_timeout: Option<f64>,
     pub header_timeout_ms: Option<u64>,
     pub idle_timeout_ms: Option<u64>,
     pub send_timeout_ms: Option<u64>,
@@ -354,7 +466,29 @@ pub struct ConfigFile {
 
 impl ConfigFile {
     pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string() })
+        let file: ConfigFile = toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string() })?;
+        file.check_pairs().map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string() })?;
+        Ok(file)
+    }
+
+    /// One timeout given in both spellings (`header-timeout` and `header-timeout-ms`) is
+    /// an error rather than a silent pick.
+    pub fn check_pairs(&self) -> Result<(), ConfigError> {
+        for (key, both) in [
+            ("header-timeout", self.header_timeout.is_some() && self.header_timeout_ms.is_some()),
+            ("idle-timeout", self.idle_timeout.is_some() && self.idle_timeout_ms.is_some()),
+            ("send-timeout", self.send_timeout.is_some() && self.send_timeout_ms.is_some()),
+            ("drain-timeout", self.drain_timeout.is_some() && self.drain_timeout_ms.is_some()),
+        ] {
+            if both {
+                return Err(ConfigError::Invalid {
+                    key,
+                    reason: format!("given as both `{key}` and `{key}-ms` (the older spelling); keep one"),
+                });
+            }
+        }
+        Ok(())
     }
 
     pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
@@ -368,6 +502,21 @@ impl ConfigFile {
         macro_rules! over {
             ($($field:ident),*) => { $( if over.$field.is_some() { self.$field = over.$field; } )* };
         }
+        // A timeout given in either spelling replaces both of the file's spellings.
+        macro_rules! over_pair {
+            ($(($secs:ident, $millis:ident)),*) => { $(
+                if over.$secs.is_some() || over.$millis.is_some() {
+                    self.$secs = over.$secs;
+                    self.$millis = over.$millis;
+                }
+            )* };
+        }
+        over_pair!(
+            (header_timeout, header_timeout_ms),
+            (idle_timeout, idle_timeout_ms),
+            (send_timeout, send_timeout_ms),
+            (drain_timeout, drain_timeout_ms)
+        );
         over!(
             root,
             listen,
@@ -380,10 +529,6 @@ impl ConfigFile {
             max_header_bytes,
             max_headers,
             max_body_bytes,
-            header_timeout_ms,
-            idle_timeout_ms,
-            send_timeout_ms,
-            drain_timeout_ms,
             max_requests_per_connection,
             sendfile_chunk_bytes,
             send_buffer_bytes,
@@ -411,7 +556,8 @@ mod tests {
             Path::new("t.toml"),
         )
         .unwrap();
-        let flags = ConfigFile { policy: Some(Policy::Srpt), cutoffs: Some("auto".into()), ..Default::default() };
+        let flags =
+            ConfigFile { policy: Some(Policy::Srpt.into()), cutoffs: Some("auto".into()), ..Default::default() };
         let c = ServerConfig::from_file(file.overlay(flags)).unwrap();
         assert_eq!(c.root, PathBuf::from("/srv"));
         assert_eq!(c.policy, Policy::Srpt);
@@ -456,5 +602,139 @@ mod tests {
         assert_eq!("deny".parse::<Dotfiles>(), Ok(Dotfiles::Deny));
         assert!("hide".parse::<Dotfiles>().unwrap_err().contains("ignore, deny or allow"));
         assert!("SRPT".parse::<Policy>().unwrap_err().contains("fair, srpt or srpt2"));
+    }
+
+    fn parse_ok(text: &str) -> ServerConfig {
+        let file = ConfigFile::parse(&format!("root = \"/srv\"\n{text}\n"), Path::new("t.toml")).unwrap();
+        ServerConfig::from_file(file).unwrap()
+    }
+
+    /// Which timeout of the config a case checks.
+    type Field = fn(&ServerConfig) -> Duration;
+
+    #[test]
+    fn timeouts_take_units_and_the_ms_keys_still_work() {
+        let ms = Duration::from_millis;
+        let cases: &[(&str, Field, Duration)] = &[
+            ("header-timeout = \"10s\"", |c| c.header_timeout, ms(10_000)),
+            ("header-timeout = \"500ms\"", |c| c.header_timeout, ms(500)),
+            ("header-timeout = 3", |c| c.header_timeout, ms(3_000)),
+            ("header-timeout = 0.25", |c| c.header_timeout, ms(250)),
+            ("header-timeout = \"2\"", |c| c.header_timeout, ms(2_000)),
+            ("header-timeout-ms = 1500", |c| c.header_timeout, ms(1_500)),
+            ("idle-timeout = \"1m30s\"", |c| c.idle_timeout, ms(90_000)),
+            ("idle-timeout-ms = 7", |c| c.idle_timeout, ms(7)),
+            ("send-timeout = \"2.5s\"", |c| c.send_timeout, ms(2_500)),
+            ("send-timeout-ms = 900", |c| c.send_timeout, ms(900)),
+            ("drain-timeout = \"1s\"", |c| c.drain_timeout, ms(1_000)),
+            ("drain-timeout-ms = 0", |c| c.drain_timeout, ms(0)),
+        ];
+        for (text, field, want) in cases {
+            assert_eq!(field(&parse_ok(text)), *want, "{text}");
+        }
+    }
+
+    #[test]
+    fn bad_timeouts_are_named() {
+        // (file text, what the error must mention)
+        let cases: &[(&str, &[&str])] = &[
+            ("header-timeout = \"10s\"\nheader-timeout-ms = 10000", &["header-timeout", "header-timeout-ms", "t.toml"]),
+            ("idle-timeout = 1\nidle-timeout-ms = 1", &["idle-timeout", "idle-timeout-ms"]),
+            ("send-timeout = \"1s\"\nsend-timeout-ms = 5", &["send-timeout-ms"]),
+            ("drain-timeout = \"1s\"\ndrain-timeout-ms = 5", &["drain-timeout-ms"]),
+            ("header-timeout = \"ten\"", &["header-timeout", "ten"]),
+            ("idle-timeout = \"5 parsecs\"", &["idle-timeout"]),
+            ("header-timeout = true", &["header-timeout"]),
+        ];
+        for (text, needles) in cases {
+            let err = ConfigFile::parse(&format!("root = \"/srv\"\n{text}\n"), Path::new("t.toml")).unwrap_err();
+            let msg = err.to_string();
+            for n in *needles {
+                assert!(msg.contains(n), "{text}: {msg} lacks {n}");
+            }
+        }
+        // Parsed but not a usable timeout: named by the new key.
+        for (text, key) in [
+            ("header-timeout = 0", "header-timeout"),
+            ("send-timeout = \"0s\"", "send-timeout"),
+            ("drain-timeout = -1", "drain-timeout"),
+            ("idle-timeout = 1e300", "idle-timeout"),
+        ] {
+            let file = ConfigFile::parse(&format!("root = \"/srv\"\n{text}\n"), Path::new("t.toml")).unwrap();
+            let msg = ServerConfig::from_file(file).unwrap_err().to_string();
+            assert!(msg.contains(key) && msg.contains("above 0"), "{text}: {msg}");
+        }
+    }
+
+    #[test]
+    fn a_flag_in_either_spelling_replaces_the_files_timeout() {
+        let file = ConfigFile::parse(
+            "root = \"/srv\"\nheader-timeout-ms = 9000\nidle-timeout = \"9s\"\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        let flags = ConfigFile { header_timeout: Some(2.0), idle_timeout_ms: Some(300), ..Default::default() };
+        let c = ServerConfig::from_file(file.overlay(flags)).unwrap();
+        assert_eq!(c.header_timeout, Duration::from_secs(2));
+        assert_eq!(c.idle_timeout, Duration::from_millis(300));
+    }
+
+    #[test]
+    fn policy_names_match_sim() {
+        let paper = CutoffsSpec::List(Cutoffs::paper_default());
+        let list = |t: &str| CutoffsSpec::List(Cutoffs::parse(t).unwrap());
+        // (file text, policy, cutoffs)
+        let cases: Vec<(&str, Policy, CutoffsSpec)> = vec![
+            ("policy = \"srpt-classes:1K,5K\"", Policy::Srpt, list("1K,5K")),
+            ("policy = \"SRPT-Classes: 2K, 20K\"", Policy::Srpt, list("2K,20K")),
+            ("policy = \"srpt-classes\"", Policy::Srpt, paper.clone()),
+            ("policy = \"srpt-classes\"\ncutoffs = \"3K\"", Policy::Srpt, list("3K")),
+            ("policy = \"srpt-classes\"\ncutoffs = \"auto\"", Policy::Srpt, CutoffsSpec::Auto),
+            ("policy = \"srpt\"", Policy::Srpt, paper.clone()),
+            ("policy = \"srpt\"\ncutoffs = \"3K\"", Policy::Srpt, list("3K")),
+            ("policy = \"fair\"", Policy::Fair, paper.clone()),
+            ("policy = \"srpt2\"", Policy::Srpt2, paper.clone()),
+        ];
+        for (text, policy, cutoffs) in cases {
+            let c = parse_ok(text);
+            assert_eq!((c.policy, &c.cutoffs), (policy, &cutoffs), "{text}");
+        }
+        // The same string means the same cutoffs in sim's parser.
+        let sim = shortfirst_core::policy::Policy::parse("srpt-classes:1K,5K").unwrap();
+        let serve: PolicySpec = "srpt-classes:1K,5K".parse().unwrap();
+        assert_eq!(sim.to_string(), serve.to_string());
+    }
+
+    #[test]
+    fn bad_policies_are_named() {
+        for (text, needles) in [
+            ("srpt-classes:", &["cutoff"][..]),
+            ("srpt-classes:2K,1K", &["increasing"]),
+            ("srpt-classes:ten", &["ten"]),
+            ("fair:1K", &["fair:1K", "srpt-classes:CUTOFFS"]),
+            ("srpt:1K", &["srpt:1K", "only srpt-classes"]),
+            ("sjf", &["sjf", "srpt (= srpt-classes)"]),
+            ("ps", &["ps"]),
+        ] {
+            let err = text.parse::<PolicySpec>().unwrap_err();
+            for n in needles {
+                assert!(err.contains(n), "{text}: {err} lacks {n}");
+            }
+            // In a file, the key and the file are named too.
+            let err = ConfigFile::parse(&format!("policy = {text:?}\n"), Path::new("p.toml")).unwrap_err().to_string();
+            assert!(err.contains("policy") && err.contains("p.toml"), "{text}: {err}");
+        }
+        // Cutoffs twice: in the policy name and in `cutoffs`.
+        let file =
+            ConfigFile::parse("root = \"/srv\"\npolicy = \"srpt-classes:1K\"\ncutoffs = \"2K\"\n", Path::new("t.toml"))
+                .unwrap();
+        let msg = ServerConfig::from_file(file).unwrap_err().to_string();
+        assert!(msg.contains("cutoffs") && msg.contains("srpt-classes:1000"), "{msg}");
+        let msg = ServerConfig::from_file(
+            ConfigFile::parse("root = \"/srv\"\npolicy = \"fair\"\ncutoffs = \"2K\"\n", Path::new("t.toml")).unwrap(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(msg.contains("only srpt-classes"), "{msg}");
     }
 }

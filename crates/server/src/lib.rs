@@ -20,6 +20,6 @@ pub mod resolve;
 pub mod sched;
 pub mod server;
 
-pub use config::{AccessLogFormat, ConfigError, ConfigFile, CutoffsSpec, Dotfiles, Policy, ServerConfig};
+pub use config::{AccessLogFormat, ConfigError, ConfigFile, CutoffsSpec, Dotfiles, Policy, PolicySpec, ServerConfig};
 pub use sched::{so_priority, PriorityObserver};
 pub use server::{run_until_signal, Server, ServerError};
