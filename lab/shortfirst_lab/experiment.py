@@ -54,6 +54,24 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
                                       # takes ~1.7 s / (1 − 0.95) ≈ 34 s, and cutting it short
                                       # would hide exactly the large-file penalty we measure.
 
+    [[client.groups]]                 # optional, repeatable: client groups behind a WAN path
+    name = "near"                     # [A-Za-z0-9_-]{1,32}, unique
+    clients = 32                      # int >= 1: this many client identities (ids are given to
+                                      # the groups in file order); the counts sum to client.clients
+    rtt_ms = 40                       # float in [0, 5000]: round-trip delay added to the path
+    jitter_ms = 0                     # float in [0, rtt_ms / 2]
+    loss = 0.0                        # float in [0, 0.5]: drop probability per packet and direction
+
+    [wan]                             # optional: only with client.groups or wan.paths
+    emulator = "shortfirst"           # `shortfirst netem` (this kernel has no netem qdisc)
+    paths = []                        # a sweep: each {rtt_ms, jitter_ms, loss} is one more
+                                      # dimension of the matrix, applied to every client (one
+                                      # group "all"); exclusive with client.groups
+    seed = 1                          # int >= 0: the emulator's loss generator
+    jitter_mode = "fifo"              # fifo (no reordering) | reorder (netem's jitter)
+    congestion_control = "reno"       # the client namespace's TCP (reno or bbr: what a child
+                                      # namespace can make its default)
+
     [server]
     cutoffs = ""                      # "" (the policy's default), "auto" or "1K,2K,..."
     port = 8080                       # int in [1, 65535]
@@ -87,6 +105,11 @@ from pathlib import Path
 from typing import Any
 
 POLICIES = ("fair", "srpt", "srpt2")
+#: Most client groups (each gets a /24 of 10.78.0.0/16 in the testbed).
+MAX_GROUPS = 200
+#: Most points of a WAN path sweep.
+MAX_PATHS = 64
+_GROUP_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 _RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(bit|kbit|mbit|gbit)?\s*$", re.IGNORECASE)
 _RATE_UNIT = {None: 1, "bit": 1, "kbit": 1_000, "mbit": 1_000_000, "gbit": 1_000_000_000}
@@ -131,10 +154,41 @@ class Workload:
 
 
 @dataclass(frozen=True)
+class WanPathSpec:
+    """Path properties between clients and server: added RTT, jitter, loss per direction."""
+
+    rtt_ms: float
+    jitter_ms: float = 0.0
+    loss: float = 0.0
+
+    @property
+    def label(self) -> str:
+        """`rtt100ms-loss2.5pct`: part of a run directory's name."""
+        return f"rtt{self.rtt_ms:g}ms-loss{self.loss * 100:g}pct"
+
+
+@dataclass(frozen=True)
+class ClientGroup:
+    name: str
+    clients: int
+    path: WanPathSpec
+
+
+@dataclass(frozen=True)
+class Wan:
+    emulator: str = "shortfirst"
+    paths: tuple[WanPathSpec, ...] = ()
+    seed: int = 1
+    jitter_mode: str = "fifo"
+    congestion_control: str = "reno"
+
+
+@dataclass(frozen=True)
 class Client:
     model: str = "open"
     clients: int = 64
     timeout_s: float = 300.0
+    groups: tuple[ClientGroup, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -160,16 +214,18 @@ class Calibration:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One cell of the matrix: a policy at a load, repeat `repeat` (1-based)."""
+    """One cell of the matrix: a policy at a load (on a WAN path of a sweep), repeat
+    `repeat` (1-based)."""
 
     policy: str
     load: float
     repeat: int
     seed: int
+    path: WanPathSpec | None = None
 
     @property
     def run_id(self) -> str:
-        return run_dir_name(self.policy, self.load, self.repeat)
+        return run_dir_name(self.policy, self.load, self.repeat, self.path)
 
 
 @dataclass(frozen=True)
@@ -186,17 +242,20 @@ class Experiment:
     client: Client = field(default_factory=Client)
     server: Server = field(default_factory=Server)
     calibration: Calibration = field(default_factory=Calibration)
+    wan: Wan | None = None
     source: str = ""
 
     def matrix(self) -> list[RunSpec]:
-        """Runs in execution order: load-major, then repeat, then policy.
+        """Runs in execution order: load-major, then WAN path, then repeat, then policy.
 
-        Policies at the same load and repeat run back to back, so slow drift of the shared
-        machine (other tenants, thermal) affects the policies being compared alike.
+        Policies at the same load, path and repeat run back to back, so slow drift of the
+        shared machine (other tenants, thermal) affects the policies being compared alike.
         """
+        paths: tuple[WanPathSpec | None, ...] = self.wan.paths if self.wan and self.wan.paths else (None,)
         return [
-            RunSpec(policy=p, load=ld, repeat=k, seed=self.seed + k - 1)
+            RunSpec(policy=p, load=ld, repeat=k, seed=self.seed + k - 1, path=path)
             for ld in self.loads
+            for path in paths
             for k in range(1, self.repeats + 1)
             for p in self.policies
         ]
@@ -213,16 +272,39 @@ class Experiment:
             },
             "uplink": vars(self.uplink).copy(),
             "workload": vars(self.workload).copy(),
-            "client": vars(self.client).copy(),
+            "client": _client_dict(self.client),
             "server": {**vars(self.server), "extra_args": list(self.server.extra_args)},
             "run": vars(self.run).copy(),
             "calibration": vars(self.calibration).copy(),
-        }
+        } | ({"wan": _wan_dict(self.wan)} if self.wan else {})
 
 
-def run_dir_name(policy: str, load: float, repeat: int) -> str:
-    """`<policy>-load<ρ>-rep<k>`, ρ with two decimals (`fair-load0.80-rep1`)."""
-    return f"{policy}-load{load:.2f}-rep{repeat}"
+def _path_dict(p: WanPathSpec) -> dict[str, Any]:
+    return {"rtt_ms": p.rtt_ms, "jitter_ms": p.jitter_ms, "loss": p.loss}
+
+
+def _client_dict(c: Client) -> dict[str, Any]:
+    out: dict[str, Any] = {"model": c.model, "clients": c.clients, "timeout_s": c.timeout_s}
+    if c.groups:
+        out["groups"] = [{"name": g.name, "clients": g.clients, **_path_dict(g.path)} for g in c.groups]
+    return out
+
+
+def _wan_dict(w: Wan) -> dict[str, Any]:
+    return {
+        "emulator": w.emulator,
+        "paths": [_path_dict(p) for p in w.paths],
+        "seed": w.seed,
+        "jitter_mode": w.jitter_mode,
+        "congestion_control": w.congestion_control,
+    }
+
+
+def run_dir_name(policy: str, load: float, repeat: int, path: WanPathSpec | None = None) -> str:
+    """`<policy>-load<ρ>[-<path>]-rep<k>`, ρ with two decimals (`fair-load0.80-rep1`,
+    `srpt-load0.90-rtt100ms-loss2.5pct-rep1`)."""
+    middle = f"-{path.label}" if path is not None else ""
+    return f"{policy}-load{load:.2f}{middle}-rep{repeat}"
 
 
 def parse_rate(value: Any) -> int:
@@ -301,7 +383,7 @@ class _Section:
             )
 
 
-_SECTIONS = ("experiment", "uplink", "workload", "client", "server", "run", "calibration")
+_SECTIONS = ("experiment", "uplink", "workload", "client", "server", "run", "calibration", "wan")
 
 
 def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
@@ -353,6 +435,8 @@ def _toml_value(v: Any) -> str:
         return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(v, list):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
     raise TypeError(f"cannot write {type(v).__name__} as TOML")
 
 
@@ -441,12 +525,15 @@ def experiment_from_dict(
     model = c.str("model", "open")
     if not _MODEL_RE.match(model):
         raise c.err("model", "open, partly-open:K or closed:N[,think=DIST]", model)
+    n_clients = c.int("clients", 64, lo=1, hi=1_000_000)
     client = Client(
         model=model,
-        clients=c.int("clients", 64, lo=1, hi=1_000_000),
+        clients=n_clients,
         timeout_s=c.float("timeout_s", 300.0, lo=0.0, lo_open=True),
+        groups=_groups(path, c.get("groups", []), n_clients),
     )
     c.finish()
+    wan = _wan(path, doc.get("wan"), client)
 
     s = _Section(path, "server", doc.get("server", {}))
     cutoffs = s.str("cutoffs", "")
@@ -501,5 +588,82 @@ def experiment_from_dict(
         server=server,
         run=timing,
         calibration=calibration,
+        wan=wan,
         source=text,
     )
+
+
+def _path_spec(sec: _Section) -> WanPathSpec:
+    rtt = sec.float("rtt_ms", lo=0.0)
+    if rtt > 5000:
+        raise sec.err("rtt_ms", "a number in [0, 5000]", rtt)
+    jitter = sec.float("jitter_ms", 0.0, lo=0.0)
+    if jitter > rtt / 2:
+        raise sec.err("jitter_ms", f"a number in [0, rtt_ms / 2 = {rtt / 2:g}]", jitter)
+    loss = sec.float("loss", 0.0, lo=0.0)
+    if loss > 0.5:
+        raise sec.err("loss", "a probability in [0, 0.5]", loss)
+    return WanPathSpec(rtt_ms=rtt, jitter_ms=jitter, loss=loss)
+
+
+def _groups(path: Path, raw: Any, n_clients: int) -> tuple[ClientGroup, ...]:
+    """`[[client.groups]]`: names unique, client counts summing to client.clients."""
+    if not isinstance(raw, list) or not all(isinstance(t, dict) for t in raw):
+        raise ExperimentError(path, "client.groups", "an array of tables ([[client.groups]])", raw)
+    if len(raw) > MAX_GROUPS:
+        raise ExperimentError(path, "client.groups", f"at most {MAX_GROUPS} groups", len(raw))
+    groups = []
+    for i, table in enumerate(raw):
+        g = _Section(path, f"client.groups[{i}]", table)
+        name = g.str("name")
+        if not _GROUP_NAME_RE.match(name):
+            raise g.err("name", "1 to 32 of [A-Za-z0-9_-]", name)
+        groups.append(ClientGroup(name=name, clients=g.int("clients", lo=1), path=_path_spec(g)))
+        g.finish()
+    names = [g.name for g in groups]
+    if len(set(names)) != len(names):
+        raise ExperimentError(path, "client.groups", "unique group names", names)
+    if groups and sum(g.clients for g in groups) != n_clients:
+        raise ExperimentError(
+            path,
+            "client.groups",
+            f"client counts summing to client.clients ({n_clients})",
+            sum(g.clients for g in groups),
+        )
+    return tuple(groups)
+
+
+def _wan(path: Path, raw: Any, client: Client) -> Wan | None:
+    """`[wan]`: the emulator and, optionally, a sweep of paths applied to every client."""
+    if raw is None:
+        return Wan() if client.groups else None
+    w = _Section(path, "wan", raw)
+    emulator = w.str("emulator", "shortfirst")
+    if emulator != "shortfirst":
+        raise w.err("emulator", '"shortfirst" (the kernel netem qdisc is not supported yet)', emulator)
+    raw_paths = w.get("paths", [])
+    if not isinstance(raw_paths, list) or not all(isinstance(t, dict) for t in raw_paths):
+        raise w.err("paths", "a list of tables {rtt_ms, jitter_ms, loss}", raw_paths)
+    if len(raw_paths) > MAX_PATHS:
+        raise w.err("paths", f"at most {MAX_PATHS} paths", len(raw_paths))
+    paths = []
+    for i, table in enumerate(raw_paths):
+        ps = _Section(path, f"wan.paths[{i}]", table)
+        paths.append(_path_spec(ps))
+        ps.finish()
+    if len({p.label for p in paths}) != len(paths):
+        raise w.err("paths", "no duplicates (paths are named by rtt and loss)", [p.label for p in paths])
+    jitter_mode = w.str("jitter_mode", "fifo")
+    if jitter_mode not in ("fifo", "reorder"):
+        raise w.err("jitter_mode", "fifo or reorder", jitter_mode)
+    cc = w.str("congestion_control", "reno")
+    if cc not in ("reno", "bbr"):
+        raise w.err("congestion_control", "reno or bbr (what a child namespace can make its default)", cc)
+    wan = Wan(emulator=emulator, paths=tuple(paths), seed=w.int("seed", 1, lo=0), jitter_mode=jitter_mode,
+              congestion_control=cc)  # fmt: skip
+    w.finish()
+    if wan.paths and client.groups:
+        raise ExperimentError(path, "wan.paths", "no paths when client.groups are given (one or the other)")
+    if not wan.paths and not client.groups:
+        raise ExperimentError(path, "wan", "client.groups or wan.paths (a [wan] section without either)")
+    return wan

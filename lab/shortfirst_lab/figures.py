@@ -62,8 +62,10 @@ def metric_vs_load(
     ylabel: str,
     title: str,
     logy: bool = False,
+    xlabel: str = "Uplink load",
 ) -> bytes:
-    """One line per policy: (load, value, 95% CI half-width or None) points."""
+    """One line per policy: (x, value, 95% CI half-width or None) points; x is the load
+    unless ``xlabel`` says otherwise (RTT, loss in a WAN sweep)."""
     fig, ax = plt.subplots(figsize=(5.6, 4.2), layout="constrained")
     for policy, pts in points.items():
         pts = [p for p in pts if p[1] is not None]
@@ -83,7 +85,7 @@ def metric_vs_load(
             linestyle=st["linestyle"],
             label=st["label"],
         )
-    ax.set_xlabel("Uplink load")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     if logy:

@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from . import analysis, figures, models
-from .experiment import Experiment, load_experiment
+from . import analysis, figures, models, wanreport, wanrun
+from .experiment import Experiment, RunSpec, load_experiment
 from .kit import write_atomic, write_json
 
 LATENESS_LIMIT_MS = 5.0
@@ -53,6 +53,8 @@ RUN_KEYS = (
     "lateness_p99_ms",
     "valid",
 )
+# Present in a run of a WAN path sweep (and per-group metrics with client groups).
+WAN_RUN_KEYS = ("path", "rtt_ms", "loss", "groups")
 # What SRPT must show against FAIR, each from the paper that measured it:
 # (load, key, op, threshold, source). The thresholds sit inside the papers' ranges, so a
 # reproduction on another machine can meet them: 4x inside "3-8x for loads > 0.5", 10x below
@@ -91,6 +93,12 @@ class RunData:
     health: pd.DataFrame
     metrics: dict[str, Any]
     record: dict[str, Any]
+    path: str | None = None  # the WAN path's label in a path sweep
+
+    @property
+    def key(self) -> tuple[float, str | None, int]:
+        """What a policy is compared at: load, WAN path, repeat."""
+        return (round(self.load, 2), self.path, self.repeat)
 
 
 def _clean(x: Any) -> Any:
@@ -126,7 +134,9 @@ def _run_record(run_dir: Path) -> dict[str, Any]:
     return {}
 
 
-def analyse_run(run_dir: Path, exp: Experiment, base: analysis.Baseline | None) -> RunData:
+def analyse_run(
+    run_dir: Path, exp: Experiment, base: analysis.Baseline | None, spec: RunSpec | None = None
+) -> RunData:
     rec = _run_record(run_dir)
     req_path = run_dir / "requests.csv"
     if not req_path.exists():
@@ -152,14 +162,28 @@ def analyse_run(run_dir: Path, exp: Experiment, base: analysis.Baseline | None) 
     if tcp_path.exists():
         tcp = json.loads(tcp_path.read_text())
         m["health"].update({f"tcp_{k.split('.')[-1]}": tcp.get(k, 0) for k in TCP_COUNTERS})
-    policy = rec.get("policy") or run_dir.name.split("-load")[0]
-    load = float(rec.get("load", run_dir.name.split("-load")[1].split("-rep")[0]))
-    repeat = int(rec.get("repeat", run_dir.name.rsplit("-rep", 1)[1]))
+    policy = rec.get("policy") or (spec.policy if spec else run_dir.name.split("-load")[0])
+    load = float(rec["load"]) if "load" in rec else (spec.load if spec else _name_load(run_dir.name))
+    repeat = int(rec["repeat"]) if "repeat" in rec else (spec.repeat if spec else _name_repeat(run_dir.name))
     m.update(policy=policy, load=load, repeat=repeat, run=run_dir.name)
+    path = spec.path if spec else None
+    if path is not None:
+        m.update(path=path.label, rtt_ms=path.rtt_ms, loss=path.loss)
     w = analysis.window(df, exp.run.warmup_s, exp.run.duration_s)
     m["models"] = model_metrics(run_dir, exp, policy, load, w)
+    groups = wanrun.read_groups(run_dir)
+    if groups is not None:
+        m["groups"] = wanreport.group_metrics(w, groups)
     write_json(run_dir / "analysis.json", _clean(m))
-    return RunData(run_dir.name, policy, load, repeat, w, h, m, rec)
+    return RunData(run_dir.name, policy, load, repeat, w, h, m, rec, path.label if path else None)
+
+
+def _name_load(name: str) -> float:
+    return float(name.split("-load")[1].split("-")[0])
+
+
+def _name_repeat(name: str) -> int:
+    return int(name.rsplit("-rep", 1)[1])
 
 
 def model_metrics(
@@ -194,23 +218,31 @@ def summarise(out: Path) -> tuple[dict[str, Any], list[RunData], dict[str, Any]]
         if not (d / "requests.csv").exists():
             missing.append(spec.run_id)
             continue
-        runs.append(analyse_run(d, exp, base))
-    by_key = {(r.policy, round(r.load, 2), r.repeat): r for r in runs}
+        runs.append(analyse_run(d, exp, base, spec))
+    by_key = {(r.policy, *r.key): r for r in runs}
     comparisons = []
     for r in runs:
         if r.policy == "fair":
             continue
-        f = by_key.get(("fair", round(r.load, 2), r.repeat))
+        f = by_key.get(("fair", *r.key))
         if f is None:
             continue
         st = analysis.stretch(r.requests, f.requests)
         c = analysis.compare(r.metrics, f.metrics, st)
         c["valid"] = r.metrics["valid"] and f.metrics["valid"]
+        if r.path is not None:
+            c.update(path=r.path, rtt_ms=r.metrics["rtt_ms"], loss=r.metrics["loss"])
+        if "groups" in r.metrics and "groups" in f.metrics:
+            c["groups"] = wanreport.compare_groups(r.metrics["groups"], f.metrics["groups"])
         comparisons.append(c)
     summary = {
         "experiment": {"name": exp.name, "description": exp.description, **exp.to_dict()},
         "provenance": prov,
-        "runs": [{k: r.metrics.get(k) for k in RUN_KEYS} for r in runs],
+        "runs": [
+            {k: r.metrics.get(k) for k in RUN_KEYS}
+            | {k: r.metrics[k] for k in WAN_RUN_KEYS if k in r.metrics}
+            for r in runs
+        ],
         "comparisons": comparisons,
         "targets": target_rows(comparisons),
     }
@@ -231,7 +263,11 @@ def target_rows(comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
         vals = [
             c[key]
             for c in comparisons
-            if c["policy"] == "srpt" and abs(c["load"] - load) < 1e-9 and c.get(key) is not None
+            if c["policy"] == "srpt"
+            and abs(c["load"] - load) < 1e-9
+            and c.get(key) is not None
+            and not c.get("rtt_ms")  # the LAN targets hold on the sweep's LAN point only
+            and not c.get("loss")
         ]
         if not vals:
             rows.append(
@@ -436,6 +472,11 @@ policy ÷ FAIR. Stretch S(r) = RT<sub>policy</sub>(r) / RT<sub>FAIR</sub>(r) per
 <td>{{ '%.3f'|format(t.measured) if t.measured is not none else 'no run' }}</td>
 <td>{{ ('yes' if t.met else 'no') if t.met is not none else '—' }}</td></tr>{% endfor %}</table>
 
+{% for title, note, head, rows in wan_tables %}<h2>{{ title }}</h2>
+<table><tr>{% for h in head %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for row in rows %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}</table>
+<p>{{ note }}</p>
+{% endfor %}
 <h2>Figures</h2>
 {% for title, caption, b64 in figs %}<figure><h3>{{ title }}</h3>
 <img alt="{{ title }}" src="data:image/png;base64,{{ b64 }}"><figcaption>{{ caption }}</figcaption></figure>
@@ -481,7 +522,10 @@ def render_html(
     summary: dict[str, Any], runs: list[RunData], extras: dict[str, Any], with_figures: bool = True
 ) -> str:
     exp: Experiment = extras["exp"]
-    made = build_figures(runs, extras) if with_figures else []
+    # In a WAN path sweep the by-load figures show the sweep's LAN point only (pooling
+    # paths at a load would mix them); the sweep has figures of its own.
+    lan_runs = [r for r in runs if not r.metrics.get("rtt_ms") and not r.metrics.get("loss")]
+    made = build_figures(lan_runs, extras) + wanreport.sweep_figures(summary) if with_figures else []
     figs = [(t, c, base64.b64encode(png).decode("ascii")) for t, c, png in made]
     run_head = [
         "policy",
@@ -512,7 +556,7 @@ def render_html(
                 "valid": m["valid"],
                 "cells": [
                     r.policy,
-                    f"{r.load:.2f}",
+                    f"{r.load:.2f}" + (f" {r.path}" if r.path else ""),
                     r.repeat,
                     mean,
                     _f(m["p50_response_s"]),
@@ -542,7 +586,7 @@ def render_html(
     ]
     cmp_rows = [
         [
-            f"{c['load']:.2f}",
+            f"{c['load']:.2f}" + (f" {c['path']}" if c.get("path") else ""),
             c["repeat"],
             c["policy"],
             _f(c["mean_response_ratio"], "{:.2f}"),
@@ -607,6 +651,7 @@ def render_html(
         cmp_rows=cmp_rows,
         targets=target_rows(summary["comparisons"]),
         figs=figs,
+        wan_tables=wanreport.tables(summary),
         health_head=health_head,
         health_rows=health_rows,
         model_rows=model_rows,

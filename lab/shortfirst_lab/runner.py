@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from . import models, report
+from . import models, report, wanrun
 from .experiment import Experiment, RunSpec, load_experiment
 from .kit import load_argv, parse_proc_pairs, utc_now, write_atomic, write_json
 from .kit import provenance as collect
@@ -252,9 +252,22 @@ class Runner:
 
         return testbed
 
-    def testbed(self):
+    def testbed(self, groups: list | None = None, netem_dir: Path | None = None):
+        """A fresh testbed; with ``groups`` (``testbed.GroupPath``), a WAN one whose emulator
+        keeps its configuration and counters in ``netem_dir``."""
         tb = self._testbed_module()
         u = self.exp.uplink
+        wan_args: dict[str, Any] = {}
+        if groups is not None:
+            wan = self.exp.wan
+            assert wan is not None, "groups come from the experiment's [wan]"
+            wan_args = {
+                "groups": groups,
+                "netem_dir": netem_dir,
+                "netem_seed": wan.seed,
+                "netem_jitter_mode": wan.jitter_mode,
+                "client_congestion_control": wan.congestion_control,
+            }
         # Testbed run ids are 6 random hex digits (namespace names sf<id>-srv...), recorded in run.json.
         return tb.Testbed(
             run_id=tb.new_run_id(),
@@ -266,6 +279,7 @@ class Runner:
             accept_queue=u.accept_queue,
             queue_packets=u.queue_packets,
             congestion_control=u.congestion_control or None,
+            **wan_args,
         )
 
     def server_argv(self, tb: Any, policy: str) -> list[str]:
@@ -370,12 +384,15 @@ class Runner:
         load_args: list[str],
         wait_s: float,
         on_tick: Callable[[float, HealthSampler], None] | None = None,
+        groups: list[tuple[Any, list[int]]] | None = None,
     ) -> dict[str, Any]:
-        """One server + one generator on a fresh testbed; returns the run record."""
+        """One server + one generator on a fresh testbed (a WAN one when ``groups`` are
+        given: see wanrun); returns the run record."""
         rec: dict[str, Any] = {"started_utc": utc_now(), "policy": policy}
         t_wall = time.monotonic()
+        group_paths = [g for g, _ in groups] if groups else None
         with (
-            self.testbed() as tb,
+            self.testbed(group_paths, rdir if groups else None) as tb,
             open(rdir / "server.log", "w") as slog,
             open(rdir / "load.log", "w") as llog,
         ):
@@ -390,6 +407,9 @@ class Runner:
             if self.exp.uplink.rto_min_ms:
                 rec["route_commands"] = self.set_rto_min(tb, self.exp.uplink.rto_min_ms)
             s_argv = self.server_argv(tb, policy)
+            if groups:
+                wanrun.write_source_addrs(rdir / "source_addrs.csv", groups, tb.group_addrs)
+                load_args = [*load_args, "--source-addrs", f"file:{rdir / 'source_addrs.csv'}"]
             l_argv = load_argv(
                 self.bin, f"http://{tb.server_addr}:{self.exp.server.port}", out=rdir, extra=load_args
             )
@@ -401,8 +421,11 @@ class Runner:
             srv = tb.server_popen(s_argv, stdout=slog, stderr=subprocess.STDOUT)
             gen = None
             sampler = None
+            rtts: dict[str, Any] = {}
             try:
                 self.wait_listening(tb, srv, rdir / "server.log")
+                if groups:
+                    rtts = wanrun.measure_rtts(tb, self.exp.server.port)
                 tcp_before = self.tcp_counters(tb)
                 t0 = time.monotonic()
                 sampler = HealthSampler(tb.health_sample, t0)
@@ -444,9 +467,25 @@ class Runner:
                 if srv.poll() is None:
                     write_atomic(rdir / "server_metrics.txt", self.scrape_metrics(tb))
                 rec["server_rc"] = self.stop(srv)
+                if groups:
+                    self.finish_wan(tb, rdir, groups, rtts, rec)
         rec["finished_utc"] = utc_now()
         rec["wall_s"] = round(time.monotonic() - t_wall, 3)
         return rec
+
+    @staticmethod
+    def finish_wan(tb: Any, rdir: Path, groups: list, rtts: dict[str, Any], rec: dict[str, Any]) -> None:
+        """Stops the emulator; writes netem.json and groups.json. A broken conservation
+        (a packet neither out nor counted) fails the run: its figures would be unexplained."""
+        netem = None
+        try:
+            netem = tb.stop_emulator()
+            write_json(rdir / "netem.json", netem)
+            if netem["conservation_violations"] and rec.get("status") == "ok":
+                rec["status"] = "failed: the emulator lost packets it did not count (see netem.json)"
+        except Exception as e:  # noqa: BLE001 - recorded, groups.json is still written
+            rec["netem_error"] = f"{type(e).__name__}: {e}"
+        wanrun.write_groups(rdir, wanrun.groups_record(groups, tb.group_addrs, rtts, netem))
 
     # ----------------------------------------------------------------------- calibration
 
@@ -550,13 +589,17 @@ class Runner:
                 )
 
         wait_s = exp.run.duration_s + exp.run.drain_timeout_s
+        groups = wanrun.run_groups(exp, spec)
         try:
-            rec = self.session(rdir, spec.policy, load_args, wait_s, tick)
+            rec = self.session(rdir, spec.policy, load_args, wait_s, tick, groups)
         except (OSError, subprocess.SubprocessError, RuntimeError, ValueError) as e:
             # Testbed set-up or teardown failed: record it with the traceback, go on with the matrix.
             write_atomic(rdir / "runner_error.txt", traceback.format_exc())
             rec = {"status": f"failed: {type(e).__name__}: {e} (see runner_error.txt)", "policy": spec.policy}
         rec.update(run=spec.run_id, load=spec.load, repeat=spec.repeat, seed=spec.seed)
+        if spec.path is not None:
+            rec["path"] = {"label": spec.path.label, "rtt_ms": spec.path.rtt_ms, "loss": spec.path.loss,
+                           "jitter_ms": spec.path.jitter_ms}  # fmt: skip
         if rec["status"] == "ok" and self.sim_available():
             rec["sim"] = self.simulate(rdir, spec.policy)
         write_json(rdir / "run.json", rec)

@@ -27,6 +27,21 @@ until after its last is gone. The kernel drops the lock when the process dies,
 however it dies, so :func:`cleanup_leftovers` removes exactly the namespaces
 whose run is dead and never those of a live concurrent run.
 
+WAN mode (``groups`` given): the switch namespace is a router instead of a
+bridge, and every packet it forwards goes through ``shortfirst netem`` (a TUN
+delay line, :mod:`shortfirst_lab.wan`), so each client group sees its own RTT,
+jitter and loss. There is one client namespace; it holds one address per group
+(``10.78.<g+1>.2/24``), and the load generator binds each client's connections
+to its group's address (``shortfirst load --source-addrs``)::
+
+    sf<id>-s  10.77.0.1/24 ==== sf<id>-sp 10.77.0.2/24
+    (HTB uplink)                 sf<id>-t  (TUN: shortfirst netem)
+                                 sf<id>-c0p 10.78.<g+1>.1/24 ==== sf<id>-c0 10.78.<g+1>.2/24
+
+The bottleneck stays the server's HTB uplink; the emulator adds delay and loss
+after it. Both ends' TCP is pinned (congestion control, buffers sized for the
+largest RTT, no cached metrics) so results do not depend on the host.
+
 Accept queue: ``net.core.somaxconn`` and ``net.ipv4.tcp_max_syn_backlog`` are
 set to ``accept_queue`` inside the server namespace (both are per-namespace
 sysctls). The kernel caps a socket's listen backlog at ``somaxconn``, so the
@@ -47,6 +62,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from .kit import parse_proc_pairs, process_cpu_s
 
@@ -63,6 +79,15 @@ COMMAND_TIMEOUT_S = 30.0
 TERMINATE_GRACE_S = 3.0
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class GroupPath(NamedTuple):
+    """A client group of a WAN testbed: its name and the path it sees (per round trip)."""
+
+    name: str
+    rtt_ms: float
+    jitter_ms: float = 0.0
+    loss: float = 0.0
 
 
 class TestbedError(RuntimeError):
@@ -214,6 +239,11 @@ class Testbed:
         queue_packets: int = 10_000,
         congestion_control: str | None = None,
         initial_cwnd: int | None = None,
+        groups: list[GroupPath] | None = None,
+        netem_dir: Path | None = None,
+        netem_seed: int = 1,
+        netem_jitter_mode: str = "fifo",
+        client_congestion_control: str = "reno",
     ) -> None:
         if not RUN_ID_RE.match(run_id):
             raise ValueError(f"run_id {run_id!r}: expected 1 to 6 characters of [a-z0-9] (see new_run_id())")
@@ -231,6 +261,10 @@ class Testbed:
             raise ValueError(f"initial_cwnd {initial_cwnd}: expected 1..=100 segments")
         if congestion_control is not None and not re.fullmatch(r"[a-z0-9_]{1,16}", congestion_control):
             raise ValueError(f"congestion_control {congestion_control!r}: expected a name such as reno")
+        if groups is not None and not 1 <= len(groups) <= 200:
+            raise ValueError(f"groups: expected 1..=200, got {len(groups)}")
+        if groups is not None and (n_clients != 1 or netem_dir is None):
+            raise ValueError("a WAN testbed has one client namespace and needs netem_dir")
         if os.geteuid() != 0:
             raise PermissionError("the testbed needs root (network namespaces, tc)")
         for tool in ("ip", "tc", "ethtool"):
@@ -246,12 +280,24 @@ class Testbed:
         self.congestion_control = congestion_control
         self.initial_cwnd = initial_cwnd
         self.shortfirst_bin = _resolve_binary(shortfirst_bin)
+        self.groups = list(groups) if groups is not None else None
+        self.netem_dir = netem_dir
+        self.netem_seed = netem_seed
+        self.netem_jitter_mode = netem_jitter_mode
+        self.client_congestion_control = client_congestion_control
+        self.emulator = None
+        self.tun = f"{PREFIX}{run_id}-t"
         self.server_ns, self.switch_ns, self.client_ns = _ns_names(PREFIX, run_id, n_clients)
         base = f"{PREFIX}{run_id}"
         self.server_dev = f"{base}-s"
         self.client_devs = [f"{base}-c{i}" for i in range(n_clients)]
         self.server_addr = f"{SUBNET_PREFIX}{SERVER_HOST}"
         self.client_addrs = [f"{SUBNET_PREFIX}{CLIENT_HOST_BASE + i}" for i in range(n_clients)]
+        #: Per group name, the client namespace's address of that group (WAN mode).
+        self.group_addrs: dict[str, str] = {}
+        if self.groups is not None:
+            self.group_addrs = {g.name: _group_host(i, 2) for i, g in enumerate(self.groups)}
+            self.client_addrs = [self.group_addrs[self.groups[0].name]]
         self._procs: list[subprocess.Popen] = []
         self._server_procs: list[subprocess.Popen] = []
         self._anchor: subprocess.Popen | None = None
@@ -279,6 +325,14 @@ class Testbed:
             _run(["ip", "netns", "add", ns])
             self._created_ns.append(ns)
             _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+        if self.groups is not None:
+            self._build_wan_links()
+        else:
+            self._build_bridge()
+        self._server_side()
+
+    def _build_bridge(self) -> None:
+        """Server and clients on one bridge in the switch namespace (a LAN)."""
         sw, br = self.switch_ns, f"{PREFIX}{self.run_id}-br"
         _run(["ip", "-n", sw, "link", "add", br, "type", "bridge"])
         _run(["ip", "-n", sw, "link", "set", br, "up"])
@@ -286,15 +340,85 @@ class Testbed:
             zip(self.client_ns, self.client_devs, self.client_addrs, strict=True)
         )
         for ns, dev, addr in pairs:
-            peer = f"{dev}p"
-            _run(["ip", "link", "add", dev, "netns", ns, "type", "veth", "peer", "name", peer, "netns", sw])
-            for n, d in ((ns, dev), (sw, peer)):
-                _run(["ip", "-n", n, "link", "set", d, "mtu", str(self.mtu)])
-                _run(["ip", "netns", "exec", n, "ethtool", "-K", d, "tso", "off", "gso", "off", "gro", "off"])
+            peer = self._veth(ns, dev)
             _run(["ip", "-n", sw, "link", "set", peer, "master", br])
-            _run(["ip", "-n", sw, "link", "set", peer, "up"])
             _run(["ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev])
-            _run(["ip", "-n", ns, "link", "set", dev, "up"])
+
+    def _veth(self, ns: str, dev: str) -> str:
+        """A veth from ``dev`` in ``ns`` to ``<dev>p`` in the switch namespace, MTU set,
+        offloads off (so the emulator and the uplink see wire-size packets), both up."""
+        peer = f"{dev}p"
+        _run(
+            [
+                "ip",
+                "link",
+                "add",
+                dev,
+                "netns",
+                ns,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                peer,
+                "netns",
+                self.switch_ns,
+            ]
+        )
+        for n, d in ((ns, dev), (self.switch_ns, peer)):
+            _run(["ip", "-n", n, "link", "set", d, "mtu", str(self.mtu)])
+            _run(["ip", "netns", "exec", n, "ethtool", "-K", d, "tso", "off", "gso", "off", "gro", "off"])
+            _run(["ip", "-n", n, "link", "set", d, "up"])
+        return peer
+
+    def _build_wan_links(self) -> None:
+        """The switch namespace routes between the server's /24 and one /24 per client
+        group, through ``shortfirst netem``; see the module docstring."""
+        from . import wan  # wan builds on this module
+
+        assert self.groups is not None and self.netem_dir is not None
+        sw, client_ns = self.switch_ns, self.client_ns[0]
+        server_peer = self._veth(self.server_ns, self.server_dev)
+        client_peer = self._veth(client_ns, self.client_devs[0])
+        _run(["ip", "-n", sw, "addr", "add", f"{SUBNET_PREFIX}2/24", "dev", server_peer])
+        _run(["ip", "-n", self.server_ns, "addr", "add", f"{self.server_addr}/24", "dev", self.server_dev])
+        _run(["ip", "-n", self.server_ns, "route", "add", "default", "via", f"{SUBNET_PREFIX}2"])
+        for i in range(len(self.groups)):
+            _run(["ip", "-n", sw, "addr", "add", f"{_group_host(i, 1)}/24", "dev", client_peer])
+            _run(
+                ["ip", "-n", client_ns, "addr", "add", f"{_group_host(i, 2)}/24", "dev", self.client_devs[0]]
+            )
+        _run(["ip", "-n", client_ns, "route", "add", "default", "via", _group_host(0, 1)])
+        wan.setup_emulator_namespace(sw, [client_peer, server_peer], self.tun)
+        max_rtt_ms = max(g.rtt_ms + 2 * g.jitter_ms for g in self.groups)
+        wan.apply_sysctls(
+            client_ns, wan.tcp_sysctls(self.client_congestion_control, max_rtt_ms, self.rate_bits_per_s)
+        )
+        # The server's congestion control is the experiment's (set below); only its buffers here.
+        wan.apply_sysctls(self.server_ns, wan.tcp_sysctls(None, max_rtt_ms, self.rate_bits_per_s))
+        groups = [
+            wan.Group(
+                name=g.name, subnet=_group_subnet(i), rtt_ms=g.rtt_ms, jitter_ms=g.jitter_ms, loss=g.loss
+            )
+            for i, g in enumerate(self.groups)
+        ]
+        text = wan.netem_config(groups, self.tun, seed=self.netem_seed, jitter_mode=self.netem_jitter_mode)
+        self.emulator = wan.Emulator.start(self.shortfirst_bin, sw, self.tun, text, self.netem_dir)
+        self._procs.append(self.emulator.proc)
+
+    def stop_emulator(self) -> dict:
+        """Stops ``shortfirst netem`` and returns its final counters plus the TUN's
+        (``{"netem": {...}, "tun": {...}, "conservation_violations": [...]}``)."""
+        from . import wan
+
+        if self.emulator is None:
+            raise TestbedError("no emulator is running (not a WAN testbed, or stopped already)")
+        emu, self.emulator = self.emulator, None
+        tun = wan.tun_counters(self.switch_ns, self.tun)
+        stats = emu.stop()
+        return {"netem": stats, "tun": tun, "conservation_violations": wan.check_conservation(stats)}
+
+    def _server_side(self) -> None:
         sysctls = {"net.core.somaxconn": self.accept_queue, "net.ipv4.tcp_max_syn_backlog": self.accept_queue}
         if self.congestion_control:
             sysctls["net.ipv4.tcp_congestion_control"] = self.congestion_control
@@ -322,20 +446,12 @@ class Testbed:
             ]
         )
         if self.initial_cwnd:
-            subnet = f"{SUBNET_PREFIX}0/24"
-            _run(
-                ["ip", "-n", self.server_ns, "route", "change", subnet, "dev", self.server_dev]
-                + [
-                    "proto",
-                    "kernel",
-                    "scope",
-                    "link",
-                    "src",
-                    self.server_addr,
-                    "initcwnd",
-                    str(self.initial_cwnd),
-                ]
-            )
+            if self.groups is not None:  # clients are behind the router
+                route = ["default", "via", f"{SUBNET_PREFIX}2", "dev", self.server_dev]
+            else:
+                route = [f"{SUBNET_PREFIX}0/24", "dev", self.server_dev, "proto", "kernel", "scope", "link"]
+                route += ["src", self.server_addr]
+            _run(["ip", "-n", self.server_ns, "route", "change", *route, "initcwnd", str(self.initial_cwnd)])
         # A process parked in the server namespace: /proc/<pid>/net/* then
         # shows that namespace's sockets and counters without a fork per sample.
         self._anchor = subprocess.Popen(
@@ -479,6 +595,15 @@ class Testbed:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _group_subnet(index: int) -> str:
+    """Client group ``index``'s /24 in WAN mode (``10.78.<index+1>.0/24``)."""
+    return f"10.78.{index + 1}.0/24"
+
+
+def _group_host(index: int, host: int) -> str:
+    return f"10.78.{index + 1}.{host}"
 
 
 _TCP_SYN_RECV = 0x03

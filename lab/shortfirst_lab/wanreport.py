@@ -1,0 +1,178 @@
+"""The WAN part of a report: response times per client group (from groups.json
+and requests.csv) and, for a path sweep, SRPT against FAIR as the RTT and the
+loss grow (cf. Harchol-Balter 2003, Figures 10-12).
+
+Everything here is computed from a run's raw files; :mod:`report` calls it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from . import analysis, figures
+
+
+def group_metrics(w: pd.DataFrame, groups: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per group, over the measurement window ``w``: requests, completed, mean and p99
+    response time, mean time to first byte, the largest 1%'s mean; beside the configured
+    and the measured RTT and loss."""
+    out = []
+    for g in groups["groups"]:
+        mine = w[w["client"].isin(g["clients"])]
+        ok = mine[mine["response_s"].notna()]
+        rt = ok["response_s"].to_numpy()
+        ttfb = (ok["first_byte_s"] - ok["start_s"]).dropna().to_numpy()
+        top = analysis.largest_fraction(ok, 0.01)
+        measured = g.get("measured", {})
+        out.append(
+            {
+                "name": g["name"],
+                "rtt_ms": g["rtt_ms"],
+                "jitter_ms": g["jitter_ms"],
+                "loss": g["loss"],
+                "measured_rtt_ms": measured.get("rtt_ms"),
+                "measured_loss_down": measured.get("loss_down"),
+                "measured_loss_up": measured.get("loss_up"),
+                "requests": int(len(mine)),
+                "completed": int(len(ok)),
+                "mean_response_s": float(rt.mean()) if rt.size else None,
+                "p99_response_s": float(np.percentile(rt, 99)) if rt.size else None,
+                "mean_ttfb_s": float(ttfb.mean()) if ttfb.size else None,
+                "largest_1pct_mean_response_s": float(top["response_s"].mean()) if len(top) else None,
+            }
+        )
+    return out
+
+
+def compare_groups(policy: list[dict[str, Any]], fair: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per group: FAIR's mean response ÷ the policy's (higher is better)."""
+    by_name = {g["name"]: g for g in fair}
+    out = []
+    for g in policy:
+        f = by_name.get(g["name"])
+        if f is None:
+            continue
+        ratio = None
+        if g["mean_response_s"] and f["mean_response_s"] is not None:
+            ratio = f["mean_response_s"] / g["mean_response_s"]
+        out.append({"name": g["name"], "mean_response_ratio": ratio})
+    return out
+
+
+def _fmt(x: Any, fmt: str) -> str:
+    return "—" if x is None else fmt.format(x)
+
+
+def tables(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[list[str]]]]:
+    """(title, note, header, rows) for the report's WAN tables (none for a LAN experiment)."""
+    out = []
+    group_rows = []
+    for r in summary["runs"]:
+        for g in r.get("groups") or []:
+            group_rows.append(
+                [
+                    r["run"],
+                    g["name"],
+                    _fmt(g["rtt_ms"], "{:g}") + " / " + _fmt(g["measured_rtt_ms"], "{:.1f}"),
+                    _fmt(g["loss"], "{:.3f}")
+                    + " / "
+                    + _fmt(g["measured_loss_down"], "{:.4f}")
+                    + ", "
+                    + _fmt(g["measured_loss_up"], "{:.4f}"),
+                    str(g["completed"]) + " of " + str(g["requests"]),
+                    _fmt(g["mean_response_s"], "{:.4f}"),
+                    _fmt(g["mean_ttfb_s"], "{:.4f}"),
+                    _fmt(g["p99_response_s"], "{:.3f}"),
+                    _fmt(g["largest_1pct_mean_response_s"], "{:.3f}"),
+                ]
+            )
+    if group_rows:
+        out.append(
+            (
+                "Client groups",
+                "RTT: configured / measured (median handshake RTT, tcpi_rtt, of TCP connects from "
+                "the group's address, server idle, before the load). Loss: configured / measured "
+                "down, up (the emulator's random drops over packets read, per direction). "
+                "Response times over the measurement window.",
+                [
+                    "run",
+                    "group",
+                    "RTT ms",
+                    "loss",
+                    "completed",
+                    "mean RT (s)",
+                    "mean TTFB (s)",
+                    "p99 RT (s)",
+                    "largest 1% RT (s)",
+                ],  # fmt: skip
+                group_rows,
+            )
+        )
+    sweep = [c for c in summary["comparisons"] if "path" in c]
+    if sweep:
+        rows = [
+            [
+                f"{c['load']:.2f}",
+                _fmt(c["rtt_ms"], "{:g}"),
+                _fmt(c["loss"], "{:.3f}"),
+                c["policy"],
+                _fmt(c["mean_response_ratio"], "{:.2f}"),
+                _fmt(c["throughput_ratio"], "{:.3f}"),
+                _fmt(c["largest_1pct_ratio"], "{:.3f}"),
+                "yes" if c["valid"] else "NO",
+            ]
+            for c in sorted(sweep, key=lambda c: (c["load"], c["loss"], c["rtt_ms"], c["policy"]))
+        ]
+        out.append(
+            (
+                "SRPT against FAIR on each WAN path (cf. Harchol-Balter 2003, Figures 10-12)",
+                "Mean response ratio: FAIR ÷ policy; throughput and largest-1% ratios: policy ÷ FAIR.",
+                [
+                    "load",
+                    "RTT ms",
+                    "loss",
+                    "policy",
+                    "mean RT ratio",
+                    "throughput ratio",
+                    "largest 1% ratio",
+                    "valid",
+                ],  # fmt: skip
+                rows,
+            )
+        )
+    return out
+
+
+def sweep_figures(summary: dict[str, Any]) -> list[tuple[str, str, bytes]]:
+    """Mean response time against the RTT (no loss) and against the loss (RTT 0), one
+    figure per load, FAIR and SRPT (the paper's Figures 10 and 11)."""
+    runs = [r for r in summary["runs"] if r.get("path") is not None]
+    if not runs:
+        return []
+    out = []
+    for load in sorted({round(r["load"], 2) for r in runs}):
+        at = [r for r in runs if round(r["load"], 2) == load]
+        for axis, other, label, title in (
+            ("rtt_ms", "loss", "RTT (ms)", "Fig. 10"),
+            ("loss", "rtt_ms", "Loss probability per packet", "Fig. 11"),
+        ):
+            pts: dict[str, list[tuple[float, float | None, None]]] = {}
+            for r in sorted(at, key=lambda r: r[axis]):
+                if r[other]:
+                    continue
+                pts.setdefault(r["policy"], []).append((r[axis], r["mean_response_s"], None))
+            if sum(len(v) for v in pts.values()) < 2:
+                continue
+            png = figures.metric_vs_load(pts, "Mean response time (s)", f"Load {load:g}", xlabel=label)
+            out.append(
+                (
+                    f"Mean response time vs {label.split(' (')[0].lower()} at load {load:g} "
+                    f"(cf. Harchol-Balter 2003 {title})",
+                    "Other path property held at 0; one run per point, window after the warm-up.",
+                    png,
+                )
+            )
+    return out
