@@ -80,6 +80,11 @@ struct ProxyArgs {
     /// timeout). Default: 60s.
     #[arg(long, value_name = "DURATION")]
     upstream_timeout: Option<String>,
+    /// Longest silence of the upstream within a response body (e.g. 30s): past it the
+    /// response is cut (its status has gone out), the connection closed and the charge
+    /// released. Default: 60s.
+    #[arg(long, value_name = "DURATION")]
+    upstream_body_timeout: Option<String>,
     /// Time a client has to send a whole request head, and the longest idle time of a
     /// kept-alive client connection (e.g. 10s): past it the connection is closed
     /// (slowloris). Default: 30s.
@@ -352,7 +357,7 @@ fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
 }
 
 /// The timeouts, flag over file key. Those that bound a wait must be above zero: a zero
-/// would fail every request (504, a closed connection) rather than disable it.
+/// would fail every request (504, a cut body, a closed connection) rather than disable it.
 fn timeouts(cfg: &mut ProxyConfig, a: &ProxyArgs, file: &FileConfig) -> anyhow::Result<()> {
     let pick = |flag: &Option<String>, key: &Option<String>, name: &str, positive: bool| {
         let Some(t) = flag.as_ref().or(key.as_ref()) else { return Ok(None) };
@@ -364,6 +369,9 @@ fn timeouts(cfg: &mut ProxyConfig, a: &ProxyArgs, file: &FileConfig) -> anyhow::
     };
     if let Some(d) = pick(&a.upstream_timeout, &file.upstream_timeout, "upstream-timeout", true)? {
         cfg.upstream_timeout = d;
+    }
+    if let Some(d) = pick(&a.upstream_body_timeout, &file.upstream_body_timeout, "upstream-body-timeout", true)? {
+        cfg.upstream_body_timeout = d;
     }
     if let Some(d) = pick(&a.header_timeout, &file.header_timeout, "header-timeout", true)? {
         cfg.header_timeout = d;
@@ -579,9 +587,12 @@ mod tests {
         let ms = Duration::from_millis;
         let cases: &[(&[&str], Field, Duration)] = &[
             (&[], |c| c.upstream_timeout, ms(60_000)),
+            (&[], |c| c.upstream_body_timeout, ms(60_000)),
             (&[], |c| c.header_timeout, ms(30_000)),
             (&[], |c| c.shutdown_timeout, ms(30_000)),
             (&["--upstream-timeout", "5s"], |c| c.upstream_timeout, ms(5_000)),
+            (&["--upstream-body-timeout", "250ms"], |c| c.upstream_body_timeout, ms(250)),
+            (&["--upstream-body-timeout", "2"], |c| c.upstream_body_timeout, ms(2_000)),
             (&["--header-timeout", "10s"], |c| c.header_timeout, ms(10_000)),
             (&["--shutdown-timeout", "0"], |c| c.shutdown_timeout, ms(0)),
         ];
@@ -592,7 +603,13 @@ mod tests {
 
     #[test]
     fn zero_or_malformed_timeouts_are_errors_naming_the_flag() {
-        for (flag, value) in [("--upstream-timeout", "0"), ("--header-timeout", "0ms"), ("--header-timeout", "soon")] {
+        for (flag, value) in [
+            ("--upstream-timeout", "0"),
+            ("--upstream-body-timeout", "0s"),
+            ("--header-timeout", "0ms"),
+            ("--header-timeout", "soon"),
+            ("--upstream-body-timeout", "1h"),
+        ] {
             let err = format!("{:#}", config(&[flag, value]).unwrap_err());
             assert!(err.contains(flag.trim_start_matches('-')), "{flag} {value}: {err}");
         }

@@ -55,7 +55,11 @@ use grant::{timer_task, Core, Shared, Waiters};
 pub use headers::{add_forwarding, strip_hop_by_hop};
 pub use stream::{RequestBody, PREFETCH_LIMIT_BYTES};
 
-pub type ProxyBody = UnsyncBoxBody<Bytes, hyper::Error>;
+/// What a response body can fail with: the upstream's error, or the proxy cutting a body
+/// whose upstream went silent (`--upstream-body-timeout`).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// Read-only view and control of a running gatekeeper (tests, calibration, admin).
 #[derive(Clone)]

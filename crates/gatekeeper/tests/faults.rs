@@ -20,8 +20,9 @@ use support::*;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 
-/// `--upstream-timeout` in these tests.
+/// `--upstream-timeout` and `--upstream-body-timeout` in these tests.
 const HEAD_TIMEOUT: Duration = Duration::from_millis(300);
+const BODY_TIMEOUT: Duration = Duration::from_millis(300);
 /// `--header-timeout` in the slowloris tests.
 const HEADER_TIMEOUT: Duration = Duration::from_millis(500);
 /// Allowance for scheduling on a busy machine, beyond a timeout or for an immediate answer.
@@ -37,6 +38,7 @@ const CUT_CHUNKED: &[u8] = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r
 
 fn timeouts(c: &mut ProxyConfig) {
     c.upstream_timeout = HEAD_TIMEOUT;
+    c.upstream_body_timeout = BODY_TIMEOUT;
 }
 
 /// The outcome counter of the one type these tests request (`GET /fault`).
@@ -102,7 +104,7 @@ async fn upstream_failures_before_the_head_give_502_or_504_and_leak_nothing() {
 
 /// An upstream that fails after the head went out cannot change the status: the client
 /// sees the response cut (short of its length, or without its last chunk) and the
-/// connection closed, at once.
+/// connection closed, at once for a reset or a close, at the body timeout for a hang.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_failures_mid_body_cut_the_response_and_release_the_charge() {
     let pause = Step::Sleep(Duration::from_millis(50));
@@ -131,6 +133,8 @@ async fn upstream_failures_mid_body_cut_the_response_and_release_the_charge() {
             "upstream_error",
             Duration::ZERO,
         ),
+        ("a hang within a sized body", vec![Step::ReadHead, write(CUT_LENGTH)], "timeout", BODY_TIMEOUT),
+        ("a hang within a chunked body", vec![Step::ReadHead, write(CUT_CHUNKED)], "timeout", BODY_TIMEOUT),
     ];
     for (name, script, want, at_least) in cases {
         let (up, seen) = scripted_upstream(vec![script]).await;
@@ -210,6 +214,50 @@ async fn a_client_leaving_while_queued_is_never_started() {
         assert_eq!(r.status, 200, "{name}: blocker");
         assert_at_rest(&p, 1, SETTLE).await;
         assert_eq!(seen.requests(), ["GET /blocker HTTP/1.1"], "{name}: the queued request reached the upstream");
+    }
+}
+
+/// A client that leaves while the response streams: the charge is held while the upstream
+/// still sends (the backend still works), then released; a response that completes leaves
+/// its connection kept alive, one whose upstream goes silent is cut at the body timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_leaving_while_the_response_streams_holds_the_charge_until_the_upstream_is_done() {
+    const LEN: usize = 2_000_000;
+    for upstream_finishes in [true, false] {
+        let go = Arc::new(Notify::new());
+        let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {LEN}\r\n\r\n");
+        // Without the rest of the body the script ends, leaving the connection silent.
+        let mut script = vec![Step::ReadHead, Step::Write(head.into_bytes()), write(&[b'a'; 1000])];
+        if upstream_finishes {
+            script.extend([Step::WaitFor(go.clone()), Step::Write(vec![b'b'; LEN - 1000])]);
+        }
+        let (up, seen) = scripted_upstream(vec![script]).await;
+        let p = start_proxy(up, |c| {
+            c.upstream_timeout = Duration::from_secs(60);
+            c.upstream_body_timeout = if upstream_finishes { Duration::from_secs(60) } else { BODY_TIMEOUT };
+        })
+        .await;
+        let mut c = send_raw(p.addr, &get_request("/fault")).await;
+        let mut first = [0u8; 64];
+        let n = tokio::io::AsyncReadExt::read(&mut c, &mut first).await.unwrap();
+        assert!(first[..n].starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&first[..n]));
+        drop(c);
+        let name = if upstream_finishes { "upstream finishes" } else { "upstream goes silent" };
+        wait_until(&format!("{name}: client connection closed"), SLACK, || p.handle.snapshot().client_connections == 0)
+            .await;
+        if upstream_finishes {
+            let s = p.handle.snapshot();
+            assert_eq!((s.in_flight, s.load_us > 0), (1, true), "{name}: released while the upstream still works");
+            go.notify_one();
+            assert_at_rest(&p, 1, SETTLE).await;
+            assert_eq!(seen.open(), 1, "{name}: the drained connection is kept alive");
+        } else {
+            // Cut at the body timeout: the upstream sees the close.
+            wait_until(&format!("{name}: upstream closed"), BODY_TIMEOUT + SLACK, || seen.open() == 0).await;
+            assert_at_rest(&p, 0, SETTLE).await;
+        }
+        let m = scrape(p.admin).await;
+        assert_eq!(outcome(&m, "GET /fault", "client_gone"), 1.0, "{name}: {m}");
     }
 }
 

@@ -233,16 +233,7 @@ async fn exchange(
         Ok(Ok((resp, conn))) => {
             let (mut parts, body) = resp.into_parts();
             strip_hop_by_hop(&mut parts.headers);
-            let mut metered = Metered {
-                inner: Some(body),
-                permit: Some(permit),
-                conn: Some(conn),
-                sent,
-                shared: shared.clone(),
-                type_index,
-                draining: false,
-                gone: false,
-            };
+            let mut metered = Metered::new(body, permit, conn, sent, shared.clone());
             if reply.is_closed() {
                 // The client left while the backend worked: drain the rest (`Metered`'s drop).
                 metered.gone = true;
