@@ -87,7 +87,7 @@ async fn upstream_failures_before_the_head_give_502_or_504_and_leak_nothing() {
             None => (refused_addr().await, None),
         };
         let p = start_proxy(up, timeouts).await;
-        let r = read_response(send_raw(p.addr, &get_request("/fault")).await, at_least + SLACK).await;
+        let r = exchange(p.addr, &get_request("/fault"), at_least + SLACK).await;
         assert_eq!(r.status, status, "{name}: {r:?}");
         assert!(r.elapsed >= at_least && r.elapsed < at_least + SLACK, "{name}: answered after {:?}", r.elapsed);
         assert_eq!(r.end, End::Closed, "{name}: the answer ends cleanly");
@@ -139,7 +139,7 @@ async fn upstream_failures_mid_body_cut_the_response_and_release_the_charge() {
     for (name, script, want, at_least) in cases {
         let (up, seen) = scripted_upstream(vec![script]).await;
         let p = start_proxy(up, timeouts).await;
-        let r = read_response(send_raw(p.addr, &get_request("/fault")).await, at_least + SLACK).await;
+        let r = exchange(p.addr, &get_request("/fault"), at_least + SLACK).await;
         assert_eq!(r.status, 200, "{name}: the head had gone out: {r:?}");
         assert!(r.body.windows(10).any(|w| w == b"0123456789"), "{name}: the first bytes came through: {r:?}");
         assert!(!r.complete(), "{name}: a cut response must not look complete: {r:?}");
@@ -171,12 +171,12 @@ async fn an_upstream_closing_kept_alive_connections() {
     for (name, first, second, status) in cases {
         let (up, seen) = scripted_upstream(vec![first, vec![Step::ReadHead, write(OK)]]).await;
         let p = start_proxy(up, timeouts).await;
-        let r = read_response(send_raw(p.addr, &get_request("/fault")).await, SLACK).await;
+        let r = exchange(p.addr, &get_request("/fault"), SLACK).await;
         assert_eq!((r.status, r.body.as_slice()), (200, b"ok".as_slice()), "{name}: first request");
         if name == "closed while idle" {
             wait_until("the upstream closed the idle connection", SETTLE, || seen.ended.load(SeqCst) == 1).await;
         }
-        let r = read_response(send_raw(p.addr, &second).await, SLACK).await;
+        let r = exchange(p.addr, &second, SLACK).await;
         assert_eq!(r.status, status, "{name}: second request: {r:?}");
         let expected_connections = if status == 200 { 2 } else { 1 };
         assert_eq!(seen.accepted.load(SeqCst), expected_connections, "{name}");
@@ -279,7 +279,7 @@ async fn a_slowloris_client_is_cut_at_the_header_timeout() {
             }
         }
     });
-    let r = read_response(send_raw(p.addr, &get_request("/fast")).await, SLACK).await;
+    let r = exchange(p.addr, &get_request("/fast"), SLACK).await;
     assert_eq!(r.status, 200, "another client is served meanwhile");
     let r = read_response(rd, HEADER_TIMEOUT + SLACK).await;
     let cut_after = t0.elapsed();
@@ -313,7 +313,7 @@ async fn beyond_max_connections_a_client_gets_503_at_once() {
     assert!(r.head.to_ascii_lowercase().contains("retry-after: 1\r\n"), "{r:?}");
     assert!(r.elapsed < SLACK, "{:?}", r.elapsed);
     wait_until("slow clients cut", HEADER_TIMEOUT + SLACK, || p.handle.snapshot().client_connections == 0).await;
-    let r = read_response(send_raw(p.addr, &get_request("/fast")).await, SLACK).await;
+    let r = exchange(p.addr, &get_request("/fast"), SLACK).await;
     assert_eq!(r.status, 200);
     let m = scrape(p.admin).await;
     assert_eq!(metric(&m, "gatekeeper_connections_refused_total"), 1.0);

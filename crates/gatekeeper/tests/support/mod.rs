@@ -170,6 +170,17 @@ pub fn get_request(path: &str) -> Vec<u8> {
     format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").into_bytes()
 }
 
+/// Send `request` on a new connection and read the response. `elapsed` counts from
+/// before the connection is opened: the proxy may act on the request before the sender
+/// runs again, so a clock started after sending can read less than a timeout it saw.
+pub async fn exchange(addr: SocketAddr, request: &[u8], bound: Duration) -> Raw {
+    let t0 = Instant::now();
+    let s = send_raw(addr, request).await;
+    let mut r = read_response(s, bound).await;
+    r.elapsed = t0.elapsed();
+    r
+}
+
 /// Read until the connection ends or `bound` runs out.
 pub async fn read_response(mut s: impl AsyncRead + Unpin, bound: Duration) -> Raw {
     let t0 = Instant::now();
