@@ -214,6 +214,8 @@ pub struct Snapshot {
     /// Upstream connections open (in use or idle), and of them idle in the pool.
     pub upstream_connections: usize,
     pub upstream_idle: usize,
+    /// Requests sent once more on a new upstream connection (the keep-alive race).
+    pub upstream_retries: u64,
 }
 
 fn escape(s: &str) -> String {
@@ -278,6 +280,13 @@ impl Metrics {
             "Upstream connections idle in the pool, kept for reuse.",
             "gauge",
             snap.upstream_idle as f64,
+        );
+        g(
+            &mut o,
+            "gatekeeper_upstream_retries_total",
+            "Requests sent once more on a new upstream connection: the reused one was closing, or closed before answering a safe, bodiless request.",
+            "counter",
+            snap.upstream_retries as f64,
         );
         g(
             &mut o,
@@ -441,6 +450,7 @@ mod tests {
             client_connections: 0,
             upstream_connections: 0,
             upstream_idle: 0,
+            upstream_retries: 0,
         };
         let s = m.render(&snap);
         assert!(s.contains("gatekeeper_type_table_overflow_total 3\n"), "{s}");
@@ -470,6 +480,7 @@ mod tests {
             client_connections: 4,
             upstream_connections: 2,
             upstream_idle: 1,
+            upstream_retries: 5,
         };
         let s = m.render(&snap);
         assert!(s.contains("gatekeeper_load_seconds 0.0015\n"));
@@ -479,6 +490,7 @@ mod tests {
         assert!(s.contains("gatekeeper_upstream_connections 2\n"), "{s}");
         assert!(s.contains("gatekeeper_upstream_idle_connections 1\n"), "{s}");
         assert!(s.contains("gatekeeper_connections_refused_total 0\n"), "{s}");
+        assert!(s.contains("gatekeeper_upstream_retries_total 5\n"), "{s}");
         assert!(s.contains("gatekeeper_queue_head_cost_seconds 0.002\n"), "{s}");
         assert!(s.contains("gatekeeper_type_queued{type=\"GET /a\\\"b\"} 3\n"), "{s}");
         assert!(s.contains("gatekeeper_type_in_flight{type=\"(other)\"} 1\n"), "{s}");

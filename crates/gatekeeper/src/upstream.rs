@@ -15,17 +15,22 @@
 //! for hyper's connection task to wind down on its own: the close is the upstream's signal
 //! to stop working on the request.
 //!
-//! A request that fails on a reused connection before any of it was written (the upstream
-//! closed the idle connection meanwhile) is sent once more on a new connection, as
-//! hyper-util's client does; no other request is retried.
+//! Retries (the keep-alive race: an upstream may close an idle connection just as a
+//! request is sent on it): a request that fails on a reused connection is sent once more
+//! on a new connection when none of it was written, or when it was written but the
+//! connection then closed or reset before any byte of a response and the request is a
+//! `GET`, `HEAD`, `OPTIONS` or `TRACE` without a body (safe to repeat, RFC 9110 §9.2.2;
+//! nginx does the same). No other request is retried: a `POST` the upstream may have
+//! acted on gets 502.
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper::http::uri::Authority;
-use hyper::{Request, Response};
+use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
@@ -71,11 +76,20 @@ pub struct UpstreamPool {
     idle: Mutex<Vec<(Conn, Instant)>>,
     /// Connections open: each connection's task counts itself until the connection ends.
     open: OpenCount,
+    /// Requests sent once more on a new connection (see the module docs).
+    retries: AtomicU64,
 }
 
 impl UpstreamPool {
     pub fn new(authority: Authority, connect_timeout: Duration, max_idle: usize) -> Self {
-        UpstreamPool { authority, connect_timeout, max_idle, idle: Mutex::new(Vec::new()), open: OpenCount::default() }
+        UpstreamPool {
+            authority,
+            connect_timeout,
+            max_idle,
+            idle: Mutex::new(Vec::new()),
+            open: OpenCount::default(),
+            retries: AtomicU64::new(0),
+        }
     }
 
     /// Upstream connections open now, in use or idle.
@@ -89,6 +103,11 @@ impl UpstreamPool {
         let mut idle = self.idle();
         idle.retain(|(c, _)| !c.sender.is_closed());
         idle.len()
+    }
+
+    /// Requests sent once more on a new connection.
+    pub fn retries(&self) -> u64 {
+        self.retries.load(Relaxed)
     }
 
     fn idle(&self) -> std::sync::MutexGuard<'_, Vec<(Conn, Instant)>> {
@@ -139,14 +158,24 @@ impl UpstreamPool {
             // Ready at once unless its previous response's end has not been processed by the
             // connection task yet (a few polls on this runtime).
             if conn.sender.ready().await.is_ok() {
+                let again = repeatable(&req);
                 match conn.sender.try_send_request(req).await {
                     Ok(resp) => return Ok((resp, conn)),
-                    Err(mut e) => match e.take_message() {
-                        // Not written at all: the connection was closing. Retry once, new.
-                        Some(r) => req = r,
-                        None => return Err(UpstreamError::Exchange(e.into_error())),
+                    Err(mut e) => match (e.take_message(), again) {
+                        // Not written at all: the connection was closing.
+                        (Some(r), _) => req = r,
+                        (None, Some(r)) if closed_before_a_response(e.error()) => {
+                            tracing::debug!(
+                                "upstream closed a reused connection on {} {}: sending it again",
+                                r.method(),
+                                r.uri()
+                            );
+                            req = r;
+                        }
+                        (None, _) => return Err(UpstreamError::Exchange(e.into_error())),
                     },
                 }
+                self.retries.fetch_add(1, Relaxed);
             }
         }
         let mut conn = self.connect().await?;
@@ -165,4 +194,38 @@ impl UpstreamPool {
             idle.push((conn, Instant::now()));
         }
     }
+}
+
+/// A copy of `req` to send again if the connection closes before answering: only a safe
+/// method (RFC 9110 §9.2.1) without a body, whose repetition changes nothing.
+fn repeatable(req: &Request<RequestBody>) -> Option<Request<RequestBody>> {
+    let safe = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE);
+    if !safe || !hyper::body::Body::is_end_stream(req.body()) {
+        return None;
+    }
+    let mut copy = Request::new(RequestBody::empty());
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    Some(copy)
+}
+
+/// The connection ended (closed or reset) before any byte of a response: the upstream
+/// closed it as the request arrived, not an answer gone wrong.
+fn closed_before_a_response(e: &hyper::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    let mut io_reset = false;
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            io_reset |= matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::BrokenPipe
+            );
+        }
+        source = s.source();
+    }
+    e.is_incomplete_message() || e.is_canceled() || io_reset
 }

@@ -154,8 +154,8 @@ async fn upstream_failures_mid_body_cut_the_response_and_release_the_charge() {
 
 /// An upstream closing kept-alive connections: while idle (silently, or announced with
 /// `connection: close`), the next request goes on a new connection, 200. When it reads
-/// the next request and closes without an answer (the keep-alive race), a `POST`, which
-/// the upstream may have acted on, gets 502.
+/// the next request and closes without an answer (the keep-alive race), a `GET` is sent
+/// once more on a new connection; a `POST`, which the upstream may have acted on, gets 502.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_closing_kept_alive_connections() {
     let closing_ok = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok";
@@ -166,6 +166,7 @@ async fn an_upstream_closing_kept_alive_connections() {
     let cases: Vec<(&str, Vec<Step>, Vec<u8>, u16)> = vec![
         ("closed while idle", idle_close, get_request("/fault"), 200),
         ("close announced", announced, get_request("/fault"), 200),
+        ("closed on the next request, GET", race.clone(), get_request("/fault"), 200),
         ("closed on the next request, POST", race, post, 502),
     ];
     for (name, first, second, status) in cases {

@@ -351,6 +351,7 @@ impl Shared {
             client_connections: self.metrics.client_connections.get(),
             upstream_connections: self.pool.open_connections(),
             upstream_idle: self.pool.idle_connections(),
+            upstream_retries: self.pool.retries(),
         }
     }
 }

@@ -38,6 +38,11 @@ impl RequestBody {
         RequestBody { buffered: VecDeque::new(), buffered_bytes: 0, rest: Some(body) }
     }
 
+    /// No body (a request sent again).
+    pub(crate) fn empty() -> Self {
+        RequestBody { buffered: VecDeque::new(), buffered_bytes: 0, rest: None }
+    }
+
     /// Read the body ahead, up to [`PREFETCH_LIMIT_BYTES`]. Resolves only if the body fails
     /// (the client went away mid-body or sent a malformed one); at the end of the body or the
     /// limit it stays pending. Cancel-safe: a frame is buffered as soon as it is read.
