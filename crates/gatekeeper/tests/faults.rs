@@ -218,6 +218,49 @@ async fn a_client_leaving_while_queued_is_never_started() {
     }
 }
 
+/// A client that leaves while its body is being forwarded: the upstream sees its
+/// connection closed (the request can never complete), the charge is released, and the
+/// outcome is the client's, not an upstream error. Also when the body was beyond the
+/// read-ahead while it was queued, so that leaving was noticed only when forwarding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_leaving_while_its_body_is_forwarded_closes_the_upstream_connection() {
+    for queued_first in [false, true] {
+        let release = Arc::new(Notify::new());
+        // The blocker's connection closes after it, so the PUT goes on a connection of its own.
+        let closing_ok = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok";
+        let blocker = vec![Step::ReadHead, Step::WaitFor(release.clone()), write(closing_ok), Step::Close];
+        let scripts = if queued_first { vec![blocker, vec![Step::ReadHead]] } else { vec![vec![Step::ReadHead]] };
+        let (up, seen) = scripted_upstream(scripts).await;
+        let p = start_proxy(up, |c| {
+            c.upstream_timeout = Duration::from_secs(60);
+            c.capacity = CapacitySetting::Fixed { capacity_us: 1 };
+        })
+        .await;
+        let b = if queued_first {
+            let b = send_raw(p.addr, &get_request("/blocker")).await;
+            wait_until("blocker admitted", SETTLE, || p.handle.snapshot().in_flight == 1).await;
+            Some(b)
+        } else {
+            None
+        };
+        let mut c = send_raw(p.addr, b"PUT /fault HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n").await;
+        c.write_all(&vec![b'x'; 200_000]).await.unwrap();
+        if let Some(b) = b {
+            wait_until("queued", SETTLE, || p.handle.snapshot().queue_len == 1).await;
+            release.notify_one();
+            assert_eq!(read_response(b, SLACK).await.status, 200);
+        }
+        wait_until("the upstream got the head", SETTLE, || seen.requests().iter().any(|r| r.starts_with("PUT"))).await;
+        drop(c);
+        let name = if queued_first { "queued first" } else { "admitted at once" };
+        wait_until(&format!("{name}: upstream closed"), SLACK, || seen.closed_by_proxy.load(SeqCst) == 1).await;
+        assert_at_rest(&p, 0, SETTLE).await;
+        let m = scrape(p.admin).await;
+        assert_eq!(outcome(&m, "PUT /fault", "client_gone"), 1.0, "{name}: {m}");
+        assert_eq!(outcome(&m, "PUT /fault", "upstream_error"), 0.0, "{name}: {m}");
+    }
+}
+
 /// A client that leaves while the response streams: the charge is held while the upstream
 /// still sends (the backend still works), then released; a response that completes leaves
 /// its connection kept alive, one whose upstream goes silent is cut at the body timeout.

@@ -22,6 +22,7 @@ use super::stream::{Metered, RequestBody};
 use super::ProxyBody;
 use crate::busypoll::BusyPoll;
 use crate::metrics::ProxyOutcome;
+use crate::upstream::UpstreamError;
 
 /// Serve one client request: classify, admit (at once or after waiting), forward.
 pub(super) async fn handle(
@@ -223,6 +224,14 @@ async fn exchange(
                 shared.cfg.upstream_timeout
             );
             text_response(StatusCode::GATEWAY_TIMEOUT, "gatekeeper: upstream timed out")
+        }
+        Ok(Err(UpstreamError::Exchange(e))) if e.is_user() => {
+            // The client's body failed while it was forwarded: the client left mid-body or
+            // sent a malformed one. Not the upstream's fault; its connection is closed.
+            drop(permit);
+            tm.count(ProxyOutcome::ClientGone);
+            tracing::debug!("{what}: request body failed while forwarded: {e}");
+            text_response(StatusCode::BAD_REQUEST, "gatekeeper: request body failed")
         }
         Ok(Err(e)) => {
             drop(permit);
