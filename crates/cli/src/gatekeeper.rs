@@ -76,9 +76,20 @@ struct ProxyArgs {
     /// collapse on concurrency, e.g. their connection or process limit). Default: none.
     #[arg(long, value_name = "N")]
     max_in_flight: Option<usize>,
-    /// Time allowed for the upstream's response head before 504. Default: 60s.
+    /// Time allowed for the upstream's response head before 504 (also the connect
+    /// timeout). Default: 60s.
     #[arg(long, value_name = "DURATION")]
     upstream_timeout: Option<String>,
+    /// Longest silence of the upstream within a response body (e.g. 30s): past it the
+    /// response is cut (its status has gone out), the connection closed and the charge
+    /// released. Default: 60s.
+    #[arg(long, value_name = "DURATION")]
+    upstream_body_timeout: Option<String>,
+    /// Time a client has to send a whole request head, and the longest idle time of a
+    /// kept-alive client connection (e.g. 10s): past it the connection is closed
+    /// (slowloris). Default: 30s.
+    #[arg(long, value_name = "DURATION")]
+    header_timeout: Option<String>,
     /// What a request's cost sample is: `wall` (its upstream service time, the paper) or
     /// `share` (service time divided, moment by moment, by the requests in flight: its
     /// share of a processor-sharing backend). Default: wall.
@@ -115,8 +126,8 @@ struct ProxyArgs {
     /// `Retry-After` seconds on 503. Default: 1.
     #[arg(long, value_name = "SECONDS")]
     retry_after: Option<u32>,
-    /// Client connections served at once; further accepts wait in the kernel's backlog.
-    /// Default: 10000.
+    /// Client connections served at once; beyond, a new connection gets 503 +
+    /// Retry-After and is closed. Default: 10000.
     #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
     /// Log one line per request on stderr (as RUST_LOG=access=info). Errors (a 502 and
@@ -272,9 +283,13 @@ fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
         (None, Some(s)) => s.parse().with_context(|| format!("config listen {s:?}"))?,
         (None, None) => bail!("--listen ADDR:PORT is required (or `listen` in --config)"),
     };
-    let upstream =
-        a.upstream.or(file.upstream.clone()).context("--upstream URL is required (or `upstream` in --config)")?;
+    let upstream = a
+        .upstream
+        .clone()
+        .or(file.upstream.clone())
+        .context("--upstream URL is required (or `upstream` in --config)")?;
     let mut cfg = ProxyConfig::new(listen, Upstream::parse(&upstream)?);
+    timeouts(&mut cfg, &a, &file)?;
     if let Some(c) = a.capacity.as_ref().or(file.capacity.as_ref()) {
         cfg.capacity = CapacitySetting::parse(c)?;
     }
@@ -318,9 +333,6 @@ fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
     if let Some(w) = a.max_queue_wait.as_ref().or(file.max_queue_wait.as_ref()) {
         cfg.max_queue_wait = Some(config::parse_duration(w, "max-queue-wait")?);
     }
-    if let Some(t) = a.upstream_timeout.as_ref().or(file.upstream_timeout.as_ref()) {
-        cfg.upstream_timeout = config::parse_duration(t, "upstream-timeout")?;
-    }
     if let Some(r) = a.retry_after.or(file.retry_after) {
         cfg.retry_after_s = r;
     }
@@ -331,9 +343,6 @@ fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
         cfg.max_connections = m;
     }
     cfg.rewrite_host = a.rewrite_host || file.rewrite_host.unwrap_or(false);
-    if let Some(t) = a.shutdown_timeout.as_ref().or(file.shutdown_timeout.as_ref()) {
-        cfg.shutdown_timeout = config::parse_duration(t, "shutdown-timeout")?;
-    }
     cfg.estimator = file.estimator()?;
     if let Some(b) = &a.estimate_basis {
         cfg.estimator.basis = b.parse().with_context(|| format!("--estimate-basis {b:?}"))?;
@@ -345,6 +354,32 @@ fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
         cfg.max_charge_share = s;
     }
     Ok(cfg)
+}
+
+/// The timeouts, flag over file key. Those that bound a wait must be above zero: a zero
+/// would fail every request (504, a cut body, a closed connection) rather than disable it.
+fn timeouts(cfg: &mut ProxyConfig, a: &ProxyArgs, file: &FileConfig) -> anyhow::Result<()> {
+    let pick = |flag: &Option<String>, key: &Option<String>, name: &str, positive: bool| {
+        let Some(t) = flag.as_ref().or(key.as_ref()) else { return Ok(None) };
+        let d = config::parse_duration(t, name)?;
+        if positive && d.is_zero() {
+            bail!("--{name} {t:?}: must be above 0");
+        }
+        anyhow::Ok(Some(d))
+    };
+    if let Some(d) = pick(&a.upstream_timeout, &file.upstream_timeout, "upstream-timeout", true)? {
+        cfg.upstream_timeout = d;
+    }
+    if let Some(d) = pick(&a.upstream_body_timeout, &file.upstream_body_timeout, "upstream-body-timeout", true)? {
+        cfg.upstream_body_timeout = d;
+    }
+    if let Some(d) = pick(&a.header_timeout, &file.header_timeout, "header-timeout", true)? {
+        cfg.header_timeout = d;
+    }
+    if let Some(d) = pick(&a.shutdown_timeout, &file.shutdown_timeout, "shutdown-timeout", false)? {
+        cfg.shutdown_timeout = d;
+    }
+    Ok(())
 }
 
 /// Resolves at the first SIGTERM or SIGINT.
@@ -524,4 +559,59 @@ async fn run_synthetic(s: SyntheticArgs) -> anyhow::Result<()> {
     );
     synthetic::serve(listener, cfg, shutdown_signal()).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use std::time::Duration;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ProxyArgs,
+    }
+
+    fn config(extra: &[&str]) -> anyhow::Result<ProxyConfig> {
+        let base = ["gatekeeper", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9"];
+        let cli = Cli::try_parse_from(base.iter().chain(extra))?;
+        proxy_config(cli.args)
+    }
+
+    /// Which timeout of the config a case checks.
+    type Field = fn(&ProxyConfig) -> Duration;
+
+    #[test]
+    fn timeout_flags_take_units() {
+        let ms = Duration::from_millis;
+        let cases: &[(&[&str], Field, Duration)] = &[
+            (&[], |c| c.upstream_timeout, ms(60_000)),
+            (&[], |c| c.upstream_body_timeout, ms(60_000)),
+            (&[], |c| c.header_timeout, ms(30_000)),
+            (&[], |c| c.shutdown_timeout, ms(30_000)),
+            (&["--upstream-timeout", "5s"], |c| c.upstream_timeout, ms(5_000)),
+            (&["--upstream-body-timeout", "250ms"], |c| c.upstream_body_timeout, ms(250)),
+            (&["--upstream-body-timeout", "2"], |c| c.upstream_body_timeout, ms(2_000)),
+            (&["--header-timeout", "10s"], |c| c.header_timeout, ms(10_000)),
+            (&["--shutdown-timeout", "0"], |c| c.shutdown_timeout, ms(0)),
+        ];
+        for (flags, field, want) in cases {
+            assert_eq!(field(&config(flags).unwrap()), *want, "{flags:?}");
+        }
+    }
+
+    #[test]
+    fn zero_or_malformed_timeouts_are_errors_naming_the_flag() {
+        for (flag, value) in [
+            ("--upstream-timeout", "0"),
+            ("--upstream-body-timeout", "0s"),
+            ("--header-timeout", "0ms"),
+            ("--header-timeout", "soon"),
+            ("--upstream-body-timeout", "1h"),
+        ] {
+            let err = format!("{:#}", config(&[flag, value]).unwrap_err());
+            assert!(err.contains(flag.trim_start_matches('-')), "{flag} {value}: {err}");
+        }
+    }
 }

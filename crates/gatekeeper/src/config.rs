@@ -161,8 +161,17 @@ pub struct ProxyConfig {
     /// No request is charged more than this fraction of the capacity (1 = the paper: a
     /// costlier request runs alone). See `core::admission` "Bounded charges".
     pub max_charge_share: f64,
-    /// Time allowed from sending a request upstream to its response head: 504 after.
+    /// Time allowed from sending a request upstream to its response head: 504 after. Also
+    /// the connect timeout, and the bound on draining a response whose client has left.
     pub upstream_timeout: Duration,
+    /// Longest silence of the upstream while the proxy waits for the next bytes of a
+    /// response body: past it the connection is closed, the response cut (the status has
+    /// gone out already) and the charge released.
+    pub upstream_body_timeout: Duration,
+    /// Time a client has to send a whole request head, counted from when the proxy starts
+    /// reading it (also how long a kept-alive client connection may sit idle): past it the
+    /// connection is closed (slowloris).
+    pub header_timeout: Duration,
     /// `Retry-After` seconds on 503.
     pub retry_after_s: u32,
     pub estimator: EstimatorConfig,
@@ -200,6 +209,8 @@ impl ProxyConfig {
             max_in_flight: None,
             max_charge_share: 1.0,
             upstream_timeout: Duration::from_secs(60),
+            upstream_body_timeout: Duration::from_secs(60),
+            header_timeout: Duration::from_secs(30),
             retry_after_s: 1,
             estimator: EstimatorConfig::default(),
             max_connections: 10_000,
@@ -238,6 +249,8 @@ pub struct FileConfig {
     pub max_charge_share: Option<f64>,
     #[serde(alias = "upstream_timeout")]
     pub upstream_timeout: Option<String>,
+    pub upstream_body_timeout: Option<String>,
+    pub header_timeout: Option<String>,
     #[serde(alias = "retry_after_s")]
     pub retry_after: Option<u32>,
     #[serde(alias = "max_connections")]
@@ -419,6 +432,8 @@ mod tests {
             "max-in-flight",
             "max-charge-share",
             "upstream-timeout",
+            "upstream-body-timeout",
+            "header-timeout",
             "retry-after",
             "max-connections",
             "busy-poll-us",

@@ -5,12 +5,40 @@
 //! type's measured costs (a type that mixes cheap and costly requests shows a large
 //! spread: its rule is too coarse). Global: load, capacity, queue length, in-flight,
 //! admitted and rejected counts, requests put in the overflow type because the type table
-//! was full. Counters are atomics updated on
+//! was full, open client and upstream connections (a count that does not return to its
+//! baseline once traffic stops is a leak). Counters are atomics updated on
 //! the request path without locks; the registry is fixed-size, so memory is bounded.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+/// A count of open things (connections): [`OpenCount::open`] counts one until its guard is
+/// dropped, so every path out of a connection's task, a panic's unwinding included, counts
+/// it closed.
+#[derive(Debug, Default, Clone)]
+pub struct OpenCount(Arc<AtomicUsize>);
+
+/// Counts one in its [`OpenCount`] while it lives.
+#[derive(Debug)]
+pub struct OpenGuard(Arc<AtomicUsize>);
+
+impl OpenCount {
+    pub fn open(&self) -> OpenGuard {
+        self.0.fetch_add(1, Relaxed);
+        OpenGuard(self.0.clone())
+    }
+
+    pub fn get(&self) -> usize {
+        self.0.load(Relaxed)
+    }
+}
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
 
 /// Histogram bucket upper bounds in seconds (Prometheus `le`).
 pub const BUCKETS_S: [f64; 18] =
@@ -160,6 +188,10 @@ pub struct Metrics {
     pub cancelled_while_queued: AtomicU64,
     /// Requests put in the overflow type because the type table was full.
     pub type_table_overflow: AtomicU64,
+    /// Client connections open now.
+    pub client_connections: OpenCount,
+    /// Client connections answered 503 and closed at once because `max_connections` were open.
+    pub connections_refused: AtomicU64,
 }
 
 /// Values read from the gate and estimator at scrape time.
@@ -177,6 +209,13 @@ pub struct Snapshot {
     pub queued_by_type: Vec<usize>,
     /// Admitted, unfinished requests per type index.
     pub in_flight_by_type: Vec<usize>,
+    /// Client connections open.
+    pub client_connections: usize,
+    /// Upstream connections open (in use or idle), and of them idle in the pool.
+    pub upstream_connections: usize,
+    pub upstream_idle: usize,
+    /// Requests sent once more on a new upstream connection (the keep-alive race).
+    pub upstream_retries: u64,
 }
 
 fn escape(s: &str) -> String {
@@ -192,6 +231,8 @@ impl Metrics {
             rejected_queue_wait: AtomicU64::new(0),
             cancelled_while_queued: AtomicU64::new(0),
             type_table_overflow: AtomicU64::new(0),
+            client_connections: OpenCount::default(),
+            connections_refused: AtomicU64::new(0),
         }
     }
 
@@ -218,6 +259,35 @@ impl Metrics {
         );
         g(&mut o, "gatekeeper_queue_length", "Requests waiting for admission.", "gauge", snap.queue_len as f64);
         g(&mut o, "gatekeeper_in_flight", "Admitted, unfinished requests.", "gauge", snap.in_flight as f64);
+        g(&mut o, "gatekeeper_client_connections", "Client connections open.", "gauge", snap.client_connections as f64);
+        g(
+            &mut o,
+            "gatekeeper_connections_refused_total",
+            "Client connections answered 503 and closed at once because --max-connections were open.",
+            "counter",
+            self.connections_refused.load(Relaxed) as f64,
+        );
+        g(
+            &mut o,
+            "gatekeeper_upstream_connections",
+            "Upstream connections open, in use or idle.",
+            "gauge",
+            snap.upstream_connections as f64,
+        );
+        g(
+            &mut o,
+            "gatekeeper_upstream_idle_connections",
+            "Upstream connections idle in the pool, kept for reuse.",
+            "gauge",
+            snap.upstream_idle as f64,
+        );
+        g(
+            &mut o,
+            "gatekeeper_upstream_retries_total",
+            "Requests sent once more on a new upstream connection: the reused one was closing, or closed before answering a safe, bodiless request.",
+            "counter",
+            snap.upstream_retries as f64,
+        );
         g(
             &mut o,
             "gatekeeper_queue_head_cost_seconds",
@@ -377,6 +447,10 @@ mod tests {
             types: vec![(0, "GET /s".into(), 1, 2), (1, "(other)".into(), 1, 0)],
             queued_by_type: vec![0, 0],
             in_flight_by_type: vec![0, 0],
+            client_connections: 0,
+            upstream_connections: 0,
+            upstream_idle: 0,
+            upstream_retries: 0,
         };
         let s = m.render(&snap);
         assert!(s.contains("gatekeeper_type_table_overflow_total 3\n"), "{s}");
@@ -403,11 +477,20 @@ mod tests {
             types: vec![(0, "GET /a\"b".into(), 2_000, 7), (1, "(other)".into(), 10_000, 0)],
             queued_by_type: vec![3, 0],
             in_flight_by_type: vec![0, 1],
+            client_connections: 4,
+            upstream_connections: 2,
+            upstream_idle: 1,
+            upstream_retries: 5,
         };
         let s = m.render(&snap);
         assert!(s.contains("gatekeeper_load_seconds 0.0015\n"));
         assert!(s.contains("gatekeeper_capacity_seconds 0.02\n"));
         assert!(s.contains("gatekeeper_queue_length 3\n"));
+        assert!(s.contains("gatekeeper_client_connections 4\n"), "{s}");
+        assert!(s.contains("gatekeeper_upstream_connections 2\n"), "{s}");
+        assert!(s.contains("gatekeeper_upstream_idle_connections 1\n"), "{s}");
+        assert!(s.contains("gatekeeper_connections_refused_total 0\n"), "{s}");
+        assert!(s.contains("gatekeeper_upstream_retries_total 5\n"), "{s}");
         assert!(s.contains("gatekeeper_queue_head_cost_seconds 0.002\n"), "{s}");
         assert!(s.contains("gatekeeper_type_queued{type=\"GET /a\\\"b\"} 3\n"), "{s}");
         assert!(s.contains("gatekeeper_type_in_flight{type=\"(other)\"} 1\n"), "{s}");

@@ -35,7 +35,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use shortfirst_core::admission::auto::AutoCapacity;
 use shortfirst_core::admission::{AdmissionPolicy, CostEstimator, Gate, GateConfig};
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 
 use crate::busypoll::BusyPoll;
 use crate::classify::{Classifier, Rule};
@@ -55,7 +55,11 @@ use grant::{timer_task, Core, Shared, Waiters};
 pub use headers::{add_forwarding, strip_hop_by_hop};
 pub use stream::{RequestBody, PREFETCH_LIMIT_BYTES};
 
-pub type ProxyBody = UnsyncBoxBody<Bytes, hyper::Error>;
+/// What a response body can fail with: the upstream's error, or the proxy cutting a body
+/// whose upstream went silent (`--upstream-body-timeout`).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// Read-only view and control of a running gatekeeper (tests, calibration, admin).
 #[derive(Clone)]
@@ -231,12 +235,12 @@ impl Gatekeeper {
     }
 }
 
-/// Accept client connections (at most `max_connections` at once; further accepts wait in
-/// the kernel's backlog) and serve each on a task of its own, watched for shutdown.
+/// Accept client connections and serve each on a task of its own, watched for shutdown.
+/// At `max_connections` open, a new connection is answered 503 at once and closed, so the
+/// accept queue keeps draining and clients learn at once instead of waiting in the
+/// kernel's backlog (slowloris connections holding every slot cost others a 503, not a hang).
 async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, graceful: &GracefulShutdown) {
-    let conns = Arc::new(Semaphore::new(shared.cfg.max_connections));
     loop {
-        let permit = conns.clone().acquire_owned().await.expect("semaphore never closed");
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
@@ -246,19 +250,40 @@ async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, graceful: &Gr
                 continue;
             }
         };
+        // Only this loop opens: the count cannot grow between the check and the open.
+        if shared.metrics.client_connections.get() >= shared.cfg.max_connections {
+            refuse(shared, &stream);
+            continue;
+        }
+        let open = shared.metrics.client_connections.open();
         let _ = stream.set_nodelay(true);
         let shared = shared.clone();
+        let header_timeout = shared.cfg.header_timeout;
         let svc = hyper::service::service_fn(move |req| route::handle(shared.clone(), peer, req));
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
-            .header_read_timeout(Duration::from_secs(30))
+            .header_read_timeout(header_timeout)
             .serve_connection(TokioIo::new(stream), svc);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!("client connection {peer}: {e}");
             }
-            drop(permit);
+            drop(open);
         });
     }
+}
+
+/// Answer 503 without waiting (a fresh socket's send buffer is empty) and close. Best
+/// effort: a client that already sent its request may see a reset instead.
+fn refuse(shared: &Shared, stream: &tokio::net::TcpStream) {
+    shared.metrics.connections_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let body = "gatekeeper: too many connections\n";
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nretry-after: {}\r\nconnection: close\r\n\
+         content-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\n\r\n{body}",
+        shared.cfg.retry_after_s,
+        body.len()
+    );
+    let _ = stream.try_write(head.as_bytes());
 }

@@ -9,20 +9,32 @@
 //!
 //! Limits: at most `max_idle` idle connections are kept (more are closed when handed
 //! back); an idle connection older than [`IDLE_TIMEOUT`] is closed when next looked at.
-//! A request that fails on a reused connection before any of it was written (the upstream
-//! closed the idle connection meanwhile) is sent once more on a new connection, as
-//! hyper-util's client does; no other request is retried.
+//!
+//! A [`Conn`] owns its connection: dropped instead of handed back (a failed, cut or
+//! abandoned exchange), its task is aborted and the socket closed at once, rather than left
+//! for hyper's connection task to wind down on its own: the close is the upstream's signal
+//! to stop working on the request.
+//!
+//! Retries (the keep-alive race: an upstream may close an idle connection just as a
+//! request is sent on it): a request that fails on a reused connection is sent once more
+//! on a new connection when none of it was written, or when it was written but the
+//! connection then closed or reset before any byte of a response and the request is a
+//! `GET`, `HEAD`, `OPTIONS` or `TRACE` without a body (safe to repeat, RFC 9110 §9.2.2;
+//! nginx does the same). No other request is retried: a `POST` the upstream may have
+//! acted on gets 502.
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper::http::uri::Authority;
-use hyper::{Request, Response};
+use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use crate::metrics::OpenCount;
 use crate::proxy::RequestBody;
 
 /// Idle connections older than this are closed instead of reused.
@@ -45,6 +57,14 @@ pub enum UpstreamError {
 /// once the response has been read to its end; dropping it instead closes it.
 pub struct Conn {
     sender: SendRequest<RequestBody>,
+    /// The connection's task, aborted (closing the socket) when the connection is dropped.
+    task: tokio::task::AbortHandle,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 pub struct UpstreamPool {
@@ -53,31 +73,60 @@ pub struct UpstreamPool {
     max_idle: usize,
     /// Most recently returned last: reusing the warmest connection first lets the others
     /// age out.
-    idle: Mutex<Vec<(SendRequest<RequestBody>, Instant)>>,
+    idle: Mutex<Vec<(Conn, Instant)>>,
+    /// Connections open: each connection's task counts itself until the connection ends.
+    open: OpenCount,
+    /// Requests sent once more on a new connection (see the module docs).
+    retries: AtomicU64,
 }
 
 impl UpstreamPool {
     pub fn new(authority: Authority, connect_timeout: Duration, max_idle: usize) -> Self {
-        UpstreamPool { authority, connect_timeout, max_idle, idle: Mutex::new(Vec::new()) }
+        UpstreamPool {
+            authority,
+            connect_timeout,
+            max_idle,
+            idle: Mutex::new(Vec::new()),
+            open: OpenCount::default(),
+            retries: AtomicU64::new(0),
+        }
     }
 
-    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<(SendRequest<RequestBody>, Instant)>> {
+    /// Upstream connections open now, in use or idle.
+    pub fn open_connections(&self) -> usize {
+        self.open.get()
+    }
+
+    /// Idle connections kept for reuse; those the upstream has closed meanwhile are dropped
+    /// from the list first.
+    pub fn idle_connections(&self) -> usize {
+        let mut idle = self.idle();
+        idle.retain(|(c, _)| !c.sender.is_closed());
+        idle.len()
+    }
+
+    /// Requests sent once more on a new connection.
+    pub fn retries(&self) -> u64 {
+        self.retries.load(Relaxed)
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<(Conn, Instant)>> {
         // Only pushes and pops happen under the lock: recover rather than poison.
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// An idle connection that is still open, if any.
-    fn take_idle(&self) -> Option<SendRequest<RequestBody>> {
+    fn take_idle(&self) -> Option<Conn> {
         let now = Instant::now();
         loop {
-            let (sender, since) = self.idle().pop()?;
-            if !sender.is_closed() && now.duration_since(since) < IDLE_TIMEOUT {
-                return Some(sender);
+            let (conn, since) = self.idle().pop()?;
+            if !conn.sender.is_closed() && now.duration_since(since) < IDLE_TIMEOUT {
+                return Some(conn);
             }
         }
     }
 
-    async fn connect(&self) -> Result<SendRequest<RequestBody>, UpstreamError> {
+    async fn connect(&self) -> Result<Conn, UpstreamError> {
         let addr = self.authority.as_str();
         let stream = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr)).await {
             Err(_) => return Err(UpstreamError::ConnectTimeout(addr.to_string())),
@@ -90,37 +139,49 @@ impl UpstreamPool {
         let (sender, conn) =
             http1::handshake(TokioIo::new(stream)).await.map_err(|e| UpstreamError::Handshake(addr.to_string(), e))?;
         let peer = addr.to_string();
-        tokio::spawn(async move {
-            // Ends when the upstream closes, on an I/O error, or when the last sender is
-            // dropped while the connection is idle.
+        let open = self.open.open();
+        let task = tokio::spawn(async move {
+            let _open = open;
+            // Ends when the upstream closes, on an I/O error, when the last sender is
+            // dropped while the connection is idle, or aborted by `Conn`'s drop.
             if let Err(e) = conn.await {
                 tracing::debug!("upstream connection {peer}: {e}");
             }
         });
-        Ok(sender)
+        Ok(Conn { sender, task: task.abort_handle() })
     }
 
     /// Send `req` (origin-form target) and return the response head with the connection it
     /// came on. The caller bounds the whole exchange with its own timeout.
     pub async fn send(&self, mut req: Request<RequestBody>) -> Result<(Response<Incoming>, Conn), UpstreamError> {
-        if let Some(mut sender) = self.take_idle() {
+        if let Some(mut conn) = self.take_idle() {
             // Ready at once unless its previous response's end has not been processed by the
             // connection task yet (a few polls on this runtime).
-            if sender.ready().await.is_ok() {
-                match sender.try_send_request(req).await {
-                    Ok(resp) => return Ok((resp, Conn { sender })),
-                    Err(mut e) => match e.take_message() {
-                        // Not written at all: the connection was closing. Retry once, new.
-                        Some(r) => req = r,
-                        None => return Err(UpstreamError::Exchange(e.into_error())),
+            if conn.sender.ready().await.is_ok() {
+                let again = repeatable(&req);
+                match conn.sender.try_send_request(req).await {
+                    Ok(resp) => return Ok((resp, conn)),
+                    Err(mut e) => match (e.take_message(), again) {
+                        // Not written at all: the connection was closing.
+                        (Some(r), _) => req = r,
+                        (None, Some(r)) if closed_before_a_response(e.error()) => {
+                            tracing::debug!(
+                                "upstream closed a reused connection on {} {}: sending it again",
+                                r.method(),
+                                r.uri()
+                            );
+                            req = r;
+                        }
+                        (None, _) => return Err(UpstreamError::Exchange(e.into_error())),
                     },
                 }
+                self.retries.fetch_add(1, Relaxed);
             }
         }
-        let mut sender = self.connect().await?;
-        sender.ready().await.map_err(UpstreamError::Exchange)?;
-        let resp = sender.send_request(req).await.map_err(UpstreamError::Exchange)?;
-        Ok((resp, Conn { sender }))
+        let mut conn = self.connect().await?;
+        conn.sender.ready().await.map_err(UpstreamError::Exchange)?;
+        let resp = conn.sender.send_request(req).await.map_err(UpstreamError::Exchange)?;
+        Ok((resp, conn))
     }
 
     /// Return a connection whose response was read to its end.
@@ -130,7 +191,41 @@ impl UpstreamPool {
         }
         let mut idle = self.idle();
         if idle.len() < self.max_idle {
-            idle.push((conn.sender, Instant::now()));
+            idle.push((conn, Instant::now()));
         }
     }
+}
+
+/// A copy of `req` to send again if the connection closes before answering: only a safe
+/// method (RFC 9110 §9.2.1) without a body, whose repetition changes nothing.
+fn repeatable(req: &Request<RequestBody>) -> Option<Request<RequestBody>> {
+    let safe = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE);
+    if !safe || !hyper::body::Body::is_end_stream(req.body()) {
+        return None;
+    }
+    let mut copy = Request::new(RequestBody::empty());
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    Some(copy)
+}
+
+/// The connection ended (closed or reset) before any byte of a response: the upstream
+/// closed it as the request arrived, not an answer gone wrong.
+fn closed_before_a_response(e: &hyper::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    let mut io_reset = false;
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            io_reset |= matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::BrokenPipe
+            );
+        }
+        source = s.source();
+    }
+    e.is_incomplete_message() || e.is_canceled() || io_reset
 }

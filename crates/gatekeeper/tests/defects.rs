@@ -18,10 +18,40 @@ use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use shortfirst_core::admission::AdmissionPolicy;
-use shortfirst_gatekeeper::config::{CapacitySetting, Upstream};
-use shortfirst_gatekeeper::{Gatekeeper, Handle, ProxyConfig};
+use shortfirst_gatekeeper::config::CapacitySetting;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+mod support;
+
+/// Bound on every wait here: the tests observe counts and orders, not times.
+const WAIT: Duration = Duration::from_secs(30);
+
+async fn wait_until(what: &str, f: impl FnMut() -> bool) {
+    support::wait_until(what, WAIT, f).await
+}
+
+/// Send a request on a fresh connection (closed by the gatekeeper after the response).
+async fn send(addr: SocketAddr, path: &str, host: &str) -> TcpStream {
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    support::send_raw(addr, req.as_bytes()).await
+}
+
+/// The status line of the response on `s`, read to the connection's end.
+async fn status_of(s: TcpStream) -> String {
+    let r = support::read_response(s, Duration::from_secs(60)).await;
+    assert_eq!(r.end, support::End::Closed, "{r:?}");
+    r.head.lines().next().unwrap_or("").to_string()
+}
+
+/// A gatekeeper in front of `upstream` (its handle and the stop sender in the tuple).
+async fn start(
+    upstream: SocketAddr,
+    f: impl FnOnce(&mut shortfirst_gatekeeper::ProxyConfig),
+) -> (SocketAddr, shortfirst_gatekeeper::Handle, tokio::sync::oneshot::Sender<()>) {
+    let p = support::start_proxy(upstream, f).await;
+    (p.addr, p.handle, p._stop)
+}
 
 /// What the backend saw: requests started (by `id`), running now, most running at once,
 /// and the `Host` of the last request.
@@ -73,46 +103,6 @@ async fn counting_backend() -> (SocketAddr, Arc<Mutex<Seen>>) {
         }
     });
     (addr, seen)
-}
-
-async fn start(
-    upstream: SocketAddr,
-    f: impl FnOnce(&mut ProxyConfig),
-) -> (SocketAddr, Handle, tokio::sync::oneshot::Sender<()>) {
-    let mut cfg =
-        ProxyConfig::new("127.0.0.1:0".parse().unwrap(), Upstream::parse(&format!("http://{upstream}")).unwrap());
-    f(&mut cfg);
-    let gk = Gatekeeper::bind(cfg).await.unwrap();
-    let (addr, handle) = (gk.local_addr(), gk.handle());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(gk.run(async {
-        let _ = rx.await;
-    }));
-    (addr, handle, tx)
-}
-
-async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..6_000 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
-
-/// Send a request on a fresh connection (closed by the gatekeeper after the response).
-async fn send(addr: SocketAddr, path: &str, host: &str) -> TcpStream {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
-    s
-}
-
-/// The status line of the response on `s`, read to the connection's end.
-async fn status_of(mut s: TcpStream) -> String {
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut buf)).await.unwrap().unwrap();
-    String::from_utf8_lossy(&buf).lines().next().unwrap_or("").to_string()
 }
 
 /// Capacity for one request at a time. A client that leaves after admission must not

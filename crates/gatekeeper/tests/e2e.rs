@@ -1,6 +1,7 @@
 //! End-to-end: real sockets on 127.0.0.1 (ephemeral ports), a real gatekeeper, and an
 //! in-test upstream whose request types have known, very different costs (sleeps), plus
-//! upstreams that refuse, reset or hang.
+//! upstreams that refuse, reset or hang. Each fault in depth, with its bounds and the
+//! proxy back at rest after it: `faults.rs`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -17,9 +18,12 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use shortfirst_core::admission::AdmissionPolicy;
 use shortfirst_gatekeeper::config::{CapacitySetting, Upstream};
-use shortfirst_gatekeeper::{Gatekeeper, Handle, ProxyConfig};
+use shortfirst_gatekeeper::{Gatekeeper, ProxyConfig};
+use support::{refused_addr, resetting_upstream, start_proxy, wait_until, Proxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+mod support;
 
 const FAST_MS: u64 = 2;
 const SLOW_MS: u64 = 200;
@@ -82,53 +86,6 @@ async fn test_upstream() -> (SocketAddr, Arc<AtomicUsize>) {
     (addr, conns)
 }
 
-/// Accepts, reads the request, then resets the connection.
-async fn resetting_upstream() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let (mut s, _) = l.accept().await.unwrap();
-            let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf).await;
-            // A zero linger makes close send RST; it does not block (the deprecation is about
-            // non-zero lingers).
-            #[allow(deprecated)]
-            s.set_linger(Some(Duration::ZERO)).unwrap();
-            drop(s);
-        }
-    });
-    addr
-}
-
-/// An address nothing listens on.
-async fn refused_addr() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    l.local_addr().unwrap()
-}
-
-struct Proxy {
-    addr: SocketAddr,
-    admin: SocketAddr,
-    handle: Handle,
-    _stop: tokio::sync::oneshot::Sender<()>,
-}
-
-async fn start_proxy(upstream: SocketAddr, f: impl FnOnce(&mut ProxyConfig)) -> Proxy {
-    let mut cfg =
-        ProxyConfig::new("127.0.0.1:0".parse().unwrap(), Upstream::parse(&format!("http://{upstream}")).unwrap());
-    cfg.admin = Some("127.0.0.1:0".parse().unwrap());
-    cfg.capacity = CapacitySetting::Fixed { capacity_us: 250_000 };
-    f(&mut cfg);
-    let gk = Gatekeeper::bind(cfg).await.unwrap();
-    let (addr, admin, handle) = (gk.local_addr(), gk.admin_addr().unwrap(), gk.handle());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(gk.run(async {
-        let _ = rx.await;
-    }));
-    Proxy { addr, admin, handle, _stop: tx }
-}
-
 fn client() -> Client<HttpConnector, Full<Bytes>> {
     Client::builder(TokioExecutor::new()).build(HttpConnector::new())
 }
@@ -144,14 +101,6 @@ async fn get(
     let headers = resp.headers().clone();
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     (status, headers, String::from_utf8_lossy(&body).into_owned())
-}
-
-async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < timeout, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// Teach the estimator both types (sequentially, so the measurements are uncontended).

@@ -348,6 +348,10 @@ impl Shared {
             types,
             queued_by_type,
             in_flight_by_type: core.in_flight_by_type.clone(),
+            client_connections: self.metrics.client_connections.get(),
+            upstream_connections: self.pool.open_connections(),
+            upstream_idle: self.pool.idle_connections(),
+            upstream_retries: self.pool.retries(),
         }
     }
 }

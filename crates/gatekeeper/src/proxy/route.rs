@@ -22,6 +22,7 @@ use super::stream::{Metered, RequestBody};
 use super::ProxyBody;
 use crate::busypoll::BusyPoll;
 use crate::metrics::ProxyOutcome;
+use crate::upstream::UpstreamError;
 
 /// Serve one client request: classify, admit (at once or after waiting), forward.
 pub(super) async fn handle(
@@ -224,6 +225,14 @@ async fn exchange(
             );
             text_response(StatusCode::GATEWAY_TIMEOUT, "gatekeeper: upstream timed out")
         }
+        Ok(Err(UpstreamError::Exchange(e))) if e.is_user() => {
+            // The client's body failed while it was forwarded: the client left mid-body or
+            // sent a malformed one. Not the upstream's fault; its connection is closed.
+            drop(permit);
+            tm.count(ProxyOutcome::ClientGone);
+            tracing::debug!("{what}: request body failed while forwarded: {e}");
+            text_response(StatusCode::BAD_REQUEST, "gatekeeper: request body failed")
+        }
         Ok(Err(e)) => {
             drop(permit);
             tm.count(ProxyOutcome::UpstreamError);
@@ -233,16 +242,7 @@ async fn exchange(
         Ok(Ok((resp, conn))) => {
             let (mut parts, body) = resp.into_parts();
             strip_hop_by_hop(&mut parts.headers);
-            let mut metered = Metered {
-                inner: Some(body),
-                permit: Some(permit),
-                conn: Some(conn),
-                sent,
-                shared: shared.clone(),
-                type_index,
-                draining: false,
-                gone: false,
-            };
+            let mut metered = Metered::new(body, permit, conn, sent, shared.clone());
             if reply.is_closed() {
                 // The client left while the backend worked: drain the rest (`Metered`'s drop).
                 metered.gone = true;

@@ -2,16 +2,19 @@
 //! upstream's response body, metered to its last byte.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use tokio::time::Instant;
+use std::time::Duration;
+use tokio::time::{Instant, Sleep};
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use super::grant::{Permit, Shared};
+use super::BoxError;
 use crate::metrics::ProxyOutcome;
 use crate::upstream::Conn;
 
@@ -33,6 +36,11 @@ pub struct RequestBody {
 impl RequestBody {
     pub(super) fn new(body: Incoming) -> Self {
         RequestBody { buffered: VecDeque::new(), buffered_bytes: 0, rest: Some(body) }
+    }
+
+    /// No body (a request sent again).
+    pub(crate) fn empty() -> Self {
+        RequestBody { buffered: VecDeque::new(), buffered_bytes: 0, rest: None }
     }
 
     /// Read the body ahead, up to [`PREFETCH_LIMIT_BYTES`]. Resolves only if the body fails
@@ -101,7 +109,7 @@ impl Body for RequestBody {
 /// gate never admits past its capacity while the backend still works on abandoned
 /// requests.
 pub(super) struct Metered {
-    /// `None` once handed to [`drain`].
+    /// `None` once handed to [`drain`], or cut.
     pub(super) inner: Option<Incoming>,
     pub(super) permit: Option<Permit>,
     /// Returned to the pool at the end of the body; closed if the body fails.
@@ -113,9 +121,35 @@ pub(super) struct Metered {
     pub(super) draining: bool,
     /// The client is known to be gone: however it ends, the outcome is `client_gone`.
     pub(super) gone: bool,
+    /// The upstream's silence: armed at the first poll that finds no bytes since the last
+    /// frame (not at the frame: a client that reads slowly stops the polling, and its
+    /// stall is not the upstream's), fires after `upstream_body_timeout`.
+    silence: Option<Pin<Box<Sleep>>>,
+    silence_armed: bool,
 }
 
+/// The proxy cut a response body whose upstream sent nothing for this long.
+#[derive(Debug, thiserror::Error)]
+#[error("upstream response body silent for {0:?} (--upstream-body-timeout)")]
+pub struct BodySilent(pub Duration);
+
 impl Metered {
+    pub(super) fn new(inner: Incoming, permit: Permit, conn: Conn, sent: Instant, shared: Arc<Shared>) -> Self {
+        let type_index = permit.type_index;
+        Metered {
+            inner: Some(inner),
+            permit: Some(permit),
+            conn: Some(conn),
+            sent,
+            shared,
+            type_index,
+            draining: false,
+            gone: false,
+            silence: None,
+            silence_armed: false,
+        }
+    }
+
     /// The backend finished the response: return the connection, learn the sample,
     /// release the charge. The outcome is `ok` when the client got it all, else `client_gone`.
     pub(super) fn complete(&mut self, outcome: ProxyOutcome) {
@@ -139,6 +173,20 @@ impl Metered {
         }
     }
 
+    /// Called when the upstream has no bytes ready: arms the silence timer on the first
+    /// such poll since the last frame; true once it has run out.
+    fn upstream_went_silent(&mut self, cx: &mut Context<'_>) -> bool {
+        if !self.silence_armed {
+            let deadline = Instant::now() + self.shared.cfg.upstream_body_timeout;
+            match self.silence.as_mut() {
+                Some(s) => s.as_mut().reset(deadline),
+                None => self.silence = Some(Box::pin(tokio::time::sleep_until(deadline))),
+            }
+            self.silence_armed = true;
+        }
+        self.silence.as_mut().is_some_and(|s| s.as_mut().poll(cx).is_ready())
+    }
+
     fn at_end(&self) -> bool {
         self.inner.as_ref().map_or(true, Incoming::is_end_stream)
     }
@@ -146,22 +194,38 @@ impl Metered {
 
 impl Body for Metered {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
         let Some(inner) = this.inner.as_mut() else { return Poll::Ready(None) };
-        let r = Pin::new(inner).poll_frame(cx);
-        match &r {
-            Poll::Ready(None) => this.complete(ProxyOutcome::Ok),
+        match Pin::new(inner).poll_frame(cx) {
+            Poll::Pending if this.upstream_went_silent(cx) => {
+                let limit = this.shared.cfg.upstream_body_timeout;
+                tracing::warn!("upstream response body silent for {limit:?} (--upstream-body-timeout): response cut");
+                // Dropping the body and the connection closes it: the backend's signal.
+                this.inner = None;
+                this.fail(ProxyOutcome::Timeout);
+                Poll::Ready(Some(Err(BodySilent(limit).into())))
+            }
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(None) => {
+                this.complete(ProxyOutcome::Ok);
+                Poll::Ready(None)
+            }
             Poll::Ready(Some(Err(e))) => {
                 tracing::warn!("upstream response body failed: {e}");
-                this.fail(ProxyOutcome::UpstreamError)
+                this.fail(ProxyOutcome::UpstreamError);
+                Poll::Ready(Some(Err(e.into())))
             }
-            Poll::Ready(Some(Ok(_))) if this.at_end() => this.complete(ProxyOutcome::Ok),
-            _ => {}
+            Poll::Ready(Some(Ok(frame))) => {
+                this.silence_armed = false;
+                if this.at_end() {
+                    this.complete(ProxyOutcome::Ok);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
         }
-        r
     }
 
     fn is_end_stream(&self) -> bool {
@@ -196,6 +260,8 @@ impl Drop for Metered {
                     type_index: self.type_index,
                     draining: true,
                     gone: true,
+                    silence: None,
+                    silence_armed: false,
                 };
                 rt.spawn(drain(rest));
             }
@@ -207,17 +273,19 @@ impl Drop for Metered {
 }
 
 /// Read an abandoned response to its end and discard it, then release its charge (with
-/// its sample: the backend did the whole work). Bounded by the upstream timeout: past it
-/// the connection is closed, which is the backend's signal to stop, and the charge goes.
+/// its sample: the backend did the whole work). Bounded by the upstream timeout in all and
+/// by the body timeout between two reads: past either the connection is closed, which is
+/// the backend's signal to stop, and the charge goes.
 async fn drain(mut rest: Metered) {
     let limit = rest.shared.cfg.upstream_timeout;
+    let silence = rest.shared.cfg.upstream_body_timeout;
     let read_all = async {
         while let Some(inner) = rest.inner.as_mut() {
-            match inner.frame().await {
-                None => return true,
-                Some(Err(_)) => return false,
-                Some(Ok(_)) if inner.is_end_stream() => return true,
-                Some(Ok(_)) => {}
+            match tokio::time::timeout(silence, inner.frame()).await {
+                Ok(None) => return true,
+                Err(_) | Ok(Some(Err(_))) => return false,
+                Ok(Some(Ok(_))) if inner.is_end_stream() => return true,
+                Ok(Some(Ok(_))) => {}
             }
         }
         true
