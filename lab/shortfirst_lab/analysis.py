@@ -403,6 +403,9 @@ def compare(policy: dict[str, Any], fair: dict[str, Any], st: dict[str, Any]) ->
         "largest_1pct_ratio": _ratio(
             policy["largest_1pct_mean_response_s"], fair["largest_1pct_mean_response_s"]
         ),
+        "largest_file_ratio": _ratio(
+            policy.get("largest_file_mean_response_s"), fair.get("largest_file_mean_response_s")
+        ),
         "fraction_starved": st["fraction_starved"],
         "max_stretch": st["max_stretch"],
     }

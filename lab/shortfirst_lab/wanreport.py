@@ -122,6 +122,7 @@ def tables(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[list
                 _fmt(c["mean_response_ratio"], "{:.2f}"),
                 _fmt(c["throughput_ratio"], "{:.3f}"),
                 _fmt(c["largest_1pct_ratio"], "{:.3f}"),
+                _fmt(c.get("largest_file_ratio"), "{:.3f}"),
                 "yes" if c["valid"] else "NO",
             ]
             for c in sorted(sweep, key=lambda c: (c["load"], c["loss"], c["rtt_ms"], c["policy"]))
@@ -129,7 +130,8 @@ def tables(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[list
         out.append(
             (
                 "SRPT against FAIR on each WAN path (cf. Harchol-Balter 2003, Figures 10-12)",
-                "Mean response ratio: FAIR ÷ policy; throughput and largest-1% ratios: policy ÷ FAIR.",
+                "Mean response ratio: FAIR ÷ policy; throughput, largest-1% and largest-file ratios: "
+                "policy ÷ FAIR.",
                 [
                     "load",
                     "RTT ms",
