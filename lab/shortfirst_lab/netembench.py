@@ -19,7 +19,8 @@ import threading
 import time
 from pathlib import Path
 
-from shortfirst_lab import provenance, testbed, wan
+from shortfirst_lab import testbed, wan
+from shortfirst_lab.kit import provenance, write_json
 
 RTT_MS = 40.0
 BULK_PORT = 5002
@@ -107,9 +108,9 @@ def main(argv: list[str] | None = None) -> int:
         "on the server egress; emulator counters (getrusage, packets read) over the window after a 2 s "
         "warm-up",
         "points": points,
-        "provenance": provenance.collect(repo, extra={"congestion_control": "reno"}),
+        "provenance": provenance(repo, extra={"congestion_control": "reno"}),
     }
-    provenance.write_json(args.out, doc)
+    write_json(args.out, doc)
     print(f"wrote {args.out}")
     return 0
 
