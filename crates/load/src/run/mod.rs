@@ -143,7 +143,11 @@ pub fn run_with(cfg: Config, source_addrs: SourceAddrs) -> Result<Summary, LoadE
     std::fs::create_dir_all(&cfg.out_dir).map_err(|source| LoadError::Io { path: cfg.out_dir.clone(), source })?;
     let speed = speed(&cfg)?;
 
-    let writer = RecordWriter::create(&cfg.out_dir.join("requests.csv"))?;
+    let requests_csv = cfg.out_dir.join("requests.csv");
+    let writer = match cfg.load_schedule {
+        Some(_) => RecordWriter::create_with_phase_columns(&requests_csv)?,
+        None => RecordWriter::create(&requests_csv)?,
+    };
     let (tx, rx) = mpsc::sync_channel::<Msg>(COLLECT_QUEUE);
     let in_flight = Arc::new(AtomicUsize::new(0));
     let started_unix_s =
