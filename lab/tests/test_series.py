@@ -4,14 +4,16 @@ command-line forms, and properties of the counts on random logs."""
 from __future__ import annotations
 
 import math
+import subprocess
 
 import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sim_fixtures import require_binary
 
-from shortfirst_lab import series
+from shortfirst_lab import kit, series
 from shortfirst_lab.analysis import REQUEST_COLUMNS, LogError, with_response_times
 
 NAN = math.nan
@@ -187,3 +189,35 @@ def test_counts_add_up(rows):
     if ok.any():
         weighted = (s["mean_response_s"][has] * s["completed"][has]).sum() / s["completed"].sum()
         assert weighted == pytest.approx(rt.mean(), rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.slow
+def test_series_of_a_scheduled_load_run(tmp_path):
+    """`shortfirst load --load-schedule` against `shortfirst serve` on loopback: the series
+    reads the generator's own requests.csv (phase columns included), and the requests
+    scheduled per second follow the schedule: 1 s at 1 × 40/s, then 1 s at 3 ×, twice."""
+    binary = require_binary()
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "x.bin").write_bytes(b"x" * 500)
+    trace = tmp_path / "t.csv"
+    trace.write_text("time_s,path,size_bytes\n" + "".join(f"{i / 40:.3f},/x.bin,500\n" for i in range(400)))
+    port = kit.free_port()
+    serve = [str(binary), "serve", "--root", str(root), "--listen", f"127.0.0.1:{port}"]
+    serve += ["--threads", "1", "--socket-priority=false"]
+    with kit.Child(serve, tmp_path / "serve.log") as server:
+        kit.wait_port(port, server.proc)
+        argv = kit.load_argv(
+            binary, f"http://127.0.0.1:{port}", trace=trace, out=tmp_path / "run", quiet=True
+        )
+        argv += ["--rate", "40", "--load-schedule", "1s@1,1s@3", "--duration", "4s"]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert series.main([str(tmp_path / "run")]) == 0
+    s = pd.read_csv(tmp_path / "run" / "series.csv")
+    assert list(s.columns) == list(series.SERIES_COLUMNS)
+    np.testing.assert_allclose(s["scheduled"].to_numpy()[:4], [40, 120, 40, 120], atol=1)
+    log = pd.read_csv(tmp_path / "run" / "requests.csv")
+    assert s["completed"].sum() == (log["outcome"] == "ok").sum() == len(log)
+    assert s["started"].sum() == len(log)
+    assert (s["mean_response_s"].dropna() > 0).all()

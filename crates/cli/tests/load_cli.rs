@@ -232,8 +232,10 @@ fn load_schedule_rate_follows_the_phases() {
         let f: Vec<&str> = l.split(',').collect();
         assert_eq!(f[outcome], "ok", "{l}");
         let s: f64 = f[sched].parse().unwrap();
-        let k = ((s / 2.0).floor() as usize).min(2);
-        assert_eq!(f[phase].parse::<usize>().unwrap(), k, "{l}");
+        let k: usize = f[phase].parse().unwrap();
+        // The phase of the scheduled time (the log rounds it to the µs: either side of an edge).
+        let near_edge = (s - (s / 2.0).round() * 2.0).abs() < 1e-5;
+        assert!(k == ((s / 2.0).floor() as usize).min(2) || near_edge, "{l}");
         assert_eq!(f[mult].parse::<f64>().unwrap(), want[k].0, "{l}");
         by_sched[k] += 1;
         let t: f64 = f[start].parse().unwrap();

@@ -493,7 +493,10 @@ fn load_schedule_warps_the_sessions_arrivals() {
         let row = row.unwrap();
         let (id, sched): (u64, f64) = (row[0].parse().unwrap(), row[8].parse().unwrap());
         let (phase, mult): (usize, f64) = (row[13].parse().unwrap(), row[14].parse().unwrap());
-        assert_eq!((phase, mult), want_phase(sched), "{row:?}");
+        // The log rounds times to the µs: a time at a phase's edge may be on either side.
+        let near_edge = (sched - (sched * 2.0).round() / 2.0).abs() < 1e-5;
+        assert!((phase, mult) == want_phase(sched) || near_edge, "{row:?}");
+        assert_eq!(mult, [1.0, 4.0][phase]);
         if id % 2 == 0 {
             firsts.push((id, sched));
         }
