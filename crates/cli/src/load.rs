@@ -266,6 +266,25 @@ mod tests {
     }
 
     #[test]
+    fn load_schedule_flag() {
+        assert!(args(&[]).load_schedule.is_none());
+        let a = args(&["--load-schedule", "25s@0.2,25s@1.2"]);
+        let s = a.load_schedule.unwrap();
+        assert_eq!(s.phases(), LoadSchedule::parse("w1").unwrap().phases());
+        assert_eq!(args(&["--load-schedule", "W7"]).load_schedule.unwrap().spec(), "w7");
+        // The long help lists every preset with the paper's numbers.
+        let help = load_schedule_help();
+        for p in &PRESETS {
+            assert!(help.contains(&format!("{:<4} {:<12}", p.name, p.kind)), "{}", p.name);
+        }
+        assert!(help.contains("w10  intermittent  13.3 s at 0.735 then   2 s at 2    (mean 0.9)"), "{help}");
+        let base = ["load", "--target", "http://127.0.0.1:9", "--trace", "t.csv", "--out", "o"];
+        let e = Cli::try_parse_from(base.iter().chain(&["--load-schedule", "25s@0.2,25s@0"])).err().unwrap();
+        let e = e.to_string();
+        assert!(e.contains("--load-schedule") && e.contains("phase 2 `25s@0`"), "{e}");
+    }
+
+    #[test]
     fn source_addrs_flag() {
         assert_eq!(args(&[]).source_addrs, None);
         let a = args(&["--source-addrs", "10.10.1.2,10.10.2.2"]);
