@@ -130,7 +130,7 @@ pub struct Args {
 
 /// Parses (and reads the file of) a `--load-schedule` spec; boxed to keep
 /// the arguments small.
-fn parse_load_schedule(spec: &str) -> Result<Box<LoadSchedule>, String> {
+pub(crate) fn parse_load_schedule(spec: &str) -> Result<Box<LoadSchedule>, String> {
     LoadSchedule::parse(spec).map(Box::new).map_err(|e| e.to_string())
 }
 
