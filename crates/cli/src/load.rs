@@ -4,7 +4,7 @@ use anyhow::Context;
 use shortfirst_load::http::Target;
 use shortfirst_load::run::{self, Config, Model, Source};
 use shortfirst_load::scale::Scaling;
-use shortfirst_load::schedule::{LoadSchedule, MAX_PHASES, PRESETS};
+use shortfirst_load::schedule::{LoadSchedule, MAX_MULTIPLIER, MAX_PHASES, PRESETS};
 use shortfirst_load::source_addrs::SourceAddrs;
 use shortfirst_load::trace::TraceFormat;
 use std::io::IsTerminal;
@@ -162,8 +162,9 @@ fn load_schedule_help() -> String {
          earlier responses, and lateness is measured against it as without a schedule. \
          requests.csv gains the columns `phase` (index from 0) and `load_multiplier` of the phase \
          at each request's scheduled time; summary.json gets `load_schedule` (phases, requests \
-         and scheduled rate per phase). Every multiplier must be positive, every phase at least \
-         1 ms; at most {MAX_PHASES} phases (more is refused). Not with the closed model."
+         and scheduled rate per phase). Every multiplier must be positive and at most \
+         {MAX_MULTIPLIER}, every phase at least 1 ms, a period at most 100 days; at most {MAX_PHASES} \
+         phases (more is refused). Not with the closed model."
     ));
     h
 }

@@ -38,7 +38,8 @@
 //!
 //! DURATION is spelled as every duration of the command line (`25s`, `500ms`,
 //! `1m30s`, `13.3`; a plain number is seconds) and must be at least
-//! [`MIN_PHASE_S`]; MULT is a positive finite decimal number. `const@M` is
+//! [`MIN_PHASE_S`]; MULT is a positive decimal number of at most
+//! [`MAX_MULTIPLIER`]. `const@M` is
 //! one phase of 1 s at M, repeated: the same warp as any other length.
 //!
 //! Limits: at most [`MAX_PHASES`] phases (more is an error naming the limit,
@@ -59,6 +60,10 @@ pub const MAX_FILE_BYTES: u64 = 1 << 20;
 /// Shortest phase: 1 ms, below the dispatcher's timing resolution (its
 /// batch window is up to 2 ms) a phase could not be told from its neighbours.
 pub const MIN_PHASE_S: f64 = 1e-3;
+/// Largest multiplier: a million times the base rate. Beyond it a value is a
+/// typo (a missing decimal point), and the bound keeps every product of a
+/// duration and a multiplier far inside `f64`.
+pub const MAX_MULTIPLIER: f64 = 1e6;
 /// The length of the one phase of `const@M`.
 const CONST_PHASE_S: f64 = 1.0;
 
@@ -214,8 +219,9 @@ impl LoadSchedule {
 
     /// A schedule of checked phases; `spec` is how it was written (for the
     /// summary). Fails on an empty list, more than [`MAX_PHASES`] phases, a
-    /// phase shorter than [`MIN_PHASE_S`] or a multiplier that is not
-    /// positive and finite (each message names the phase).
+    /// phase shorter than [`MIN_PHASE_S`], a multiplier that is not positive
+    /// or above [`MAX_MULTIPLIER`] (each message names the phase), or a
+    /// period longer than the longest duration (100 days).
     pub fn new(spec: &str, phases: Vec<Phase>) -> Result<LoadSchedule, String> {
         if phases.is_empty() {
             return Err("no phases".into());
@@ -236,7 +242,7 @@ impl LoadSchedule {
         }
         starts_s.push(t);
         work_s.push(w);
-        if !(t <= units::MAX_DURATION_S && w.is_finite()) {
+        if t > units::MAX_DURATION_S {
             return Err(format!("a period of {t} s is longer than {} s", units::MAX_DURATION_S));
         }
         Ok(LoadSchedule { spec: spec.to_string(), phases, starts_s, work_s })
@@ -334,10 +340,12 @@ fn check_duration(d: f64) -> Result<(), String> {
 }
 
 fn check_multiplier(m: f64) -> Result<(), String> {
-    if m.is_finite() && m > 0.0 {
-        Ok(())
-    } else {
+    if !(m.is_finite() && m > 0.0) {
         Err(format!("multiplier must be a positive finite number, got {m}"))
+    } else if m > MAX_MULTIPLIER {
+        Err(format!("multiplier {m} is above the limit of {MAX_MULTIPLIER}"))
+    } else {
+        Ok(())
     }
 }
 

@@ -151,6 +151,7 @@ fn spec_errors() {
         ("5s@abc", "multiplier `abc`: expected a decimal number"),
         ("5s@1e3", "multiplier `1e3`"),
         ("5s@inf", "multiplier `inf`"),
+        ("5s@1000001", "multiplier 1000001 is above the limit of 1000000"),
         ("5s@", "multiplier ``"),
         ("5s@1,,3s@2", "phase 2 ``: expected DURATION@MULT"),
         ("5s@1,3s", "phase 2 `3s`: expected DURATION@MULT"),
