@@ -10,7 +10,7 @@ mod load;
 
 pub use gatekeeper::{gatekeeper_classify, gatekeeper_config};
 pub use http::{http_head, range_conditions, resolve_target};
-pub use load::{session_toml, trace_clf, trace_csv, trace_wc98};
+pub use load::{load_schedule, session_toml, trace_clf, trace_csv, trace_wc98};
 
 /// Every target by name, for the replay test.
 pub const TARGETS: &[(&str, fn(&[u8]))] = &[
@@ -21,6 +21,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("trace_clf", trace_clf),
     ("trace_wc98", trace_wc98),
     ("session_toml", session_toml),
+    ("load_schedule", load_schedule),
     ("gatekeeper_classify", gatekeeper_classify),
     ("gatekeeper_config", gatekeeper_config),
 ];

@@ -1,9 +1,11 @@
-//! The load generator's input readers: traces (CSV, CLF, WC98) and session models.
+//! The load generator's input readers: traces (CSV, CLF, WC98), session
+//! models and load schedules.
 
 use std::io::Cursor;
 use std::path::Path;
 
 use rand::SeedableRng;
+use shortfirst_load::schedule::{parse_file_text, LoadSchedule, MAX_MULTIPLIER, MAX_PHASES, MIN_PHASE_S};
 use shortfirst_load::session::SessionModel;
 use shortfirst_load::trace::{
     ClfTrace, CsvTrace, Position, TraceError, TraceRecord, Wc98Trace, MAX_LINE_BYTES, WC98_RECORD_BYTES,
@@ -86,5 +88,43 @@ pub fn session_toml(data: &[u8]) {
         let path = model.path(next, 7, 1, seq, &mut rng);
         assert!(path.starts_with('/'), "state {} has page {path:?}", model.state_name(next));
         state = next;
+    }
+}
+
+/// A load schedule, as a `--load-schedule` spec and as a schedule file's text:
+/// what parses has valid phases, and its warp is non-decreasing and inverts
+/// the integral of the multipliers; what does not gets an error naming the
+/// spec (or the file).
+pub fn load_schedule(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let spec = if text.trim_start().starts_with("file:") {
+        // Never read files named by the input.
+        Err(())
+    } else {
+        LoadSchedule::parse(text).map_err(|e| {
+            assert!(e.to_string().starts_with("load schedule "), "{e}");
+        })
+    };
+    let file = parse_file_text(text, Path::new(FILE)).map_err(|e| {
+        assert!(e.to_string().starts_with("load schedule file fuzz-input"), "{e}");
+    });
+    let from_file = file.ok().and_then(|phases| LoadSchedule::new(FILE, phases).ok());
+    for s in spec.into_iter().chain(from_file) {
+        assert!(!s.phases().is_empty() && s.phases().len() <= MAX_PHASES);
+        for p in s.phases() {
+            assert!(p.duration_s >= MIN_PHASE_S && p.duration_s.is_finite(), "{p:?}");
+            assert!(p.multiplier > 0.0 && p.multiplier <= MAX_MULTIPLIER, "{p:?}");
+        }
+        let mut last = 0.0;
+        for i in 0..200 {
+            let base = f64::from(i) * s.period_s() * s.mean_multiplier() / 37.0;
+            let wall = s.wall_time_s(base);
+            assert!(wall >= last, "wall({base}) = {wall} < {last}");
+            let back = s.work_at_s(wall);
+            assert!((back - base).abs() <= 1e-6 * base.max(1.0), "work_at(wall({base})) = {back}");
+            let (k, m) = s.phase_at(wall);
+            assert_eq!(s.phases()[k].multiplier, m);
+            last = wall;
+        }
     }
 }

@@ -4,6 +4,7 @@ use anyhow::Context;
 use shortfirst_load::http::Target;
 use shortfirst_load::run::{self, Config, Model, Source};
 use shortfirst_load::scale::Scaling;
+use shortfirst_load::schedule::{LoadSchedule, MAX_MULTIPLIER, MAX_PHASES, PRESETS};
 use shortfirst_load::source_addrs::SourceAddrs;
 use shortfirst_load::trace::TraceFormat;
 use std::io::IsTerminal;
@@ -46,6 +47,10 @@ pub struct Args {
     /// Scale the trace to this mean request rate (requests/s).
     #[arg(long)]
     rate: Option<f64>,
+    /// Time-varying load: multiply the rate of --load/--rate/--speed phase by phase,
+    /// repeating the phases (e.g. 25s@0.2,25s@1.2; const@1.4; file:PATH; w1..w10).
+    #[arg(long, value_name = "SPEC", value_parser = parse_load_schedule, long_help = load_schedule_help())]
+    load_schedule: Option<Box<LoadSchedule>>,
     /// Stop starting requests after this long: 150s, 2m, 1m30s (a plain number is seconds).
     #[arg(long, value_parser = crate::units::positive_duration_s)]
     duration: Option<f64>,
@@ -123,6 +128,47 @@ pub struct Args {
     quiet: bool,
 }
 
+/// Parses (and reads the file of) a `--load-schedule` spec; boxed to keep
+/// the arguments small.
+pub(crate) fn parse_load_schedule(spec: &str) -> Result<Box<LoadSchedule>, String> {
+    LoadSchedule::parse(spec).map(Box::new).map_err(|e| e.to_string())
+}
+
+/// `--load-schedule`'s long help, with the presets' table from the code that defines them.
+fn load_schedule_help() -> String {
+    let mut h = String::from(
+        "Time-varying load (open and partly-open models): multiply the request rate set by \
+         --load/--rate/--speed (or the trace's own rate) phase by phase, repeating the phases until \
+         the trace or --duration ends.\n\n\
+         SPEC is one of:\n  \
+         DURATION@MULT[,DURATION@MULT...]  phases in order, e.g. 25s@0.2,25s@1.2 (25 s at 0.2×, \
+         then 25 s at 1.2×); durations as everywhere (25s, 500ms, 1m30s, a plain number is seconds)\n  \
+         const@MULT   persistent load, e.g. const@1.4 with --load 1: ρ = 1.4 throughout\n  \
+         file:PATH    one `DURATION MULTIPLIER` per line (or DURATION@MULT); `#` starts a comment\n  \
+         w1 … w10     the transient-overload workloads of Schroeder & Harchol-Balter, \"Web \
+         servers under overload\" (2006), Table 1: a low-load phase, then an overload phase. \
+         Their multipliers are the table's loads ρ, so run them with --load 1 --uplink RATE:\n",
+    );
+    for p in &PRESETS {
+        h.push_str(&format!(
+            "      {:<4} {:<12} {:>5} s at {:<5} then {:>3} s at {:<4} (mean {})\n",
+            p.name, p.kind, p.low_s, p.low_load, p.high_s, p.high_load, p.mean_load
+        ));
+    }
+    h.push_str(&format!(
+        "\nPhases are wall-clock time from the run's start. Within a phase the trace's \
+         inter-arrival gaps are divided by its multiplier (the trace's order and request mix are \
+         kept), so a request's scheduled time is a fixed function of its trace time, never of \
+         earlier responses, and lateness is measured against it as without a schedule. \
+         requests.csv gains the columns `phase` (index from 0) and `load_multiplier` of the phase \
+         at each request's scheduled time; summary.json gets `load_schedule` (phases, requests \
+         and scheduled rate per phase). Every multiplier must be positive and at most \
+         {MAX_MULTIPLIER}, every phase at least 1 ms, a period at most 100 days; at most {MAX_PHASES} \
+         phases (more is refused). Not with the closed model."
+    ));
+    h
+}
+
 /// Parses (and reads the file of) a `--source-addrs` spec; boxed to keep
 /// the arguments small.
 fn parse_source_addrs(spec: &str) -> Result<Box<SourceAddrs>, String> {
@@ -151,6 +197,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         model: a.model,
         source,
         scaling,
+        load_schedule: a.load_schedule.map(|s| *s),
         uplink_bits_per_s: uplink,
         duration_s: a.duration,
         persistent: a.persistent,
@@ -186,6 +233,17 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         if s.valid { "valid" } else { "INVALID" },
         a.out.display()
     );
+    if let Some(ls) = &s.load_schedule {
+        let phases: Vec<String> = ls
+            .phases
+            .iter()
+            .map(|p| match p.scheduled_req_per_s {
+                Some(r) => format!("{}× {:.1}/s", p.multiplier, r),
+                None => format!("{}× -", p.multiplier),
+            })
+            .collect();
+        eprintln!("  load schedule {}: scheduled per phase {}", ls.spec, phases.join(", "));
+    }
     for r in &s.invalid_reasons {
         eprintln!("  invalid: {r}");
     }
@@ -206,6 +264,25 @@ mod tests {
     fn args(extra: &[&str]) -> Args {
         let base = ["load", "--target", "http://127.0.0.1:9", "--trace", "t.csv", "--out", "o"];
         Cli::try_parse_from(base.iter().chain(extra)).unwrap().args
+    }
+
+    #[test]
+    fn load_schedule_flag() {
+        assert!(args(&[]).load_schedule.is_none());
+        let a = args(&["--load-schedule", "25s@0.2,25s@1.2"]);
+        let s = a.load_schedule.unwrap();
+        assert_eq!(s.phases(), LoadSchedule::parse("w1").unwrap().phases());
+        assert_eq!(args(&["--load-schedule", "W7"]).load_schedule.unwrap().spec(), "w7");
+        // The long help lists every preset with the paper's numbers.
+        let help = load_schedule_help();
+        for p in &PRESETS {
+            assert!(help.contains(&format!("{:<4} {:<12}", p.name, p.kind)), "{}", p.name);
+        }
+        assert!(help.contains("w10  intermittent  13.3 s at 0.735 then   2 s at 2    (mean 0.9)"), "{help}");
+        let base = ["load", "--target", "http://127.0.0.1:9", "--trace", "t.csv", "--out", "o"];
+        let e = Cli::try_parse_from(base.iter().chain(&["--load-schedule", "25s@0.2,25s@0"])).err().unwrap();
+        let e = e.to_string();
+        assert!(e.contains("--load-schedule") && e.contains("phase 2 `25s@0`"), "{e}");
     }
 
     #[test]

@@ -31,7 +31,7 @@ enum Command {
     /// Admission-control and shortest-job-first proxy for dynamic backends.
     Gatekeeper(gatekeeper::Args),
     /// Trace-driven load generator with per-request logs.
-    Load(load::Args),
+    Load(Box<load::Args>),
     /// Generate workloads (files + trace) and print trace statistics.
     Workload(workload::Args),
     /// Discrete-event simulator running the same policy code as the server.
@@ -46,7 +46,7 @@ fn main() -> std::process::ExitCode {
         Command::Serve(a) => serve::run(a),
         Command::Uplink(a) => uplink::run(a),
         Command::Gatekeeper(a) => gatekeeper::run(a),
-        Command::Load(a) => load::run(a),
+        Command::Load(a) => load::run(*a),
         Command::Workload(a) => workload::run(a),
         Command::Sim(a) => sim::run(a),
         Command::Netem(a) => netem::run(a),

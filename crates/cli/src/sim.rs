@@ -16,7 +16,8 @@ use rand_distr::{Distribution, Exp};
 use serde::Serialize;
 use shortfirst_core::policy::Policy;
 use shortfirst_load::dist::SizeDist;
-use shortfirst_load::record::{RecordWriter, RequestOutcome as RecordOutcome, RequestRecord};
+use shortfirst_load::record::{PhaseTag, RecordWriter, RequestOutcome as RecordOutcome, RequestRecord};
+use shortfirst_load::schedule::{LoadSchedule, ScheduleSummary};
 use shortfirst_load::trace::{self, TraceFormat};
 use shortfirst_sim::report::{summarize, Summary};
 use shortfirst_sim::{simulate, Job, Link};
@@ -61,6 +62,12 @@ pub struct Options {
     /// rate), measured on the jobs themselves (the papers' method).
     #[arg(long, value_name = "RHO", conflicts_with = "arrival_rate")]
     load: Option<f64>,
+    /// Time-varying load, as `shortfirst load --load-schedule` (see its --help):
+    /// multiply the arrival rate (after --load or --arrival-rate) phase by phase, e.g.
+    /// 25s@0.2,25s@1.2, const@1.4, file:PATH or the overload paper's w1..w10.
+    /// requests.csv gains `phase` and `load_multiplier` columns.
+    #[arg(long, value_name = "SPEC", value_parser = crate::load::parse_load_schedule)]
+    load_schedule: Option<Box<LoadSchedule>>,
     /// With --workload: Poisson arrival rate in jobs per second (e.g. computed from
     /// the size distribution's exact mean for theory checks).
     #[arg(long, value_name = "PER_S", requires = "workload")]
@@ -106,6 +113,7 @@ struct SummaryFile<'a> {
     workload: Option<&'a str>,
     seed: Option<u64>,
     load_target: Option<f64>,
+    load_schedule: Option<ScheduleSummary>,
     arrival_rate_per_s: Option<f64>,
     warmup_jobs: usize,
     skipped_trace_lines: u64,
@@ -138,6 +146,9 @@ pub fn run(args: Args) -> Result<()> {
             format!("--load {rho}: cannot scale arrivals (need two distinct arrival times and some bytes)")
         })?;
     }
+    if let Some(s) = &args.load_schedule {
+        apply_schedule(&mut input.jobs, s);
+    }
     if args.warmup_jobs >= input.jobs.len().max(1) {
         bail!("--warmup-jobs {} leaves no job to summarise ({} jobs)", args.warmup_jobs, input.jobs.len());
     }
@@ -148,7 +159,7 @@ pub fn run(args: Args) -> Result<()> {
 
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     if !args.summary_only {
-        write_records(&args.out.join("requests.csv"), &input, &outcomes)?;
+        write_records(&args.out.join("requests.csv"), &input, &outcomes, args.load_schedule.as_deref())?;
     }
     let w = args.warmup_jobs;
     let summary = summarize(&input.jobs, &outcomes, link, w);
@@ -161,6 +172,7 @@ pub fn run(args: Args) -> Result<()> {
         workload: args.workload.as_deref(),
         seed: args.workload.as_ref().map(|_| args.seed),
         load_target: args.load,
+        load_schedule: args.load_schedule.as_ref().map(|s| schedule_summary(&input.jobs, s)),
         arrival_rate_per_s: args.arrival_rate,
         warmup_jobs: w,
         skipped_trace_lines: input.skipped,
@@ -269,8 +281,34 @@ fn scale_to_load(jobs: &mut [Job], rho: f64, link: Link) -> Option<()> {
     Some(())
 }
 
-fn write_records(path: &Path, input: &Input, outcomes: &[shortfirst_sim::JobTimes]) -> Result<()> {
-    let mut w = RecordWriter::create(path).with_context(|| format!("creating {}", path.display()))?;
+/// Warps arrival times (seconds from the first arrival) by a load schedule, as the load
+/// generator warps its trace: each gap divided by the multiplier in force. Keeps the order.
+fn apply_schedule(jobs: &mut [Job], schedule: &LoadSchedule) {
+    for j in jobs {
+        j.arrival_s = schedule.wall_time_s(j.arrival_s);
+    }
+}
+
+/// The schedule in summary.json, with the jobs arriving in each phase.
+fn schedule_summary(jobs: &[Job], schedule: &LoadSchedule) -> ScheduleSummary {
+    let mut by_phase = vec![0; schedule.phases().len()];
+    for j in jobs {
+        by_phase[schedule.phase_at(j.arrival_s).0] += 1;
+    }
+    schedule.summary(&by_phase, jobs.last().map_or(0.0, |j| j.arrival_s))
+}
+
+fn write_records(
+    path: &Path,
+    input: &Input,
+    outcomes: &[shortfirst_sim::JobTimes],
+    schedule: Option<&LoadSchedule>,
+) -> Result<()> {
+    let mut w = match schedule {
+        Some(_) => RecordWriter::create_with_phase_columns(path),
+        None => RecordWriter::create(path),
+    }
+    .with_context(|| format!("creating {}", path.display()))?;
     for (i, (job, o)) in input.jobs.iter().zip(outcomes).enumerate() {
         let record = RequestRecord {
             id: i as u64,
@@ -287,7 +325,14 @@ fn write_records(path: &Path, input: &Input, outcomes: &[shortfirst_sim::JobTime
             first_byte_s: Some(o.first_service_s),
             done_s: Some(o.done_s),
         };
-        w.write(&record).with_context(|| format!("writing {}", path.display()))?;
+        match schedule {
+            Some(s) => {
+                let (phase, multiplier) = s.phase_at(job.arrival_s);
+                w.write_in_phase(&record, PhaseTag { phase, multiplier })
+            }
+            None => w.write(&record),
+        }
+        .with_context(|| format!("writing {}", path.display()))?;
     }
     w.finish().with_context(|| format!("finishing {}", path.display()))?;
     Ok(())
@@ -331,5 +376,18 @@ mod tests {
         assert!((jobs[2].arrival_s - 2.0).abs() < 1e-12);
         assert!((jobs[1].arrival_s - 1.0).abs() < 1e-12);
         assert!(scale_to_load(&mut jobs[..1], 0.5, link).is_none());
+    }
+
+    #[test]
+    fn load_schedule_warps_arrivals() {
+        // 2 s at 0.5, then 1 s at 2: arrivals 1 s apart become 2, 0.5, 0.5 and 2 s apart.
+        let s = LoadSchedule::parse("2s@0.5,1s@2").unwrap();
+        let mut jobs: Vec<Job> = (0..5).map(|i| Job { arrival_s: f64::from(i), size_bytes: 100 }).collect();
+        apply_schedule(&mut jobs, &s);
+        let got: Vec<f64> = jobs.iter().map(|j| j.arrival_s).collect();
+        assert_eq!(got, [0.0, 2.0, 2.5, 3.0, 5.0]);
+        let sum = schedule_summary(&jobs, &s);
+        // Phases of 0, 2, 2.5, 3 (the next period) and 5: 0, 1, 1, 0, 1.
+        assert_eq!(sum.phases.iter().map(|p| p.requests).collect::<Vec<_>>(), [2, 3]);
     }
 }

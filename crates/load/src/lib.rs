@@ -6,6 +6,8 @@
 //! - [`trace`]: reading traces (our CSV, CLF/Combined access logs, WC98 binary).
 //! - [`record`]: the per-request output row (`requests.csv`) and its writer,
 //!   shared with the simulator and the lab.
+//! - [`schedule`]: `--load-schedule`, piecewise-constant rate multipliers
+//!   over time and the time warp that applies them to a trace.
 //! - [`source_addrs`]: which source address each client identity connects
 //!   from (`--source-addrs`), so one process can stand for several client groups.
 //! - [`dist`], [`workload`], [`generate`], [`stats`]: size/time distributions,
@@ -17,6 +19,7 @@ pub mod http;
 pub mod record;
 pub mod run;
 pub mod scale;
+pub mod schedule;
 pub mod session;
 pub mod source_addrs;
 pub mod stats;

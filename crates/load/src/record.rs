@@ -7,6 +7,13 @@
 //! (six decimals). A time that never happened (no connection, no first byte)
 //! and a missing status are written as an empty field.
 //!
+//! A run with a load schedule (`shortfirst load --load-schedule`) adds two
+//! columns at the end, [`PHASE_COLUMNS`]: `phase`, the index (from 0) of the
+//! schedule's phase in force at the request's `scheduled_s`, and
+//! `load_multiplier`, that phase's multiplier. Without a schedule the file
+//! has the 13 columns above only, byte for byte as before; readers that
+//! select columns by name read both.
+//!
 //! [`RecordWriter`] streams rows to `<final>.tmp` and renames it onto the final
 //! name in [`RecordWriter::finish`], so a crashed run never leaves a
 //! half-written `requests.csv` looking complete.
@@ -32,6 +39,16 @@ pub const COLUMNS: [&str; 13] = [
     "first_byte_s",
     "done_s",
 ];
+
+/// The trailing columns of a run with a load schedule.
+pub const PHASE_COLUMNS: [&str; 2] = ["phase", "load_multiplier"];
+
+/// A request's phase of the load schedule (the [`PHASE_COLUMNS`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PhaseTag {
+    pub phase: usize,
+    pub multiplier: f64,
+}
 
 /// The former name of [`RequestOutcome`], kept so that callers outside this
 /// crate compile unchanged; other crates have an `Outcome` of their own (the
@@ -176,24 +193,47 @@ pub struct RecordWriter {
     tmp_path: PathBuf,
     final_path: PathBuf,
     rows: u64,
+    /// Whether the file has the [`PHASE_COLUMNS`].
+    phase_columns: bool,
 }
 
 impl RecordWriter {
     /// Starts writing `path` (actually `path.tmp` until [`finish`](Self::finish)).
     pub fn create(path: &Path) -> Result<Self, RecordError> {
+        Self::create_with(path, false)
+    }
+
+    /// As [`create`](Self::create), with the [`PHASE_COLUMNS`] at the end of
+    /// each row (a run with a load schedule; see [`write_in_phase`](Self::write_in_phase)).
+    pub fn create_with_phase_columns(path: &Path) -> Result<Self, RecordError> {
+        Self::create_with(path, true)
+    }
+
+    fn create_with(path: &Path, phase_columns: bool) -> Result<Self, RecordError> {
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".tmp");
         let tmp_path = PathBuf::from(tmp);
         let file = File::create(&tmp_path).map_err(|source| RecordError::Io { path: tmp_path.clone(), source })?;
         let mut writer = csv::WriterBuilder::new().from_writer(BufWriter::with_capacity(1 << 16, file));
-        writer.write_record(COLUMNS).map_err(|source| RecordError::Csv { path: tmp_path.clone(), source })?;
-        Ok(RecordWriter { writer: Some(writer), tmp_path, final_path: path.to_path_buf(), rows: 0 })
+        let header = COLUMNS.iter().chain(if phase_columns { &PHASE_COLUMNS[..] } else { &[] });
+        writer.write_record(header).map_err(|source| RecordError::Csv { path: tmp_path.clone(), source })?;
+        Ok(RecordWriter { writer: Some(writer), tmp_path, final_path: path.to_path_buf(), rows: 0, phase_columns })
     }
 
-    /// Appends one row.
+    /// Appends one row (with the phase columns, if the file has them, empty).
     pub fn write(&mut self, r: &RequestRecord) -> Result<(), RecordError> {
+        self.write_row(r, None)
+    }
+
+    /// Appends one row with its phase of the load schedule (written only if
+    /// the file has the [`PHASE_COLUMNS`]).
+    pub fn write_in_phase(&mut self, r: &RequestRecord, tag: PhaseTag) -> Result<(), RecordError> {
+        self.write_row(r, Some(tag))
+    }
+
+    fn write_row(&mut self, r: &RequestRecord, tag: Option<PhaseTag>) -> Result<(), RecordError> {
         let w = self.writer.as_mut().expect("write after finish");
-        let row = [
+        let mut row = vec![
             r.id.to_string(),
             r.client.to_string(),
             r.path.clone(),
@@ -208,6 +248,10 @@ impl RecordWriter {
             opt_secs(r.first_byte_s),
             opt_secs(r.done_s),
         ];
+        if self.phase_columns {
+            row.push(tag.map(|t| t.phase.to_string()).unwrap_or_default());
+            row.push(tag.map(|t| t.multiplier.to_string()).unwrap_or_default());
+        }
         w.write_record(&row).map_err(|source| RecordError::Csv { path: self.tmp_path.clone(), source })?;
         self.rows += 1;
         Ok(())
@@ -239,20 +283,30 @@ impl Drop for RecordWriter {
     }
 }
 
-/// Reads a `requests.csv` back (tests, tools). Streams; checks the header.
+/// Reads a `requests.csv` back (tests, tools). Streams; checks the header,
+/// which may end with the [`PHASE_COLUMNS`] (not part of [`RequestRecord`]).
 pub fn read_records(path: &Path) -> Result<impl Iterator<Item = Result<RequestRecord, RecordError>>, RecordError> {
     let mut rdr = csv::ReaderBuilder::new()
         .has_headers(true)
         .from_path(path)
         .map_err(|source| RecordError::Csv { path: path.to_path_buf(), source })?;
     let header = rdr.headers().map_err(|source| RecordError::Csv { path: path.to_path_buf(), source })?;
-    if header.iter().ne(COLUMNS.iter().copied()) {
+    let with_phase = COLUMNS.iter().chain(&PHASE_COLUMNS).copied();
+    let width = if header.iter().eq(COLUMNS.iter().copied()) {
+        COLUMNS.len()
+    } else if header.iter().eq(with_phase) {
+        COLUMNS.len() + PHASE_COLUMNS.len()
+    } else {
         return Err(RecordError::Malformed {
             path: path.to_path_buf(),
             line: 1,
-            message: format!("expected header `{}`", COLUMNS.join(",")),
+            message: format!(
+                "expected header `{}` (optionally with `,{}`)",
+                COLUMNS.join(","),
+                PHASE_COLUMNS.join(",")
+            ),
         });
-    }
+    };
     let path = path.to_path_buf();
     Ok(rdr.into_records().map(move |row| {
         let row = row.map_err(|source| RecordError::Csv { path: path.clone(), source })?;
@@ -262,11 +316,11 @@ pub fn read_records(path: &Path) -> Result<impl Iterator<Item = Result<RequestRe
             line,
             message: format!("{col}: unexpected value `{v}`"),
         };
-        if row.len() != COLUMNS.len() {
+        if row.len() != width {
             return Err(RecordError::Malformed {
                 path: path.clone(),
                 line,
-                message: format!("expected {} fields, found {}", COLUMNS.len(), row.len()),
+                message: format!("expected {width} fields, found {}", row.len()),
             });
         }
         fn num<T: std::str::FromStr>(v: &str) -> Option<T> {
@@ -351,6 +405,33 @@ mod tests {
         assert_eq!(back[1].outcome, RequestOutcome::Failed);
         assert_eq!(back[1].status, None);
         assert_eq!(back[1].done_s, None);
+    }
+
+    #[test]
+    fn phase_columns_at_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("requests.csv");
+        let mut w = RecordWriter::create_with_phase_columns(&path).unwrap();
+        w.write_in_phase(&sample(0), PhaseTag { phase: 1, multiplier: 1.2 }).unwrap();
+        w.write(&sample(1)).unwrap();
+        w.finish().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<_> = text.lines().collect();
+        assert_eq!(lines[0], format!("{},phase,load_multiplier", COLUMNS.join(",")));
+        assert!(lines[1].ends_with(",1.234568,1,1.2"), "{}", lines[1]);
+        assert!(lines[2].ends_with(",1.234568,,"), "{}", lines[2]);
+        let back: Vec<_> = read_records(&path).unwrap().collect::<Result<_, _>>().unwrap();
+        assert_eq!(
+            back.iter().map(|r| (r.id, r.done_s)).collect::<Vec<_>>(),
+            [(0, Some(1.234568)), (1, Some(1.234568))]
+        );
+        // Without a schedule nothing changes: 13 columns.
+        let mut w = RecordWriter::create(&path).unwrap();
+        w.write_in_phase(&sample(0), PhaseTag { phase: 1, multiplier: 1.2 }).unwrap();
+        w.finish().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().nth(1).unwrap().split(',').count(), COLUMNS.len() + 1, "the path has a comma");
+        assert!(text.lines().nth(1).unwrap().ends_with(",1.234568"));
     }
 
     #[test]

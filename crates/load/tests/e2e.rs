@@ -9,6 +9,7 @@ use shortfirst_load::http::Target;
 use shortfirst_load::record::{read_records, Outcome, RequestRecord};
 use shortfirst_load::run::{run, Config, Model, Source, Summary};
 use shortfirst_load::scale::Scaling;
+use shortfirst_load::schedule::LoadSchedule;
 use shortfirst_load::workload::WorkloadSpec;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -133,6 +134,7 @@ fn config(addr: SocketAddr, trace: &Path, out: &Path) -> Config {
         realtime: false,
         batch_window_us: shortfirst_load::run::DEFAULT_BATCH_WINDOW_US,
         spin_us: 0,
+        load_schedule: None,
         command_line: vec!["test".into()],
     }
 }
@@ -461,6 +463,69 @@ fn partly_open_sessions_are_back_to_back() {
     }
     // Sessions arrive at trace times (every 5 ms), not one after another.
     assert!(rs[25].scheduled_s < 0.1, "{:?}", rs[25]);
+}
+
+/// `--load-schedule` in the dispatcher: sessions (partly-open, K = 2) of a
+/// trace with a record every 0.1 s are scheduled at the hand-computed warp of
+/// 0.5 s at 1×, then 0.5 s at 4×, repeated (a period consumes 2.5 s of trace),
+/// and each row carries the phase of its scheduled time.
+#[test]
+fn load_schedule_warps_the_sessions_arrivals() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines: Vec<(f64, &str, u64)> = (0..34).map(|i| (i as f64 * 0.1, "/size/100", 100)).collect();
+    let trace = write_trace(dir.path(), &lines);
+    let (addr, _) = start_server(None, false);
+    let out = dir.path().join("run");
+    let mut cfg = config(addr, &trace, &out);
+    cfg.model = Model::PartlyOpen { k: 2 };
+    cfg.load_schedule = Some(LoadSchedule::parse("0.5s@1,0.5s@4").unwrap());
+    let s = run(cfg).unwrap();
+    assert_eq!(s.completed, 34);
+    // Session i starts at trace time 0.2 i.
+    let want =
+        [0.0, 0.2, 0.4, 0.525, 0.575, 0.625, 0.675, 0.725, 0.775, 0.825, 0.875, 0.925, 0.975, 1.1, 1.3, 1.5, 1.55];
+    let want_phase = |t: f64| if t % 1.0 < 0.5 { (0, 1.0) } else { (1, 4.0) };
+    let mut rdr = csv::Reader::from_path(out.join("requests.csv")).unwrap();
+    let header: Vec<String> = rdr.headers().unwrap().iter().map(String::from).collect();
+    assert_eq!(header[13..], ["phase", "load_multiplier"]);
+    let mut firsts = Vec::new();
+    for row in rdr.records() {
+        let row = row.unwrap();
+        let (id, sched): (u64, f64) = (row[0].parse().unwrap(), row[8].parse().unwrap());
+        let (phase, mult): (usize, f64) = (row[13].parse().unwrap(), row[14].parse().unwrap());
+        // The log rounds times to the µs: a time at a phase's edge may be on either side.
+        let near_edge = (sched - (sched * 2.0).round() / 2.0).abs() < 1e-5;
+        assert!((phase, mult) == want_phase(sched) || near_edge, "{row:?}");
+        assert_eq!(mult, [1.0, 4.0][phase]);
+        if id % 2 == 0 {
+            firsts.push((id, sched));
+        }
+    }
+    firsts.sort_by_key(|f| f.0);
+    let got: Vec<f64> = firsts.iter().map(|f| f.1).collect();
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(want) {
+        assert!((g - w).abs() < 2e-6, "scheduled {got:?}, want {want:?}");
+    }
+    // The reader of requests.csv takes the extra columns.
+    assert_eq!(rows(&out).len(), 34);
+    let j = summary_json(&out);
+    assert_eq!(j["load_schedule"]["spec"], "0.5s@1,0.5s@4");
+    let requests: u64 =
+        j["load_schedule"]["phases"].as_array().unwrap().iter().map(|p| p["requests"].as_u64().unwrap()).sum();
+    assert_eq!(requests, 34);
+}
+
+/// A closed model has no trace times to warp.
+#[test]
+fn load_schedule_is_refused_for_the_closed_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write_trace(dir.path(), &[(0.0, "/size/1", 1)]);
+    let mut cfg = config("127.0.0.1:9".parse().unwrap(), &trace, &dir.path().join("run"));
+    cfg.model = Model::Closed { users: 1, think: TimeDist::Const(0.0) };
+    cfg.load_schedule = Some(LoadSchedule::parse("const@1.4").unwrap());
+    let e = run(cfg).unwrap_err().to_string();
+    assert!(e.contains("--load-schedule") && e.contains("closed"), "{e}");
 }
 
 /// Closed model driven by the TPC-W shopping mix session model.

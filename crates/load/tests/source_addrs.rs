@@ -95,6 +95,7 @@ fn config(addr: SocketAddr, trace: &Path, out: &Path, model: Model, persistent: 
         realtime: false,
         batch_window_us: shortfirst_load::run::DEFAULT_BATCH_WINDOW_US,
         spin_us: 0,
+        load_schedule: None,
         command_line: vec!["test".into()],
     }
 }

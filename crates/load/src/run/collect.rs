@@ -6,7 +6,8 @@ use super::config::Config;
 use super::sys::set_realtime;
 use super::worker::Msg;
 use super::LoadError;
-use crate::record::{RecordWriter, RequestOutcome};
+use crate::record::{PhaseTag, RecordWriter, RequestOutcome};
+use crate::schedule::LoadSchedule;
 use hdrhistogram::serialization::interval_log::IntervalLogWriterBuilder;
 use hdrhistogram::serialization::V2DeflateSerializer;
 use hdrhistogram::Histogram;
@@ -44,6 +45,10 @@ pub(super) struct Collected {
     pub(super) send: Histogram<u64>,
     pub(super) resp_sched_sum_us: f64,
     pub(super) resp_start_sum_us: f64,
+    /// With a load schedule: rows per phase index (by scheduled time), and
+    /// the latest scheduled time.
+    pub(super) by_phase: Vec<u64>,
+    pub(super) last_scheduled_s: f64,
 }
 
 /// An empty histogram over the collector's range.
@@ -56,7 +61,7 @@ fn us(s: f64) -> u64 {
 }
 
 impl Collected {
-    fn new() -> Collected {
+    fn new(phases: usize) -> Collected {
         Collected {
             rows: 0,
             by_outcome: BTreeMap::new(),
@@ -77,6 +82,8 @@ impl Collected {
             send: hist(),
             resp_sched_sum_us: 0.0,
             resp_start_sum_us: 0.0,
+            by_phase: vec![0; phases],
+            last_scheduled_s: 0.0,
         }
     }
 
@@ -153,6 +160,7 @@ pub(super) fn spawn_collector(
     let hlog = cfg.out_dir.join("response-times.hlog");
     let progress = cfg.progress && std::io::stderr().is_terminal();
     let realtime = cfg.realtime;
+    let schedule = cfg.load_schedule.clone();
     std::thread::Builder::new()
         .name("collector".into())
         .spawn(move || {
@@ -167,14 +175,15 @@ pub(super) fn spawn_collector(
                 // sched: every request of that second ~1 s late).
                 let _ = set_realtime(false);
             }
-            collect(rx, writer, &hlog, run_start, in_flight, progress)
+            collect(rx, writer, &hlog, run_start, in_flight, progress, schedule.as_ref())
         })
         .map_err(|source| LoadError::Io { path: "collector thread".into(), source })
 }
 
 /// The collector's loop: rows until every sender is gone, an interval of the
 /// HDR log (and the progress line) each second; the log is written to a
-/// temporary file and renamed into place at the end.
+/// temporary file and renamed into place at the end. With a load schedule,
+/// each row gets the phase in force at its scheduled time.
 fn collect(
     rx: mpsc::Receiver<Msg>,
     mut writer: RecordWriter,
@@ -182,8 +191,9 @@ fn collect(
     run_start: Instant,
     in_flight: Arc<AtomicUsize>,
     progress: bool,
+    schedule: Option<&LoadSchedule>,
 ) -> Result<Collected, LoadError> {
-    let mut c = Collected::new();
+    let mut c = Collected::new(schedule.map_or(0, |s| s.phases().len()));
     let io = |source| LoadError::Io { path: hlog_path.to_path_buf(), source };
     let mut tmp = hlog_path.as_os_str().to_owned();
     tmp.push(".tmp");
@@ -217,7 +227,15 @@ fn collect(
             Err(mpsc::TryRecvError::Disconnected) => break,
         };
         if let Some(m) = msg {
-            writer.write(&m.rec)?;
+            match schedule {
+                Some(s) => {
+                    let (phase, multiplier) = s.phase_at(m.rec.scheduled_s);
+                    c.by_phase[phase] += 1;
+                    c.last_scheduled_s = c.last_scheduled_s.max(m.rec.scheduled_s);
+                    writer.write_in_phase(&m.rec, PhaseTag { phase, multiplier })?;
+                }
+                None => writer.write(&m.rec)?,
+            }
             if let Some(a) = c.add(&m) {
                 interval.saturating_record(a);
             }

@@ -7,6 +7,7 @@ use super::{LoadError, MAX_BATCH_WINDOW_US, MAX_SESSION_REQUESTS};
 use crate::dist::TimeDist;
 use crate::http::Target;
 use crate::scale::Scaling;
+use crate::schedule::LoadSchedule;
 use crate::trace::TraceFormat;
 use std::path::PathBuf;
 
@@ -77,6 +78,9 @@ pub struct Config {
     pub model: Model,
     pub source: Source,
     pub scaling: Scaling,
+    /// `--load-schedule`: multiplies the rate `scaling` sets, phase by phase
+    /// (open and partly-open models; see [`crate::schedule`]).
+    pub load_schedule: Option<LoadSchedule>,
     /// For reporting the offered load (required by `Scaling::Load`).
     pub uplink_bits_per_s: Option<f64>,
     /// Stop starting requests this long after the start.
@@ -147,6 +151,12 @@ impl Config {
             }
             if self.scaling != Scaling::AsIs {
                 return Err(cerr("--load/--rate/--speed scale trace times; the closed model ignores them".into()));
+            }
+            if self.load_schedule.is_some() {
+                return Err(cerr(
+                    "--load-schedule warps trace times (open and partly-open models); closed-model users have none"
+                        .into(),
+                ));
             }
         }
         Ok(())

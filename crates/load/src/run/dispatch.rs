@@ -11,6 +11,7 @@ use super::worker::{secs, Ctx, Job, Msg, WorkerParams};
 use super::{spin, LoadError, SpinStats};
 use crate::record::{RequestOutcome, RequestRecord};
 use crate::scale::TraceTotals;
+use crate::schedule::LoadSchedule;
 use crate::source_addrs::SourceAddrs;
 use crate::trace::{self, SkipBad, SkipCount, TraceFormat, TraceIter, TraceRecord};
 use hdrhistogram::Histogram;
@@ -59,9 +60,13 @@ pub(super) struct Dispatcher {
     it: TraceIter,
     k: usize,
     speed: f64,
+    /// `--load-schedule`: warps the scaled offsets (see [`crate::schedule`]).
+    schedule: Option<LoadSchedule>,
     duration_s: Option<f64>,
     run_start: Instant,
     first_time_s: Option<f64>,
+    /// The last batch's offset before the schedule's warp, and after it.
+    last_base_s: f64,
     last_offset_s: f64,
     out_of_order: u64,
     clients: u32,
@@ -86,15 +91,22 @@ impl Dispatcher {
         }
         let Some(first) = recs.first() else { return Ok(None) };
         let t0 = *self.first_time_s.get_or_insert(first.time_s);
-        let mut offset_s = (first.time_s - t0) / self.speed;
-        if offset_s < self.last_offset_s {
+        let mut base_s = (first.time_s - t0) / self.speed;
+        if base_s < self.last_base_s {
             // Out-of-order trace: send it as soon as possible, count it.
             self.out_of_order += 1;
-            offset_s = self.last_offset_s;
+            base_s = self.last_base_s;
         }
+        // The warp is non-decreasing (also in floating point), so the order
+        // holds after it; `max` only states it.
+        let offset_s = match &self.schedule {
+            Some(s) => s.wall_time_s(base_s).max(self.last_offset_s),
+            None => base_s,
+        };
         if self.duration_s.is_some_and(|d| offset_s >= d) {
             return Ok(None);
         }
+        self.last_base_s = base_s;
         self.last_offset_s = offset_s;
         let first_id = self.next_id;
         self.next_id += recs.len() as u64;
@@ -207,9 +219,11 @@ pub(super) fn dispatch_trace(
         it,
         k,
         speed,
+        schedule: cfg.load_schedule.clone(),
         duration_s: cfg.duration_s,
         run_start,
         first_time_s: None,
+        last_base_s: 0.0,
         last_offset_s: 0.0,
         out_of_order: 0,
         clients: cfg.clients,

@@ -22,7 +22,10 @@
 //! Timing is free of coordinated omission: a request's `scheduled_s` is fixed
 //! by the trace (or by the user's think time), never by when the previous one
 //! finished, and response times are reported from it as well as from the
-//! actual start. The generator measures its own lateness (actual start −
+//! actual start. A load schedule ([`Config::load_schedule`]) keeps that: it
+//! maps each scaled trace offset to a send time through a fixed,
+//! non-decreasing warp ([`crate::schedule`]), and the collector tags each row
+//! with the phase in force at its scheduled time. The generator measures its own lateness (actual start −
 //! scheduled) and marks the run invalid when lateness p99 exceeds
 //! [`LATENESS_P99_LIMIT_MS`], and also when nothing succeeded or too many
 //! requests failed without a response (see [`Summary::valid`]).
@@ -143,7 +146,11 @@ pub fn run_with(cfg: Config, source_addrs: SourceAddrs) -> Result<Summary, LoadE
     std::fs::create_dir_all(&cfg.out_dir).map_err(|source| LoadError::Io { path: cfg.out_dir.clone(), source })?;
     let speed = speed(&cfg)?;
 
-    let writer = RecordWriter::create(&cfg.out_dir.join("requests.csv"))?;
+    let requests_csv = cfg.out_dir.join("requests.csv");
+    let writer = match cfg.load_schedule {
+        Some(_) => RecordWriter::create_with_phase_columns(&requests_csv)?,
+        None => RecordWriter::create(&requests_csv)?,
+    };
     let (tx, rx) = mpsc::sync_channel::<Msg>(COLLECT_QUEUE);
     let in_flight = Arc::new(AtomicUsize::new(0));
     let started_unix_s =

@@ -11,6 +11,7 @@ use super::worker::NO_LOCAL_PORT;
 use super::LoadError;
 use crate::record::RequestOutcome;
 use crate::scale::offered_load;
+use crate::schedule::ScheduleSummary;
 use hdrhistogram::Histogram;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -92,7 +93,12 @@ pub struct Summary {
     pub interrupted: bool,
     pub trace_records_skipped: u64,
     pub trace_records_out_of_order: u64,
+    /// The base speed factor: replay time = trace time / speed (before a
+    /// load schedule's multipliers).
     pub speed: f64,
+    /// `--load-schedule`: the phases, and per phase the requests scheduled
+    /// in it and the rate that makes (None without a schedule).
+    pub load_schedule: Option<ScheduleSummary>,
     pub model: String,
     pub target: String,
     pub seed: u64,
@@ -239,6 +245,7 @@ pub(super) fn summarize(
     let invalid = invalid_reasons(cfg, &c, lateness_p99_ms, skipped);
     let ok = get(RequestOutcome::Ok);
     let offered_bits = (send_span > 0.0).then(|| c.requested_bytes_sent as f64 * 8.0 / send_span);
+    let load_schedule = cfg.load_schedule.as_ref().map(|s| s.summary(&c.by_phase, c.last_scheduled_s));
     Summary {
         requests: c.rows,
         sent,
@@ -282,6 +289,7 @@ pub(super) fn summarize(
         trace_records_skipped: skipped,
         trace_records_out_of_order: out_of_order,
         speed,
+        load_schedule,
         model: format!("{:?}", cfg.model),
         target: format!("http://{}{}", cfg.target.host, cfg.target.base_path),
         seed: cfg.seed,
