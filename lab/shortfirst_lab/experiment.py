@@ -53,6 +53,11 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
                                       # Generous on purpose: under FAIR at 0.95 a 2 MB response
                                       # takes ~1.7 s / (1 − 0.95) ≈ 34 s, and cutting it short
                                       # would hide exactly the large-file penalty we measure.
+    load_schedule = ""                # "" or a `shortfirst load --load-schedule` spec: the
+                                      # load varies over time ("25s@0.2,25s@1.2", "const@1.4",
+                                      # "w1"..."w10" -- then use loads = [1.0]); the run replays
+                                      # the whole trace, cut at run.duration_s, so the trace must
+                                      # cover duration_s at the schedule's mean multiplier
 
     [[client.groups]]                 # optional, repeatable: client groups behind a WAN path
     name = "near"                     # [A-Za-z0-9_-]{1,32}, unique
@@ -189,6 +194,7 @@ class Client:
     clients: int = 64
     timeout_s: float = 300.0
     groups: tuple[ClientGroup, ...] = ()
+    load_schedule: str = ""
 
 
 @dataclass(frozen=True)
@@ -285,6 +291,8 @@ def _path_dict(p: WanPathSpec) -> dict[str, Any]:
 
 def _client_dict(c: Client) -> dict[str, Any]:
     out: dict[str, Any] = {"model": c.model, "clients": c.clients, "timeout_s": c.timeout_s}
+    if c.load_schedule:
+        out["load_schedule"] = c.load_schedule
     if c.groups:
         out["groups"] = [{"name": g.name, "clients": g.clients, **_path_dict(g.path)} for g in c.groups]
     return out
@@ -531,7 +539,12 @@ def experiment_from_dict(
         clients=n_clients,
         timeout_s=c.float("timeout_s", 300.0, lo=0.0, lo_open=True),
         groups=_groups(path, c.get("groups", []), n_clients),
+        load_schedule=c.str("load_schedule", ""),
     )
+    if len(client.load_schedule) > 4096 or (client.load_schedule and not client.load_schedule.strip()):
+        raise c.err("load_schedule", 'a load schedule such as "25s@0.2,25s@1.2", "const@1.4" or "w1"')
+    if client.load_schedule and not model.startswith(("open", "partly-open")):
+        raise c.err("load_schedule", "the open or partly-open model (a closed loop sets its own rate)", model)
     c.finish()
     wan = _wan(path, doc.get("wan"), client)
 

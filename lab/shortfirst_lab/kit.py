@@ -297,6 +297,15 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def process_rss_bytes(pid: int) -> int:
+    """Resident memory of process `pid` in bytes (`/proc/<pid>/statm`); 0 once it is gone."""
+    try:
+        statm = Path(f"/proc/{pid}/statm").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+    return int(statm.split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 # -- Prometheus text ---------------------------------------------------------------------
 
 _SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{(.*)\})?\s+(\S+)(?:\s+-?\d+)?\s*$")

@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from . import models, report, wanrun
+from . import models, report, series, wanrun
 from .experiment import Experiment, RunSpec, load_experiment
 from .kit import load_argv, parse_proc_pairs, utc_now, write_atomic, write_json
 from .kit import provenance as collect
@@ -560,9 +560,12 @@ class Runner:
         if rdir.exists():
             shutil.rmtree(rdir)
         rdir.mkdir(parents=True)
+        # A schedule varies the rate over the run: the whole trace is replayed, cut at the
+        # duration (the prefix below is sized for a constant load).
+        trace = self.trace if exp.client.load_schedule else self.trace_for_load(spec.load)
         load_args = [
             "--trace",
-            str(self.trace_for_load(spec.load)),
+            str(trace),
             "--model",
             exp.client.model,
             "--load",
@@ -579,6 +582,8 @@ class Runner:
             f"{exp.client.timeout_s:g}",
             "--quiet",
         ]
+        if exp.client.load_schedule:
+            load_args += ["--load-schedule", exp.client.load_schedule]
 
         def tick(elapsed: float, sampler: HealthSampler) -> None:
             if bar is not None:
@@ -602,6 +607,11 @@ class Runner:
                            "jitter_ms": spec.path.jitter_ms}  # fmt: skip
         if rec["status"] == "ok" and self.sim_available():
             rec["sim"] = self.simulate(rdir, spec.policy)
+        if (rdir / "requests.csv").exists():
+            try:
+                series.write_series(rdir)
+            except Exception as e:  # noqa: BLE001 - recorded; the raw log is still there
+                rec["series_error"] = f"{type(e).__name__}: {e}"
         write_json(rdir / "run.json", rec)
         return rec
 

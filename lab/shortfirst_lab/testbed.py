@@ -64,7 +64,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from .kit import parse_proc_pairs, process_cpu_s
+from .kit import parse_proc_pairs, process_cpu_s, process_rss_bytes
 
 PREFIX = "sf"
 LOCK_DIR = Path("/run/shortfirst-testbed")
@@ -538,13 +538,20 @@ class Testbed:
         - ``band_bytes``, ``band_backlog_packets``, ``band_drops``: per band
           (``{band: value}``), from the HTB counters (bytes and drops cumulative);
         - ``server_cpu_s``: user+system CPU seconds of the processes started
-          with :meth:`server_popen` that are still alive.
+          with :meth:`server_popen` that are still alive; ``server_rss_bytes``: their
+          resident memory;
+        - ``accept_queue``: connections waiting in listening sockets' accept queues now;
+        - ``syncookies_sent``, ``reqq_full_drops``: ``TcpExt: SyncookiesSent`` and
+          ``TCPReqQFullDrop`` (cumulative: SYNs answered with a cookie, SYNs dropped because
+          the SYN queue was full).
         """
         if self._anchor is None or self._anchor.poll() is not None:
             raise TestbedError("the server-namespace anchor process is gone")
         net = Path(f"/proc/{self._anchor.pid}/net")
-        states = _tcp_states([net / "tcp", net / "tcp6"])
+        states, accept_queue = _tcp_states([net / "tcp", net / "tcp6"])
         netstat = parse_proc_pairs((net / "netstat").read_text())
+        tcpext = netstat.get("TcpExt", {})
+        alive = [p for p in self._server_procs if p.poll() is None]
         uplink = self.uplink_stats()
         return {
             "time_s": time.monotonic(),
@@ -555,7 +562,11 @@ class Testbed:
             "band_bytes": {b["band"]: b["bytes"] for b in uplink["bands"]},
             "band_backlog_packets": {b["band"]: b["backlog_packets"] for b in uplink["bands"]},
             "band_drops": {b["band"]: b["drops"] for b in uplink["bands"]},
-            "server_cpu_s": sum(process_cpu_s(p.pid) for p in self._server_procs if p.poll() is None),
+            "server_cpu_s": sum(process_cpu_s(p.pid) for p in alive),
+            "server_rss_bytes": sum(process_rss_bytes(p.pid) for p in alive),
+            "accept_queue": accept_queue,
+            "syncookies_sent": tcpext.get("SyncookiesSent", 0),
+            "reqq_full_drops": tcpext.get("TCPReqQFullDrop", 0),
         }
 
     # -- teardown -----------------------------------------------------------
@@ -613,9 +624,11 @@ _TCP_LISTEN = 0x0A
 _NOT_OPEN_STATES = {_TCP_TIME_WAIT, _TCP_CLOSE, _TCP_LISTEN}
 
 
-def _tcp_states(paths: list[Path]) -> dict[int, int]:
-    """Counts sockets per TCP state (the hex ``st`` column of /proc/net/tcp*)."""
+def _tcp_states(paths: list[Path]) -> tuple[dict[int, int], int]:
+    """Counts sockets per TCP state (the hex ``st`` column of /proc/net/tcp*), and the
+    connections waiting in listening sockets' accept queues (their ``rx_queue``)."""
     counts: dict[int, int] = {}
+    accept_queue = 0
     for path in paths:
         try:
             lines = path.read_text().splitlines()[1:]
@@ -623,7 +636,9 @@ def _tcp_states(paths: list[Path]) -> dict[int, int]:
             continue
         for line in lines:
             fields = line.split()
-            if len(fields) > 3:
+            if len(fields) > 4:
                 st = int(fields[3], 16)
                 counts[st] = counts.get(st, 0) + 1
-    return counts
+                if st == _TCP_LISTEN:
+                    accept_queue += int(fields[4].split(":")[1], 16)
+    return counts, accept_queue

@@ -214,3 +214,35 @@ def test_priority_bands_classify_and_take_precedence(shortfirst_bin):
     for band in (1, 3, 4, 5):
         assert final[band] == 0, final
     assert final[0] < 10_000, "band 0 carries no data"
+
+
+def test_health_sample_sees_the_accept_queue_and_the_servers_memory(shortfirst_bin):
+    """Connections a server has not accepted yet show as its accept queue; the server's
+    resident memory is counted (the overload experiments plot both over time)."""
+    listener = (
+        "import socket,time\n"
+        "s=socket.create_server(('0.0.0.0',7070),backlog=16)\n"
+        "x=bytearray(8<<20)\n"  # 8 MiB touched: visible in the RSS
+        "time.sleep(60)\n"
+    )
+    with Testbed(new_run_id(), RATE_10_MBIT, shortfirst_bin=shortfirst_bin) as bed:
+        bed.server_popen([sys.executable, "-c", listener])
+        connect = (
+            "import socket,sys,time\n"
+            "for _ in range(200):\n"
+            "  try: socket.create_connection((sys.argv[1],7070),timeout=1).close(); break\n"
+            "  except OSError: time.sleep(0.05)\n"
+            "held=[socket.create_connection((sys.argv[1],7070),timeout=5) for _ in range(3)]\n"
+            "print('ok',flush=True); time.sleep(30)\n"
+        )
+        client = bed.client_popen(
+            [sys.executable, "-c", connect, bed.server_addr], stdout=subprocess.PIPE, text=True
+        )
+        assert client.stdout.readline().strip() == "ok"
+        deadline = time.monotonic() + 10
+        while (sample := bed.health_sample())["accept_queue"] < 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # The probe's first connection (closed) and the three held ones wait to be accepted.
+        assert sample["accept_queue"] == 4, sample
+        assert sample["server_rss_bytes"] > 8 << 20, sample
+        assert sample["syncookies_sent"] == 0 and sample["reqq_full_drops"] == 0
