@@ -511,12 +511,14 @@ impl ServerConfig {
                 }
                 return Ok(());
             }
-            (s, None) => return invalid(
-                "uplink-rate",
-                format!(
+            (s, None) => {
+                return invalid(
+                    "uplink-rate",
+                    format!(
                     "--scheduler {s} needs the uplink's rate (e.g. --uplink-rate 10mbit): its pacer runs just under it"
                 ),
-            ),
+                )
+            }
             (_, Some(r)) if r == 0 || r > MAX_UPLINK_RATE_BITS_PER_S => {
                 return invalid("uplink-rate", format!("{r} bit/s: must be in 1..={MAX_UPLINK_RATE_BITS_PER_S}"))
             }
@@ -863,6 +865,47 @@ mod tests {
         let sim = shortfirst_core::policy::Policy::parse("srpt-classes:1K,5K").unwrap();
         let serve: PolicySpec = "srpt-classes:1K,5K".parse().unwrap();
         assert_eq!(sim.to_string(), serve.to_string());
+    }
+
+    #[test]
+    fn scheduler_keys_in_the_file() {
+        let c = parse_ok("scheduler = \"user\"\nuplink-rate = \"10mbit\"\npolicy = \"srpt\"");
+        assert_eq!(
+            (c.scheduler, c.uplink_rate_bits_per_s, c.socket_priority),
+            (Scheduling::User, Some(10_000_000), false)
+        );
+        assert_eq!(c.user_policy().unwrap(), shortfirst_core::policy::Policy::Srpt);
+        let c = parse_ok("scheduler = \"crovella\"\nuplink-rate = 2500000\nwrite-concurrency = 4\npolicy = \"las\"");
+        assert_eq!((c.uplink_rate_bits_per_s, c.write_concurrency), (Some(2_500_000), 4));
+        assert_eq!(c.user_policy().unwrap(), shortfirst_core::policy::Policy::Las);
+        let c = parse_ok("scheduler = \"user\"\nuplink-rate = \"1gbit\"\npolicy = \"srpt-classes\"\ncutoffs = \"3K\"");
+        assert_eq!(c.user_policy().unwrap().to_string(), "srpt-classes:3000");
+        assert_eq!(parse_ok("policy = \"fair\"").scheduler, Scheduling::Kernel);
+        // (file text, what the error must mention)
+        for (text, needles) in [
+            ("uplink-rate = \"10mbps\"", &["uplink-rate", "bits", "t.toml"][..]),
+            ("scheduler = \"usr\"", &["scheduler", "usr"]),
+        ] {
+            let msg =
+                ConfigFile::parse(&format!("root = \"/srv\"\n{text}\n"), Path::new("t.toml")).unwrap_err().to_string();
+            for n in needles {
+                assert!(msg.contains(n), "{text}: {msg} lacks {n}");
+            }
+        }
+        for (text, needles) in [
+            ("scheduler = \"user\"", &["uplink-rate", "10mbit"][..]),
+            ("uplink-rate = \"10mbit\"", &["uplink-rate", "uplink setup"]),
+            ("scheduler = \"user\"\nuplink-rate = \"600gbit\"", &["uplink-rate", "must be in"]),
+            ("write-concurrency = 3", &["write-concurrency", "crovella"]),
+            ("policy = \"las\"", &["las", "--scheduler user"]),
+            ("scheduler = \"user\"\nuplink-rate = \"1mbit\"\npolicy = \"srpt2\"", &["srpt2"]),
+        ] {
+            let file = ConfigFile::parse(&format!("root = \"/srv\"\n{text}\n"), Path::new("t.toml")).unwrap();
+            let msg = ServerConfig::from_file(file).unwrap_err().to_string();
+            for n in needles {
+                assert!(msg.contains(n), "{text}: {msg} lacks {n}");
+            }
+        }
     }
 
     #[test]
