@@ -6,7 +6,7 @@ bands, one FIFO) and the server orders its own writes (``serve --scheduler user
 --uplink-rate 10mbit``). A 20 KB response requested while eight 1 MB responses
 download finishes at least 3x sooner under user-space ``srpt`` than under
 user-space ``fair`` (medians over alternating trials, four fetches per trial),
-and the token bucket's queue stays short: the queue forms in the server.
+and the token bucket never drops: the pacer keeps the queue in the server.
 
 Needs root: skipped with a message otherwise. About 40 s.
 """

@@ -270,6 +270,8 @@ fn run(policy: &str, mode: Mode, ops: &[Op]) -> (UplinkScheduler, Vec<Record>) {
     let mut writable: Vec<bool> = Vec::new();
     let mut now = 0;
     let mut log = Vec::new();
+    // Unfinished connections ever granted: in limited-concurrency mode, at most K.
+    let mut holders: Vec<ConnId> = Vec::new();
     for op in ops {
         match *op {
             Op::Register(size) => {
@@ -292,6 +294,12 @@ fn run(policy: &str, mode: Mode, ops: &[Op]) -> (UplinkScheduler, Vec<Record>) {
                     let remaining = s.app_remaining(g.id).unwrap();
                     assert!(g.bytes <= remaining && g.bytes <= s.config().quantum_bytes);
                     assert!(written_now + g.bytes <= budget, "granted beyond the budget {budget}");
+                    if !holders.contains(&g.id) {
+                        holders.push(g.id);
+                    }
+                    if let Mode::LimitedConcurrency { writers } = mode {
+                        assert!(holders.len() <= writers, "{} connections wrote, limit {writers}", holders.len());
+                    }
                     let written = g.bytes * u64::from(quarters) / 4;
                     written_now += written;
                     let w = still && written == g.bytes;
@@ -302,6 +310,7 @@ fn run(policy: &str, mode: Mode, ops: &[Op]) -> (UplinkScheduler, Vec<Record>) {
             }
             Op::Finish(i) if i < ids.len() && s.app_remaining(ids[i]).is_some() => {
                 s.finish(now, ids[i]);
+                holders.retain(|&h| h != ids[i]);
                 writable[i] = false;
             }
             _ => {}
@@ -314,7 +323,9 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
     /// Over every window, the bytes written under grants fit in the window's
-    /// link time plus the look-ahead.
+    /// link time plus the look-ahead (and, checked inside `run`: no grant to a
+    /// non-writable connection, none beyond the budget, at most K writers in
+    /// limited-concurrency mode).
     #[test]
     fn never_more_than_the_link_over_any_window(ops in proptest::collection::vec(op(), 1..200)) {
         for mode in [Mode::WorkConserving, Mode::LimitedConcurrency { writers: 2 }] {
