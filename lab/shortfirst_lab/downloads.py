@@ -71,7 +71,9 @@ SEND_BUFFER_BYTES = 0
 CONGESTION_CONTROL = "reno"
 #: ``kernel``: SO_PRIORITY bands under ``shortfirst uplink setup``'s HTB tree.
 #: ``user``: the server's own uplink scheduler under a plain TBF (no bands).
-SCHEDULERS = ("kernel", "user")
+#: ``crovella``: as user, but only ``--write-concurrency`` responses may write
+#: (Crovella 1999's baseline; pass it with ``--server-arg``).
+SCHEDULERS = ("kernel", "user", "crovella")
 #: TBF bucket and queue in user mode: a bucket of a few packets, and a queue as
 #: deep as the HTB bands' (never the one that drops: the pacer keeps it empty).
 TBF_BURST_BYTES = 5_000
@@ -265,11 +267,11 @@ def run(
 ) -> Result:
     """Builds a 10 Mbit testbed, runs ``trials`` fair/srpt pairs, tears it all down.
     ``server_args`` go to every ``shortfirst serve`` after the policy and address.
-    ``scheduler="user"``: the server's own scheduler under a plain TBF."""
+    ``scheduler="user"`` or ``"crovella"``: the server's own scheduler under a plain TBF."""
     if scheduler not in SCHEDULERS:
         raise ValueError(f"scheduler {scheduler!r}: expected one of {', '.join(SCHEDULERS)}")
-    if scheduler == "user":
-        server_args = ("--scheduler", "user", "--uplink-rate", str(RATE_BITS_PER_S), *server_args)
+    if scheduler != "kernel":
+        server_args = ("--scheduler", scheduler, "--uplink-rate", str(RATE_BITS_PER_S), *server_args)
     if send_buffer_bytes:
         server_args = ("--send-buffer-bytes", str(send_buffer_bytes), *server_args)
     result = Result(
@@ -287,7 +289,7 @@ def run(
             congestion_control=congestion_control or None,
         ) as bed:
             shaper = "htb"
-            if scheduler == "user":
+            if scheduler != "kernel":
                 shape_with_tbf(bed)
                 shaper = "tbf"
             for _ in range(trials):
@@ -300,7 +302,7 @@ def render(result: Result) -> str:
     lines = [
         f"{result.n_large} x {result.large_bytes // 1000} KB downloads + one {result.small_bytes // 1000} KB "
         f"response, uplink {result.rate_bits_per_s // 1_000_000} Mbit/s "
-        f"({'HTB bands' if result.scheduler == 'kernel' else 'plain TBF, user-space scheduler'}), "
+        f"({'HTB bands' if result.scheduler == 'kernel' else f'plain TBF, {result.scheduler} scheduler'}), "
         f"{sum(t.policy == 'fair' for t in result.trials)} trials per policy, "
         f"the 20 KB response fetched at {', '.join(map(str, SMALL_FETCH_AT_S))} s into each",
         f"shortfirst serve {' '.join(result.server_args)}".rstrip()
@@ -350,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         "--scheduler",
         choices=SCHEDULERS,
         default="kernel",
-        help="kernel: SO_PRIORITY bands under HTB; user: the server's own scheduler, plain TBF [kernel]",
+        help="kernel: SO_PRIORITY bands under HTB; user, crovella: the server's own scheduler, TBF [kernel]",
     )
     parser.add_argument(
         "--server-arg",

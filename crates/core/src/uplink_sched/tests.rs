@@ -401,3 +401,19 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn limited_concurrency_under_fair_admits_in_arrival_order() {
+    let mut s = UplinkScheduler::new(Policy::Ps, config(Mode::LimitedConcurrency { writers: 1 })).unwrap();
+    let first = s.register(1_000_000).unwrap();
+    let second = s.register(1_000_000).unwrap();
+    s.set_writable(first, true);
+    s.set_writable(second, true);
+    for t in 0..50 {
+        drain(&mut s, t * MS);
+    }
+    let late = s.register(1_000).unwrap();
+    s.set_writable(late, true);
+    s.finish(50 * MS, first);
+    assert_eq!(s.next_grant(60 * MS).unwrap().id, second, "the earlier arrival takes the freed slot");
+}
