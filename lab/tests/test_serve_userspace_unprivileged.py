@@ -97,7 +97,9 @@ class Place:
         return [json.loads(line) for line in out.stdout.splitlines()]
 
     def qdiscs(self) -> list[str]:
-        out = subprocess.run([*self.prefix(), "tc", "-j", "qdisc", "show"], capture_output=True, text=True)
+        """Loopback's qdiscs (as root: the private namespace's only device)."""
+        argv = [*self.prefix(), "tc", "-j", "qdisc", "show", "dev", "lo"]
+        out = subprocess.run(argv, capture_output=True, text=True)
         if out.returncode != 0:
             return []
         return [q["kind"] for q in json.loads(out.stdout or "[]")]
