@@ -49,6 +49,10 @@ struct Flags {
     /// --scheduler crovella: connections that may write at once [default: 35].
     #[arg(long, value_name = "N")]
     write_concurrency: Option<usize>,
+    /// User-space schedulers: link time granted ahead of now; covers the pacer's wake-up
+    /// lateness, bounds a new short response's wait behind granted bytes [default: 8ms].
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration_s)]
+    pacer_lookahead: Option<f64>,
     /// Cutoffs of srpt-classes / srpt, e.g. `1K,2K,5K,20K,50K` (the default), or `auto`
     /// (learned from observed sizes). Not with --policy srpt-classes:CUTOFFS.
     #[arg(long)]
@@ -179,6 +183,7 @@ impl Flags {
             scheduler: self.scheduler,
             uplink_rate: self.uplink_rate.map(|r| r as u64),
             write_concurrency: self.write_concurrency,
+            pacer_lookahead: self.pacer_lookahead,
         };
         let merged = file.overlay(flags);
         if merged.root.is_none() {
@@ -304,6 +309,9 @@ mod tests {
         assert_eq!(c.user_policy().unwrap().to_string(), "srpt-classes:1000");
         let c = config(&["--scheduler", "crovella", "--uplink-rate", "5mbit", "--write-concurrency", "8"]);
         assert_eq!((c.scheduler, c.write_concurrency), (Scheduling::Crovella, 8));
+        let c = config(&["--scheduler", "user", "--uplink-rate", "5mbit", "--pacer-lookahead", "5ms"]);
+        assert_eq!(c.pacer_lookahead, Duration::from_millis(5));
+        assert_eq!(config(&[]).pacer_lookahead, Duration::from_millis(8));
         let c = config(&["--scheduler", "user", "--uplink-rate", "5mbit", "--policy", "las", "--socket-priority"]);
         assert!(c.socket_priority, "hybrid: bands as well, when asked for");
         for (flags, needles) in [
@@ -314,6 +322,7 @@ mod tests {
             (&["--scheduler", "user", "--uplink-rate", "10mbit", "--policy", "srpt2"], &["srpt2", "user"]),
             (&["--scheduler", "user", "--uplink-rate", "10mbit", "--cutoffs", "auto"], &["auto"]),
             (&["--scheduler", "user", "--uplink-rate", "10mbit", "--notsent-lowat-bytes", "0"], &["notsent-lowat"]),
+            (&["--scheduler", "user", "--uplink-rate", "10mbit", "--pacer-lookahead", "2s"], &["pacer-lookahead"]),
         ] {
             let err = parse(flags).unwrap().flags.into_config().unwrap_err();
             let msg = format!("{err:#}");

@@ -271,6 +271,11 @@ pub struct ServerConfig {
     pub uplink_rate_bits_per_s: Option<u64>,
     /// `crovella` only: connections that may write at once.
     pub write_concurrency: usize,
+    /// User-space schedulers: link time granted ahead of now. It must cover the
+    /// pacer task's wake-up lateness (tokio's timer is millisecond-granular, and
+    /// a busy machine adds more), or the link idles; it is also the most a new
+    /// short response can wait behind bytes already granted.
+    pub pacer_lookahead: Duration,
     /// Prometheus metrics listener (`GET /metrics`); none if `None`.
     pub admin: Option<SocketAddr>,
     /// Tokio worker threads; 0 = one per CPU.
@@ -334,6 +339,7 @@ impl ServerConfig {
             scheduler: Scheduling::Kernel,
             uplink_rate_bits_per_s: None,
             write_concurrency: 35,
+            pacer_lookahead: Duration::from_millis(8),
             admin: None,
             threads: 0,
             max_connections: 4096,
@@ -407,6 +413,7 @@ impl ServerConfig {
             ("idle-timeout", file.idle_timeout, file.idle_timeout_ms, &mut c.idle_timeout),
             ("send-timeout", file.send_timeout, file.send_timeout_ms, &mut c.send_timeout),
             ("drain-timeout", file.drain_timeout, file.drain_timeout_ms, &mut c.drain_timeout),
+            ("pacer-lookahead", file.pacer_lookahead, None, &mut c.pacer_lookahead),
         ] {
             if let Some(s) = secs {
                 *field = timeout(key, s)?;
@@ -534,6 +541,9 @@ impl ServerConfig {
                 ),
             );
         }
+        if self.pacer_lookahead > Duration::from_secs(1) {
+            return invalid("pacer-lookahead", format!("{:?}: must be at most 1 s", self.pacer_lookahead));
+        }
         if self.scheduler == Scheduling::Crovella && self.write_concurrency == 0 {
             return invalid("write-concurrency", "must be at least 1".into());
         }
@@ -621,6 +631,8 @@ pub struct ConfigFile {
     #[serde(default, deserialize_with = "rate_bits_per_s")]
     pub uplink_rate: Option<u64>,
     pub write_concurrency: Option<usize>,
+    #[serde(default, deserialize_with = "duration_s")]
+    pub pacer_lookahead: Option<f64>,
 }
 
 impl ConfigFile {
@@ -701,7 +713,8 @@ impl ConfigFile {
             auto_recompute_every,
             scheduler,
             uplink_rate,
-            write_concurrency
+            write_concurrency,
+            pacer_lookahead
         );
         self
     }

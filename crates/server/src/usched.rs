@@ -12,8 +12,10 @@
 //! connection becoming writable or reporting) and, when the pacer has no budget
 //! yet, by the one pacer task, which sleeps until the next release.
 //!
-//! tokio's timer has millisecond granularity: the pacer's look-ahead (3 ms)
-//! covers a late wake-up; the lateness is measured and exported.
+//! tokio's timer has millisecond granularity and rounds sleeps up, so the pacer
+//! wakes about 1 ms late on average (more on a busy machine); the look-ahead
+//! (`pacer-lookahead`, 8 ms by default) must cover that or the link idles. The
+//! lateness is measured and exported.
 
 use std::fmt::Write as _;
 use std::io;
@@ -76,7 +78,11 @@ impl UserScheduler {
         let policy = config.user_policy()?;
         let rate_bits_per_s = config.uplink_rate_bits_per_s.unwrap_or(0);
         let sched_config = SchedConfig {
-            pacer: PacerConfig { rate_bits_per_s, ..PacerConfig::default() },
+            pacer: PacerConfig {
+                rate_bits_per_s,
+                lookahead_ns: u64::try_from(config.pacer_lookahead.as_nanos()).unwrap_or(u64::MAX),
+                ..PacerConfig::default()
+            },
             max_connections: config.max_connections,
             mode,
             ..SchedConfig::default()
