@@ -7,6 +7,11 @@ every long one; under ``srpt`` its packets sit in a better HTB band and go
 first. It backs the namespace test (tests/test_namespace_srpt.py) and ``make demo-downloads``:
 
     python -m shortfirst_lab.downloads [--bin target/release/shortfirst] [--trials 3] [--out FILE.json]
+        [--scheduler kernel|user]
+
+With ``--scheduler user`` the server orders its own writes (``serve --scheduler
+user``) and the uplink is shaped by a plain token bucket (``tc … tbf``, no HTB,
+no bands): the same effect with no kernel priority at all.
 
 Each trial starts a fresh ``shortfirst serve`` in the server namespace, starts
 the long downloads from the client namespace, waits until they are under way,
@@ -64,6 +69,15 @@ SEND_BUFFER_BYTES = 0
 #: queue. With reno the FIFO holds the long flows' bursts: 4.0x (0.081 s vs
 #: 0.020 s). "" keeps the namespace's default.
 CONGESTION_CONTROL = "reno"
+#: ``kernel``: SO_PRIORITY bands under ``shortfirst uplink setup``'s HTB tree.
+#: ``user``: the server's own uplink scheduler under a plain TBF (no bands).
+#: ``crovella``: as user, but only ``--write-concurrency`` responses may write
+#: (Crovella 1999's baseline; pass it with ``--server-arg``).
+SCHEDULERS = ("kernel", "user", "crovella")
+#: TBF bucket and queue in user mode: a bucket of a few packets, and a queue as
+#: deep as the HTB bands' (never the one that drops: the pacer keeps it empty).
+TBF_BURST_BYTES = 5_000
+TBF_LIMIT_BYTES = 1_000_000
 
 
 @dataclass
@@ -72,7 +86,9 @@ class Trial:
     #: Each short fetch's time, connect to last byte, seconds.
     small_s: list[float]
     large_s: list[float]
-    #: Bytes each band's HTB class sent during the trial, {band: bytes}.
+    #: Bytes each band's HTB class sent during the trial, {band: bytes}. Under
+    #: a plain TBF (user-space scheduling) there are no bands: key 1 holds the
+    #: TBF's totals.
     band_bytes: dict[int, int]
     band_packets: dict[int, int]
     #: Packets each band's queue dropped (full) during the trial.
@@ -92,6 +108,8 @@ class Result:
     server_args: list[str]
     #: The server namespace's TCP congestion control ("" = its default).
     congestion_control: str
+    #: Who ordered the uplink (see SCHEDULERS).
+    scheduler: str = "kernel"
     trials: list[Trial] = field(default_factory=list)
 
     def median_small_s(self, policy: str) -> float:
@@ -123,8 +141,18 @@ def _probe(*args: str) -> list[str]:
     return [sys.executable, "-m", "shortfirst_lab.probe", *args]
 
 
-def _band_counters(bed: Testbed) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
-    """(bytes, packets, drops) per band, cumulative."""
+def _band_counters(
+    bed: Testbed, shaper: str = "htb"
+) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+    """(bytes, packets, drops) per band, cumulative; a TBF's totals as band 1."""
+    if shaper == "tbf":
+        out = bed.server_run(
+            ["tc", "-s", "-j", "qdisc", "show", "dev", bed.server_dev], capture_output=True, text=True
+        )
+        if out.returncode != 0:
+            raise TestbedError(f"tc qdisc show failed: {out.stderr.strip()}")
+        tbf = next(q for q in json.loads(out.stdout) if q["kind"] == "tbf")
+        return {1: tbf["bytes"]}, {1: tbf["packets"]}, {1: tbf["drops"]}
     bands = bed.uplink_stats()["bands"]
     return tuple({b["band"]: b[key] for b in bands} for key in ("bytes", "packets", "drops"))
 
@@ -142,12 +170,18 @@ def _wait_for_server(bed: Testbed, server: subprocess.Popen, url: str, timeout_s
 
 
 def run_trial(
-    bed: Testbed, root: Path, policy: str, log_dir: Path | None = None, server_args: tuple[str, ...] = ()
+    bed: Testbed,
+    root: Path,
+    policy: str,
+    log_dir: Path | None = None,
+    server_args: tuple[str, ...] = (),
+    shaper: str = "htb",
 ) -> Trial:
-    """One trial: a fresh server under ``policy``, the long downloads, the timed short ones."""
+    """One trial: a fresh server under ``policy``, the long downloads, the timed short ones.
+    ``shaper``: ``htb`` (the band tree) or ``tbf`` (after :func:`shape_with_tbf`)."""
     with contextlib.ExitStack() as stack:
         log = stack.enter_context(open(log_dir / f"serve-{policy}.log", "a")) if log_dir else None
-        small_outs, large_out, overlapped, counters = _trial(bed, root, policy, log, server_args)
+        small_outs, large_out, overlapped, counters = _trial(bed, root, policy, log, server_args, shaper)
     before, windows, after = counters
     small_results = [json.loads(out.splitlines()[0]) for out in small_outs]
     large_results = [json.loads(line) for line in large_out.splitlines()]
@@ -167,7 +201,7 @@ def run_trial(
     )
 
 
-def _trial(bed: Testbed, root: Path, policy: str, log, server_args: tuple[str, ...]) -> tuple:
+def _trial(bed: Testbed, root: Path, policy: str, log, server_args: tuple[str, ...], shaper: str) -> tuple:
     base = f"http://{bed.server_addr}:{PORT}"
     server = bed.server_popen(
         [bed.shortfirst_bin, "serve", "--root", root, "--policy", policy]
@@ -178,7 +212,7 @@ def _trial(bed: Testbed, root: Path, policy: str, log, server_args: tuple[str, .
     )
     try:
         _wait_for_server(bed, server, f"{base}/small.bin")
-        before = _band_counters(bed)
+        before = _band_counters(bed, shaper)
         large = bed.client_popen(
             _probe("fetch", *[f"{base}/large-{i}.bin" for i in range(N_LARGE)]),
             stdout=subprocess.PIPE,
@@ -188,20 +222,20 @@ def _trial(bed: Testbed, root: Path, policy: str, log, server_args: tuple[str, .
         small_outs, windows = [], []
         for at_s in SMALL_FETCH_AT_S:
             time.sleep(max(0.0, started + at_s - time.monotonic()))
-            window_before = _band_counters(bed)
+            window_before = _band_counters(bed, shaper)
             small = bed.client_run(
                 _probe("fetch", f"{base}/small.bin"),
                 capture_output=True,
                 text=True,
                 timeout=TRIAL_TIMEOUT_S,
             )
-            windows.append((window_before, _band_counters(bed)))
+            windows.append((window_before, _band_counters(bed, shaper)))
             if small.returncode != 0:
                 raise TestbedError(f"{policy}: the short fetch failed: {small.stderr.strip()}")
             small_outs.append(small.stdout)
         overlapped = large.poll() is None
         large_out, _ = large.communicate(timeout=TRIAL_TIMEOUT_S)
-        after = _band_counters(bed)
+        after = _band_counters(bed, shaper)
     finally:
         server.terminate()
         try:
@@ -212,6 +246,16 @@ def _trial(bed: Testbed, root: Path, policy: str, log, server_args: tuple[str, .
     return small_outs, large_out, overlapped, (before, windows, after)
 
 
+def shape_with_tbf(bed: Testbed) -> None:
+    """Replaces the uplink's HTB tree by a plain token bucket at the same rate:
+    no bands, no classes, one FIFO (what an operator without our tree has)."""
+    argv = ["tc", "qdisc", "replace", "dev", bed.server_dev, "root", "tbf", "rate", str(bed.rate_bits_per_s)]
+    argv += ["burst", str(TBF_BURST_BYTES), "limit", str(TBF_LIMIT_BYTES)]
+    out = bed.server_run(argv, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise TestbedError(f"`{' '.join(argv)}` failed: {out.stderr.strip()}")
+
+
 def run(
     shortfirst_bin: str | Path,
     trials: int = 3,
@@ -219,12 +263,20 @@ def run(
     server_args: tuple[str, ...] = (),
     send_buffer_bytes: int = SEND_BUFFER_BYTES,
     congestion_control: str = CONGESTION_CONTROL,
+    scheduler: str = "kernel",
 ) -> Result:
     """Builds a 10 Mbit testbed, runs ``trials`` fair/srpt pairs, tears it all down.
-    ``server_args`` go to every ``shortfirst serve`` after the policy and address."""
+    ``server_args`` go to every ``shortfirst serve`` after the policy and address.
+    ``scheduler="user"`` or ``"crovella"``: the server's own scheduler under a plain TBF."""
+    if scheduler not in SCHEDULERS:
+        raise ValueError(f"scheduler {scheduler!r}: expected one of {', '.join(SCHEDULERS)}")
+    if scheduler != "kernel":
+        server_args = ("--scheduler", scheduler, "--uplink-rate", str(RATE_BITS_PER_S), *server_args)
     if send_buffer_bytes:
         server_args = ("--send-buffer-bytes", str(send_buffer_bytes), *server_args)
-    result = Result(RATE_BITS_PER_S, N_LARGE, LARGE_BYTES, SMALL_BYTES, list(server_args), congestion_control)
+    result = Result(
+        RATE_BITS_PER_S, N_LARGE, LARGE_BYTES, SMALL_BYTES, list(server_args), congestion_control, scheduler
+    )
     cleanup_leftovers()
     with tempfile.TemporaryDirectory(prefix="shortfirst-downloads-") as tmp:
         root = Path(tmp)
@@ -236,16 +288,21 @@ def run(
             shortfirst_bin=shortfirst_bin,
             congestion_control=congestion_control or None,
         ) as bed:
+            shaper = "htb"
+            if scheduler != "kernel":
+                shape_with_tbf(bed)
+                shaper = "tbf"
             for _ in range(trials):
                 for policy in ("fair", "srpt"):
-                    result.trials.append(run_trial(bed, root, policy, log_dir, server_args))
+                    result.trials.append(run_trial(bed, root, policy, log_dir, server_args, shaper))
     return result
 
 
 def render(result: Result) -> str:
     lines = [
         f"{result.n_large} x {result.large_bytes // 1000} KB downloads + one {result.small_bytes // 1000} KB "
-        f"response, uplink {result.rate_bits_per_s // 1_000_000} Mbit/s (HTB), "
+        f"response, uplink {result.rate_bits_per_s // 1_000_000} Mbit/s "
+        f"({'HTB bands' if result.scheduler == 'kernel' else f'plain TBF, {result.scheduler} scheduler'}), "
         f"{sum(t.policy == 'fair' for t in result.trials)} trials per policy, "
         f"the 20 KB response fetched at {', '.join(map(str, SMALL_FETCH_AT_S))} s into each",
         f"shortfirst serve {' '.join(result.server_args)}".rstrip()
@@ -292,6 +349,12 @@ def main(argv: list[str] | None = None) -> int:
         help=f"TCP congestion control in the server namespace ('' = default) [{CONGESTION_CONTROL}]",
     )
     parser.add_argument(
+        "--scheduler",
+        choices=SCHEDULERS,
+        default="kernel",
+        help="kernel: SO_PRIORITY bands under HTB; user, crovella: the server's own scheduler, TBF [kernel]",
+    )
+    parser.add_argument(
         "--server-arg",
         action="append",
         default=[],
@@ -313,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         tuple(args.server_arg),
         args.send_buffer_bytes,
         args.congestion_control,
+        args.scheduler,
     )
     print(render(result))
     if args.out:

@@ -4,9 +4,9 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use shortfirst_server::{AccessLogFormat, ConfigFile, Dotfiles, PolicySpec, ServerConfig};
+use shortfirst_server::{AccessLogFormat, ConfigFile, Dotfiles, PolicySpec, Scheduling, ServerConfig};
 
-use crate::units::positive_duration_s;
+use crate::units::{positive_duration_s, rate_bits_per_s};
 
 /// Boxed: the flags are many, and `Command` (in main.rs) holds every
 /// subcommand's `Args` inline.
@@ -29,11 +29,30 @@ struct Flags {
     /// Address to listen on [default: 127.0.0.1:8080].
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// fair: one data band; srpt-classes:CUTOFFS: size bands with those cutoffs, as in `sim`
-    /// (e.g. `srpt-classes:1K,2K,5K,20K,50K`); srpt-classes: the cutoffs of --cutoffs;
-    /// srpt: = srpt-classes (older name); srpt2: two bands split at the median [default: srpt-classes].
+    /// fair: one data band (user space: round robin by bytes); srpt-classes:CUTOFFS: size
+    /// bands with those cutoffs, as in `sim` (e.g. `srpt-classes:1K,2K,5K,20K,50K`);
+    /// srpt-classes: the cutoffs of --cutoffs; srpt: exact SRPT with --scheduler user, else
+    /// = srpt-classes; srpt2: two bands split at the median (kernel); las: least attained
+    /// service (user) [default: srpt-classes].
     #[arg(long, value_name = "POLICY")]
     policy: Option<PolicySpec>,
+    /// Who orders the uplink: kernel (SO_PRIORITY bands under `shortfirst uplink setup`'s HTB,
+    /// needs CAP_NET_ADMIN), user (the server's own pacer and scheduler: no qdisc, no
+    /// capability; needs --uplink-rate) or crovella (user, but only --write-concurrency
+    /// connections may write: Crovella 1999's baseline) [default: kernel].
+    #[arg(long, value_name = "SCHEDULER")]
+    scheduler: Option<Scheduling>,
+    /// The uplink's rate on the wire, e.g. `10mbit`, `1gbit`: the user-space pacer releases
+    /// bytes at just under it. Required by --scheduler user and crovella.
+    #[arg(long, value_name = "RATE", value_parser = rate_bits_per_s)]
+    uplink_rate: Option<f64>,
+    /// --scheduler crovella: connections that may write at once [default: 35].
+    #[arg(long, value_name = "N")]
+    write_concurrency: Option<usize>,
+    /// User-space schedulers: link time granted ahead of now; covers the pacer's wake-up
+    /// lateness, bounds a new short response's wait behind granted bytes [default: 8ms].
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration_s)]
+    pacer_lookahead: Option<f64>,
     /// Cutoffs of srpt-classes / srpt, e.g. `1K,2K,5K,20K,50K` (the default), or `auto`
     /// (learned from observed sizes). Not with --policy srpt-classes:CUTOFFS.
     #[arg(long)]
@@ -161,6 +180,10 @@ impl Flags {
             dotfiles: self.dotfiles,
             auto_window: self.auto_window,
             auto_recompute_every: self.auto_recompute_every,
+            scheduler: self.scheduler,
+            uplink_rate: self.uplink_rate.map(|r| r as u64),
+            write_concurrency: self.write_concurrency,
+            pacer_lookahead: self.pacer_lookahead,
         };
         let merged = file.overlay(flags);
         if merged.root.is_none() {
@@ -272,6 +295,51 @@ mod tests {
         let sim = shortfirst_core::policy::Policy::parse("srpt-classes:1K,2K").unwrap();
         let shortfirst_core::policy::Policy::SrptClasses(sim_cutoffs) = sim else { panic!("{sim}") };
         assert_eq!(config(&["--policy", "srpt-classes:1K,2K"]).cutoffs, CutoffsSpec::List(sim_cutoffs));
+    }
+
+    #[test]
+    fn scheduler_flags() {
+        let c = config(&[]);
+        assert_eq!((c.scheduler, c.uplink_rate_bits_per_s, c.socket_priority), (Scheduling::Kernel, None, true));
+        let c = config(&["--scheduler", "user", "--uplink-rate", "10mbit", "--policy", "srpt"]);
+        assert_eq!((c.scheduler, c.uplink_rate_bits_per_s), (Scheduling::User, Some(10_000_000)));
+        assert!(!c.socket_priority, "no SO_PRIORITY (no CAP_NET_ADMIN) unless asked for");
+        assert_eq!(c.user_policy().unwrap(), shortfirst_core::policy::Policy::Srpt);
+        let c = config(&["--scheduler", "user", "--uplink-rate", "1gbit", "--policy", "srpt-classes:1K"]);
+        assert_eq!(c.user_policy().unwrap().to_string(), "srpt-classes:1000");
+        let c = config(&["--scheduler", "crovella", "--uplink-rate", "5mbit", "--write-concurrency", "8"]);
+        assert_eq!((c.scheduler, c.write_concurrency), (Scheduling::Crovella, 8));
+        let c = config(&["--scheduler", "user", "--uplink-rate", "5mbit", "--pacer-lookahead", "5ms"]);
+        assert_eq!(c.pacer_lookahead, Duration::from_millis(5));
+        assert_eq!(config(&[]).pacer_lookahead, Duration::from_millis(8));
+        let c = config(&["--scheduler", "user", "--uplink-rate", "5mbit", "--policy", "las", "--socket-priority"]);
+        assert!(c.socket_priority, "hybrid: bands as well, when asked for");
+        for (flags, needles) in [
+            (&["--scheduler", "user"][..], &["uplink-rate", "10mbit"][..]),
+            (&["--uplink-rate", "10mbit"], &["uplink-rate", "uplink setup"]),
+            (&["--scheduler", "user", "--uplink-rate", "10mbit", "--write-concurrency", "3"], &["write-concurrency"]),
+            (&["--policy", "las"], &["las", "--scheduler user"]),
+            (&["--scheduler", "user", "--uplink-rate", "10mbit", "--policy", "srpt2"], &["srpt2", "user"]),
+            (&["--scheduler", "user", "--uplink-rate", "10mbit", "--cutoffs", "auto"], &["auto"]),
+            (&["--scheduler", "user", "--uplink-rate", "10mbit", "--notsent-lowat-bytes", "0"], &["notsent-lowat"]),
+            (&["--scheduler", "user", "--uplink-rate", "10mbit", "--pacer-lookahead", "2s"], &["pacer-lookahead"]),
+        ] {
+            let err = parse(flags).unwrap().flags.into_config().unwrap_err();
+            let msg = format!("{err:#}");
+            for n in needles {
+                assert!(msg.contains(n), "{flags:?}: {msg} lacks {n}");
+            }
+        }
+        for (flags, needles) in [
+            (&["--scheduler", "users"][..], &["--scheduler", "kernel, user or crovella"][..]),
+            (&["--scheduler", "user", "--uplink-rate", "10mbps"], &["--uplink-rate", "bits"]),
+            (&["--scheduler", "user", "--uplink-rate", "0"], &["--uplink-rate", "above 0"]),
+        ] {
+            let err = parse(flags).err().unwrap_or_else(|| panic!("{flags:?} accepted"));
+            for n in needles {
+                assert!(err.contains(n), "{flags:?}: {err} lacks {n}");
+            }
+        }
     }
 
     #[test]

@@ -10,5 +10,6 @@ pub mod admission;
 pub mod bands;
 pub mod policy;
 pub mod units;
+pub mod uplink_sched;
 
 pub use bands::{Band, BandMap, Cutoffs, Response};

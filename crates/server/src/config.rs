@@ -25,12 +25,15 @@ pub enum Policy {
     Srpt,
     /// Two bands split at the median response size (learned online).
     Srpt2,
+    /// Least attained service first (user-space schedulers only: the kernel
+    /// bands rank by remaining size).
+    Las,
 }
 
 impl std::str::FromStr for Policy {
     type Err = String;
     fn from_str(s: &str) -> Result<Policy, String> {
-        parse_name(s, "policy", "fair, srpt or srpt2")
+        parse_name(s, "policy", "fair, srpt, srpt2 or las")
     }
 }
 
@@ -51,14 +54,17 @@ pub struct PolicySpec {
     pub policy: Policy,
     /// Cutoffs named in the policy itself (`srpt-classes:1K,5K`); `None` = from `cutoffs`.
     pub cutoffs: Option<Cutoffs>,
+    /// Spelt `srpt`: exact SRPT where the scheduler can do it (user space), size
+    /// classes in the kernel.
+    pub exact: bool,
 }
 
-const POLICY_NAMES: &str =
-    "fair, srpt-classes, srpt-classes:CUTOFFS (e.g. srpt-classes:1K,2K,5K,20K,50K), srpt (= srpt-classes) or srpt2";
+const POLICY_NAMES: &str = "fair, srpt-classes, srpt-classes:CUTOFFS (e.g. srpt-classes:1K,2K,5K,20K,50K), \
+     srpt (exact with --scheduler user, else = srpt-classes), srpt2 or las (--scheduler user)";
 
 impl From<Policy> for PolicySpec {
     fn from(policy: Policy) -> PolicySpec {
-        PolicySpec { policy, cutoffs: None }
+        PolicySpec { policy, cutoffs: None, exact: false }
     }
 }
 
@@ -72,11 +78,12 @@ impl std::str::FromStr for PolicySpec {
             // Core's parser, so `sim` and `serve` read the same cutoffs the same way.
             ("srpt-classes", true) => match shortfirst_core::policy::Policy::parse(trimmed) {
                 Ok(shortfirst_core::policy::Policy::SrptClasses(cutoffs)) => {
-                    Ok(PolicySpec { policy: Policy::Srpt, cutoffs: Some(cutoffs) })
+                    Ok(PolicySpec { policy: Policy::Srpt, cutoffs: Some(cutoffs), exact: false })
                 }
                 Ok(other) => Err(format!("policy {s:?}: parsed as {other}, expected srpt-classes:CUTOFFS")),
                 Err(e) => Err(e.to_string()),
             },
+            ("srpt", false) => Ok(PolicySpec { policy: Policy::Srpt, cutoffs: None, exact: true }),
             (_, false) => parse_name::<Policy>(&name, "policy", POLICY_NAMES).map(PolicySpec::from),
             (_, true) => {
                 Err(format!("unknown policy {s:?}: only srpt-classes takes cutoffs after `:`; expected {POLICY_NAMES}"))
@@ -96,6 +103,7 @@ impl std::fmt::Display for PolicySpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (&self.policy, &self.cutoffs) {
             (Policy::Srpt, Some(c)) => write!(f, "srpt-classes:{c}"),
+            (Policy::Srpt, None) if !self.exact => write!(f, "srpt-classes"),
             (p, _) => write!(f, "{p}"),
         }
     }
@@ -132,6 +140,7 @@ impl std::fmt::Display for Policy {
             Policy::Fair => "fair",
             Policy::Srpt => "srpt",
             Policy::Srpt2 => "srpt2",
+            Policy::Las => "las",
         })
     }
 }
@@ -194,6 +203,56 @@ impl std::str::FromStr for Dotfiles {
     }
 }
 
+/// Who orders the bytes on the uplink.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scheduling {
+    /// Kernel priority bands: `SO_PRIORITY` per band under the HTB tree of
+    /// `shortfirst uplink setup` (needs CAP_NET_ADMIN).
+    Kernel,
+    /// The server's own uplink scheduler: a pacer at just under `uplink-rate`
+    /// and a work-conserving pick among writable connections. No qdisc, no
+    /// capability.
+    User,
+    /// Crovella et al. 1999's baseline: the same pacer, but only
+    /// `write-concurrency` connections may write, whether or not they can send.
+    Crovella,
+}
+
+impl std::str::FromStr for Scheduling {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Scheduling, String> {
+        parse_name(s, "scheduler", "kernel, user or crovella")
+    }
+}
+
+impl std::fmt::Display for Scheduling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Scheduling::Kernel => "kernel",
+            Scheduling::User => "user",
+            Scheduling::Crovella => "crovella",
+        })
+    }
+}
+
+/// An uplink rate from the config file: a unit string (`"10mbit"`) or a plain number of bits/s.
+fn rate_bits_per_s<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Text {
+        Number(u64),
+        Text(String),
+    }
+    match Text::deserialize(d)? {
+        Text::Number(v) => Ok(Some(v)),
+        Text::Text(t) => shortfirst_core::units::parse_rate_bits_per_s(&t).map(Some).map_err(serde::de::Error::custom),
+    }
+}
+
+/// Highest `uplink-rate` accepted (the pacer's arithmetic is exact well beyond).
+pub const MAX_UPLINK_RATE_BITS_PER_S: u64 = 400_000_000_000;
+
 /// The validated configuration the server runs with.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -203,6 +262,20 @@ pub struct ServerConfig {
     pub policy: Policy,
     /// Cutoffs for `srpt` (ignored by `fair`; `srpt2` always learns its own).
     pub cutoffs: CutoffsSpec,
+    /// `--policy srpt` as spelt: exact SRPT under a user-space scheduler.
+    pub srpt_exact: bool,
+    /// Kernel bands, or the server's own uplink scheduler.
+    pub scheduler: Scheduling,
+    /// The uplink's rate (bits/s, on the wire): required by the user-space
+    /// schedulers, whose pacer runs at just under it.
+    pub uplink_rate_bits_per_s: Option<u64>,
+    /// `crovella` only: connections that may write at once.
+    pub write_concurrency: usize,
+    /// User-space schedulers: link time granted ahead of now. It must cover the
+    /// pacer task's wake-up lateness (tokio's timer is millisecond-granular, and
+    /// a busy machine adds more), or the link idles; it is also the most a new
+    /// short response can wait behind bytes already granted.
+    pub pacer_lookahead: Duration,
     /// Prometheus metrics listener (`GET /metrics`); none if `None`.
     pub admin: Option<SocketAddr>,
     /// Tokio worker threads; 0 = one per CPU.
@@ -262,6 +335,11 @@ impl ServerConfig {
             listen: "127.0.0.1:8080".parse().expect("valid literal"),
             policy: Policy::Srpt,
             cutoffs: CutoffsSpec::List(Cutoffs::paper_default()),
+            srpt_exact: false,
+            scheduler: Scheduling::Kernel,
+            uplink_rate_bits_per_s: None,
+            write_concurrency: 35,
+            pacer_lookahead: Duration::from_millis(8),
             admin: None,
             threads: 0,
             max_connections: 4096,
@@ -311,8 +389,21 @@ impl ServerConfig {
             follow_symlinks_outside_root,
             dotfiles,
             auto_window,
-            auto_recompute_every
+            auto_recompute_every,
+            scheduler,
+            write_concurrency
         );
+        c.uplink_rate_bits_per_s = file.uplink_rate;
+        if file.write_concurrency.is_some() && c.scheduler != Scheduling::Crovella {
+            return Err(ConfigError::Invalid {
+                key: "write-concurrency",
+                reason: format!("only the crovella scheduler limits write concurrency (scheduler is {})", c.scheduler),
+            });
+        }
+        // A user-space scheduler needs no kernel bands: SO_PRIORITY only if asked for.
+        if c.scheduler != Scheduling::Kernel && file.socket_priority.is_none() {
+            c.socket_priority = false;
+        }
         c.admin = file.admin;
         c.access_log = file.access_log;
         c.send_buffer_bytes = file.send_buffer_bytes;
@@ -322,6 +413,7 @@ impl ServerConfig {
             ("idle-timeout", file.idle_timeout, file.idle_timeout_ms, &mut c.idle_timeout),
             ("send-timeout", file.send_timeout, file.send_timeout_ms, &mut c.send_timeout),
             ("drain-timeout", file.drain_timeout, file.drain_timeout_ms, &mut c.drain_timeout),
+            ("pacer-lookahead", file.pacer_lookahead, None, &mut c.pacer_lookahead),
         ] {
             if let Some(s) = secs {
                 *field = timeout(key, s)?;
@@ -332,6 +424,7 @@ impl ServerConfig {
         let mut policy_cutoffs = None;
         if let Some(spec) = file.policy {
             c.policy = spec.policy;
+            c.srpt_exact = spec.exact;
             policy_cutoffs = spec.cutoffs;
         }
         if let Some(cutoffs) = policy_cutoffs {
@@ -405,7 +498,78 @@ impl ServerConfig {
         if self.auto_recompute_every == 0 {
             return invalid("auto-recompute-every", "must be at least 1".into());
         }
-        Ok(())
+        self.validate_scheduler()
+    }
+
+    fn validate_scheduler(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &'static str, reason: String| Err(ConfigError::Invalid { key, reason });
+        match (self.scheduler, self.uplink_rate_bits_per_s) {
+            (Scheduling::Kernel, Some(_)) => {
+                return invalid(
+                    "uplink-rate",
+                    "only the user-space schedulers (--scheduler user or crovella) pace to a rate; kernel mode \
+                     takes its rate from `shortfirst uplink setup --rate`"
+                        .into(),
+                )
+            }
+            (Scheduling::Kernel, None) => {
+                if self.policy == Policy::Las {
+                    return invalid("policy", "las needs a user-space scheduler (--scheduler user)".into());
+                }
+                return Ok(());
+            }
+            (s, None) => {
+                return invalid(
+                    "uplink-rate",
+                    format!(
+                    "--scheduler {s} needs the uplink's rate (e.g. --uplink-rate 10mbit): its pacer runs just under it"
+                ),
+                )
+            }
+            (_, Some(r)) if r == 0 || r > MAX_UPLINK_RATE_BITS_PER_S => {
+                return invalid("uplink-rate", format!("{r} bit/s: must be in 1..={MAX_UPLINK_RATE_BITS_PER_S}"))
+            }
+            _ => {}
+        }
+        if self.notsent_lowat_bytes == 0 {
+            return invalid(
+                "notsent-lowat-bytes",
+                format!(
+                    "--scheduler {} needs a small TCP_NOTSENT_LOWAT (e.g. 16384) so unsent bytes stay in the \
+                     application, where they can be ordered",
+                    self.scheduler
+                ),
+            );
+        }
+        if self.pacer_lookahead > Duration::from_secs(1) {
+            return invalid("pacer-lookahead", format!("{:?}: must be at most 1 s", self.pacer_lookahead));
+        }
+        if self.scheduler == Scheduling::Crovella && self.write_concurrency == 0 {
+            return invalid("write-concurrency", "must be at least 1".into());
+        }
+        self.user_policy().map(|_| ())
+    }
+
+    /// The ranking rule of a user-space scheduler, as `core::policy` spells it.
+    pub fn user_policy(&self) -> Result<shortfirst_core::policy::Policy, ConfigError> {
+        use shortfirst_core::policy::Policy as Core;
+        let unsupported = |what: &str| {
+            Err(ConfigError::Invalid {
+                key: "policy",
+                reason: format!(
+                    "{what} is not available with --scheduler {} (use fair, srpt, srpt-classes[:CUTOFFS] or las)",
+                    self.scheduler
+                ),
+            })
+        };
+        match (self.policy, &self.cutoffs) {
+            (Policy::Fair, _) => Ok(Core::Ps),
+            (Policy::Las, _) => Ok(Core::Las),
+            (Policy::Srpt, _) if self.srpt_exact => Ok(Core::Srpt),
+            (Policy::Srpt, CutoffsSpec::List(c)) => Ok(Core::SrptClasses(c.clone())),
+            (Policy::Srpt, CutoffsSpec::Auto) => unsupported("cutoffs auto"),
+            (Policy::Srpt2, _) => unsupported("srpt2 (learned cutoffs)"),
+        }
     }
 }
 
@@ -462,6 +626,13 @@ pub struct ConfigFile {
     pub dotfiles: Option<Dotfiles>,
     pub auto_window: Option<usize>,
     pub auto_recompute_every: Option<usize>,
+    pub scheduler: Option<Scheduling>,
+    /// Bits per second: `"10mbit"` or a plain number.
+    #[serde(default, deserialize_with = "rate_bits_per_s")]
+    pub uplink_rate: Option<u64>,
+    pub write_concurrency: Option<usize>,
+    #[serde(default, deserialize_with = "duration_s")]
+    pub pacer_lookahead: Option<f64>,
 }
 
 impl ConfigFile {
@@ -539,7 +710,11 @@ impl ConfigFile {
             follow_symlinks_outside_root,
             dotfiles,
             auto_window,
-            auto_recompute_every
+            auto_recompute_every,
+            scheduler,
+            uplink_rate,
+            write_concurrency,
+            pacer_lookahead
         );
         self
     }
@@ -601,7 +776,7 @@ mod tests {
         assert_eq!("json".parse::<AccessLogFormat>(), Ok(AccessLogFormat::Json));
         assert_eq!("deny".parse::<Dotfiles>(), Ok(Dotfiles::Deny));
         assert!("hide".parse::<Dotfiles>().unwrap_err().contains("ignore, deny or allow"));
-        assert!("SRPT".parse::<Policy>().unwrap_err().contains("fair, srpt or srpt2"));
+        assert!("SRPT".parse::<Policy>().unwrap_err().contains("fair, srpt, srpt2 or las"));
     }
 
     fn parse_ok(text: &str) -> ServerConfig {
@@ -706,6 +881,47 @@ mod tests {
     }
 
     #[test]
+    fn scheduler_keys_in_the_file() {
+        let c = parse_ok("scheduler = \"user\"\nuplink-rate = \"10mbit\"\npolicy = \"srpt\"");
+        assert_eq!(
+            (c.scheduler, c.uplink_rate_bits_per_s, c.socket_priority),
+            (Scheduling::User, Some(10_000_000), false)
+        );
+        assert_eq!(c.user_policy().unwrap(), shortfirst_core::policy::Policy::Srpt);
+        let c = parse_ok("scheduler = \"crovella\"\nuplink-rate = 2500000\nwrite-concurrency = 4\npolicy = \"las\"");
+        assert_eq!((c.uplink_rate_bits_per_s, c.write_concurrency), (Some(2_500_000), 4));
+        assert_eq!(c.user_policy().unwrap(), shortfirst_core::policy::Policy::Las);
+        let c = parse_ok("scheduler = \"user\"\nuplink-rate = \"1gbit\"\npolicy = \"srpt-classes\"\ncutoffs = \"3K\"");
+        assert_eq!(c.user_policy().unwrap().to_string(), "srpt-classes:3000");
+        assert_eq!(parse_ok("policy = \"fair\"").scheduler, Scheduling::Kernel);
+        // (file text, what the error must mention)
+        for (text, needles) in [
+            ("uplink-rate = \"10mbps\"", &["uplink-rate", "bits", "t.toml"][..]),
+            ("scheduler = \"usr\"", &["scheduler", "usr"]),
+        ] {
+            let msg =
+                ConfigFile::parse(&format!("root = \"/srv\"\n{text}\n"), Path::new("t.toml")).unwrap_err().to_string();
+            for n in needles {
+                assert!(msg.contains(n), "{text}: {msg} lacks {n}");
+            }
+        }
+        for (text, needles) in [
+            ("scheduler = \"user\"", &["uplink-rate", "10mbit"][..]),
+            ("uplink-rate = \"10mbit\"", &["uplink-rate", "uplink setup"]),
+            ("scheduler = \"user\"\nuplink-rate = \"600gbit\"", &["uplink-rate", "must be in"]),
+            ("write-concurrency = 3", &["write-concurrency", "crovella"]),
+            ("policy = \"las\"", &["las", "--scheduler user"]),
+            ("scheduler = \"user\"\nuplink-rate = \"1mbit\"\npolicy = \"srpt2\"", &["srpt2"]),
+        ] {
+            let file = ConfigFile::parse(&format!("root = \"/srv\"\n{text}\n"), Path::new("t.toml")).unwrap();
+            let msg = ServerConfig::from_file(file).unwrap_err().to_string();
+            for n in needles {
+                assert!(msg.contains(n), "{text}: {msg} lacks {n}");
+            }
+        }
+    }
+
+    #[test]
     fn bad_policies_are_named() {
         for (text, needles) in [
             ("srpt-classes:", &["cutoff"][..]),
@@ -713,7 +929,7 @@ mod tests {
             ("srpt-classes:ten", &["ten"]),
             ("fair:1K", &["fair:1K", "srpt-classes:CUTOFFS"]),
             ("srpt:1K", &["srpt:1K", "only srpt-classes"]),
-            ("sjf", &["sjf", "srpt (= srpt-classes)"]),
+            ("sjf", &["sjf", "srpt (exact with --scheduler user, else = srpt-classes)"]),
             ("ps", &["ps"]),
         ] {
             let err = text.parse::<PolicySpec>().unwrap_err();

@@ -28,6 +28,7 @@
 use std::fs::File;
 use std::net::SocketAddr;
 use std::ops::Range;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -502,11 +503,24 @@ impl Conn {
         let first_band = progress.band();
         self.set_band(first_band);
         shared.scheduler.observe(total);
+        // User-space scheduling: every write waits for a grant (see `usched`).
+        let user = match &shared.user {
+            Some(u) => Some(u.register(total)?),
+            None => None,
+        };
 
         let mut sent_total = 0u64;
         let mut written = 0;
         while written < self.head.len() {
-            let n = io::send(&self.stream, &self.head[written..], file_part.is_some(), timeout).await?;
+            let more = file_part.is_some();
+            let n = match &user {
+                None => io::send(&self.stream, &self.head[written..], more, timeout).await?,
+                Some(reg) => {
+                    let (fd, head) = (self.stream.as_raw_fd(), &self.head[written..]);
+                    let band = self.socket_band.band();
+                    reg.write(&self.stream, timeout, band, head.len(), |n| io::raw_send(fd, &head[..n], more)).await?
+                }
+            };
             written += n;
             sent_total += n as u64;
             shared.metrics.bytes(self.socket_band.band(), n as u64);
@@ -520,7 +534,15 @@ impl Conn {
             let chunk = shared.config.sendfile_chunk_bytes;
             while off < end {
                 let want = ((end - off) as usize).min(chunk);
-                let n = io::sendfile(&self.stream, file, &mut off, want, timeout).await?;
+                let n = match &user {
+                    None => io::sendfile(&self.stream, file, &mut off, want, timeout).await?,
+                    Some(reg) => {
+                        let (out_fd, in_fd) = (self.stream.as_raw_fd(), file.as_raw_fd());
+                        let band = self.socket_band.band();
+                        reg.write(&self.stream, timeout, band, want, |n| io::raw_sendfile(out_fd, in_fd, &mut off, n))
+                            .await?
+                    }
+                };
                 if n == 0 {
                     // The file shrank under us: the promised length cannot be kept.
                     return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "file shrank while sending"));

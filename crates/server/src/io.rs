@@ -8,7 +8,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 use tokio::io::Interest;
@@ -29,6 +29,43 @@ where
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
+    }
+}
+
+/// One non-blocking `send(2)` of (a prefix of) `buf` on `fd` (`EAGAIN` → `WouldBlock`).
+pub fn raw_send(fd: RawFd, buf: &[u8], more: bool) -> io::Result<usize> {
+    let flags = libc::MSG_NOSIGNAL | if more { libc::MSG_MORE } else { 0 };
+    // SAFETY: `fd` is an open socket of the caller; `buf` is valid for `buf.len()` bytes.
+    let n = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), flags) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// One non-blocking `sendfile(2)` of up to `count` bytes from `in_fd` at `*offset`.
+pub fn raw_sendfile(out_fd: RawFd, in_fd: RawFd, offset: &mut i64, count: usize) -> io::Result<usize> {
+    // SAFETY: both fds are open for the duration of the call; `offset` is a
+    // valid off_t the kernel updates.
+    let n = unsafe { libc::sendfile(out_fd, in_fd, offset as *mut i64, count) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Bytes written to a TCP socket that TCP has not sent yet (`SIOCOUTQNSD`:
+/// `write_seq − snd_nxt`, the same as `tcpi_notsent_bytes`).
+pub fn unsent_bytes(fd: RawFd) -> io::Result<u64> {
+    let mut value: libc::c_int = 0;
+    // SAFETY: SIOCOUTQNSD writes one int through the pointer we pass.
+    let rc = unsafe { libc::ioctl(fd, libc::SIOCOUTQNSD, &mut value as *mut libc::c_int) };
+    if rc == 0 {
+        Ok(u64::try_from(value).unwrap_or(0))
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 

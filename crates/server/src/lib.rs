@@ -1,5 +1,6 @@
 //! `shortfirst serve`: a static-file HTTP/1.1 server whose connections are
-//! scheduled by size through kernel priority bands (Harchol-Balter et al. 2003).
+//! scheduled by size through kernel priority bands (Harchol-Balter et al. 2003)
+//! or through its own user-space uplink scheduler ([`usched`]).
 //!
 //! The ranking (size → band, crossings, auto cutoffs) is `shortfirst_core::bands`;
 //! this crate is the driver that applies it: [`sched`] turns bands into
@@ -19,7 +20,10 @@ pub mod metrics;
 pub mod resolve;
 pub mod sched;
 pub mod server;
+pub mod usched;
 
-pub use config::{AccessLogFormat, ConfigError, ConfigFile, CutoffsSpec, Dotfiles, Policy, PolicySpec, ServerConfig};
+pub use config::{
+    AccessLogFormat, ConfigError, ConfigFile, CutoffsSpec, Dotfiles, Policy, PolicySpec, Scheduling, ServerConfig,
+};
 pub use sched::{so_priority, PriorityObserver};
 pub use server::{run_until_signal, Server, ServerError};

@@ -44,7 +44,7 @@ pub struct Scheduler {
 impl Scheduler {
     pub fn new(config: &ServerConfig) -> Scheduler {
         let (initial, auto_bands) = match (&config.policy, &config.cutoffs) {
-            (Policy::Fair, _) => (Cutoffs::fair(), None),
+            (Policy::Fair | Policy::Las, _) => (Cutoffs::fair(), None),
             (Policy::Srpt, CutoffsSpec::List(c)) => (c.clone(), None),
             (Policy::Srpt, CutoffsSpec::Auto) => (Cutoffs::paper_default(), Some(AUTO_DATA_BANDS)),
             // The paper's two-class split: 1 KB until the median is known.

@@ -39,6 +39,7 @@ use crate::http::{response, Status};
 use crate::metrics::Metrics;
 use crate::resolve::Root;
 use crate::sched::{set_so_priority, setsockopt_int, PriorityObserver, Scheduler};
+use crate::usched::UserScheduler;
 
 /// Listen backlog (the kernel caps it at `net.core.somaxconn`).
 const BACKLOG: i32 = 4096;
@@ -83,6 +84,8 @@ pub(crate) struct Shared {
     pub metrics: Metrics,
     pub access_log: Option<AccessLog>,
     pub observer: Option<PriorityObserver>,
+    /// The user-space uplink scheduler; `None` in kernel mode.
+    pub user: Option<Arc<UserScheduler>>,
 }
 
 impl Shared {
@@ -92,6 +95,9 @@ impl Shared {
         let dropped = self.access_log.as_ref().map_or(0, |l| l.dropped());
         let policy = self.scheduler.policy().to_string();
         self.metrics.render(&mut out, &cutoffs, &policy, dropped);
+        if let Some(user) = &self.user {
+            user.render(&mut out, &cutoffs);
+        }
         out
     }
 }
@@ -132,6 +138,7 @@ impl Server {
         let root = Root::open(&config.root, !config.follow_symlinks_outside_root)
             .map_err(|source| ServerError::Root { path: config.root.clone(), source })?;
         let scheduler = Scheduler::new(&config);
+        let user = UserScheduler::new(&config)?;
         let setup_priority = config.socket_priority.then(|| scheduler.band_map().so_priority(Band::SETUP));
         let listener = listen(config.listen, setup_priority)?;
         let listener = TcpListener::from_std(listener).map_err(ServerError::Runtime)?;
@@ -151,8 +158,16 @@ impl Server {
             max_header_bytes: config.max_header_bytes,
             max_headers: config.max_headers,
         };
-        let shared =
-            Arc::new(Shared { config, limits, root, scheduler, metrics: Metrics::default(), access_log, observer });
+        let shared = Arc::new(Shared {
+            config,
+            limits,
+            root,
+            scheduler,
+            metrics: Metrics::default(),
+            access_log,
+            observer,
+            user,
+        });
         Ok(Server { shared, listener, admin })
     }
 
@@ -193,9 +208,12 @@ impl Server {
             root = %shared.root.path().display(),
             policy = %config.policy,
             cutoffs = %shared.scheduler.cutoffs(),
+            scheduler = %config.scheduler,
+            uplink_rate_bits_per_s = config.uplink_rate_bits_per_s.unwrap_or(0),
             "serving"
         );
         let admin_task = admin.map(|l| tokio::spawn(admin_loop(l, shared.clone())));
+        let pacer_task = shared.user.clone().map(|u| tokio::spawn(u.run_pacer()));
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut connections = JoinSet::new();
         let mut accept_errors = RateLimit::new(ACCEPT_ERROR_LOG_INTERVAL);
@@ -243,6 +261,9 @@ impl Server {
             connections.shutdown().await;
         }
         if let Some(task) = admin_task {
+            task.abort();
+        }
+        if let Some(task) = pacer_task {
             task.abort();
         }
         if let Some(log) = &shared.access_log {

@@ -1,0 +1,459 @@
+//! The user-space uplink scheduler: which connection may put bytes into the
+//! kernel next, and how many. Pure: time and events in, grants out.
+//!
+//! A server without kernel priority bands orders its own writes. Every response
+//! socket keeps a small `TCP_NOTSENT_LOWAT`, so unsent data stays in the
+//! application where it can be ordered; one [`Pacer`] for the whole server
+//! releases bytes at just under the uplink's rate with a few ms of look-ahead,
+//! so the queue forms here rather than in a FIFO below; and at each release the
+//! budget goes to the best-ranked connection among those whose socket can take
+//! bytes *now*. A connection held back by its own congestion or receive window
+//! is not writable and never holds the link (work-conserving).
+//!
+//! The driver's loop, per connection: [`UplinkScheduler::register`] a response
+//! with its size; when the socket is writable, [`UplinkScheduler::set_writable`];
+//! take grants from [`UplinkScheduler::next_grant`] (the pacer's task calls it
+//! until it returns `None`, and again at [`UplinkScheduler::next_release_ns`]);
+//! write at most the grant and [`UplinkScheduler::report`] what was written, the
+//! bytes still unsent in the kernel and whether the socket still takes bytes;
+//! [`UplinkScheduler::finish`] at the end.
+//!
+//! Ranking is [`crate::policy::Policy::rank`] on the response's state:
+//! remaining = bytes the application has not written + bytes unsent in the
+//! kernel; attained = bytes written − unsent. Policies whose equal ranks share
+//! ([`TieShare::Fair`]: `ps`/fair, `srpt-classes`, `size-classes`, `las`) break
+//! ties by bytes served (start-time fair queueing: a connection's tag grows by
+//! what it writes, and one returning from a blocked spell resumes at the system's
+//! virtual time, so it neither starves nor bursts to catch up); exclusive ones
+//! (`srpt`, `fifo`, `sjf`) by arrival.
+//!
+//! [`Mode::LimitedConcurrency`] is Crovella et al. 1999's design, as a baseline:
+//! only `writers` connections may write at all (the best-ranked at the moment a
+//! slot frees; a connection keeps its slot until its response ends, as a thread
+//! of a blocking pool does), whether or not they can send. Its throughput loss is
+//! what the work-conserving mode is built to avoid.
+//!
+//! Limits: at most `max_connections` responses are registered; beyond,
+//! [`UplinkScheduler::register`] returns [`SchedError::Full`] and the caller must
+//! not write (the server sizes it to its connection limit, so it cannot happen
+//! there). Every set here holds at most one entry per registered response.
+
+use std::collections::BTreeSet;
+
+use crate::policy::{OrdF64, Policy, TieShare};
+
+pub mod pacer;
+
+pub use pacer::{Pacer, PacerConfig};
+
+/// Most responses the scheduler can hold (a bound on `max_connections`).
+pub const MAX_CONNECTIONS_LIMIT: usize = 1 << 20;
+
+/// Which connections may be granted bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Any connection whose socket can take bytes (ours).
+    WorkConserving,
+    /// Only `writers` admitted connections, writable or not (Crovella 1999).
+    LimitedConcurrency { writers: usize },
+}
+
+/// The scheduler's settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SchedConfig {
+    pub pacer: PacerConfig,
+    /// Largest grant, bytes: bounds how long a newly arrived short response can
+    /// wait behind one grant to a worse one.
+    pub quantum_bytes: u64,
+    /// Responses registered at once, at most.
+    pub max_connections: usize,
+    pub mode: Mode,
+}
+
+impl Default for SchedConfig {
+    fn default() -> Self {
+        SchedConfig {
+            pacer: PacerConfig::default(),
+            quantum_bytes: 16 * 1024,
+            max_connections: 4096,
+            mode: Mode::WorkConserving,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SchedError {
+    #[error("uplink rate must be above 0 bit/s")]
+    ZeroRate,
+    #[error("pacer rate fraction {0} must be in 0.5..=1")]
+    RateFraction(f64),
+    #[error("pacer look-ahead must be at most 1 s (got {0} ns)")]
+    Lookahead(u64),
+    #[error("mss must be in 536..=65535 bytes and the per-segment overhead at most 1024 (got {mss}, {overhead})")]
+    Segment { mss: u32, overhead: u32 },
+    #[error("quantum {quantum} bytes must be at least one segment ({mss} bytes)")]
+    Quantum { quantum: u64, mss: u32 },
+    #[error("max connections must be in 1..={MAX_CONNECTIONS_LIMIT} (got {0})")]
+    MaxConnections(usize),
+    #[error("write concurrency must be at least 1")]
+    Writers,
+    #[error("scheduler full: {max} responses registered")]
+    Full { max: usize },
+}
+
+impl SchedConfig {
+    pub fn validate(&self) -> Result<(), SchedError> {
+        let p = &self.pacer;
+        if p.rate_bits_per_s == 0 {
+            return Err(SchedError::ZeroRate);
+        }
+        if !(0.5..=1.0).contains(&p.rate_fraction) {
+            return Err(SchedError::RateFraction(p.rate_fraction));
+        }
+        if p.lookahead_ns > 1_000_000_000 {
+            return Err(SchedError::Lookahead(p.lookahead_ns));
+        }
+        if !(536..=65535).contains(&p.mss_bytes) || p.overhead_bytes > 1024 {
+            return Err(SchedError::Segment { mss: p.mss_bytes, overhead: p.overhead_bytes });
+        }
+        if self.quantum_bytes < u64::from(p.mss_bytes) {
+            return Err(SchedError::Quantum { quantum: self.quantum_bytes, mss: p.mss_bytes });
+        }
+        if !(1..=MAX_CONNECTIONS_LIMIT).contains(&self.max_connections) {
+            return Err(SchedError::MaxConnections(self.max_connections));
+        }
+        if self.mode == (Mode::LimitedConcurrency { writers: 0 }) {
+            return Err(SchedError::Writers);
+        }
+        Ok(())
+    }
+}
+
+/// A registered response. Ids are reused after [`UplinkScheduler::finish`]; the
+/// generation tells a stale id from the new holder of its slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConnId {
+    index: u32,
+    generation: u32,
+}
+
+impl ConnId {
+    /// Dense index (below `max_connections`), for the driver's own tables.
+    pub fn index(self) -> usize {
+        self.index as usize
+    }
+}
+
+/// Permission to write up to `bytes` on connection `id`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grant {
+    pub id: ConnId,
+    pub bytes: u64,
+}
+
+/// Counters for the driver's metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedStats {
+    pub grants: u64,
+    pub granted_bytes: u64,
+    /// Granted but not written (socket full, response ended), given back.
+    pub refunded_bytes: u64,
+    pub registered: usize,
+    /// Writable responses waiting for a grant.
+    pub ready: usize,
+    /// Limited-concurrency mode: registered but not admitted.
+    pub waiting: usize,
+    pub full_refusals: u64,
+}
+
+/// Ready-set key: rank, tie-break, slot index (lower first).
+type Key = (OrdF64, u64, u32);
+
+#[derive(Clone, Debug)]
+struct Conn {
+    generation: u32,
+    arrival_seq: u64,
+    size_bytes: u64,
+    written_bytes: u64,
+    kernel_unsent_bytes: u64,
+    writable: bool,
+    outstanding: Option<u64>,
+    /// Start-time fair-queueing tag, bytes.
+    fair_tag: u64,
+    admitted: bool,
+    /// The key under which it sits in `ready` or `waiting`, if it does.
+    key: Option<Key>,
+}
+
+impl Conn {
+    fn app_remaining(&self) -> u64 {
+        self.size_bytes - self.written_bytes
+    }
+}
+
+/// The scheduler (see the module docs).
+#[derive(Debug)]
+pub struct UplinkScheduler {
+    policy: Policy,
+    fair_ties: bool,
+    config: SchedConfig,
+    pacer: Pacer,
+    conns: Vec<Option<Conn>>,
+    free: Vec<u32>,
+    generations: Vec<u32>,
+    ready: BTreeSet<Key>,
+    waiting: BTreeSet<Key>,
+    admitted: usize,
+    arrivals: u64,
+    virtual_bytes: u64,
+    stats: SchedStats,
+}
+
+impl UplinkScheduler {
+    pub fn new(policy: Policy, config: SchedConfig) -> Result<UplinkScheduler, SchedError> {
+        config.validate()?;
+        Ok(UplinkScheduler {
+            fair_ties: policy.ties() == TieShare::Fair,
+            policy,
+            pacer: Pacer::new(&config.pacer),
+            config,
+            conns: Vec::new(),
+            free: Vec::new(),
+            generations: Vec::new(),
+            ready: BTreeSet::new(),
+            waiting: BTreeSet::new(),
+            admitted: 0,
+            arrivals: 0,
+            virtual_bytes: 0,
+            stats: SchedStats::default(),
+        })
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    pub fn config(&self) -> &SchedConfig {
+        &self.config
+    }
+
+    pub fn pacer(&self) -> &Pacer {
+        &self.pacer
+    }
+
+    pub fn stats(&self) -> SchedStats {
+        SchedStats {
+            registered: self.conns.len() - self.free.len(),
+            ready: self.ready.len(),
+            waiting: self.waiting.len(),
+            ..self.stats
+        }
+    }
+
+    /// A response of `size_bytes` (head and body) starts; it is not writable
+    /// until [`UplinkScheduler::set_writable`] says so.
+    pub fn register(&mut self, size_bytes: u64) -> Result<ConnId, SchedError> {
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None if self.conns.len() < self.config.max_connections => {
+                self.conns.push(None);
+                self.generations.push(0);
+                (self.conns.len() - 1) as u32
+            }
+            None => {
+                self.stats.full_refusals += 1;
+                return Err(SchedError::Full { max: self.config.max_connections });
+            }
+        };
+        let generation = self.generations[index as usize];
+        let admitted = match self.config.mode {
+            Mode::WorkConserving => true,
+            Mode::LimitedConcurrency { writers } => self.admitted < writers,
+        };
+        self.admitted += usize::from(admitted && self.limited());
+        self.conns[index as usize] = Some(Conn {
+            generation,
+            arrival_seq: self.arrivals,
+            size_bytes,
+            written_bytes: 0,
+            kernel_unsent_bytes: 0,
+            writable: false,
+            outstanding: None,
+            fair_tag: self.virtual_bytes,
+            admitted,
+            key: None,
+        });
+        self.arrivals += 1;
+        if !admitted {
+            let key = self.key(index);
+            self.conn_mut(index).key = Some(key);
+            self.waiting.insert(key);
+        }
+        Ok(ConnId { index, generation })
+    }
+
+    fn limited(&self) -> bool {
+        matches!(self.config.mode, Mode::LimitedConcurrency { .. })
+    }
+
+    fn conn_mut(&mut self, index: u32) -> &mut Conn {
+        self.conns[index as usize].as_mut().expect("live slot")
+    }
+
+    fn live(&self, id: ConnId) -> bool {
+        matches!(&self.conns.get(id.index()), Some(Some(c)) if c.generation == id.generation)
+    }
+
+    fn key(&self, index: u32) -> Key {
+        let c = self.conns[index as usize].as_ref().expect("live slot");
+        let unsent = c.kernel_unsent_bytes.min(c.written_bytes);
+        let job = crate::policy::JobState {
+            arrival_s: c.arrival_seq as f64,
+            size: c.size_bytes as f64,
+            remaining: (c.app_remaining() + unsent) as f64,
+            attained: (c.written_bytes - unsent) as f64,
+            fair_tag: c.fair_tag as f64,
+        };
+        let tie = if self.fair_ties { c.fair_tag } else { c.arrival_seq };
+        (OrdF64(self.policy.rank(&job)), tie, index)
+    }
+
+    /// Puts a connection in `ready` or takes it out, as its state says.
+    fn place(&mut self, index: u32) {
+        let c = self.conns[index as usize].as_ref().expect("live slot");
+        if !c.admitted {
+            return; // stays in `waiting` under its arrival key
+        }
+        if let Some(old) = c.key {
+            self.ready.remove(&old);
+        }
+        let eligible = c.writable && c.outstanding.is_none() && c.app_remaining() > 0;
+        if eligible {
+            let key = self.key(index);
+            self.conn_mut(index).key = Some(key);
+            self.ready.insert(key);
+        } else {
+            self.conn_mut(index).key = None;
+        }
+    }
+
+    /// The socket can (or cannot) take bytes now. A connection with a grant
+    /// outstanding reports through [`UplinkScheduler::report`] instead.
+    pub fn set_writable(&mut self, id: ConnId, writable: bool) {
+        if !self.live(id) {
+            debug_assert!(false, "stale id {id:?}");
+            return;
+        }
+        let virtual_bytes = self.virtual_bytes;
+        let c = self.conn_mut(id.index);
+        if c.outstanding.is_some() || c.writable == writable {
+            return;
+        }
+        c.writable = writable;
+        if writable {
+            // Back from a blocked spell: resume at the system's virtual time.
+            c.fair_tag = c.fair_tag.max(virtual_bytes);
+        }
+        self.place(id.index);
+    }
+
+    /// The next grant at `now_ns`, if a connection is ready and the pacer has
+    /// budget for at least a segment (or for all the best one has left).
+    pub fn next_grant(&mut self, now_ns: u64) -> Option<Grant> {
+        let &key @ (_, _, index) = self.ready.first()?;
+        let budget = self.pacer.budget_bytes(now_ns);
+        let c = self.conns[index as usize].as_ref().expect("ready slot is live");
+        let remaining = c.app_remaining();
+        let need = remaining.min(u64::from(self.config.pacer.mss_bytes));
+        if budget < need {
+            return None;
+        }
+        let bytes = budget.min(self.config.quantum_bytes).min(remaining);
+        self.ready.remove(&key);
+        let generation = c.generation;
+        let fair_tag = c.fair_tag;
+        let c = self.conn_mut(index);
+        c.outstanding = Some(bytes);
+        c.key = None;
+        self.virtual_bytes = self.virtual_bytes.max(fair_tag);
+        self.pacer.charge(now_ns, bytes);
+        self.stats.grants += 1;
+        self.stats.granted_bytes += bytes;
+        Some(Grant { id: ConnId { index, generation }, bytes })
+    }
+
+    /// When [`UplinkScheduler::next_grant`] will next have something to give,
+    /// if a connection is ready (`now_ns` if it has already).
+    pub fn next_release_ns(&self, now_ns: u64) -> Option<u64> {
+        let &(_, _, index) = self.ready.first()?;
+        let c = self.conns[index as usize].as_ref().expect("ready slot is live");
+        let need = c.app_remaining().min(u64::from(self.config.pacer.mss_bytes));
+        Some(self.pacer.ready_at_ns(now_ns, need))
+    }
+
+    /// The outcome of a grant: `written_bytes` (≤ the grant) went into the
+    /// socket, `kernel_unsent_bytes` are still unsent there (`SIOCOUTQNSD`), and
+    /// whether the socket still takes bytes.
+    pub fn report(&mut self, now_ns: u64, id: ConnId, written_bytes: u64, kernel_unsent_bytes: u64, writable: bool) {
+        if !self.live(id) {
+            debug_assert!(false, "stale id {id:?}");
+            return;
+        }
+        let c = self.conn_mut(id.index);
+        let Some(granted) = c.outstanding.take() else {
+            debug_assert!(false, "report without a grant");
+            return;
+        };
+        let written = written_bytes.min(granted).min(c.app_remaining());
+        c.written_bytes += written;
+        c.kernel_unsent_bytes = kernel_unsent_bytes;
+        c.fair_tag += written;
+        c.writable = writable;
+        self.pacer.refund(now_ns, granted, written);
+        self.stats.refunded_bytes += granted - written;
+        self.place(id.index);
+    }
+
+    /// The response ended (sent, or the connection failed); an outstanding
+    /// grant's bytes count as unwritten. In limited-concurrency mode the
+    /// best-ranked waiting response takes the freed slot.
+    pub fn finish(&mut self, now_ns: u64, id: ConnId) {
+        if !self.live(id) {
+            debug_assert!(false, "stale id {id:?}");
+            return;
+        }
+        let c = self.conns[id.index()].take().expect("live slot");
+        if let Some(granted) = c.outstanding {
+            self.pacer.refund(now_ns, granted, 0);
+            self.stats.refunded_bytes += granted;
+        }
+        if let Some(key) = c.key {
+            if c.admitted {
+                self.ready.remove(&key);
+            } else {
+                self.waiting.remove(&key);
+            }
+        }
+        self.generations[id.index()] = self.generations[id.index()].wrapping_add(1);
+        self.free.push(id.index);
+        if c.admitted && self.limited() {
+            self.admitted -= 1;
+            if let Some(key @ (_, _, next)) = self.waiting.pop_first() {
+                debug_assert_eq!(self.conns[next as usize].as_ref().map(|c| c.key), Some(Some(key)));
+                let n = self.conn_mut(next);
+                n.admitted = true;
+                n.key = None;
+                self.admitted += 1;
+                self.place(next);
+            }
+        }
+    }
+
+    /// Bytes the response still has to write (tests, diagnostics).
+    pub fn app_remaining(&self, id: ConnId) -> Option<u64> {
+        self.conns.get(id.index())?.as_ref().filter(|c| c.generation == id.generation).map(Conn::app_remaining)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,174 @@
+//! The aggregate pacer: a token bucket on link time, just under the uplink's rate.
+//!
+//! The pacer keeps one clock, `link_free_at_ns`: the instant at which the link
+//! will have sent every byte granted so far, at the paced rate. A grant is
+//! allowed while that instant is less than `depth_ns` (the look-ahead) past now,
+//! so at most `depth_ns` of link time is ever queued below the application, and
+//! over any window of length `w` the granted bytes fit in `w + depth_ns` of link
+//! time. An idle link does not bank credit: the clock restarts at `now`.
+//!
+//! Bytes are costed as they leave on the wire: each segment of up to `mss_bytes`
+//! of payload carries `overhead_bytes` of headers (IP, TCP with timestamps,
+//! Ethernet: 66 by default), which a shaper below counts too.
+
+/// The pacer's settings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PacerConfig {
+    /// The uplink's rate, bits per second (on the wire, headers included).
+    pub rate_bits_per_s: u64,
+    /// The pacer runs at this fraction of the rate, so the queue forms in the
+    /// application, not in a FIFO below it (0.5..=1).
+    pub rate_fraction: f64,
+    /// Link time that may be granted ahead of now.
+    pub lookahead_ns: u64,
+    /// TCP payload per segment.
+    pub mss_bytes: u32,
+    /// Header bytes per segment on the wire.
+    pub overhead_bytes: u32,
+}
+
+impl Default for PacerConfig {
+    fn default() -> Self {
+        PacerConfig {
+            rate_bits_per_s: 10_000_000,
+            rate_fraction: 0.98,
+            lookahead_ns: 3_000_000,
+            mss_bytes: 1448,
+            overhead_bytes: 66,
+        }
+    }
+}
+
+/// Token bucket on link time (see the module docs). Time is in nanoseconds
+/// from any origin the driver chooses, never decreasing.
+#[derive(Clone, Debug)]
+pub struct Pacer {
+    /// Paced rate, wire bits per second.
+    paced_bits_per_s: f64,
+    depth_ns: u64,
+    mss_bytes: u64,
+    overhead_bytes: u64,
+    link_free_at_ns: u64,
+}
+
+impl Pacer {
+    /// A pacer; the look-ahead is at least two full segments of link time, so a
+    /// segment can always be granted while the previous one is on the wire.
+    pub fn new(config: &PacerConfig) -> Pacer {
+        let paced_bits_per_s = config.rate_bits_per_s as f64 * config.rate_fraction;
+        let mut p = Pacer {
+            paced_bits_per_s,
+            depth_ns: 0,
+            mss_bytes: u64::from(config.mss_bytes),
+            overhead_bytes: u64::from(config.overhead_bytes),
+            link_free_at_ns: 0,
+        };
+        let two_segments_ns = p.wire_ns(2 * p.mss_bytes);
+        p.depth_ns = config.lookahead_ns.max(two_segments_ns);
+        p
+    }
+
+    /// The look-ahead in force, nanoseconds of link time.
+    pub fn depth_ns(&self) -> u64 {
+        self.depth_ns
+    }
+
+    /// Link time of `payload_bytes` sent as full segments plus one partial, rounded up.
+    pub fn wire_ns(&self, payload_bytes: u64) -> u64 {
+        let segments = payload_bytes.div_ceil(self.mss_bytes);
+        let wire_bits = (payload_bytes + segments * self.overhead_bytes) as f64 * 8.0;
+        (wire_bits * 1e9 / self.paced_bits_per_s).ceil() as u64
+    }
+
+    /// Link time still free for grants at `now_ns`.
+    fn free_ns(&self, now_ns: u64) -> u64 {
+        (now_ns + self.depth_ns).saturating_sub(self.link_free_at_ns.max(now_ns))
+    }
+
+    /// Payload bytes that may be granted at `now_ns`.
+    pub fn budget_bytes(&self, now_ns: u64) -> u64 {
+        let free_ns = self.free_ns(now_ns);
+        if free_ns == 0 {
+            return 0;
+        }
+        let wire_bytes = (free_ns as f64 * self.paced_bits_per_s / 8e9).floor() as u64;
+        let per_segment = self.mss_bytes + self.overhead_bytes;
+        let mut payload =
+            wire_bytes / per_segment * self.mss_bytes + (wire_bytes % per_segment).saturating_sub(self.overhead_bytes);
+        // Rounding of the estimate: step down until it really fits (a step or two).
+        while payload > 0 && self.wire_ns(payload) > free_ns {
+            payload -= 1;
+        }
+        payload
+    }
+
+    /// The first instant at or after `now_ns` at which `payload_bytes` fit.
+    pub fn ready_at_ns(&self, now_ns: u64, payload_bytes: u64) -> u64 {
+        let need_ns = self.wire_ns(payload_bytes).min(self.depth_ns);
+        let at = self.link_free_at_ns.max(now_ns) + need_ns;
+        at.saturating_sub(self.depth_ns).max(now_ns)
+    }
+
+    /// Charges a grant of `payload_bytes` at `now_ns`; the caller checked the budget.
+    pub fn charge(&mut self, now_ns: u64, payload_bytes: u64) {
+        debug_assert!(payload_bytes <= self.budget_bytes(now_ns), "grant beyond the budget");
+        self.link_free_at_ns = self.link_free_at_ns.max(now_ns) + self.wire_ns(payload_bytes);
+    }
+
+    /// Gives back the link time of bytes granted but not written (`granted` →
+    /// `written`). Never moves the clock before `now_ns`: link time already past
+    /// is not handed out again.
+    pub fn refund(&mut self, now_ns: u64, granted_bytes: u64, written_bytes: u64) {
+        debug_assert!(written_bytes <= granted_bytes);
+        let back_ns = self.wire_ns(granted_bytes) - self.wire_ns(written_bytes.min(granted_bytes));
+        self.link_free_at_ns = self.link_free_at_ns.saturating_sub(back_ns).max(now_ns.min(self.link_free_at_ns));
+    }
+
+    /// How far ahead of `now_ns` the link is booked (0 when idle).
+    pub fn backlog_ns(&self, now_ns: u64) -> u64 {
+        self.link_free_at_ns.saturating_sub(now_ns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pacer(rate: u64, lookahead_ns: u64) -> Pacer {
+        Pacer::new(&PacerConfig { rate_bits_per_s: rate, rate_fraction: 1.0, lookahead_ns, ..Default::default() })
+    }
+
+    #[test]
+    fn wire_time_counts_headers_per_segment() {
+        let p = pacer(8_000_000, 0); // one byte per microsecond
+        let table: &[(u64, u64)] = &[(0, 0), (1, 67_000), (1448, 1_514_000), (1449, 1_581_000), (2896, 3_028_000)];
+        for &(payload, ns) in table {
+            assert_eq!(p.wire_ns(payload), ns, "{payload}");
+        }
+        assert_eq!(p.depth_ns(), 3_028_000, "at least two segments of look-ahead");
+    }
+
+    #[test]
+    fn budget_fills_the_look_ahead_and_refills_with_time() {
+        let mut p = pacer(8_000_000, 10_000_000); // 10 ms = 10,000 wire bytes
+        let b = p.budget_bytes(0);
+        assert!(p.wire_ns(b) <= 10_000_000 && p.wire_ns(b + 1) > 10_000_000, "{b}");
+        p.charge(0, b);
+        assert_eq!(p.budget_bytes(0), 0);
+        assert_eq!(p.budget_bytes(1_000_000), 1000 - 66, "1 ms later: one segment's worth of wire bytes");
+        assert!(p.ready_at_ns(0, 1448) <= 1_514_000 + 1_000);
+        // Idle: no banked credit beyond the look-ahead.
+        assert_eq!(p.budget_bytes(1_000_000_000), b);
+    }
+
+    #[test]
+    fn refund_returns_unused_link_time_but_not_the_past() {
+        let mut p = pacer(8_000_000, 10_000_000);
+        p.charge(0, 4000);
+        p.refund(0, 4000, 1000);
+        assert_eq!(p.backlog_ns(0), p.wire_ns(1000));
+        p.charge(0, 4000);
+        p.refund(9_000_000, 4000, 0); // past the booked time: nothing to give back
+        assert_eq!(p.backlog_ns(9_000_000), 0);
+    }
+}

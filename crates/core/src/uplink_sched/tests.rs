@@ -1,0 +1,419 @@
+use proptest::prelude::*;
+
+use super::*;
+
+const MS: u64 = 1_000_000;
+
+/// 8 Mbit/s at full rate: one wire byte per microsecond.
+fn config(mode: Mode) -> SchedConfig {
+    SchedConfig {
+        pacer: PacerConfig {
+            rate_bits_per_s: 8_000_000,
+            rate_fraction: 1.0,
+            lookahead_ns: 4 * MS,
+            ..Default::default()
+        },
+        quantum_bytes: 16 * 1024,
+        max_connections: 64,
+        mode,
+    }
+}
+
+fn sched(policy: &str) -> UplinkScheduler {
+    UplinkScheduler::new(Policy::parse(policy).unwrap(), config(Mode::WorkConserving)).unwrap()
+}
+
+/// Grants everything the pacer allows at `now`, each fully written; returns the ids in order.
+fn drain(s: &mut UplinkScheduler, now: u64) -> Vec<(ConnId, u64)> {
+    let mut out = Vec::new();
+    while let Some(g) = s.next_grant(now) {
+        s.report(now, g.id, g.bytes, 0, true);
+        out.push((g.id, g.bytes));
+    }
+    out
+}
+
+#[test]
+fn config_errors_are_named() {
+    let ok = config(Mode::WorkConserving);
+    let cases: Vec<(SchedConfig, SchedError)> = vec![
+        (SchedConfig { pacer: PacerConfig { rate_bits_per_s: 0, ..ok.pacer }, ..ok.clone() }, SchedError::ZeroRate),
+        (
+            SchedConfig { pacer: PacerConfig { rate_fraction: 1.5, ..ok.pacer }, ..ok.clone() },
+            SchedError::RateFraction(1.5),
+        ),
+        (SchedConfig { quantum_bytes: 100, ..ok.clone() }, SchedError::Quantum { quantum: 100, mss: 1448 }),
+        (SchedConfig { max_connections: 0, ..ok.clone() }, SchedError::MaxConnections(0)),
+        (SchedConfig { mode: Mode::LimitedConcurrency { writers: 0 }, ..ok.clone() }, SchedError::Writers),
+    ];
+    for (c, want) in cases {
+        assert_eq!(UplinkScheduler::new(Policy::Srpt, c).unwrap_err(), want);
+    }
+}
+
+#[test]
+fn srpt_grants_the_least_remaining_writable_connection() {
+    let mut s = sched("srpt");
+    let big = s.register(1_000_000).unwrap();
+    let mid = s.register(50_000).unwrap();
+    let small = s.register(20_000).unwrap();
+    for id in [big, mid, small] {
+        s.set_writable(id, true);
+    }
+    let g = s.next_grant(0).unwrap();
+    assert_eq!(g.id, small);
+    assert!(g.bytes <= s.config().quantum_bytes);
+    // Small is blocked (its window is full): the link goes to the next best, not idle.
+    s.report(0, small, g.bytes, 0, false);
+    let g = s.next_grant(10 * MS).unwrap();
+    assert_eq!(g.id, mid);
+    s.report(10 * MS, mid, g.bytes, 0, true);
+    s.set_writable(small, true);
+    assert_eq!(s.next_grant(20 * MS).unwrap().id, small, "small is best again once writable");
+}
+
+#[test]
+fn unsent_kernel_bytes_count_as_remaining() {
+    let mut s = sched("srpt");
+    let a = s.register(10_000).unwrap();
+    let b = s.register(9_000).unwrap();
+    s.set_writable(a, true);
+    let g = s.next_grant(0).unwrap();
+    assert_eq!(g.id, a);
+    // a wrote 3,000 but all of it is still unsent: 10,000 left in all, b has 9,000.
+    s.report(0, a, 3_000, 3_000, true);
+    s.set_writable(b, true);
+    assert_eq!(s.next_grant(20 * MS).unwrap().id, b);
+}
+
+#[test]
+fn nothing_is_granted_without_budget_or_without_a_writable_connection() {
+    let mut s = sched("srpt");
+    assert_eq!(s.next_grant(0), None);
+    assert_eq!(s.next_release_ns(0), None);
+    let a = s.register(1_000_000).unwrap();
+    assert_eq!(s.next_grant(0), None, "registered but not writable");
+    s.set_writable(a, true);
+    let g = s.next_grant(0).unwrap();
+    assert_eq!(s.next_grant(0), None, "a grant is outstanding");
+    s.report(0, a, g.bytes, 0, true);
+    assert_eq!(s.next_grant(0), None, "budget spent");
+    let at = s.next_release_ns(0).unwrap();
+    assert!(at > 0 && at <= 2 * MS, "{at}");
+    assert!(s.next_grant(at).is_some());
+}
+
+#[test]
+fn small_remainders_are_granted_whole_even_below_a_segment() {
+    let mut s = sched("srpt");
+    let a = s.register(100).unwrap();
+    s.set_writable(a, true);
+    assert_eq!(s.next_grant(0).map(|g| g.bytes), Some(100));
+}
+
+#[test]
+fn refused_and_unused_bytes_are_refunded() {
+    let mut s = sched("fair");
+    let a = s.register(1_000_000).unwrap();
+    s.set_writable(a, true);
+    let g = s.next_grant(0).unwrap();
+    s.report(0, a, 0, 0, false); // EAGAIN
+    assert_eq!(s.stats().refunded_bytes, g.bytes);
+    assert_eq!(s.pacer().backlog_ns(0), 0);
+    s.set_writable(a, true);
+    assert_eq!(s.next_grant(0).map(|g| g.bytes), Some(g.bytes));
+    s.finish(0, a);
+    assert_eq!(s.stats().refunded_bytes, 2 * g.bytes);
+    assert_eq!(s.stats().registered, 0);
+}
+
+#[test]
+fn fair_shares_bytes_round_robin() {
+    let mut s = sched("fair");
+    let ids: Vec<ConnId> = (0..3).map(|_| s.register(10_000_000).unwrap()).collect();
+    for &id in &ids {
+        s.set_writable(id, true);
+    }
+    let mut bytes = [0u64; 3];
+    for t in 0..2_000 {
+        for (id, n) in drain(&mut s, t * MS) {
+            bytes[ids.iter().position(|&i| i == id).unwrap()] += n;
+        }
+    }
+    let (min, max) = (bytes.iter().min().unwrap(), bytes.iter().max().unwrap());
+    assert!(max - min <= s.config().quantum_bytes, "{bytes:?}");
+}
+
+#[test]
+fn fair_resumes_a_blocked_connection_at_the_virtual_time() {
+    let mut s = sched("fair");
+    let a = s.register(10_000_000).unwrap();
+    let b = s.register(10_000_000).unwrap();
+    s.set_writable(a, true);
+    for t in 0..500 {
+        drain(&mut s, t * MS);
+    }
+    // b joins after a got ~500 KB: it shares from now on, it does not take the link
+    // until it has caught up.
+    s.set_writable(b, true);
+    let (mut na, mut nb) = (0, 0);
+    for t in 500..600 {
+        for (id, n) in drain(&mut s, t * MS) {
+            if id == a {
+                na += n
+            } else {
+                nb += n
+            }
+        }
+    }
+    assert!(na > 0 && nb > 0 && na.abs_diff(nb) <= s.config().quantum_bytes, "a {na}, b {nb}");
+}
+
+#[test]
+fn srpt_classes_round_robin_within_a_class() {
+    let mut s = sched("srpt-classes:100K");
+    let big = s.register(1_000_000).unwrap();
+    let x = s.register(50_000).unwrap();
+    let y = s.register(60_000).unwrap();
+    for id in [big, x, y] {
+        s.set_writable(id, true);
+    }
+    let mut order = Vec::new();
+    for t in 0..40 {
+        order.extend(drain(&mut s, t * MS));
+    }
+    assert!(order.iter().all(|&(id, _)| id != big), "the worse class waits while the better one has work");
+    let bytes = |who| order.iter().filter(|&&(id, _)| id == who).map(|&(_, n)| n).sum::<u64>();
+    let (xs, ys) = (bytes(x), bytes(y));
+    assert!(xs > 10_000 && xs.abs_diff(ys) <= s.config().quantum_bytes, "{xs} vs {ys}");
+}
+
+#[test]
+fn las_serves_the_least_attained_first() {
+    let mut s = sched("las");
+    let old = s.register(1_000_000).unwrap();
+    s.set_writable(old, true);
+    for t in 0..20 {
+        drain(&mut s, t * MS);
+    }
+    let new = s.register(1_000_000).unwrap();
+    s.set_writable(new, true);
+    assert_eq!(s.next_grant(100 * MS).unwrap().id, new);
+}
+
+#[test]
+fn full_scheduler_refuses_and_frees_slots() {
+    let mut c = config(Mode::WorkConserving);
+    c.max_connections = 2;
+    let mut s = UplinkScheduler::new(Policy::Srpt, c).unwrap();
+    let a = s.register(10).unwrap();
+    let _b = s.register(10).unwrap();
+    assert_eq!(s.register(10), Err(SchedError::Full { max: 2 }));
+    assert_eq!(s.stats().full_refusals, 1);
+    s.finish(0, a);
+    let c2 = s.register(10).unwrap();
+    assert_eq!(c2.index(), a.index());
+    assert_ne!(c2, a, "a reused slot gets a new generation");
+    assert_eq!(s.app_remaining(a), None);
+}
+
+#[test]
+fn limited_concurrency_admits_the_best_k_and_holds_the_slots() {
+    let mut s = UplinkScheduler::new(Policy::Srpt, config(Mode::LimitedConcurrency { writers: 1 })).unwrap();
+    let big = s.register(1_000_000).unwrap();
+    let small = s.register(1_000).unwrap();
+    let mid = s.register(5_000).unwrap();
+    for id in [big, small, mid] {
+        s.set_writable(id, true);
+    }
+    assert_eq!(s.stats().waiting, 2);
+    // big holds the one slot: blocked, it still holds the link (Crovella's loss).
+    let g = s.next_grant(0).unwrap();
+    assert_eq!(g.id, big);
+    s.report(0, big, g.bytes, 0, false);
+    assert_eq!(s.next_grant(100 * MS), None, "the admitted writer is blocked: the link idles");
+    s.finish(100 * MS, big);
+    assert_eq!(s.next_grant(100 * MS).unwrap().id, small, "the best waiting one takes the slot");
+}
+
+/// One step of a random schedule.
+#[derive(Clone, Debug)]
+enum Op {
+    Register(u64),
+    Writable(usize, bool),
+    /// Advance time by this many microseconds, then grant what is allowed;
+    /// each grant is written in part (fraction in 0..=4 quarters), and the
+    /// socket stays writable or not.
+    Tick(u64, u8, bool),
+    Finish(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (1u64..3_000_000).prop_map(Op::Register),
+        (0usize..16, any::<bool>()).prop_map(|(i, w)| Op::Writable(i, w)),
+        (0u64..5_000, 0u8..=4, any::<bool>()).prop_map(|(d, q, w)| Op::Tick(d, q, w)),
+        (0usize..16).prop_map(Op::Finish),
+    ]
+}
+
+/// A grant's record: time, connection, bytes granted, written, the ranks of
+/// every ready connection at that moment.
+struct Record {
+    at_ns: u64,
+    written: u64,
+}
+
+fn run(policy: &str, mode: Mode, ops: &[Op]) -> (UplinkScheduler, Vec<Record>) {
+    let mut s = UplinkScheduler::new(Policy::parse(policy).unwrap(), config(mode)).unwrap();
+    let mut ids: Vec<ConnId> = Vec::new();
+    let mut writable: Vec<bool> = Vec::new();
+    let mut now = 0;
+    let mut log = Vec::new();
+    // Unfinished connections ever granted: in limited-concurrency mode, at most K.
+    let mut holders: Vec<ConnId> = Vec::new();
+    for op in ops {
+        match *op {
+            Op::Register(size) => {
+                if let Ok(id) = s.register(size) {
+                    ids.push(id);
+                    writable.push(false);
+                }
+            }
+            Op::Writable(i, w) if i < ids.len() && s.app_remaining(ids[i]).is_some() => {
+                s.set_writable(ids[i], w);
+                writable[i] = w;
+            }
+            Op::Tick(d_us, quarters, still) => {
+                now += d_us * 1_000;
+                let budget = s.pacer().budget_bytes(now);
+                let mut written_now = 0;
+                while let Some(g) = s.next_grant(now) {
+                    let i = ids.iter().position(|&x| x == g.id).expect("granted a registered id");
+                    assert!(writable[i], "granted a connection that is not writable");
+                    let remaining = s.app_remaining(g.id).unwrap();
+                    assert!(g.bytes <= remaining && g.bytes <= s.config().quantum_bytes);
+                    assert!(written_now + g.bytes <= budget, "granted beyond the budget {budget}");
+                    if !holders.contains(&g.id) {
+                        holders.push(g.id);
+                    }
+                    if let Mode::LimitedConcurrency { writers } = mode {
+                        assert!(holders.len() <= writers, "{} connections wrote, limit {writers}", holders.len());
+                    }
+                    let written = g.bytes * u64::from(quarters) / 4;
+                    written_now += written;
+                    let w = still && written == g.bytes;
+                    s.report(now, g.id, written, 0, w);
+                    writable[i] = w;
+                    log.push(Record { at_ns: now, written });
+                }
+            }
+            Op::Finish(i) if i < ids.len() && s.app_remaining(ids[i]).is_some() => {
+                s.finish(now, ids[i]);
+                holders.retain(|&h| h != ids[i]);
+                writable[i] = false;
+            }
+            _ => {}
+        }
+    }
+    (s, log)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Over every window, the bytes written under grants fit in the window's
+    /// link time plus the look-ahead (and, checked inside `run`: no grant to a
+    /// non-writable connection, none beyond the budget, at most K writers in
+    /// limited-concurrency mode).
+    #[test]
+    fn never_more_than_the_link_over_any_window(ops in proptest::collection::vec(op(), 1..200)) {
+        for mode in [Mode::WorkConserving, Mode::LimitedConcurrency { writers: 2 }] {
+            let (s, log) = run("srpt", mode, &ops);
+            let p = s.pacer();
+            for i in 0..log.len() {
+                let mut bytes = 0;
+                for r in &log[i..] {
+                    bytes += r.written;
+                    let window_ns = r.at_ns - log[i].at_ns;
+                    prop_assert!(p.wire_ns(bytes) <= window_ns + p.depth_ns() + 1 + p.wire_ns(0),
+                        "{bytes} bytes in {window_ns} ns");
+                }
+            }
+        }
+    }
+
+    /// Every grant goes to a writable connection (checked inside `run`), and
+    /// under srpt to the least remaining among the writable ones.
+    #[test]
+    fn srpt_grants_the_least_remaining_writable(ops in proptest::collection::vec(op(), 1..200)) {
+        let mut s = UplinkScheduler::new(Policy::Srpt, config(Mode::WorkConserving)).unwrap();
+        let mut ids: Vec<ConnId> = Vec::new();
+        let mut writable: Vec<bool> = Vec::new();
+        let mut now = 0;
+        for op in &ops {
+            match *op {
+                Op::Register(size) => if let Ok(id) = s.register(size) { ids.push(id); writable.push(false); },
+                Op::Writable(i, w) if i < ids.len() && s.app_remaining(ids[i]).is_some() => {
+                    s.set_writable(ids[i], w);
+                    writable[i] = w;
+                }
+                Op::Tick(d_us, _, still) => {
+                    now += d_us * 1_000;
+                    while let Some(g) = s.next_grant(now) {
+                        let granted = s.app_remaining(g.id).unwrap();
+                        for (j, &id) in ids.iter().enumerate() {
+                            if let (true, Some(r)) = (writable[j], s.app_remaining(id)) {
+                                prop_assert!(r == 0 || id == g.id || r >= granted, "granted {granted} while {r} was writable");
+                            }
+                        }
+                        s.report(now, g.id, g.bytes, 0, still);
+                        let i = ids.iter().position(|&x| x == g.id).unwrap();
+                        writable[i] = still;
+                    }
+                }
+                Op::Finish(i) if i < ids.len() && s.app_remaining(ids[i]).is_some() => {
+                    s.finish(now, ids[i]);
+                    writable[i] = false;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Under fair, connections that stay writable never drift apart by more
+    /// than a quantum of bytes, so none starves, whatever the sizes.
+    #[test]
+    fn fair_never_starves(n in 2usize..10, sizes in proptest::collection::vec(100_000u64..5_000_000, 10)) {
+        let mut s = UplinkScheduler::new(Policy::Ps, config(Mode::WorkConserving)).unwrap();
+        let ids: Vec<ConnId> = sizes[..n].iter().map(|&b| s.register(b).unwrap()).collect();
+        for &id in &ids { s.set_writable(id, true); }
+        let mut bytes: Vec<u64> = vec![0; n];
+        for t in 0..400u64 {
+            for (id, b) in drain(&mut s, t * MS) {
+                bytes[ids.iter().position(|&x| x == id).unwrap()] += b;
+                let unfinished: Vec<u64> = (0..n).filter(|&j| bytes[j] < sizes[j]).map(|j| bytes[j]).collect();
+                let (lo, hi) = (unfinished.iter().min(), unfinished.iter().max());
+                if let (Some(lo), Some(hi)) = (lo, hi) {
+                    prop_assert!(hi - lo <= s.config().quantum_bytes, "bytes drifted apart: {bytes:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn limited_concurrency_under_fair_admits_in_arrival_order() {
+    let mut s = UplinkScheduler::new(Policy::Ps, config(Mode::LimitedConcurrency { writers: 1 })).unwrap();
+    let first = s.register(1_000_000).unwrap();
+    let second = s.register(1_000_000).unwrap();
+    s.set_writable(first, true);
+    s.set_writable(second, true);
+    for t in 0..50 {
+        drain(&mut s, t * MS);
+    }
+    let late = s.register(1_000).unwrap();
+    s.set_writable(late, true);
+    s.finish(50 * MS, first);
+    assert_eq!(s.next_grant(60 * MS).unwrap().id, second, "the earlier arrival takes the freed slot");
+}

@@ -1,0 +1,327 @@
+//! The driver of `shortfirst_core::uplink_sched`: the server's own uplink
+//! scheduler (`--scheduler user` or `crovella`), with no qdisc and no capability.
+//!
+//! One [`UserScheduler`] per server holds the core scheduler under a mutex
+//! (never held across I/O or an await). A connection sending a response
+//! [`UserScheduler::register`]s it; before each write it waits until its socket
+//! is writable (tokio readiness; `TCP_NOTSENT_LOWAT` keeps that false while
+//! the kernel holds enough unsent bytes), says so, and waits for a grant; it
+//! writes at most the grant with one non-blocking `send`/`sendfile` and reports
+//! what it wrote, the kernel's unsent bytes (`SIOCOUTQNSD`) and whether the socket
+//! still takes bytes. Grants are handed out by whoever changes the state (a
+//! connection becoming writable or reporting) and, when the pacer has no budget
+//! yet, by the one pacer task, which sleeps until the next release.
+//!
+//! tokio's timer has millisecond granularity and rounds sleeps up, so the pacer
+//! wakes about 1 ms late on average (more on a busy machine); the look-ahead
+//! (`pacer-lookahead`, 8 ms by default) must cover that or the link idles. The
+//! lateness is measured and exported.
+
+use std::fmt::Write as _;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use shortfirst_core::bands::{Band, Cutoffs};
+use shortfirst_core::uplink_sched::{ConnId, Mode, PacerConfig, SchedConfig, SchedError, UplinkScheduler};
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+
+use crate::config::{ConfigError, Scheduling, ServerConfig};
+use crate::io::unsent_bytes;
+use crate::metrics::BAND_SLOTS;
+
+/// Upper bounds of the pacer-lateness histogram, seconds.
+const LATENESS_BUCKETS_S: [f64; 9] = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05];
+
+/// Where a connection's grants are delivered.
+struct Slot {
+    /// Bytes granted and not yet taken (0: none).
+    grant: AtomicU64,
+    notify: Notify,
+}
+
+struct State {
+    core: UplinkScheduler,
+    /// Indexed by `ConnId::index`, at most `max-connections` long.
+    slots: Vec<Option<Arc<Slot>>>,
+    /// The pacer task waits for a notification (nothing was ready when it last looked).
+    pacer_idle: bool,
+}
+
+/// The server-wide scheduler (see the module docs).
+pub(crate) struct UserScheduler {
+    state: Mutex<State>,
+    wake_pacer: Notify,
+    epoch: Instant,
+    scheduler: Scheduling,
+    policy_name: String,
+    rate_bits_per_s: u64,
+    lowat_bytes: u64,
+    granted_by_band: [AtomicU64; BAND_SLOTS],
+    lateness_buckets: [AtomicU64; LATENESS_BUCKETS_S.len() + 1],
+    lateness_sum_ns: AtomicU64,
+    lateness_max_ns: AtomicU64,
+}
+
+impl UserScheduler {
+    /// `None` in kernel mode.
+    pub(crate) fn new(config: &ServerConfig) -> Result<Option<Arc<UserScheduler>>, ConfigError> {
+        let mode = match config.scheduler {
+            Scheduling::Kernel => return Ok(None),
+            Scheduling::User => Mode::WorkConserving,
+            Scheduling::Crovella => Mode::LimitedConcurrency { writers: config.write_concurrency },
+        };
+        let policy = config.user_policy()?;
+        let rate_bits_per_s = config.uplink_rate_bits_per_s.unwrap_or(0);
+        let sched_config = SchedConfig {
+            pacer: PacerConfig {
+                rate_bits_per_s,
+                lookahead_ns: u64::try_from(config.pacer_lookahead.as_nanos()).unwrap_or(u64::MAX),
+                ..PacerConfig::default()
+            },
+            max_connections: config.max_connections,
+            mode,
+            ..SchedConfig::default()
+        };
+        let policy_name = policy.to_string();
+        let core = UplinkScheduler::new(policy, sched_config)
+            .map_err(|e| ConfigError::Invalid { key: "uplink-rate", reason: e.to_string() })?;
+        Ok(Some(Arc::new(UserScheduler {
+            state: Mutex::new(State { core, slots: Vec::new(), pacer_idle: false }),
+            wake_pacer: Notify::new(),
+            epoch: Instant::now(),
+            scheduler: config.scheduler,
+            policy_name,
+            rate_bits_per_s,
+            lowat_bytes: u64::from(config.notsent_lowat_bytes),
+            granted_by_band: std::array::from_fn(|_| AtomicU64::new(0)),
+            lateness_buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            lateness_sum_ns: AtomicU64::new(0),
+            lateness_max_ns: AtomicU64::new(0),
+        })))
+    }
+
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("uplink scheduler lock poisoned")
+    }
+
+    /// A response of `size_bytes` starts on a connection. At the scheduler's
+    /// limit (`max-connections`, which also bounds open connections, so only a
+    /// bug gets there) the response fails with an error and the connection closes.
+    pub(crate) fn register(self: &Arc<Self>, size_bytes: u64) -> io::Result<Registration> {
+        let mut st = self.lock();
+        let id = st.core.register(size_bytes).map_err(|e: SchedError| io::Error::other(e.to_string()))?;
+        let slot = Arc::new(Slot { grant: AtomicU64::new(0), notify: Notify::new() });
+        if st.slots.len() <= id.index() {
+            st.slots.resize(id.index() + 1, None);
+        }
+        st.slots[id.index()] = Some(slot.clone());
+        Ok(Registration { sched: self.clone(), id, slot })
+    }
+
+    /// Hands out every grant the pacer allows now; wakes the pacer if
+    /// connections are left waiting while it sleeps with nothing to do.
+    fn dispatch(&self, st: &mut State, now_ns: u64) {
+        while let Some(g) = st.core.next_grant(now_ns) {
+            let slot = st.slots[g.id.index()].as_ref().expect("granted connection has a slot");
+            slot.grant.store(g.bytes, Relaxed);
+            slot.notify.notify_one();
+        }
+        if st.pacer_idle && st.core.stats().ready > 0 {
+            st.pacer_idle = false;
+            self.wake_pacer.notify_one();
+        }
+    }
+
+    /// The one pacer task: releases grants as the budget refills.
+    pub(crate) async fn run_pacer(self: Arc<Self>) {
+        loop {
+            let next = {
+                let mut st = self.lock();
+                let now = self.now_ns();
+                self.dispatch(&mut st, now);
+                let next = st.core.next_release_ns(now);
+                st.pacer_idle = next.is_none();
+                next
+            };
+            match next {
+                Some(at_ns) => {
+                    let deadline = self.epoch + Duration::from_nanos(at_ns);
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(deadline.into()) => {
+                            self.record_lateness(self.now_ns().saturating_sub(at_ns));
+                        }
+                        _ = self.wake_pacer.notified() => {}
+                    }
+                }
+                None => self.wake_pacer.notified().await,
+            }
+        }
+    }
+
+    fn record_lateness(&self, late_ns: u64) {
+        let secs = late_ns as f64 / 1e9;
+        let bucket = LATENESS_BUCKETS_S.partition_point(|&b| b < secs);
+        self.lateness_buckets[bucket].fetch_add(1, Relaxed);
+        self.lateness_sum_ns.fetch_add(late_ns, Relaxed);
+        self.lateness_max_ns.fetch_max(late_ns, Relaxed);
+    }
+
+    /// The scheduler's part of `/metrics`; `cutoffs` name the bands.
+    pub(crate) fn render(&self, out: &mut String, cutoffs: &Cutoffs) {
+        let (stats, backlog_ns) = {
+            let st = self.lock();
+            (st.core.stats(), st.core.pacer().backlog_ns(self.now_ns()))
+        };
+        let _ = writeln!(
+            out,
+            "# HELP shortfirst_uplink_scheduler_info The user-space uplink scheduler in force.\n\
+             # TYPE shortfirst_uplink_scheduler_info gauge\n\
+             shortfirst_uplink_scheduler_info{{scheduler=\"{}\",policy=\"{}\",rate_bits_per_s=\"{}\"}} 1",
+            self.scheduler, self.policy_name, self.rate_bits_per_s
+        );
+        let gauges = [
+            ("shortfirst_uplink_queue_length", "Writable responses waiting for a grant.", stats.ready as f64),
+            ("shortfirst_uplink_registered", "Responses registered with the scheduler.", stats.registered as f64),
+            (
+                "shortfirst_uplink_waiting",
+                "Responses not admitted to write (crovella: beyond write-concurrency).",
+                stats.waiting as f64,
+            ),
+            ("shortfirst_uplink_pacer_backlog_seconds", "Link time granted ahead of now.", backlog_ns as f64 / 1e9),
+        ];
+        for (name, help, v) in gauges {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        }
+        let counters = [
+            ("shortfirst_uplink_grants_total", "Grants handed out.", stats.grants),
+            (
+                "shortfirst_uplink_refunded_bytes_total",
+                "Bytes granted but not written (socket full, response ended), given back to the pacer.",
+                stats.refunded_bytes,
+            ),
+        ];
+        for (name, help, v) in counters {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+        }
+        out.push_str("# HELP shortfirst_uplink_granted_bytes_total Bytes granted, by the band of the response's remaining size.\n# TYPE shortfirst_uplink_granted_bytes_total counter\n");
+        for b in 1..=cutoffs.data_bands() {
+            let _ = writeln!(
+                out,
+                "shortfirst_uplink_granted_bytes_total{{band=\"{b}\"}} {}",
+                self.granted_by_band[b].load(Relaxed)
+            );
+        }
+        let name = "shortfirst_uplink_pacer_lateness_seconds";
+        let _ = writeln!(out, "# HELP {name} How late the pacer task woke for a release.\n# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (i, bound) in LATENESS_BUCKETS_S.iter().enumerate() {
+            cumulative += self.lateness_buckets[i].load(Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+        }
+        cumulative += self.lateness_buckets[LATENESS_BUCKETS_S.len()].load(Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
+        let _ = writeln!(out, "{name}_sum {}", self.lateness_sum_ns.load(Relaxed) as f64 / 1e9);
+        let _ = writeln!(out, "{name}_count {cumulative}");
+        let max = "shortfirst_uplink_pacer_lateness_max_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {max} Latest wake of the pacer so far.\n# TYPE {max} gauge\n{max} {}",
+            self.lateness_max_ns.load(Relaxed) as f64 / 1e9
+        );
+    }
+}
+
+/// One response registered with the scheduler; finished when dropped (an
+/// outstanding grant is then given back).
+pub(crate) struct Registration {
+    sched: Arc<UserScheduler>,
+    id: ConnId,
+    slot: Arc<Slot>,
+}
+
+impl Registration {
+    /// Waits until the socket is writable (at most `timeout`: a client that
+    /// stops reading) and a grant arrives (no limit: waiting behind better
+    /// responses is the schedule, not a fault). Returns the granted bytes.
+    async fn grant(&self, stream: &TcpStream, timeout: Duration) -> io::Result<u64> {
+        tokio::time::timeout(timeout, stream.writable())
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "send timeout: client is not reading"))??;
+        {
+            let mut st = self.sched.lock();
+            st.core.set_writable(self.id, true);
+            let now = self.sched.now_ns();
+            self.sched.dispatch(&mut st, now);
+        }
+        loop {
+            let g = self.slot.grant.swap(0, Relaxed);
+            if g > 0 {
+                return Ok(g);
+            }
+            self.slot.notify.notified().await;
+        }
+    }
+
+    fn report(&self, granted: u64, written: u64, unsent: u64, writable: bool, band: Band) {
+        let slot = usize::from(band.index()).min(BAND_SLOTS - 1);
+        self.sched.granted_by_band[slot].fetch_add(granted, Relaxed);
+        let mut st = self.sched.lock();
+        let now = self.sched.now_ns();
+        st.core.report(now, self.id, written, unsent, writable);
+        self.sched.dispatch(&mut st, now);
+    }
+
+    /// One scheduled write: waits for a grant, then calls `op(n)` once (n = at
+    /// most `max` and the grant) as a non-blocking write; retries after
+    /// `EAGAIN`. Returns what `op` wrote (0 only if `op` wrote nothing without
+    /// an error, e.g. `sendfile` at the end of a file).
+    pub(crate) async fn write(
+        &self,
+        stream: &TcpStream,
+        timeout: Duration,
+        band: Band,
+        max: usize,
+        mut op: impl FnMut(usize) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        let fd = stream.as_raw_fd();
+        loop {
+            let granted = self.grant(stream, timeout).await?;
+            let want = max.min(usize::try_from(granted).unwrap_or(usize::MAX));
+            let result = stream.try_io(Interest::WRITABLE, || op(want));
+            let unsent = unsent_bytes(fd).unwrap_or(0);
+            match result {
+                Ok(n) => {
+                    // Full write and room below the watermark: more may follow at once.
+                    let room = self.sched.lowat_bytes == 0 || unsent < self.sched.lowat_bytes;
+                    self.report(granted, n as u64, unsent, n == want && room, band);
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.report(granted, 0, unsent, false, band),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => self.report(granted, 0, unsent, true, band),
+                Err(e) => {
+                    self.report(granted, 0, unsent, false, band);
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut st = self.sched.lock();
+        let now = self.sched.now_ns();
+        st.core.finish(now, self.id);
+        st.slots[self.id.index()] = None;
+        self.sched.dispatch(&mut st, now);
+    }
+}

@@ -1,0 +1,161 @@
+//! The user-space uplink scheduler on real loopback sockets: responses stay
+//! byte-exact, the pacer holds the rate, SRPT lets a short response overtake
+//! long ones that FAIR makes it share with, and the admin endpoint shows the
+//! scheduler. On loopback the pacer is the only bottleneck, so these need no
+//! namespace, qdisc or capability (the namespace test with a real shaped link is
+//! lab/tests/test_namespace_userspace.py).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{get, pattern, req, Raw, TestServer};
+use shortfirst_server::{Policy, Scheduling, ServerConfig};
+
+const LARGE_BYTES: usize = 1_000_000;
+
+fn user(c: &mut ServerConfig, scheduler: Scheduling, rate_bits_per_s: u64, policy: Policy, exact: bool) {
+    c.scheduler = scheduler;
+    c.uplink_rate_bits_per_s = Some(rate_bits_per_s);
+    c.policy = policy;
+    c.srpt_exact = exact;
+    c.socket_priority = false;
+    c.admin = Some("127.0.0.1:0".parse().unwrap());
+}
+
+async fn metrics(s: &TestServer) -> String {
+    let r = get(s.admin.unwrap(), "GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n").await.unwrap();
+    String::from_utf8(r.body).unwrap()
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("{name} missing in\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_are_byte_exact_and_the_admin_endpoint_shows_the_scheduler() {
+    let mut s = TestServer::start(|c| user(c, Scheduling::User, 1_000_000_000, Policy::Srpt, true)).await;
+    let mut c = Raw::connect(s.addr).await;
+    for (path, len) in [("/medium.bin", 100_000), ("/small.txt", 100), ("/big.bin", 300_000)] {
+        c.send(req(path).as_bytes()).await;
+        let r = c.response(false).await.unwrap();
+        assert_eq!((r.status, r.body.len()), (200, len), "{path}");
+        assert_eq!(r.body, pattern(len), "{path}");
+    }
+    c.send(b"GET /big.bin HTTP/1.1\r\nHost: t\r\nRange: bytes=1000-1999\r\n\r\n").await;
+    let r = c.response(false).await.unwrap();
+    assert_eq!((r.status, &r.body[..]), (206, &pattern(300_000)[1000..2000]));
+    c.send(b"HEAD /big.bin HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    assert_eq!(c.response(true).await.unwrap().header("content-length"), Some("300000"));
+    assert_eq!(get(s.addr, &req("/missing")).await.unwrap().status, 404);
+
+    let m = metrics(&s).await;
+    assert!(m.contains("shortfirst_uplink_scheduler_info{scheduler=\"user\",policy=\"srpt\""), "{m}");
+    assert!(metric(&m, "shortfirst_uplink_grants_total") >= 5.0);
+    assert_eq!(metric(&m, "shortfirst_uplink_queue_length"), 0.0);
+    assert_eq!(metric(&m, "shortfirst_uplink_registered"), 0.0, "every response let go of its slot");
+    let granted: f64 = m
+        .lines()
+        .filter(|l| l.starts_with("shortfirst_uplink_granted_bytes_total{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum();
+    assert!(granted >= 401_100.0, "{granted}");
+    assert!(m.contains("shortfirst_uplink_pacer_lateness_seconds_count"), "{m}");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pacer_holds_the_uplink_rate() {
+    let mut s = TestServer::start(|c| user(c, Scheduling::User, 8_000_000, Policy::Fair, false)).await;
+    let started = Instant::now();
+    let r = get(s.addr, &req("/big.bin")).await.unwrap();
+    let elapsed = started.elapsed().as_secs_f64();
+    assert_eq!(r.body.len(), 300_000);
+    // 300 KB plus ~4.6% headers at 98% of 8 Mbit/s: 0.32 s.
+    assert!((0.28..1.5).contains(&elapsed), "300 KB at 8 Mbit/s took {elapsed:.3} s");
+    s.stop().await;
+}
+
+/// Four 1 MB downloads through a 10 Mbit/s pacer, then a 20 KB fetch: its time.
+async fn short_behind_long(policy: Policy, exact: bool) -> f64 {
+    let mut s = TestServer::start(|c| user(c, Scheduling::User, 10_000_000, policy, exact)).await;
+    std::fs::write(s.root.join("large.bin"), pattern(LARGE_BYTES)).unwrap();
+    std::fs::write(s.root.join("short.bin"), pattern(20_000)).unwrap();
+    let addr = s.addr;
+    let large: Vec<_> = (0..4)
+        .map(|_| {
+            tokio::spawn(async move {
+                let mut c = Raw::connect(addr).await;
+                c.send(req("/large.bin").as_bytes()).await;
+                tokio::time::timeout(Duration::from_secs(30), c.response(false)).await.unwrap().unwrap().body.len()
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let r = get(addr, &req("/short.bin")).await.unwrap();
+    let short_s = started.elapsed().as_secs_f64();
+    assert_eq!(r.body, pattern(20_000));
+    assert!(large.iter().all(|t| !t.is_finished()), "the long downloads were still going");
+    for t in large {
+        assert_eq!(t.await.unwrap(), LARGE_BYTES);
+    }
+    s.stop().await;
+    short_s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srpt_lets_a_short_response_overtake_long_ones_fair_does_not() {
+    let fair = short_behind_long(Policy::Fair, false).await;
+    let srpt = short_behind_long(Policy::Srpt, true).await;
+    // Alone at 9.8 Mbit/s 20 KB take ~17 ms; sharing with four, ~85 ms.
+    eprintln!("20 KB response behind four 1 MB ones at 10 Mbit/s: fair {fair:.3} s, srpt {srpt:.3} s");
+    assert!(fair >= 3.0 * srpt, "20 KB response: fair {fair:.3} s, srpt {srpt:.3} s");
+    assert!(srpt < 0.06, "srpt {srpt:.3} s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crovella_mode_lets_only_k_connections_write() {
+    let mut s = TestServer::start(|c| {
+        user(c, Scheduling::Crovella, 8_000_000, Policy::Srpt, true);
+        c.write_concurrency = 1;
+    })
+    .await;
+    let addr = s.addr;
+    let first = tokio::spawn(async move { get(addr, &req("/big.bin")).await.unwrap().body.len() });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The short response waits for the one write slot, held by the long one.
+    let started = Instant::now();
+    let waiting = tokio::spawn(async move { get(addr, &req("/small.txt")).await.unwrap().body.len() });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let m = metrics(&s).await;
+    assert_eq!(metric(&m, "shortfirst_uplink_waiting"), 1.0, "{m}");
+    assert_eq!(waiting.await.unwrap(), 100);
+    assert!(started.elapsed() > Duration::from_millis(150), "it waited for the long response to end");
+    assert_eq!(first.await.unwrap(), 300_000);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_leaving_mid_response_frees_its_registration() {
+    let mut s = TestServer::start(|c| user(c, Scheduling::User, 8_000_000, Policy::Srpt, true)).await;
+    let mut c = Raw::connect(s.addr).await;
+    c.send(req("/big.bin").as_bytes()).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let m = metrics(&s).await;
+        if metric(&m, "shortfirst_uplink_registered") == 0.0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "registration never released:\n{m}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(get(s.addr, &req("/small.txt")).await.unwrap().body.len(), 100);
+    s.stop().await;
+}
