@@ -216,8 +216,11 @@ async fn a_single_type_under_sjf_is_served_in_arrival_order() {
     assert!(status_of(send(addr, "/work?id=warm&ms=500", "x").await).await.contains("200"));
     // Three slots: two long requests and a short one.
     let mut keep = Vec::new();
-    for (id, ms) in [("long1", 3_000), ("long2", 3_000), ("short", 100)] {
+    // One at a time: sent together, they may reach the backend in any order. `short` is
+    // long enough for q1 and q2 to queue behind it, short enough to pull the estimate down.
+    for (id, ms) in [("long1", 3_000), ("long2", 3_000), ("short", 300)] {
         keep.push(send(addr, &format!("/work?id={id}&ms={ms}"), "x").await);
+        wait_until("started", || seen.lock().unwrap().started.contains(&id.to_string())).await;
     }
     wait_until("three running", || handle.snapshot().in_flight == 3).await;
     // q1 and q2 queue at the 500 ms estimate.
