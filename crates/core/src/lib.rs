@@ -9,6 +9,7 @@
 pub mod admission;
 pub mod bands;
 pub mod policy;
+pub mod srrt;
 pub mod units;
 
 pub use bands::{Band, BandMap, Cutoffs, Response};
