@@ -37,6 +37,13 @@
 //!      segments were sent (fewer are noise); in `Loss` (an RTO fired) the pending
 //!      timeout `rto` is added, in `Recovery` one round trip (the repair).
 //!
+//!   5. **Restart after idle**: a kept-alive connection idle for longer than its RTO
+//!      with nothing in flight restarts from the initial window when it next sends
+//!      (`tcp_slow_start_after_idle`, on by default; the kernel's `tcp_cwnd_restart`
+//!      halves cwnd per RTO idle, down to 10 segments, and keeps `ssthresh` at least
+//!      3/4 of the old window). `TCP_INFO` still shows the old window until then, so
+//!      the estimate applies the restart itself ([`TcpSnapshot::after_idle_restart`]).
+//!
 //!   The window is also capped by the peer's receive window when the kernel reports
 //!   it (`tcpi_snd_wnd`). `tcpi_delivery_rate` is not used: under a priority
 //!   scheduler most connections are application- or band-limited, so it measures
@@ -71,6 +78,8 @@ pub const LOSS_MIN_SAMPLE_SEGMENTS: u64 = 100;
 pub const MATHIS_C: f64 = 1.22;
 /// Largest estimate: 100 days in µs. Beyond, every estimate is "very long" alike.
 pub const MAX_ESTIMATE_US: u64 = 100 * 86_400 * 1_000_000;
+/// The window a connection restarts from after idle (`TCP_INIT_CWND`, segments).
+pub const RESTART_WINDOW_SEGMENTS: u32 = 10;
 /// The kernel's "no ssthresh yet" (`TCP_INFINITE_SSTHRESH`).
 pub const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
 
@@ -133,6 +142,12 @@ pub struct TcpSnapshot {
     pub bytes_retrans: Option<u64>,
     /// The peer's receive window after scaling (`tcpi_snd_wnd`), bytes.
     pub snd_wnd_bytes: Option<u32>,
+    /// Milliseconds since data was last sent (`tcpi_last_data_sent`).
+    pub last_data_sent_ms: u32,
+    /// Whether the kernel restarts the window after idle: `net.ipv4.tcp_slow_start_after_idle`
+    /// set and a congestion control without its own `cong_control` (reno, cubic; not
+    /// BBR). The driver decides once.
+    pub restarts_after_idle: bool,
 }
 
 impl TcpSnapshot {
@@ -160,6 +175,28 @@ impl TcpSnapshot {
         let (sent, retrans) = (self.bytes_sent?, self.bytes_retrans?);
         let min_sent = LOSS_MIN_SAMPLE_SEGMENTS.saturating_mul(u64::from(self.mss_bytes.max(1)));
         (sent >= min_sent && retrans > 0).then(|| (retrans as f64 / sent as f64).min(1.0))
+    }
+
+    /// The state the connection will send in: after an idle spell longer than the
+    /// RTO with nothing in flight, the kernel's window restart applied (module docs).
+    pub fn after_idle_restart(&self) -> TcpSnapshot {
+        let idle_us = u64::from(self.last_data_sent_ms) * 1_000;
+        let rto_us = u64::from(self.rto_us.max(1));
+        if !self.restarts_after_idle || self.unacked_segments > 0 || idle_us <= rto_us {
+            return *self;
+        }
+        let restart = RESTART_WINDOW_SEGMENTS;
+        let mut cwnd = self.cwnd_segments;
+        let mut left_us = idle_us;
+        while left_us > rto_us && cwnd > restart {
+            left_us -= rto_us;
+            cwnd >>= 1;
+        }
+        let cwnd = cwnd.max(restart);
+        // tcp_current_ssthresh(): at least 3/4 of the window before the restart.
+        let three_quarters = (self.cwnd_segments >> 1) + (self.cwnd_segments >> 2);
+        let ssthresh = self.ssthresh_segments.max(three_quarters);
+        TcpSnapshot { cwnd_segments: cwnd, ssthresh_segments: ssthresh, ..*self }
     }
 
     fn in_slow_start(&self) -> bool {
@@ -223,13 +260,14 @@ pub fn remaining_bytes(unwritten_bytes: u64, tcp: &TcpSnapshot) -> u64 {
 pub fn estimate(estimator: Estimator, unwritten_bytes: u64, tcp: &TcpSnapshot) -> Estimate {
     let b = remaining_bytes(unwritten_bytes, tcp);
     let bytes = b as f64;
-    let w = tcp.window_bytes();
     let (path_us, transfer_us, penalty_us) = match estimator {
         Estimator::Paper => {
             let rtt = f64::from(tcp.srtt_us);
             (rtt, rtt * bytes / f64::from(tcp.cwnd_segments.max(1)).max(1.0) / f64::from(tcp.mss_bytes.max(1)), 0.0)
         }
         Estimator::Path => {
+            let tcp = &tcp.after_idle_restart();
+            let w = tcp.window_bytes();
             let rtt = f64::from(tcp.path_rtt_us());
             let mut transfer = if tcp.in_slow_start() { slow_start_us(bytes, w, tcp, rtt) } else { rtt * bytes / w };
             if let Some(p) = tcp.loss_rate() {

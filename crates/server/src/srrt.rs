@@ -21,7 +21,7 @@
 use std::fmt::Write as _;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use shortfirst_core::bands::{Band, Cutoffs, Response};
@@ -114,7 +114,10 @@ impl SrrtMetrics {
     }
 }
 
-/// One response's band bookkeeping while it is written.
+/// One response's band bookkeeping while it is written. It lives in the
+/// connection's future for one response; boxing the larger variant would cost an
+/// allocation per response to save a couple of hundred bytes of stack.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Progress<'a> {
     Size { response: Response, cutoffs: Arc<Cutoffs> },
     Rrt(RrtProgress<'a>),
@@ -128,12 +131,26 @@ pub(crate) struct RrtProgress<'a> {
     started: Instant,
 }
 
+/// Whether this network namespace's TCP restarts a window after idle
+/// (`tcp_slow_start_after_idle`, and not BBR, whose own `cong_control` skips the
+/// restart), read once: the server's sockets all live in one namespace and use
+/// its default congestion control. Unreadable: the kernel's default, on.
+fn restarts_after_idle() -> bool {
+    static VALUE: OnceLock<bool> = OnceLock::new();
+    *VALUE.get_or_init(|| {
+        let read = |path: &str| std::fs::read_to_string(path).ok();
+        let on = read("/proc/sys/net/ipv4/tcp_slow_start_after_idle").as_deref().map(str::trim) != Some("0");
+        let bbr = read("/proc/sys/net/ipv4/tcp_congestion_control").is_some_and(|v| v.trim() == "bbr");
+        on && !bbr
+    })
+}
+
 /// One `getsockopt(TCP_INFO)`, counted; `None` (and counted) if it fails.
 fn read_snapshot(shared: &Shared, fd: RawFd) -> Option<TcpSnapshot> {
     let m = &shared.metrics.srrt;
     m.tcp_info_reads.fetch_add(1, Relaxed);
     match tcpinfo::read(fd) {
-        Ok(info) => Some(info.snapshot()),
+        Ok(info) => Some(TcpSnapshot { restarts_after_idle: restarts_after_idle(), ..info.snapshot() }),
         Err(e) => {
             m.tcp_info_errors.fetch_add(1, Relaxed);
             tracing::debug!(error = %e, "getsockopt(TCP_INFO) failed");

@@ -135,6 +135,9 @@ impl TcpInfo {
             bytes_sent: opt64(present!(self, bytes_sent), r.bytes_sent),
             bytes_retrans: opt64(present!(self, bytes_retrans), r.bytes_retrans),
             snd_wnd_bytes: opt32(present!(self, snd_wnd), r.snd_wnd),
+            last_data_sent_ms: r.last_data_sent,
+            // Not in TCP_INFO: a namespace setting the driver fills in.
+            restarts_after_idle: false,
         }
     }
 }

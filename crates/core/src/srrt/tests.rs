@@ -84,6 +84,32 @@ fn estimate_table() {
             TcpSnapshot { snd_wnd_bytes: Some(10_000), ..ca(10_000, 100, 1000) },
             105_000,
         ),
+        // kept alive and idle 1 s (> rto 0.23 s, nothing in flight): cwnd 80 halves
+        // per RTO to 10, ssthresh becomes 60: slow start from 10000 B, ss_bytes 50000:
+        // 15 + 30·log2(1 + 30000/10000) = 75 ms (not 15 + 30·30000/80000 = 26.25)
+        (
+            "idle restart",
+            Estimator::Path,
+            30_000,
+            TcpSnapshot { last_data_sent_ms: 1_000, restarts_after_idle: true, ..ca(30_000, 80, 1000) },
+            75_000,
+        ),
+        // the same without the sysctl (or under BBR): the window as reported
+        (
+            "idle, no restart",
+            Estimator::Path,
+            30_000,
+            TcpSnapshot { last_data_sent_ms: 1_000, ..ca(30_000, 80, 1000) },
+            26_250,
+        ),
+        // idle less than the RTO: no restart
+        (
+            "short idle",
+            Estimator::Path,
+            30_000,
+            TcpSnapshot { last_data_sent_ms: 100, restarts_after_idle: true, ..ca(30_000, 80, 1000) },
+            26_250,
+        ),
     ];
     for (what, estimator, unwritten, tcp, want_us) in cases {
         let got = estimate(estimator, unwritten, &tcp);
@@ -202,24 +228,33 @@ mod properties {
             (0u32..2_000_000, proptest::option::of(0u32..1_000_000), 0u32..5_000_000, 0u32..5_000, 0u32..9_000),
             (prop_oneof![Just(INFINITE_SSTHRESH), 0u32..5_000], 0u8..6, proptest::option::of(0u32..4_000_000)),
             (proptest::option::of(0u64..1 << 40), proptest::option::of(0u64..1 << 36)),
-            proptest::option::of(0u32..1 << 30),
+            (proptest::option::of(0u32..1 << 30), 0u32..100_000, any::<bool>()),
         )
-            .prop_map(|((srtt, min_rtt, rto, cwnd, mss), (ssthresh, ca, notsent), (sent, retrans), wnd)| {
-                TcpSnapshot {
-                    srtt_us: srtt,
-                    min_rtt_us: min_rtt,
-                    rto_us: rto,
-                    cwnd_segments: cwnd,
-                    mss_bytes: mss,
-                    ssthresh_segments: ssthresh,
-                    ca_state: CaState::from_kernel(ca),
-                    notsent_bytes: notsent,
-                    bytes_sent: sent,
-                    bytes_retrans: retrans,
-                    snd_wnd_bytes: wnd,
-                    ..TcpSnapshot::default()
-                }
-            })
+            .prop_map(
+                |(
+                    (srtt, min_rtt, rto, cwnd, mss),
+                    (ssthresh, ca, notsent),
+                    (sent, retrans),
+                    (wnd, idle_ms, restarts),
+                )| {
+                    TcpSnapshot {
+                        srtt_us: srtt,
+                        min_rtt_us: min_rtt,
+                        rto_us: rto,
+                        cwnd_segments: cwnd,
+                        mss_bytes: mss,
+                        ssthresh_segments: ssthresh,
+                        ca_state: CaState::from_kernel(ca),
+                        notsent_bytes: notsent,
+                        bytes_sent: sent,
+                        bytes_retrans: retrans,
+                        snd_wnd_bytes: wnd,
+                        last_data_sent_ms: idle_ms,
+                        restarts_after_idle: restarts,
+                        ..TcpSnapshot::default()
+                    }
+                },
+            )
     }
 
     fn estimator() -> impl Strategy<Value = Estimator> {
