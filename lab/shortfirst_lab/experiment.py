@@ -11,7 +11,7 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
     [experiment]
     name = "tocs-lan"                 # str, [A-Za-z0-9_.-]+
     description = "..."               # str
-    policies = ["fair", "srpt"]       # non-empty list of fair|srpt|srpt2, no duplicates
+    policies = ["fair", "srpt"]       # non-empty list of fair|srpt|srpt2|srrt, no duplicates
     loads = [0.5, 0.7, 0.9]           # non-empty list of floats in (0, 1.5], no duplicates
     repeats = 1                       # int >= 1; repeat k uses load seed = seed + k - 1
     seed = 1                          # int >= 0, seed of the load generator
@@ -79,6 +79,8 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
 
     [server]
     cutoffs = ""                      # "" (the policy's default), "auto" or "1K,2K,..."
+    rrt_cutoffs = ""                  # srrt's response-time cutoffs (`serve --rrt-cutoffs`):
+                                      # "" (the server's default), "auto" or "50ms,100ms,..."
     port = 8080                       # int in [1, 65535]
     send_buffer_bytes = 32768         # SO_SNDBUF of client sockets; 0 = kernel autotuning.
                                       # The server moves a response to a better band when its
@@ -109,7 +111,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-POLICIES = ("fair", "srpt", "srpt2")
+POLICIES = ("fair", "srpt", "srpt2", "srrt")
 #: Most client groups (each gets a /24 of 10.78.0.0/16 in the testbed).
 MAX_GROUPS = 200
 #: Most points of a WAN path sweep.
@@ -122,6 +124,7 @@ _CC_RE = re.compile(r"^[a-z0-9_]{1,16}$")
 _MODEL_RE = re.compile(r"^(open|partly-open:[1-9][0-9]*|closed:[1-9][0-9]*(,think=\S+)?)$")
 # As `shortfirst serve --cutoffs` parses them (crates/core bands.rs): K = 1000, Ki = 1024, ...
 _CUTOFF_RE = re.compile(r"^\s*[0-9]+\s*([KMG]i?)?B?\s*$", re.IGNORECASE)
+_RRT_CUTOFF_RE = re.compile(r"^\s*[0-9]+(\.[0-9]+)?\s*(ns|us|ms|s)?\s*$", re.IGNORECASE)
 
 
 class ExperimentError(ValueError):
@@ -200,6 +203,7 @@ class Client:
 @dataclass(frozen=True)
 class Server:
     cutoffs: str = ""
+    rrt_cutoffs: str = ""
     port: int = 8080
     send_buffer_bytes: int = 32_768
     extra_args: tuple[str, ...] = ()
@@ -552,11 +556,15 @@ def experiment_from_dict(
     cutoffs = s.str("cutoffs", "")
     if cutoffs not in ("", "auto") and not all(_CUTOFF_RE.match(x) for x in cutoffs.split(",")):
         raise s.err("cutoffs", '"" (policy default), "auto" or a list like "1K,2K,5K,20K,50K"', cutoffs)
+    rrt_cutoffs = s.str("rrt_cutoffs", "")
+    if rrt_cutoffs not in ("", "auto") and not all(_RRT_CUTOFF_RE.match(x) for x in rrt_cutoffs.split(",")):
+        raise s.err("rrt_cutoffs", '"" (server default), "auto" or a list like "50ms,100ms,1s"', rrt_cutoffs)
     extra = s.get("extra_args", [])
     if not isinstance(extra, list) or not all(isinstance(x, str) for x in extra):
         raise s.err("extra_args", "a list of strings", extra)
     server = Server(
         cutoffs=cutoffs,
+        rrt_cutoffs=rrt_cutoffs,
         port=s.int("port", 8080, lo=1, hi=65535),
         send_buffer_bytes=s.int("send_buffer_bytes", 32_768, lo=0, hi=1 << 30),
         extra_args=tuple(extra),

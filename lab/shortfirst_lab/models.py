@@ -36,6 +36,11 @@ def parse_cutoffs(text: str) -> list[int]:
     return out
 
 
+#: Policies the simulator and the M/G/1 formulas model: those ranking by size. `srrt` ranks by
+#: a TCP_INFO estimate, which needs per-connection path state the simulator does not have.
+SIZE_POLICIES = ("fair", "srpt", "srpt2")
+
+
 def cutoffs_for(policy: str, cutoffs: str, sizes_bytes: Any) -> list[int] | None:
     """The cutoffs the server uses for `policy` (None for fair; `auto` → the srpt default)."""
     if policy == "fair":

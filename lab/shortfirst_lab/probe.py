@@ -8,10 +8,11 @@
     class), sends BYTES, waits for the peer to close, prints the seconds taken.
     With ``--go`` it prints ``connected`` and waits for a line on stdin before
     sending, so a caller can take measurements right before the flow starts.
-``probe fetch URL [URL …]``
+``probe fetch [--src ADDR] URL [URL …]``
     Fetches every URL concurrently (HTTP/1.1 GET, one connection each) and
     prints one JSON line per URL: url, status, body bytes, seconds from the
-    connect to the body's last byte (the papers' response time). Used instead
+    connect to the body's last byte (the papers' response time). ``--src``
+    binds the connections to a source address (a client group's). Used instead
     of curl so every fetch is timed the same way, from the client side, with
     no extra dependency.
 """
@@ -63,14 +64,16 @@ def send(host: str, port: int, so_priority: int, n_bytes: int, wait_for_go: bool
     print(f"{time.monotonic() - start:.6f}", flush=True)
 
 
-def fetch_one(url: str) -> dict:
+def fetch_one(url: str, src: str | None = None) -> dict:
     """GET ``url`` on a new connection; ``seconds`` runs from just before the
     connect (SYN) to the last byte of the body (by Content-Length), the
     paper's response time; the connection is then read to its end."""
     parts = urlsplit(url)
     start = time.monotonic()
     last_byte_s = None
-    with socket.create_connection((parts.hostname, parts.port or 80), timeout=FETCH_TIMEOUT_S) as s:
+    source = (src, 0) if src else None
+    address = (parts.hostname, parts.port or 80)
+    with socket.create_connection(address, timeout=FETCH_TIMEOUT_S, source_address=source) as s:
         path = parts.path or "/"
         s.sendall(f"GET {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nConnection: close\r\n\r\n".encode())
         data = bytearray()
@@ -98,12 +101,12 @@ def _expected_total(data: bytes) -> int | None:
     return None
 
 
-def fetch(urls: list[str]) -> None:
+def fetch(urls: list[str], src: str | None = None) -> None:
     results: list[dict | None] = [None] * len(urls)
 
     def run(i: int, url: str) -> None:
         try:
-            results[i] = fetch_one(url)
+            results[i] = fetch_one(url, src)
         except OSError as e:
             results[i] = {"url": url, "status": 0, "bytes": 0, "seconds": -1.0, "error": str(e)}
 
@@ -122,6 +125,8 @@ def main(argv: list[str]) -> None:
         sink(int(argv[1]))
     elif mode == "send":
         send(argv[1], int(argv[2]), int(argv[3], 0), int(argv[4]), wait_for_go=argv[5:] == ["--go"])
+    elif mode == "fetch" and argv[1:2] == ["--src"]:
+        fetch(argv[3:], src=argv[2])
     elif mode == "fetch":
         fetch(argv[1:])
     else:

@@ -197,7 +197,7 @@ def model_metrics(
         sm = analysis.run_metrics(sim, exp.run.warmup_s, exp.run.duration_s, None)
         out["simulated_s"] = sm["mean_response_s"]
         out["simulated_largest_1pct_s"] = sm["largest_1pct_mean_response_s"]
-    if len(w):
+    if len(w) and policy in models.SIZE_POLICIES:
         cut = models.cutoffs_for(policy, exp.server.cutoffs, w["size_bytes"])
         out.update(models.analytic(w["size_bytes"], load, exp.uplink.rate_bits_per_s, cut))
     return out

@@ -295,8 +295,10 @@ class Runner:
             "--admin",
             f"{tb.server_addr}:{ADMIN_PORT}",
         ]
-        if self.exp.server.cutoffs and policy != "fair":
+        if self.exp.server.cutoffs and policy not in ("fair", "srrt"):
             argv += ["--cutoffs", self.exp.server.cutoffs]
+        if self.exp.server.rrt_cutoffs and policy == "srrt":
+            argv += ["--rrt-cutoffs", self.exp.server.rrt_cutoffs]
         if self.exp.server.send_buffer_bytes:
             argv += ["--send-buffer-bytes", str(self.exp.server.send_buffer_bytes)]
         return argv + list(self.exp.server.extra_args)
@@ -605,7 +607,7 @@ class Runner:
         if spec.path is not None:
             rec["path"] = {"label": spec.path.label, "rtt_ms": spec.path.rtt_ms, "loss": spec.path.loss,
                            "jitter_ms": spec.path.jitter_ms}  # fmt: skip
-        if rec["status"] == "ok" and self.sim_available():
+        if rec["status"] == "ok" and self.sim_available() and spec.policy in models.SIZE_POLICIES:
             rec["sim"] = self.simulate(rdir, spec.policy)
         if (rdir / "requests.csv").exists():
             try:

@@ -80,6 +80,7 @@ def test_matrix_order_and_seeds(tmp_path):
         ),
         (lambda t: t + '\n[client]\nmodel = "lazy"\n', "client.model", "open, partly-open:K"),
         (lambda t: t + '\n[server]\ncutoffs = "1K,banana"\n', "server.cutoffs", '"auto"'),
+        (lambda t: t + '\n[server]\nrrt_cutoffs = "50ms,soon"\n', "server.rrt_cutoffs", '"50ms,100ms,1s"'),
         (lambda t: t + "\n[server]\nextra_args = [1]\n", "server.extra_args", "a list of strings"),
         (
             lambda t: t.replace("warmup_s = 10", "warmup_s = 10\ndrain_timeout_s = 100"),
@@ -176,3 +177,19 @@ def test_cli_run_passes_overrides(tmp_path, monkeypatch, capsys):
     # The effective file round-trips: what is stored beside results loads to the same experiment.
     stored = _write(tmp_path, seen["exp"].source)
     assert load_experiment(stored).to_dict() == seen["exp"].to_dict()
+
+
+def test_srrt_experiment_reproduces_the_papers_groups():
+    exp = load_experiment(EXPERIMENTS / "srrt.toml")
+    assert exp.policies == ("fair", "srpt", "srrt")
+    assert exp.workload.kind == "surge"
+    assert exp.uplink.rate_bits_per_s == 10_000_000
+    table_1 = [
+        (50, 10, 0.005),
+        (100, 20, 0.01),
+        (150, 30, 0.015),
+        (200, 40, 0.02),
+        (250, 40, 0.025),
+        (350, 50, 0.03),
+    ]
+    assert [(g.path.rtt_ms, g.path.jitter_ms, g.path.loss) for g in exp.client.groups] == table_1

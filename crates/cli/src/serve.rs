@@ -33,7 +33,8 @@ struct Flags {
     /// bands with those cutoffs, as in `sim` (e.g. `srpt-classes:1K,2K,5K,20K,50K`);
     /// srpt-classes: the cutoffs of --cutoffs; srpt: exact SRPT with --scheduler user, else
     /// = srpt-classes; srpt2: two bands split at the median (kernel); las: least attained
-    /// service (user) [default: srpt-classes].
+    /// service (user); srrt: bands by estimated remaining response time from TCP_INFO
+    /// (--rrt-cutoffs, kernel) [default: srpt-classes].
     #[arg(long, value_name = "POLICY")]
     policy: Option<PolicySpec>,
     /// Who orders the uplink: kernel (SO_PRIORITY bands under `shortfirst uplink setup`'s HTB,
@@ -57,6 +58,18 @@ struct Flags {
     /// (learned from observed sizes). Not with --policy srpt-classes:CUTOFFS.
     #[arg(long)]
     cutoffs: Option<String>,
+    /// Response-time cutoffs of srrt, e.g. `50ms,100ms,200ms,500ms,1s` (the default; a plain
+    /// number is milliseconds), or `auto` (learned from the estimates at response start).
+    #[arg(long, value_name = "LIST|auto")]
+    rrt_cutoffs: Option<String>,
+    /// srrt's estimate: path (min_rtt, slow start, loss and timeout terms) or paper
+    /// (srtt·(1 + remaining/(cwnd·mss)), Al-Sadeh and Yahya 2008) [default: path].
+    #[arg(long, value_name = "ESTIMATOR")]
+    rrt_estimator: Option<shortfirst_core::srrt::Estimator>,
+    /// srrt: re-estimate (one getsockopt(TCP_INFO)) after a write crossing a multiple of
+    /// this many bytes written [default: 65536].
+    #[arg(long, value_name = "BYTES")]
+    rrt_step_bytes: Option<u64>,
     /// Admin listener serving Prometheus metrics at /metrics.
     #[arg(long)]
     admin: Option<SocketAddr>,
@@ -154,6 +167,9 @@ impl Flags {
             listen: self.listen,
             policy: self.policy,
             cutoffs: self.cutoffs,
+            rrt_cutoffs: self.rrt_cutoffs,
+            rrt_estimator: self.rrt_estimator,
+            rrt_step_bytes: self.rrt_step_bytes,
             admin: self.admin,
             threads: self.threads,
             max_connections: self.max_connections,
@@ -227,6 +243,31 @@ mod tests {
 
     fn config(extra: &[&str]) -> ServerConfig {
         parse(extra).unwrap().flags.into_config().unwrap()
+    }
+
+    #[test]
+    fn srrt_flags() {
+        use shortfirst_core::srrt::Estimator;
+        use shortfirst_server::RrtCutoffsSpec;
+        let c = config(&[
+            "--policy",
+            "srrt",
+            "--rrt-cutoffs",
+            "auto",
+            "--rrt-estimator",
+            "paper",
+            "--rrt-step-bytes",
+            "8192",
+        ]);
+        assert_eq!(
+            (c.policy, c.rrt_cutoffs, c.rrt_estimator, c.rrt_step_bytes),
+            (Policy::Srrt, RrtCutoffsSpec::Auto, Estimator::Paper, 8192)
+        );
+        let c = config(&["--policy", "srrt", "--rrt-cutoffs", "40ms,400ms"]);
+        assert_eq!(c.rrt_cutoffs, "40ms,400ms".parse::<RrtCutoffsSpec>().unwrap());
+        let err = parse(&["--policy", "fair", "--rrt-cutoffs", "40ms"]).unwrap().flags.into_config().unwrap_err();
+        assert!(format!("{err:#}").contains("only srrt"), "{err:#}");
+        assert!(parse(&["--rrt-estimator", "guess"]).unwrap_err().contains("path or paper"));
     }
 
     /// Which timeout of the config a case checks.

@@ -9,6 +9,7 @@
 pub mod admission;
 pub mod bands;
 pub mod policy;
+pub mod srrt;
 pub mod units;
 pub mod uplink_sched;
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use shortfirst_core::bands::{Cutoffs, CutoffsError};
+use shortfirst_core::srrt::{Estimator, RrtCutoffs, RrtCutoffsError};
 
 /// Hard upper bound on `max-headers`: the parser keeps its header table on the stack.
 pub const MAX_HEADERS_LIMIT: usize = 128;
@@ -28,12 +29,14 @@ pub enum Policy {
     /// Least attained service first (user-space schedulers only: the kernel
     /// bands rank by remaining size).
     Las,
+    /// Bands by estimated remaining response time from `TCP_INFO` (`rrt-cutoffs`).
+    Srrt,
 }
 
 impl std::str::FromStr for Policy {
     type Err = String;
     fn from_str(s: &str) -> Result<Policy, String> {
-        parse_name(s, "policy", "fair, srpt, srpt2 or las")
+        parse_name(s, "policy", "fair, srpt, srpt2, las or srrt")
     }
 }
 
@@ -60,7 +63,7 @@ pub struct PolicySpec {
 }
 
 const POLICY_NAMES: &str = "fair, srpt-classes, srpt-classes:CUTOFFS (e.g. srpt-classes:1K,2K,5K,20K,50K), \
-     srpt (exact with --scheduler user, else = srpt-classes), srpt2 or las (--scheduler user)";
+     srpt (exact with --scheduler user, else = srpt-classes), srpt2, las (--scheduler user) or srrt (kernel)";
 
 impl From<Policy> for PolicySpec {
     fn from(policy: Policy) -> PolicySpec {
@@ -141,6 +144,7 @@ impl std::fmt::Display for Policy {
             Policy::Srpt => "srpt",
             Policy::Srpt2 => "srpt2",
             Policy::Las => "las",
+            Policy::Srrt => "srrt",
         })
     }
 }
@@ -161,6 +165,26 @@ impl std::str::FromStr for CutoffsSpec {
             Ok(CutoffsSpec::Auto)
         } else {
             Cutoffs::parse(s).map(CutoffsSpec::List)
+        }
+    }
+}
+
+/// Where the response-time cutoffs of `srrt` come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RrtCutoffsSpec {
+    /// Fixed cutoffs.
+    List(RrtCutoffs),
+    /// Derived from the estimates at response start, as `cutoffs = "auto"` from sizes.
+    Auto,
+}
+
+impl std::str::FromStr for RrtCutoffsSpec {
+    type Err = RrtCutoffsError;
+    fn from_str(s: &str) -> Result<RrtCutoffsSpec, RrtCutoffsError> {
+        if s.trim().eq_ignore_ascii_case("auto") {
+            Ok(RrtCutoffsSpec::Auto)
+        } else {
+            RrtCutoffs::parse(s).map(RrtCutoffsSpec::List)
         }
     }
 }
@@ -276,6 +300,13 @@ pub struct ServerConfig {
     /// a busy machine adds more), or the link idles; it is also the most a new
     /// short response can wait behind bytes already granted.
     pub pacer_lookahead: Duration,
+    /// Response-time cutoffs for `srrt`.
+    pub rrt_cutoffs: RrtCutoffsSpec,
+    /// How `srrt` estimates a response's remaining time.
+    pub rrt_estimator: Estimator,
+    /// `srrt`: a response's estimate is re-evaluated (one `getsockopt(TCP_INFO)`)
+    /// after a write that crosses a multiple of this many bytes written.
+    pub rrt_step_bytes: u64,
     /// Prometheus metrics listener (`GET /metrics`); none if `None`.
     pub admin: Option<SocketAddr>,
     /// Tokio worker threads; 0 = one per CPU.
@@ -340,6 +371,9 @@ impl ServerConfig {
             uplink_rate_bits_per_s: None,
             write_concurrency: 35,
             pacer_lookahead: Duration::from_millis(8),
+            rrt_cutoffs: RrtCutoffsSpec::List(RrtCutoffs::default_list()),
+            rrt_estimator: Estimator::Path,
+            rrt_step_bytes: 64 * 1024,
             admin: None,
             threads: 0,
             max_connections: 4096,
@@ -391,7 +425,9 @@ impl ServerConfig {
             auto_window,
             auto_recompute_every,
             scheduler,
-            write_concurrency
+            write_concurrency,
+            rrt_estimator,
+            rrt_step_bytes
         );
         c.uplink_rate_bits_per_s = file.uplink_rate;
         if file.write_concurrency.is_some() && c.scheduler != Scheduling::Crovella {
@@ -449,6 +485,16 @@ impl ServerConfig {
             }
             c.cutoffs = spec;
         }
+        if let Some(text) = file.rrt_cutoffs {
+            c.rrt_cutoffs =
+                text.parse().map_err(|e| ConfigError::Invalid { key: "rrt-cutoffs", reason: format!("{e}") })?;
+            if c.policy != Policy::Srrt {
+                return Err(ConfigError::Invalid {
+                    key: "rrt-cutoffs",
+                    reason: format!("only srrt takes response-time cutoffs (policy is {})", c.policy),
+                });
+            }
+        }
         c.validate()?;
         Ok(c)
     }
@@ -497,6 +543,9 @@ impl ServerConfig {
         }
         if self.auto_recompute_every == 0 {
             return invalid("auto-recompute-every", "must be at least 1".into());
+        }
+        if !(1024..=1 << 30).contains(&self.rrt_step_bytes) {
+            return invalid("rrt-step-bytes", "must be in 1024..=1073741824 (1 KiB to 1 GiB)".into());
         }
         self.validate_scheduler()
     }
@@ -569,6 +618,7 @@ impl ServerConfig {
             (Policy::Srpt, CutoffsSpec::List(c)) => Ok(Core::SrptClasses(c.clone())),
             (Policy::Srpt, CutoffsSpec::Auto) => unsupported("cutoffs auto"),
             (Policy::Srpt2, _) => unsupported("srpt2 (learned cutoffs)"),
+            (Policy::Srrt, _) => unsupported("srrt (it ranks into the kernel's bands by TCP_INFO)"),
         }
     }
 }
@@ -594,6 +644,9 @@ pub struct ConfigFile {
     pub listen: Option<SocketAddr>,
     pub policy: Option<PolicySpec>,
     pub cutoffs: Option<String>,
+    pub rrt_cutoffs: Option<String>,
+    pub rrt_estimator: Option<Estimator>,
+    pub rrt_step_bytes: Option<u64>,
     pub admin: Option<SocketAddr>,
     pub threads: Option<usize>,
     pub max_connections: Option<usize>,
@@ -693,6 +746,9 @@ impl ConfigFile {
             listen,
             policy,
             cutoffs,
+            rrt_cutoffs,
+            rrt_estimator,
+            rrt_step_bytes,
             admin,
             threads,
             max_connections,
@@ -776,7 +832,7 @@ mod tests {
         assert_eq!("json".parse::<AccessLogFormat>(), Ok(AccessLogFormat::Json));
         assert_eq!("deny".parse::<Dotfiles>(), Ok(Dotfiles::Deny));
         assert!("hide".parse::<Dotfiles>().unwrap_err().contains("ignore, deny or allow"));
-        assert!("SRPT".parse::<Policy>().unwrap_err().contains("fair, srpt, srpt2 or las"));
+        assert!("SRPT".parse::<Policy>().unwrap_err().contains("fair, srpt, srpt2, las or srrt"));
     }
 
     fn parse_ok(text: &str) -> ServerConfig {
@@ -912,6 +968,7 @@ mod tests {
             ("write-concurrency = 3", &["write-concurrency", "crovella"]),
             ("policy = \"las\"", &["las", "--scheduler user"]),
             ("scheduler = \"user\"\nuplink-rate = \"1mbit\"\npolicy = \"srpt2\"", &["srpt2"]),
+            ("scheduler = \"user\"\nuplink-rate = \"1mbit\"\npolicy = \"srrt\"", &["srrt", "kernel"]),
         ] {
             let file = ConfigFile::parse(&format!("root = \"/srv\"\n{text}\n"), Path::new("t.toml")).unwrap();
             let msg = ServerConfig::from_file(file).unwrap_err().to_string();
@@ -919,6 +976,33 @@ mod tests {
                 assert!(msg.contains(n), "{text}: {msg} lacks {n}");
             }
         }
+    }
+
+    #[test]
+    fn srrt_keys() {
+        let c = parse_ok("policy = \"srrt\"");
+        assert_eq!(c.policy, Policy::Srrt);
+        assert_eq!(c.rrt_cutoffs, RrtCutoffsSpec::List(RrtCutoffs::default_list()));
+        assert_eq!((c.rrt_estimator, c.rrt_step_bytes), (Estimator::Path, 65_536));
+        let c = parse_ok("policy = \"srrt\"\nrrt-cutoffs = \"auto\"\nrrt-estimator = \"paper\"\nrrt-step-bytes = 4096");
+        assert_eq!((c.rrt_cutoffs, c.rrt_estimator, c.rrt_step_bytes), (RrtCutoffsSpec::Auto, Estimator::Paper, 4096));
+        let c = parse_ok("policy = \"srrt\"\nrrt-cutoffs = \"30ms, 300ms\"");
+        assert_eq!(c.rrt_cutoffs, RrtCutoffsSpec::List(RrtCutoffs::from_us(vec![30_000, 300_000]).unwrap()));
+        for (text, needles) in [
+            ("policy = \"srpt\"\nrrt-cutoffs = \"50ms\"", &["rrt-cutoffs", "only srrt"][..]),
+            ("policy = \"srrt\"\nrrt-cutoffs = \"1s,50ms\"", &["rrt-cutoffs", "increasing"]),
+            ("policy = \"srrt\"\nrrt-cutoffs = \"fast\"", &["rrt-cutoffs", "fast"]),
+            ("policy = \"srrt\"\nrrt-step-bytes = 10", &["rrt-step-bytes"]),
+            ("policy = \"srrt\"\ncutoffs = \"1K\"", &["cutoffs", "only srpt-classes"]),
+        ] {
+            let file = ConfigFile::parse(&format!("root = \"/srv\"\n{text}\n"), Path::new("t.toml")).unwrap();
+            let msg = ServerConfig::from_file(file).unwrap_err().to_string();
+            for n in needles {
+                assert!(msg.contains(n), "{text}: {msg} lacks {n}");
+            }
+        }
+        let err = ConfigFile::parse("rrt-estimator = \"e2\"\n", Path::new("t.toml")).unwrap_err().to_string();
+        assert!(err.contains("rrt-estimator") || err.contains("e2"), "{err}");
     }
 
     #[test]

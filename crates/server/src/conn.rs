@@ -33,7 +33,7 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shortfirst_core::bands::{Band, Response};
+use shortfirst_core::bands::Band;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -48,6 +48,7 @@ use crate::io;
 use crate::resolve::{self, Refusal, Resolved};
 use crate::sched::{BandSocket, CutoffsCache};
 use crate::server::Shared;
+use crate::srrt::Progress;
 
 /// After the last response of a closing connection, how long unread client
 /// bytes are drained so the close does not reset the response away (lingering close).
@@ -498,11 +499,9 @@ impl Conn {
         let total = self.head.len() as u64 + file_part.map_or(0, |(_, _, len)| len);
 
         shared.scheduler.refresh(&mut self.cutoffs);
-        let cutoffs = self.cutoffs.cutoffs.clone();
-        let mut progress = Response::start(&cutoffs, total);
+        let mut progress = Progress::start(&shared, &self.cutoffs, &self.stream, self.socket_band.band(), total);
         let first_band = progress.band();
         self.set_band(first_band);
-        shared.scheduler.observe(total);
         // User-space scheduling: every write waits for a grant (see `usched`).
         let user = match &shared.user {
             Some(u) => Some(u.register(total)?),
@@ -524,7 +523,7 @@ impl Conn {
             written += n;
             sent_total += n as u64;
             shared.metrics.bytes(self.socket_band.band(), n as u64);
-            if let Some(band) = progress.sent(&cutoffs, n as u64) {
+            if let Some(band) = progress.sent(n as u64) {
                 self.set_band(band);
             }
         }
@@ -549,11 +548,12 @@ impl Conn {
                 }
                 sent_total += n as u64;
                 shared.metrics.bytes(self.socket_band.band(), n as u64);
-                if let Some(band) = progress.sent(&cutoffs, n as u64) {
+                if let Some(band) = progress.sent(n as u64) {
                     self.set_band(band);
                 }
             }
         }
+        progress.finish();
         let body_bytes = sent_total.saturating_sub(head_only_len as u64);
         shared.metrics.connection_moved(self.gauge_band, Band::SETUP);
         self.gauge_band = Band::SETUP;

@@ -7,7 +7,8 @@
 //! `SO_PRIORITY`, [`conn`] is the per-connection HTTP state machine, [`http`]
 //! the wire format, [`resolve`] maps targets to files without ever leaving the
 //! root, [`io`] does the zero-copy writes, [`server`] accepts, limits and shuts
-//! down, [`metrics`] and [`access_log`] observe.
+//! down, [`metrics`] and [`access_log`] observe. Under `srrt`, [`srrt`] re-ranks a
+//! response from [`tcpinfo`] (`getsockopt(TCP_INFO)`) as its bytes drain.
 //!
 //! Must not know: tc/HTB (that is `shortfirst uplink`), how cutoffs are chosen.
 
@@ -20,10 +21,13 @@ pub mod metrics;
 pub mod resolve;
 pub mod sched;
 pub mod server;
+pub mod srrt;
+pub mod tcpinfo;
 pub mod usched;
 
 pub use config::{
-    AccessLogFormat, ConfigError, ConfigFile, CutoffsSpec, Dotfiles, Policy, PolicySpec, Scheduling, ServerConfig,
+    AccessLogFormat, ConfigError, ConfigFile, CutoffsSpec, Dotfiles, Policy, PolicySpec, RrtCutoffsSpec, Scheduling,
+    ServerConfig,
 };
 pub use sched::{so_priority, PriorityObserver};
 pub use server::{run_until_signal, Server, ServerError};

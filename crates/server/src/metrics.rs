@@ -33,6 +33,8 @@ pub struct Metrics {
     /// Connections answered 503 and closed because `max-connections` was reached.
     pub connections_refused: AtomicU64,
     pub priority_changes: AtomicU64,
+    /// `srrt`'s band changes by cause, `TCP_INFO` reads, estimate error.
+    pub srrt: crate::srrt::SrrtMetrics,
 }
 
 impl Default for Metrics {
@@ -47,6 +49,7 @@ impl Default for Metrics {
             connections_accepted: AtomicU64::new(0),
             connections_refused: AtomicU64::new(0),
             priority_changes: AtomicU64::new(0),
+            srrt: crate::srrt::SrrtMetrics::default(),
         }
     }
 }
@@ -131,12 +134,17 @@ impl Metrics {
         for (class, n) in self.status_classes.iter().enumerate().skip(1) {
             let _ = writeln!(out, "shortfirst_responses_total{{code=\"{class}xx\"}} {}", n.load(Relaxed));
         }
-        out.push_str(
-            "# HELP shortfirst_cutoff_bytes Size cutoffs in force: band b holds remaining sizes up to cutoff b.\n",
-        );
-        out.push_str("# TYPE shortfirst_cutoff_bytes gauge\n");
-        for (i, c) in cutoffs.as_slice().iter().enumerate() {
-            let _ = writeln!(out, "shortfirst_cutoff_bytes{{band=\"{}\",policy=\"{policy}\"}} {c}", i + 1);
+        if policy == "srrt" {
+            // The cutoffs are response times in µs under srrt.
+            self.srrt.render(out, cutoffs);
+        } else {
+            out.push_str(
+                "# HELP shortfirst_cutoff_bytes Size cutoffs in force: band b holds remaining sizes up to cutoff b.\n",
+            );
+            out.push_str("# TYPE shortfirst_cutoff_bytes gauge\n");
+            for (i, c) in cutoffs.as_slice().iter().enumerate() {
+                let _ = writeln!(out, "shortfirst_cutoff_bytes{{band=\"{}\",policy=\"{policy}\"}} {c}", i + 1);
+            }
         }
         let counters = [
             ("shortfirst_connections_accepted_total", "Connections accepted.", &self.connections_accepted),

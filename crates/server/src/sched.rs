@@ -5,6 +5,10 @@
 //! `srpt2` and `--cutoffs auto`, and (2) turns a band into one `setsockopt(SO_PRIORITY)`
 //! when, and only when, a socket's band changes.
 //!
+//! For `srrt` the cutoffs are durations in microseconds (the same band
+//! arithmetic), and what the window learns from is each response's estimated
+//! remaining response time at its start ([`crate::srrt`]).
+//!
 //! Auto cutoffs: every response's size goes into a bounded window
 //! ([`ServerConfig::auto_window`] sizes, oldest dropped); every
 //! [`ServerConfig::auto_recompute_every`] responses the cutoffs are recomputed and
@@ -16,8 +20,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use shortfirst_core::bands::{AutoCutoffs, Band, BandMap, Cutoffs};
+use shortfirst_core::srrt::RrtCutoffs;
 
-use crate::config::{CutoffsSpec, Policy, ServerConfig};
+use crate::config::{CutoffsSpec, Policy, RrtCutoffsSpec, ServerConfig};
 
 /// Data bands `srpt --cutoffs auto` learns (the paper's six classes).
 pub const AUTO_DATA_BANDS: usize = 6;
@@ -49,6 +54,11 @@ impl Scheduler {
             (Policy::Srpt, CutoffsSpec::Auto) => (Cutoffs::paper_default(), Some(AUTO_DATA_BANDS)),
             // The paper's two-class split: 1 KB until the median is known.
             (Policy::Srpt2, _) => (Cutoffs::new(vec![1_000]).expect("valid"), Some(2)),
+            // Response-time cutoffs in µs; `auto` starts from the default list.
+            (Policy::Srrt, _) => match &config.rrt_cutoffs {
+                RrtCutoffsSpec::List(c) => (c.as_cutoffs_us().clone(), None),
+                RrtCutoffsSpec::Auto => (RrtCutoffs::default_list().as_cutoffs_us().clone(), Some(AUTO_DATA_BANDS)),
+            },
         };
         Scheduler {
             policy: config.policy,
@@ -81,22 +91,35 @@ impl Scheduler {
         let generation = self.generation.load(Ordering::Acquire);
         if generation != cache.generation {
             cache.cutoffs = self.cutoffs();
+            cache.rrt = self.rrt_view(&cache.cutoffs);
             cache.generation = generation;
         }
     }
 
-    /// Records a response size for the auto policies; recomputes periodically.
-    pub fn observe(&self, size_bytes: u64) {
+    /// `srrt`'s typed view of the cutoffs in force (built once per publication
+    /// per connection, not per response).
+    fn rrt_view(&self, cutoffs: &Cutoffs) -> Option<Arc<RrtCutoffs>> {
+        (self.policy == Policy::Srrt).then(|| Arc::new(RrtCutoffs::from_cutoffs_us(cutoffs.clone())))
+    }
+
+    /// Records what a response is ranked by (its size; for `srrt` its estimate at
+    /// start in µs) for the auto policies; recomputes periodically.
+    pub fn observe(&self, rank_value: u64) {
         let Some(auto) = &self.auto else { return };
         let mut auto = auto.lock().expect("auto cutoffs lock poisoned");
-        auto.window.observe(size_bytes);
+        auto.window.observe(rank_value.max(1));
         auto.since_recompute += 1;
         if auto.since_recompute >= self.recompute_every {
             auto.since_recompute = 0;
             if let Some(cutoffs) = auto.window.compute() {
                 let mut current = self.current.write().expect("cutoffs lock poisoned");
                 if **current != cutoffs {
-                    tracing::info!(cutoffs = %cutoffs, "auto cutoffs recomputed");
+                    if self.policy == Policy::Srrt {
+                        let rrt = RrtCutoffs::from_cutoffs_us(cutoffs.clone());
+                        tracing::info!(rrt_cutoffs = %rrt, "auto RRT cutoffs recomputed");
+                    } else {
+                        tracing::info!(cutoffs = %cutoffs, "auto cutoffs recomputed");
+                    }
                     *current = Arc::new(cutoffs);
                     self.generation.fetch_add(1, Ordering::Release);
                 }
@@ -108,12 +131,16 @@ impl Scheduler {
 /// A connection's copy of the cutoffs, refreshed by [`Scheduler::refresh`].
 pub struct CutoffsCache {
     pub cutoffs: Arc<Cutoffs>,
+    /// The same cutoffs as durations, under `srrt` only.
+    pub rrt: Option<Arc<RrtCutoffs>>,
     generation: u64,
 }
 
 impl CutoffsCache {
     pub fn new(scheduler: &Scheduler) -> CutoffsCache {
-        CutoffsCache { cutoffs: scheduler.cutoffs(), generation: scheduler.generation.load(Ordering::Acquire) }
+        let generation = scheduler.generation.load(Ordering::Acquire);
+        let cutoffs = scheduler.cutoffs();
+        CutoffsCache { rrt: scheduler.rrt_view(&cutoffs), cutoffs, generation }
     }
 }
 
