@@ -146,10 +146,13 @@
 //!   cancel, expire, re-price); `gate::order` the fifo and sjf picks; `gate::aging` the
 //!   sjf-aging pick.
 //! - [`auto`]: capacity auto-tuning.
+//! - [`calibration`]: the offline capacity search's decision (work rates with their
+//!   spread in, the capacity and its reasons out).
 //!
 //! Must not know: sockets, HTTP, tokio, the wall clock, how costs are measured.
 
 pub mod auto;
+pub mod calibration;
 mod estimator;
 mod gate;
 mod policy;
@@ -184,6 +187,8 @@ pub enum AdmissionError {
     BadEstimator { what: String },
     #[error("request type {type_index} out of range: the estimator tracks {num_types} types")]
     UnknownType { type_index: usize, num_types: usize },
+    #[error("calibration: {what}")]
+    BadCalibration { what: String },
     #[error("ticket for request {id} is not outstanding in this gate")]
     UnknownTicket { id: u64 },
 }
