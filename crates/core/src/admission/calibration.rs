@@ -156,7 +156,8 @@ pub fn choose_capacity(
     if steps.is_empty() {
         return bad("no capacity steps measured".into());
     }
-    if !(rule.floor_multiple >= 1.0 && rule.floor_multiple.is_finite()) || !(0.0..1.0).contains(&rule.min_tolerance) {
+    let rule_ok = rule.floor_multiple >= 1.0 && rule.floor_multiple.is_finite();
+    if !(rule_ok && (0.0..1.0).contains(&rule.min_tolerance)) {
         return bad(format!("rule: need floor_multiple >= 1 and 0 <= min_tolerance < 1, got {rule:?}"));
     }
     for s in steps {
@@ -206,7 +207,10 @@ pub fn choose_capacity(
 mod tests {
     use super::*;
 
-    fn steps(rows: &[(u64, &[f64])]) -> Vec<StepMeasurements> {
+    /// (capacity ms, work rates of the repeats)
+    type Rows<'a> = &'a [(u64, &'a [f64])];
+
+    fn steps(rows: Rows<'_>) -> Vec<StepMeasurements> {
         rows.iter().map(|(c, w)| StepMeasurements { capacity_us: c * 1_000, work_per_s: w.to_vec() }).collect()
     }
 
@@ -223,7 +227,7 @@ mod tests {
     #[test]
     fn work_rate_not_requests_and_never_below_the_costliest() {
         let requests = [(10, 37.4), (20, 11.6), (40, 30.2), (80, 19.0), (160, 25.3), (320, 14.1), (640, 22.0)];
-        let work: &[(u64, &[f64])] = &[
+        let work: Rows<'_> = &[
             (10, &[0.41, 0.30, 0.36]),
             (20, &[0.33, 0.44, 0.38]),
             (40, &[0.45, 0.39, 0.42]),
@@ -250,7 +254,7 @@ mod tests {
     #[test]
     fn decision_table() {
         use ChoiceReason::*;
-        let table: &[(&[(u64, &[f64])], u64, u64, ChoiceReason, bool)] = &[
+        let table: &[(Rows<'_>, u64, u64, ChoiceReason, bool)] = &[
             // A plateau: the smallest step above the floor within the best's interval.
             (
                 &[(100, &[0.5, 0.5]), (200, &[0.80, 0.86, 0.77]), (400, &[0.83, 0.84, 0.82])],
