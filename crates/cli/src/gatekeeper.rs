@@ -171,8 +171,8 @@ struct CalibrateArgs {
     /// step was measured better.
     #[arg(long, default_value_t = 2.0)]
     floor_multiple: f64,
-    /// Measurement windows in all.
-    #[arg(long, default_value_t = 60)]
+    /// Capacity steps in all (each of --repeats windows).
+    #[arg(long, default_value_t = 30)]
     max_trials: usize,
     #[arg(long, default_value = "fifo")]
     policy: String,

@@ -27,8 +27,8 @@
 //! The answer is [`choose_capacity`]'s on the steps' repeated work rates: the smallest
 //! step at or above twice the costliest type's cost whose mean is within the best step's
 //! 95% confidence interval (or 2%); below that floor only if measured better. The curve
-//! with each step's mean ± half-width is reported. Bounded: at most `max_trials`
-//! measurement windows.
+//! with each step's mean ± half-width is reported. Bounded: at most `max_trials` steps of
+//! `warmup + repeats × measure` each.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -92,8 +92,8 @@ impl CalibrateConfig {
         if self.max_trials == 0 || self.max_trials > 1_000 {
             return bad("max_trials must be in 1..=1000");
         }
-        if self.repeats == 0 || self.repeats > self.max_trials {
-            return bad("repeats must be in 1..=max_trials");
+        if self.repeats == 0 || self.repeats > 100 {
+            return bad("repeats must be in 1..=100");
         }
         Ok(())
     }
@@ -348,14 +348,14 @@ async fn search(d: &mut Driver<'_>, progress: &mut impl FnMut(&[Trial])) -> Resu
         let means = step_means(&trials);
         if past_peak(&means, cfg.tolerance, largest_us)
             || cap >= cfg.max_capacity_us
-            || trials.len() + cfg.repeats > cfg.max_trials
+            || step_means(&trials).len() >= cfg.max_trials
         {
             break;
         }
         cap = ((cap as f64 * cfg.growth).round() as u64).min(cfg.max_capacity_us);
     }
     for _ in 0..cfg.refine_steps {
-        if trials.len() + cfg.repeats > cfg.max_trials {
+        if step_means(&trials).len() >= cfg.max_trials {
             break;
         }
         let costliest_us = d.costs.values().copied().max().unwrap_or(0);
