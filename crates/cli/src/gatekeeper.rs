@@ -73,6 +73,10 @@ struct ProxyArgs {
     /// Longest wait for admission before 503 + Retry-After (e.g. 10s). Default: none.
     #[arg(long, value_name = "DURATION")]
     max_queue_wait: Option<String>,
+    /// Under sjf, a request that has waited this long is admitted before every other,
+    /// oldest first (a starvation bound on the wait to start, e.g. 5s). Default: none.
+    #[arg(long, value_name = "DURATION")]
+    max_wait: Option<String>,
     /// Also cap the number of admitted requests (beyond the paper: for backends that
     /// collapse on concurrency, e.g. their connection or process limit). Default: none.
     #[arg(long, value_name = "N")]
@@ -328,6 +332,9 @@ fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
     }
     if let Some(w) = a.max_queue_wait.as_ref().or(file.max_queue_wait.as_ref()) {
         cfg.max_queue_wait = Some(config::parse_duration(w, "max-queue-wait")?);
+    }
+    if let Some(w) = a.max_wait.as_ref().or(file.max_wait.as_ref()) {
+        cfg.max_wait = Some(config::parse_duration(w, "max-wait")?);
     }
     if let Some(t) = a.upstream_timeout.as_ref().or(file.upstream_timeout.as_ref()) {
         cfg.upstream_timeout = config::parse_duration(t, "upstream-timeout")?;
