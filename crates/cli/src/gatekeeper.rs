@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
+use shortfirst_core::admission::calibration::ChoiceRule;
 use shortfirst_gatekeeper::calibrate::{self, CalibrateConfig};
 use shortfirst_gatekeeper::classify::Rule;
 use shortfirst_gatekeeper::config::{self, CapacitySetting, FileConfig, ProxyConfig, Upstream};
@@ -72,6 +73,10 @@ struct ProxyArgs {
     /// Longest wait for admission before 503 + Retry-After (e.g. 10s). Default: none.
     #[arg(long, value_name = "DURATION")]
     max_queue_wait: Option<String>,
+    /// Under sjf, a request that has waited this long is admitted before every other,
+    /// oldest first (a starvation bound on the wait to start, e.g. 5s). Default: none.
+    #[arg(long, value_name = "DURATION")]
+    max_wait: Option<String>,
     /// Also cap the number of admitted requests (beyond the paper: for backends that
     /// collapse on concurrency, e.g. their connection or process limit). Default: none.
     #[arg(long, value_name = "N")]
@@ -169,9 +174,19 @@ struct CalibrateArgs {
     /// every step up to --max.
     #[arg(long, default_value_t = 0.1, allow_negative_numbers = true)]
     tolerance: f64,
-    /// Golden-section iterations after the steps.
-    #[arg(long, default_value_t = 4)]
+    /// Refinement steps after the incremental ones (each halfway between the chosen
+    /// capacity and the measured step below it).
+    #[arg(long, default_value_t = 2)]
     refine_steps: usize,
+    /// Measurement windows per capacity step (their spread is the noise the decision
+    /// accounts for; 1 measures none).
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// The capacity must hold this many of the costliest type's requests unless a smaller
+    /// step was measured better.
+    #[arg(long, default_value_t = 2.0)]
+    floor_multiple: f64,
+    /// Capacity steps in all (each of --repeats windows).
     #[arg(long, default_value_t = 30)]
     max_trials: usize,
     #[arg(long, default_value = "fifo")]
@@ -333,6 +348,9 @@ fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
     if let Some(w) = a.max_queue_wait.as_ref().or(file.max_queue_wait.as_ref()) {
         cfg.max_queue_wait = Some(config::parse_duration(w, "max-queue-wait")?);
     }
+    if let Some(w) = a.max_wait.as_ref().or(file.max_wait.as_ref()) {
+        cfg.max_wait = Some(config::parse_duration(w, "max-wait")?);
+    }
     if let Some(r) = a.retry_after.or(file.retry_after) {
         cfg.retry_after_s = r;
     }
@@ -483,7 +501,9 @@ async fn run_calibrate(c: CalibrateArgs) -> anyhow::Result<()> {
         growth: c.growth,
         tolerance: c.tolerance,
         refine_steps: c.refine_steps,
+        repeats: c.repeats,
         max_trials: c.max_trials,
+        rule: ChoiceRule { floor_multiple: c.floor_multiple, ..ChoiceRule::default() },
         seed: c.seed,
     };
     ccfg.validate()?;
@@ -501,26 +521,48 @@ async fn run_calibrate(c: CalibrateArgs) -> anyhow::Result<()> {
     let server = tokio::spawn(gk.run(async {
         let _ = stop_rx.await;
     }));
-    let result = calibrate::calibrate(&handle, &url, &ccfg, |t| {
-        eprintln!(
-            "calibrate: {:>7} capacity {:>12.1} ms → {:>9.1} req/s, mean {:>9.1} ms, {} errors",
-            t.phase,
-            t.capacity_us as f64 / 1e3,
-            t.throughput_per_s,
-            t.mean_response_ms,
-            t.errors
-        );
+    let result = calibrate::calibrate(&handle, &url, &ccfg, |step| {
+        for t in step {
+            eprintln!(
+                "calibrate: {:>6} capacity {:>10.1} ms #{} → {:>6.3} work/s, {:>8.1} req/s, mean {:>8.1} ms, {} errors",
+                t.phase,
+                t.capacity_us as f64 / 1e3,
+                t.repeat,
+                t.work_per_s,
+                t.throughput_per_s,
+                t.mean_response_ms,
+                t.errors
+            );
+        }
     })
     .await?;
     let _ = stop_tx.send(());
     let _ = server.await;
     let json = serde_json::to_string_pretty(&result)?;
     println!("{json}");
+    let ch = &result.choice;
+    eprintln!("calibrate: work rate per step (mean ± 95% half-width over the repeats, backends busy):");
+    for s in &ch.summaries {
+        let mark = if s.capacity_us == ch.capacity_us { " ← chosen" } else { "" };
+        eprintln!(
+            "calibrate: {:>10.1} ms  {:.3} ± {:.3} (sd {:.3}, n {}){mark}",
+            s.capacity_us as f64 / 1e3,
+            s.mean_work_per_s,
+            s.half_width_work_per_s,
+            s.stddev_work_per_s,
+            s.repeats
+        );
+    }
     eprintln!(
-        "calibrate: best capacity {:.1} ms ({:.1} req/s); use --capacity {:.1}ms",
-        result.best_capacity_us as f64 / 1e3,
-        result.best_throughput_per_s,
-        result.best_capacity_us as f64 / 1e3
+        "calibrate: capacity {:.1} ms ({:?}; floor {:.1} ms = {} × the costliest type, best step {:.1} ms, as good from {:.3} work/s{}); use --capacity {:.1}ms",
+        ch.capacity_us as f64 / 1e3,
+        ch.reason,
+        ch.floor_us as f64 / 1e3,
+        ccfg.rule.floor_multiple,
+        ch.best_capacity_us as f64 / 1e3,
+        ch.threshold_work_per_s,
+        if ch.measured { "" } else { "; the floor was not measured: raise --max" },
+        ch.capacity_us as f64 / 1e3
     );
     if let Some(out) = &c.out {
         write_atomic(out, json.as_bytes())?;

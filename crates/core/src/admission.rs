@@ -116,6 +116,18 @@
 //!   arrival order (requests beyond it wait until they are within it) and walks the
 //!   admitted requests' finish times once.
 //!
+//! **Wait bound (`sjf`, optional, beyond the paper).** With `max_wait_us = Some(W)`, the
+//! oldest waiting request, once it has waited `W`, is picked before everything else
+//! (probes included) and nothing else is admitted while it does not fit, as for a probe.
+//! So a request that becomes the oldest after waiting `W` is admitted once the requests in
+//! flight then have finished enough to fit it (at most all of them: one longest service
+//! time when the requests ahead of it fit together), while plain `sjf` can hold a costly
+//! type behind a stream of cheaper ones for ever (table-tested). When several requests are
+//! past `W` they go oldest first, so in an overload that keeps everything waiting `W`,
+//! `sjf` degrades to `fifo` for the requests past the bound and the costliest type is
+//! admitted as under `fifo`; below that, only requests that would have waited longer than
+//! `W` change order. The bound is on the wait to *start*, not on completion.
+//!
 //! **Classes.** A request may arrive in a class ([`Gate::arrive_in`]; the proxy's classes
 //! are its request types). Within a class every policy admits in arrival order, whatever
 //! the charges: `sjf` and `sjf-aging` consider only the oldest waiting request of each
@@ -146,10 +158,13 @@
 //!   cancel, expire, re-price); `gate::order` the fifo and sjf picks; `gate::aging` the
 //!   sjf-aging pick.
 //! - [`auto`]: capacity auto-tuning.
+//! - [`calibration`]: the offline capacity search's decision (work rates with their
+//!   spread in, the capacity and its reasons out).
 //!
 //! Must not know: sockets, HTTP, tokio, the wall clock, how costs are measured.
 
 pub mod auto;
+pub mod calibration;
 mod estimator;
 mod gate;
 mod policy;
@@ -184,6 +199,8 @@ pub enum AdmissionError {
     BadEstimator { what: String },
     #[error("request type {type_index} out of range: the estimator tracks {num_types} types")]
     UnknownType { type_index: usize, num_types: usize },
+    #[error("calibration: {what}")]
+    BadCalibration { what: String },
     #[error("ticket for request {id} is not outstanding in this gate")]
     UnknownTicket { id: u64 },
 }

@@ -155,6 +155,8 @@ pub struct ProxyConfig {
     pub admin: Option<SocketAddr>,
     pub max_queue_len: usize,
     pub max_queue_wait: Option<Duration>,
+    /// `sjf`: a request waiting this long is admitted before every other (oldest first).
+    pub max_wait: Option<Duration>,
     /// At most this many requests admitted at once, whatever their costs (beyond the paper:
     /// for backends that collapse on concurrency). `None`: cost capacity only.
     pub max_in_flight: Option<usize>,
@@ -206,6 +208,7 @@ impl ProxyConfig {
             admin: None,
             max_queue_len: 100_000,
             max_queue_wait: None,
+            max_wait: None,
             max_in_flight: None,
             max_charge_share: 1.0,
             upstream_timeout: Duration::from_secs(60),
@@ -243,6 +246,8 @@ pub struct FileConfig {
     pub max_queue_len: Option<usize>,
     #[serde(alias = "max_queue_wait")]
     pub max_queue_wait: Option<String>,
+    #[serde(alias = "max_wait")]
+    pub max_wait: Option<String>,
     #[serde(alias = "max_in_flight")]
     pub max_in_flight: Option<usize>,
     #[serde(alias = "max_charge_share")]

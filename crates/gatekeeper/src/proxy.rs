@@ -140,6 +140,7 @@ impl Gatekeeper {
         let mut gate_cfg = GateConfig::new(cfg.capacity.initial_us(), cfg.policy);
         gate_cfg.max_queue_len = cfg.max_queue_len;
         gate_cfg.max_queue_wait_us = cfg.max_queue_wait.map(|d| d.as_micros() as u64);
+        gate_cfg.max_wait_us = cfg.max_wait.map(|d| d.as_micros() as u64);
         gate_cfg.max_in_flight = cfg.max_in_flight;
         gate_cfg.max_charge_share = cfg.max_charge_share;
         let gate = Gate::new(gate_cfg)?;

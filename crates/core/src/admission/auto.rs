@@ -263,6 +263,22 @@ mod tests {
         assert_at_knee(&trace[150..], 30.0, "30 slots");
     }
 
+    /// How fast `--capacity auto` reaches the region a calibration would choose, from its
+    /// default start (50 ms): slow start doubles once per saturated, uninflated interval, so
+    /// a knee at 1.3 s of cost (130 requests of 10 ms) is reached in log2(1300 / 50) ≈ 5
+    /// intervals (5 s with the defaults), and the capacity stays in the knee's region after.
+    #[test]
+    fn slow_start_reaches_a_large_knee_in_a_few_intervals() {
+        let trace = converge(50_000, |_| 130.0);
+        let first = trace.iter().position(|&c| c as f64 >= 0.75 * 1_300_000.0).unwrap();
+        assert!(first <= 5, "reached the region after {} intervals: {:?}", first + 1, &trace[..8]);
+        // AIMD then oscillates about the knee: +5% past it, ×0.9 back.
+        for &c in &trace[first + 10..] {
+            let n = c as f64 / 10_000.0;
+            assert!((0.75 * 130.0..=1.1 * 130.0).contains(&n), "after slow start: n = {n}");
+        }
+    }
+
     #[test]
     fn follows_the_knee_down_when_the_backend_loses_capacity() {
         let trace = converge(50_000, |step| if step < 150 { 16.0 } else { 6.0 });

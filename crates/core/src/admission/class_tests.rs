@@ -174,3 +174,59 @@ proptest! {
         }
     }
 }
+
+/// The wait bound under sjf: a costly request behind an endless stream of cheaper ones is
+/// never admitted without it; with it, it goes first once it has waited the bound and is
+/// admitted when the requests running then finish (here one cheap service time, 5).
+#[test]
+fn sjf_wait_bound_admits_the_starved_request() {
+    for (bound, want) in [(None, None), (Some(100), Some(101..=106)), (Some(40), Some(41..=46))] {
+        let cfg = GateConfig { max_wait_us: bound, ..GateConfig::new(10, AdmissionPolicy::Sjf) };
+        let mut g = Gate::new(cfg).unwrap();
+        let mut running: Vec<(u64, Ticket)> = Vec::new();
+        let mut costly = None;
+        let mut admitted_at = None;
+        // Start the admitted requests; when the costly one is among them, note the time.
+        let take = |t: u64,
+                    adm: Vec<Admitted>,
+                    running: &mut Vec<(u64, Ticket)>,
+                    costly: Option<RequestId>,
+                    at: &mut Option<u64>| {
+            for a in adm {
+                if Some(a.ticket.id()) == costly {
+                    *at = Some(t);
+                }
+                let d = a.ticket.charge_us();
+                running.push((t + d, a.ticket));
+            }
+        };
+        for t in 0..1_000u64 {
+            let (done, still): (Vec<_>, Vec<_>) = running.drain(..).partition(|(f, _)| *f <= t);
+            running = still;
+            for (_, ticket) in done {
+                let adm = g.release(t, ticket).unwrap();
+                take(t, adm, &mut running, costly, &mut admitted_at);
+            }
+            if t == 1 {
+                let (id, adm) = g.arrive_in(t, 2, 10).unwrap();
+                costly = Some(id);
+                assert!(adm.is_empty());
+                take(t, adm, &mut running, costly, &mut admitted_at);
+            }
+            if t % 2 == 0 {
+                let (_, adm) = g.arrive_in(t, 1, 5).unwrap();
+                take(t, adm, &mut running, costly, &mut admitted_at);
+            }
+            if g.next_wakeup_us().is_some_and(|w| w <= t) {
+                let adm = g.poll(t);
+                take(t, adm, &mut running, costly, &mut admitted_at);
+            }
+            // Never past the capacity, except a request alone.
+            assert!(g.load_us() <= 10 || g.in_flight() == 1);
+        }
+        match want {
+            None => assert_eq!(admitted_at, None, "plain sjf starves it"),
+            Some(range) => assert!(admitted_at.is_some_and(|t| range.contains(&t)), "bound {bound:?}: {admitted_at:?}"),
+        }
+    }
+}

@@ -30,6 +30,11 @@ pub struct GateConfig {
     /// "Bounded charges" in the module docs. 1 (the default) is the paper's rule.
     #[serde(default = "unbounded_charge_share")]
     pub max_charge_share: f64,
+    /// `sjf` only: a request that has waited this long is picked before every other (the
+    /// oldest such first), and nothing else is admitted while it does not fit; `None`: plain
+    /// sjf. See "Wait bound" in the module docs.
+    #[serde(default)]
+    pub max_wait_us: Option<u64>,
 }
 
 fn unbounded_charge_share() -> f64 {
@@ -45,6 +50,7 @@ impl GateConfig {
             max_queue_wait_us: None,
             max_in_flight: None,
             max_charge_share: 1.0,
+            max_wait_us: None,
         }
     }
 

@@ -9,8 +9,8 @@ impl Gate {
     pub(super) fn next_admission(&self, now_us: u64) -> Option<u64> {
         let head = match self.cfg.policy {
             AdmissionPolicy::Fifo => self.queue.first_key_value().map(|(&s, _)| s)?,
-            // A waiting probe goes first (re-sampling, module docs).
-            AdmissionPolicy::Sjf => self.sjf_head()?,
+            // A request past the wait bound goes first, then a waiting probe.
+            AdmissionPolicy::Sjf => self.overdue_head(now_us).or_else(|| self.sjf_head())?,
             AdmissionPolicy::SjfAging { .. } => return self.pick_aging(now_us),
         };
         // fifo and sjf never admit a request they did not pick: under fifo that would

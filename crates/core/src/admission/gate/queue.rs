@@ -15,7 +15,7 @@ impl Gate {
     pub fn head_cost_us(&self) -> Option<u64> {
         let seq = match self.cfg.policy {
             AdmissionPolicy::Fifo => *self.queue.first_key_value()?.0,
-            AdmissionPolicy::Sjf => self.sjf_head()?,
+            AdmissionPolicy::Sjf => self.overdue_head(self.last_now_us).or_else(|| self.sjf_head())?,
             AdmissionPolicy::SjfAging { .. } => return self.by_cost.first().map(|&(c, _)| c),
         };
         Some(self.queue[&seq].cost_us)
@@ -237,10 +237,25 @@ impl Gate {
             .max_queue_wait_us
             .and_then(|max| self.queue.first_key_value().map(|(_, w)| w.arrival_us.saturating_add(max)));
         let deadline = self.by_deadline.range((self.last_now_us.saturating_add(1), 0)..).next().map(|&(d, _)| d);
-        match (expiry, deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        // The oldest request's wait bound, while still ahead (once past, dispatch after each
+        // release admits it; the next oldest's bound is looked at when it becomes oldest).
+        let overdue = match (self.cfg.policy, self.cfg.max_wait_us) {
+            (AdmissionPolicy::Sjf, Some(max)) => self
+                .queue
+                .first_key_value()
+                .map(|(_, w)| w.arrival_us.saturating_add(max))
+                .filter(|&t| t > self.last_now_us),
+            _ => None,
+        };
+        [expiry, deadline, overdue].into_iter().flatten().min()
+    }
+
+    /// `sjf` with a wait bound: the oldest waiting request once it has waited
+    /// `max_wait_us` (the oldest request is always the oldest of its class).
+    pub(super) fn overdue_head(&self, now_us: u64) -> Option<u64> {
+        let max = self.cfg.max_wait_us.filter(|_| self.cfg.policy == AdmissionPolicy::Sjf)?;
+        let (&seq, w) = self.queue.first_key_value()?;
+        (now_us.saturating_sub(w.arrival_us) >= max).then_some(seq)
     }
 
     pub(super) fn remove_waiting(&mut self, seq: u64) -> Option<Waiting> {
