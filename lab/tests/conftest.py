@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,18 @@ import pandas as pd
 import pytest
 
 from shortfirst_lab.analysis import REQUEST_COLUMNS, fit_baseline
+
+#: The release build the namespace tests run (`make test` builds it first).
+RELEASE_BIN = Path(__file__).resolve().parents[2] / "target" / "release" / "shortfirst"
+#: Marks of a test that builds namespaces, qdiscs or TUN devices: skipped, with the reason,
+#: unless run as root (CI runs as root).
+NEEDS_ROOT = [
+    pytest.mark.root,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.geteuid() != 0, reason="needs root: network namespaces, qdiscs and TUN devices (CI runs as root)"
+    ),
+]
 
 BASE_A_S = 0.002
 BASE_RATE = 9_500_000.0

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import NEEDS_ROOT
 
 from shortfirst_lab import downloads, testbed
 
@@ -42,11 +43,7 @@ BACKLOG_HEAD_START_S = 2.0
 FETCH_TIMEOUT_S = 60.0
 
 pytestmark = [
-    pytest.mark.root,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        os.geteuid() != 0, reason="needs root: network namespaces, a TUN and tc (CI runs as root)"
-    ),
+    *NEEDS_ROOT,
     pytest.mark.skipif(not BIN.exists(), reason=f"{BIN} not built (make build, or set SHORTFIRST_BIN)"),
 ]
 

@@ -13,22 +13,15 @@ Needs root: skipped with a message otherwise. About 40 s.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
+from conftest import NEEDS_ROOT
+from conftest import RELEASE_BIN as BIN
 
 from shortfirst_lab import downloads
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = REPO / "target" / "release" / "shortfirst"
 TRIALS = 2
 
-pytestmark = [
-    pytest.mark.root,
-    pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: network namespaces and tc (CI runs as root)"),
-]
+pytestmark = NEEDS_ROOT
 
 
 @pytest.fixture(scope="module")

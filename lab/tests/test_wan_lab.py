@@ -13,27 +13,20 @@ Needs root and the release build; skipped otherwise. ~2 min.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import NEEDS_ROOT
+from conftest import RELEASE_BIN as BIN
 
 from shortfirst_lab import testbed, wanrun
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = REPO / "target" / "release" / "shortfirst"
 
-pytestmark = [
-    pytest.mark.root,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        os.geteuid() != 0, reason="needs root: network namespaces and a TUN (CI runs as root)"
-    ),
-    pytest.mark.skipif(not BIN.exists(), reason=f"{BIN} not built (make build)"),
-]
+pytestmark = [*NEEDS_ROOT, pytest.mark.skipif(not BIN.exists(), reason=f"{BIN} not built (make build)")]
 
 
 def test_wan_testbed_gives_each_group_its_rtt(tmp_path):
