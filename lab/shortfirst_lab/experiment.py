@@ -465,6 +465,10 @@ def to_toml(doc: dict[str, Any]) -> str:
 def experiment_from_dict(
     doc: dict[str, Any], path: str | Path = "<experiment>", text: str = ""
 ) -> Experiment:
+    """Validates a parsed experiment. Longer than ~80 lines on purpose: one section after another in
+    file order, each key read where its check is; helpers take the sections that repeat (groups,
+    paths).
+    """
     path = Path(path)
     for k in doc:
         if k not in _SECTIONS:

@@ -521,6 +521,10 @@ def _f(x: Any, fmt: str = "{:.4f}") -> str:
 def render_html(
     summary: dict[str, Any], runs: list[RunData], extras: dict[str, Any], with_figures: bool = True
 ) -> str:
+    """The page from the summary. Longer than ~80 lines on purpose: it is the table columns and the
+    template's context, one flat list; cut in pieces, each table's header and its row builder would
+    sit apart.
+    """
     exp: Experiment = extras["exp"]
     # In a WAN path sweep the by-load figures show the sweep's LAN point only (pooling
     # paths at a load would mix them); the sweep has figures of its own.

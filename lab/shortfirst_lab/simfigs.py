@@ -217,7 +217,11 @@ def figure7(
     """Crovella Fig. 7 (load 0.9, SRPT, exponential vs bounded Pareto alpha 1.1 with the same
     mean; the bounded Pareto as in their analysis: maximum 10^10) from the formulas and from
     ``shortfirst sim``; Fig. 8 (alpha from 0.5 to 1.9, mean 3000) from the formulas.
-    Writes fig7.png, fig7-sim-vs-theory.png, fig8.png and fig7.json into ``out_dir``."""
+    Writes fig7.png, fig7-sim-vs-theory.png, fig8.png and fig7.json into ``out_dir``.
+
+    Longer than ~80 lines on purpose: three figures from one simulation sweep, drawn where the data
+    is computed.
+    """
     import matplotlib
 
     matplotlib.use("Agg")

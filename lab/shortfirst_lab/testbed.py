@@ -245,6 +245,9 @@ class Testbed:
         netem_jitter_mode: str = "fifo",
         client_congestion_control: str = "reno",
     ) -> None:
+        """Checks every argument before anything is built (a bad one raises ValueError naming it), then
+        builds under the run's lock. Longer than ~80 lines for the list of checks, one per argument.
+        """
         if not RUN_ID_RE.match(run_id):
             raise ValueError(f"run_id {run_id!r}: expected 1 to 6 characters of [a-z0-9] (see new_run_id())")
         if not 1 <= n_clients <= MAX_CLIENTS:

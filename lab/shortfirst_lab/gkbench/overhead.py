@@ -209,7 +209,11 @@ def measure_overhead(b: Bench, capacity: str) -> dict:
     of a path = its latency minus direct's: per round (mean and median), the median over
     rounds of the per-round means, and pooled over all rounds (mean and median).
     With --halt-poll-ns N every round set runs twice, with the machine's setting and with
-    the guest halt-polling set to N, reported side by side."""
+    the guest halt-polling set to N, reported side by side.
+
+    Longer than ~80 lines on purpose: the rounds and their interleaving are one measurement
+    procedure, read top to bottom.
+    """
     a = b.a
     trace = b.work / "overhead.csv"
     write_trace(trace, [("/ping", 1.0)], a.overhead_rate, a.overhead_duration, a.seed)

@@ -117,7 +117,10 @@ def sweep(
     """Runs the experiment file; writes ``out_dir/summary.json`` (temp file, then rename) after every
     point, so an interrupted sweep leaves the points measured so far.
 
-    ``overrides`` replaces ``capacity`` (gatekeeper), ``modes`` and ``browsers`` of the file."""
+    ``overrides`` replaces ``capacity`` (gatekeeper), ``modes`` and ``browsers`` of the file.
+
+    Longer than ~80 lines on purpose: the sweep's loop with its resume and per-point bookkeeping in one place.
+    """
     cfg = load_config(config_path, overrides)
     bins = bins or Binaries.default()
     bins.check()
