@@ -127,6 +127,7 @@ impl Config {
     }
 
     /// Checks `text` as if read from `path` (named in errors).
+    /// Longer than ~80 lines for the list of checks, one per key, each error naming it.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let err = |key: &str, message: String| ConfigError {
             path: path.display().to_string(),

@@ -400,6 +400,7 @@ impl ServerConfig {
     }
 
     /// Builds and validates a configuration from its partial form; `root` is required.
+    /// Longer than ~80 lines for the flat list of keys taken from the file, one per setting.
     pub fn from_file(file: ConfigFile) -> Result<ServerConfig, ConfigError> {
         file.check_pairs()?;
         let root = file.root.ok_or(ConfigError::Missing("root"))?;

@@ -303,6 +303,9 @@ impl Conn {
         }
     }
 
+    /// One request from resolution to the last byte. Longer than ~80 lines on purpose: the
+    /// RFC 9110 decision order (method, resolution, preconditions, range) reads top to bottom
+    /// here; split, the order that decides the status would be spread across functions.
     async fn respond(&mut self, req: &Request, keep_alive: bool) -> std::io::Result<Outcome_> {
         let base = self.rstart;
         let method = req.method();

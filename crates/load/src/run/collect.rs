@@ -184,6 +184,8 @@ pub(super) fn spawn_collector(
 /// HDR log (and the progress line) each second; the log is written to a
 /// temporary file and renamed into place at the end. With a load schedule,
 /// each row gets the phase in force at its scheduled time.
+/// Longer than ~80 lines on purpose: one loop over the rows with its once-a-second
+/// duties; split, the loop's state would be passed around by reference.
 fn collect(
     rx: mpsc::Receiver<Msg>,
     mut writer: RecordWriter,

@@ -126,6 +126,8 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
 /// As [`run`], each connection bound to its client's address in
 /// `source_addrs` (`--source-addrs`). Every address is checked (family,
 /// one probe bind) before anything starts.
+/// Longer than ~80 lines on purpose: the run's threads are started and joined in one
+/// place, so their order (collector first, dispatcher last) is visible.
 pub fn run_with(cfg: Config, source_addrs: SourceAddrs) -> Result<Summary, LoadError> {
     cfg.validate()?;
     source_addrs.check(cfg.target.addr)?;

@@ -213,6 +213,8 @@ pub fn parse(buf: &mut [u8], limits: &Limits) -> Result<Option<Request>, Status>
     result
 }
 
+/// Parses one request head. Longer than ~80 lines on purpose: every RFC 9112 check on the
+/// head, in the order the status codes must be decided, in one place.
 fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<Request>, Status> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS_LIMIT];
     let max_headers = limits.max_headers.min(MAX_HEADERS_LIMIT);
