@@ -366,27 +366,7 @@ pub fn valid_host(value: &[u8]) -> bool {
             None => (value, None),
         }
     };
-    let reg_name = |b: &u8| {
-        b.is_ascii_alphanumeric()
-            || matches!(
-                b,
-                b'-' | b'.'
-                    | b'_'
-                    | b'~'
-                    | b'%'
-                    | b'!'
-                    | b'$'
-                    | b'&'
-                    | b'\''
-                    | b'('
-                    | b')'
-                    | b'*'
-                    | b'+'
-                    | b','
-                    | b';'
-                    | b'='
-            )
-    };
+    let reg_name = |b: &u8| is_unreserved_or_sub_delim(*b) || *b == b'%';
     host.iter().all(reg_name) && port.map_or(true, |p| p.len() <= 5 && p.iter().all(u8::is_ascii_digit))
 }
 
@@ -446,6 +426,16 @@ pub fn parse_u64(s: &[u8]) -> Option<u64> {
         n = n * 10 + u64::from(b - b'0');
     }
     Some(n)
+}
+
+/// RFC 3986 §2.3 unreserved characters and §2.2 sub-delims: the bytes a host name
+/// (with `%`) and a path segment (with `:`, `@`) may carry unescaped.
+pub(crate) fn is_unreserved_or_sub_delim(b: u8) -> bool {
+    b.is_ascii_alphanumeric()
+        || matches!(
+            b,
+            b'-' | b'.' | b'_' | b'~' | b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'='
+        )
 }
 
 #[cfg(test)]

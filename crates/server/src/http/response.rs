@@ -134,27 +134,7 @@ pub fn etag(buf: &mut Vec<u8>, v: FileVersion, now_ns: u64) {
 /// (RFC 3986 §3.3), so the value can only be read as a path on this server.
 pub fn push_path_encoded(buf: &mut Vec<u8>, path: &[u8]) {
     for &b in path {
-        let plain = b.is_ascii_alphanumeric()
-            || matches!(
-                b,
-                b'-' | b'.'
-                    | b'_'
-                    | b'~'
-                    | b'!'
-                    | b'$'
-                    | b'&'
-                    | b'\''
-                    | b'('
-                    | b')'
-                    | b'*'
-                    | b'+'
-                    | b','
-                    | b';'
-                    | b'='
-                    | b':'
-                    | b'@'
-                    | b'/'
-            );
+        let plain = super::parse::is_unreserved_or_sub_delim(b) || matches!(b, b':' | b'@' | b'/');
         if plain {
             buf.push(b);
         } else {
