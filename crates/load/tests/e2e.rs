@@ -3,6 +3,8 @@
 //! row, sizes match, keep-alive and chunked bodies work, and abort/retry,
 //! timeouts, refused connections and the in-flight limit behave as documented.
 
+mod support;
+
 use shortfirst_load::dist::TimeDist;
 use shortfirst_load::generate::{generate, DEFAULT_MAX_TOTAL_BYTES};
 use shortfirst_load::http::Target;
@@ -55,19 +57,8 @@ fn start_server(docroot: Option<PathBuf>, chunked: bool) -> (SocketAddr, Arc<See
 
 async fn serve_conn(mut sock: tokio::net::TcpStream, docroot: Option<PathBuf>, chunked: bool, seen: Arc<Seen>) {
     let mut buf = Vec::new();
-    let mut tmp = [0u8; 4096];
     loop {
-        let end = loop {
-            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break i + 4;
-            }
-            match sock.read(&mut tmp).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&tmp[..n]),
-            }
-        };
-        let head = String::from_utf8_lossy(&buf[..end]).to_string();
-        buf.drain(..end);
+        let Some(head) = support::read_head(&mut sock, &mut buf).await else { return };
         let path = head.split(' ').nth(1).unwrap_or("/").to_string();
         let close = head.to_ascii_lowercase().contains("connection: close");
         seen.requests.fetch_add(1, Ordering::Relaxed);

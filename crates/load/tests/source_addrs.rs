@@ -6,6 +6,8 @@
 //! before anything is sent; a client without an address stops the run before
 //! its request is sent.
 
+mod support;
+
 use shortfirst_load::dist::TimeDist;
 use shortfirst_load::http::Target;
 use shortfirst_load::record::{read_records, RequestRecord};
@@ -17,7 +19,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 /// What the server saw: the peer address of each request path, and connections.
 #[derive(Default)]
@@ -50,19 +52,8 @@ fn start_server(ip: &str) -> Option<(SocketAddr, Arc<Seen>)> {
 
 async fn serve_conn(mut sock: tokio::net::TcpStream, peer: IpAddr, seen: Arc<Seen>) {
     let mut buf = Vec::new();
-    let mut tmp = [0u8; 4096];
     loop {
-        let end = loop {
-            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break i + 4;
-            }
-            match sock.read(&mut tmp).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&tmp[..n]),
-            }
-        };
-        let head = String::from_utf8_lossy(&buf[..end]).to_string();
-        buf.drain(..end);
+        let Some(head) = support::read_head(&mut sock, &mut buf).await else { return };
         let path = head.split(' ').nth(1).unwrap_or("/").to_string();
         seen.peer_by_path.lock().unwrap().entry(path).or_default().push(peer);
         let close = head.to_ascii_lowercase().contains("connection: close");
