@@ -12,6 +12,7 @@ Subcommands (one function each; add a new one by writing `_cmd_x(args)` and regi
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -110,6 +111,10 @@ SUBCOMMANDS: dict[
 }
 
 
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m shortfirst_lab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -118,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         add(p)
         p.set_defaults(func=fn)
     a = parser.parse_args(argv)
+    # SIGTERM (a job scheduler, `kill`) unwinds like Ctrl-C: the testbed's server, generator and
+    # namespaces are torn down and the interrupted run's logs kept, instead of left running.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         return a.func(a)
     except ExperimentError as e:

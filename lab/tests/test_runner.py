@@ -47,10 +47,14 @@ class FakeTestbed:
         FakeTestbed.torn_down.append(self.run_id)
         return False
 
+    client_argvs: list[list[str]] = []
+
     def server_popen(self, argv, **kw):
         return subprocess.Popen(argv, **kw)
 
-    client_popen = server_popen
+    def client_popen(self, argv, **kw):
+        FakeTestbed.client_argvs.append(list(argv))
+        return subprocess.Popen(argv, **kw)
 
     def server_run(self, argv, **kw):
         return subprocess.run(argv, check=False, **kw)
@@ -89,6 +93,9 @@ def fake_env(tmp_path, monkeypatch):
     FakeTestbed.created.clear()
     FakeTestbed.torn_down.clear()
     FakeTestbed.tcp.clear()
+    FakeTestbed.client_argvs.clear()
+    (tmp_path / "stage").mkdir()
+    monkeypatch.setenv("SHORTFIRST_LAB_STAGE", str(tmp_path / "stage"))
     exp_path = tmp_path / "fake.toml"
     exp_path.write_text(f"""
 [experiment]
@@ -154,6 +161,85 @@ def test_runner_layout_and_report(fake_env, tmp_path):
     assert len(FakeTestbed.created) == 3 and FakeTestbed.torn_down == FakeTestbed.created
     # The experiment's band queue and congestion control reach every testbed (calibration too).
     assert FakeTestbed.tcp == [(321, "reno")] * 3
+
+
+def test_runs_write_their_logs_in_the_stage_and_move_them(fake_env, tmp_path):
+    exp_path, bin_path = fake_env
+    out, stage = tmp_path / "out", tmp_path / "stage"
+    runner.Runner(load_experiment(exp_path), out, bin_path, progress=False).run()
+    # The generator wrote into the stage (RAM), not into the experiment directory ...
+    gen_outs = [a[a.index("--out") + 1] for a in FakeTestbed.client_argvs if "--trace" in a]
+    assert len(gen_outs) == 3 and all(o.startswith(str(stage)) for o in gen_outs)  # calibration too
+    # ... and everything ended in runs/<run>, the stage empty, the commands naming the final place.
+    assert list(stage.iterdir()) == []
+    for run in ("fair-load0.50-rep1", "srpt-load0.50-rep1"):
+        d = out / "runs" / run
+        cmds = (d / "commands.txt").read_text()
+        assert f"--out {d}" in cmds and str(stage) not in cmds
+        assert (d / "requests.csv").exists() and (d / "run.json").exists()
+    assert (out / "calibration" / "requests.csv").exists()
+
+
+@pytest.mark.parametrize(
+    ("files", "expect"),
+    [
+        ({"commands.txt": "load --out STAGE --trace t"}, {"commands.txt": "load --out FINAL --trace t"}),
+        ({"load.log": "done -> STAGE"}, {"load.log": "done -> FINAL"}),
+        # Other files are moved untouched, sub-directories included.
+        ({"requests.csv": "STAGE", "sim/trace.csv": "x"}, {"requests.csv": "STAGE", "sim/trace.csv": "x"}),
+        ({}, {}),
+    ],
+)
+def test_unstage_moves_and_rewrites_paths(tmp_path, files, expect):
+    stage, final = tmp_path / "shortfirst-run-x", tmp_path / "runs" / "run"
+    stage.mkdir()
+    final.mkdir(parents=True)
+    for name, text in files.items():
+        (stage / name).parent.mkdir(parents=True, exist_ok=True)
+        (stage / name).write_text(text.replace("STAGE", str(stage)))
+    runner.unstage(stage, final)
+    assert not stage.exists()
+    got = {str(f.relative_to(final)): f.read_text() for f in final.rglob("*") if f.is_file()}
+    assert got == {k: v.replace("STAGE", str(stage)).replace("FINAL", str(final)) for k, v in expect.items()}
+
+
+def test_stage_root_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("SHORTFIRST_LAB_STAGE", "")
+    assert runner.stage_root() is None and runner.make_stage("r") is None
+    monkeypatch.setenv("SHORTFIRST_LAB_STAGE", str(tmp_path / "missing"))
+    with pytest.raises(runner.RunnerError, match="not a directory"):
+        runner.make_stage("r")
+    monkeypatch.setenv("SHORTFIRST_LAB_STAGE", str(tmp_path))
+    st = runner.make_stage("fair-load0.50-rep1")
+    assert st is not None and st.parent == tmp_path and st.name.startswith("shortfirst-fair-load0.50-rep1-")
+
+
+def test_sigterm_unwinds_like_ctrl_c(tmp_path):
+    """`python -m shortfirst_lab` turns SIGTERM into the KeyboardInterrupt path: `finally` blocks
+    (the testbed's teardown) run and the exit status is 130."""
+    marker = tmp_path / "cleaned"
+    script = f"""
+import sys, time
+from pathlib import Path
+from shortfirst_lab import __main__ as m
+def cmd(_a):
+    try:
+        print("started", flush=True)
+        time.sleep(30)
+    finally:
+        Path({str(marker)!r}).write_text("yes")
+    return 0
+m.SUBCOMMANDS["sleep"] = ("sleep", lambda p: None, cmd)
+sys.exit(m.main(["sleep"]))
+"""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout.readline().strip() == "started"
+    proc.terminate()
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, err
+    assert marker.read_text() == "yes" and "interrupted" in err
 
 
 def test_failed_run_is_recorded_and_matrix_continues(fake_env, tmp_path, monkeypatch):
