@@ -15,6 +15,14 @@
 //! Files are opened `O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK` (a FIFO never
 //! blocks the worker); only regular files are served. No metadata cache: each
 //! request costs one `openat2` and one `fstat`, as nginx without `open_file_cache`.
+//!
+//! And `O_NOATIME` where the kernel allows it (the files' owner, or `CAP_FOWNER`):
+//! under `relatime` the first read of a file since it was written updates its
+//! access time, a journalled inode write, and `sendfile` makes it on the worker
+//! thread; on a disk busy with other writers that write waited for the journal
+//! and stalled every connection for 20-30 s. The first `EPERM` that a retry
+//! without the flag cures turns it off for the process (one warning), so an
+//! unprivileged server over other users' files pays one extra `open`, once.
 
 use std::ffi::CStr;
 use std::fs::File;
@@ -22,6 +30,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::config::Dotfiles;
 
@@ -132,6 +141,8 @@ pub struct Root {
     canonical: PathBuf,
     confine: bool,
     have_openat2: bool,
+    /// Whether `O_NOATIME` is still tried (off after the kernel refused it once).
+    noatime: AtomicBool,
 }
 
 impl Root {
@@ -144,7 +155,7 @@ impl Root {
         if !have_openat2 {
             tracing::warn!("openat2 unavailable: confining paths by checking /proc/self/fd after open");
         }
-        Ok(Root { fd, canonical, confine, have_openat2 })
+        Ok(Root { fd, canonical, confine, have_openat2, noatime: AtomicBool::new(true) })
     }
 
     pub fn path(&self) -> &Path {
@@ -191,7 +202,30 @@ impl Root {
     fn open_rel(&self, name_nul: &[u8]) -> Result<File, Refusal> {
         let name = CStr::from_bytes_with_nul(name_nul).map_err(|_| Refusal::BadRequest)?;
         let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK;
-        let result = if self.have_openat2 {
+        if self.noatime.load(Ordering::Relaxed) {
+            match self.open_with(name, flags | libc::O_NOATIME) {
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                    let plain = self.open_with(name, flags);
+                    if plain.is_ok() && self.noatime.swap(false, Ordering::Relaxed) {
+                        tracing::warn!(
+                            "O_NOATIME refused (not the files' owner, no CAP_FOWNER): reads may write access times"
+                        );
+                    }
+                    return plain.map_err(open_refusal);
+                }
+                result => return result.map_err(open_refusal),
+            }
+        }
+        self.open_with(name, flags).map_err(open_refusal)
+    }
+
+    /// Whether files are opened with `O_NOATIME` (for tests and the startup log).
+    pub fn noatime(&self) -> bool {
+        self.noatime.load(Ordering::Relaxed)
+    }
+
+    fn open_with(&self, name: &CStr, flags: i32) -> io::Result<File> {
+        if self.have_openat2 {
             let resolve = if self.confine { libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS } else { 0 };
             openat2(&self.fd, name, flags, resolve)
         } else {
@@ -202,15 +236,7 @@ impl Root {
                     Ok(f)
                 }
             })
-        };
-        result.map_err(|e| match e.raw_os_error() {
-            Some(libc::ENOENT | libc::ENOTDIR | libc::ENAMETOOLONG) => Refusal::NotFound,
-            Some(libc::EXDEV | libc::ELOOP | libc::EACCES | libc::EPERM | libc::ENXIO) => Refusal::Forbidden,
-            _ => {
-                tracing::warn!(error = %e, "open failed");
-                Refusal::Internal
-            }
-        })
+        }
     }
 
     /// Fallback confinement: the opened file's real path lies under the root.
@@ -219,6 +245,17 @@ impl Root {
         match std::fs::read_link(link) {
             Ok(real) => real == self.canonical || real.starts_with(&self.canonical),
             Err(_) => false,
+        }
+    }
+}
+
+fn open_refusal(e: io::Error) -> Refusal {
+    match e.raw_os_error() {
+        Some(libc::ENOENT | libc::ENOTDIR | libc::ENAMETOOLONG) => Refusal::NotFound,
+        Some(libc::EXDEV | libc::ELOOP | libc::EACCES | libc::EPERM | libc::ENXIO) => Refusal::Forbidden,
+        _ => {
+            tracing::warn!(error = %e, "open failed");
+            Refusal::Internal
         }
     }
 }
@@ -344,6 +381,33 @@ mod tests {
             normalize(target.as_bytes(), &mut out).unwrap();
             assert_eq!(check_dotfiles(&out, *policy), *want, "{target} {policy:?}");
         }
+    }
+
+    /// A file read through the root keeps its access time: without `O_NOATIME` the
+    /// read below writes it (relatime: the access time is not after the modification).
+    #[test]
+    fn reads_through_the_root_do_not_write_access_times() {
+        use std::io::Read;
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.bin");
+        std::fs::write(&path, b"abc").unwrap();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        let f = File::options().write(true).open(&path).unwrap();
+        f.set_times(std::fs::FileTimes::new().set_accessed(old).set_modified(old + std::time::Duration::from_secs(60)))
+            .unwrap();
+        drop(f);
+        let before = std::fs::metadata(&path).unwrap();
+        let root = Root::open(dir.path(), true).unwrap();
+        let mut scratch = Vec::new();
+        let Ok(Resolved::File { mut file, .. }) = root.resolve(b"a.bin", false, &mut scratch) else {
+            panic!("a.bin did not resolve to a file");
+        };
+        let mut buf = [0u8; 8];
+        assert_eq!(file.read(&mut buf).unwrap(), 3);
+        assert!(root.noatime(), "the test's own file: the owner may use O_NOATIME");
+        let after = std::fs::metadata(&path).unwrap();
+        assert_eq!((after.atime(), after.atime_nsec()), (before.atime(), before.atime_nsec()));
     }
 
     mod properties {
