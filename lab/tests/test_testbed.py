@@ -103,6 +103,11 @@ def test_build_and_teardown_leave_nothing(shortfirst_bin):
         )
         assert cc.stdout.strip() == "reno"
         assert "initcwnd 4" in bed_exec(bed.server_ns, ["ip", "route", "show"])
+        # Every client namespace: the whole port range and TIME_WAIT reuse (see CLIENT_SYSCTLS).
+        for ns in bed.client_ns:
+            ports = bed_exec(ns, ["sysctl", "-n", "net.ipv4.ip_local_port_range"]).split()
+            assert ports == ["1024", "65535"]
+            assert bed_exec(ns, ["sysctl", "-n", "net.ipv4.tcp_tw_reuse"]).strip() == "1"
         # Both clients reach the server (the constructor checked it too) and health sampling works.
         sample = bed.health_sample()
         assert sample["listen_overflows"] >= 0 and set(sample["band_bytes"]) == set(range(7))
