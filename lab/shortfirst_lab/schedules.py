@@ -171,7 +171,7 @@ def parse(spec: str, read_files: bool = True) -> Schedule:
 
 
 def schedule_label(spec: str) -> str:
-    """A file-name-safe name of a schedule: `w1`, `const1.4`, `25sx0.2_25sx1.2`, `file-NAME`."""
+    """A file-name-safe name of a schedule: `w1`, `const1.4`, `25sx0.2_25sx1.2`, `file_NAME`."""
     s = spec.strip()
     low = s.lower()
     if low in PRESETS:
