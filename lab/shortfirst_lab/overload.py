@@ -88,6 +88,7 @@ class Run:
     schedule: str
     setup: str
     metrics: dict[str, Any]
+    duration_s: float  # when the schedule ended (the drain follows)
     health: pd.DataFrame = field(repr=False)
     series: pd.DataFrame = field(repr=False)
 
@@ -202,7 +203,9 @@ def analyse_run(run_dir: Path, exp: Experiment, spec: RunSpec) -> Run:
     m.update(validity(run_dir, m.pop("lateness_p99_ms_from_log")))
     s_path = run_dir / "series.csv"
     s = pd.read_csv(s_path) if s_path.exists() else series.per_second(df, str(run_dir / "requests.csv"))
-    return Run(run_dir, spec.policy, spec.load, spec.repeat, spec.schedule, spec.setup, m, h, s)
+    return Run(
+        run_dir, spec.policy, spec.load, spec.repeat, spec.schedule, spec.setup, m, sub.run.duration_s, h, s
+    )
 
 
 def collect(exp_dir: Path) -> tuple[Experiment, list[Run], list[str]]:

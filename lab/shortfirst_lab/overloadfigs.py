@@ -70,11 +70,17 @@ def timeline(pair: dict[str, Run], title: str, path: Path) -> Path:
         ax.grid(True, alpha=0.25)
         if ax.lines:
             ax.legend(fontsize=8)
+    end_s = max((r.duration_s for r in pair.values()), default=None)
+    for ax, _ in labels:
+        if end_s is not None:
+            ax.axvline(end_s, color="grey", linewidth=0.8, linestyle=":")
     for ax in (rt, fb):
         ax.set_xlabel("Time since the load started (s)")
         if any(len(line.get_ydata()) for line in ax.lines):
             ax.set_yscale("log")
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(
+        f"{title}\ndotted: the schedule's end (requests still in flight drain after it)", fontsize=10
+    )
     return _save(fig, path)
 
 
@@ -107,8 +113,8 @@ def memory(runs: list[Run], title: str, path: Path) -> Path:
         if h.empty or "server_rss_bytes" not in h:
             continue
         _line(ax, h["t_s"], h["server_rss_bytes"] / 2**20, r.policy)
-        if "admin_ok" in h:
-            down = h[h["admin_ok"].fillna(0) != 1]
+        down = h[h["admin_ok"].fillna(0) != 1] if "admin_ok" in h else h.iloc[:0]
+        if len(down):
             st = _style(r.policy)
             ax.scatter(down["t_s"], np.zeros(len(down)), marker="x", color=st["color"],
                        label=f"{st['label']}: admin did not answer")  # fmt: skip

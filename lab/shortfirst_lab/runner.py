@@ -168,7 +168,12 @@ def check_trace_covers(exp: Experiment, trace: Path) -> dict[str, Any]:
             f"load {rho:g} on {exp.uplink.rate_bits_per_s / 1e6:g} Mbit/s, but run.duration_s = "
             f"{exp.run.duration_s:g}; set workload.requests to at least {need}"
         )
-    return {"requests": len(df), "mean_size_bytes": mean_size, "lasts_s_at_max_load": lasts_s}
+    return {
+        "requests": len(df),
+        "mean_size_bytes": mean_size,
+        "lasts_s_at_max_load": lasts_s,
+        "max_load": rho,
+    }
 
 
 def schedule_mean(spec: str) -> float:
@@ -809,7 +814,7 @@ class Runner:
         cover = check_trace_covers(exp, self.trace)
         _log(
             f"trace: {cover['requests']} requests, mean {cover['mean_size_bytes']:.0f} B, "
-            f"{cover['lasts_s_at_max_load']:.0f} s at load {max(exp.loads):g}"
+            f"{cover['lasts_s_at_max_load']:.0f} s at load {cover['max_load']:g}"
         )
         self.calibrate(self.trace)
         todo = exp.matrix()
