@@ -132,6 +132,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .kit import to_toml
 from .schedules import check_spec, schedule_label, specs_of
 
 POLICIES = ("fair", "srpt", "srpt2", "srrt")
@@ -530,30 +531,6 @@ def apply_override(doc: dict[str, Any], override: str, path: str | Path = "<over
     if not isinstance(section, dict):
         raise ExperimentError(path, parts[0], "a table", section)
     section[parts[1]] = value
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
-    raise TypeError(f"cannot write {type(v).__name__} as TOML")
-
-
-def to_toml(doc: dict[str, Any]) -> str:
-    """Serialise a two-level document of tables of scalars and lists (the experiment schema)."""
-    out = []
-    for section, table in doc.items():
-        out.append(f"[{section}]")
-        out.extend(f"{k} = {_toml_value(v)}" for k, v in table.items())
-        out.append("")
-    return "\n".join(out)
 
 
 def experiment_from_dict(
