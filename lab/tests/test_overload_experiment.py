@@ -285,7 +285,7 @@ def test_factors_experiment_runs_w1_under_table_2s_setups():
     assert len(exp.matrix()) == 16
 
 
-def test_persistent_and_rss_experiments_follow_the_issue():
+def test_persistent_and_rss_experiments_have_their_loads_and_lengths():
     p = load_experiment(EXPERIMENTS / "overload-persistent.toml")
     assert p.loads == (1.2, 1.4) and p.run.duration_s >= 600 and p.uplink.syncookies == "off"
     assert overload.applies(p)

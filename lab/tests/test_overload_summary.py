@@ -1,5 +1,5 @@
 """The overload summary (shortfirst_lab.overload) on hand-made run directories with known
-answers: the issue's schema, every per-policy field, persistent entries with the first SYN
+answers: the summary's schema, every per-policy field, persistent entries with the first SYN
 drop, the memory check, the paper's checks, the figures and the `report` hook."""
 
 from __future__ import annotations
