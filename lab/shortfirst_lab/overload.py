@@ -32,6 +32,9 @@ over repeats, `repeats` says how many; `valid` only if every one is):
 
 `first_syn_drop_s` (persistent entries, the earliest over repeats): seconds from the
 generator's start to the first health sample whose `ListenDrops` had grown; null if none.
+Persistent entries are per (ρ, policy) and also per setup and run length (`duration_s`), so
+the 30-minute memory run (overload-rss.toml) is an entry of its own, not pooled with the
+10-minute ones.
 `checks` sets the paper's claims beside what was measured, and the memory check of a long
 persistent run: the server's RSS at the end within 1.5x of its RSS after the first minute,
 the admin endpoint answering in every sample (`admin_ok` in health.csv).
@@ -267,17 +270,18 @@ def workload_entries(runs: list[Run], setup_order: list[str]) -> list[dict[str, 
 
 
 def persistent_entries(runs: list[Run]) -> list[dict[str, Any]]:
-    groups: dict[tuple[float, str, str], list[Run]] = {}
+    groups: dict[tuple[float, float, str, str], list[Run]] = {}
     for r in runs:
         if r.rho is not None:
-            groups.setdefault((r.rho, r.policy, r.setup or BASELINE_SETUP), []).append(r)
+            groups.setdefault((r.rho, r.duration_s, r.policy, r.setup or BASELINE_SETUP), []).append(r)
     out = []
-    for (rho, policy, setup), rs in sorted(groups.items()):
+    for (rho, duration_s, policy, setup), rs in sorted(groups.items()):
         drops = [r.metrics["first_syn_drop_s"] for r in rs if r.metrics.get("first_syn_drop_s") is not None]
         entry = {
             "rho": rho,
             "policy": policy,
             "setup": setup,
+            "duration_s": duration_s,
             "first_syn_drop_s": min(drops) if drops else None,
         }
         entry |= pooled(rs)
@@ -324,8 +328,8 @@ def checks(workloads: list[dict[str, Any]], persistent: list[dict[str, Any]]) ->
             r = _ratio(w["srpt"]["largest_1pct_mean_response_s"], w["fair"]["largest_1pct_mean_response_s"])
             row(f"{w['name']} setup {w['setup']}: largest 1% SRPT/FAIR <= 1.1", "<= 1.1", r,
                 None if r is None else r <= 1.1, workload=w["name"], setup=w["setup"])  # fmt: skip
-    for rho in sorted({p["rho"] for p in persistent}):
-        by = {p["policy"]: p for p in persistent if p["rho"] == rho}
+    for rho, duration_s in sorted({(p["rho"], p["duration_s"]) for p in persistent}):
+        by = {p["policy"]: p for p in persistent if (p["rho"], p["duration_s"]) == (rho, duration_s)}
         if "fair" not in by or "srpt" not in by:
             continue
         f, s = by["fair"]["first_syn_drop_s"], by["srpt"]["first_syn_drop_s"]
@@ -344,7 +348,8 @@ def checks(workloads: list[dict[str, Any]], persistent: list[dict[str, Any]]) ->
                 continue
             ok = rss["rss_growth"] <= RSS_MAX_GROWTH and rss.get("admin_answered_throughout") is True
             claim = (
-                f"persistent rho={p['rho']:g} {p['policy']} run {k + 1}: RSS end/after 1 min <= 1.5, admin up"
+                f"persistent rho={p['rho']:g} {p['policy']} {p['duration_s']:g} s run {k + 1}: "
+                "RSS end/after 1 min <= 1.5, admin up"
             )
             row(claim, "(our own limit)", rss["rss_growth"], ok, rho=p["rho"], policy=p["policy"])
     return rows

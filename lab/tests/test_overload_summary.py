@@ -211,8 +211,14 @@ def test_persistent_entries_and_the_memory_check(tmp_path, loads, client, prefix
     checks = {c["claim"]: c for c in summary["checks"]}
     later = checks[f"persistent rho={rho:g}: SRPT's first SYN drop >= 10x later than FAIR's"]
     assert later["met"] is True and later["measured"] == pytest.approx(120 / 60), "no drop in the whole run"
-    assert checks[f"persistent rho={rho:g} fair run 1: RSS end/after 1 min <= 1.5, admin up"]["met"] is True
-    assert checks[f"persistent rho={rho:g} srpt run 1: RSS end/after 1 min <= 1.5, admin up"]["met"] is False
+    assert (
+        checks[f"persistent rho={rho:g} fair 100 s run 1: RSS end/after 1 min <= 1.5, admin up"]["met"]
+        is True
+    )
+    assert (
+        checks[f"persistent rho={rho:g} srpt 100 s run 1: RSS end/after 1 min <= 1.5, admin up"]["met"]
+        is False
+    )
 
 
 @pytest.mark.parametrize(
@@ -271,3 +277,21 @@ def test_command_line_and_the_report_hook(tmp_path, capsys):
     assert "experiment.toml: missing" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         overload.main([str(t), str(p)])  # several directories need --out
+
+
+def test_a_longer_run_of_the_same_rho_is_an_entry_of_its_own(tmp_path):
+    p = persistent_dir(tmp_path, "persistent", "1.2", "", "load1.20")
+    long = tmp_path / "long"
+    long.mkdir()
+    text = PERSISTENT.format(loads="1.2", client="").replace('["fair", "srpt"]', '["srpt"]')
+    (long / "experiment.toml").write_text(text.replace("duration_s = 100", "duration_s = 1800"))
+    reqs = run_requests([100], [9.0], 0.2)
+    write_run_dir(long / "runs" / "srpt-load1.20-rep1", reqs, rss_health(None, [10] * 70, [1] * 70))
+    summary, _ = overload.summarise([p, long])
+    got = [(e["rho"], e["policy"], e["duration_s"], e["mean_response_s"]) for e in summary["persistent"]]
+    assert got == [(1.2, "fair", 100.0, 2.0), (1.2, "srpt", 100.0, 2.0), (1.2, "srpt", 1800.0, 9.0)]
+    claims = [c["claim"] for c in summary["checks"] if "first SYN drop" in c["claim"]]
+    assert claims == ["persistent rho=1.2: SRPT's first SYN drop >= 10x later than FAIR's"]
+    memory = {c["claim"]: c["met"] for c in summary["checks"] if "RSS" in c["claim"]}
+    assert memory["persistent rho=1.2 srpt 1800 s run 1: RSS end/after 1 min <= 1.5, admin up"] is True
+    assert memory["persistent rho=1.2 srpt 100 s run 1: RSS end/after 1 min <= 1.5, admin up"] is False
