@@ -339,30 +339,29 @@ class Experiment:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        return (
-            {
-                "experiment": {
-                    "name": self.name,
-                    "description": self.description,
-                    "policies": list(self.policies),
-                    "loads": list(self.loads),
-                    "repeats": self.repeats,
-                    "seed": self.seed,
-                },
-                "uplink": vars(self.uplink).copy(),
-                "workload": vars(self.workload).copy(),
-                "client": _client_dict(self.client),
-                "server": {**vars(self.server), "extra_args": list(self.server.extra_args)},
-                "run": vars(self.run).copy(),
-                "calibration": vars(self.calibration).copy(),
-            }
-            | ({"wan": _wan_dict(self.wan)} if self.wan else {})
-            | (
-                {"setups": {s.name: {"description": s.description, **s.overrides} for s in self.setups}}
-                if self.setups
-                else {}
-            )
-        )
+        return {
+            "experiment": {
+                "name": self.name,
+                "description": self.description,
+                "policies": list(self.policies),
+                "loads": list(self.loads),
+                "repeats": self.repeats,
+                "seed": self.seed,
+            },
+            "uplink": vars(self.uplink).copy(),
+            "workload": vars(self.workload).copy(),
+            "client": _client_dict(self.client),
+            "server": {**vars(self.server), "extra_args": list(self.server.extra_args)},
+            "run": vars(self.run).copy(),
+            "calibration": vars(self.calibration).copy(),
+            **_setups_dict(self.setups),
+        } | ({"wan": _wan_dict(self.wan)} if self.wan else {})
+
+
+def _setups_dict(setups: tuple[Any, ...]) -> dict[str, Any]:
+    return (
+        {"setups": {s.name: {"description": s.description, **s.overrides} for s in setups}} if setups else {}
+    )
 
 
 def _path_dict(p: WanPathSpec) -> dict[str, Any]:
