@@ -158,7 +158,10 @@ def check_trace_covers(exp: Experiment, trace: Path) -> dict[str, Any]:
     total_bits = float(df["size_bytes"].sum()) * 8.0
     mean_size = float(df["size_bytes"].mean())
     # A schedule replays the whole trace at load x multiplier: over a run, x its mean.
-    rho = max(exp.loads) * max(schedule_mean(spec.schedule) for spec in exp.matrix())
+    try:
+        rho = max(exp.loads) * max(schedules.mean_multiplier(spec.schedule) for spec in exp.matrix())
+    except schedules.ScheduleError as e:
+        raise RunnerError(f"{exp.name}: {e}") from None
     lasts_s = total_bits / (rho * exp.uplink.rate_bits_per_s)
     if lasts_s < exp.run.duration_s:
         need = int(np.ceil(len(df) * exp.run.duration_s / lasts_s * 1.05))
@@ -174,16 +177,6 @@ def check_trace_covers(exp: Experiment, trace: Path) -> dict[str, Any]:
         "lasts_s_at_max_load": lasts_s,
         "max_load": rho,
     }
-
-
-def schedule_mean(spec: str) -> float:
-    """The mean multiplier of a load schedule (1 without one); a `file:` schedule is read now."""
-    if not spec:
-        return 1.0
-    try:
-        return schedules.parse(spec).mean_multiplier
-    except schedules.ScheduleError as e:
-        raise RunnerError(f"load schedule {spec!r}: {e}") from None
 
 
 # --------------------------------------------------------------------------- health

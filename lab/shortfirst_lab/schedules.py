@@ -170,6 +170,11 @@ def parse(spec: str, read_files: bool = True) -> Schedule:
     return Schedule(s, "phases", tuple(phases))
 
 
+def mean_multiplier(spec: str) -> float:
+    """The mean multiplier of a schedule over a period (1 without one); reads a `file:` schedule."""
+    return parse(spec).mean_multiplier if spec else 1.0
+
+
 def schedule_label(spec: str) -> str:
     """A file-name-safe name of a schedule: `w1`, `const1.4`, `25sx0.2_25sx1.2`, `file_NAME`."""
     s = spec.strip()

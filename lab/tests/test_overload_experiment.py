@@ -12,7 +12,7 @@ import pytest
 from conftest import EXPERIMENT_TOML
 from sim_fixtures import require_binary
 
-from shortfirst_lab import factors, overload, schedules
+from shortfirst_lab import factors, overload, runner, schedules
 from shortfirst_lab.experiment import ExperimentError, load_experiment
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
@@ -337,3 +337,22 @@ def test_presets_match_the_generator():
     assert got == {
         w: tuple(float(x) if i else x for i, x in enumerate(v)) for w, v in schedules.PRESETS.items()
     }
+
+
+def test_a_missing_schedule_file_stops_the_run_before_it_starts(tmp_path):
+    exp = _load(tmp_path, f'load_schedules = ["file:{tmp_path / "nowhere.txt"}"]\n')
+    trace = tmp_path / "trace.csv"
+    trace.write_text("time_s,path,size_bytes\n0,/a,1000\n")
+    with pytest.raises(runner.RunnerError, match=r"synthetic: .*nowhere.txt: cannot read"):
+        runner.check_trace_covers(exp, trace)
+
+
+def test_the_trace_must_cover_the_run_at_the_schedules_mean(tmp_path):
+    # 1,000 requests of 1,250 B = 10 Mbit: 1 s at 10 Mbit/s and load 1; the run lasts 100 s.
+    trace = tmp_path / "trace.csv"
+    trace.write_text("time_s,path,size_bytes\n" + "".join(f"{i},/a,1250\n" for i in range(1000)))
+    exp = _load(tmp_path, 'load_schedules = ["const@0.005"]\n')  # at 0.9 x 0.005: 222 s
+    assert runner.check_trace_covers(exp, trace)["max_load"] == pytest.approx(0.9 * 0.005)
+    exp = _load(tmp_path, 'load_schedules = ["const@0.005", "w1"]\n')  # w1 at 0.9 x 0.7: 1.6 s
+    with pytest.raises(runner.RunnerError, match="lasts only 2 s at load 0.63"):
+        runner.check_trace_covers(exp, trace)
