@@ -94,6 +94,7 @@ class Run:
     duration_s: float  # when the schedule ended (the drain follows)
     health: pd.DataFrame = field(repr=False)
     series: pd.DataFrame = field(repr=False)
+    requests: pd.DataFrame = field(repr=False)  # the window's (analysis.window)
 
     @property
     def workload(self) -> str | None:
@@ -206,8 +207,19 @@ def analyse_run(run_dir: Path, exp: Experiment, spec: RunSpec) -> Run:
     m.update(validity(run_dir, m.pop("lateness_p99_ms_from_log")))
     s_path = run_dir / "series.csv"
     s = pd.read_csv(s_path) if s_path.exists() else series.per_second(df, str(run_dir / "requests.csv"))
+    w = analysis.window(df, sub.run.warmup_s, sub.run.duration_s)
     return Run(
-        run_dir, spec.policy, spec.load, spec.repeat, spec.schedule, spec.setup, m, sub.run.duration_s, h, s
+        run_dir,
+        spec.policy,
+        spec.load,
+        spec.repeat,
+        spec.schedule,
+        spec.setup,
+        m,
+        sub.run.duration_s,
+        h,
+        s,
+        w,
     )
 
 

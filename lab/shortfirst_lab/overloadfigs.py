@@ -6,6 +6,8 @@
   side, series.csv);
 - `workloads.png` (Fig. 12): mean response time per workload W1-W10, baseline setup;
 - `setups.png` (Figs. 9, 10): mean response time of W1 per setup;
+- `size-<W>-<setup>.png`, `size-rho<ρ>.png` (Fig. 8d): mean response time per request size
+  (bins [x, 1.2x)), FAIR against SRPT: whether large requests pay for SRPT under overload;
 - `memory-rho<ρ>.png`: the server's RSS over time and the seconds its admin endpoint did not
   answer, for persistent runs.
 
@@ -23,6 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from . import analysis  # noqa: E402
 from .figures import DPI, _style  # noqa: E402
 from .overload import BASELINE_SETUP, Run  # noqa: E402
 
@@ -81,6 +84,28 @@ def timeline(pair: dict[str, Run], title: str, path: Path) -> Path:
     fig.suptitle(
         f"{title}\ndotted: the schedule's end (requests still in flight drain after it)", fontsize=10
     )
+    return _save(fig, path)
+
+
+def per_size(pair: dict[str, Run], title: str, path: Path) -> Path:
+    """Mean response time per size bin of the requests scheduled in the run's window."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
+    for policy, r in pair.items():
+        t = analysis.size_bins(r.requests)
+        if t.empty:
+            continue
+        st = _style(policy)
+        x = np.sqrt(t["size_lo"] * t["size_hi"])
+        ax.plot(x, t["mean_response_s"], color=st["color"], linestyle=st["linestyle"], marker=st["marker"],
+                markersize=3, label=st["label"], linewidth=1.0)  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("Request size (bytes), bins [x, 1.2x)")
+    ax.set_ylabel("Mean response time (s)")
+    ax.grid(True, which="both", alpha=0.25)
+    if ax.lines:
+        ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=9)
     return _save(fig, path)
 
 
@@ -163,7 +188,10 @@ def write_all(runs: list[Run], summary: dict[str, Any], figdir: Path) -> list[tu
         stem = f"timeline-{name}" + ("" if persistent and setup == BASELINE_SETUP else f"-{setup}")
         what = f"persistent overload ρ = {name[3:]}" if persistent else f"workload {name}"
         title = f"{what}, setup {setup}: server health and client response over time (paper Figs. 6-8)"
-        figs.append((title, timeline(_first_repeat(rs), title, figdir / f"{stem}.png")))
+        pair = _first_repeat(rs)
+        figs.append((title, timeline(pair, title, figdir / f"{stem}.png")))
+        title = f"{what}, setup {setup}: mean response time per request size (paper Fig. 8d)"
+        figs.append((title, per_size(pair, title, figdir / f"{stem.replace('timeline', 'size', 1)}.png")))
         if persistent:
             title = f"{what}, setup {setup}: server memory and admin endpoint"
             figs.append(

@@ -255,8 +255,10 @@ def test_build_writes_summary_report_and_figures(tmp_path):
     assert on_disk == json.loads(json.dumps(summary))
     assert set(on_disk) >= {"workloads", "persistent", "checks", "runs", "missing"}
     figs = sorted(p.name for p in (out / "figures").iterdir())
-    assert figs == ["memory-rho1.2.png", "timeline-W1-A.png", "timeline-W2-A.png", "timeline-rho1.2.png",
-                    "workloads.png"]  # fmt: skip
+    assert figs == [
+        "memory-rho1.2.png", "size-W1-A.png", "size-W2-A.png", "size-rho1.2.png",
+        "timeline-W1-A.png", "timeline-W2-A.png", "timeline-rho1.2.png", "workloads.png",
+    ]  # fmt: skip
     for f in figs:
         data = (out / "figures" / f).read_bytes()
         assert data.startswith(PNG) and len(data) > 5000, f
