@@ -223,7 +223,11 @@ class Testbed:
     ``queue_packets`` is each priority band's queue limit on the uplink
     (default: ``shortfirst uplink setup``'s, 10,000 packets). ``congestion_control`` (e.g. "reno") and
     ``initial_cwnd`` (segments) set the server namespace's TCP; None keeps the
-    kernel's defaults (this machine: bbr, 10 segments).
+    kernel's defaults (this machine: bbr, 10 segments). ``server_sysctls`` and
+    ``client_sysctls`` (``{"net.ipv4.tcp_syncookies": 0, ...}``) are further per-namespace
+    sysctls of the server and of every client namespace, set after the testbed's own (so
+    ``net.ipv4.tcp_max_syn_backlog`` there overrides ``accept_queue``'s); the host's are never
+    touched.
 
     Built in the constructor; :meth:`close` (also ``__exit__``) tears everything
     down, always: processes started through the testbed, then the namespaces
