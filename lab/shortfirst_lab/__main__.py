@@ -5,6 +5,7 @@ Subcommands (one function each; add a new one by writing `_cmd_x(args)` and regi
 
     run EXP.toml --out DIR [--resume] [--bin PATH]   run an experiment, then build its report
     report DIR                                        rebuild summary.json and report.html from raw logs
+                                                      (overload experiments: shortfirst_lab.overload)
     validate EXP.toml...                              check experiment files, print the run matrix
     check-report DIR/report.html                      open the page in headless Chromium, check images
 """
@@ -43,13 +44,13 @@ def _add_set(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_run(a: argparse.Namespace) -> int:
-    from . import report, runner
+    from . import runner
 
     bin_path = a.bin or runner.repo_root() / "target" / "release" / "shortfirst"
     summary = runner.run_experiment(
         a.experiment, a.out, bin_path, resume=a.resume, progress=not a.no_progress, overrides=a.overrides
     )
-    print(report.format_table(summary))
+    print(_format(summary))
     print(f"\nreport: {(a.out / 'report.html').resolve()}")
     print(f"summary: {(a.out / 'summary.json').resolve()}")
     return 0
@@ -59,11 +60,22 @@ def _add_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", type=Path, help="experiment directory written by `run`")
 
 
-def _cmd_report(a: argparse.Namespace) -> int:
-    from . import report
+def _format(summary: dict) -> str:
+    """The terminal table of either summary: an overload one has workloads."""
+    from . import overload, report
 
-    summary = report.build(a.dir)
-    print(report.format_table(summary))
+    return overload.format_table(summary) if "workloads" in summary else report.format_table(summary)
+
+
+def _cmd_report(a: argparse.Namespace) -> int:
+    from . import overload, report
+
+    exp_path = a.dir / "experiment.toml"
+    if exp_path.exists() and overload.applies(load_experiment(exp_path)):
+        summary = overload.build(a.dir)  # load schedules, setups, ρ > 1: the overload summary
+    else:
+        summary = report.build(a.dir)
+    print(_format(summary))
     print(f"\nreport: {(a.dir / 'report.html').resolve()}")
     return 0
 
@@ -136,10 +148,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as e:  # the lab's own errors carry their context in the message
         from .analysis import LogError
+        from .overload import OverloadError
         from .report import ReportError
         from .runner import RunnerError
 
-        if isinstance(e, RunnerError | ReportError | LogError):
+        if isinstance(e, RunnerError | ReportError | LogError | OverloadError):
             print(f"error: {e}", file=sys.stderr)
             return 1
         raise

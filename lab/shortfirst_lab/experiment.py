@@ -38,6 +38,12 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
     congestion_control = ""           # TCP congestion control in the server namespace ("reno",
                                       # "cubic", "bbr"...); "" inherits the host's default, which
                                       # makes results depend on the machine (see tocs-lan.toml)
+    syn_queue = 0                     # int in [0, 65535]: the server namespace's SYN queue
+                                      # (net.ipv4.tcp_max_syn_backlog); 0 = accept_queue
+    syncookies = ""                   # "" (the kernel's: cookies when the SYN queue is full) |
+                                      # "off" | "on" | "always" (net.ipv4.tcp_syncookies)
+    synack_retries = 0                # int in [0, 255]: SYN-ACK retransmissions of the server
+                                      # (net.ipv4.tcp_synack_retries); 0 keeps the kernel's 5
 
     [workload]
     kind = "wc98like"                 # passed to `shortfirst workload generate --kind`
@@ -58,6 +64,16 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
                                       # "w1"..."w10" -- then use loads = [1.0]); the run replays
                                       # the whole trace, cut at run.duration_s, so the trace must
                                       # cover duration_s at the schedule's mean multiplier
+    load_schedules = []               # several schedules, one more dimension of the matrix
+                                      # (run names carry each one's label: w1, const1.4, ...);
+                                      # exclusive with load_schedule
+    requests_per_connection = 1       # int in [1, 10000]: keep-alive, up to K requests per
+                                      # connection (`shortfirst load --persistent K`)
+    abort_after_s = 0                 # float >= 0: a user gives up an attempt after this long
+                                      # (`--abort-after`); 0 = never (client.timeout_s applies)
+    retries = 0                       # int in [0, 100]: new attempts after an abort (`--retries`)
+    syn_retries = 0                   # int in [0, 127]: SYN retransmissions of the clients
+                                      # (net.ipv4.tcp_syn_retries); 0 keeps the kernel's 6
 
     [[client.groups]]                 # optional, repeatable: client groups behind a WAN path
     name = "near"                     # [A-Za-z0-9_-]{1,32}, unique
@@ -89,6 +105,8 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
                                       # is sent and gets promoted early, so SRPT decays to FAIR.
                                       # 32 KB keeps written within ~64 KB of sent, no throughput
                                       # cost on a LAN (measured by the uplink work, downloads.py).
+    max_connections = 0               # int >= 0: `serve --max-connections` (beyond: 503 and
+                                      # close); 0 keeps the server's default
     extra_args = []                   # further `shortfirst serve` arguments, list of strings
 
     [run]
@@ -101,21 +119,31 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
     [calibration]
     sizes = 16                        # int >= 2: ladder of distinct file sizes fetched alone
     repeats = 5                       # int >= 1: fetches per size (the median is used)
+
+    [setups.B]                        # optional, repeatable: a variant of uplink, client, server,
+    wan.paths = [{rtt_ms = 100}]      # wan; one more matrix dimension (setups.py)
 """
 
 from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from .kit import to_toml
+from .schedules import check_spec, schedule_label, specs_of
 
 POLICIES = ("fair", "srpt", "srpt2", "srrt")
 #: Most client groups (each gets a /24 of 10.78.0.0/16 in the testbed).
 MAX_GROUPS = 200
 #: Most points of a WAN path sweep.
 MAX_PATHS = 64
+#: Most load schedules of a matrix.
+MAX_SCHEDULES = 64
+#: `uplink.syncookies` → net.ipv4.tcp_syncookies.
+SYNCOOKIES = {"off": 0, "on": 1, "always": 2}
 _GROUP_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 _RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(bit|kbit|mbit|gbit)?\s*$", re.IGNORECASE)
@@ -151,6 +179,9 @@ class Uplink:
     rto_min_ms: int = 0
     queue_packets: int = 10_000
     congestion_control: str = ""
+    syn_queue: int = 0
+    syncookies: str = ""
+    synack_retries: int = 0
 
 
 @dataclass(frozen=True)
@@ -198,6 +229,11 @@ class Client:
     timeout_s: float = 300.0
     groups: tuple[ClientGroup, ...] = ()
     load_schedule: str = ""
+    load_schedules: tuple[str, ...] = ()
+    requests_per_connection: int = 1
+    abort_after_s: float = 0.0
+    retries: int = 0
+    syn_retries: int = 0
 
 
 @dataclass(frozen=True)
@@ -206,6 +242,7 @@ class Server:
     rrt_cutoffs: str = ""
     port: int = 8080
     send_buffer_bytes: int = 32_768
+    max_connections: int = 0
     extra_args: tuple[str, ...] = ()
 
 
@@ -232,10 +269,13 @@ class RunSpec:
     repeat: int
     seed: int
     path: WanPathSpec | None = None
+    schedule: str = ""  # the load schedule of the run ("" none)
+    schedule_label: str = ""  # in the run's name when the schedule is a matrix dimension
+    setup: str = ""  # the setup's name when the experiment has setups
 
     @property
     def run_id(self) -> str:
-        return run_dir_name(self.policy, self.load, self.repeat, self.path)
+        return run_dir_name(self.policy, self.load, self.repeat, self.path, self.schedule_label, self.setup)
 
 
 @dataclass(frozen=True)
@@ -254,21 +294,49 @@ class Experiment:
     calibration: Calibration = field(default_factory=Calibration)
     wan: Wan | None = None
     source: str = ""
+    #: Named variants (setups.Setup: name, description, the experiment with its overrides).
+    setups: tuple[Any, ...] = ()
+
+    def schedules(self) -> tuple[tuple[str, str], ...]:
+        """(spec, label) per load schedule of the matrix; the label is "" unless schedules are
+        a dimension (`client.load_schedules`)."""
+        c = self.client
+        if c.load_schedules:
+            return tuple((s, schedule_label(s)) for s in c.load_schedules)
+        return ((c.load_schedule, ""),)
 
     def matrix(self) -> list[RunSpec]:
-        """Runs in execution order: load-major, then WAN path, then repeat, then policy.
+        """Runs in execution order: setup-major, then schedule, load, WAN path, repeat, policy.
 
-        Policies at the same load, path and repeat run back to back, so slow drift of the
-        shared machine (other tenants, thermal) affects the policies being compared alike.
+        Policies at the same point run back to back, so slow drift of the shared machine
+        (other tenants, thermal) affects the policies being compared alike.
         """
+        if self.setups:
+            return [replace(spec, setup=s.name) for s in self.setups for spec in s.experiment.matrix()]
         paths: tuple[WanPathSpec | None, ...] = self.wan.paths if self.wan and self.wan.paths else (None,)
         return [
-            RunSpec(policy=p, load=ld, repeat=k, seed=self.seed + k - 1, path=path)
+            RunSpec(
+                policy=p,
+                load=ld,
+                repeat=k,
+                seed=self.seed + k - 1,
+                path=path,
+                schedule=spec,
+                schedule_label=label,
+            )  # fmt: skip
+            for spec, label in self.schedules()
             for ld in self.loads
             for path in paths
             for k in range(1, self.repeats + 1)
             for p in self.policies
         ]
+
+    def for_run(self, spec: RunSpec) -> Experiment:
+        """The experiment a run of the matrix runs under: its setup's, or this one."""
+        for s in self.setups:
+            if s.name == spec.setup:
+                return s.experiment
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -286,7 +354,14 @@ class Experiment:
             "server": {**vars(self.server), "extra_args": list(self.server.extra_args)},
             "run": vars(self.run).copy(),
             "calibration": vars(self.calibration).copy(),
+            **_setups_dict(self.setups),
         } | ({"wan": _wan_dict(self.wan)} if self.wan else {})
+
+
+def _setups_dict(setups: tuple[Any, ...]) -> dict[str, Any]:
+    return (
+        {"setups": {s.name: {"description": s.description, **s.overrides} for s in setups}} if setups else {}
+    )
 
 
 def _path_dict(p: WanPathSpec) -> dict[str, Any]:
@@ -297,6 +372,16 @@ def _client_dict(c: Client) -> dict[str, Any]:
     out: dict[str, Any] = {"model": c.model, "clients": c.clients, "timeout_s": c.timeout_s}
     if c.load_schedule:
         out["load_schedule"] = c.load_schedule
+    if c.load_schedules:
+        out["load_schedules"] = list(c.load_schedules)
+    for k, default in (
+        ("requests_per_connection", 1),
+        ("abort_after_s", 0.0),
+        ("retries", 0),
+        ("syn_retries", 0),
+    ):
+        if getattr(c, k) != default:
+            out[k] = getattr(c, k)
     if c.groups:
         out["groups"] = [{"name": g.name, "clients": g.clients, **_path_dict(g.path)} for g in c.groups]
     return out
@@ -312,10 +397,19 @@ def _wan_dict(w: Wan) -> dict[str, Any]:
     }
 
 
-def run_dir_name(policy: str, load: float, repeat: int, path: WanPathSpec | None = None) -> str:
-    """`<policy>-load<ρ>[-<path>]-rep<k>`, ρ with two decimals (`fair-load0.80-rep1`,
-    `srpt-load0.90-rtt100ms-loss2.5pct-rep1`)."""
+def run_dir_name(
+    policy: str,
+    load: float,
+    repeat: int,
+    path: WanPathSpec | None = None,
+    schedule_label: str = "",
+    setup: str = "",
+) -> str:
+    """`<policy>-load<ρ>[-<path>][-<schedule>][-setup<name>]-rep<k>`, ρ with two decimals
+    (`fair-load0.80-rep1`, `srpt-load0.90-rtt100ms-loss2.5pct-rep1`, `fair-load1.00-w1-setupB-rep1`)."""
     middle = f"-{path.label}" if path is not None else ""
+    middle += f"-{schedule_label}" if schedule_label else ""
+    middle += f"-setup{setup}" if setup else ""
     return f"{policy}-load{load:.2f}{middle}-rep{repeat}"
 
 
@@ -395,7 +489,7 @@ class _Section:
             )
 
 
-_SECTIONS = ("experiment", "uplink", "workload", "client", "server", "run", "calibration", "wan")
+_SECTIONS = ("experiment", "uplink", "workload", "client", "server", "run", "calibration", "wan", "setups")
 
 
 def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
@@ -436,30 +530,6 @@ def apply_override(doc: dict[str, Any], override: str, path: str | Path = "<over
     if not isinstance(section, dict):
         raise ExperimentError(path, parts[0], "a table", section)
     section[parts[1]] = value
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
-    raise TypeError(f"cannot write {type(v).__name__} as TOML")
-
-
-def to_toml(doc: dict[str, Any]) -> str:
-    """Serialise a two-level document of tables of scalars and lists (the experiment schema)."""
-    out = []
-    for section, table in doc.items():
-        out.append(f"[{section}]")
-        out.extend(f"{k} = {_toml_value(v)}" for k, v in table.items())
-        out.append("")
-    return "\n".join(out)
 
 
 def experiment_from_dict(
@@ -516,7 +586,12 @@ def experiment_from_dict(
         rto_min_ms=u.int("rto_min_ms", 0, lo=0, hi=60_000),
         queue_packets=u.int("queue_packets", 10_000, lo=1, hi=100_000),
         congestion_control=u.str("congestion_control", ""),
+        syn_queue=u.int("syn_queue", 0, lo=0, hi=65535),
+        syncookies=u.str("syncookies", ""),
+        synack_retries=u.int("synack_retries", 0, lo=0, hi=255),
     )
+    if uplink.syncookies and uplink.syncookies not in SYNCOOKIES:
+        raise u.err("syncookies", '"" (the kernel\'s), "off", "on" or "always"', uplink.syncookies)
     if uplink.congestion_control and not _CC_RE.match(uplink.congestion_control):
         raise u.err(
             "congestion_control",
@@ -548,11 +623,23 @@ def experiment_from_dict(
         timeout_s=c.float("timeout_s", 300.0, lo=0.0, lo_open=True),
         groups=_groups(path, c.get("groups", []), n_clients),
         load_schedule=c.str("load_schedule", ""),
+        load_schedules=specs_of(c, MAX_SCHEDULES),
+        requests_per_connection=c.int("requests_per_connection", 1, lo=1, hi=10_000),
+        abort_after_s=c.float("abort_after_s", 0.0, lo=0.0),
+        retries=c.int("retries", 0, lo=0, hi=100),
+        syn_retries=c.int("syn_retries", 0, lo=0, hi=127),
     )
-    if len(client.load_schedule) > 4096 or (client.load_schedule and not client.load_schedule.strip()):
-        raise c.err("load_schedule", 'a load schedule such as "25s@0.2,25s@1.2", "const@1.4" or "w1"')
-    if client.load_schedule and not model.startswith(("open", "partly-open")):
-        raise c.err("load_schedule", "the open or partly-open model (a closed loop sets its own rate)", model)
+    if client.load_schedule:
+        check_spec(c, "load_schedule", client.load_schedule)
+        if client.load_schedules:
+            raise c.err("load_schedules", "either load_schedule or load_schedules, not both")
+    if (client.load_schedule or client.load_schedules) and not model.startswith(("open", "partly-open")):
+        key = "load_schedule" if client.load_schedule else "load_schedules"
+        raise c.err(key, "the open or partly-open model (a closed loop sets its own rate)", model)
+    if client.retries and not client.abort_after_s:
+        raise c.err(
+            "retries", "0 unless client.abort_after_s > 0 (a retry follows a user abort)", client.retries
+        )
     c.finish()
     wan = _wan(path, doc.get("wan"), client)
 
@@ -571,6 +658,7 @@ def experiment_from_dict(
         rrt_cutoffs=rrt_cutoffs,
         port=s.int("port", 8080, lo=1, hi=65535),
         send_buffer_bytes=s.int("send_buffer_bytes", 32_768, lo=0, hi=1 << 30),
+        max_connections=s.int("max_connections", 0, lo=0, hi=10_000_000),
         extra_args=tuple(extra),
     )
     s.finish()
@@ -593,6 +681,14 @@ def experiment_from_dict(
             "requests before the runner stops it",
             timing.drain_timeout_s,
         )
+    patience_s = client.abort_after_s * (client.retries + 1)
+    if timing.drain_timeout_s <= patience_s:
+        raise r.err(
+            "drain_timeout_s",
+            f"more than client.abort_after_s x (client.retries + 1) ({patience_s:g}), so a request's "
+            "last attempt can end before the runner stops the generator",
+            timing.drain_timeout_s,
+        )
 
     cal = _Section(path, "calibration", doc.get("calibration", {}))
     calibration = Calibration(
@@ -600,7 +696,7 @@ def experiment_from_dict(
     )
     cal.finish()
 
-    return Experiment(
+    exp = Experiment(
         name=name,
         description=description,
         policies=tuple(policies),
@@ -616,6 +712,11 @@ def experiment_from_dict(
         wan=wan,
         source=text,
     )
+    if "setups" in doc:
+        from .setups import parse_setups  # setups builds on this module
+
+        exp = replace(exp, setups=parse_setups(doc, path))
+    return exp
 
 
 def _path_spec(sec: _Section) -> WanPathSpec:

@@ -470,3 +470,28 @@ def halt_poll_ns(value: int | None) -> Iterator[int | None]:
         restored = HALT_POLL.read_text().strip()
         if restored != before:
             raise RuntimeError(f"{HALT_POLL}: restoring {before} failed, it reads {restored}")
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+
+def to_toml(doc: dict[str, Any]) -> str:
+    """Serialise a two-level document of tables of scalars, lists and inline tables (the experiment
+    schema; deeper levels, as in `[setups]`, become inline tables)."""
+    out = []
+    for section, table in doc.items():
+        out.append(f"[{section}]")
+        out.extend(f"{k} = {_toml_value(v)}" for k, v in table.items())
+        out.append("")
+    return "\n".join(out)

@@ -31,6 +31,7 @@ A run is retried never; a failed run is recorded (`run.json` status) and the mat
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shlex
@@ -49,7 +50,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from . import models, report, series, wanrun
+from . import factors, models, overload, report, schedules, series, wanrun
 from .experiment import Experiment, RunSpec, load_experiment
 from .kit import load_argv, parse_proc_pairs, utc_now, write_atomic, write_json
 from .kit import provenance as collect
@@ -156,7 +157,11 @@ def check_trace_covers(exp: Experiment, trace: Path) -> dict[str, Any]:
     df = pd.read_csv(trace, usecols=["size_bytes"])
     total_bits = float(df["size_bytes"].sum()) * 8.0
     mean_size = float(df["size_bytes"].mean())
-    rho = max(exp.loads)
+    # A schedule replays the whole trace at load x multiplier: over a run, x its mean.
+    try:
+        rho = max(exp.loads) * max(schedules.mean_multiplier(spec.schedule) for spec in exp.matrix())
+    except schedules.ScheduleError as e:
+        raise RunnerError(f"{exp.name}: {e}") from None
     lasts_s = total_bits / (rho * exp.uplink.rate_bits_per_s)
     if lasts_s < exp.run.duration_s:
         need = int(np.ceil(len(df) * exp.run.duration_s / lasts_s * 1.05))
@@ -166,7 +171,12 @@ def check_trace_covers(exp: Experiment, trace: Path) -> dict[str, Any]:
             f"load {rho:g} on {exp.uplink.rate_bits_per_s / 1e6:g} Mbit/s, but run.duration_s = "
             f"{exp.run.duration_s:g}; set workload.requests to at least {need}"
         )
-    return {"requests": len(df), "mean_size_bytes": mean_size, "lasts_s_at_max_load": lasts_s}
+    return {
+        "requests": len(df),
+        "mean_size_bytes": mean_size,
+        "lasts_s_at_max_load": lasts_s,
+        "max_load": rho,
+    }
 
 
 # --------------------------------------------------------------------------- health
@@ -338,6 +348,11 @@ class Runner:
                 "netem_jitter_mode": wan.jitter_mode,
                 "client_congestion_control": wan.congestion_control,
             }
+        # Only what the experiment sets, so a testbed without these knobs still takes the rest.
+        if factors.server_sysctls(u):
+            wan_args["server_sysctls"] = factors.server_sysctls(u)
+        if factors.client_sysctls(self.exp.client):
+            wan_args["client_sysctls"] = factors.client_sysctls(self.exp.client)
         # Testbed run ids are 6 random hex digits (namespace names sf<id>-srv...), recorded in run.json.
         return tb.Testbed(
             run_id=tb.new_run_id(),
@@ -371,7 +386,7 @@ class Runner:
             argv += ["--rrt-cutoffs", self.exp.server.rrt_cutoffs]
         if self.exp.server.send_buffer_bytes:
             argv += ["--send-buffer-bytes", str(self.exp.server.send_buffer_bytes)]
-        return argv + list(self.exp.server.extra_args)
+        return argv + factors.serve_flags(self.exp.server) + list(self.exp.server.extra_args)
 
     def wait_listening(self, tb: Any, srv: subprocess.Popen, log: Path) -> None:
         """Until a TCP connect from the client namespace succeeds (the server is up)."""
@@ -449,6 +464,16 @@ class Runner:
                 proc.wait(timeout=5)
         return proc.returncode
 
+    @staticmethod
+    def health_probe(tb: Any) -> Callable[[], dict[str, Any]]:
+        """What the sampler takes each second: the testbed's health sample and whether the
+        server's admin endpoint answers (`admin_ok`, `admin_latency_s`), so a run shows its
+        server alive, or not, throughout."""
+        admin = getattr(tb, "admin_check", None)
+        if admin is None:
+            return tb.health_sample
+        return lambda: {**tb.health_sample(), **admin(ADMIN_PORT)}
+
     def session(
         self,
         rdir: Path,
@@ -505,7 +530,7 @@ class Runner:
                     rtts = wanrun.measure_rtts(tb, self.exp.server.port)
                 tcp_before = self.tcp_counters(tb)
                 t0 = time.monotonic()
-                sampler = HealthSampler(tb.health_sample, t0)
+                sampler = HealthSampler(self.health_probe(tb), t0)
                 sampler.start()
                 gen = tb.client_popen(l_argv, stdout=llog, stderr=subprocess.STDOUT)
                 deadline = t0 + wait_s
@@ -636,7 +661,17 @@ class Runner:
         write_atomic(path, df.head(n).to_csv(index=False))
         return path
 
+    def for_spec(self, spec: RunSpec) -> Runner:
+        """This runner with the experiment of `spec`'s setup (the same workload and trace)."""
+        sub = copy.copy(self)
+        sub.exp = self.exp.for_run(spec)
+        return sub
+
     def run_one(self, spec: RunSpec, bar: tqdm | None) -> dict[str, Any]:
+        """One run of the matrix, under its setup's experiment when it has one."""
+        return (self.for_spec(spec) if spec.setup else self)._run_one(spec, bar)
+
+    def _run_one(self, spec: RunSpec, bar: tqdm | None) -> dict[str, Any]:
         exp = self.exp
         final_dir = self.out / "runs" / spec.run_id
         if final_dir.exists():
@@ -645,7 +680,7 @@ class Runner:
         rdir = make_stage(spec.run_id) or final_dir
         # A schedule varies the rate over the run: the whole trace is replayed, cut at the
         # duration (the prefix below is sized for a constant load).
-        trace = self.trace if exp.client.load_schedule else self.trace_for_load(spec.load)
+        trace = self.trace if spec.schedule else self.trace_for_load(spec.load)
         load_args = [
             "--trace",
             str(trace),
@@ -665,8 +700,9 @@ class Runner:
             f"{exp.client.timeout_s:g}",
             "--quiet",
         ]
-        if exp.client.load_schedule:
-            load_args += ["--load-schedule", exp.client.load_schedule]
+        if spec.schedule:
+            load_args += ["--load-schedule", spec.schedule]
+        load_args += factors.load_flags(exp.client)
 
         def tick(elapsed: float, sampler: HealthSampler) -> None:
             if bar is not None:
@@ -689,6 +725,10 @@ class Runner:
                 unstage(rdir, final_dir)
         rdir = final_dir
         rec.update(run=spec.run_id, load=spec.load, repeat=spec.repeat, seed=spec.seed)
+        if spec.schedule:
+            rec["load_schedule"] = spec.schedule
+        if spec.setup:
+            rec["setup"] = spec.setup
         if spec.path is not None:
             rec["path"] = {"label": spec.path.label, "rtt_ms": spec.path.rtt_ms, "loss": spec.path.loss,
                            "jitter_ms": spec.path.jitter_ms}  # fmt: skip
@@ -767,7 +807,7 @@ class Runner:
         cover = check_trace_covers(exp, self.trace)
         _log(
             f"trace: {cover['requests']} requests, mean {cover['mean_size_bytes']:.0f} B, "
-            f"{cover['lasts_s_at_max_load']:.0f} s at load {max(exp.loads):g}"
+            f"{cover['lasts_s_at_max_load']:.0f} s at load {cover['max_load']:g}"
         )
         self.calibrate(self.trace)
         todo = exp.matrix()
@@ -788,7 +828,7 @@ class Runner:
                 elif self.progress and not bar_on_terminal:
                     _log(f"run {number}/{len(todo)} {spec.run_id}: ok")
                 bar.update(1)
-        summary = report.build(out)
+        summary = overload.build(out) if overload.applies(exp) else report.build(out)
         if failures:
             _log("failed runs: " + "; ".join(failures))
         return summary

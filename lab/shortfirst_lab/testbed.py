@@ -51,9 +51,12 @@ start the server with a listen backlog of at least ``accept_queue``.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
+import http.client
 import json
+import math
 import os
 import re
 import shutil
@@ -61,6 +64,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -79,6 +83,8 @@ COMMAND_TIMEOUT_S = 30.0
 TERMINATE_GRACE_S = 3.0
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
+_SYSCTL_RE = re.compile(r"net\.[a-z0-9_.]{1,64}")
+_CLONE_NEWNET = 0x40000000
 
 
 class GroupPath(NamedTuple):
@@ -227,7 +233,11 @@ class Testbed:
     ``queue_packets`` is each priority band's queue limit on the uplink
     (default: ``shortfirst uplink setup``'s, 10,000 packets). ``congestion_control`` (e.g. "reno") and
     ``initial_cwnd`` (segments) set the server namespace's TCP; None keeps the
-    kernel's defaults (this machine: bbr, 10 segments).
+    kernel's defaults (this machine: bbr, 10 segments). ``server_sysctls`` and
+    ``client_sysctls`` (``{"net.ipv4.tcp_syncookies": 0, ...}``) are further per-namespace
+    sysctls of the server and of every client namespace, set after the testbed's own (so
+    ``net.ipv4.tcp_max_syn_backlog`` there overrides ``accept_queue``'s); the host's are never
+    touched.
 
     Built in the constructor; :meth:`close` (also ``__exit__``) tears everything
     down, always: processes started through the testbed, then the namespaces
@@ -254,6 +264,8 @@ class Testbed:
         netem_seed: int = 1,
         netem_jitter_mode: str = "fifo",
         client_congestion_control: str = "reno",
+        server_sysctls: dict[str, int] | None = None,
+        client_sysctls: dict[str, int] | None = None,
     ) -> None:
         """Checks every argument before anything is built (a bad one raises ValueError naming it), then
         builds under the run's lock. Longer than ~80 lines for the list of checks, one per argument.
@@ -278,6 +290,10 @@ class Testbed:
             raise ValueError(f"groups: expected 1..=200, got {len(groups)}")
         if groups is not None and (n_clients != 1 or netem_dir is None):
             raise ValueError("a WAN testbed has one client namespace and needs netem_dir")
+        for what, table in (("server_sysctls", server_sysctls), ("client_sysctls", client_sysctls)):
+            for key, value in (table or {}).items():
+                if not _SYSCTL_RE.fullmatch(key) or isinstance(value, bool) or not isinstance(value, int):
+                    raise ValueError(f"{what}: {key}={value!r}: expected net.<name>=<integer>")
         if os.geteuid() != 0:
             raise PermissionError("the testbed needs root (network namespaces, tc)")
         for tool in ("ip", "tc", "ethtool"):
@@ -298,7 +314,10 @@ class Testbed:
         self.netem_seed = netem_seed
         self.netem_jitter_mode = netem_jitter_mode
         self.client_congestion_control = client_congestion_control
+        self.server_sysctls = dict(server_sysctls or {})
+        self.client_sysctls = dict(client_sysctls or {})
         self.emulator = None
+        self._admin_pool: ThreadPoolExecutor | None = None
         self.tun = f"{PREFIX}{run_id}-t"
         self.server_ns, self.switch_ns, self.client_ns = _ns_names(PREFIX, run_id, n_clients)
         base = f"{PREFIX}{run_id}"
@@ -442,8 +461,12 @@ class Testbed:
         sysctls = {"net.core.somaxconn": self.accept_queue, "net.ipv4.tcp_max_syn_backlog": self.accept_queue}
         if self.congestion_control:
             sysctls["net.ipv4.tcp_congestion_control"] = self.congestion_control
+        sysctls.update(self.server_sysctls)
         for key, value in sysctls.items():
             _run(["ip", "netns", "exec", self.server_ns, "sysctl", "-q", "-w", f"{key}={value}"])
+        for ns in self.client_ns:
+            for key, value in self.client_sysctls.items():
+                _run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", f"{key}={value}"])
         _run(
             [
                 "ip",
@@ -589,6 +612,26 @@ class Testbed:
             "reqq_full_drops": tcpext.get("TCPReqQFullDrop", 0),
         }
 
+    def admin_check(self, port: int, path: str = "/metrics", timeout_s: float = 2.0) -> dict:
+        """Whether the server's admin endpoint answers now: an HTTP GET of ``path`` on
+        ``server_addr:port`` from inside the server namespace. Returns ``{"admin_ok": 1|0,
+        "admin_latency_s": seconds or NaN}`` (ok: a 200 within ``timeout_s``).
+
+        The request is made by one worker thread that has joined the server's network
+        namespace (``setns`` applies to the calling thread only), so a check costs a
+        connection, not a process, and the sampling thread stays where it was.
+        """
+        if self._admin_pool is None:
+            if self._anchor is None:
+                raise TestbedError("the server-namespace anchor process is gone")
+            self._admin_pool = ThreadPoolExecutor(
+                max_workers=1,
+                thread_name_prefix="admin-check",
+                initializer=_join_netns,
+                initargs=(self._anchor.pid,),
+            )
+        return self._admin_pool.submit(_http_ok, self.server_addr, port, path, timeout_s).result()
+
     # -- teardown -----------------------------------------------------------
 
     def close(self) -> None:
@@ -598,6 +641,8 @@ class Testbed:
             return
         self._closed = True
         first_error: BaseException | None = None
+        if self._admin_pool is not None:
+            self._admin_pool.shutdown(wait=True, cancel_futures=True)
         for proc in self._procs:
             if proc.poll() is None:
                 proc.terminate()
@@ -662,3 +707,30 @@ def _tcp_states(paths: list[Path]) -> tuple[dict[int, int], int]:
                 if st == _TCP_LISTEN:
                     accept_queue += int(fields[4].split(":")[1], 16)
     return counts, accept_queue
+
+
+def _join_netns(pid: int) -> None:
+    """Moves the calling thread into the network namespace of process ``pid``."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if libc.setns(fd, _CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns into the network namespace of {pid}: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
+def _http_ok(host: str, port: int, path: str, timeout_s: float) -> dict:
+    t0 = time.monotonic()
+    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        resp.read(1 << 20)  # a metrics page is small; a larger one is still an answer
+        ok = resp.status == 200
+    except (OSError, http.client.HTTPException):
+        ok = False
+    finally:
+        conn.close()
+    return {"admin_ok": int(ok), "admin_latency_s": time.monotonic() - t0 if ok else math.nan}

@@ -60,6 +60,26 @@ def requests_frame(
     )
 
 
+def write_run_dir(
+    rdir: Path,
+    requests: pd.DataFrame,
+    health: pd.DataFrame | None = None,
+    record: dict | None = None,
+    generator: dict | None = None,
+) -> Path:
+    """A run directory as the runner leaves it: requests.csv, health.csv (if given), run.json
+    (status ok unless `record` says otherwise) and the generator's summary.json."""
+    rdir.mkdir(parents=True, exist_ok=True)
+    requests.to_csv(rdir / "requests.csv", index=False)
+    if health is not None:
+        health.to_csv(rdir / "health.csv", index=False)
+    (rdir / "run.json").write_text(json.dumps({"status": "ok", **(record or {})}))
+    (rdir / "summary.json").write_text(
+        json.dumps({"lateness_p99_ms": 0.4, "valid": True, **(generator or {})})
+    )
+    return rdir
+
+
 EXPERIMENT_TOML = """\
 [experiment]
 name = "synthetic"
@@ -109,15 +129,9 @@ def experiment_dir(tmp_path: Path) -> Path:
     for load in (0.7, 0.9):
         for policy, factor in (("fair", 30.0), ("srpt", 2.0)):
             rdir = out / "runs" / f"{policy}-load{load:.2f}-rep1"
-            rdir.mkdir(parents=True)
             rt = base * factor * (1 + load)
-            requests_frame(sizes, rt, scheduled_s=sched).to_csv(rdir / "requests.csv", index=False)
-            (rdir / "summary.json").write_text(json.dumps({"lateness_p99_ms": 0.4, "valid": True}))
-            (rdir / "run.json").write_text(
-                json.dumps({"status": "ok", "policy": policy, "load": load, "repeat": 1, "seed": 3})
-            )
             t = np.arange(0, 101, 1.0)
-            pd.DataFrame(
+            health = pd.DataFrame(
                 {
                     "t_s": t,
                     "open_connections": (5 if policy == "srpt" else 40) + (t % 7),
@@ -125,5 +139,7 @@ def experiment_dir(tmp_path: Path) -> Path:
                     "listen_drops": 0,
                     "server_cpu_s": t * 0.02,
                 }
-            ).to_csv(rdir / "health.csv", index=False)
+            )
+            record = {"policy": policy, "load": load, "repeat": 1, "seed": 3}
+            write_run_dir(rdir, requests_frame(sizes, rt, scheduled_s=sched), health, record)
     return out

@@ -109,7 +109,15 @@ def main() -> int:
     for k in ("--files", "--requests", "--seed"):
         w.add_argument(k, type=int, required=True)
     s = sub.add_parser("serve")
-    for k in ("--root", "--listen", "--policy", "--admin", "--cutoffs", "--send-buffer-bytes"):
+    for k in (
+        "--root",
+        "--listen",
+        "--policy",
+        "--admin",
+        "--cutoffs",
+        "--send-buffer-bytes",
+        "--max-connections",
+    ):
         s.add_argument(k)
     ld = sub.add_parser("load")
     for k in ("--target", "--trace", "--out", "--model"):
@@ -122,6 +130,9 @@ def main() -> int:
     ld.add_argument("--clients", type=int)
     ld.add_argument("--timeout", type=float)
     ld.add_argument("--quiet", action="store_true")
+    # Accepted, not acted on: the runner's tests check that they are passed.
+    for k in ("--load-schedule", "--persistent", "--abort-after", "--retries"):
+        ld.add_argument(k)
     sub.add_parser("--version")
     if sys.argv[1:] == ["--version"]:
         print("shortfirst fake")
