@@ -365,9 +365,9 @@ class Testbed:
         self._server_side()
 
     def _client_side(self) -> None:
-        """Every client namespace gets CLIENT_SYSCTLS (see there)."""
+        """Every client namespace gets CLIENT_SYSCTLS (see there), then the experiment's own."""
         for ns in self.client_ns:
-            for key, value in CLIENT_SYSCTLS.items():
+            for key, value in {**CLIENT_SYSCTLS, **self.client_sysctls}.items():
                 _run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", f"{key}={value}"])
 
     def _build_bridge(self) -> None:
@@ -464,9 +464,6 @@ class Testbed:
         sysctls.update(self.server_sysctls)
         for key, value in sysctls.items():
             _run(["ip", "netns", "exec", self.server_ns, "sysctl", "-q", "-w", f"{key}={value}"])
-        for ns in self.client_ns:
-            for key, value in self.client_sysctls.items():
-                _run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", f"{key}={value}"])
         _run(
             [
                 "ip",
