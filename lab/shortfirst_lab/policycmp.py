@@ -495,15 +495,17 @@ def group_figures(summary: dict[str, Any]) -> list[tuple[str, str, bytes]]:
     means: dict[str, dict[str, dict[str, list[float]]]] = {}
     imp: dict[str, dict[str, list[float]]] = {}
     for r in rows:
+        group = f"{r['group']}\n{r['rtt_ms']:g} ms, {100 * r['loss']:g}%"
         panel = means.setdefault(f"load {r['load']:g}", {})
         for p, v in r["mean_response_s"].items():
             if v is not None:
-                panel.setdefault(p, {}).setdefault(r["group"], []).append(v)
+                panel.setdefault(p, {}).setdefault(group, []).append(v)
         if not r["valid"]:
             continue
         for n, pr in r["pairs"].items():
             if pr.get("improvement_pct") is not None:
-                imp.setdefault(n, {}).setdefault(r["group"], []).append(pr["improvement_pct"])
+                label = n.upper().replace("_VS_", " vs ")
+                imp.setdefault(label, {}).setdefault(group, []).append(pr["improvement_pct"])
 
     def avg(d: dict[str, list[float]]) -> list[tuple[str, float | None]]:
         return [(g, float(np.mean(v))) for g, v in d.items()]
