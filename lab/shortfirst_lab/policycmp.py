@@ -185,29 +185,34 @@ def compare_runs(
 
 
 def improvement_table(comparisons: list[dict[str, Any]], rate_bits_per_s: int) -> list[dict[str, Any]]:
-    """Per pair (the paper's Table 2): improvement % per load (mean over valid repeats), the
-    average and the maximum over the valid loads, and the paper's average and maximum."""
+    """Per pair (the paper's Table 2): improvement % per load, the average and the maximum over
+    the valid loads, and the paper's average and maximum. A load's value is the mean over its
+    valid repeats; with none valid, over all of them, marked ``valid: false`` (shown, never
+    counted in the average or the maximum)."""
     paper = PAPER_IMPROVEMENT_PCT.get(rate_bits_per_s, {})
-    acc: dict[tuple[str, str, str], dict[float, list[float]]] = {}
+    acc: dict[tuple[str, str, str], dict[float, tuple[list[float], list[float]]]] = {}
     for c in comparisons:
-        if c.get("path") is not None:
+        if c.get("path") is not None or c.get("improvement_pct") is None:
             continue
         per = acc.setdefault((c["uplink"], c["policy"], c["baseline"]), {})
-        if c["valid"] and c.get("improvement_pct") is not None:
-            per.setdefault(round(c["load"], 2), []).append(c["improvement_pct"])
-        else:
-            per.setdefault(round(c["load"], 2), [])
+        good, every = per.setdefault(round(c["load"], 2), ([], []))
+        every.append(c["improvement_pct"])
+        if c["valid"]:
+            good.append(c["improvement_pct"])
     rows = []
     for (uplink, policy, base), per in acc.items():
-        by_load = {ld: (float(np.mean(v)) if v else None) for ld, v in sorted(per.items())}
-        valid = [v for v in by_load.values() if v is not None]
+        by_load = [
+            {"load": ld, "improvement_pct": float(np.mean(good or every)), "valid": bool(good)}
+            for ld, (good, every) in sorted(per.items())
+        ]
+        valid = [b["improvement_pct"] for b in by_load if b["valid"]]
         p_avg, p_max = paper.get((policy, base), (None, None))
         rows.append(
             {
                 "uplink": uplink,
                 "policy": policy,
                 "baseline": base,
-                "by_load": [{"load": ld, "improvement_pct": v} for ld, v in by_load.items()],
+                "by_load": by_load,
                 "average_pct": float(np.mean(valid)) if valid else None,
                 "max_pct": float(np.max(valid)) if valid else None,
                 "valid_loads": len(valid),
@@ -220,25 +225,29 @@ def improvement_table(comparisons: list[dict[str, Any]], rate_bits_per_s: int) -
 
 def paper_targets(comparisons: list[dict[str, Any]], rate_bits_per_s: int) -> list[dict[str, Any]]:
     """The paper's closing numbers against ours at the highest load where the pair is valid
-    (mean over the valid repeats there); no row for an uplink the paper did not measure."""
+    (mean over the valid repeats there); no row for an uplink the paper did not measure. With no
+    valid point, the highest load's value is still given, ``valid: false`` and ``met`` None."""
     rows = []
     for policy, base, key, op, thr, source in PAPER_TARGETS.get(rate_bits_per_s, ()):
-        cs = [
+        every = [
             c
             for c in comparisons
-            if c["policy"] == policy and c["baseline"] == base and c.get("path") is None and c["valid"]
+            if c["policy"] == policy
+            and c["baseline"] == base
+            and c.get("path") is None
+            and c.get(key) is not None
         ]
+        good = [c for c in every if c["valid"]]
         row = {"policy": policy, "baseline": base, "key": key, "target": f"{op} {thr:g}", "source": source}
-        vals = []
-        if cs:
-            load = max(c["load"] for c in cs)
-            vals = [c[key] for c in cs if abs(c["load"] - load) < 1e-9 and c.get(key) is not None]
-            row["load"] = load
-        if not vals:
-            rows.append(row | {"measured": None, "met": None})
+        cs = good or every
+        if not cs:
+            rows.append(row | {"measured": None, "met": None, "valid": False})
             continue
+        load = max(c["load"] for c in cs)
+        vals = [c[key] for c in cs if abs(c["load"] - load) < 1e-9]
         v = float(np.mean(vals))
-        rows.append(row | {"measured": v, "met": v >= thr if op == ">=" else v <= thr, "n": len(vals)})
+        met = (v >= thr if op == ">=" else v <= thr) if good else None
+        rows.append(row | {"load": load, "measured": v, "met": met, "valid": bool(good), "n": len(vals)})
     return rows
 
 
@@ -329,6 +338,13 @@ def _f(x: Any, fmt: str) -> str:
     return "—" if x is None else fmt.format(x)
 
 
+def _imp_cell(by_load: list[dict[str, Any]], load: float) -> str:
+    b = next((b for b in by_load if b["load"] == load), None)
+    if b is None:
+        return "—"
+    return f"{b['improvement_pct']:.1f}" + ("" if b["valid"] else "*")
+
+
 def _bounded(v: Any, bounds: list[Any] | None, fmt: str) -> str:
     lo, hi = bounds or (None, None)
     if v is None:
@@ -344,10 +360,7 @@ def tables(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[list
         loads = sorted({b["load"] for r in imp for b in r["by_load"]})
         rows = [
             [r["uplink"], f"{r['policy']} vs {r['baseline']}"]
-            + [
-                _f(next((b["improvement_pct"] for b in r["by_load"] if b["load"] == ld), None), "{:.1f}")
-                for ld in loads
-            ]
+            + [_imp_cell(r["by_load"], ld) for ld in loads]
             + [
                 _f(r["average_pct"], "{:.1f}"),
                 _f(r["max_pct"], "{:.1f}"),
@@ -360,7 +373,8 @@ def tables(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[list
             (
                 "Improvement of each policy over its baselines (cf. Al-Sadeh and Yahya 2008, Table 2)",
                 "Improvement % = 100 · (1 − policy's mean response ÷ baseline's), same trace; per load "
-                "over valid runs only (— : no valid pair); average and max over the valid loads.",
+                "over the valid repeats (* : no valid pair at that load, the mean of the invalid ones); "
+                "average and max over the valid loads only.",
                 ["uplink", "pair", *(f"load {ld:g}" for ld in loads)]
                 + ["average", "max", "paper avg", "paper max"],
                 rows,
@@ -374,7 +388,7 @@ def tables(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[list
                 t["key"],
                 t["target"],
                 _f(t.get("load"), "{:g}"),
-                _f(t["measured"], "{:.4g}"),
+                _f(t["measured"], "{:.4g}") + ("" if t.get("valid", True) else " (invalid)"),
                 "—" if t["met"] is None else ("yes" if t["met"] else "NO"),
                 t["source"],
             ]
@@ -488,19 +502,21 @@ def _group_tables(rows_in: list[dict[str, Any]]) -> list[tuple[str, str, list[st
 
 def group_figures(summary: dict[str, Any]) -> list[tuple[str, str, bytes]]:
     """Mean response time per group per policy at each load; the average improvement per group
-    over the valid loads per pair (the paper's Figure 4). Repeats are averaged."""
+    over the valid loads per pair (the paper's Figure 4; over every load, said so in the caption,
+    when no point is valid). Repeats are averaged."""
     rows = summary.get("group_table") or []
     if not rows:
         return []
     means: dict[str, dict[str, dict[str, list[float]]]] = {}
     imp: dict[str, dict[str, list[float]]] = {}
+    any_valid = any(r["valid"] for r in rows)
     for r in rows:
         group = f"{r['group']}\n{r['rtt_ms']:g} ms, {100 * r['loss']:g}%"
         panel = means.setdefault(f"load {r['load']:g}", {})
         for p, v in r["mean_response_s"].items():
             if v is not None:
                 panel.setdefault(p, {}).setdefault(group, []).append(v)
-        if not r["valid"]:
+        if any_valid and not r["valid"]:
             continue
         for n, pr in r["pairs"].items():
             if pr.get("improvement_pct") is not None:
@@ -525,9 +541,18 @@ def group_figures(summary: dict[str, Any]) -> list[tuple[str, str, bytes]]:
                 "Average improvement per client group over the valid loads "
                 "(cf. Al-Sadeh and Yahya 2008, Fig. 4)",
                 "100 · (1 − policy ÷ baseline) of the group's mean response time, averaged over the loads "
-                "where both runs are valid.",
+                + (
+                    "where both runs are valid."
+                    if any_valid
+                    else "— NO VALID POINT: every load is averaged, all of them invalid."
+                ),
                 figures.per_group(
-                    {"all valid loads": {n: avg(d) for n, d in imp.items()}}, "Improvement (%)"
+                    {
+                        "all valid loads" if any_valid else "all loads (none valid)": {
+                            n: avg(d) for n, d in imp.items()
+                        }
+                    },
+                    "Improvement (%)",
                 ),
             )
         )

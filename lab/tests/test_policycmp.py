@@ -206,9 +206,9 @@ def test_improvement_table_averages_valid_loads_and_carries_the_paper():
     rows = policycmp.improvement_table(cmps, 10_000_000)
     srrt = next(r for r in rows if r["policy"] == "srrt")
     assert srrt["by_load"] == [
-        {"load": 0.6, "improvement_pct": 4.0},
-        {"load": 0.8, "improvement_pct": 10.0},
-        {"load": 0.95, "improvement_pct": None},
+        {"load": 0.6, "improvement_pct": 4.0, "valid": True},
+        {"load": 0.8, "improvement_pct": 10.0, "valid": True},
+        {"load": 0.95, "improvement_pct": 50.0, "valid": False},
     ]
     assert (srrt["average_pct"], srrt["max_pct"], srrt["valid_loads"]) == (7.0, 10.0, 2)
     assert (srrt["paper_average_pct"], srrt["paper_max_pct"]) == (7.5, 13.2)
@@ -231,6 +231,10 @@ def test_paper_targets_at_the_highest_valid_load():
     assert policycmp.paper_targets(cmps, 1_000_000_000) == []
     none = policycmp.paper_targets([], 100_000_000)
     assert len(none) == 4 and all(t["measured"] is None and t["met"] is None for t in none)
+    # Nothing valid: the highest load's value, flagged, never judged.
+    bad = policycmp.paper_targets([_cmp("srrt", "srpt", 0.6, 3.0, valid=False),
+                                   _cmp("srrt", "srpt", 0.9, 8.0, valid=False)], 10_000_000)  # fmt: skip
+    assert (bad[0]["load"], bad[0]["measured"], bad[0]["met"], bad[0]["valid"]) == (0.9, 8.0, None, False)
 
 
 def test_group_table_rows_per_point_and_group():
@@ -331,3 +335,16 @@ def test_report_says_why_an_srrt_run_has_no_estimate(srrt_experiment_dir: Path, 
     acc = json.loads((srrt_experiment_dir / "summary.json").read_text())["estimate_accuracy"]
     assert "scrape failed" in acc[0]["error"]
     assert "decrease" in acc[1]["error"] and "server_metrics.txt" in acc[1]["error"]
+
+
+def test_report_with_no_valid_point_shows_values_flagged(srrt_experiment_dir: Path):
+    for rdir in (srrt_experiment_dir / "runs").iterdir():
+        (rdir / "summary.json").write_text(json.dumps({"lateness_p99_ms": 9.0, "valid": False}))
+    s = report.build(srrt_experiment_dir)
+    assert all(c["valid"] is False for c in s["comparisons"])
+    assert all(
+        t["met"] is None and t["valid"] is False and t["measured"] is not None for t in s["paper_targets"]
+    )
+    assert all(not b["valid"] for r in s["improvement"] for b in r["by_load"])
+    page = (srrt_experiment_dir / "report.html").read_text()
+    assert "NO VALID POINT" in page and "(invalid)" in page
