@@ -348,3 +348,14 @@ def test_report_with_no_valid_point_shows_values_flagged(srrt_experiment_dir: Pa
     assert all(not b["valid"] for r in s["improvement"] for b in r["by_load"])
     page = (srrt_experiment_dir / "report.html").read_text()
     assert "NO VALID POINT" in page and "(invalid)" in page
+
+
+def test_wan_sweep_table_names_a_baseline_other_than_fair():
+    from shortfirst_lab import wanreport
+
+    row = {"load": 0.8, "rtt_ms": 100, "loss": 0.01, "mean_response_ratio": 1.1, "throughput_ratio": 1.0,
+           "largest_1pct_ratio": 1.0, "valid": True, "path": "rtt100-loss0.01"}  # fmt: skip
+    summary = {"runs": [], "comparisons": [row | {"policy": "srrt", "baseline": "fair"},
+                                           row | {"policy": "srrt", "baseline": "srpt"}]}  # fmt: skip
+    (table,) = wanreport.tables(summary)
+    assert sorted(r[3] for r in table[3]) == ["srrt", "srrt vs srpt"]
