@@ -402,7 +402,11 @@ def tables(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[list
                 rows,
             )
         )
-    out.extend(_group_tables(summary.get("group_table") or []))
+    return out + _group_tables(summary.get("group_table") or []) + _accuracy_table(summary)
+
+
+def _accuracy_table(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[list[str]]]]:
+    out = []
     acc = summary.get("estimate_accuracy") or []
     if acc:
         rows = []
