@@ -302,7 +302,8 @@ def estimate_accuracy(runs: list[Any], out: Path) -> list[dict[str, Any]]:
         try:
             acc = srrtmetrics.run_accuracy(out / "runs" / r.run)
         except srrtmetrics.MetricsError as e:
-            rows.append(head | {"error": str(e)})
+            if r.policy == "srrt":  # another policy's metrics are not this table's business
+                rows.append(head | {"error": str(e)})
             continue
         if acc is not None:
             rows.append(head | acc)
