@@ -15,8 +15,7 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
     loads = [0.5, 0.7, 0.9]           # non-empty list of floats in (0, 1.5], no duplicates
     repeats = 1                       # int >= 1; repeat k uses load seed = seed + k - 1
     seed = 1                          # int >= 0, seed of the load generator
-    baselines = ["fair"]              # policies the report compares the others with, weakest
-                                      # first (policycmp); default fair, + srpt if srrt runs too
+    baselines = ["fair"]              # compared with the others, weakest first (policycmp.py)
 
     [uplink]
     rate = "10mbit"                   # "<n>[kbit|mbit|gbit]" or an int (bits/s)
@@ -574,13 +573,9 @@ def experiment_from_dict(
         raise e.err("loads", "no duplicates (loads are compared to two decimals)", loads)
     repeats = e.int("repeats", 1, lo=1, hi=100)
     seed = e.int("seed", 1, lo=0)
-    baselines = e.get("baselines", [])
-    if (
-        not isinstance(baselines, list)
-        or len(set(baselines)) != len(baselines)
-        or set(baselines) - set(policies)
-    ):
-        raise e.err("baselines", f"a list of distinct policies of experiment.policies {policies}", baselines)
+    bl = e.get("baselines", [])
+    if not isinstance(bl, list) or len(set(bl)) != len(bl) or set(bl) - set(policies):
+        raise e.err("baselines", f"a list of distinct policies of experiment.policies {policies}", bl)
     e.finish()
 
     u = _Section(path, "uplink", doc.get("uplink", {}))
@@ -711,7 +706,7 @@ def experiment_from_dict(
         name=name,
         description=description,
         policies=tuple(policies),
-        baselines=tuple(baselines),
+        baselines=tuple(bl),
         loads=tuple(float(x) for x in loads),
         repeats=repeats,
         seed=seed,

@@ -63,8 +63,8 @@ def test_pairs_follow_the_designated_baselines(policies, baselines, expected):
 
 @pytest.mark.parametrize(
     "baselines, expected",
-    [(["srrt"], "a list of policies of experiment.policies"), (["fair", "fair"], "no duplicates"),
-     ("fair", "a list of policies")],
+    [(["srrt"], "a list of distinct policies of experiment.policies"), (["fair", "fair"], "distinct"),
+     ("fair", "a list of distinct policies")],
 )  # fmt: skip
 def test_baselines_are_validated(baselines, expected):
     with pytest.raises(ExperimentError, match=re.escape(expected)) as e:
