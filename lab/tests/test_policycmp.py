@@ -108,6 +108,15 @@ def test_stretch_on_hand_made_logs(policy_rt, base_rt, sizes, starved, max_s, la
     assert st["largest_file_unmatched"] == unmatched
 
 
+def test_stretch_spread_on_a_hand_made_log():
+    p = analysis.with_response_times(requests_frame([10, 20, 30, 100], [1, 2, 3, 8]))
+    b = analysis.with_response_times(requests_frame([10, 20, 30, 100], [2, 2, 1, 4]))
+    st = policycmp.stretch(p, b)  # S = 0.5, 1, 3, 2
+    assert st["median_stretch"] == pytest.approx(1.5)
+    assert st["fraction_stretch_over_1_25"] == pytest.approx(0.5)
+    assert st["fraction_stretch_over_2"] == pytest.approx(0.25)
+
+
 @pytest.mark.parametrize("ratio, pct", [(2.0, 50.0), (1.0, 0.0), (0.5, -100.0), (None, None), (0.0, None)])
 def test_improvement_pct_from_the_ratio(ratio, pct):
     assert policycmp.improvement_pct(ratio) == (None if pct is None else pytest.approx(pct))
@@ -297,7 +306,10 @@ def test_report_on_a_synthetic_srrt_experiment(srrt_experiment_dir: Path):
     assert acc[0]["responses"] == 20 and acc[0]["within_factor_1.25"] == pytest.approx(0.7)
     assert "not per group" in s["estimate_accuracy_limits"]
     page = (srrt_experiment_dir / "report.html").read_text()
+    assert sf["median_stretch"] == pytest.approx(SRRT_FACTORS["srrt"]["far"] / SRRT_FACTORS["fair"]["far"])
+    assert sf["fraction_stretch_over_2"] == 0.0
     for needle in (
+        "how far S spreads",
         "Table 2",
         "Fig. 4",
         "estimate predicted",
