@@ -17,6 +17,12 @@ grant from the pacer and the SRPT pick). The user scheduler's rate
 (``--user-uplink-rate``, default far above what loopback carries) keeps the
 pacer from being the bottleneck, so the bench measures what the scheduling
 costs, not a rate limit; the target is requests/s and p99 within 0.9 of nginx.
+A third shortfirst, ``shortfirst-srrt``, is the kernel mode with ``--policy srrt``:
+the same SO_PRIORITY bands as srpt, ranked by the remaining response time
+estimated from ``getsockopt(TCP_INFO)`` (one read at each response's start and
+one per 64 KiB written). Its server CPU per request beside ``shortfirst``'s
+(same run, same rounds) is what SRRT costs over SRPT (``srrt_vs_srpt``).
+``--servers`` runs a subset (the ratios need their two servers).
 
 Runs with the lab's venv python (it imports shortfirst_lab.kit). Every child process is
 killed on exit, error or signal.
@@ -182,11 +188,19 @@ def shortfirst_variants(user_uplink_rate: str) -> dict[str, list[str]]:
     return {
         "shortfirst": [],
         "shortfirst-user": ["--scheduler", "user", "--uplink-rate", user_uplink_rate, "--policy", "srpt"],
+        "shortfirst-srrt": ["--policy", "srrt"],
     }
 
 
-def setup_servers(binary: Path, tmp: Path, user_uplink_rate: str) -> dict[str, tuple[list[str], int]]:
-    """The files every server serves, in ``tmp``, and each server's command line and port."""
+def server_names(user_uplink_rate: str) -> list[str]:
+    return ["nginx", *shortfirst_variants(user_uplink_rate)]
+
+
+def setup_servers(
+    binary: Path, tmp: Path, user_uplink_rate: str, names: list[str]
+) -> dict[str, tuple[list[str], int]]:
+    """The files every server serves, in ``tmp``, and the command line and port of each server
+    in ``names``."""
     root = tmp / "www"
     root.mkdir()
     for name, size in FILES.items():
@@ -194,8 +208,10 @@ def setup_servers(binary: Path, tmp: Path, user_uplink_rate: str) -> dict[str, t
     nginx_port = free_port()
     conf = tmp / "nginx.conf"
     conf.write_text(NGINX_CONF.format(tmp=tmp, port=nginx_port, root=root))
-    servers = {"nginx": (["nginx", "-c", str(conf), "-p", str(tmp)], nginx_port)}
+    servers = {"nginx": (["nginx", "-c", str(conf), "-p", str(tmp)], nginx_port)} if "nginx" in names else {}
     for name, extra in shortfirst_variants(user_uplink_rate).items():
+        if name not in names:
+            continue
         port = free_port()
         while port in {p for _, p in servers.values()}:
             port = free_port()
@@ -267,15 +283,27 @@ def summarize(runs: list[dict], servers: dict) -> dict:
                 ),
                 "requests_per_s_per_round": [r["requests_per_s"] for r in rs],
             }
-        rps_ratio, p99_ratio, cpu_ratio = ratios(per, "shortfirst")
-        summary[path] = {
-            **per,
-            "ratio_requests_per_s": round(rps_ratio, 3),
-            "ratio_p99": round(p99_ratio, 3),
-            "ratio_server_cpu_per_request": round(cpu_ratio, 3),
-            "target_met": rps_ratio >= 1.0 and p99_ratio <= 1.0,
-        }
-        if "shortfirst-user" in per:
+        summary[path] = dict(per)
+        if "shortfirst" in per and "nginx" in per:
+            rps_ratio, p99_ratio, cpu_ratio = ratios(per, "shortfirst")
+            summary[path] |= {
+                "ratio_requests_per_s": round(rps_ratio, 3),
+                "ratio_p99": round(p99_ratio, 3),
+                "ratio_server_cpu_per_request": round(cpu_ratio, 3),
+                "target_met": rps_ratio >= 1.0 and p99_ratio <= 1.0,
+            }
+        if "shortfirst-srrt" in per and "shortfirst" in per:
+            rps_ratio, p99_ratio, cpu_ratio = ratios(per, "shortfirst-srrt", "shortfirst")
+            srrt, srpt = per["shortfirst-srrt"], per["shortfirst"]
+            summary[path]["srrt_vs_srpt"] = {
+                "ratio_requests_per_s": round(rps_ratio, 3),
+                "ratio_p99": round(p99_ratio, 3),
+                "ratio_server_cpu_per_request": round(cpu_ratio, 3),
+                "extra_server_cpu_us_per_request": round(
+                    srrt["server_cpu_us_per_request"] - srpt["server_cpu_us_per_request"], 2
+                ),
+            }
+        if "shortfirst-user" in per and "nginx" in per:
             rps_ratio, p99_ratio, cpu_ratio = ratios(per, "shortfirst-user")
             summary[path]["user_scheduler"] = {
                 "ratio_requests_per_s": round(rps_ratio, 3),
@@ -287,11 +315,11 @@ def summarize(runs: list[dict], servers: dict) -> dict:
     return summary
 
 
-def ratios(per: dict, name: str) -> tuple[float, float, float]:
-    """requests/s, p99 and server CPU per request of ``name`` over nginx's."""
-    rps = per[name]["requests_per_s"] / per["nginx"]["requests_per_s"]
-    p99 = per[name]["latency_ms"]["p99"] / per["nginx"]["latency_ms"]["p99"]
-    cpu = per[name]["server_cpu_us_per_request"] / max(1e-9, per["nginx"]["server_cpu_us_per_request"])
+def ratios(per: dict, name: str, base: str = "nginx") -> tuple[float, float, float]:
+    """requests/s, p99 and server CPU per request of ``name`` over ``base``'s."""
+    rps = per[name]["requests_per_s"] / per[base]["requests_per_s"]
+    p99 = per[name]["latency_ms"]["p99"] / per[base]["latency_ms"]["p99"]
+    cpu = per[name]["server_cpu_us_per_request"] / max(1e-9, per[base]["server_cpu_us_per_request"])
     return rps, p99, cpu
 
 
@@ -309,8 +337,17 @@ def main() -> int:
         default="40gbit",
         help="shortfirst-user's --uplink-rate: above what loopback carries, so the pacer never binds",
     )
+    ap.add_argument(
+        "--servers",
+        default=",".join(server_names("")),
+        help="comma-separated servers to run (default: all): " + ", ".join(server_names("")),
+    )
     args = ap.parse_args()
-    for tool in ("nginx", "wrk"):
+    names = [n.strip() for n in args.servers.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(server_names(args.user_uplink_rate)))
+    if unknown or not names:
+        raise SystemExit(f"bench-serve: --servers: unknown {unknown or names}; known: {server_names('')}")
+    for tool in ("nginx", "wrk") if "nginx" in names else ("wrk",):
         if not shutil.which(tool):
             raise SystemExit(f"bench-serve: {tool} not found (make apt installs it)")
     binary = Path(args.bin).resolve()
@@ -323,12 +360,13 @@ def main() -> int:
     machine_at_start = machine()
     tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     try:
-        servers = setup_servers(binary, tmp, args.user_uplink_rate)
+        servers = setup_servers(binary, tmp, args.user_uplink_rate, names)
         runs = run_rounds(args, servers, tmp)
         summary = summarize(runs, servers)
         report = {
             "benchmark": "bench-serve",
             "command": " ".join([sys.argv[0], *sys.argv[1:]]),
+            "servers": names,
             "git_commit": git_commit(),
             "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine": machine_at_start,
@@ -342,7 +380,8 @@ def main() -> int:
                 "access_log": "on for both, buffered to a file (nginx buffer=64k flush=1s)",
                 "keepalive_requests": 10000,
                 "shortfirst_policy": "srpt (default cutoffs), SO_PRIORITY on; shortfirst-user: exact srpt, "
-                "user-space scheduler",
+                "user-space scheduler; shortfirst-srrt: srrt (default response-time cutoffs, estimator "
+                "path), SO_PRIORITY on, TCP_INFO read at each response's start and per 64 KiB",
                 "nginx_conf": NGINX_CONF.strip().splitlines(),
             },
             "summary": summary,
@@ -351,11 +390,18 @@ def main() -> int:
         out = Path(args.out)
         write_json(out, report, allow_nan=True)
         for path, s in summary.items():
-            print(
-                f"{path}: shortfirst/nginx requests/s {s['ratio_requests_per_s']}, p99 {s['ratio_p99']}, "
-                f"server CPU/request {s['ratio_server_cpu_per_request']}"
-                f" (target met: {s['target_met']})"
-            )
+            if "target_met" in s:
+                print(
+                    f"{path}: shortfirst/nginx requests/s {s['ratio_requests_per_s']}, p99 {s['ratio_p99']}, "
+                    f"server CPU/request {s['ratio_server_cpu_per_request']}"
+                    f" (target met: {s['target_met']})"
+                )
+            if r := s.get("srrt_vs_srpt"):
+                print(
+                    f"{path}: srrt/srpt server CPU/request {r['ratio_server_cpu_per_request']} "
+                    f"(+{r['extra_server_cpu_us_per_request']} us), requests/s {r['ratio_requests_per_s']}, "
+                    f"p99 {r['ratio_p99']}"
+                )
             if u := s.get("user_scheduler"):
                 print(
                     f"{path}: shortfirst-user/nginx requests/s {u['ratio_requests_per_s']}, "

@@ -15,6 +15,7 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
     loads = [0.5, 0.7, 0.9]           # non-empty list of floats in (0, 1.5], no duplicates
     repeats = 1                       # int >= 1; repeat k uses load seed = seed + k - 1
     seed = 1                          # int >= 0, seed of the load generator
+    baselines = ["fair"]              # compared with the others, weakest first (policycmp.py)
 
     [uplink]
     rate = "10mbit"                   # "<n>[kbit|mbit|gbit]" or an int (bits/s)
@@ -294,6 +295,7 @@ class Experiment:
     calibration: Calibration = field(default_factory=Calibration)
     wan: Wan | None = None
     source: str = ""
+    baselines: tuple[str, ...] = ()  # as written; empty: the default (`policycmp.baselines`)
     #: Named variants (setups.Setup: name, description, the experiment with its overrides).
     setups: tuple[Any, ...] = ()
 
@@ -347,7 +349,8 @@ class Experiment:
                 "loads": list(self.loads),
                 "repeats": self.repeats,
                 "seed": self.seed,
-            },
+            }
+            | ({"baselines": list(self.baselines)} if self.baselines else {}),
             "uplink": vars(self.uplink).copy(),
             "workload": vars(self.workload).copy(),
             "client": _client_dict(self.client),
@@ -570,6 +573,9 @@ def experiment_from_dict(
         raise e.err("loads", "no duplicates (loads are compared to two decimals)", loads)
     repeats = e.int("repeats", 1, lo=1, hi=100)
     seed = e.int("seed", 1, lo=0)
+    bl = e.get("baselines", [])
+    if not isinstance(bl, list) or len(set(bl)) != len(bl) or set(bl) - set(policies):
+        raise e.err("baselines", f"a list of distinct policies of experiment.policies {policies}", bl)
     e.finish()
 
     u = _Section(path, "uplink", doc.get("uplink", {}))
@@ -700,6 +706,7 @@ def experiment_from_dict(
         name=name,
         description=description,
         policies=tuple(policies),
+        baselines=tuple(bl),
         loads=tuple(float(x) for x in loads),
         repeats=repeats,
         seed=seed,

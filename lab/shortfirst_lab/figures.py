@@ -23,6 +23,7 @@ STYLE = {
     "fair": {"color": "#c0392b", "marker": "s", "linestyle": "--", "label": "FAIR"},
     "srpt": {"color": "#1f5fa8", "marker": "o", "linestyle": "-", "label": "SRPT"},
     "srpt2": {"color": "#2e8b57", "marker": "^", "linestyle": "-.", "label": "SRPT (2 bands)"},
+    "srrt": {"color": "#8e44ad", "marker": "D", "linestyle": "-", "label": "SRRT"},
 }
 DPI = 110
 
@@ -94,6 +95,33 @@ def metric_vs_load(
         ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.legend()
+    return _png(fig)
+
+
+def per_group(
+    by_panel: Mapping[str, Mapping[str, Sequence[tuple[str, float | None]]]],
+    ylabel: str,
+) -> bytes:
+    """Grouped bars, one panel per key of ``by_panel`` (a load, say): in each, one bar per
+    series (a policy, or a pair of policies) for each client group, in the groups' order. A
+    missing value leaves its bar out; a zero line is drawn when values change sign."""
+    fig, axes = _grid(len(by_panel))
+    for ax, (title, series) in zip(axes, by_panel.items(), strict=True):
+        groups = list(dict.fromkeys(g for pts in series.values() for g, _ in pts))
+        width = 0.8 / max(1, len(series))
+        for i, (name, pts) in enumerate(series.items()):
+            st = STYLE.get(name, {"color": f"C{i}", "label": name})
+            vals = dict(pts)
+            shift = (i - (len(series) - 1) / 2) * width
+            x = [k + shift for k, g in enumerate(groups) if vals.get(g) is not None]
+            y = [vals[g] for g in groups if vals.get(g) is not None]
+            ax.bar(x, y, width=width, color=st["color"], label=st["label"])
+        ax.set_xticks(range(len(groups)), groups, fontsize=8)
+        ax.axhline(0.0, color="black", linewidth=0.6)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
     return _png(fig)
 
 

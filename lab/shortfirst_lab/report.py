@@ -9,9 +9,12 @@ Inputs (written by the runner, never modified here)::
     DIR/runs/<run>/summary.json    the generator's summary (lateness p99, valid, ...)
     DIR/runs/<run>/health.csv      1 Hz server health samples (optional)
     DIR/runs/<run>/run.json        the runner's record of the run (status, policy, load, ...)
+    DIR/runs/<run>/groups.json     client groups' ids and paths (WAN runs; optional)
+    DIR/runs/<run>/server_metrics.txt  the server's metrics after the run (srrt's estimate error)
 
-Outputs: `DIR/summary.json` (runs, comparisons against FAIR and the papers' targets, plus
-`repeat` and `run` to tell repeats apart), `DIR/report.html` (one self-contained page, figures
+Outputs: `DIR/summary.json` (runs, comparisons of each policy against its baselines and the
+papers' targets, plus `repeat` and `run` to tell repeats apart; per group, improvement and
+estimate tables where they apply: see policycmp), `DIR/report.html` (one self-contained page, figures
 embedded as base64 PNG) and
 `DIR/runs/<run>/analysis.json` (every per-run metric, including the ones not in the summary).
 """
@@ -30,7 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from . import analysis, figures, models, wanreport, wanrun
+from . import analysis, figures, models, policycmp, wanreport, wanrun
 from .experiment import Experiment, RunSpec, load_experiment
 from .kit import write_atomic, write_json
 
@@ -219,22 +222,7 @@ def summarise(out: Path) -> tuple[dict[str, Any], list[RunData], dict[str, Any]]
             missing.append(spec.run_id)
             continue
         runs.append(analyse_run(d, exp, base, spec))
-    by_key = {(r.policy, *r.key): r for r in runs}
-    comparisons = []
-    for r in runs:
-        if r.policy == "fair":
-            continue
-        f = by_key.get(("fair", *r.key))
-        if f is None:
-            continue
-        st = analysis.stretch(r.requests, f.requests)
-        c = analysis.compare(r.metrics, f.metrics, st)
-        c["valid"] = r.metrics["valid"] and f.metrics["valid"]
-        if r.path is not None:
-            c.update(path=r.path, rtt_ms=r.metrics["rtt_ms"], loss=r.metrics["loss"])
-        if "groups" in r.metrics and "groups" in f.metrics:
-            c["groups"] = wanreport.compare_groups(r.metrics["groups"], f.metrics["groups"])
-        comparisons.append(c)
+    comparisons = policycmp.compare_runs(runs, exp, lambda run: wanrun.read_groups(out / "runs" / run))
     summary = {
         "experiment": {"name": exp.name, "description": exp.description, **exp.to_dict()},
         "provenance": prov,
@@ -246,6 +234,7 @@ def summarise(out: Path) -> tuple[dict[str, Any], list[RunData], dict[str, Any]]
         "comparisons": comparisons,
         "targets": target_rows(comparisons),
     }
+    policycmp.extend_summary(summary, runs, exp, out)
     extras = {
         "exp": exp,
         "baseline": base,
@@ -264,6 +253,7 @@ def target_rows(comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
             c[key]
             for c in comparisons
             if c["policy"] == "srpt"
+            and c.get("baseline", "fair") == "fair"
             and abs(c["load"] - load) < 1e-9
             and c.get(key) is not None
             and not c.get("rtt_ms")  # the LAN targets hold on the sweep's LAN point only
@@ -458,11 +448,12 @@ figcaption{font-size:13px;color:#555} pre{background:#f6f6f6;padding:1em;overflo
 ± is the 95% batch-means confidence interval. Rows in red are invalid (generator lateness p99 &gt; 5 ms or
 the run failed).</p>
 
-<h2>SRPT and friends against FAIR (same trace, same seed)</h2>
+<h2>Each policy against its baselines (same trace, same seed)</h2>
 <table><tr>{% for h in cmp_head %}<th>{{ h }}</th>{% endfor %}</tr>
 {% for row in cmp_rows %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}</table>
-<p>mean response and slowdown ratios: FAIR ÷ policy (higher is better); throughput and largest-1% ratios:
-policy ÷ FAIR. Stretch S(r) = RT<sub>policy</sub>(r) / RT<sub>FAIR</sub>(r) per request.</p>
+<p>mean response and slowdown ratios: baseline ÷ policy (higher is better); throughput and largest-1%
+ratios: policy ÷ baseline. Stretch S(r) = RT<sub>policy</sub>(r) / RT<sub>baseline</sub>(r) per request;
+largest file S: the largest S among the requests for the window's largest size.</p>
 
 <h3>Targets from the papers (Harchol-Balter 2003, Schroeder 2006)</h3>
 <table><tr><th>load</th><th class="l">metric</th><th>target</th><th class="l">source</th>
@@ -529,7 +520,11 @@ def render_html(
     # In a WAN path sweep the by-load figures show the sweep's LAN point only (pooling
     # paths at a load would mix them); the sweep has figures of its own.
     lan_runs = [r for r in runs if not r.metrics.get("rtt_ms") and not r.metrics.get("loss")]
-    made = build_figures(lan_runs, extras) + wanreport.sweep_figures(summary) if with_figures else []
+    made = (
+        build_figures(lan_runs, extras) + wanreport.sweep_figures(summary) + policycmp.group_figures(summary)
+        if with_figures
+        else []
+    )
     figs = [(t, c, base64.b64encode(png).decode("ascii")) for t, c, png in made]
     run_head = [
         "policy",
@@ -581,24 +576,28 @@ def render_html(
         "load",
         "rep",
         "policy",
+        "baseline",
         "mean RT ratio",
         "mean slowdown ratio",
         "throughput ratio",
         "largest 1% ratio",
         "fraction S>1",
         "max S",
+        "largest file S",
     ]
     cmp_rows = [
         [
             f"{c['load']:.2f}" + (f" {c['path']}" if c.get("path") else ""),
             c["repeat"],
             c["policy"],
+            c["baseline"],
             _f(c["mean_response_ratio"], "{:.2f}"),
             _f(c["mean_slowdown_ratio"], "{:.2f}"),
             _f(c["throughput_ratio"], "{:.3f}"),
             _f(c["largest_1pct_ratio"], "{:.3f}"),
             _f(c["fraction_starved"], "{:.4f}"),
             _f(c["max_stretch"], "{:.2f}"),
+            _f(c.get("largest_file_stretch"), "{:.2f}"),
         ]
         for c in summary["comparisons"]
     ]
@@ -655,7 +654,7 @@ def render_html(
         cmp_rows=cmp_rows,
         targets=target_rows(summary["comparisons"]),
         figs=figs,
-        wan_tables=wanreport.tables(summary),
+        wan_tables=wanreport.tables(summary) + policycmp.tables(summary),
         health_head=health_head,
         health_rows=health_rows,
         model_rows=model_rows,
@@ -696,12 +695,12 @@ def format_table(summary: dict[str, Any]) -> str:
     if summary["comparisons"]:
         lines.append("")
         lines.append(
-            f"{'policy':<7}{'load':>6}{'rep':>4}{'RT ratio':>10}{'SD ratio':>10}{'thru':>8}{'big1%':>8}"
-            f"{'S>1':>8}{'maxS':>8}"
+            f"{'policy':<7}{'vs':<6}{'load':>6}{'rep':>4}{'RT ratio':>10}{'SD ratio':>10}{'thru':>8}"
+            f"{'big1%':>8}{'S>1':>8}{'maxS':>8}"
         )
         for c in summary["comparisons"]:
             lines.append(
-                f"{c['policy']:<7}{c['load']:>6.2f}{c['repeat']:>4}"
+                f"{c['policy']:<7}{c['baseline']:<6}{c['load']:>6.2f}{c['repeat']:>4}"
                 f"{_f(c['mean_response_ratio'], '{:.2f}'):>10}"
                 f"{_f(c['mean_slowdown_ratio'], '{:.2f}'):>10}{_f(c['throughput_ratio'], '{:.3f}'):>8}"
                 f"{_f(c['largest_1pct_ratio'], '{:.3f}'):>8}{_f(c['fraction_starved'], '{:.3f}'):>8}"

@@ -118,7 +118,8 @@ def tables(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[list
                 f"{c['load']:.2f}",
                 _fmt(c["rtt_ms"], "{:g}"),
                 _fmt(c["loss"], "{:.3f}"),
-                c["policy"],
+                # Against FAIR unless it says (srrt also meets srpt).
+                c["policy"] + ("" if c.get("baseline", "fair") == "fair" else f" vs {c['baseline']}"),
                 _fmt(c["mean_response_ratio"], "{:.2f}"),
                 _fmt(c["throughput_ratio"], "{:.3f}"),
                 _fmt(c["largest_1pct_ratio"], "{:.3f}"),

@@ -143,3 +143,125 @@ def experiment_dir(tmp_path: Path) -> Path:
             record = {"policy": policy, "load": load, "repeat": 1, "seed": 3}
             write_run_dir(rdir, requests_frame(sizes, rt, scheduled_s=sched), health, record)
     return out
+
+
+SRRT_EXPERIMENT_TOML = """\
+[experiment]
+name = "synthetic-srrt"
+description = "synthetic logs of FAIR, SRPT and SRRT with two client groups"
+policies = ["fair", "srpt", "srrt"]
+loads = [0.6, 0.9]
+seed = 3
+
+[uplink]
+rate = "10mbit"
+
+[workload]
+kind = "surge"
+files = 100
+requests = 400
+
+[client]
+clients = 4
+
+[[client.groups]]
+name = "near"
+clients = 2
+rtt_ms = 50
+loss = 0.005
+
+[[client.groups]]
+name = "far"
+clients = 2
+rtt_ms = 350
+loss = 0.03
+
+[run]
+duration_s = 100
+warmup_s = 10
+"""
+
+#: srrt's metrics as the server renders them (estimate ratio counts per bucket, not cumulative:
+#: 1, 0, 1, 2, 10, 4, 1, 0, 0 and 1 above 8: 20 responses).
+SRRT_METRICS_TEXT = """\
+# HELP shortfirst_requests_total Responses completed, by the band they started in.
+# TYPE shortfirst_requests_total counter
+shortfirst_requests_total{band="1"} 20
+# HELP shortfirst_rrt_cutoff_seconds Response-time cutoffs in force.
+# TYPE shortfirst_rrt_cutoff_seconds gauge
+shortfirst_rrt_cutoff_seconds{band="1"} 0.05
+# TYPE shortfirst_srrt_band_changes_total counter
+shortfirst_srrt_band_changes_total{cause="start"} 7
+shortfirst_srrt_band_changes_total{cause="drain"} 3
+shortfirst_srrt_band_changes_total{cause="tcp_state"} 1
+# TYPE shortfirst_srrt_demotions_held_total counter
+shortfirst_srrt_demotions_held_total 2
+# TYPE shortfirst_srrt_tcp_info_reads_total counter
+shortfirst_srrt_tcp_info_reads_total 30
+# TYPE shortfirst_srrt_tcp_info_errors_total counter
+shortfirst_srrt_tcp_info_errors_total 0
+# TYPE shortfirst_srrt_estimate_ratio histogram
+shortfirst_srrt_estimate_ratio_bucket{le="0.125"} 1
+shortfirst_srrt_estimate_ratio_bucket{le="0.25"} 1
+shortfirst_srrt_estimate_ratio_bucket{le="0.5"} 2
+shortfirst_srrt_estimate_ratio_bucket{le="0.8"} 4
+shortfirst_srrt_estimate_ratio_bucket{le="1"} 14
+shortfirst_srrt_estimate_ratio_bucket{le="1.25"} 18
+shortfirst_srrt_estimate_ratio_bucket{le="2"} 19
+shortfirst_srrt_estimate_ratio_bucket{le="4"} 19
+shortfirst_srrt_estimate_ratio_bucket{le="8"} 19
+shortfirst_srrt_estimate_ratio_bucket{le="+Inf"} 20
+shortfirst_srrt_estimate_ratio_count 20
+# TYPE shortfirst_srrt_estimated_seconds_sum counter
+shortfirst_srrt_estimated_seconds_sum 9
+# TYPE shortfirst_srrt_measured_seconds_sum counter
+shortfirst_srrt_measured_seconds_sum 10
+"""
+
+#: Response time ÷ the size's idle time, per policy and group; the largest file under srrt
+#: takes SRRT_LARGEST_FACTOR instead (so its stretch against FAIR is 2, against SRPT 4 or 8/3).
+SRRT_FACTORS = {"fair": {"near": 4.0, "far": 4.0}, "srpt": {"near": 2.0, "far": 3.0},
+                "srrt": {"near": 1.6, "far": 2.5}}  # fmt: skip
+SRRT_LARGEST_FACTOR = 8.0
+SRRT_GROUP_CLIENTS = {"near": [0, 1], "far": [2, 3]}
+
+
+def srrt_requests(policy: str, load: float) -> pd.DataFrame:
+    """One run's requests: 400 over 100 s, client = id % 4, sizes 100 B to 1 MB (the largest
+    one request in 10, from both groups), response = factor × (0.01 + size / 10 Mbit/s) × (1 + load)."""
+    n = 400
+    ids = np.arange(n)
+    sizes = np.where(ids % 10 == 7, 1_000_000, 100 * (1 + ids % 13) ** 3)
+    clients = ids % 4
+    near = np.isin(clients, SRRT_GROUP_CLIENTS["near"])
+    factor = np.where(near, SRRT_FACTORS[policy]["near"], SRRT_FACTORS[policy]["far"])
+    if policy == "srrt":
+        factor = np.where(sizes == 1_000_000, SRRT_LARGEST_FACTOR, factor)
+    rt = factor * (0.01 + 8 * sizes / 10e6) * (1 + load)
+    df = requests_frame(sizes, rt, scheduled_s=ids * 0.25)
+    df["client"] = clients
+    return df
+
+
+@pytest.fixture
+def srrt_experiment_dir(tmp_path: Path) -> Path:
+    """An experiment directory of FAIR, SRPT and SRRT on two client groups, with groups.json
+    and, for srrt, the server's metrics (no calibration: slowdown is not computed)."""
+    out = tmp_path / "srrt-exp"
+    out.mkdir()
+    (out / "experiment.toml").write_text(SRRT_EXPERIMENT_TOML)
+    for load in (0.6, 0.9):
+        for policy in ("fair", "srpt", "srrt"):
+            record = {"policy": policy, "load": load, "repeat": 1, "seed": 3}
+            rdir = out / "runs" / f"{policy}-load{load:.2f}-rep1"
+            write_run_dir(rdir, srrt_requests(policy, load), record=record)
+            groups = [
+                {"name": "near", "rtt_ms": 50.0, "jitter_ms": 0.0, "loss": 0.005,
+                 "clients": SRRT_GROUP_CLIENTS["near"], "address": "10.78.1.2", "measured": {"rtt_ms": 50.4}},
+                {"name": "far", "rtt_ms": 350.0, "jitter_ms": 0.0, "loss": 0.03,
+                 "clients": SRRT_GROUP_CLIENTS["far"], "address": "10.78.2.2", "measured": {}},
+            ]  # fmt: skip
+            (rdir / "groups.json").write_text(json.dumps({"groups": groups, "emulator": {}}))
+            if policy == "srrt":
+                (rdir / "server_metrics.txt").write_text(SRRT_METRICS_TEXT)
+    return out

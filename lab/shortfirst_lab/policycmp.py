@@ -1,0 +1,607 @@
+"""Policies against their baselines on the same trace: which pairs are compared, one row per
+pair and point, per client group, the improvement table of the SRRT paper (Al-Sadeh and Yahya
+2008, Table 2 and Figure 4), its closing numbers, and srrt's estimate accuracy per run.
+
+Everything is computed from a run's raw files; :mod:`report` calls it.
+
+Pairs: the experiment's ``baselines`` (default: fair, then srpt when srpt and srrt both run),
+from weakest to strongest. A policy that is a baseline is compared with the baselines before
+it; any other policy with every baseline. With fair, srpt, srrt: srpt vs fair, srrt vs fair,
+srrt vs srpt. A pair is compared at each point (load, WAN path, repeat) where both ran.
+
+Conventions (as `analysis.compare`): ``mean_response_ratio`` = baseline's mean ÷ the policy's
+(> 1: the policy is better); ``improvement_pct`` = 100 · (1 − policy's mean ÷ baseline's), the
+paper's "percentage improvement"; throughput ratio = policy ÷ baseline. Stretch
+S(r) = RT_policy(r) ÷ RT_baseline(r) per request id completed under both (`analysis.stretch`):
+``fraction_starved`` (S > 1) and ``max_stretch``; ``largest_file_stretch`` is the largest S
+among the requests for the window's largest size (the paper's "largest file"), with
+``largest_file_unmatched`` counting those completed under one policy only (a timeout there is
+starvation the stretch cannot show). A row is ``valid`` when both runs are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from . import analysis, figures, srrtmetrics, wanreport
+from .experiment import Experiment
+
+#: Al-Sadeh and Yahya 2008, Table 2: (average, max) % improvement over their loads.
+PAPER_IMPROVEMENT_PCT = {
+    10_000_000: {
+        ("srrt", "srpt"): (7.5, 13.2),
+        ("srrt", "fair"): (13.6, 24.2),
+        ("srpt", "fair"): (6.8, 13.7),
+    },
+    100_000_000: {
+        ("srrt", "srpt"): (7.4, 11.6),
+        ("srrt", "fair"): (7.1, 16.2),
+        ("srpt", "fair"): (2.6, 5.8),
+    },
+}
+#: The paper's closing numbers per uplink: (policy, baseline, key, op, threshold, source), at the
+#: highest load where the pair's runs are valid. 10 Mbit/s: SRRT 7.5% better than SRPT, 2.4% of
+#: requests slower than under PS (bar at 2.5%), the largest at most 2.2x; 100 Mbit/s: 7.4%,
+#: 1.5%, 1.7x. Throughput: within 1% of FAIR.
+PAPER_TARGETS = {
+    10_000_000: (
+        ("srrt", "srpt", "improvement_pct", ">=", 7.5, "Al-Sadeh 2008 Table 2 (10 Mbit/s average)"),
+        ("srrt", "fair", "fraction_starved", "<=", 0.025, "Al-Sadeh 2008 §5.3 (2.4% at 10 Mbit/s)"),
+        ("srrt", "fair", "largest_file_stretch", "<=", 2.2, "Al-Sadeh 2008 §5.3"),
+        ("srrt", "fair", "throughput_ratio", ">=", 0.99, "no throughput lost"),
+    ),
+    100_000_000: (
+        ("srrt", "srpt", "improvement_pct", ">=", 7.4, "Al-Sadeh 2008 Table 2 (100 Mbit/s average)"),
+        ("srrt", "fair", "fraction_starved", "<=", 0.015, "Al-Sadeh 2008 §5.3 (1.5% at 100 Mbit/s)"),
+        ("srrt", "fair", "largest_file_stretch", "<=", 1.7, "Al-Sadeh 2008 §5.3"),
+        ("srrt", "fair", "throughput_ratio", ">=", 0.99, "no throughput lost"),
+    ),
+}
+
+
+#: Beside fraction_starved (S > 1): how far S spreads, to tell starvation from path noise.
+NOISE_KEYS = ("median_stretch", "fraction_stretch_over_1_25", "fraction_stretch_over_2")
+
+
+def uplink_label(bits_per_s: int) -> str:
+    """``10mbit`` for 10_000_000, as experiment files write rates."""
+    for unit, scale in (("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3)):
+        if bits_per_s % scale == 0:
+            return f"{bits_per_s // scale}{unit}"
+    return f"{bits_per_s}bit"
+
+
+def baselines(exp: Experiment) -> tuple[str, ...]:
+    """The experiment's baselines, weakest first (see the module doc for the default)."""
+    if exp.baselines:
+        return exp.baselines
+    out = tuple(p for p in ("fair",) if p in exp.policies)
+    if "srpt" in exp.policies and "srrt" in exp.policies:
+        out += ("srpt",)
+    return out
+
+
+def pairs(policies: Iterable[str], bases: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(policy, baseline) pairs in policy order, then baseline order."""
+    out = []
+    for p in policies:
+        for b in bases:
+            if b == p or (p in bases and bases.index(p) < bases.index(b)):
+                continue
+            out.append((p, b))
+    return out
+
+
+def pair_name(policy: str, baseline: str) -> str:
+    return f"{policy}_vs_{baseline}"
+
+
+def improvement_pct(ratio: float | None) -> float | None:
+    """100 · (1 − policy ÷ baseline) from mean_response_ratio = baseline ÷ policy."""
+    return None if not ratio else 100.0 * (1.0 - 1.0 / ratio)
+
+
+def stretch(policy: pd.DataFrame, base: pd.DataFrame) -> dict[str, Any]:
+    """`analysis.stretch` over all requests and over the largest size's (module doc)."""
+    out = dict(analysis.stretch(policy, base))
+    out.update(largest_file_size_bytes=None, largest_file_stretch=None, largest_file_unmatched=0)
+    if policy.empty:
+        return out
+    size = policy["size_bytes"].max()
+    p_big, b_big = policy[policy["size_bytes"] == size], base[base["size_bytes"] == size]
+    big = analysis.stretch(p_big, b_big)
+    p_ok = set(p_big.loc[p_big["response_s"].notna(), "id"])
+    b_ok = set(b_big.loc[b_big["response_s"].notna(), "id"])
+    out.update(
+        largest_file_size_bytes=int(size),
+        largest_file_stretch=big["max_stretch"],
+        largest_file_unmatched=len(p_ok ^ b_ok),
+    )
+    return out
+
+
+def _group_rows(
+    p_req: pd.DataFrame, b_req: pd.DataFrame, p_metrics: dict, b_metrics: dict, record: dict
+) -> list[dict[str, Any]]:
+    """Per group: the means, their ratio and improvement, and the stretch of the group's requests."""
+    means = {g["name"]: g for g in b_metrics["groups"]}
+    own = {g["name"]: g for g in p_metrics["groups"]}
+    rows = []
+    for row in wanreport.compare_groups(p_metrics["groups"], b_metrics["groups"]):
+        clients = next((g["clients"] for g in record["groups"] if g["name"] == row["name"]), [])
+        st = stretch(p_req[p_req["client"].isin(clients)], b_req[b_req["client"].isin(clients)])
+        rows.append(
+            row
+            | {
+                "improvement_pct": improvement_pct(row["mean_response_ratio"]),
+                "mean_response_s": own[row["name"]]["mean_response_s"],
+                "baseline_mean_response_s": means[row["name"]]["mean_response_s"],
+                "matched": st["matched"],
+                "fraction_starved": st["fraction_starved"],
+                "max_stretch": st["max_stretch"],
+                "largest_file_stretch": st["largest_file_stretch"],
+            }
+            | {k: st.get(k) for k in NOISE_KEYS}
+        )
+    return rows
+
+
+def compare_runs(
+    runs: list[Any], exp: Experiment, groups_of: Callable[[str], dict[str, Any] | None]
+) -> list[dict[str, Any]]:
+    """One row per (policy, baseline) pair and point, in run order, then baseline order.
+
+    ``runs`` are report.RunData (policy, key, requests of the window, metrics, path);
+    ``groups_of(run)`` gives a run's groups.json record (client ids per group) or None.
+    """
+    by_key = {(r.policy, *r.key): r for r in runs}
+    bases = baselines(exp)
+    wanted = set(pairs(exp.policies, bases))
+    uplink = uplink_label(exp.uplink.rate_bits_per_s)
+    out = []
+    for r in runs:
+        for b_name in bases:
+            b = by_key.get((b_name, *r.key))
+            if (r.policy, b_name) not in wanted or b is None:
+                continue
+            st = stretch(r.requests, b.requests)
+            c = analysis.compare(r.metrics, b.metrics, st)
+            c["baseline"] = b_name
+            c["uplink"] = uplink
+            c["improvement_pct"] = improvement_pct(c["mean_response_ratio"])
+            c.update({k: st.get(k) for k in ("matched", "largest_file_size_bytes", "largest_file_stretch")})
+            c.update({k: st.get(k) for k in NOISE_KEYS})
+            c["largest_file_unmatched"] = st["largest_file_unmatched"]
+            c["valid"] = r.metrics["valid"] and b.metrics["valid"]
+            if r.path is not None:
+                c.update(path=r.path, rtt_ms=r.metrics["rtt_ms"], loss=r.metrics["loss"])
+            record = groups_of(r.run)
+            if "groups" in r.metrics and "groups" in b.metrics and record is not None:
+                c["groups"] = _group_rows(r.requests, b.requests, r.metrics, b.metrics, record)
+            out.append(c)
+    return out
+
+
+# --------------------------------------------------------------------------- tables in the summary
+
+
+def improvement_table(comparisons: list[dict[str, Any]], rate_bits_per_s: int) -> list[dict[str, Any]]:
+    """Per pair (the paper's Table 2): improvement % per load, the average and the maximum over
+    the valid loads, and the paper's average and maximum. A load's value is the mean over its
+    valid repeats; with none valid, over all of them, marked ``valid: false`` (shown, never
+    counted in the average or the maximum)."""
+    paper = PAPER_IMPROVEMENT_PCT.get(rate_bits_per_s, {})
+    acc: dict[tuple[str, str, str], dict[float, tuple[list[float], list[float]]]] = {}
+    for c in comparisons:
+        if c.get("path") is not None or c.get("improvement_pct") is None:
+            continue
+        per = acc.setdefault((c["uplink"], c["policy"], c["baseline"]), {})
+        good, every = per.setdefault(round(c["load"], 2), ([], []))
+        every.append(c["improvement_pct"])
+        if c["valid"]:
+            good.append(c["improvement_pct"])
+    rows = []
+    for (uplink, policy, base), per in acc.items():
+        by_load = [
+            {"load": ld, "improvement_pct": float(np.mean(good or every)), "valid": bool(good)}
+            for ld, (good, every) in sorted(per.items())
+        ]
+        valid = [b["improvement_pct"] for b in by_load if b["valid"]]
+        p_avg, p_max = paper.get((policy, base), (None, None))
+        rows.append(
+            {
+                "uplink": uplink,
+                "policy": policy,
+                "baseline": base,
+                "by_load": by_load,
+                "average_pct": float(np.mean(valid)) if valid else None,
+                "max_pct": float(np.max(valid)) if valid else None,
+                "valid_loads": len(valid),
+                "paper_average_pct": p_avg,
+                "paper_max_pct": p_max,
+            }
+        )
+    return rows
+
+
+def paper_targets(comparisons: list[dict[str, Any]], rate_bits_per_s: int) -> list[dict[str, Any]]:
+    """The paper's closing numbers against ours at the highest load where the pair is valid
+    (mean over the valid repeats there); no row for an uplink the paper did not measure. With no
+    valid point, the highest load's value is still given, ``valid: false`` and ``met`` None."""
+    rows = []
+    for policy, base, key, op, thr, source in PAPER_TARGETS.get(rate_bits_per_s, ()):
+        every = [
+            c
+            for c in comparisons
+            if c["policy"] == policy
+            and c["baseline"] == base
+            and c.get("path") is None
+            and c.get(key) is not None
+        ]
+        good = [c for c in every if c["valid"]]
+        row = {"policy": policy, "baseline": base, "key": key, "target": f"{op} {thr:g}", "source": source}
+        cs = good or every
+        if not cs:
+            rows.append(row | {"measured": None, "met": None, "valid": False})
+            continue
+        load = max(c["load"] for c in cs)
+        vals = [c[key] for c in cs if abs(c["load"] - load) < 1e-9]
+        v = float(np.mean(vals))
+        met = (v >= thr if op == ">=" else v <= thr) if good else None
+        rows.append(row | {"load": load, "measured": v, "met": met, "valid": bool(good), "n": len(vals)})
+    return rows
+
+
+def group_table(runs: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per point (load, repeat) and client group: each policy's mean response time and, per
+    pair, the improvement and stretch (the paper's Table 2 and Figure 4 by group)."""
+    rows: dict[tuple[float, int, str], dict[str, Any]] = {}
+    for r in runs:
+        if r.get("path") is not None:
+            continue
+        for g in r.get("groups") or []:
+            row = rows.setdefault(
+                (round(r["load"], 2), r["repeat"], g["name"]),
+                {
+                    "load": r["load"],
+                    "repeat": r["repeat"],
+                    "group": g["name"],
+                    "rtt_ms": g["rtt_ms"],
+                    "loss": g["loss"],
+                    "mean_response_s": {},
+                    "valid": True,
+                    "pairs": {},
+                },
+            )
+            row["mean_response_s"][r["policy"]] = g["mean_response_s"]
+            row["valid"] = row["valid"] and bool(r["valid"])
+    for c in comparisons:
+        if c.get("path") is not None:
+            continue
+        for g in c.get("groups") or []:
+            row = rows.get((round(c["load"], 2), c["repeat"], g["name"]))
+            if row is not None:
+                row["pairs"][pair_name(c["policy"], c["baseline"])] = {
+                    k: g[k]
+                    for k in (
+                        "improvement_pct",
+                        "mean_response_ratio",
+                        "fraction_starved",
+                        "max_stretch",
+                        "largest_file_stretch",
+                    )
+                }
+    return [rows[k] for k in sorted(rows, key=lambda k: (k[0], k[1]))]
+
+
+def estimate_accuracy(runs: list[Any], out: Path) -> list[dict[str, Any]]:
+    """Per srrt run (or any run whose metrics carry the srrt histogram): `srrtmetrics.accuracy`,
+    or why there is none."""
+    rows = []
+    for r in runs:
+        head = {"run": r.run, "policy": r.policy, "load": r.load, "repeat": r.repeat}
+        try:
+            acc = srrtmetrics.run_accuracy(out / "runs" / r.run)
+        except srrtmetrics.MetricsError as e:
+            if r.policy == "srrt":  # another policy's metrics are not this table's business
+                rows.append(head | {"error": str(e)})
+            continue
+        if acc is not None:
+            rows.append(head | acc)
+        elif r.policy == "srrt":
+            why = "server_metrics.txt missing or without the srrt series (scrape failed?)"
+            rows.append(head | {"error": why})
+    return rows
+
+
+def extend_summary(summary: dict[str, Any], runs: list[Any], exp: Experiment, out: Path) -> None:
+    """Adds the tables this module computes, each only where it has content (a LAN FAIR/SRPT
+    experiment's summary keeps its keys): ``group_table`` with client groups; ``improvement``
+    and ``paper_targets`` when a baseline other than FAIR is compared or srrt runs;
+    ``estimate_accuracy`` when a run has srrt's histogram or is an srrt run."""
+    rate = exp.uplink.rate_bits_per_s
+    cmps = summary["comparisons"]
+    groups = group_table(summary["runs"], cmps)
+    if groups:
+        summary["group_table"] = groups
+    if "srrt" in exp.policies or any(c["baseline"] != "fair" for c in cmps):
+        summary["improvement"] = improvement_table(cmps, rate)
+        summary["paper_targets"] = paper_targets(cmps, rate)
+    acc = estimate_accuracy(runs, out)
+    if acc:
+        summary["estimate_accuracy"] = acc
+        summary["estimate_accuracy_limits"] = srrtmetrics.LIMITS
+
+
+# --------------------------------------------------------------------------- the page
+
+
+def _f(x: Any, fmt: str) -> str:
+    return "—" if x is None else fmt.format(x)
+
+
+def _imp_cell(by_load: list[dict[str, Any]], load: float) -> str:
+    b = next((b for b in by_load if b["load"] == load), None)
+    if b is None:
+        return "—"
+    return f"{b['improvement_pct']:.1f}" + ("" if b["valid"] else "*")
+
+
+def _bounded(v: Any, bounds: list[Any] | None, fmt: str) -> str:
+    lo, hi = bounds or (None, None)
+    if v is None:
+        return f"> {lo:g}" if lo is not None else "—"
+    return fmt.format(v) + f" [{lo:g}, {_f(hi, '{:g}')}]"
+
+
+def tables(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[list[str]]]]:
+    """(title, note, header, rows) of this module's tables, for the report page."""
+    out = []
+    imp = summary.get("improvement") or []
+    if imp:
+        loads = sorted({b["load"] for r in imp for b in r["by_load"]})
+        rows = [
+            [r["uplink"], f"{r['policy']} vs {r['baseline']}"]
+            + [_imp_cell(r["by_load"], ld) for ld in loads]
+            + [
+                _f(r["average_pct"], "{:.1f}"),
+                _f(r["max_pct"], "{:.1f}"),
+                _f(r["paper_average_pct"], "{:.1f}"),
+                _f(r["paper_max_pct"], "{:.1f}"),
+            ]
+            for r in imp
+        ]
+        out.append(
+            (
+                "Improvement of each policy over its baselines (cf. Al-Sadeh and Yahya 2008, Table 2)",
+                "Improvement % = 100 · (1 − policy's mean response ÷ baseline's), same trace; per load "
+                "over the valid repeats (* : no valid pair at that load, the mean of the invalid ones); "
+                "average and max over the valid loads only.",
+                ["uplink", "pair", *(f"load {ld:g}" for ld in loads)]
+                + ["average", "max", "paper avg", "paper max"],
+                rows,
+            )
+        )
+    tgt = summary.get("paper_targets") or []
+    if tgt:
+        rows = [
+            [
+                f"{t['policy']} vs {t['baseline']}",
+                t["key"],
+                t["target"],
+                _f(t.get("load"), "{:g}"),
+                _f(t["measured"], "{:.4g}") + ("" if t.get("valid", True) else " (invalid)"),
+                "—" if t["met"] is None else ("yes" if t["met"] else "NO"),
+                t["source"],
+            ]
+            for t in tgt
+        ]
+        out.append(
+            (
+                "The SRRT paper's closing numbers against ours",
+                "At the highest load where the pair's runs are valid (mean over repeats).",
+                ["pair", "metric", "target", "load", "measured", "met", "source"],
+                rows,
+            )
+        )
+    return (
+        out
+        + _stretch_table(summary)
+        + _group_tables(summary.get("group_table") or [])
+        + _accuracy_table(summary)
+    )
+
+
+def _stretch_table(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[list[str]]]]:
+    cmps = [c for c in summary["comparisons"] if c.get("median_stretch") is not None]
+    if not (summary.get("improvement") and cmps):
+        return []
+    rows = [
+        [f"{c['load']:.2f}" + (f" {c['path']}" if c.get("path") else ""), str(c["repeat"])]
+        + [f"{c['policy']} vs {c['baseline']}", _f(c["fraction_starved"], "{:.4f}")]
+        + [_f(c.get(k), "{:.4f}") for k in ("fraction_stretch_over_1_25", "fraction_stretch_over_2")]
+        + [_f(c.get(k), "{:.2f}") for k in ("median_stretch", "max_stretch", "largest_file_stretch")]
+        + ["yes" if c["valid"] else "NO"]
+        for c in cmps
+    ]
+    head = [
+        "load",
+        "rep",
+        "pair",
+        "S > 1",
+        "S > 1.25",
+        "S > 2",
+        "median S",
+        "max S",
+        "largest file S",
+        "valid",
+    ]
+    note = (
+        "S(r) = RT_policy(r) ÷ RT_baseline(r) per request on the same trace. On lossy, jittery paths a "
+        "request's time varies between runs whatever the policy, so S > 1 also counts that noise: the "
+        "fractions above 1.25 and 2, and a low load where the policies barely differ, show its size."
+    )
+    return [("Starvation stretch: how far S spreads", note, head, rows)]
+
+
+def _accuracy_table(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[list[str]]]]:
+    out = []
+    acc = summary.get("estimate_accuracy") or []
+    if acc:
+        rows = []
+        for a in acc:
+            if "error" in a:
+                rows.append([a["run"], a["error"], *([""] * 9)])
+                continue
+            bc = a.get("band_changes", {})
+            rows.append(
+                [
+                    a["run"],
+                    str(a["responses"]),
+                    _bounded(a.get("p50_ratio"), a.get("p50_ratio_bounds"), "{:.2f}"),
+                    _bounded(a.get("p90_error_factor"), a.get("p90_error_factor_bounds"), "{:.2f}"),
+                    _f(a.get("within_factor_1.25"), "{:.3f}"),
+                    _f(a.get("within_factor_2"), "{:.3f}"),
+                    _f(a.get("fraction_underestimated"), "{:.3f}"),
+                    _f(a.get("ratio_of_sums"), "{:.2f}"),
+                    _f(a.get("tcp_info_reads_per_response"), "{:.2f}"),
+                    " / ".join(str(bc.get(k, "—")) for k in ("start", "drain", "tcp_state")),
+                    _f(a.get("demotions_held"), "{}"),
+                ]
+            )
+        out.append(
+            (
+                "How well srrt's estimate predicted the response time",
+                "Ratio = estimated at the response's start ÷ measured; error factor = max(ratio, 1/ratio); "
+                "quantiles with their bucket [bounds]. " + summary.get("estimate_accuracy_limits", ""),
+                [
+                    "run",
+                    "responses",
+                    "median ratio",
+                    "p90 error factor",
+                    "within 1.25×",
+                    "within 2×",
+                    "underestimated",
+                    "Σest ÷ Σmeas",
+                    "TCP_INFO reads / response",
+                    "band changes start / drain / tcp_state",
+                    "demotions held",
+                ],
+                rows,
+            )
+        )
+    return out
+
+
+def _group_tables(rows_in: list[dict[str, Any]]) -> list[tuple[str, str, list[str], list[list[str]]]]:
+    if not rows_in:
+        return []
+    policies = list(dict.fromkeys(p for r in rows_in for p in r["mean_response_s"]))
+    names = list(dict.fromkeys(n for r in rows_in for n in r["pairs"]))
+    means, stretches = [], []
+    for r in rows_in:
+        head = [f"{r['load']:.2f}", str(r["repeat"]), r["group"]]
+        lead = [*head, f"{r['rtt_ms']:g}", f"{r['loss']:.3f}"]
+        pr = r["pairs"]
+        means.append(
+            lead
+            + [_f(r["mean_response_s"].get(p), "{:.4f}") for p in policies]
+            + [_f(pr.get(n, {}).get("improvement_pct"), "{:.1f}") for n in names]
+            + ["yes" if r["valid"] else "NO"]
+        )
+        stretches.append(
+            head
+            + [
+                " / ".join(
+                    _f(pr.get(n, {}).get(k), fmt)
+                    for k, fmt in (
+                        ("fraction_starved", "{:.4f}"),
+                        ("max_stretch", "{:.2f}"),
+                        ("largest_file_stretch", "{:.2f}"),
+                    )
+                )
+                for n in names
+            ]
+        )
+    return [
+        (
+            "Mean response time and improvement per client group "
+            "(cf. Al-Sadeh and Yahya 2008, Table 2, Fig. 4)",
+            "Mean response time (s) per policy over the group's requests in the window; improvement % = "
+            "100 · (1 − policy ÷ baseline) per pair.",
+            ["load", "rep", "group", "RTT ms", "loss", *(f"{p} RT (s)" for p in policies)]
+            + [*(f"{n} %" for n in names), "valid"],
+            means,
+        ),
+        (
+            "Starvation stretch per client group",
+            "Per pair: fraction of the group's requests with S > 1 / max S / largest file's S, "
+            "S(r) = RT_policy(r) ÷ RT_baseline(r).",
+            ["load", "rep", "group", *names],
+            stretches,
+        ),
+    ]
+
+
+def group_figures(summary: dict[str, Any]) -> list[tuple[str, str, bytes]]:
+    """Mean response time per group per policy at each load; the average improvement per group
+    over the valid loads per pair (the paper's Figure 4; over every load, said so in the caption,
+    when no point is valid). Repeats are averaged."""
+    rows = summary.get("group_table") or []
+    if not rows:
+        return []
+    means: dict[str, dict[str, dict[str, list[float]]]] = {}
+    imp: dict[str, dict[str, list[float]]] = {}
+    any_valid = any(r["valid"] for r in rows)
+    for r in rows:
+        group = f"{r['group']}\n{r['rtt_ms']:g} ms, {100 * r['loss']:g}%"
+        panel = means.setdefault(f"load {r['load']:g}", {})
+        for p, v in r["mean_response_s"].items():
+            if v is not None:
+                panel.setdefault(p, {}).setdefault(group, []).append(v)
+        if any_valid and not r["valid"]:
+            continue
+        for n, pr in r["pairs"].items():
+            if pr.get("improvement_pct") is not None:
+                label = n.upper().replace("_VS_", " vs ")
+                imp.setdefault(label, {}).setdefault(group, []).append(pr["improvement_pct"])
+
+    def avg(d: dict[str, list[float]]) -> list[tuple[str, float | None]]:
+        return [(g, float(np.mean(v))) for g, v in d.items()]
+
+    out = [
+        (
+            "Mean response time per client group and policy, at each load",
+            "One bar per policy; the group's requests in the measurement window (repeats averaged).",
+            figures.per_group(
+                {k: {p: avg(d) for p, d in v.items()} for k, v in means.items()}, "Mean response time (s)"
+            ),
+        )
+    ]
+    if imp:
+        out.append(
+            (
+                "Average improvement per client group over the valid loads "
+                "(cf. Al-Sadeh and Yahya 2008, Fig. 4)",
+                "100 · (1 − policy ÷ baseline) of the group's mean response time, averaged over the loads "
+                + (
+                    "where both runs are valid."
+                    if any_valid
+                    else "— NO VALID POINT: every load is averaged, all of them invalid."
+                ),
+                figures.per_group(
+                    {
+                        "all valid loads" if any_valid else "all loads (none valid)": {
+                            n: avg(d) for n, d in imp.items()
+                        }
+                    },
+                    "Improvement (%)",
+                ),
+            )
+        )
+    return out
