@@ -31,14 +31,17 @@ from pathlib import Path
 
 from ..cpus import CpuReservation, CpusError, detect
 from ..gkbench.summary import summarize
+from ..gkbench.timeline import Sampler
 from ..kit import Child, free_port, load_argv, provenance, wait_http, wait_port, write_json
 from .backends import Backend, ForeignError, prepare
-from .verdict import checks
+from .verdict import checks, table
 
 #: Sequential requests per type when measuring its cost alone (cheap, costly).
 ALONE_SAMPLES = (40, 6)
 #: Bound on the trace a run replays (requests).
 MAX_TRACE_ROWS = 2_000_000
+#: The gate's timeline: its admin metrics sampled this often during a gatekeeper run.
+SAMPLE_S = 0.5
 
 
 @dataclass
@@ -121,6 +124,8 @@ class Point:
         )
         self.counter = 0
         self.cost_ms: dict[str, float] = {}
+        #: Per gatekeeper run (tag): the gate's samples (`gkbench.timeline.Sampler` rows).
+        self.timelines: dict[str, list[dict]] = {}
         self.patterns = [(t.name, re.compile(t.pattern)) for t in backend.types]
 
     def start(self) -> tuple[Child, str]:
@@ -266,10 +271,15 @@ class Point:
                 argv = [self.bin, "gatekeeper", "--listen", f"127.0.0.1:{port}", "--upstream", url]
                 argv += ["--capacity", f"{capacity_us}us", "--policy", mode, "--admin", f"127.0.0.1:{admin}"]
                 argv += ["--max-queue-wait", f"{1e3 * s.max_queue_wait_s:.0f}ms", *self.classify_args()]
-                with Child(argv, self.work / f"gatekeeper-{tag}.log"):
+                with (
+                    Child(argv, self.work / f"gatekeeper-{tag}.log"),
+                    Sampler(None, admin, SAMPLE_S) as sampler,
+                ):
                     wait_port(port)
                     out, wall = self.load(f"http://127.0.0.1:{port}", load_model, trace, tag, s.duration_s)
+                self.timelines[tag] = sampler.rows
         r = self.summary(out, s.warmup_s, s.duration_s, wall)
+        r["gate"] = gate_summary(self.timelines.get(tag, []), s.warmup_s, s.duration_s)
         r.update(
             {"mode": mode, "model": model, "rate_per_s": rate if model == "open" else None, "users": users}
         )
@@ -285,7 +295,30 @@ class Point:
         return r
 
 
-def run_backend(s: Settings, name: str, binary: str, tools: Path, scratch: Path, prefix: list[str]) -> dict:
+def gate_summary(rows: list[dict], warmup_s: float, duration_s: float) -> dict | None:
+    """The gate over the measurement window: mean load over capacity, queue and in flight,
+    and the fraction of samples where the request the policy looks at first did not fit
+    (the gate holding capacity back for it)."""
+    g = [r["gate"] for r in rows if "gate" in r and warmup_s <= r["t_s"] <= duration_s]
+    if not g:
+        return None
+    n = len(g)
+    return {
+        "samples": n,
+        "mean_load_over_capacity": sum(x["load_s"] / x["capacity_s"] for x in g) / n,
+        "mean_queue": sum(x["queue"] for x in g) / n,
+        "mean_in_flight": sum(x["in_flight"] for x in g) / n,
+        "head_blocked_fraction": sum(
+            x["queue"] > 0 and x["load_s"] + x["head_cost_s"] > x["capacity_s"] + 1e-9 for x in g
+        )
+        / n,
+    }
+
+
+def run_backend(
+    s: Settings, name: str, binary: str, tools: Path, scratch: Path, prefix: list[str]
+) -> tuple[dict, dict[str, list[dict]]]:
+    """One backend's measurements, and the gate's timelines of its gatekeeper runs."""
     b = s.backends[name]
     work = scratch / name
     work.mkdir(parents=True, exist_ok=True)
@@ -318,7 +351,7 @@ def run_backend(s: Settings, name: str, binary: str, tools: Path, scratch: Path,
         "runs": runs,
     }
     out["checks"] = checks(out, s.modes)
-    return out
+    return out, p.timelines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -348,13 +381,19 @@ def main(argv: list[str] | None = None) -> int:
             "settings": vars(s) | {"backends": s.backends},
         }
         result["backends"] = {}
+        timelines = {}
         with tempfile.TemporaryDirectory(prefix="gk-foreign-") as scratch:
             for name in names:
                 if name not in s.backends:
                     raise ForeignError(f"{a.config}: no [backend.{name}]")
-                result["backends"][name] = run_backend(s, name, binary, a.tools, Path(scratch), prefix)
+                result["backends"][name], timelines[name] = run_backend(
+                    s, name, binary, a.tools, Path(scratch), prefix
+                )
         a.out.mkdir(parents=True, exist_ok=True)
+        write_json(a.out / "timelines.json", {"sample_s": SAMPLE_S, "backends": timelines}, allow_nan=True)
         write_json(a.out / "summary.json", result)
+        for name, b in result["backends"].items():
+            print(table(name, b), file=sys.stderr)
     except ForeignError as e:
         print(f"gatekeeper-foreign: error: {e}", file=sys.stderr)
         return 1

@@ -16,6 +16,11 @@ def _costliest_fraction(run: dict, costliest: str) -> float | None:
     return run["per_type"].get(costliest, {}).get("completed_fraction")
 
 
+def _num(v: float | None) -> float:
+    """A figure that may be missing (no request in the window): NaN, which fails every check."""
+    return float("nan") if v is None else v
+
+
 def checks(backend: dict, modes: list[str]) -> list[dict]:
     """Every target for every model that ran fifo and sjf (and sjf-aging modes if any)."""
     out = []
@@ -29,11 +34,15 @@ def checks(backend: dict, modes: list[str]) -> list[dict]:
         def add(name: str, ok: bool, model: str = model, **figures) -> None:
             out.append({"model": model, "name": name, "ok": bool(ok), **figures})
 
-        add("fifo work >= 0.85 of peak", fifo["work_over_peak"] >= FIFO_WORK_MIN, fifo=fifo["work_over_peak"])
-        add("sjf work >= 0.9 of peak", sjf["work_over_peak"] >= SJF_WORK_MIN, sjf=sjf["work_over_peak"])
+        add(
+            "fifo work >= 0.85 of peak",
+            _num(fifo["work_over_peak"]) >= FIFO_WORK_MIN,
+            fifo=fifo["work_over_peak"],
+        )
+        add("sjf work >= 0.9 of peak", _num(sjf["work_over_peak"]) >= SJF_WORK_MIN, sjf=sjf["work_over_peak"])
         add(
             "sjf mean >= 5x below fifo",
-            sjf["mean_response_ms"] * SJF_MEAN_FACTOR <= fifo["mean_response_ms"],
+            _num(sjf["mean_response_ms"]) * SJF_MEAN_FACTOR <= _num(fifo["mean_response_ms"]),
             sjf_ms=sjf["mean_response_ms"],
             fifo_ms=fifo["mean_response_ms"],
         )
@@ -46,17 +55,21 @@ def checks(backend: dict, modes: list[str]) -> list[dict]:
         )
         for m in agings:
             a = runs[m]
-            add(f"{m} work >= 0.9 of peak", a["work_over_peak"] >= SJF_WORK_MIN, aging=a["work_over_peak"])
+            add(
+                f"{m} work >= 0.9 of peak",
+                _num(a["work_over_peak"]) >= SJF_WORK_MIN,
+                aging=a["work_over_peak"],
+            )
             add(
                 f"{m} work >= fifo's",
-                a["work_per_s"] >= fifo["work_per_s"],
+                _num(a["work_per_s"]) >= fifo["work_per_s"],
                 aging=a["work_per_s"],
                 fifo=fifo["work_per_s"],
             )
-            lo, hi = sorted([sjf["mean_response_ms"], fifo["mean_response_ms"]])
+            lo, hi = sorted([_num(sjf["mean_response_ms"]), _num(fifo["mean_response_ms"])])
             add(
                 f"{m} mean between sjf's and fifo's",
-                lo <= a["mean_response_ms"] <= hi,
+                lo <= _num(a["mean_response_ms"]) <= hi,
                 aging_ms=a["mean_response_ms"],
                 sjf_ms=sjf["mean_response_ms"],
                 fifo_ms=fifo["mean_response_ms"],
@@ -84,9 +97,10 @@ def table(name: str, backend: dict) -> str:
     for model, runs in backend["runs"].items():
         for mode, r in runs.items():
             c = r["per_type"].get(costliest, {})
+            wpp = "-" if r["work_over_peak"] is None else f"{r['work_over_peak']:.2f}"
+            mean = "-" if r["mean_response_ms"] is None else f"{r['mean_response_ms'] / 1e3:.2f} s"
             lines.append(
                 f"| {model} | {mode} | {r['accounting']['paper']['requests']} of {r['requests']} | "
-                f"{r['work_over_peak']:.2f} | {r['mean_response_ms'] / 1e3:.2f} s | "
-                f"{c.get('completed', 0)} of {c.get('n', 0)} |"
+                f"{wpp} | {mean} | {c.get('completed', 0)} of {c.get('n', 0)} |"
             )
     return "\n".join(lines)
