@@ -376,7 +376,7 @@ pub fn run(cfg: &ModelConfig) -> Result<ModelResult, ModelError> {
                     estimator.observe_request_at(r.type_index, Sample { wall_us, share_us }, gate_us(now))?;
                     // The type's queued requests are judged by its new estimate, the charge
                     // they get at admission, as the proxy does (`Gate::reprice_waiting`,
-                    // fifo and sjf-aging).
+                    // every policy).
                     let mut admitted = if g.reprices_waiting() {
                         let est = estimator.estimate_us(r.type_index)?;
                         let ids: Vec<RequestId> = pending
