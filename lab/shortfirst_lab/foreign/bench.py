@@ -144,7 +144,10 @@ class Point:
         return child, f"http://127.0.0.1:{port}"
 
     def classify_args(self) -> list[str]:
-        return [a for t in self.backend.types for a in ("--classify", f"{t.name}={t.pattern}")]
+        """The gatekeeper's (and calibrate's) classification and, if set, concurrency cap."""
+        out = [a for t in self.backend.types for a in ("--classify", f"{t.name}={t.pattern}")]
+        cap = self.s.backends[self.backend.name].get("max_in_flight")
+        return out + (["--max-in-flight", str(int(cap))] if cap else [])
 
     def type_of(self, path: str) -> str:
         line = f"GET {path}"
