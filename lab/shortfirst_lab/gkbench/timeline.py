@@ -56,8 +56,9 @@ def steal_s() -> float:
 
 
 def by_type(m: dict[str, float], metric: str) -> dict[str, float]:
-    pre = metric + '{type="GET /t/'
-    return {k[len(pre) : -2]: v for k, v in m.items() if k.startswith(pre)}
+    """A per-type metric by type name (the synthetic upstream's `GET /t/` prefix dropped)."""
+    pre = metric + '{type="'
+    return {k[len(pre) : -2].removeprefix("GET /t/"): v for k, v in m.items() if k.startswith(pre)}
 
 
 #: Shortest --sample-ms accepted (see main).
