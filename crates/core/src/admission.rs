@@ -155,7 +155,8 @@
 //! for no reason in the requests themselves; ordering by them let the later requests of a
 //! type overtake the earlier ones for as long as the estimate kept drifting (a single-URL
 //! flood under `sjf` had requests time out at 20 s while `fifo` served all in under
-//! 0.2 s). A probe takes its class's head ahead of everything. Requests that arrive
+//! 0.2 s). A probe takes its class's head ahead of everything, once: admitting it answers
+//! the probe (one fresh sample of the type). Requests that arrive
 //! without a class ([`Gate::arrive`]) are each a class of their own.
 //!
 //! **Overload.** The queue holds at most `max_queue_len` requests: an arrival that finds it
