@@ -651,12 +651,12 @@ mod tests {
 
     /// Little's law in a closed loop at saturation: the processors fix the throughput, so
     /// the mean response over *every* request, `clients / throughput - think`, is about the
-    /// same under every policy. SJF's lower mean over the *completed* requests leaves out
-    /// the ones still waiting at the end, and sjf-aging, which starves nobody, moves the
-    /// waiting onto the costly type instead of removing it. Measured (seed 7, 2x the
-    /// saturating users): Little's mean fifo 549 ms, sjf 484, sjf-aging:1 469, sjf-aging:5
-    /// 452; completed-only sjf 123 ms; the costly type 987 ms under fifo, 8.9 s under
-    /// sjf-aging:1.
+    /// same under every policy; a policy that starves nobody moves the waiting onto the
+    /// costly type instead of removing it. Measured (seed 7, 2x the saturating users):
+    /// Little's mean fifo 549 ms, sjf 484, sjf-aging:1 469, sjf-aging:5 452; the costly
+    /// type 987 ms under fifo, 8.9 s under sjf-aging:1. sjf's mean over the completed
+    /// requests was 123 ms while it left costly requests waiting past the end; with
+    /// re-pricing and probes answered by one admission it is 462 ms against Little's 469.
     #[test]
     fn closed_loop_mean_response_is_fixed_by_littles_law() {
         let gate = |p| Some(GateConfig::new(2_000_000, p));
@@ -668,17 +668,14 @@ mod tests {
             let ratio = r.little_response_us / fifo.little_response_us;
             assert!(ratio > 0.75, "{name}: Little's mean {ratio} x fifo's");
         }
-        // Nobody starves under fifo and sjf-aging: both means agree.
-        for (name, r) in [("fifo", &fifo), ("sjf-aging:1", &aging1), ("sjf-aging:5", &aging5)] {
+        // Nobody starves: both means agree. Under sjf too, now that waiting requests are
+        // re-priced and a probe is answered by one admission of its type (before, the
+        // completed requests' mean was below 0.4 of Little's: costly requests waited past
+        // the end of the run).
+        for (name, r) in [("fifo", &fifo), ("sjf", &sjf), ("sjf-aging:1", &aging1), ("sjf-aging:5", &aging5)] {
             let gap = (r.mean_response_us - r.little_response_us).abs() / r.little_response_us;
             assert!(gap < 0.05, "{name}: completed {} vs Little {}", r.mean_response_us, r.little_response_us);
         }
-        assert!(
-            sjf.mean_response_us < 0.4 * sjf.little_response_us,
-            "sjf: completed {} vs Little {}",
-            sjf.mean_response_us,
-            sjf.little_response_us
-        );
         let costly = |r: &ModelResult| r.types[2].mean_response_us;
         assert!(costly(&aging1) > 3.0 * costly(&fifo), "costly: aging {} fifo {}", costly(&aging1), costly(&fifo));
     }
