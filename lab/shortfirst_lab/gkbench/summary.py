@@ -5,15 +5,27 @@ accountings of response time (full and the paper's), Little's law for closed loo
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable
 from pathlib import Path
 
 from .workload import type_cost_ms
 
 
 def summarize(
-    run_dir: Path, warmup_s: float, duration_s: float, wall_s: float, scale: float, timeout_s: float
+    run_dir: Path,
+    warmup_s: float,
+    duration_s: float,
+    wall_s: float,
+    scale: float,
+    timeout_s: float,
+    cost_ms: Callable[[str], float] | None = None,
+    type_of: Callable[[str], str] | None = None,
 ) -> dict:
     """Throughput and response times from requests.csv.
+
+    A request's type and base cost come from its path: by default the synthetic upstream's
+    (the path's last segment, its Table 1 cost times `scale`); other backends pass
+    `type_of` and `cost_ms` (path → type name, path → cost in ms).
 
     - Throughput: responses completed (200) inside the measurement window
       [warmup, duration], whenever they were sent, per second of window. Cost-weighted
@@ -25,6 +37,16 @@ def summarize(
       in `mean_response_ms` (and per type); `mean_response_ms_completed` is over completed
       requests only. Dropping timeouts would hide exactly the requests a policy starves.
     """
+    if cost_ms is None:
+
+        def cost_ms(path: str) -> float:
+            return type_cost_ms(path, scale)
+
+    if type_of is None:
+
+        def type_of(path: str) -> str:
+            return path.rsplit("/", 1)[-1]
+
     with open(run_dir / "requests.csv") as f:
         rows = list(csv.DictReader(f))
     window = max(duration_s - warmup_s, 1e-9)
@@ -32,13 +54,13 @@ def summarize(
     rts, rts_done, per_type, timeouts, errors = [], [], {}, 0, 0
     by_client: dict[str, list[tuple[float, float]]] = {}
     for r in rows:
-        name = r["path"].rsplit("/", 1)[-1]
+        name = type_of(r["path"])
         sched = float(r["scheduled_s"] or 0)
         done = r.get("done_s") or ""
         ok = r["outcome"] == "ok" and r["status"] == "200" and done != ""
         if ok and warmup_s <= float(done) <= duration_s:
             done_in_window += 1
-            work_s += type_cost_ms(r["path"], scale) / 1e3
+            work_s += cost_ms(r["path"]) / 1e3
         # When the user was free again: the response, the error, or giving up.
         end = float(done) if done != "" else sched + timeout_s
         by_client.setdefault(r.get("client", ""), []).append((sched, end))
@@ -79,6 +101,7 @@ def summarize(
         "per_type": {
             k: {
                 "n": len(v["rts"]),
+                "completed": len(v["rts_ok"]),
                 "timeouts": v["timeouts"],
                 "errors": v["errors"],
                 "mean_response_ms": mean_ms(v["rts"]),

@@ -56,8 +56,9 @@ def steal_s() -> float:
 
 
 def by_type(m: dict[str, float], metric: str) -> dict[str, float]:
-    pre = metric + '{type="GET /t/'
-    return {k[len(pre) : -2]: v for k, v in m.items() if k.startswith(pre)}
+    """A per-type metric by type name (the synthetic upstream's `GET /t/` prefix dropped)."""
+    pre = metric + '{type="'
+    return {k[len(pre) : -2].removeprefix("GET /t/"): v for k, v in m.items() if k.startswith(pre)}
 
 
 #: Shortest --sample-ms accepted (see main).
@@ -72,7 +73,7 @@ class Sampler:
     the timeline says, moment by moment, whether the backend had idle processors and what
     the gate was doing then."""
 
-    def __init__(self, up_port: int, admin_port: int | None, period_s: float):
+    def __init__(self, up_port: int | None, admin_port: int | None, period_s: float):
         self.up_port, self.admin_port, self.period_s = up_port, admin_port, period_s
         self.rows: list[dict] = []
         self.stop = threading.Event()
@@ -92,15 +93,17 @@ class Sampler:
         while not self.stop.is_set():
             t = time.monotonic() - self.t0
             row: dict = {"t_s": t, "steal_s": steal_s()}
-            with contextlib.suppress(OSError):
-                u = prom(self.up_port)
-                # .get: an older binary (--bin of a baseline) lacks the newer gauges.
-                row["up"] = {
-                    "in_model": u.get("synthetic_in_model", float("nan")),
-                    "busy_cpu_s": u.get("synthetic_busy_cpu_seconds_total", float("nan")),
-                    "completed_work_s": u['synthetic_work_seconds_total{outcome="completed"}'],
-                    "overrun_s": u.get("synthetic_overrun_seconds_total", float("nan")),
-                }
+            # `up_port` None: a backend without the synthetic upstream's metrics.
+            if self.up_port is not None:
+                with contextlib.suppress(OSError):
+                    u = prom(self.up_port)
+                    # .get: an older binary (--bin of a baseline) lacks the newer gauges.
+                    row["up"] = {
+                        "in_model": u.get("synthetic_in_model", float("nan")),
+                        "busy_cpu_s": u.get("synthetic_busy_cpu_seconds_total", float("nan")),
+                        "completed_work_s": u['synthetic_work_seconds_total{outcome="completed"}'],
+                        "overrun_s": u.get("synthetic_overrun_seconds_total", float("nan")),
+                    }
             if self.admin_port is not None:
                 with contextlib.suppress(OSError):
                     g = prom(self.admin_port)

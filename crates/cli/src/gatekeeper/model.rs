@@ -55,6 +55,14 @@ pub struct ModelArgs {
     /// Every user sends its first request at time 0 (cold start under a wave).
     #[arg(long)]
     start_together: bool,
+    /// The gateway's --max-queue-wait: a request waiting this long is turned away (its
+    /// user thinks and sends again). Default: none.
+    #[arg(long, value_name = "DURATION")]
+    max_queue_wait: Option<String>,
+    /// Sample the gate's load, queue, head charge and per-type admissions this often into
+    /// each run's `timeline` in --out (e.g. 100ms). Default: none.
+    #[arg(long, value_name = "DURATION")]
+    timeline: Option<String>,
     /// Virtual time per run.
     #[arg(long, default_value = "300s", value_name = "DURATION")]
     duration: String,
@@ -83,6 +91,10 @@ struct Point {
     /// `ModelResult::little_response_us`).
     little_response_ms: f64,
     mean_in_flight: f64,
+    /// Demand served per second over the processors (1: every processor busy).
+    work_over_peak: f64,
+    /// Requests expired by --max-queue-wait per run, mean over seeds.
+    expired: f64,
     /// Per type: mean response (ms) and final estimate (ms), means over seeds.
     types: Vec<(String, f64, f64)>,
     runs: Vec<ModelResult>,
@@ -113,7 +125,7 @@ fn mean(xs: impl Iterator<Item = f64>) -> f64 {
     }
 }
 
-fn point(name: &str, clients: usize, peak: f64, runs: Vec<ModelResult>) -> Point {
+fn point(name: &str, clients: usize, peak: f64, cpus: usize, runs: Vec<ModelResult>) -> Point {
     let n_types = runs[0].types.len();
     let types = (0..n_types)
         .map(|i| {
@@ -133,6 +145,8 @@ fn point(name: &str, clients: usize, peak: f64, runs: Vec<ModelResult>) -> Point
         mean_response_ms: mean(runs.iter().map(|r| r.mean_response_us / 1e3)),
         little_response_ms: mean(runs.iter().map(|r| r.little_response_us / 1e3)),
         mean_in_flight: mean(runs.iter().map(|r| r.mean_in_flight)),
+        work_over_peak: mean(runs.iter().map(|r| r.work_per_s)) / cpus as f64,
+        expired: mean(runs.iter().map(|r| r.types.iter().map(|t| t.expired as f64).sum::<f64>())),
         types,
         runs,
     }
@@ -180,9 +194,20 @@ pub fn run(a: ModelArgs) -> anyhow::Result<()> {
         warmup_us,
         seed: a.seed,
         start_together: a.start_together,
+        timeline_period_us: a
+            .timeline
+            .as_deref()
+            .map(|t| config::parse_duration(t, "timeline").map(|d| d.as_secs_f64() * 1e6))
+            .transpose()?,
     };
+    let max_queue_wait_us = a
+        .max_queue_wait
+        .as_deref()
+        .map(|t| config::parse_duration(t, "max-queue-wait").map(|d| d.as_micros() as u64))
+        .transpose()?;
     let gate_cfg = |capacity_us: u64, policy: AdmissionPolicy| GateConfig {
         max_charge_share: a.max_charge_share,
+        max_queue_wait_us,
         ..GateConfig::new(capacity_us, policy)
     };
     let (capacity_us, calibration) = if a.capacity.trim() == "calibrate" {
@@ -195,10 +220,10 @@ pub fn run(a: ModelArgs) -> anyhow::Result<()> {
     } else {
         (config::parse_cost_us(&a.capacity, "capacity")?, Vec::new())
     };
-    let mut points = vec![point("direct", clients, peak_per_s, model::replicate(&base, a.seeds)?)];
+    let mut points = vec![point("direct", clients, peak_per_s, b.cpus, model::replicate(&base, a.seeds)?)];
     for p in &policies {
         let c = ModelConfig { gate: Some(gate_cfg(capacity_us, *p)), ..base.clone() };
-        points.push(point(&p.to_string(), clients, peak_per_s, model::replicate(&c, a.seeds)?));
+        points.push(point(&p.to_string(), clients, peak_per_s, b.cpus, model::replicate(&c, a.seeds)?));
     }
     eprintln!(
         "model: {clients} users ({}x the saturating {saturating}), peak {peak_per_s:.1}/s, capacity {:.1} ms ({}), basis {}, max charge share {}",
@@ -211,13 +236,15 @@ pub fn run(a: ModelArgs) -> anyhow::Result<()> {
     for p in &points {
         let costliest = p.types.iter().max_by(|x, y| x.2.total_cmp(&y.2));
         eprintln!(
-            "  {:<14} X {:8.1}/s ({:.2} of peak)  mean RT {:8.1} ms completed, {:8.1} ms all (Little)  in flight {:6.1}{}",
+            "  {:<14} X {:8.1}/s ({:.2} of peak, work {:.2})  mean RT {:8.1} ms completed, {:8.1} ms all (Little)  in flight {:6.1}  expired {:.0}{}",
             p.name,
             p.throughput_per_s,
             p.throughput_over_peak,
+            p.work_over_peak,
             p.mean_response_ms,
             p.little_response_ms,
             p.mean_in_flight,
+            p.expired,
             costliest
                 .filter(|_| p.name != "direct")
                 .map(|(n, rt, est)| format!("  {n}: RT {rt:.0} ms, estimate {est:.0} ms"))

@@ -52,8 +52,10 @@ fn class_order_table() {
         ("sjf-aging:1000", &[(1, 90), (1, 60), (1, 30)], None, &[1, 2, 3]),
         ("sjf-aging:1000", &[(1, 90), (2, 50), (1, 10), (2, 60)], None, &[2, 4, 1, 3]),
         ("fifo", &[(1, 90), (2, 50), (1, 10)], None, &[1, 2, 3]),
-        // A probe takes its class ahead of every other, the class in arrival order.
-        ("sjf", &[(2, 5), (1, 90), (1, 80)], Some(2), &[2, 3, 1]),
+        // A probe takes its class's head ahead of every other; that admission answers it
+        // (one sample), and the order is sjf's again.
+        ("sjf", &[(2, 5), (1, 90), (1, 80)], Some(2), &[2, 1, 3]),
+        ("sjf", &[(1, 90), (1, 80), (2, 5), (1, 70)], Some(3), &[1, 3, 2, 4]),
     ];
     for (policy, arrivals, probe, want) in table {
         assert_eq!(order(policy, arrivals, *probe), *want, "{policy} {arrivals:?} probe {probe:?}");

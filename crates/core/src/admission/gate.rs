@@ -319,6 +319,17 @@ impl Gate {
         let mut out = Vec::new();
         while let Some(seq) = self.next_admission(now_us) {
             let w = self.remove_waiting(seq).expect("picked request is waiting");
+            if let Some(class) = w.class.filter(|_| !self.probes.is_empty()) {
+                // A probe asks for one fresh sample of its type; its class's head, admitted
+                // now, gives it. Left waiting, the probe would take every older request of
+                // its class ahead of all others, one after another: in front of json-server
+                // a backlog of 18 full-text searches went before 135 lookups for 6 s.
+                let answered: Vec<u64> =
+                    self.probes.iter().copied().filter(|p| self.queue[p].class == Some(class)).collect();
+                for p in answered {
+                    self.probes.remove(&p);
+                }
+            }
             let finish = now_us.saturating_add(w.cost_us);
             self.load_us += w.cost_us;
             self.running.insert(seq, (w.cost_us, finish, self.share_clock_us));

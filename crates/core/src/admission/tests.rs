@@ -189,18 +189,27 @@ fn admission_order_table() {
             &[0, 1, 2],
         ),
         (
-            "aging X=0: no backfill that would still run when the head could start",
+            "aging X=0: no backfill that would still run when the head starts and not fit beside it",
             12,
             "sjf-aging:0",
-            &[(0, Arrive(8)), (0, Arrive(5)), (6, Arrive(3)), (8, Release(0))],
-            &[0, 1, 2],
+            // 1 (10) starts at 8 and leaves 2 free; 2 (3) would run until 9.
+            &[(0, Arrive(8)), (0, Arrive(10)), (6, Arrive(3)), (8, Release(0))],
+            &[0, 1],
         ),
         (
-            "aging X=1: same, the head's bound (5) is earlier than its start (8)",
+            "aging X=0: a backfill still running when the head starts, if it fits beside it",
+            12,
+            "sjf-aging:0",
+            // 1 (5) starts at 8 and leaves 7 free; 2 (3) runs until 9, beside it.
+            &[(0, Arrive(8)), (0, Arrive(5)), (6, Arrive(3)), (8, Release(0))],
+            &[0, 2, 1],
+        ),
+        (
+            "aging X=1: a backfill may delay the head within its bound (10), past its start (8)",
             12,
             "sjf-aging:1",
-            &[(0, Arrive(8)), (0, Arrive(5)), (6, Arrive(3)), (8, Release(0))],
-            &[0, 1, 2],
+            &[(0, Arrive(8)), (0, Arrive(10)), (6, Arrive(3)), (8, Release(0))],
+            &[0, 2],
         ),
         (
             "aging X=2: the head's bound (10) leaves room for it",
@@ -210,7 +219,7 @@ fn admission_order_table() {
             &[0, 2, 1],
         ),
         (
-            "aging: an overdue big request keeps its start; cheap ones fill around it",
+            "aging: an overdue big request; cheap ones fill the room it leaves beside it",
             10,
             "sjf-aging:1",
             &[
@@ -223,17 +232,21 @@ fn admission_order_table() {
                 (32, Release(1)),
             ],
             // Expected finishes 4 and 4 (overdue at 30, so "any moment"): request 2 (9) can
-            // start only when both finished; nothing may run past that, so 3 and 4 wait.
-            &[0, 1, 2, 3],
+            // start only when both finished, and leaves 1 free beside it: 3 (1) goes ahead.
+            // 4 (1) would not fit beside 2 and 3 and waits, until at 31 3 is expected to
+            // have finished (its charge, 1): 4 takes its place. The guarantee is in
+            // estimated time: 3 overruns, so 2 starts after 3 and 4 finish.
+            &[0, 1, 3, 4],
         ),
         (
             "aging: a request that fits but may not overtake an older one blocks no backfill",
             20,
             "sjf-aging:0",
             // At 9, request 2 (5) fits but would run past 1's start (12, when 0 is expected
-            // to finish), so it waits for 1; request 3 (1) finishes before 12 and goes ahead.
-            &[(0, Arrive(12)), (0, Arrive(10)), (9, Arrive(5)), (9, Arrive(1)), (12, Release(0))],
-            &[0, 3, 1, 2],
+            // to finish) and not fit beside it (1 leaves 4 free), so it waits for 1; request
+            // 3 (1) fits beside 1 and goes ahead.
+            &[(0, Arrive(12)), (0, Arrive(16)), (9, Arrive(5)), (9, Arrive(1)), (12, Release(0))],
+            &[0, 3, 1],
         ),
         (
             "cancel of a blocking old request lets the next one in",
@@ -716,15 +729,18 @@ impl Checker {
                     if o.deadline.max(start) < bound {
                         (bound, bound_start) = (o.deadline.max(start), start);
                     }
+                    // Or it fits beside `o` when `o` starts.
+                    let spare = self.spare_at(start, o.cost);
                     prop_assert!(
-                        self.now + s.cost <= o.deadline.max(start),
-                        "request {} (cost {}) overtook {} (cost {}, deadline {}, start {}) at {}",
+                        self.now + s.cost <= o.deadline.max(start) || s.cost <= spare,
+                        "request {} (cost {}) overtook {} (cost {}, deadline {}, start {}, spare {}) at {}",
                         id,
                         s.cost,
                         oid,
                         o.cost,
                         o.deadline,
                         start,
+                        spare,
                         self.now
                     );
                 }
@@ -736,6 +752,19 @@ impl Checker {
             self.running.push(a.ticket);
         }
         Ok(())
+    }
+
+    /// Brute force: the room a request of `cost` leaves free if it starts at `start`,
+    /// beside the running requests expected to finish after then (0 if it would run alone or
+    /// the in-flight cap leaves no place beside it).
+    fn spare_at(&self, start: u64, cost: u64) -> u64 {
+        let finish = |t: &Ticket| (self.admitted_at[&t.id().0] + t.charge_us()).max(self.now);
+        let still: Vec<&Ticket> = self.running.iter().filter(|r| finish(r) > start).collect();
+        if still.len() + 2 > self.g.config().max_in_flight.unwrap_or(usize::MAX) {
+            return 0;
+        }
+        let load: u64 = still.iter().map(|r| r.charge_us()).sum();
+        self.g.capacity_us().saturating_sub(load).saturating_sub(cost)
     }
 
     /// Brute force: the first of `now` and the running requests' expected finishes at
@@ -876,12 +905,14 @@ fn exercise_with(cfg: GateConfig, ops: Vec<Op>) -> Result<Checker, TestCaseError
             }
             Op::Reprice(i, estimate) if !c.waiting.is_empty() => {
                 let id = *c.waiting.keys().nth(i % c.waiting.len()).unwrap();
-                // Clamped as on arrival; fifo only (elsewhere the charge is the order).
+                // Clamped as on arrival; fifo and sjf-aging only (under sjf the charge is the
+                // order). sjf-aging moves the deadline with the charge.
                 let adm = c.g.reprice_waiting(c.now, [RequestId(id)], estimate);
-                if policy == AdmissionPolicy::Fifo {
-                    c.waiting.get_mut(&id).unwrap().cost = estimate.min(c.g.config().max_charge_us());
-                } else {
-                    prop_assert!(adm.is_empty(), "re-priced under {}", policy);
+                let cost = estimate.clamp(MIN_COST_US, c.g.config().max_charge_us());
+                let w = c.waiting.get_mut(&id).unwrap();
+                w.cost = cost;
+                if let AdmissionPolicy::SjfAging { factor } = policy {
+                    w.deadline = w.arrival + (factor * cost as f64) as u64;
                 }
                 c.admit(adm)?;
             }
@@ -960,8 +991,13 @@ proptest! {
         capacity in 1u64..3_000,
         ops in prop::collection::vec(op(), 0..200),
     ) {
-        // Probes reorder only sjf; compare the two on ordinary arrivals.
-        let ops: Vec<Op> = ops.into_iter().map(|o| if let Op::ArriveProbe(c) = o { Op::Arrive(c) } else { o }).collect();
+        // Probes reorder only sjf and only sjf-aging re-prices waiting requests; compare
+        // the two on ordinary arrivals without re-pricing.
+        let ops: Vec<Op> = ops
+            .into_iter()
+            .filter(|o| !matches!(o, Op::Reprice(..)))
+            .map(|o| if let Op::ArriveProbe(c) = o { Op::Arrive(c) } else { o })
+            .collect();
         let sjf = exercise(AdmissionPolicy::Sjf, capacity, ops.clone())?;
         let big = exercise(AdmissionPolicy::SjfAging { factor: MAX_AGING_FACTOR }, capacity, ops)?;
         prop_assert_eq!(&sjf.admitted_order, &big.admitted_order);
@@ -1023,16 +1059,28 @@ fn reprice_waiting_table() {
     assert_eq!(ids(&adm), vec![c.0]);
     assert_eq!((adm[0].ticket.charge_us(), g.load_us()), (30, 40));
 
-    // sjf and sjf-aging: the charge is the order; re-pricing does nothing.
-    for policy in ["sjf", "sjf-aging:2"] {
-        let mut g = gate(100, policy);
-        let (_, mut adm) = g.arrive(0, 90).unwrap();
-        let (b, _) = g.arrive(1, 30).unwrap();
-        let (c, _) = g.arrive(2, 20).unwrap();
-        assert!(g.reprice_waiting(3, [c], 40).is_empty() && g.reprice_waiting(3, [b], 5).is_empty());
-        assert_eq!(g.head_cost_us(), Some(20), "{policy}");
-        let adm = g.release(4, adm.remove(0).ticket).unwrap();
-        assert_eq!(ids(&adm), vec![c.0, b.0], "{policy}");
-        assert_eq!(g.load_us(), 50, "{policy}");
-    }
+    // sjf-aging: the charge and the deadline (arrival + X × charge) move; what then fits
+    // and is allowed is admitted.
+    let mut g = gate(100, "sjf-aging:2");
+    let (_, mut adm) = g.arrive(0, 90).unwrap();
+    let (b, _) = g.arrive(1, 30).unwrap();
+    let (c, _) = g.arrive(2, 20).unwrap();
+    assert_eq!(g.next_wakeup_us(), Some(42), "c is due at 2 + 2 × 20");
+    assert!(g.reprice_waiting(3, [c], 40).is_empty(), "90 + 40 does not fit");
+    assert_eq!(ids(&g.reprice_waiting(3, [b], 5)), vec![b.0]);
+    assert_eq!((g.head_cost_us(), g.next_wakeup_us()), (Some(40), Some(82)), "c is due at 2 + 2 × 40");
+    let adm = g.release(4, adm.remove(0).ticket).unwrap();
+    assert_eq!((ids(&adm), g.load_us()), (vec![c.0], 45));
+
+    // sjf: the class heads are ordered by their new charges; what then fits is admitted.
+    let mut g = gate(100, "sjf");
+    let (_, mut adm) = g.arrive(0, 90).unwrap();
+    let (b, _) = g.arrive(1, 30).unwrap();
+    let (c, _) = g.arrive(2, 20).unwrap();
+    assert!(g.reprice_waiting(3, [c], 40).is_empty(), "90 + 30 does not fit");
+    assert_eq!(g.head_cost_us(), Some(30));
+    assert_eq!(ids(&g.reprice_waiting(3, [b], 5)), vec![b.0]);
+    let adm = g.release(4, adm.remove(0).ticket).unwrap();
+    assert_eq!(ids(&adm), vec![c.0]);
+    assert_eq!(g.load_us(), 45);
 }

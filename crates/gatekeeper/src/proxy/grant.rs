@@ -263,7 +263,7 @@ impl Shared {
                     if self.cfg.recharge_at_admission && core.gate.reprices_waiting() {
                         // The type's queued requests will be charged `est` at admission;
                         // judge whether they fit by it too (`Gate::reprice_waiting`, which
-                        // acts under fifo only).
+                        // acts under every policy).
                         let ids = core.waiters.of_type(type_index);
                         if !ids.is_empty() {
                             repriced = core.gate.reprice_waiting(now, ids, est);

@@ -1,0 +1,3 @@
+from .bench import main
+
+raise SystemExit(main())

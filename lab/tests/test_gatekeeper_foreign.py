@@ -1,0 +1,109 @@
+"""The foreign backends (datasette, json-server) behind the gatekeeper for a few seconds each:
+their data, the gatekeeper's classification of their request types, and the bench's
+summary and checks on what they served. Skipped, with the reason, when `make
+foreign-backends` or the release build has not run.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from conftest import RELEASE_BIN
+
+from shortfirst_lab.foreign.backends import ForeignError, make_json, make_sqlite, prepare
+from shortfirst_lab.foreign.bench import Point, Settings
+from shortfirst_lab.foreign.verdict import checks, table
+from shortfirst_lab.kit import Child, fetch_text, free_port, wait_port
+
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = REPO / ".make" / "foreign"
+CONFIG = REPO / "lab" / "experiments" / "gatekeeper-foreign.toml"
+
+
+def test_data_is_deterministic_and_sized(tmp_path):
+    a, b = tmp_path / "a.db", tmp_path / "b.db"
+    make_sqlite(a, 2_000, 7)
+    make_sqlite(b, 2_000, 7)
+    assert a.read_bytes() == b.read_bytes()
+    with sqlite3.connect(a) as con:
+        assert con.execute("select count(*), max(id) from items").fetchone() == (2_000, 2_000)
+    make_json(tmp_path / "db.json", 1_000, 7)
+    doc = json.loads((tmp_path / "db.json").read_text())
+    assert len(doc["items"]) == 1_000 and doc["users"][0]["id"] == 1
+    with pytest.raises(ForeignError, match="rows"):
+        make_sqlite(tmp_path / "c.db", 10, 7)
+
+
+def _run(mode: str, wpp: float, mean_ms: float, costly: float) -> dict:
+    return {
+        "work_over_peak": wpp,
+        "work_per_s": wpp,
+        "mean_response_ms": mean_ms,
+        "per_type": {"big": {"completed_fraction": costly, "completed": 1, "n": 2}},
+        "accounting": {"paper": {"requests": 1}},
+        "requests": 2,
+    }
+
+
+def test_checks_name_each_target_and_fail_when_missed():
+    backend = {
+        "costliest_type": "big",
+        "cost_alone_ms": {"big": 500.0},
+        "peak": {"work_per_s": 1.0},
+        "capacity_us": 2_000_000,
+        "runs": {
+            "open": {
+                "fifo": _run("fifo", 0.86, 10_000, 0.3),
+                "sjf": _run("sjf", 0.95, 500, 0.3),
+                "sjf-aging:2": _run("sjf-aging:2", 0.8, 2_000, 0.2),
+            }
+        },
+    }
+    got = {c["name"]: c["ok"] for c in checks(backend, ["fifo", "sjf", "sjf-aging:2"])}
+    assert got["fifo work >= 0.85 of peak"] and got["sjf mean >= 5x below fifo"]
+    assert not got["sjf-aging:2 work >= 0.9 of peak"] and not got["sjf-aging:2 work >= fifo's"]
+    assert got["sjf-aging:2 mean between sjf's and fifo's"]
+    assert not got["sjf-aging:2: big completes at least as often as under fifo"]
+    assert "| open | sjf | 1 of 2 | 0.95 |" in table("x", backend)
+
+
+@pytest.mark.parametrize("name", ["datasette", "json-server"])
+def test_backend_behind_the_gatekeeper(name, tmp_path):
+    if not RELEASE_BIN.exists():
+        pytest.skip(f"{RELEASE_BIN} missing: run `make build`")
+    if not (TOOLS / ("datasette" if name == "datasette" else "node")).exists():
+        pytest.skip(f"{name} not installed in {TOOLS}: run `make foreign-backends`")
+    s = Settings.load(CONFIG, {"duration_s": 4, "warmup_s": 0.5})
+    backend, argv = prepare(name, 2_000, 1, tmp_path, TOOLS)
+    p = Point(s, backend, argv, str(RELEASE_BIN), tmp_path, prefix=[])
+    be, url = p.start()
+    with be:
+        p.measure_alone(url)
+        assert set(p.cost_ms) == {t.name for t in backend.types}
+        trace = tmp_path / "trace.csv"
+        p.trace(trace, 40.0, 4.0)
+        port, admin = free_port(), free_port()
+        gk = [str(RELEASE_BIN), "gatekeeper", "--listen", f"127.0.0.1:{port}", "--upstream", url]
+        gk += [
+            "--capacity",
+            "2s",
+            "--policy",
+            "sjf-aging:2",
+            "--admin",
+            f"127.0.0.1:{admin}",
+            *p.classify_args(),
+        ]
+        with Child(gk, tmp_path / "gatekeeper.log"):
+            wait_port(port)
+            out, wall = p.load(f"http://127.0.0.1:{port}", "open", trace, "run", 4.0)
+            metrics = fetch_text(f"http://127.0.0.1:{admin}/metrics")
+    r = p.summary(out, 0.5, 4.0, wall)
+    assert r["errors"] == 0 and r["timeouts"] == 0, r
+    # Every request type was recognised by the bench and by the gatekeeper's classification.
+    assert set(r["per_type"]) <= {t.name for t in backend.types} and "lookup" in r["per_type"]
+    for t in r["per_type"]:
+        assert f'type="{t}"' in metrics, t
+    assert r["work_per_s"] > 0
