@@ -151,8 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         from .overload import OverloadError
         from .report import ReportError
         from .runner import RunnerError
+        from .stage import StageError
 
-        if isinstance(e, RunnerError | ReportError | LogError | OverloadError):
+        if isinstance(e, RunnerError | ReportError | LogError | OverloadError | StageError):
             print(f"error: {e}", file=sys.stderr)
             return 1
         raise

@@ -18,11 +18,8 @@ client namespace, samples server health once a second, and leaves raw logs only:
         commands.txt                  exact command lines
         run.json                      status, seed, timings, exit codes
 
-While a run is going on its raw logs are written to a staging directory in RAM (``/dev/shm``;
-``SHORTFIRST_LAB_STAGE`` names another, empty for none) and moved into ``runs/<run>`` when it
-ends: a generator or server that appends to a file on a busy disk blocks in the filesystem's
-journal for seconds at a time, and the run measures the disk instead of the policy. The stage
-holds one run's logs at a time (about 150 B per request: 1 M requests ≈ 150 MB of RAM).
+While a run is going on its raw logs are written to a staging directory in RAM and moved
+into ``runs/<run>`` when it ends (`stage.py`); health sampling is `health.py`.
 
 Everything the report shows is then computed from these files alone (`report.build`).
 A run is retried never; a failed run is recorded (`run.json` status) and the matrix goes on.
@@ -38,8 +35,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -52,10 +47,11 @@ from tqdm import tqdm
 
 from . import factors, models, overload, report, schedules, series, wanrun
 from .experiment import Experiment, RunSpec, load_experiment
+from .health import HealthSampler, counter_delta
 from .kit import load_argv, parse_proc_pairs, utc_now, write_atomic, write_json
 from .kit import provenance as collect
+from .stage import make_stage, touch_docroot, unstage
 
-HEALTH_PERIOD_S = 1.0
 SERVER_START_TIMEOUT_S = 15.0
 SERVER_STOP_TIMEOUT_S = 15.0
 ADMIN_PORT = 9464
@@ -124,30 +120,6 @@ def generate_workload(exp: Experiment, out: Path, bin_path: Path) -> Path:
     return trace
 
 
-#: Limit on the files :func:`touch_docroot` reads (a docroot is the workload's, thousands of files).
-MAX_TOUCH_FILES = 1_000_000
-
-
-def touch_docroot(docroot: Path) -> int:
-    """Reads one byte of every file under ``docroot`` before any run; returns how many.
-
-    Under ``relatime`` the first read of a file since it was written updates its access time, a
-    journalled inode write: while other jobs fill the disk's journal, that write blocked a
-    server for 20-30 s in the middle of a run (a file first requested mid-run). Read once here,
-    no file's access time is written again for a day. Stops at MAX_TOUCH_FILES with an error.
-    """
-    n = 0
-    for f in docroot.rglob("*"):
-        if not f.is_file():
-            continue
-        n += 1
-        if n > MAX_TOUCH_FILES:
-            raise RunnerError(f"{docroot}: more than {MAX_TOUCH_FILES} files")
-        with open(f, "rb") as fh:
-            fh.read(1)
-    return n
-
-
 def check_trace_covers(exp: Experiment, trace: Path) -> dict[str, Any]:
     """The scaled trace must last at least `duration_s` at the highest load.
 
@@ -177,136 +149,6 @@ def check_trace_covers(exp: Experiment, trace: Path) -> dict[str, Any]:
         "lasts_s_at_max_load": lasts_s,
         "max_load": rho,
     }
-
-
-# --------------------------------------------------------------------------- health
-
-
-def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if isinstance(d, dict):
-        for k, v in d.items():
-            out.update(_flatten(v, f"{prefix}{k}." if not isinstance(v, dict | list) else f"{prefix}{k}."))
-        return {k.rstrip("."): v for k, v in out.items()}
-    if isinstance(d, list):
-        for i, v in enumerate(d):
-            out.update(_flatten(v, f"{prefix}{i}."))
-        return out
-    return {prefix: d}
-
-
-def counter_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-    """Non-zero increases of cumulative counters (gauges like Tcp.CurrEstab are skipped)."""
-    skip = {"Tcp.CurrEstab", "Tcp.RtoAlgorithm", "Tcp.RtoMin", "Tcp.RtoMax", "Tcp.MaxConn"}
-    return {
-        k: after[k] - before.get(k, 0)
-        for k in sorted(after)
-        if k not in skip and after[k] != before.get(k, 0)
-    }
-
-
-# Names under which the testbed may report the counters the analysis summarises.
-_HEALTH_ALIASES = {
-    "open_connections": ("open_connections", "connections_open", "established", "open"),
-    "listen_overflows": ("listen_overflows", "ListenOverflows", "TcpExtListenOverflows"),
-    "listen_drops": ("listen_drops", "ListenDrops", "TcpExtListenDrops"),
-}
-
-
-def normalise_health(sample: dict[str, Any]) -> dict[str, Any]:
-    """Flatten a `Testbed.health_sample()` dict and name the summarised counters canonically."""
-    flat = _flatten(sample)
-    out = {k: v for k, v in flat.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-    for canon, names in _HEALTH_ALIASES.items():
-        if canon in out:
-            continue
-        for key, v in list(out.items()):
-            if key.split(".")[-1] in names:
-                out[canon] = v
-                break
-    return out
-
-
-class HealthSampler(threading.Thread):
-    """Samples `sample()` every HEALTH_PERIOD_S until stopped; rows kept in memory.
-
-    Bounded: one row per second of run time (the run itself is bounded by duration + drain).
-    """
-
-    def __init__(self, sample: Callable[[], dict[str, Any]], t0: float):
-        super().__init__(daemon=True, name="health-sampler")
-        self.sample = sample
-        self.t0 = t0
-        self.rows: list[dict[str, Any]] = []
-        self.errors: list[str] = []
-        self._stop_evt = threading.Event()
-
-    def run(self) -> None:
-        next_t = time.monotonic()
-        while not self._stop_evt.is_set():
-            row: dict[str, Any] = {"t_s": round(time.monotonic() - self.t0, 3)}
-            try:
-                sample = normalise_health(self.sample())
-                sample.pop("time_s", None)  # the testbed's monotonic stamp; t_s is ours
-                row.update(sample)
-            except Exception as e:  # noqa: BLE001 - a failed sample is logged, the run goes on
-                if len(self.errors) < 20:
-                    self.errors.append(f"t={row['t_s']}: {type(e).__name__}: {e}")
-            self.rows.append(row)
-            next_t += HEALTH_PERIOD_S
-            self._stop_evt.wait(max(0.0, next_t - time.monotonic()))
-
-    def stop(self) -> None:
-        self._stop_evt.set()
-        self.join(timeout=10)
-
-    def latest(self, key: str) -> Any:
-        return self.rows[-1].get(key) if self.rows else None
-
-    def write(self, path: Path) -> None:
-        cols: list[str] = ["t_s"]
-        for r in self.rows:
-            cols.extend(k for k in r if k not in cols)
-        write_atomic(path, pd.DataFrame(self.rows, columns=cols).to_csv(index=False))
-
-
-# --------------------------------------------------------------------------- staging
-
-#: Where runs stage their raw logs when SHORTFIRST_LAB_STAGE is not set.
-DEFAULT_STAGE_ROOT = Path("/dev/shm")
-#: Text files whose contents name the run directory (commands, the generator's last line).
-STAGE_PATH_FILES = ("commands.txt", "load.log")
-
-
-def stage_root() -> Path | None:
-    """The directory runs stage their logs in, or None to write them in place."""
-    env = os.environ.get("SHORTFIRST_LAB_STAGE")
-    if env is not None:
-        return Path(env) if env else None
-    root = DEFAULT_STAGE_ROOT
-    return root if root.is_dir() and os.access(root, os.W_OK) else None
-
-
-def make_stage(run_id: str) -> Path | None:
-    """A fresh, empty staging directory for ``run_id`` (None: no stage is available)."""
-    root = stage_root()
-    if root is None:
-        return None
-    if not root.is_dir():
-        raise RunnerError(f"SHORTFIRST_LAB_STAGE={root}: not a directory")
-    return Path(tempfile.mkdtemp(prefix=f"shortfirst-{run_id}-", dir=root))
-
-
-def unstage(stage: Path, final_dir: Path) -> None:
-    """Moves everything in ``stage`` into ``final_dir`` and removes ``stage``; the run's own
-    paths in STAGE_PATH_FILES are rewritten to ``final_dir`` so its commands can be rerun."""
-    for name in STAGE_PATH_FILES:
-        f = stage / name
-        if f.is_file():
-            write_atomic(f, f.read_text(errors="replace").replace(str(stage), str(final_dir)))
-    for entry in sorted(stage.iterdir()):
-        shutil.move(str(entry), str(final_dir / entry.name))
-    stage.rmdir()
 
 
 # --------------------------------------------------------------------------- one run

@@ -19,7 +19,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from shortfirst_lab import runner
+from shortfirst_lab import health, runner
+from shortfirst_lab import stage as stagemod
 from shortfirst_lab.experiment import load_experiment
 
 FAKE = Path(__file__).parent / "fakes" / "fake_shortfirst.py"
@@ -198,7 +199,7 @@ def test_unstage_moves_and_rewrites_paths(tmp_path, files, expect):
     for name, text in files.items():
         (stage / name).parent.mkdir(parents=True, exist_ok=True)
         (stage / name).write_text(text.replace("STAGE", str(stage)))
-    runner.unstage(stage, final)
+    stagemod.unstage(stage, final)
     assert not stage.exists()
     got = {str(f.relative_to(final)): f.read_text() for f in final.rglob("*") if f.is_file()}
     assert got == {k: v.replace("STAGE", str(stage)).replace("FINAL", str(final)) for k, v in expect.items()}
@@ -206,12 +207,12 @@ def test_unstage_moves_and_rewrites_paths(tmp_path, files, expect):
 
 def test_stage_root_follows_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("SHORTFIRST_LAB_STAGE", "")
-    assert runner.stage_root() is None and runner.make_stage("r") is None
+    assert stagemod.stage_root() is None and stagemod.make_stage("r") is None
     monkeypatch.setenv("SHORTFIRST_LAB_STAGE", str(tmp_path / "missing"))
-    with pytest.raises(runner.RunnerError, match="not a directory"):
-        runner.make_stage("r")
+    with pytest.raises(stagemod.StageError, match="not a directory"):
+        stagemod.make_stage("r")
     monkeypatch.setenv("SHORTFIRST_LAB_STAGE", str(tmp_path))
-    st = runner.make_stage("fair-load0.50-rep1")
+    st = stagemod.make_stage("fair-load0.50-rep1")
     assert st is not None and st.parent == tmp_path and st.name.startswith("shortfirst-fair-load0.50-rep1-")
 
 
@@ -296,7 +297,7 @@ duration_s = 10
 
 
 def test_normalise_health_flattens_and_aliases():
-    s = runner.normalise_health(
+    s = health.normalise_health(
         {"connections": {"established": 7}, "netstat": {"TcpExtListenOverflows": 3, "ListenDrops": 4},
          "bands": [{"bytes": 10}, {"bytes": 20}], "note": "text", "flag": True}
     )  # fmt: skip
@@ -362,7 +363,7 @@ def test_proc_pairs_and_counter_delta():
                       "TcpExt": {"TCPTimeouts": 3, "ListenDrops": 0}}  # fmt: skip
     before = {"Tcp.RetransSegs": 10, "Tcp.CurrEstab": 5, "TcpExt.TCPTimeouts": 3, "TcpExt.ListenDrops": 0}
     after = {"Tcp.RetransSegs": 17, "Tcp.CurrEstab": 9, "TcpExt.TCPTimeouts": 3, "TcpExt.ListenDrops": 2}
-    assert runner.counter_delta(before, after) == {"Tcp.RetransSegs": 7, "TcpExt.ListenDrops": 2}
+    assert health.counter_delta(before, after) == {"Tcp.RetransSegs": 7, "TcpExt.ListenDrops": 2}
 
 
 def test_touch_docroot_reads_every_file_once(tmp_path, monkeypatch):
@@ -371,10 +372,10 @@ def test_touch_docroot_reads_every_file_once(tmp_path, monkeypatch):
     for i in range(3):
         (root / "f" / f"{i}.bin").write_bytes(b"x" * i)
     (root / "index.html").write_text("hi")
-    assert runner.touch_docroot(root) == 4
-    monkeypatch.setattr(runner, "MAX_TOUCH_FILES", 3)
-    with pytest.raises(runner.RunnerError, match="more than 3 files"):
-        runner.touch_docroot(root)
+    assert stagemod.touch_docroot(root) == 4
+    monkeypatch.setattr(stagemod, "MAX_TOUCH_FILES", 3)
+    with pytest.raises(stagemod.StageError, match="more than 3 files"):
+        stagemod.touch_docroot(root)
 
 
 def test_touch_docroot_moves_access_times_past_modification(tmp_path):
@@ -383,7 +384,7 @@ def test_touch_docroot_moves_access_times_past_modification(tmp_path):
     f.write_bytes(b"abc")
     mtime = f.stat().st_mtime
     os.utime(f, (mtime - 100, mtime))  # as after creation: atime not after mtime
-    runner.touch_docroot(tmp_path)
+    stagemod.touch_docroot(tmp_path)
     if f.stat().st_atime <= mtime:
         pytest.skip(f"{tmp_path} is mounted noatime: access times are never written there")
     assert f.stat().st_atime > mtime
