@@ -220,6 +220,19 @@ def largest_fraction(df: pd.DataFrame, fraction: float = 0.01) -> pd.DataFrame:
     return df.sort_values(["size_bytes", "id"], ascending=[False, True], kind="mergesort").head(k)
 
 
+def json_safe(x: Any) -> Any:
+    """JSON-safe: NaN/inf → None, numpy scalars → Python, tuples → lists (recursively)."""
+    if isinstance(x, dict):
+        return {k: json_safe(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [json_safe(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
 def _nan_to_none(x: float) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 

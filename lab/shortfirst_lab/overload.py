@@ -396,19 +396,7 @@ def summarise(dirs: list[Path]) -> tuple[dict[str, Any], list[Run]]:
         "experiments": sources,
         "missing": missing,
     }
-    return _clean(summary), runs
-
-
-def _clean(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_clean(v) for v in x]
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
+    return analysis.json_safe(summary), runs
 
 
 # --------------------------------------------------------------------------- output

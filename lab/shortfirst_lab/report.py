@@ -104,19 +104,6 @@ class RunData:
         return (round(self.load, 2), self.path, self.repeat)
 
 
-def _clean(x: Any) -> Any:
-    """JSON-safe: NaN/inf → None, numpy scalars → Python."""
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_clean(v) for v in x]
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
 def load_baseline(out: Path) -> tuple[analysis.Baseline | None, pd.DataFrame | None, str | None]:
     """The idle baseline from DIR/calibration/requests.csv, or (None, None, reason)."""
     path = out / "calibration" / "requests.csv"
@@ -177,7 +164,7 @@ def analyse_run(
     groups = wanrun.read_groups(run_dir)
     if groups is not None:
         m["groups"] = wanreport.group_metrics(w, groups)
-    write_json(run_dir / "analysis.json", _clean(m))
+    write_json(run_dir / "analysis.json", analysis.json_safe(m))
     return RunData(run_dir.name, policy, load, repeat, w, h, m, rec, path.label if path else None)
 
 
@@ -242,7 +229,7 @@ def summarise(out: Path) -> tuple[dict[str, Any], list[RunData], dict[str, Any]]
         "baseline_note": base_note,
         "missing": missing,
     }
-    return _clean(summary), runs, extras
+    return analysis.json_safe(summary), runs, extras
 
 
 def target_rows(comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
