@@ -13,7 +13,7 @@ import subprocess
 import numpy as np
 import pandas as pd
 import pytest
-from sim_fixtures import require_binary
+from sim_fixtures import loopback_server, require_binary
 
 from shortfirst_lab import kit
 
@@ -38,14 +38,8 @@ def test_sent_rate_follows_the_schedule_per_phase(tmp_path):
     trace.write_text(
         "time_s,path,size_bytes\n" + "".join(f"{i / BASE_RATE:.4f},/x.bin,300\n" for i in range(n))
     )
-    port = kit.free_port()
-    serve = [str(binary), "serve", "--root", str(root), "--listen", f"127.0.0.1:{port}"]
-    serve += ["--threads", "1", "--socket-priority=false"]
-    with kit.Child(serve, tmp_path / "serve.log") as server:
-        kit.wait_port(port, server.proc)
-        argv = kit.load_argv(
-            binary, f"http://127.0.0.1:{port}", trace=trace, out=tmp_path / "run", quiet=True
-        )
+    with loopback_server(binary, root, tmp_path / "serve.log") as url:
+        argv = kit.load_argv(binary, url, trace=trace, out=tmp_path / "run", quiet=True)
         argv += [
             "--rate",
             str(BASE_RATE),

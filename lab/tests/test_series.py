@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sim_fixtures import require_binary
+from sim_fixtures import loopback_server, require_binary
 
 from shortfirst_lab import kit, series
 from shortfirst_lab.analysis import REQUEST_COLUMNS, LogError, with_response_times
@@ -202,14 +202,8 @@ def test_series_of_a_scheduled_load_run(tmp_path):
     (root / "x.bin").write_bytes(b"x" * 500)
     trace = tmp_path / "t.csv"
     trace.write_text("time_s,path,size_bytes\n" + "".join(f"{i / 40:.3f},/x.bin,500\n" for i in range(400)))
-    port = kit.free_port()
-    serve = [str(binary), "serve", "--root", str(root), "--listen", f"127.0.0.1:{port}"]
-    serve += ["--threads", "1", "--socket-priority=false"]
-    with kit.Child(serve, tmp_path / "serve.log") as server:
-        kit.wait_port(port, server.proc)
-        argv = kit.load_argv(
-            binary, f"http://127.0.0.1:{port}", trace=trace, out=tmp_path / "run", quiet=True
-        )
+    with loopback_server(binary, root, tmp_path / "serve.log") as url:
+        argv = kit.load_argv(binary, url, trace=trace, out=tmp_path / "run", quiet=True)
         argv += ["--rate", "40", "--load-schedule", "1s@1,1s@3", "--duration", "4s"]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
