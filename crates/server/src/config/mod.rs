@@ -1,0 +1,393 @@
+//! Server configuration: every knob of `shortfirst serve`, its default, and the
+//! TOML file form whose keys mirror the command-line flags.
+//!
+//! [`ConfigFile`] is the partial form (every key optional) used both for a
+//! `--config FILE.toml` and for the flags; [`ConfigFile::overlay`] lets flags win
+//! over the file, and [`ServerConfig::from_file`] validates the result.
+
+mod file;
+#[cfg(test)]
+mod tests;
+mod values;
+
+pub use file::ConfigFile;
+pub use values::{
+    AccessLogFormat, CutoffsSpec, Dotfiles, Policy, PolicySpec, RrtCutoffsSpec, Scheduling, MAX_HEADERS_LIMIT,
+};
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use shortfirst_core::bands::Cutoffs;
+use shortfirst_core::srrt::{Estimator, RrtCutoffs};
+
+/// A positive timeout in seconds → `Duration`; `key` names the setting in the error.
+fn timeout(key: &'static str, seconds: f64) -> Result<Duration, ConfigError> {
+    match Duration::try_from_secs_f64(seconds) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        _ => Err(ConfigError::Invalid { key, reason: format!("{seconds} s: must be above 0 and finite") }),
+    }
+}
+
+/// Highest `uplink-rate` accepted (the pacer's arithmetic is exact well beyond).
+pub const MAX_UPLINK_RATE_BITS_PER_S: u64 = 400_000_000_000;
+
+/// The validated configuration the server runs with.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Directory served; canonicalised at bind time.
+    pub root: PathBuf,
+    pub listen: SocketAddr,
+    pub policy: Policy,
+    /// Cutoffs for `srpt` (ignored by `fair`; `srpt2` always learns its own).
+    pub cutoffs: CutoffsSpec,
+    /// `--policy srpt` as spelt: exact SRPT under a user-space scheduler.
+    pub srpt_exact: bool,
+    /// Kernel bands, or the server's own uplink scheduler.
+    pub scheduler: Scheduling,
+    /// The uplink's rate (bits/s, on the wire): required by the user-space
+    /// schedulers, whose pacer runs at just under it.
+    pub uplink_rate_bits_per_s: Option<u64>,
+    /// `crovella` only: connections that may write at once.
+    pub write_concurrency: usize,
+    /// User-space schedulers: link time granted ahead of now. It must cover the
+    /// pacer task's wake-up lateness (tokio's timer is millisecond-granular, and
+    /// a busy machine adds more), or the link idles; it is also the most a new
+    /// short response can wait behind bytes already granted.
+    pub pacer_lookahead: Duration,
+    /// Response-time cutoffs for `srrt`.
+    pub rrt_cutoffs: RrtCutoffsSpec,
+    /// How `srrt` estimates a response's remaining time.
+    pub rrt_estimator: Estimator,
+    /// `srrt`: a response's estimate is re-evaluated (one `getsockopt(TCP_INFO)`)
+    /// after a write that crosses a multiple of this many bytes written.
+    pub rrt_step_bytes: u64,
+    /// Prometheus metrics listener (`GET /metrics`); none if `None`.
+    pub admin: Option<SocketAddr>,
+    /// Tokio worker threads; 0 = one per CPU.
+    pub threads: usize,
+    /// Open client connections at most; connections accepted beyond it get an
+    /// immediate `503` and are closed.
+    pub max_connections: usize,
+    /// Longest request line (method, target, version) accepted; longer → 414.
+    pub max_request_line_bytes: usize,
+    /// Largest request head (request line + headers) accepted; larger → 431.
+    pub max_header_bytes: usize,
+    /// Most header fields in one request; more → 431.
+    pub max_headers: usize,
+    /// Largest request body a GET/HEAD may carry (read and discarded); larger → 413.
+    pub max_body_bytes: u64,
+    /// From the first byte of a request to the end of its head; exceeded → 408 and close.
+    pub header_timeout: Duration,
+    /// Keep-alive: how long an idle connection waits for its next request; then closed.
+    pub idle_timeout: Duration,
+    /// How long a write may make no progress (client not reading); then closed.
+    pub send_timeout: Duration,
+    /// On SIGTERM/SIGINT, how long in-flight responses may take to finish.
+    pub drain_timeout: Duration,
+    /// Requests served on one connection before it is closed (`Connection: close`).
+    pub max_requests_per_connection: u64,
+    /// Largest body handed to one `sendfile` call, so a band crossing is noticed
+    /// at least this often.
+    pub sendfile_chunk_bytes: usize,
+    /// `SO_SNDBUF` of accepted sockets; `None` keeps the kernel's autotuning.
+    pub send_buffer_bytes: Option<usize>,
+    /// `TCP_NOTSENT_LOWAT` of accepted sockets (0 = kernel default): bounds the
+    /// bytes written but not yet transmitted. Priority applies to a packet when
+    /// TCP transmits it, so without a bound a large response written into a big
+    /// send buffer would be promoted to band 1 while most of it is still queued.
+    pub notsent_lowat_bytes: u32,
+    /// Access log destination: a file path, `-` for stdout; `None` = no access log.
+    pub access_log: Option<PathBuf>,
+    pub access_log_format: AccessLogFormat,
+    /// Set `SO_PRIORITY` per band (needs CAP_NET_ADMIN). Off: no kernel scheduling.
+    pub socket_priority: bool,
+    /// Follow symlinks that lead outside the root (refused by default).
+    pub follow_symlinks_outside_root: bool,
+    /// Dotfiles: refused by default (a `.git` or `.env` left in a docroot is a
+    /// classic leak; serving one must be asked for).
+    pub dotfiles: Dotfiles,
+    /// Auto cutoffs (`srpt2`, `--cutoffs auto`): sizes remembered.
+    pub auto_window: usize,
+    /// Auto cutoffs: recompute after this many responses.
+    pub auto_recompute_every: usize,
+}
+
+impl ServerConfig {
+    /// The defaults for serving `root`.
+    pub fn new(root: impl Into<PathBuf>) -> ServerConfig {
+        ServerConfig {
+            root: root.into(),
+            listen: "127.0.0.1:8080".parse().expect("valid literal"),
+            policy: Policy::Srpt,
+            cutoffs: CutoffsSpec::List(Cutoffs::paper_default()),
+            srpt_exact: false,
+            scheduler: Scheduling::Kernel,
+            uplink_rate_bits_per_s: None,
+            write_concurrency: 35,
+            pacer_lookahead: Duration::from_millis(8),
+            rrt_cutoffs: RrtCutoffsSpec::List(RrtCutoffs::default_list()),
+            rrt_estimator: Estimator::Path,
+            rrt_step_bytes: 64 * 1024,
+            admin: None,
+            threads: 0,
+            max_connections: 4096,
+            max_request_line_bytes: 8 * 1024,
+            max_header_bytes: 16 * 1024,
+            max_headers: 64,
+            max_body_bytes: 64 * 1024,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            send_timeout: Duration::from_secs(60),
+            drain_timeout: Duration::from_secs(10),
+            max_requests_per_connection: 10_000,
+            sendfile_chunk_bytes: 256 * 1024,
+            send_buffer_bytes: None,
+            notsent_lowat_bytes: 16 * 1024,
+            access_log: None,
+            access_log_format: AccessLogFormat::Combined,
+            socket_priority: true,
+            follow_symlinks_outside_root: false,
+            dotfiles: Dotfiles::Ignore,
+            auto_window: 10_000,
+            auto_recompute_every: 1_000,
+        }
+    }
+
+    /// Builds and validates a configuration from its partial form; `root` is required.
+    /// Longer than ~80 lines for the flat list of keys taken from the file, one per setting.
+    pub fn from_file(file: ConfigFile) -> Result<ServerConfig, ConfigError> {
+        file.check_pairs()?;
+        let root = file.root.ok_or(ConfigError::Missing("root"))?;
+        let mut c = ServerConfig::new(root);
+        macro_rules! take {
+            ($($field:ident),*) => { $( if let Some(v) = file.$field { c.$field = v; } )* };
+        }
+        take!(
+            listen,
+            threads,
+            max_connections,
+            max_request_line_bytes,
+            max_header_bytes,
+            max_headers,
+            max_body_bytes,
+            max_requests_per_connection,
+            sendfile_chunk_bytes,
+            notsent_lowat_bytes,
+            access_log_format,
+            socket_priority,
+            follow_symlinks_outside_root,
+            dotfiles,
+            auto_window,
+            auto_recompute_every,
+            scheduler,
+            write_concurrency,
+            rrt_estimator,
+            rrt_step_bytes
+        );
+        c.uplink_rate_bits_per_s = file.uplink_rate;
+        if file.write_concurrency.is_some() && c.scheduler != Scheduling::Crovella {
+            return Err(ConfigError::Invalid {
+                key: "write-concurrency",
+                reason: format!("only the crovella scheduler limits write concurrency (scheduler is {})", c.scheduler),
+            });
+        }
+        // A user-space scheduler needs no kernel bands: SO_PRIORITY only if asked for.
+        if c.scheduler != Scheduling::Kernel && file.socket_priority.is_none() {
+            c.socket_priority = false;
+        }
+        c.admin = file.admin;
+        c.access_log = file.access_log;
+        c.send_buffer_bytes = file.send_buffer_bytes;
+        let ms = Duration::from_millis;
+        for (key, secs, millis, field) in [
+            ("header-timeout", file.header_timeout, file.header_timeout_ms, &mut c.header_timeout),
+            ("idle-timeout", file.idle_timeout, file.idle_timeout_ms, &mut c.idle_timeout),
+            ("send-timeout", file.send_timeout, file.send_timeout_ms, &mut c.send_timeout),
+            ("drain-timeout", file.drain_timeout, file.drain_timeout_ms, &mut c.drain_timeout),
+            ("pacer-lookahead", file.pacer_lookahead, None, &mut c.pacer_lookahead),
+        ] {
+            if let Some(s) = secs {
+                *field = timeout(key, s)?;
+            } else if let Some(v) = millis {
+                *field = ms(v);
+            }
+        }
+        let mut policy_cutoffs = None;
+        if let Some(spec) = file.policy {
+            c.policy = spec.policy;
+            c.srpt_exact = spec.exact;
+            policy_cutoffs = spec.cutoffs;
+        }
+        if let Some(cutoffs) = policy_cutoffs {
+            if file.cutoffs.is_some() {
+                return Err(ConfigError::Invalid {
+                    key: "cutoffs",
+                    reason: format!(
+                        "policy srpt-classes:{cutoffs} already names its cutoffs; give them either in the policy or in `cutoffs` (--cutoffs) with policy srpt-classes, not both"
+                    ),
+                });
+            }
+            c.cutoffs = CutoffsSpec::List(cutoffs);
+        }
+        if let Some(text) = file.cutoffs {
+            let spec: CutoffsSpec =
+                text.parse().map_err(|e| ConfigError::Invalid { key: "cutoffs", reason: format!("{e}") })?;
+            if c.policy != Policy::Srpt {
+                return Err(ConfigError::Invalid {
+                    key: "cutoffs",
+                    reason: format!("only srpt-classes (alias srpt) takes cutoffs (policy is {})", c.policy),
+                });
+            }
+            c.cutoffs = spec;
+        }
+        if let Some(text) = file.rrt_cutoffs {
+            c.rrt_cutoffs =
+                text.parse().map_err(|e| ConfigError::Invalid { key: "rrt-cutoffs", reason: format!("{e}") })?;
+            if c.policy != Policy::Srrt {
+                return Err(ConfigError::Invalid {
+                    key: "rrt-cutoffs",
+                    reason: format!("only srrt takes response-time cutoffs (policy is {})", c.policy),
+                });
+            }
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Checks the limits are usable; called by [`ServerConfig::from_file`] and at bind.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &'static str, reason: String| Err(ConfigError::Invalid { key, reason });
+        if self.max_connections == 0 {
+            return invalid("max-connections", "must be at least 1".into());
+        }
+        if self.max_request_line_bytes < 16 {
+            return invalid("max-request-line-bytes", "must be at least 16".into());
+        }
+        if self.max_header_bytes < self.max_request_line_bytes {
+            return invalid("max-header-bytes", "must be at least max-request-line-bytes".into());
+        }
+        if self.max_header_bytes > 1 << 20 {
+            return invalid("max-header-bytes", "must be at most 1 MiB".into());
+        }
+        if !(1..=MAX_HEADERS_LIMIT).contains(&self.max_headers) {
+            return invalid("max-headers", format!("must be in 1..={MAX_HEADERS_LIMIT}"));
+        }
+        if self.sendfile_chunk_bytes < 4096 {
+            return invalid("sendfile-chunk-bytes", "must be at least 4096".into());
+        }
+        if self.notsent_lowat_bytes > 1 << 30 {
+            return invalid("notsent-lowat-bytes", "must be at most 1 GiB".into());
+        }
+        if self.max_requests_per_connection == 0 {
+            return invalid("max-requests-per-connection", "must be at least 1".into());
+        }
+        for (key, d) in [
+            ("header-timeout-ms", self.header_timeout),
+            ("idle-timeout-ms", self.idle_timeout),
+            ("send-timeout-ms", self.send_timeout),
+        ] {
+            if d.is_zero() {
+                return invalid(key, "must be at least 1 ms".into());
+            }
+        }
+        if self.auto_window < shortfirst_core::bands::AUTO_MIN_OBSERVATIONS {
+            return invalid(
+                "auto-window",
+                format!("must be at least {}", shortfirst_core::bands::AUTO_MIN_OBSERVATIONS),
+            );
+        }
+        if self.auto_recompute_every == 0 {
+            return invalid("auto-recompute-every", "must be at least 1".into());
+        }
+        if !(1024..=1 << 30).contains(&self.rrt_step_bytes) {
+            return invalid("rrt-step-bytes", "must be in 1024..=1073741824 (1 KiB to 1 GiB)".into());
+        }
+        self.validate_scheduler()
+    }
+
+    fn validate_scheduler(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &'static str, reason: String| Err(ConfigError::Invalid { key, reason });
+        match (self.scheduler, self.uplink_rate_bits_per_s) {
+            (Scheduling::Kernel, Some(_)) => {
+                return invalid(
+                    "uplink-rate",
+                    "only the user-space schedulers (--scheduler user or crovella) pace to a rate; kernel mode \
+                     takes its rate from `shortfirst uplink setup --rate`"
+                        .into(),
+                )
+            }
+            (Scheduling::Kernel, None) => {
+                if self.policy == Policy::Las {
+                    return invalid("policy", "las needs a user-space scheduler (--scheduler user)".into());
+                }
+                return Ok(());
+            }
+            (s, None) => {
+                return invalid(
+                    "uplink-rate",
+                    format!(
+                    "--scheduler {s} needs the uplink's rate (e.g. --uplink-rate 10mbit): its pacer runs just under it"
+                ),
+                )
+            }
+            (_, Some(r)) if r == 0 || r > MAX_UPLINK_RATE_BITS_PER_S => {
+                return invalid("uplink-rate", format!("{r} bit/s: must be in 1..={MAX_UPLINK_RATE_BITS_PER_S}"))
+            }
+            _ => {}
+        }
+        if self.notsent_lowat_bytes == 0 {
+            return invalid(
+                "notsent-lowat-bytes",
+                format!(
+                    "--scheduler {} needs a small TCP_NOTSENT_LOWAT (e.g. 16384) so unsent bytes stay in the \
+                     application, where they can be ordered",
+                    self.scheduler
+                ),
+            );
+        }
+        if self.pacer_lookahead > Duration::from_secs(1) {
+            return invalid("pacer-lookahead", format!("{:?}: must be at most 1 s", self.pacer_lookahead));
+        }
+        if self.scheduler == Scheduling::Crovella && self.write_concurrency == 0 {
+            return invalid("write-concurrency", "must be at least 1".into());
+        }
+        self.user_policy().map(|_| ())
+    }
+
+    /// The ranking rule of a user-space scheduler, as `core::policy` spells it.
+    pub fn user_policy(&self) -> Result<shortfirst_core::policy::Policy, ConfigError> {
+        use shortfirst_core::policy::Policy as Core;
+        let unsupported = |what: &str| {
+            Err(ConfigError::Invalid {
+                key: "policy",
+                reason: format!(
+                    "{what} is not available with --scheduler {} (use fair, srpt, srpt-classes[:CUTOFFS] or las)",
+                    self.scheduler
+                ),
+            })
+        };
+        match (self.policy, &self.cutoffs) {
+            (Policy::Fair, _) => Ok(Core::Ps),
+            (Policy::Las, _) => Ok(Core::Las),
+            (Policy::Srpt, _) if self.srpt_exact => Ok(Core::Srpt),
+            (Policy::Srpt, CutoffsSpec::List(c)) => Ok(Core::SrptClasses(c.clone())),
+            (Policy::Srpt, CutoffsSpec::Auto) => unsupported("cutoffs auto"),
+            (Policy::Srpt2, _) => unsupported("srpt2 (learned cutoffs)"),
+            (Policy::Srrt, _) => unsupported("srrt (it ranks into the kernel's bands by TCP_INFO)"),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("missing required setting `{0}`")]
+    Missing(&'static str),
+    #[error("setting `{key}`: {reason}")]
+    Invalid { key: &'static str, reason: String },
+    #[error("config file {path}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+}

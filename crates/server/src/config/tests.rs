@@ -1,0 +1,254 @@
+use super::*;
+use std::path::Path;
+
+#[test]
+fn file_keys_mirror_flags_and_flags_win() {
+    let file = ConfigFile::parse(
+        "root = \"/srv\"\npolicy = \"fair\"\nmax-connections = 7\nidle-timeout-ms = 1500\n",
+        Path::new("t.toml"),
+    )
+    .unwrap();
+    let flags = ConfigFile { policy: Some(Policy::Srpt.into()), cutoffs: Some("auto".into()), ..Default::default() };
+    let c = ServerConfig::from_file(file.overlay(flags)).unwrap();
+    assert_eq!(c.root, PathBuf::from("/srv"));
+    assert_eq!(c.policy, Policy::Srpt);
+    assert_eq!(c.cutoffs, CutoffsSpec::Auto);
+    assert_eq!(c.max_connections, 7);
+    assert_eq!(c.idle_timeout, Duration::from_millis(1500));
+}
+
+#[test]
+fn example_file_is_valid_and_states_the_defaults() {
+    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/serve.example.toml"));
+    let c = ServerConfig::from_file(ConfigFile::load(path).unwrap()).unwrap();
+    let d = ServerConfig::new("/srv/www");
+    assert_eq!(format!("{c:?}"), format!("{d:?}"));
+}
+
+#[test]
+fn unknown_key_is_named() {
+    let err = ConfigFile::parse("root = \"/srv\"\nmax-conections = 3\n", Path::new("x.toml")).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("max-conections"), "{msg}");
+    assert!(msg.contains("x.toml"), "{msg}");
+}
+
+#[test]
+fn bad_values_are_named() {
+    let cases: &[(&str, &str)] = &[
+        ("policy = \"fair\"\ncutoffs = \"1K\"", "cutoffs"),
+        ("cutoffs = \"2K,1K\"", "cutoffs"),
+        ("max-headers = 1000", "max-headers"),
+        ("max-connections = 0", "max-connections"),
+        ("header-timeout-ms = 0", "header-timeout-ms"),
+    ];
+    for (text, key) in cases {
+        let file = ConfigFile::parse(&format!("root = \"/srv\"\n{text}\n"), Path::new("t.toml")).unwrap();
+        let msg = ServerConfig::from_file(file).unwrap_err().to_string();
+        assert!(msg.contains(key), "{text}: {msg}");
+    }
+    assert!(matches!(ServerConfig::from_file(ConfigFile::default()), Err(ConfigError::Missing("root"))));
+    assert_eq!("srpt2".parse::<Policy>(), Ok(Policy::Srpt2));
+    assert_eq!("json".parse::<AccessLogFormat>(), Ok(AccessLogFormat::Json));
+    assert_eq!("deny".parse::<Dotfiles>(), Ok(Dotfiles::Deny));
+    assert!("hide".parse::<Dotfiles>().unwrap_err().contains("ignore, deny or allow"));
+    assert!("SRPT".parse::<Policy>().unwrap_err().contains("fair, srpt, srpt2, las or srrt"));
+}
+
+fn parse_ok(text: &str) -> ServerConfig {
+    let file = ConfigFile::parse(&format!("root = \"/srv\"\n{text}\n"), Path::new("t.toml")).unwrap();
+    ServerConfig::from_file(file).unwrap()
+}
+
+/// Which timeout of the config a case checks.
+type Field = fn(&ServerConfig) -> Duration;
+
+#[test]
+fn timeouts_take_units_and_the_ms_keys_still_work() {
+    let ms = Duration::from_millis;
+    let cases: &[(&str, Field, Duration)] = &[
+        ("header-timeout = \"10s\"", |c| c.header_timeout, ms(10_000)),
+        ("header-timeout = \"500ms\"", |c| c.header_timeout, ms(500)),
+        ("header-timeout = 3", |c| c.header_timeout, ms(3_000)),
+        ("header-timeout = 0.25", |c| c.header_timeout, ms(250)),
+        ("header-timeout = \"2\"", |c| c.header_timeout, ms(2_000)),
+        ("header-timeout-ms = 1500", |c| c.header_timeout, ms(1_500)),
+        ("idle-timeout = \"1m30s\"", |c| c.idle_timeout, ms(90_000)),
+        ("idle-timeout-ms = 7", |c| c.idle_timeout, ms(7)),
+        ("send-timeout = \"2.5s\"", |c| c.send_timeout, ms(2_500)),
+        ("send-timeout-ms = 900", |c| c.send_timeout, ms(900)),
+        ("drain-timeout = \"1s\"", |c| c.drain_timeout, ms(1_000)),
+        ("drain-timeout-ms = 0", |c| c.drain_timeout, ms(0)),
+    ];
+    for (text, field, want) in cases {
+        assert_eq!(field(&parse_ok(text)), *want, "{text}");
+    }
+}
+
+#[test]
+fn bad_timeouts_are_named() {
+    // (file text, what the error must mention)
+    let cases: &[(&str, &[&str])] = &[
+        ("header-timeout = \"10s\"\nheader-timeout-ms = 10000", &["header-timeout", "header-timeout-ms", "t.toml"]),
+        ("idle-timeout = 1\nidle-timeout-ms = 1", &["idle-timeout", "idle-timeout-ms"]),
+        ("send-timeout = \"1s\"\nsend-timeout-ms = 5", &["send-timeout-ms"]),
+        ("drain-timeout = \"1s\"\ndrain-timeout-ms = 5", &["drain-timeout-ms"]),
+        ("header-timeout = \"ten\"", &["header-timeout", "ten"]),
+        ("idle-timeout = \"5 parsecs\"", &["idle-timeout"]),
+        ("header-timeout = true", &["header-timeout"]),
+    ];
+    for (text, needles) in cases {
+        let err = ConfigFile::parse(&format!("root = \"/srv\"\n{text}\n"), Path::new("t.toml")).unwrap_err();
+        let msg = err.to_string();
+        for n in *needles {
+            assert!(msg.contains(n), "{text}: {msg} lacks {n}");
+        }
+    }
+    // Parsed but not a usable timeout: named by the new key.
+    for (text, key) in [
+        ("header-timeout = 0", "header-timeout"),
+        ("send-timeout = \"0s\"", "send-timeout"),
+        ("drain-timeout = -1", "drain-timeout"),
+        ("idle-timeout = 1e300", "idle-timeout"),
+    ] {
+        let file = ConfigFile::parse(&format!("root = \"/srv\"\n{text}\n"), Path::new("t.toml")).unwrap();
+        let msg = ServerConfig::from_file(file).unwrap_err().to_string();
+        assert!(msg.contains(key) && msg.contains("above 0"), "{text}: {msg}");
+    }
+}
+
+#[test]
+fn a_flag_in_either_spelling_replaces_the_files_timeout() {
+    let file =
+        ConfigFile::parse("root = \"/srv\"\nheader-timeout-ms = 9000\nidle-timeout = \"9s\"\n", Path::new("t.toml"))
+            .unwrap();
+    let flags = ConfigFile { header_timeout: Some(2.0), idle_timeout_ms: Some(300), ..Default::default() };
+    let c = ServerConfig::from_file(file.overlay(flags)).unwrap();
+    assert_eq!(c.header_timeout, Duration::from_secs(2));
+    assert_eq!(c.idle_timeout, Duration::from_millis(300));
+}
+
+#[test]
+fn policy_names_match_sim() {
+    let paper = CutoffsSpec::List(Cutoffs::paper_default());
+    let list = |t: &str| CutoffsSpec::List(Cutoffs::parse(t).unwrap());
+    // (file text, policy, cutoffs)
+    let cases: Vec<(&str, Policy, CutoffsSpec)> = vec![
+        ("policy = \"srpt-classes:1K,5K\"", Policy::Srpt, list("1K,5K")),
+        ("policy = \"SRPT-Classes: 2K, 20K\"", Policy::Srpt, list("2K,20K")),
+        ("policy = \"srpt-classes\"", Policy::Srpt, paper.clone()),
+        ("policy = \"srpt-classes\"\ncutoffs = \"3K\"", Policy::Srpt, list("3K")),
+        ("policy = \"srpt-classes\"\ncutoffs = \"auto\"", Policy::Srpt, CutoffsSpec::Auto),
+        ("policy = \"srpt\"", Policy::Srpt, paper.clone()),
+        ("policy = \"srpt\"\ncutoffs = \"3K\"", Policy::Srpt, list("3K")),
+        ("policy = \"fair\"", Policy::Fair, paper.clone()),
+        ("policy = \"srpt2\"", Policy::Srpt2, paper.clone()),
+    ];
+    for (text, policy, cutoffs) in cases {
+        let c = parse_ok(text);
+        assert_eq!((c.policy, &c.cutoffs), (policy, &cutoffs), "{text}");
+    }
+    // The same string means the same cutoffs in sim's parser.
+    let sim = shortfirst_core::policy::Policy::parse("srpt-classes:1K,5K").unwrap();
+    let serve: PolicySpec = "srpt-classes:1K,5K".parse().unwrap();
+    assert_eq!(sim.to_string(), serve.to_string());
+}
+
+#[test]
+fn scheduler_keys_in_the_file() {
+    let c = parse_ok("scheduler = \"user\"\nuplink-rate = \"10mbit\"\npolicy = \"srpt\"");
+    assert_eq!((c.scheduler, c.uplink_rate_bits_per_s, c.socket_priority), (Scheduling::User, Some(10_000_000), false));
+    assert_eq!(c.user_policy().unwrap(), shortfirst_core::policy::Policy::Srpt);
+    let c = parse_ok("scheduler = \"crovella\"\nuplink-rate = 2500000\nwrite-concurrency = 4\npolicy = \"las\"");
+    assert_eq!((c.uplink_rate_bits_per_s, c.write_concurrency), (Some(2_500_000), 4));
+    assert_eq!(c.user_policy().unwrap(), shortfirst_core::policy::Policy::Las);
+    let c = parse_ok("scheduler = \"user\"\nuplink-rate = \"1gbit\"\npolicy = \"srpt-classes\"\ncutoffs = \"3K\"");
+    assert_eq!(c.user_policy().unwrap().to_string(), "srpt-classes:3000");
+    assert_eq!(parse_ok("policy = \"fair\"").scheduler, Scheduling::Kernel);
+    // (file text, what the error must mention)
+    for (text, needles) in [
+        ("uplink-rate = \"10mbps\"", &["uplink-rate", "bits", "t.toml"][..]),
+        ("scheduler = \"usr\"", &["scheduler", "usr"]),
+    ] {
+        let msg =
+            ConfigFile::parse(&format!("root = \"/srv\"\n{text}\n"), Path::new("t.toml")).unwrap_err().to_string();
+        for n in needles {
+            assert!(msg.contains(n), "{text}: {msg} lacks {n}");
+        }
+    }
+    for (text, needles) in [
+        ("scheduler = \"user\"", &["uplink-rate", "10mbit"][..]),
+        ("uplink-rate = \"10mbit\"", &["uplink-rate", "uplink setup"]),
+        ("scheduler = \"user\"\nuplink-rate = \"600gbit\"", &["uplink-rate", "must be in"]),
+        ("write-concurrency = 3", &["write-concurrency", "crovella"]),
+        ("policy = \"las\"", &["las", "--scheduler user"]),
+        ("scheduler = \"user\"\nuplink-rate = \"1mbit\"\npolicy = \"srpt2\"", &["srpt2"]),
+        ("scheduler = \"user\"\nuplink-rate = \"1mbit\"\npolicy = \"srrt\"", &["srrt", "kernel"]),
+    ] {
+        let file = ConfigFile::parse(&format!("root = \"/srv\"\n{text}\n"), Path::new("t.toml")).unwrap();
+        let msg = ServerConfig::from_file(file).unwrap_err().to_string();
+        for n in needles {
+            assert!(msg.contains(n), "{text}: {msg} lacks {n}");
+        }
+    }
+}
+
+#[test]
+fn srrt_keys() {
+    let c = parse_ok("policy = \"srrt\"");
+    assert_eq!(c.policy, Policy::Srrt);
+    assert_eq!(c.rrt_cutoffs, RrtCutoffsSpec::List(RrtCutoffs::default_list()));
+    assert_eq!((c.rrt_estimator, c.rrt_step_bytes), (Estimator::Path, 65_536));
+    let c = parse_ok("policy = \"srrt\"\nrrt-cutoffs = \"auto\"\nrrt-estimator = \"paper\"\nrrt-step-bytes = 4096");
+    assert_eq!((c.rrt_cutoffs, c.rrt_estimator, c.rrt_step_bytes), (RrtCutoffsSpec::Auto, Estimator::Paper, 4096));
+    let c = parse_ok("policy = \"srrt\"\nrrt-cutoffs = \"30ms, 300ms\"");
+    assert_eq!(c.rrt_cutoffs, RrtCutoffsSpec::List(RrtCutoffs::from_us(vec![30_000, 300_000]).unwrap()));
+    for (text, needles) in [
+        ("policy = \"srpt\"\nrrt-cutoffs = \"50ms\"", &["rrt-cutoffs", "only srrt"][..]),
+        ("policy = \"srrt\"\nrrt-cutoffs = \"1s,50ms\"", &["rrt-cutoffs", "increasing"]),
+        ("policy = \"srrt\"\nrrt-cutoffs = \"fast\"", &["rrt-cutoffs", "fast"]),
+        ("policy = \"srrt\"\nrrt-step-bytes = 10", &["rrt-step-bytes"]),
+        ("policy = \"srrt\"\ncutoffs = \"1K\"", &["cutoffs", "only srpt-classes"]),
+    ] {
+        let file = ConfigFile::parse(&format!("root = \"/srv\"\n{text}\n"), Path::new("t.toml")).unwrap();
+        let msg = ServerConfig::from_file(file).unwrap_err().to_string();
+        for n in needles {
+            assert!(msg.contains(n), "{text}: {msg} lacks {n}");
+        }
+    }
+    let err = ConfigFile::parse("rrt-estimator = \"e2\"\n", Path::new("t.toml")).unwrap_err().to_string();
+    assert!(err.contains("rrt-estimator") || err.contains("e2"), "{err}");
+}
+
+#[test]
+fn bad_policies_are_named() {
+    for (text, needles) in [
+        ("srpt-classes:", &["cutoff"][..]),
+        ("srpt-classes:2K,1K", &["increasing"]),
+        ("srpt-classes:ten", &["ten"]),
+        ("fair:1K", &["fair:1K", "srpt-classes:CUTOFFS"]),
+        ("srpt:1K", &["srpt:1K", "only srpt-classes"]),
+        ("sjf", &["sjf", "srpt (exact with --scheduler user, else = srpt-classes)"]),
+        ("ps", &["ps"]),
+    ] {
+        let err = text.parse::<PolicySpec>().unwrap_err();
+        for n in needles {
+            assert!(err.contains(n), "{text}: {err} lacks {n}");
+        }
+        // In a file, the key and the file are named too.
+        let err = ConfigFile::parse(&format!("policy = {text:?}\n"), Path::new("p.toml")).unwrap_err().to_string();
+        assert!(err.contains("policy") && err.contains("p.toml"), "{text}: {err}");
+    }
+    // Cutoffs twice: in the policy name and in `cutoffs`.
+    let file =
+        ConfigFile::parse("root = \"/srv\"\npolicy = \"srpt-classes:1K\"\ncutoffs = \"2K\"\n", Path::new("t.toml"))
+            .unwrap();
+    let msg = ServerConfig::from_file(file).unwrap_err().to_string();
+    assert!(msg.contains("cutoffs") && msg.contains("srpt-classes:1000"), "{msg}");
+    let msg = ServerConfig::from_file(
+        ConfigFile::parse("root = \"/srv\"\npolicy = \"fair\"\ncutoffs = \"2K\"\n", Path::new("t.toml")).unwrap(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(msg.contains("only srpt-classes"), "{msg}");
+}
