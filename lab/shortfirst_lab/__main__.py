@@ -29,6 +29,14 @@ def _add_run(p: argparse.ArgumentParser) -> None:
         "--bin", type=Path, default=None, help="shortfirst binary (default: target/release/shortfirst)"
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--server-cpus",
+        metavar="LIST",
+        help="CPUs of the server's processes, e.g. 1 (default: the lab's own)",
+    )
+    p.add_argument(
+        "--generator-cpus", metavar="LIST", help="CPUs of the load generator, e.g. 0 (default: the lab's own)"
+    )
     _add_set(p)
 
 
@@ -45,10 +53,18 @@ def _add_set(p: argparse.ArgumentParser) -> None:
 
 def _cmd_run(a: argparse.Namespace) -> int:
     from . import runner
+    from .placement import Placement
 
+    placement = Placement.parse(a.server_cpus, a.generator_cpus)
     bin_path = a.bin or runner.repo_root() / "target" / "release" / "shortfirst"
     summary = runner.run_experiment(
-        a.experiment, a.out, bin_path, resume=a.resume, progress=not a.no_progress, overrides=a.overrides
+        a.experiment,
+        a.out,
+        bin_path,
+        resume=a.resume,
+        progress=not a.no_progress,
+        overrides=a.overrides,
+        placement=placement,
     )
     print(_format(summary))
     print(f"\nreport: {(a.out / 'report.html').resolve()}")
@@ -149,11 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # the lab's own errors carry their context in the message
         from .analysis import LogError
         from .overload import OverloadError
+        from .placement import PlacementError
         from .report import ReportError
         from .runner import RunnerError
         from .stage import StageError
 
-        if isinstance(e, RunnerError | ReportError | LogError | OverloadError | StageError):
+        if isinstance(e, RunnerError | ReportError | LogError | OverloadError | StageError | PlacementError):
             print(f"error: {e}", file=sys.stderr)
             return 1
         raise

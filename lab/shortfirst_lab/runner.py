@@ -50,6 +50,7 @@ from .experiment import Experiment, RunSpec, load_experiment
 from .health import HealthSampler, counter_delta
 from .kit import load_argv, parse_proc_pairs, utc_now, write_atomic, write_json
 from .kit import provenance as collect
+from .placement import Placement
 from .stage import make_stage, touch_docroot, unstage
 
 SERVER_START_TIMEOUT_S = 15.0
@@ -156,9 +157,16 @@ def check_trace_covers(exp: Experiment, trace: Path) -> dict[str, Any]:
 
 class Runner:
     def __init__(
-        self, exp: Experiment, out: Path, bin_path: Path, resume: bool = False, progress: bool = True
+        self,
+        exp: Experiment,
+        out: Path,
+        bin_path: Path,
+        resume: bool = False,
+        progress: bool = True,
+        placement: Placement | None = None,
     ):
         self.exp = exp
+        self.placement = placement or Placement()
         self.out = out
         self.bin = bin_path
         self.resume = resume
@@ -207,6 +215,7 @@ class Runner:
             queue_packets=u.queue_packets,
             congestion_control=u.congestion_control or None,
             **wan_args,
+            **self.placement.testbed_args(),
         )
 
     def server_argv(self, tb: Any, policy: str) -> list[str]:
@@ -633,6 +642,7 @@ class Runner:
                     "shortfirst_version": _version(self.bin),
                     "seed": exp.seed,
                     "workload_seed": exp.workload.seed,
+                    "placement": self.placement.to_dict(),
                 },
             ),
         )
@@ -693,10 +703,11 @@ def run_experiment(
     resume: bool = False,
     progress: bool = True,
     overrides: list[str] | None = None,
+    placement: Placement | None = None,
 ) -> dict[str, Any]:
     exp = load_experiment(exp_path, overrides)
     if not bin_path.exists():
         raise RunnerError(f"{bin_path}: no such binary; build it with `make build`")
     if os.geteuid() != 0:
         raise RunnerError("running experiments needs root (network namespaces, qdiscs)")
-    return Runner(exp, out, bin_path.resolve(), resume=resume, progress=progress).run()
+    return Runner(exp, out, bin_path.resolve(), resume=resume, progress=progress, placement=placement).run()

@@ -96,6 +96,18 @@ class GroupPath(NamedTuple):
     loss: float = 0.0
 
 
+def _checked_cpus(what: str, cpus: frozenset[int] | None) -> frozenset[int] | None:
+    """``cpus`` if this process may run on all of them (a cpuset reservation may forbid some)."""
+    if cpus is None:
+        return None
+    allowed = os.sched_getaffinity(0)
+    if not cpus or not cpus <= allowed:
+        raise ValueError(
+            f"{what} {sorted(cpus)}: expected a non-empty subset of this process's CPUs {sorted(allowed)}"
+        )
+    return frozenset(cpus)
+
+
 class TestbedError(RuntimeError):
     """A testbed could not be built, used or removed; the message says which step."""
 
@@ -266,6 +278,8 @@ class Testbed:
         client_congestion_control: str = "reno",
         server_sysctls: dict[str, int] | None = None,
         client_sysctls: dict[str, int] | None = None,
+        server_cpus: frozenset[int] | None = None,
+        client_cpus: frozenset[int] | None = None,
     ) -> None:
         """Checks every argument before anything is built (a bad one raises ValueError naming it), then
         builds under the run's lock. Longer than ~80 lines for the list of checks, one per argument.
@@ -331,6 +345,10 @@ class Testbed:
             self.group_addrs = {g.name: _group_host(i, 2) for i, g in enumerate(self.groups)}
             self.client_addrs = [self.group_addrs[self.groups[0].name]]
         self._procs: list[subprocess.Popen] = []
+        # CPU placement of what server_popen / client_popen start (None: inherited). On a
+        # small machine the generator and the server must not share a CPU at 100 Mbit/s.
+        self.server_cpus = _checked_cpus("server_cpus", server_cpus)
+        self.client_cpus = _checked_cpus("client_cpus", client_cpus)
         self._server_procs: list[subprocess.Popen] = []
         self._anchor: subprocess.Popen | None = None
         self._created_ns: list[str] = []
@@ -525,22 +543,24 @@ class Testbed:
 
     # -- running processes --------------------------------------------------
 
-    def _popen(self, ns: str, argv: list[str], **kw) -> subprocess.Popen:
+    def _popen(self, ns: str, argv: list[str], cpus: frozenset[int] | None = None, **kw) -> subprocess.Popen:
         if self._closed:
             raise TestbedError("testbed is closed")
+        if cpus is not None:
+            kw["preexec_fn"] = lambda: os.sched_setaffinity(0, cpus)
         proc = subprocess.Popen(["ip", "netns", "exec", ns, *map(str, argv)], **kw)
         self._procs.append(proc)
         return proc
 
     def server_popen(self, argv: list[str], **kw) -> subprocess.Popen:
         """Starts ``argv`` inside the server namespace; stopped at teardown if still running."""
-        proc = self._popen(self.server_ns, argv, **kw)
+        proc = self._popen(self.server_ns, argv, self.server_cpus, **kw)
         self._server_procs.append(proc)
         return proc
 
     def client_popen(self, argv: list[str], client: int = 0, **kw) -> subprocess.Popen:
         """Starts ``argv`` inside client namespace ``client``."""
-        return self._popen(self.client_ns[client], argv, **kw)
+        return self._popen(self.client_ns[client], argv, self.client_cpus, **kw)
 
     def server_run(self, argv: list[str], **kw) -> subprocess.CompletedProcess:
         """Runs ``argv`` to completion in the server namespace (``subprocess.run`` keywords)."""
