@@ -15,11 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from .expmodel import (
+    MAX_ARMS,
     MAX_GROUPS,
+    MAX_PACER_RATE_BITS_PER_S,
     MAX_PATHS,
     MAX_SCHEDULES,
     POLICIES,
+    SCHEDULERS,
     SYNCOOKIES,
+    USER_POLICIES,
+    Arm,
     Calibration,
     Client,
     ClientGroup,
@@ -185,14 +190,7 @@ def experiment_from_dict(
     if not _NAME_RE.match(name):
         raise e.err("name", "letters, digits, '_', '.' or '-' only", name)
     description = e.str("description", "")
-    policies = e.get("policies")
-    if not isinstance(policies, list) or not policies:
-        raise e.err("policies", f"a non-empty list of {'|'.join(POLICIES)}", policies)
-    for p in policies:
-        if p not in POLICIES:
-            raise e.err("policies", f"each policy one of {'|'.join(POLICIES)}", p)
-    if len(set(policies)) != len(policies):
-        raise e.err("policies", "no duplicates", policies)
+    policies, arms = _policies_or_arms(e)
     loads = e.get("loads")
     if not isinstance(loads, list) or not loads:
         raise e.err("loads", "a non-empty list of numbers in (0, 1.5]", loads)
@@ -204,7 +202,13 @@ def experiment_from_dict(
     repeats = e.int("repeats", 1, lo=1, hi=100)
     seed = e.int("seed", 1, lo=0)
     bl = e.get("baselines", [])
-    if not isinstance(bl, list) or len(set(bl)) != len(bl) or set(bl) - set(policies):
+    if arms:
+        labels = [a.label for a in arms]
+        if isinstance(bl, list) and all(isinstance(x, str) for x in bl):
+            bl = [x.strip().removesuffix("/kernel") for x in bl]  # written as in arms
+        if not isinstance(bl, list) or len(set(bl)) != len(bl) or set(bl) - set(labels):
+            raise e.err("baselines", f"a list of distinct arms of experiment.arms {labels}", bl)
+    elif not isinstance(bl, list) or len(set(bl)) != len(bl) or set(bl) - set(policies):
         raise e.err("baselines", f"a list of distinct policies of experiment.policies {policies}", bl)
     e.finish()
 
@@ -296,6 +300,7 @@ def experiment_from_dict(
         send_buffer_bytes=s.int("send_buffer_bytes", 32_768, lo=0, hi=1 << 30),
         max_connections=s.int("max_connections", 0, lo=0, hi=10_000_000),
         extra_args=tuple(extra),
+        write_concurrency=s.int("write_concurrency", 0, lo=0, hi=1_000_000),
     )
     s.finish()
 
@@ -336,6 +341,7 @@ def experiment_from_dict(
         name=name,
         description=description,
         policies=tuple(policies),
+        arms=arms,
         baselines=tuple(bl),
         loads=tuple(float(x) for x in loads),
         repeats=repeats,
@@ -353,7 +359,98 @@ def experiment_from_dict(
         from .setups import parse_setups  # setups builds on this module
 
         exp = replace(exp, setups=parse_setups(doc, path))
+    _check_schedulers(path, exp)
     return exp
+
+
+#: `serve` flags the runner sets per arm; in `server.extra_args` they would contradict the arm.
+_ARM_FLAGS = ("--scheduler", "--uplink-rate", "--write-concurrency")
+
+
+def _policies_or_arms(e: _Section) -> tuple[list[str], tuple[Arm, ...]]:
+    """`experiment.policies` (each under the kernel's bands) or `experiment.arms` (each a
+    `POLICY[/SCHEDULER]`), exactly one of them: the distinct policies in order and the arms as
+    written (none with `policies`)."""
+    if "arms" in e.table and "policies" in e.table:
+        raise e.err("arms", "either experiment.policies or experiment.arms, not both")
+    if "arms" not in e.table:
+        policies = e.get("policies")
+        if not isinstance(policies, list) or not policies:
+            raise e.err(
+                "policies", f"a non-empty list of {'|'.join(POLICIES)} (or experiment.arms)", policies
+            )
+        for p in policies:
+            if p not in POLICIES:
+                raise e.err("policies", f"each policy one of {'|'.join(POLICIES)}", p)
+        if len(set(policies)) != len(policies):
+            raise e.err("policies", "no duplicates", policies)
+        return policies, ()
+    raw = e.get("arms")
+    form = f"POLICY[/SCHEDULER] with POLICY one of {'|'.join(POLICIES)}"
+    form += f" and SCHEDULER one of {'|'.join(SCHEDULERS)}"
+    if not isinstance(raw, list) or not raw:
+        raise e.err("arms", f'a non-empty list of arms such as ["fair", "srpt", "srpt/user"] ({form})', raw)
+    if len(raw) > MAX_ARMS:
+        raise e.err("arms", f"at most {MAX_ARMS} arms", len(raw))
+    arms = []
+    for item in raw:
+        if not isinstance(item, str):
+            raise e.err("arms", f"each arm a string {form}", item)
+        policy, slash, scheduler = item.strip().partition("/")
+        if policy not in POLICIES or (slash and scheduler not in SCHEDULERS):
+            raise e.err("arms", f"each arm {form}", item)
+        arm = Arm(policy, scheduler or "kernel")
+        if arm.scheduler != "kernel" and policy not in USER_POLICIES:
+            raise e.err(
+                "arms",
+                f"a user-space scheduler's arm to rank by {' or '.join(USER_POLICIES)} "
+                f"(`serve --scheduler {arm.scheduler}` refuses {policy})",
+                item,
+            )
+        if arm in arms:
+            raise e.err("arms", 'no duplicate arms ("srpt" and "srpt/kernel" are the same arm)', item)
+        arms.append(arm)
+    return list(dict.fromkeys(a.policy for a in arms)), tuple(arms)
+
+
+def _check_schedulers(path: Path, exp: Experiment) -> None:
+    """What the arms ask of the rest of the file: the server's own flags are the runner's, a
+    user-space pacer needs a rate it accepts, `server.write_concurrency` a crovella arm, and
+    the overload summary (setups, load schedules, loads above 1) compares policies only."""
+    for a in exp.server.extra_args:
+        if a.split("=", 1)[0] in _ARM_FLAGS:
+            raise ExperimentError(
+                path,
+                "server.extra_args",
+                f"none of {', '.join(_ARM_FLAGS)}: the runner sets them per arm (experiment.arms)",
+                a,
+            )
+    schedulers = {a.scheduler for a in exp.arm_list()}
+    if exp.server.write_concurrency and "crovella" not in schedulers:
+        raise ExperimentError(
+            path,
+            "server.write_concurrency",
+            '0 unless experiment.arms has a crovella arm (only "POLICY/crovella" limits write concurrency)',
+            exp.server.write_concurrency,
+        )
+    if schedulers == {"kernel"}:
+        return
+    if exp.uplink.rate_bits_per_s > MAX_PACER_RATE_BITS_PER_S:
+        raise ExperimentError(
+            path,
+            "uplink.rate",
+            f"at most {MAX_PACER_RATE_BITS_PER_S} bit/s with a user or crovella arm "
+            "(the rate the server's pacer is given, `serve --uplink-rate`)",
+            exp.uplink.rate_bits_per_s,
+        )
+    if exp.setups or exp.client.load_schedule or exp.client.load_schedules or max(exp.loads) > 1:
+        raise ExperimentError(
+            path,
+            "experiment.arms",
+            "kernel arms only in an overload experiment (setups, load schedules or a load above 1): "
+            "its summary compares policies, not schedulers",
+            [a.label for a in exp.arms],
+        )
 
 
 def _path_spec(sec: _Section) -> WanPathSpec:

@@ -14,11 +14,27 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
     [experiment]
     name = "tocs-lan"                 # str, [A-Za-z0-9_.-]+
     description = "..."               # str
-    policies = ["fair", "srpt"]       # non-empty list of fair|srpt|srpt2|srrt, no duplicates
+    policies = ["fair", "srpt"]       # non-empty list of fair|srpt|srpt2|srrt, no duplicates;
+                                      # each runs under the kernel's bands (HTB tree, SO_PRIORITY)
+    arms = ["fair", "srpt", "srpt/user", "srpt/crovella"]
+                                      # instead of policies (one or the other): the matrix's arms,
+                                      # each POLICY[/SCHEDULER], no duplicates ("srpt" is
+                                      # "srpt/kernel"). SCHEDULER is who orders the uplink
+                                      # (`serve --scheduler`): kernel (the default) = priority
+                                      # bands under the HTB tree; user = the server's own pacer
+                                      # and work-conserving pick, under a plain token bucket at
+                                      # uplink.rate (no bands, no SO_PRIORITY), the server given
+                                      # `--scheduler user --uplink-rate <uplink.rate>`; crovella =
+                                      # the same pacer letting only server.write_concurrency
+                                      # responses write (Crovella 1999's baseline). user and
+                                      # crovella rank by fair or srpt (exact remaining bytes).
+                                      # Runs are named by arm: srpt-user-load0.90-rep1. Not in
+                                      # an overload experiment (setups, schedules, loads > 1).
     loads = [0.5, 0.7, 0.9]           # non-empty list of floats in (0, 1.5], no duplicates
     repeats = 1                       # int >= 1; repeat k uses load seed = seed + k - 1
     seed = 1                          # int >= 0, seed of the load generator
-    baselines = ["fair"]              # compared with the others, weakest first (policycmp.py)
+    baselines = ["fair"]              # compared with the others, weakest first (policycmp.py);
+                                      # with arms, arm labels ("fair" = FAIR under the kernel)
 
     [uplink]
     rate = "10mbit"                   # "<n>[kbit|mbit|gbit]" or an int (bits/s)
@@ -112,6 +128,11 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
     max_connections = 0               # int >= 0: `serve --max-connections` (beyond: 503 and
                                       # close); 0 keeps the server's default
     extra_args = []                   # further `shortfirst serve` arguments, list of strings
+                                      # (not --scheduler, --uplink-rate, --write-concurrency:
+                                      # the arms set those)
+    write_concurrency = 0             # int >= 0: crovella arms' `serve --write-concurrency`
+                                      # (responses that may write at once); 0 = the server's
+                                      # default; only with a crovella arm
 
     [run]
     duration_s = 300                  # float > 0: schedule length handed to the generator
@@ -132,11 +153,16 @@ from __future__ import annotations
 
 from .expcheck import apply_override, experiment_from_dict, load_experiment, parse_rate
 from .expmodel import (
+    MAX_ARMS,
     MAX_GROUPS,
+    MAX_PACER_RATE_BITS_PER_S,
     MAX_PATHS,
     MAX_SCHEDULES,
     POLICIES,
+    SCHEDULERS,
     SYNCOOKIES,
+    USER_POLICIES,
+    Arm,
     Calibration,
     Client,
     ClientGroup,
@@ -153,11 +179,16 @@ from .expmodel import (
 )
 
 __all__ = [
+    "MAX_ARMS",
     "MAX_GROUPS",
+    "MAX_PACER_RATE_BITS_PER_S",
     "MAX_PATHS",
     "MAX_SCHEDULES",
     "POLICIES",
+    "SCHEDULERS",
     "SYNCOOKIES",
+    "USER_POLICIES",
+    "Arm",
     "Calibration",
     "Client",
     "ClientGroup",

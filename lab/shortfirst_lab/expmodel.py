@@ -21,6 +21,17 @@ MAX_PATHS = 64
 MAX_SCHEDULES = 64
 #: `uplink.syncookies` → net.ipv4.tcp_syncookies.
 SYNCOOKIES = {"off": 0, "on": 1, "always": 2}
+#: Who orders the uplink's bytes (`serve --scheduler`): kernel priority bands under the HTB tree,
+#: the server's own pacer under a plain token bucket, or that pacer with Crovella 1999's limit
+#: on how many responses may write at once.
+SCHEDULERS = ("kernel", "user", "crovella")
+#: Policies a user-space scheduler ranks by: `serve` refuses srpt2 (learned cutoffs) and srrt
+#: (kernel bands by TCP_INFO) with them.
+USER_POLICIES = ("fair", "srpt")
+#: Highest `serve --uplink-rate` (the pacer's limit, crates/server config.rs).
+MAX_PACER_RATE_BITS_PER_S = 400_000_000_000
+#: Most arms of a matrix.
+MAX_ARMS = 16
 
 
 class ExperimentError(ValueError):
@@ -112,6 +123,7 @@ class Server:
     send_buffer_bytes: int = 32_768
     max_connections: int = 0
     extra_args: tuple[str, ...] = ()
+    write_concurrency: int = 0  # crovella arms: `serve --write-concurrency`; 0 = the server's
 
 
 @dataclass(frozen=True)
@@ -128,9 +140,27 @@ class Calibration:
 
 
 @dataclass(frozen=True)
+class Arm:
+    """One arm of the matrix: a policy under a scheduler (`srpt`, `srpt/user`)."""
+
+    policy: str
+    scheduler: str = "kernel"
+
+    @property
+    def label(self) -> str:
+        """As experiment files write arms: `srpt` under the kernel's bands, `srpt/user` otherwise."""
+        return self.policy if self.scheduler == "kernel" else f"{self.policy}/{self.scheduler}"
+
+    @property
+    def name(self) -> str:
+        """The arm's part of a run directory's name: `srpt`, `srpt-user`."""
+        return self.label.replace("/", "-")
+
+
+@dataclass(frozen=True)
 class RunSpec:
-    """One cell of the matrix: a policy at a load (on a WAN path of a sweep), repeat
-    `repeat` (1-based)."""
+    """One cell of the matrix: a policy under a scheduler at a load (on a WAN path of a sweep),
+    repeat `repeat` (1-based)."""
 
     policy: str
     load: float
@@ -140,10 +170,17 @@ class RunSpec:
     schedule: str = ""  # the load schedule of the run ("" none)
     schedule_label: str = ""  # in the run's name when the schedule is a matrix dimension
     setup: str = ""  # the setup's name when the experiment has setups
+    scheduler: str = "kernel"  # who orders the uplink (SCHEDULERS)
+
+    @property
+    def arm(self) -> Arm:
+        return Arm(self.policy, self.scheduler)
 
     @property
     def run_id(self) -> str:
-        return run_dir_name(self.policy, self.load, self.repeat, self.path, self.schedule_label, self.setup)
+        return run_dir_name(
+            self.policy, self.load, self.repeat, self.path, self.schedule_label, self.setup, self.scheduler
+        )
 
 
 @dataclass(frozen=True)
@@ -163,6 +200,8 @@ class Experiment:
     wan: Wan | None = None
     source: str = ""
     baselines: tuple[str, ...] = ()  # as written; empty: the default (`policycmp.baselines`)
+    #: `experiment.arms` as written; empty when the file gives `policies` (each under the kernel).
+    arms: tuple[Arm, ...] = ()
     #: Named variants (setups.Setup: name, description, the experiment with its overrides).
     setups: tuple[Any, ...] = ()
 
@@ -174,18 +213,26 @@ class Experiment:
             return tuple((s, schedule_label(s)) for s in c.load_schedules)
         return ((c.load_schedule, ""),)
 
-    def matrix(self) -> list[RunSpec]:
-        """Runs in execution order: setup-major, then schedule, load, WAN path, repeat, policy.
+    def arm_list(self) -> tuple[Arm, ...]:
+        """The arms of the matrix: as written, or each policy under the kernel's bands."""
+        return self.arms or tuple(Arm(p) for p in self.policies)
 
-        Policies at the same point run back to back, so slow drift of the shared machine
-        (other tenants, thermal) affects the policies being compared alike.
+    def arm_labels(self) -> tuple[str, ...]:
+        return tuple(a.label for a in self.arm_list())
+
+    def matrix(self) -> list[RunSpec]:
+        """Runs in execution order: setup-major, then schedule, load, WAN path, repeat, arm.
+
+        Arms at the same point run back to back, so slow drift of the shared machine
+        (other tenants, thermal) affects the arms being compared alike.
         """
         if self.setups:
             return [replace(spec, setup=s.name) for s in self.setups for spec in s.experiment.matrix()]
         paths: tuple[WanPathSpec | None, ...] = self.wan.paths if self.wan and self.wan.paths else (None,)
         return [
             RunSpec(
-                policy=p,
+                policy=arm.policy,
+                scheduler=arm.scheduler,
                 load=ld,
                 repeat=k,
                 seed=self.seed + k - 1,
@@ -197,7 +244,7 @@ class Experiment:
             for ld in self.loads
             for path in paths
             for k in range(1, self.repeats + 1)
-            for p in self.policies
+            for arm in self.arm_list()
         ]
 
     def for_run(self, spec: RunSpec) -> Experiment:
@@ -212,7 +259,9 @@ class Experiment:
             "experiment": {
                 "name": self.name,
                 "description": self.description,
-                "policies": list(self.policies),
+            }
+            | ({"arms": [a.label for a in self.arms]} if self.arms else {"policies": list(self.policies)})
+            | {
                 "loads": list(self.loads),
                 "repeats": self.repeats,
                 "seed": self.seed,
@@ -221,7 +270,7 @@ class Experiment:
             "uplink": vars(self.uplink).copy(),
             "workload": vars(self.workload).copy(),
             "client": _client_dict(self.client),
-            "server": {**vars(self.server), "extra_args": list(self.server.extra_args)},
+            "server": _server_dict(self.server),
             "run": vars(self.run).copy(),
             "calibration": vars(self.calibration).copy(),
             **_setups_dict(self.setups),
@@ -232,6 +281,13 @@ def _setups_dict(setups: tuple[Any, ...]) -> dict[str, Any]:
     return (
         {"setups": {s.name: {"description": s.description, **s.overrides} for s in setups}} if setups else {}
     )
+
+
+def _server_dict(s: Server) -> dict[str, Any]:
+    out = {**vars(s), "extra_args": list(s.extra_args)}
+    if not s.write_concurrency:
+        del out["write_concurrency"]  # at its default, left out like the file leaves it out
+    return out
 
 
 def _path_dict(p: WanPathSpec) -> dict[str, Any]:
@@ -274,10 +330,13 @@ def run_dir_name(
     path: WanPathSpec | None = None,
     schedule_label: str = "",
     setup: str = "",
+    scheduler: str = "kernel",
 ) -> str:
-    """`<policy>-load<ρ>[-<path>][-<schedule>][-setup<name>]-rep<k>`, ρ with two decimals
-    (`fair-load0.80-rep1`, `srpt-load0.90-rtt100ms-loss2.5pct-rep1`, `fair-load1.00-w1-setupB-rep1`)."""
+    """`<arm>-load<ρ>[-<path>][-<schedule>][-setup<name>]-rep<k>`, ρ with two decimals, the arm
+    being the policy, then `-<scheduler>` unless it is the kernel's (`fair-load0.80-rep1`,
+    `srpt-user-load0.90-rep1`, `srpt-load0.90-rtt100ms-loss2.5pct-rep1`, `fair-load1.00-w1-setupB-rep1`)."""
+    arm = Arm(policy, scheduler).name
     middle = f"-{path.label}" if path is not None else ""
     middle += f"-{schedule_label}" if schedule_label else ""
     middle += f"-setup{setup}" if setup else ""
-    return f"{policy}-load{load:.2f}{middle}-rep{repeat}"
+    return f"{arm}-load{load:.2f}{middle}-rep{repeat}"

@@ -3,7 +3,8 @@
 For each measured run the report can set beside it
 - *simulated*: `shortfirst sim` replaying the run's own arrivals (its `scheduled_s` and sizes)
   through an ideal link of the nominal rate, with the policy the server approximates
-  (`fair` → `ps`, `srpt`/`srpt2` → `srpt-classes:<the server's cutoffs>`), written by the
+  (`fair` → `ps`, `srpt`/`srpt2` → `srpt-classes:<the server's cutoffs>`; `srpt` under a
+  user-space scheduler, which ranks by exact remaining bytes → `srpt`), written by the
   runner to `DIR/runs/<run>/sim/requests.csv` when the binary has `sim`;
 - *analytic*: M/G/1 at the run's load with the window's empirical size distribution
   (`theory.Queue`, from the simulator's issue): `ps`, `classes-ps` with the same cutoffs, and
@@ -52,8 +53,17 @@ def cutoffs_for(policy: str, cutoffs: str, sizes_bytes: Any) -> list[int] | None
     return list(DEFAULT_SRPT_CUTOFFS_BYTES)
 
 
-def sim_policy(cutoffs: list[int] | None) -> str:
-    """The simulator's name for the server's policy with these cutoffs (None: FAIR = ps)."""
+def exact(policy: str, scheduler: str) -> bool:
+    """Whether the server runs exact SRPT: `serve --policy srpt` under a user-space scheduler
+    ranks by remaining bytes; the kernel's bands can only rank by size class."""
+    return policy == "srpt" and scheduler != "kernel"
+
+
+def sim_policy(cutoffs: list[int] | None, exact_srpt: bool = False) -> str:
+    """The simulator's name for the server's policy with these cutoffs (None: FAIR = ps), or
+    exact SRPT."""
+    if exact_srpt:
+        return "srpt"
     return "ps" if cutoffs is None else "srpt-classes:" + ",".join(str(c) for c in cutoffs)
 
 
@@ -65,7 +75,7 @@ def theory_module():
 
 
 def analytic(
-    sizes_bytes: Any, load: float, rate_bits_per_s: float, cutoffs: list[int] | None
+    sizes_bytes: Any, load: float, rate_bits_per_s: float, cutoffs: list[int] | None, exact_srpt: bool = False
 ) -> dict[str, Any]:
     """M/G/1 mean response (s) for the policy's model and for exact SRPT, or {} without theory."""
     th = theory_module()
@@ -75,7 +85,10 @@ def analytic(
     try:
         q = th.Queue(th.Empirical(x), load)
         out: dict[str, Any] = {"analytic_srpt_s": float(q.mean_response("srpt"))}
-        if cutoffs is None:
+        if exact_srpt:
+            out["analytic_model"] = "srpt"
+            out["analytic_s"] = out["analytic_srpt_s"]
+        elif cutoffs is None:
             out["analytic_model"] = "ps"
             out["analytic_s"] = float(q.mean_response("ps"))
         else:
