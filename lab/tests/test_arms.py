@@ -160,6 +160,18 @@ def test_scheduler_flags_of_serve(scheduler, concurrency, flags):
     assert factors.scheduler_flags(scheduler, exp.uplink, exp.server) == flags
 
 
+@pytest.mark.parametrize("name", ["userspace.toml", "userspace-smoke.toml"])
+def test_shipped_userspace_experiments_validate(name):
+    exp = load_experiment(EXPERIMENTS / name)
+    assert exp.arm_labels() == ("fair", "srpt", "srpt/user", "srpt/crovella")
+    assert exp.uplink.rate_bits_per_s == 10_000_000
+    assert exp.server.write_concurrency == 35
+    ids = [s.run_id for s in exp.matrix()]
+    assert len(set(ids)) == len(ids) == 4 * len(exp.loads)
+    if name == "userspace.toml":
+        assert exp.loads == (0.5, 0.7, 0.8, 0.9, 0.95)
+
+
 # --------------------------------------------------------------------------- the runner (fake testbed)
 
 
