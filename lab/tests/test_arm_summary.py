@@ -171,3 +171,15 @@ def test_the_runner_summarises_a_fake_experiment_per_arm(fake_env, tmp_path):  #
     for a in summary["arm_comparisons"]:
         assert ARM_KEYS <= set(a)
         assert a["measured_over_ideal"] is None  # the fake binary has no simulator
+
+
+def test_a_wan_sweep_names_each_arm():
+    from shortfirst_lab import wanreport
+
+    row = {"load": 0.8, "rtt_ms": 100, "loss": 0.01, "mean_response_ratio": 1.1, "throughput_ratio": 1.0,
+           "largest_1pct_ratio": 1.0, "valid": True, "path": "rtt100ms-loss1pct"}  # fmt: skip
+    arms = [("srpt", "kernel"), ("srpt/user", "user")]
+    cmps = [row | {"policy": "srpt", "arm": a, "scheduler": s, "baseline": "fair"} for a, s in arms]
+    summary = {"runs": [], "comparisons": cmps}
+    (table,) = wanreport.tables(summary)
+    assert [r[3] for r in table[3]] == ["srpt", "srpt/user"]
