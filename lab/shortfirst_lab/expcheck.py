@@ -386,7 +386,7 @@ def _policies_or_arms(e: _Section) -> tuple[list[str], tuple[Arm, ...]]:
             raise e.err("policies", "no duplicates", policies)
         return policies, ()
     raw = e.get("arms")
-    form = f"POLICY[/SCHEDULER] with POLICY one of {'|'.join(POLICIES)}"
+    form = f"POLICY[/SCHEDULER] with POLICY one of {'|'.join(dict.fromkeys(POLICIES + USER_POLICIES))}"
     form += f" and SCHEDULER one of {'|'.join(SCHEDULERS)}"
     if not isinstance(raw, list) or not raw:
         raise e.err("arms", f'a non-empty list of arms such as ["fair", "srpt", "srpt/user"] ({form})', raw)
@@ -397,9 +397,16 @@ def _policies_or_arms(e: _Section) -> tuple[list[str], tuple[Arm, ...]]:
         if not isinstance(item, str):
             raise e.err("arms", f"each arm a string {form}", item)
         policy, slash, scheduler = item.strip().partition("/")
-        if policy not in POLICIES or (slash and scheduler not in SCHEDULERS):
+        if policy not in POLICIES + USER_POLICIES or (slash and scheduler not in SCHEDULERS):
             raise e.err("arms", f"each arm {form}", item)
         arm = Arm(policy, scheduler or "kernel")
+        if arm.scheduler == "kernel" and policy not in POLICIES:
+            raise e.err(
+                "arms",
+                f"a kernel arm to rank by {'|'.join(POLICIES)} ({policy} needs a user-space scheduler: "
+                f"{policy}/user)",
+                item,
+            )
         if arm.scheduler != "kernel" and policy not in USER_POLICIES:
             raise e.err(
                 "arms",

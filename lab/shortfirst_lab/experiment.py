@@ -27,7 +27,8 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
                                       # `--scheduler user --uplink-rate <uplink.rate>`; crovella =
                                       # the same pacer letting only server.write_concurrency
                                       # responses write (Crovella 1999's baseline). user and
-                                      # crovella rank by fair or srpt (exact remaining bytes).
+                                      # crovella rank by fair, srpt (exact remaining bytes) or
+                                      # las (least attained service: user-space arms only).
                                       # Runs are named by arm: srpt-user-load0.90-rep1. Not in
                                       # an overload experiment (setups, schedules, loads > 1).
     loads = [0.5, 0.7, 0.9]           # non-empty list of floats in (0, 1.5], no duplicates

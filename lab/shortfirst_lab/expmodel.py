@@ -26,8 +26,8 @@ SYNCOOKIES = {"off": 0, "on": 1, "always": 2}
 #: on how many responses may write at once.
 SCHEDULERS = ("kernel", "user", "crovella")
 #: Policies a user-space scheduler ranks by: `serve` refuses srpt2 (learned cutoffs) and srrt
-#: (kernel bands by TCP_INFO) with them.
-USER_POLICIES = ("fair", "srpt")
+#: (kernel bands by TCP_INFO) with them, and runs las (least attained service) with them only.
+USER_POLICIES = ("fair", "srpt", "las")
 #: Highest `serve --uplink-rate` (the pacer's limit, crates/server config.rs).
 MAX_PACER_RATE_BITS_PER_S = 400_000_000_000
 #: Most arms of a matrix.

@@ -29,6 +29,7 @@ STYLE = {
     "fair/crovella": {"color": "#7f4f24", "marker": "s", "linestyle": "-.", "label": "FAIR (Crovella)"},
     "srpt/user": {"color": "#17becf", "marker": "v", "linestyle": "-", "label": "SRPT (user)"},
     "srpt/crovella": {"color": "#556b2f", "marker": "P", "linestyle": "-.", "label": "SRPT (Crovella)"},
+    "las/user": {"color": "#d4ac0d", "marker": "*", "linestyle": "--", "label": "LAS (user)"},
 }
 DPI = 110
 

@@ -40,6 +40,8 @@ def parse_cutoffs(text: str) -> list[int]:
 #: Policies the simulator and the M/G/1 formulas model: those ranking by size. `srrt` ranks by
 #: a TCP_INFO estimate, which needs per-connection path state the simulator does not have.
 SIZE_POLICIES = ("fair", "srpt", "srpt2")
+#: Policies the simulator models: those, and las (least attained service; no formula here).
+SIM_POLICIES = (*SIZE_POLICIES, "las")
 
 
 def cutoffs_for(policy: str, cutoffs: str, sizes_bytes: Any) -> list[int] | None:
@@ -57,6 +59,14 @@ def exact(policy: str, scheduler: str) -> bool:
     """Whether the server runs exact SRPT: `serve --policy srpt` under a user-space scheduler
     ranks by remaining bytes; the kernel's bands can only rank by size class."""
     return policy == "srpt" and scheduler != "kernel"
+
+
+def sim_policy_of(policy: str, scheduler: str, cutoffs: str, sizes_bytes: Any) -> str:
+    """The simulator's name for what `serve --policy <policy>` does under `scheduler` with the
+    experiment's `server.cutoffs`."""
+    if policy == "las":
+        return "las"
+    return sim_policy(cutoffs_for(policy, cutoffs, sizes_bytes), exact(policy, scheduler))
 
 
 def sim_policy(cutoffs: list[int] | None, exact_srpt: bool = False) -> str:

@@ -275,12 +275,11 @@ def _mean(values: Iterable[float | None]) -> float | None:
 def _ideal(arm: Any, exp: Experiment) -> str | None:
     """The simulator's policy `measured_over_ideal` divides by (srpt2's cutoffs are learned
     per run: named without them)."""
-    if arm.policy not in models.SIZE_POLICIES:
+    if arm.policy not in models.SIM_POLICIES:
         return None
     if arm.policy == "srpt2":
         return "srpt-classes:<median>"
-    cut = models.cutoffs_for(arm.policy, exp.server.cutoffs, [])
-    return models.sim_policy(cut, models.exact(arm.policy, arm.scheduler))
+    return models.sim_policy_of(arm.policy, arm.scheduler, exp.server.cutoffs, [])
 
 
 def improvement_table(comparisons: list[dict[str, Any]], rate_bits_per_s: int) -> list[dict[str, Any]]:

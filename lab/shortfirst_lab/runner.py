@@ -228,7 +228,7 @@ class Runner:
             "--admin",
             f"{tb.server_addr}:{ADMIN_PORT}",
         ]
-        if self.exp.server.cutoffs and policy not in ("fair", "srrt"):
+        if self.exp.server.cutoffs and policy not in ("fair", "srrt", "las"):
             argv += ["--cutoffs", self.exp.server.cutoffs]
         if self.exp.server.rrt_cutoffs and policy == "srrt":
             argv += ["--rrt-cutoffs", self.exp.server.rrt_cutoffs]
@@ -584,7 +584,7 @@ class Runner:
         if spec.path is not None:
             rec["path"] = {"label": spec.path.label, "rtt_ms": spec.path.rtt_ms, "loss": spec.path.loss,
                            "jitter_ms": spec.path.jitter_ms}  # fmt: skip
-        if rec["status"] == "ok" and self.sim_available() and spec.policy in models.SIZE_POLICIES:
+        if rec["status"] == "ok" and self.sim_available() and spec.policy in models.SIM_POLICIES:
             rec["sim"] = self.simulate(rdir, spec.policy, spec.scheduler)
         if (rdir / "requests.csv").exists():
             try:
@@ -613,8 +613,7 @@ class Runner:
         req = pd.read_csv(rdir / "requests.csv", usecols=["scheduled_s", "path", "size_bytes"])
         trace = req.sort_values("scheduled_s", kind="mergesort").rename(columns={"scheduled_s": "time_s"})
         write_atomic(sdir / "trace.csv", trace[["time_s", "path", "size_bytes"]].to_csv(index=False))
-        cut = models.cutoffs_for(policy, self.exp.server.cutoffs, req["size_bytes"])
-        sim_policy = models.sim_policy(cut, models.exact(policy, scheduler))
+        sim_policy = models.sim_policy_of(policy, scheduler, self.exp.server.cutoffs, req["size_bytes"])
         argv = [
             str(self.bin), "sim", "--trace", str(sdir / "trace.csv"), "--policy", sim_policy,
             "--rate", str(self.exp.uplink.rate_bits_per_s), "--out", str(sdir),

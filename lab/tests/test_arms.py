@@ -53,6 +53,12 @@ FOUR = ["fair", "srpt", "srpt/user", "srpt/crovella"]
         (_doc(["fair"] * 17), "experiment.arms", "at most 16 arms"),
         (_doc(["fair", "srrt/user"]), "experiment.arms", "refuses srrt"),
         (_doc(["fair", "srpt2/crovella"]), "experiment.arms", "refuses srpt2"),
+        (_doc(["fair", "las"]), "experiment.arms", "(las needs a user-space scheduler: las/user)"),
+        (
+            _doc(experiment={"policies": ["fair", "las"]}),
+            "experiment.policies",
+            "each policy one of fair|srpt|srpt2|srrt",
+        ),
         (_doc(FOUR, experiment={"baselines": ["fair/user"]}), "experiment.baselines", "distinct arms of"),
         (_doc(FOUR, uplink={"rate": "500gbit"}), "uplink.rate", "at most 400000000000 bit/s"),
         (_doc(FOUR, server={"extra_args": ["--scheduler", "user"]}), "server.extra_args", "--scheduler"),
@@ -92,6 +98,14 @@ def test_arms_give_the_policies_and_default_to_the_kernel():
     assert exp.arm_labels() == ("fair", "srpt", "srpt/user", "fair/crovella")
     assert exp.to_dict()["experiment"]["arms"] == ["fair", "srpt", "srpt/user", "fair/crovella"]
     assert "policies" not in exp.to_dict()["experiment"]
+
+
+def test_las_is_an_arm_of_the_user_space_schedulers():
+    exp = experiment_from_dict(_doc(["fair", "las/user", "las/crovella"]))
+    assert exp.policies == ("fair", "las")
+    assert [s.run_id for s in exp.matrix()][:3] == [
+        "fair-load0.50-rep1", "las-user-load0.50-rep1", "las-crovella-load0.50-rep1"
+    ]  # fmt: skip
 
 
 def test_a_policies_file_has_kernel_arms_and_reads_back_as_before():

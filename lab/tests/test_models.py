@@ -41,6 +41,20 @@ def test_the_simulated_policy_follows_the_scheduler(policy, scheduler, cutoffs, 
     assert models.sim_policy(cutoffs, models.exact(policy, scheduler)) == sim
 
 
+@pytest.mark.parametrize(
+    ("policy", "scheduler", "cutoffs", "sim"),
+    [
+        ("srpt", "kernel", "", "srpt-classes:1000,2000,5000,20000,50000"),
+        ("srpt", "kernel", "3K", "srpt-classes:3000"),
+        ("srpt", "user", "3K", "srpt"),
+        ("fair", "crovella", "", "ps"),
+        ("las", "user", "", "las"),
+    ],
+)
+def test_the_simulated_policy_of_an_arm(policy, scheduler, cutoffs, sim):
+    assert models.sim_policy_of(policy, scheduler, cutoffs, [10, 20]) == sim
+
+
 def test_simulated_logs_enter_report(experiment_dir):
     for run in ("fair-load0.70-rep1", "srpt-load0.70-rep1"):
         d = experiment_dir / "runs" / run
