@@ -74,10 +74,6 @@ CONGESTION_CONTROL = "reno"
 #: ``crovella``: as user, but only ``--write-concurrency`` responses may write
 #: (Crovella 1999's baseline; pass it with ``--server-arg``).
 SCHEDULERS = ("kernel", "user", "crovella")
-#: TBF bucket and queue in user mode: a bucket of a few packets, and a queue as
-#: deep as the HTB bands' (never the one that drops: the pacer keeps it empty).
-TBF_BURST_BYTES = 5_000
-TBF_LIMIT_BYTES = 1_000_000
 
 
 @dataclass
@@ -141,18 +137,8 @@ def _probe(*args: str) -> list[str]:
     return [sys.executable, "-m", "shortfirst_lab.probe", *args]
 
 
-def _band_counters(
-    bed: Testbed, shaper: str = "htb"
-) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+def _band_counters(bed: Testbed) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
     """(bytes, packets, drops) per band, cumulative; a TBF's totals as band 1."""
-    if shaper == "tbf":
-        out = bed.server_run(
-            ["tc", "-s", "-j", "qdisc", "show", "dev", bed.server_dev], capture_output=True, text=True
-        )
-        if out.returncode != 0:
-            raise TestbedError(f"tc qdisc show failed: {out.stderr.strip()}")
-        tbf = next(q for q in json.loads(out.stdout) if q["kind"] == "tbf")
-        return {1: tbf["bytes"]}, {1: tbf["packets"]}, {1: tbf["drops"]}
     bands = bed.uplink_stats()["bands"]
     return tuple({b["band"]: b[key] for b in bands} for key in ("bytes", "packets", "drops"))
 
@@ -175,13 +161,11 @@ def run_trial(
     policy: str,
     log_dir: Path | None = None,
     server_args: tuple[str, ...] = (),
-    shaper: str = "htb",
 ) -> Trial:
-    """One trial: a fresh server under ``policy``, the long downloads, the timed short ones.
-    ``shaper``: ``htb`` (the band tree) or ``tbf`` (after :func:`shape_with_tbf`)."""
+    """One trial: a fresh server under ``policy``, the long downloads, the timed short ones."""
     with contextlib.ExitStack() as stack:
         log = stack.enter_context(open(log_dir / f"serve-{policy}.log", "a")) if log_dir else None
-        small_outs, large_out, overlapped, counters = _trial(bed, root, policy, log, server_args, shaper)
+        small_outs, large_out, overlapped, counters = _trial(bed, root, policy, log, server_args)
     before, windows, after = counters
     small_results = [json.loads(out.splitlines()[0]) for out in small_outs]
     large_results = [json.loads(line) for line in large_out.splitlines()]
@@ -201,7 +185,7 @@ def run_trial(
     )
 
 
-def _trial(bed: Testbed, root: Path, policy: str, log, server_args: tuple[str, ...], shaper: str) -> tuple:
+def _trial(bed: Testbed, root: Path, policy: str, log, server_args: tuple[str, ...]) -> tuple:
     base = f"http://{bed.server_addr}:{PORT}"
     server = bed.server_popen(
         [bed.shortfirst_bin, "serve", "--root", root, "--policy", policy]
@@ -212,7 +196,7 @@ def _trial(bed: Testbed, root: Path, policy: str, log, server_args: tuple[str, .
     )
     try:
         _wait_for_server(bed, server, f"{base}/small.bin")
-        before = _band_counters(bed, shaper)
+        before = _band_counters(bed)
         large = bed.client_popen(
             _probe("fetch", *[f"{base}/large-{i}.bin" for i in range(N_LARGE)]),
             stdout=subprocess.PIPE,
@@ -222,20 +206,20 @@ def _trial(bed: Testbed, root: Path, policy: str, log, server_args: tuple[str, .
         small_outs, windows = [], []
         for at_s in SMALL_FETCH_AT_S:
             time.sleep(max(0.0, started + at_s - time.monotonic()))
-            window_before = _band_counters(bed, shaper)
+            window_before = _band_counters(bed)
             small = bed.client_run(
                 _probe("fetch", f"{base}/small.bin"),
                 capture_output=True,
                 text=True,
                 timeout=TRIAL_TIMEOUT_S,
             )
-            windows.append((window_before, _band_counters(bed, shaper)))
+            windows.append((window_before, _band_counters(bed)))
             if small.returncode != 0:
                 raise TestbedError(f"{policy}: the short fetch failed: {small.stderr.strip()}")
             small_outs.append(small.stdout)
         overlapped = large.poll() is None
         large_out, _ = large.communicate(timeout=TRIAL_TIMEOUT_S)
-        after = _band_counters(bed, shaper)
+        after = _band_counters(bed)
     finally:
         server.terminate()
         try:
@@ -244,16 +228,6 @@ def _trial(bed: Testbed, root: Path, policy: str, log, server_args: tuple[str, .
             server.kill()
             server.wait()
     return small_outs, large_out, overlapped, (before, windows, after)
-
-
-def shape_with_tbf(bed: Testbed) -> None:
-    """Replaces the uplink's HTB tree by a plain token bucket at the same rate:
-    no bands, no classes, one FIFO (what an operator without our tree has)."""
-    argv = ["tc", "qdisc", "replace", "dev", bed.server_dev, "root", "tbf", "rate", str(bed.rate_bits_per_s)]
-    argv += ["burst", str(TBF_BURST_BYTES), "limit", str(TBF_LIMIT_BYTES)]
-    out = bed.server_run(argv, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise TestbedError(f"`{' '.join(argv)}` failed: {out.stderr.strip()}")
 
 
 def run(
@@ -287,14 +261,11 @@ def run(
             RATE_BITS_PER_S,
             shortfirst_bin=shortfirst_bin,
             congestion_control=congestion_control or None,
+            shaper="htb" if scheduler == "kernel" else "tbf",
         ) as bed:
-            shaper = "htb"
-            if scheduler != "kernel":
-                shape_with_tbf(bed)
-                shaper = "tbf"
             for _ in range(trials):
                 for policy in ("fair", "srpt"):
-                    result.trials.append(run_trial(bed, root, policy, log_dir, server_args, shaper))
+                    result.trials.append(run_trial(bed, root, policy, log_dir, server_args))
     return result
 
 

@@ -1,21 +1,41 @@
-"""Experiment files: the TOML schema, its validation and the run matrix.
+"""Experiment files: the TOML schema, and the names the rest of the lab imports.
 
 An experiment is one TOML file (read with `tomllib`) describing *what* to run; the runner
 decides *how*. Validation is strict: an unknown key, a wrong type or an out-of-range value is
 an `ExperimentError` naming the file, the dotted key and what was expected, because a typo in
 an experiment file otherwise silently falls back to a default and wastes an hour of machine
-time. Every default is written out in `SCHEMA` below and in the shipped experiment files.
+time. Every default is written out below and in the shipped experiment files.
+
+This module is the format's documentation and its public face: the dataclasses, the matrix and
+the run names live in `expmodel.py`, reading and validating in `expcheck.py`; import them from here.
 
 Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
 
     [experiment]
     name = "tocs-lan"                 # str, [A-Za-z0-9_.-]+
     description = "..."               # str
-    policies = ["fair", "srpt"]       # non-empty list of fair|srpt|srpt2|srrt, no duplicates
+    policies = ["fair", "srpt"]       # non-empty list of fair|srpt|srpt2|srrt, no duplicates;
+                                      # each runs under the kernel's bands (HTB tree, SO_PRIORITY)
+    arms = ["fair", "srpt", "srpt/user", "srpt/crovella"]
+                                      # instead of policies (one or the other): the matrix's arms,
+                                      # each POLICY[/SCHEDULER], no duplicates ("srpt" is
+                                      # "srpt/kernel"). SCHEDULER is who orders the uplink
+                                      # (`serve --scheduler`): kernel (the default) = priority
+                                      # bands under the HTB tree; user = the server's own pacer
+                                      # and work-conserving pick, under a plain token bucket at
+                                      # uplink.rate (no bands, no SO_PRIORITY), the server given
+                                      # `--scheduler user --uplink-rate <uplink.rate>`; crovella =
+                                      # the same pacer letting only server.write_concurrency
+                                      # responses write (Crovella 1999's baseline). user and
+                                      # crovella rank by fair, srpt (exact remaining bytes) or
+                                      # las (least attained service: user-space arms only).
+                                      # Runs are named by arm: srpt-user-load0.90-rep1. Not in
+                                      # an overload experiment (setups, schedules, loads > 1).
     loads = [0.5, 0.7, 0.9]           # non-empty list of floats in (0, 1.5], no duplicates
     repeats = 1                       # int >= 1; repeat k uses load seed = seed + k - 1
     seed = 1                          # int >= 0, seed of the load generator
-    baselines = ["fair"]              # compared with the others, weakest first (policycmp.py)
+    baselines = ["fair"]              # compared with the others, weakest first (policycmp.py);
+                                      # with arms, arm labels ("fair" = FAIR under the kernel)
 
     [uplink]
     rate = "10mbit"                   # "<n>[kbit|mbit|gbit]" or an int (bits/s)
@@ -109,6 +129,11 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
     max_connections = 0               # int >= 0: `serve --max-connections` (beyond: 503 and
                                       # close); 0 keeps the server's default
     extra_args = []                   # further `shortfirst serve` arguments, list of strings
+                                      # (not --scheduler, --uplink-rate, --write-concurrency:
+                                      # the arms set those)
+    write_concurrency = 0             # int >= 0: crovella arms' `serve --write-concurrency`
+                                      # (responses that may write at once); 0 = the server's
+                                      # default; only with a crovella arm
 
     [run]
     duration_s = 300                  # float > 0: schedule length handed to the generator
@@ -127,676 +152,59 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
 
 from __future__ import annotations
 
-import re
-import tomllib
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any
-
-from .kit import to_toml
-from .schedules import check_spec, schedule_label, specs_of
-
-POLICIES = ("fair", "srpt", "srpt2", "srrt")
-#: Most client groups (each gets a /24 of 10.78.0.0/16 in the testbed).
-MAX_GROUPS = 200
-#: Most points of a WAN path sweep.
-MAX_PATHS = 64
-#: Most load schedules of a matrix.
-MAX_SCHEDULES = 64
-#: `uplink.syncookies` → net.ipv4.tcp_syncookies.
-SYNCOOKIES = {"off": 0, "on": 1, "always": 2}
-_GROUP_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
-_RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(bit|kbit|mbit|gbit)?\s*$", re.IGNORECASE)
-_RATE_UNIT = {None: 1, "bit": 1, "kbit": 1_000, "mbit": 1_000_000, "gbit": 1_000_000_000}
-_CC_RE = re.compile(r"^[a-z0-9_]{1,16}$")
-_MODEL_RE = re.compile(r"^(open|partly-open:[1-9][0-9]*|closed:[1-9][0-9]*(,think=\S+)?)$")
-# As `shortfirst serve --cutoffs` parses them (crates/core bands.rs): K = 1000, Ki = 1024, ...
-_CUTOFF_RE = re.compile(r"^\s*[0-9]+\s*([KMG]i?)?B?\s*$", re.IGNORECASE)
-_RRT_CUTOFF_RE = re.compile(r"^\s*[0-9]+(\.[0-9]+)?\s*(ns|us|ms|s)?\s*$", re.IGNORECASE)
-
-
-class ExperimentError(ValueError):
-    """A bad experiment file: names the file, the dotted key and what was expected."""
-
-    def __init__(self, path: str | Path, key: str, expected: str, got: Any = None):
-        self.path = str(path)
-        self.key = key
-        self.expected = expected
-        self.got = got
-        where = f"{self.path}: {key}" if key else self.path
-        msg = f"{where}: expected {expected}"
-        if got is not None:
-            msg += f", got {got!r}"
-        super().__init__(msg)
-
-
-@dataclass(frozen=True)
-class Uplink:
-    rate_bits_per_s: int = 10_000_000
-    mtu: int = 1500
-    accept_queue: int = 512
-    bands: int = 6
-    rto_min_ms: int = 0
-    queue_packets: int = 10_000
-    congestion_control: str = ""
-    syn_queue: int = 0
-    syncookies: str = ""
-    synack_retries: int = 0
-
-
-@dataclass(frozen=True)
-class Workload:
-    kind: str
-    files: int
-    requests: int
-    seed: int = 42
-
-
-@dataclass(frozen=True)
-class WanPathSpec:
-    """Path properties between clients and server: added RTT, jitter, loss per direction."""
-
-    rtt_ms: float
-    jitter_ms: float = 0.0
-    loss: float = 0.0
-
-    @property
-    def label(self) -> str:
-        """`rtt100ms-loss2.5pct`: part of a run directory's name."""
-        return f"rtt{self.rtt_ms:g}ms-loss{self.loss * 100:g}pct"
-
-
-@dataclass(frozen=True)
-class ClientGroup:
-    name: str
-    clients: int
-    path: WanPathSpec
-
-
-@dataclass(frozen=True)
-class Wan:
-    emulator: str = "shortfirst"
-    paths: tuple[WanPathSpec, ...] = ()
-    seed: int = 1
-    jitter_mode: str = "fifo"
-    congestion_control: str = "reno"
-
-
-@dataclass(frozen=True)
-class Client:
-    model: str = "open"
-    clients: int = 64
-    timeout_s: float = 300.0
-    groups: tuple[ClientGroup, ...] = ()
-    load_schedule: str = ""
-    load_schedules: tuple[str, ...] = ()
-    requests_per_connection: int = 1
-    abort_after_s: float = 0.0
-    retries: int = 0
-    syn_retries: int = 0
-
-
-@dataclass(frozen=True)
-class Server:
-    cutoffs: str = ""
-    rrt_cutoffs: str = ""
-    port: int = 8080
-    send_buffer_bytes: int = 32_768
-    max_connections: int = 0
-    extra_args: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class RunTiming:
-    duration_s: float
-    warmup_s: float = 0.0
-    drain_timeout_s: float = 330.0
-
-
-@dataclass(frozen=True)
-class Calibration:
-    sizes: int = 16
-    repeats: int = 5
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One cell of the matrix: a policy at a load (on a WAN path of a sweep), repeat
-    `repeat` (1-based)."""
-
-    policy: str
-    load: float
-    repeat: int
-    seed: int
-    path: WanPathSpec | None = None
-    schedule: str = ""  # the load schedule of the run ("" none)
-    schedule_label: str = ""  # in the run's name when the schedule is a matrix dimension
-    setup: str = ""  # the setup's name when the experiment has setups
-
-    @property
-    def run_id(self) -> str:
-        return run_dir_name(self.policy, self.load, self.repeat, self.path, self.schedule_label, self.setup)
-
-
-@dataclass(frozen=True)
-class Experiment:
-    name: str
-    policies: tuple[str, ...]
-    loads: tuple[float, ...]
-    workload: Workload
-    run: RunTiming
-    description: str = ""
-    repeats: int = 1
-    seed: int = 1
-    uplink: Uplink = field(default_factory=Uplink)
-    client: Client = field(default_factory=Client)
-    server: Server = field(default_factory=Server)
-    calibration: Calibration = field(default_factory=Calibration)
-    wan: Wan | None = None
-    source: str = ""
-    baselines: tuple[str, ...] = ()  # as written; empty: the default (`policycmp.baselines`)
-    #: Named variants (setups.Setup: name, description, the experiment with its overrides).
-    setups: tuple[Any, ...] = ()
-
-    def schedules(self) -> tuple[tuple[str, str], ...]:
-        """(spec, label) per load schedule of the matrix; the label is "" unless schedules are
-        a dimension (`client.load_schedules`)."""
-        c = self.client
-        if c.load_schedules:
-            return tuple((s, schedule_label(s)) for s in c.load_schedules)
-        return ((c.load_schedule, ""),)
-
-    def matrix(self) -> list[RunSpec]:
-        """Runs in execution order: setup-major, then schedule, load, WAN path, repeat, policy.
-
-        Policies at the same point run back to back, so slow drift of the shared machine
-        (other tenants, thermal) affects the policies being compared alike.
-        """
-        if self.setups:
-            return [replace(spec, setup=s.name) for s in self.setups for spec in s.experiment.matrix()]
-        paths: tuple[WanPathSpec | None, ...] = self.wan.paths if self.wan and self.wan.paths else (None,)
-        return [
-            RunSpec(
-                policy=p,
-                load=ld,
-                repeat=k,
-                seed=self.seed + k - 1,
-                path=path,
-                schedule=spec,
-                schedule_label=label,
-            )  # fmt: skip
-            for spec, label in self.schedules()
-            for ld in self.loads
-            for path in paths
-            for k in range(1, self.repeats + 1)
-            for p in self.policies
-        ]
-
-    def for_run(self, spec: RunSpec) -> Experiment:
-        """The experiment a run of the matrix runs under: its setup's, or this one."""
-        for s in self.setups:
-            if s.name == spec.setup:
-                return s.experiment
-        return self
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "experiment": {
-                "name": self.name,
-                "description": self.description,
-                "policies": list(self.policies),
-                "loads": list(self.loads),
-                "repeats": self.repeats,
-                "seed": self.seed,
-            }
-            | ({"baselines": list(self.baselines)} if self.baselines else {}),
-            "uplink": vars(self.uplink).copy(),
-            "workload": vars(self.workload).copy(),
-            "client": _client_dict(self.client),
-            "server": {**vars(self.server), "extra_args": list(self.server.extra_args)},
-            "run": vars(self.run).copy(),
-            "calibration": vars(self.calibration).copy(),
-            **_setups_dict(self.setups),
-        } | ({"wan": _wan_dict(self.wan)} if self.wan else {})
-
-
-def _setups_dict(setups: tuple[Any, ...]) -> dict[str, Any]:
-    return (
-        {"setups": {s.name: {"description": s.description, **s.overrides} for s in setups}} if setups else {}
-    )
-
-
-def _path_dict(p: WanPathSpec) -> dict[str, Any]:
-    return {"rtt_ms": p.rtt_ms, "jitter_ms": p.jitter_ms, "loss": p.loss}
-
-
-def _client_dict(c: Client) -> dict[str, Any]:
-    out: dict[str, Any] = {"model": c.model, "clients": c.clients, "timeout_s": c.timeout_s}
-    if c.load_schedule:
-        out["load_schedule"] = c.load_schedule
-    if c.load_schedules:
-        out["load_schedules"] = list(c.load_schedules)
-    for k, default in (
-        ("requests_per_connection", 1),
-        ("abort_after_s", 0.0),
-        ("retries", 0),
-        ("syn_retries", 0),
-    ):
-        if getattr(c, k) != default:
-            out[k] = getattr(c, k)
-    if c.groups:
-        out["groups"] = [{"name": g.name, "clients": g.clients, **_path_dict(g.path)} for g in c.groups]
-    return out
-
-
-def _wan_dict(w: Wan) -> dict[str, Any]:
-    return {
-        "emulator": w.emulator,
-        "paths": [_path_dict(p) for p in w.paths],
-        "seed": w.seed,
-        "jitter_mode": w.jitter_mode,
-        "congestion_control": w.congestion_control,
-    }
-
-
-def run_dir_name(
-    policy: str,
-    load: float,
-    repeat: int,
-    path: WanPathSpec | None = None,
-    schedule_label: str = "",
-    setup: str = "",
-) -> str:
-    """`<policy>-load<ρ>[-<path>][-<schedule>][-setup<name>]-rep<k>`, ρ with two decimals
-    (`fair-load0.80-rep1`, `srpt-load0.90-rtt100ms-loss2.5pct-rep1`, `fair-load1.00-w1-setupB-rep1`)."""
-    middle = f"-{path.label}" if path is not None else ""
-    middle += f"-{schedule_label}" if schedule_label else ""
-    middle += f"-setup{setup}" if setup else ""
-    return f"{policy}-load{load:.2f}{middle}-rep{repeat}"
-
-
-def parse_rate(value: Any) -> int:
-    """`"10mbit"` → 10_000_000; an int is taken as bits/s. Raises ValueError."""
-    if isinstance(value, bool):
-        raise ValueError("a rate")
-    if isinstance(value, int):
-        if value <= 0:
-            raise ValueError("a positive rate")
-        return value
-    if isinstance(value, str):
-        m = _RATE_RE.match(value)
-        if m:
-            unit = m.group(2).lower() if m.group(2) else None
-            bits = round(float(m.group(1)) * _RATE_UNIT[unit])
-            if bits > 0:
-                return bits
-    raise ValueError("a rate")
-
-
-class _Section:
-    """Typed, strict access to one TOML table; tracks which keys were consumed."""
-
-    def __init__(self, path: Path, name: str, table: Any):
-        self.path = path
-        self.name = name
-        if not isinstance(table, dict):
-            raise ExperimentError(path, name, "a table", type(table).__name__)
-        self.table = table
-        self.used: set[str] = set()
-
-    def key(self, k: str) -> str:
-        return f"{self.name}.{k}"
-
-    def err(self, k: str, expected: str, got: Any = None) -> ExperimentError:
-        return ExperimentError(self.path, self.key(k), expected, got)
-
-    def get(self, k: str, default: Any = ...) -> Any:
-        self.used.add(k)
-        if k not in self.table:
-            if default is ...:
-                raise ExperimentError(self.path, self.key(k), "this key (it is required)")
-            return default
-        return self.table[k]
-
-    def int(self, k: str, default: Any = ..., lo: int | None = None, hi: int | None = None) -> int:
-        v = self.get(k, default)
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise self.err(k, "an integer", v)
-        if (lo is not None and v < lo) or (hi is not None and v > hi):
-            raise self.err(k, f"an integer in [{lo if lo is not None else '-inf'}, {hi or 'inf'}]", v)
-        return v
-
-    def float(self, k: str, default: Any = ..., lo: float | None = None, lo_open: bool = False) -> float:
-        v = self.get(k, default)
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            raise self.err(k, "a number", v)
-        v = float(v)
-        if lo is not None and (v < lo or (lo_open and v == lo)):
-            raise self.err(k, f"a number {'>' if lo_open else '>='} {lo:g}", v)
-        return v
-
-    def str(self, k: str, default: Any = ...) -> str:
-        v = self.get(k, default)
-        if not isinstance(v, str):
-            raise self.err(k, "a string", v)
-        return v
-
-    def finish(self) -> None:
-        unknown = sorted(set(self.table) - self.used)
-        if unknown:
-            raise ExperimentError(
-                self.path,
-                self.key(unknown[0]),
-                f"one of the known keys {sorted(self.used)} (unknown key)",
-            )
-
-
-_SECTIONS = ("experiment", "uplink", "workload", "client", "server", "run", "calibration", "wan", "setups")
-
-
-def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
-    """Read and validate an experiment file. Raises ExperimentError on any problem.
-
-    `overrides` are `SECTION.KEY=VALUE` strings (VALUE in TOML syntax, e.g. `run.duration_s=60`
-    or `experiment.loads=[0.8]`), applied before validation; the experiment's `source` is then
-    the effective file, with the overrides noted in a header comment, so what is stored beside
-    the results is exactly what ran.
-    """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ExperimentError(path, "", f"a readable file ({e.strerror})") from e
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ExperimentError(path, "", f"valid TOML ({e})") from e
-    if overrides:
-        for ov in overrides:
-            apply_override(doc, ov, path)
-        text = f"# {path} with overrides: {' '.join(overrides)}\n" + to_toml(doc)
-    return experiment_from_dict(doc, path, text)
-
-
-def apply_override(doc: dict[str, Any], override: str, path: str | Path = "<override>") -> None:
-    """Set `SECTION.KEY=VALUE` (VALUE parsed as TOML) in `doc`, in place."""
-    key, sep, raw = override.partition("=")
-    parts = key.strip().split(".")
-    if not sep or len(parts) != 2 or not all(parts):
-        raise ExperimentError(path, key.strip(), "an override SECTION.KEY=VALUE", override)
-    try:
-        value = tomllib.loads(f"v = {raw.strip()}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw.strip()  # a bare word is taken as a string: model=open
-    section = doc.setdefault(parts[0], {})
-    if not isinstance(section, dict):
-        raise ExperimentError(path, parts[0], "a table", section)
-    section[parts[1]] = value
-
-
-def experiment_from_dict(
-    doc: dict[str, Any], path: str | Path = "<experiment>", text: str = ""
-) -> Experiment:
-    """Validates a parsed experiment. Longer than ~80 lines on purpose: one section after another in
-    file order, each key read where its check is; helpers take the sections that repeat (groups,
-    paths).
-    """
-    path = Path(path)
-    for k in doc:
-        if k not in _SECTIONS:
-            raise ExperimentError(path, k, f"one of the sections {list(_SECTIONS)} (unknown section)")
-    for required in ("experiment", "workload", "run"):
-        if required not in doc:
-            raise ExperimentError(path, required, "this section (it is required)")
-
-    e = _Section(path, "experiment", doc["experiment"])
-    name = e.str("name")
-    if not _NAME_RE.match(name):
-        raise e.err("name", "letters, digits, '_', '.' or '-' only", name)
-    description = e.str("description", "")
-    policies = e.get("policies")
-    if not isinstance(policies, list) or not policies:
-        raise e.err("policies", f"a non-empty list of {'|'.join(POLICIES)}", policies)
-    for p in policies:
-        if p not in POLICIES:
-            raise e.err("policies", f"each policy one of {'|'.join(POLICIES)}", p)
-    if len(set(policies)) != len(policies):
-        raise e.err("policies", "no duplicates", policies)
-    loads = e.get("loads")
-    if not isinstance(loads, list) or not loads:
-        raise e.err("loads", "a non-empty list of numbers in (0, 1.5]", loads)
-    for ld in loads:
-        if isinstance(ld, bool) or not isinstance(ld, int | float) or not 0 < ld <= 1.5:
-            raise e.err("loads", "each load a number in (0, 1.5]", ld)
-    if len({round(float(x), 2) for x in loads}) != len(loads):
-        raise e.err("loads", "no duplicates (loads are compared to two decimals)", loads)
-    repeats = e.int("repeats", 1, lo=1, hi=100)
-    seed = e.int("seed", 1, lo=0)
-    bl = e.get("baselines", [])
-    if not isinstance(bl, list) or len(set(bl)) != len(bl) or set(bl) - set(policies):
-        raise e.err("baselines", f"a list of distinct policies of experiment.policies {policies}", bl)
-    e.finish()
-
-    u = _Section(path, "uplink", doc.get("uplink", {}))
-    rate_raw = u.get("rate", "10mbit")
-    try:
-        rate = parse_rate(rate_raw)
-    except ValueError:
-        raise u.err("rate", 'a rate such as "10mbit", "100mbit" or an integer in bits/s', rate_raw) from None
-    uplink = Uplink(
-        rate_bits_per_s=rate,
-        mtu=u.int("mtu", 1500, lo=576, hi=9000),
-        accept_queue=u.int("accept_queue", 512, lo=1, hi=65535),
-        bands=u.int("bands", 6, lo=1, hi=7),
-        rto_min_ms=u.int("rto_min_ms", 0, lo=0, hi=60_000),
-        queue_packets=u.int("queue_packets", 10_000, lo=1, hi=100_000),
-        congestion_control=u.str("congestion_control", ""),
-        syn_queue=u.int("syn_queue", 0, lo=0, hi=65535),
-        syncookies=u.str("syncookies", ""),
-        synack_retries=u.int("synack_retries", 0, lo=0, hi=255),
-    )
-    if uplink.syncookies and uplink.syncookies not in SYNCOOKIES:
-        raise u.err("syncookies", '"" (the kernel\'s), "off", "on" or "always"', uplink.syncookies)
-    if uplink.congestion_control and not _CC_RE.match(uplink.congestion_control):
-        raise u.err(
-            "congestion_control",
-            'a TCP congestion control name such as "reno", or ""',
-            uplink.congestion_control,
-        )
-    u.finish()
-
-    w = _Section(path, "workload", doc["workload"])
-    kind = w.str("kind")
-    if not kind or any(c.isspace() for c in kind):
-        raise w.err("kind", "a workload kind such as wc98like, surge, bpareto:A,MIN,MAX", kind)
-    workload = Workload(
-        kind=kind,
-        files=w.int("files", lo=1),
-        requests=w.int("requests", lo=1),
-        seed=w.int("seed", 42, lo=0),
-    )
-    w.finish()
-
-    c = _Section(path, "client", doc.get("client", {}))
-    model = c.str("model", "open")
-    if not _MODEL_RE.match(model):
-        raise c.err("model", "open, partly-open:K or closed:N[,think=DIST]", model)
-    n_clients = c.int("clients", 64, lo=1, hi=1_000_000)
-    client = Client(
-        model=model,
-        clients=n_clients,
-        timeout_s=c.float("timeout_s", 300.0, lo=0.0, lo_open=True),
-        groups=_groups(path, c.get("groups", []), n_clients),
-        load_schedule=c.str("load_schedule", ""),
-        load_schedules=specs_of(c, MAX_SCHEDULES),
-        requests_per_connection=c.int("requests_per_connection", 1, lo=1, hi=10_000),
-        abort_after_s=c.float("abort_after_s", 0.0, lo=0.0),
-        retries=c.int("retries", 0, lo=0, hi=100),
-        syn_retries=c.int("syn_retries", 0, lo=0, hi=127),
-    )
-    if client.load_schedule:
-        check_spec(c, "load_schedule", client.load_schedule)
-        if client.load_schedules:
-            raise c.err("load_schedules", "either load_schedule or load_schedules, not both")
-    if (client.load_schedule or client.load_schedules) and not model.startswith(("open", "partly-open")):
-        key = "load_schedule" if client.load_schedule else "load_schedules"
-        raise c.err(key, "the open or partly-open model (a closed loop sets its own rate)", model)
-    if client.retries and not client.abort_after_s:
-        raise c.err(
-            "retries", "0 unless client.abort_after_s > 0 (a retry follows a user abort)", client.retries
-        )
-    c.finish()
-    wan = _wan(path, doc.get("wan"), client)
-
-    s = _Section(path, "server", doc.get("server", {}))
-    cutoffs = s.str("cutoffs", "")
-    if cutoffs not in ("", "auto") and not all(_CUTOFF_RE.match(x) for x in cutoffs.split(",")):
-        raise s.err("cutoffs", '"" (policy default), "auto" or a list like "1K,2K,5K,20K,50K"', cutoffs)
-    rrt_cutoffs = s.str("rrt_cutoffs", "")
-    if rrt_cutoffs not in ("", "auto") and not all(_RRT_CUTOFF_RE.match(x) for x in rrt_cutoffs.split(",")):
-        raise s.err("rrt_cutoffs", '"" (server default), "auto" or a list like "50ms,100ms,1s"', rrt_cutoffs)
-    extra = s.get("extra_args", [])
-    if not isinstance(extra, list) or not all(isinstance(x, str) for x in extra):
-        raise s.err("extra_args", "a list of strings", extra)
-    server = Server(
-        cutoffs=cutoffs,
-        rrt_cutoffs=rrt_cutoffs,
-        port=s.int("port", 8080, lo=1, hi=65535),
-        send_buffer_bytes=s.int("send_buffer_bytes", 32_768, lo=0, hi=1 << 30),
-        max_connections=s.int("max_connections", 0, lo=0, hi=10_000_000),
-        extra_args=tuple(extra),
-    )
-    s.finish()
-
-    r = _Section(path, "run", doc["run"])
-    duration = r.float("duration_s", lo=0.0, lo_open=True)
-    warmup = r.float("warmup_s", 0.0, lo=0.0)
-    if warmup >= duration:
-        raise r.err("warmup_s", f"less than run.duration_s ({duration:g})", warmup)
-    timing = RunTiming(
-        duration_s=duration,
-        warmup_s=warmup,
-        drain_timeout_s=r.float("drain_timeout_s", 330.0, lo=0.0, lo_open=True),
-    )
-    r.finish()
-    if timing.drain_timeout_s <= client.timeout_s:
-        raise r.err(
-            "drain_timeout_s",
-            f"more than client.timeout_s ({client.timeout_s:g}), so the generator can time out its own "
-            "requests before the runner stops it",
-            timing.drain_timeout_s,
-        )
-    patience_s = client.abort_after_s * (client.retries + 1)
-    if timing.drain_timeout_s <= patience_s:
-        raise r.err(
-            "drain_timeout_s",
-            f"more than client.abort_after_s x (client.retries + 1) ({patience_s:g}), so a request's "
-            "last attempt can end before the runner stops the generator",
-            timing.drain_timeout_s,
-        )
-
-    cal = _Section(path, "calibration", doc.get("calibration", {}))
-    calibration = Calibration(
-        sizes=cal.int("sizes", 16, lo=2, hi=200), repeats=cal.int("repeats", 5, lo=1, hi=100)
-    )
-    cal.finish()
-
-    exp = Experiment(
-        name=name,
-        description=description,
-        policies=tuple(policies),
-        baselines=tuple(bl),
-        loads=tuple(float(x) for x in loads),
-        repeats=repeats,
-        seed=seed,
-        uplink=uplink,
-        workload=workload,
-        client=client,
-        server=server,
-        run=timing,
-        calibration=calibration,
-        wan=wan,
-        source=text,
-    )
-    if "setups" in doc:
-        from .setups import parse_setups  # setups builds on this module
-
-        exp = replace(exp, setups=parse_setups(doc, path))
-    return exp
-
-
-def _path_spec(sec: _Section) -> WanPathSpec:
-    rtt = sec.float("rtt_ms", lo=0.0)
-    if rtt > 5000:
-        raise sec.err("rtt_ms", "a number in [0, 5000]", rtt)
-    jitter = sec.float("jitter_ms", 0.0, lo=0.0)
-    if jitter > rtt / 2:
-        raise sec.err("jitter_ms", f"a number in [0, rtt_ms / 2 = {rtt / 2:g}]", jitter)
-    loss = sec.float("loss", 0.0, lo=0.0)
-    if loss > 0.5:
-        raise sec.err("loss", "a probability in [0, 0.5]", loss)
-    return WanPathSpec(rtt_ms=rtt, jitter_ms=jitter, loss=loss)
-
-
-def _groups(path: Path, raw: Any, n_clients: int) -> tuple[ClientGroup, ...]:
-    """`[[client.groups]]`: names unique, client counts summing to client.clients."""
-    if not isinstance(raw, list) or not all(isinstance(t, dict) for t in raw):
-        raise ExperimentError(path, "client.groups", "an array of tables ([[client.groups]])", raw)
-    if len(raw) > MAX_GROUPS:
-        raise ExperimentError(path, "client.groups", f"at most {MAX_GROUPS} groups", len(raw))
-    groups = []
-    for i, table in enumerate(raw):
-        g = _Section(path, f"client.groups[{i}]", table)
-        name = g.str("name")
-        if not _GROUP_NAME_RE.match(name):
-            raise g.err("name", "1 to 32 of [A-Za-z0-9_-]", name)
-        groups.append(ClientGroup(name=name, clients=g.int("clients", lo=1), path=_path_spec(g)))
-        g.finish()
-    names = [g.name for g in groups]
-    if len(set(names)) != len(names):
-        raise ExperimentError(path, "client.groups", "unique group names", names)
-    if groups and sum(g.clients for g in groups) != n_clients:
-        raise ExperimentError(
-            path,
-            "client.groups",
-            f"client counts summing to client.clients ({n_clients})",
-            sum(g.clients for g in groups),
-        )
-    return tuple(groups)
-
-
-def _wan(path: Path, raw: Any, client: Client) -> Wan | None:
-    """`[wan]`: the emulator and, optionally, a sweep of paths applied to every client."""
-    if raw is None:
-        return Wan() if client.groups else None
-    w = _Section(path, "wan", raw)
-    emulator = w.str("emulator", "shortfirst")
-    if emulator != "shortfirst":
-        raise w.err("emulator", '"shortfirst" (the kernel netem qdisc is not supported yet)', emulator)
-    raw_paths = w.get("paths", [])
-    if not isinstance(raw_paths, list) or not all(isinstance(t, dict) for t in raw_paths):
-        raise w.err("paths", "a list of tables {rtt_ms, jitter_ms, loss}", raw_paths)
-    if len(raw_paths) > MAX_PATHS:
-        raise w.err("paths", f"at most {MAX_PATHS} paths", len(raw_paths))
-    paths = []
-    for i, table in enumerate(raw_paths):
-        ps = _Section(path, f"wan.paths[{i}]", table)
-        paths.append(_path_spec(ps))
-        ps.finish()
-    if len({p.label for p in paths}) != len(paths):
-        raise w.err("paths", "no duplicates (paths are named by rtt and loss)", [p.label for p in paths])
-    jitter_mode = w.str("jitter_mode", "fifo")
-    if jitter_mode not in ("fifo", "reorder"):
-        raise w.err("jitter_mode", "fifo or reorder", jitter_mode)
-    cc = w.str("congestion_control", "reno")
-    if cc not in ("reno", "bbr"):
-        raise w.err("congestion_control", "reno or bbr (what a child namespace can make its default)", cc)
-    wan = Wan(emulator=emulator, paths=tuple(paths), seed=w.int("seed", 1, lo=0), jitter_mode=jitter_mode,
-              congestion_control=cc)  # fmt: skip
-    w.finish()
-    if wan.paths and client.groups:
-        raise ExperimentError(path, "wan.paths", "no paths when client.groups are given (one or the other)")
-    if not wan.paths and not client.groups:
-        raise ExperimentError(path, "wan", "client.groups or wan.paths (a [wan] section without either)")
-    return wan
+from .expcheck import apply_override, experiment_from_dict, load_experiment, parse_rate
+from .expmodel import (
+    MAX_ARMS,
+    MAX_GROUPS,
+    MAX_PACER_RATE_BITS_PER_S,
+    MAX_PATHS,
+    MAX_SCHEDULES,
+    POLICIES,
+    SCHEDULERS,
+    SYNCOOKIES,
+    USER_POLICIES,
+    Arm,
+    Calibration,
+    Client,
+    ClientGroup,
+    Experiment,
+    ExperimentError,
+    RunSpec,
+    RunTiming,
+    Server,
+    Uplink,
+    Wan,
+    WanPathSpec,
+    Workload,
+    run_dir_name,
+)
+
+__all__ = [
+    "MAX_ARMS",
+    "MAX_GROUPS",
+    "MAX_PACER_RATE_BITS_PER_S",
+    "MAX_PATHS",
+    "MAX_SCHEDULES",
+    "POLICIES",
+    "SCHEDULERS",
+    "SYNCOOKIES",
+    "USER_POLICIES",
+    "Arm",
+    "Calibration",
+    "Client",
+    "ClientGroup",
+    "Experiment",
+    "ExperimentError",
+    "RunSpec",
+    "RunTiming",
+    "Server",
+    "Uplink",
+    "Wan",
+    "WanPathSpec",
+    "Workload",
+    "apply_override",
+    "experiment_from_dict",
+    "load_experiment",
+    "parse_rate",
+    "run_dir_name",
+]

@@ -59,6 +59,18 @@ def load_flags(c: Client) -> list[str]:
     return out
 
 
+def scheduler_flags(scheduler: str, u: Uplink, s: Server) -> list[str]:
+    """`shortfirst serve` flags of an arm's scheduler: none for the kernel's bands; a
+    user-space scheduler paces to the uplink's rate (the token bucket's, see testbed), and
+    crovella limits how many responses write at once."""
+    if scheduler == "kernel":
+        return []
+    out = ["--scheduler", scheduler, "--uplink-rate", str(u.rate_bits_per_s)]
+    if scheduler == "crovella" and s.write_concurrency:
+        out += ["--write-concurrency", str(s.write_concurrency)]
+    return out
+
+
 def serve_flags(s: Server) -> list[str]:
     """`shortfirst serve` flags of the server's limits."""
     return ["--max-connections", str(s.max_connections)] if s.max_connections else []

@@ -24,6 +24,12 @@ STYLE = {
     "srpt": {"color": "#1f5fa8", "marker": "o", "linestyle": "-", "label": "SRPT"},
     "srpt2": {"color": "#2e8b57", "marker": "^", "linestyle": "-.", "label": "SRPT (2 bands)"},
     "srrt": {"color": "#8e44ad", "marker": "D", "linestyle": "-", "label": "SRRT"},
+    # Arms of a policy under a user-space scheduler (experiment.arms): the policy's colour family.
+    "fair/user": {"color": "#e67e22", "marker": "s", "linestyle": ":", "label": "FAIR (user)"},
+    "fair/crovella": {"color": "#7f4f24", "marker": "s", "linestyle": "-.", "label": "FAIR (Crovella)"},
+    "srpt/user": {"color": "#17becf", "marker": "v", "linestyle": "-", "label": "SRPT (user)"},
+    "srpt/crovella": {"color": "#556b2f", "marker": "P", "linestyle": "-.", "label": "SRPT (Crovella)"},
+    "las/user": {"color": "#d4ac0d", "marker": "*", "linestyle": "--", "label": "LAS (user)"},
 }
 DPI = 110
 

@@ -3,7 +3,8 @@
 For each measured run the report can set beside it
 - *simulated*: `shortfirst sim` replaying the run's own arrivals (its `scheduled_s` and sizes)
   through an ideal link of the nominal rate, with the policy the server approximates
-  (`fair` → `ps`, `srpt`/`srpt2` → `srpt-classes:<the server's cutoffs>`), written by the
+  (`fair` → `ps`, `srpt`/`srpt2` → `srpt-classes:<the server's cutoffs>`; `srpt` under a
+  user-space scheduler, which ranks by exact remaining bytes → `srpt`), written by the
   runner to `DIR/runs/<run>/sim/requests.csv` when the binary has `sim`;
 - *analytic*: M/G/1 at the run's load with the window's empirical size distribution
   (`theory.Queue`, from the simulator's issue): `ps`, `classes-ps` with the same cutoffs, and
@@ -39,6 +40,8 @@ def parse_cutoffs(text: str) -> list[int]:
 #: Policies the simulator and the M/G/1 formulas model: those ranking by size. `srrt` ranks by
 #: a TCP_INFO estimate, which needs per-connection path state the simulator does not have.
 SIZE_POLICIES = ("fair", "srpt", "srpt2")
+#: Policies the simulator models: those, and las (least attained service; no formula here).
+SIM_POLICIES = (*SIZE_POLICIES, "las")
 
 
 def cutoffs_for(policy: str, cutoffs: str, sizes_bytes: Any) -> list[int] | None:
@@ -52,8 +55,25 @@ def cutoffs_for(policy: str, cutoffs: str, sizes_bytes: Any) -> list[int] | None
     return list(DEFAULT_SRPT_CUTOFFS_BYTES)
 
 
-def sim_policy(cutoffs: list[int] | None) -> str:
-    """The simulator's name for the server's policy with these cutoffs (None: FAIR = ps)."""
+def exact(policy: str, scheduler: str) -> bool:
+    """Whether the server runs exact SRPT: `serve --policy srpt` under a user-space scheduler
+    ranks by remaining bytes; the kernel's bands can only rank by size class."""
+    return policy == "srpt" and scheduler != "kernel"
+
+
+def sim_policy_of(policy: str, scheduler: str, cutoffs: str, sizes_bytes: Any) -> str:
+    """The simulator's name for what `serve --policy <policy>` does under `scheduler` with the
+    experiment's `server.cutoffs`."""
+    if policy == "las":
+        return "las"
+    return sim_policy(cutoffs_for(policy, cutoffs, sizes_bytes), exact(policy, scheduler))
+
+
+def sim_policy(cutoffs: list[int] | None, exact_srpt: bool = False) -> str:
+    """The simulator's name for the server's policy with these cutoffs (None: FAIR = ps), or
+    exact SRPT."""
+    if exact_srpt:
+        return "srpt"
     return "ps" if cutoffs is None else "srpt-classes:" + ",".join(str(c) for c in cutoffs)
 
 
@@ -65,7 +85,7 @@ def theory_module():
 
 
 def analytic(
-    sizes_bytes: Any, load: float, rate_bits_per_s: float, cutoffs: list[int] | None
+    sizes_bytes: Any, load: float, rate_bits_per_s: float, cutoffs: list[int] | None, exact_srpt: bool = False
 ) -> dict[str, Any]:
     """M/G/1 mean response (s) for the policy's model and for exact SRPT, or {} without theory."""
     th = theory_module()
@@ -75,7 +95,10 @@ def analytic(
     try:
         q = th.Queue(th.Empirical(x), load)
         out: dict[str, Any] = {"analytic_srpt_s": float(q.mean_response("srpt"))}
-        if cutoffs is None:
+        if exact_srpt:
+            out["analytic_model"] = "srpt"
+            out["analytic_s"] = out["analytic_srpt_s"]
+        elif cutoffs is None:
             out["analytic_model"] = "ps"
             out["analytic_s"] = float(q.mean_response("ps"))
         else:

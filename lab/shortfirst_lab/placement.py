@@ -63,3 +63,16 @@ def _cpus(flag: str, text: str | None) -> frozenset[int] | None:
             "to the reserved CPUs)"
         )
     return frozenset(cpus)
+
+
+def checked_cpus(what: str, cpus: frozenset[int] | None) -> frozenset[int] | None:
+    """``cpus`` if this process may run on all of them (a cpuset reservation may forbid some);
+    ValueError naming ``what`` otherwise. None passes (inherit)."""
+    if cpus is None:
+        return None
+    allowed = os.sched_getaffinity(0)
+    if not cpus or not cpus <= allowed:
+        raise ValueError(
+            f"{what} {sorted(cpus)}: expected a non-empty subset of this process's CPUs {sorted(allowed)}"
+        )
+    return frozenset(cpus)

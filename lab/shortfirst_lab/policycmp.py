@@ -17,6 +17,16 @@ S(r) = RT_policy(r) ÷ RT_baseline(r) per request id completed under both (`anal
 among the requests for the window's largest size (the paper's "largest file"), with
 ``largest_file_unmatched`` counting those completed under one policy only (a timeout there is
 starvation the stretch cannot show). A row is ``valid`` when both runs are.
+
+Arms (``experiment.arms``: a policy under a scheduler, `srpt/user`): runs are told apart by arm,
+baselines name arms (``fair`` is FAIR under the kernel's bands), and every row also carries the
+run's ``arm``, ``scheduler`` and ``measured_over_ideal``: its measured mean ÷ ``models.simulated_s``,
+the simulator's mean on the run's own arrivals under the policy the arm runs (FAIR: processor
+sharing; SRPT in the kernel: SRPT by the server's size classes; SRPT in user space: exact SRPT).
+``arm_comparisons`` then has one entry per arm and load (repeats averaged, as the improvement
+table does): each arm against the weakest baseline, the baseline itself included (ratios 1, no
+request starved), with ``policy``, ``scheduler``, ``load``, ``mean_response_ratio``,
+``throughput_ratio``, ``fraction_starved``, ``max_stretch`` and ``measured_over_ideal``.
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import analysis, figures, srrtmetrics, wanreport
+from . import analysis, figures, models, srrtmetrics, wanreport
 from .experiment import Experiment
 
 #: Al-Sadeh and Yahya 2008, Table 2: (average, max) % improvement over their loads.
@@ -77,13 +87,28 @@ def uplink_label(bits_per_s: int) -> str:
 
 
 def baselines(exp: Experiment) -> tuple[str, ...]:
-    """The experiment's baselines, weakest first (see the module doc for the default)."""
+    """The experiment's baselines, weakest first (see the module doc for the default): arm
+    labels, which are the policies when the experiment gives `policies`. Without FAIR under the
+    kernel, the first FAIR arm."""
     if exp.baselines:
         return exp.baselines
-    out = tuple(p for p in ("fair",) if p in exp.policies)
-    if "srpt" in exp.policies and "srrt" in exp.policies:
+    labels = exp.arm_labels()
+    out = tuple(p for p in ("fair",) if p in labels)
+    out = out or tuple(a.label for a in exp.arm_list() if a.policy == "fair")[:1]
+    if "srpt" in labels and "srrt" in labels:
         out += ("srpt",)
     return out
+
+
+def arm_of(run: Any) -> str:
+    """A run's arm label (`srpt`, `srpt/user`); a run without one is its policy's kernel arm."""
+    return getattr(run, "arm", run.policy)
+
+
+def measured_over_ideal(metrics: dict[str, Any]) -> float | None:
+    """Measured mean response ÷ the simulator's on the same arrivals (module doc)."""
+    measured, ideal = metrics.get("mean_response_s"), metrics.get("models", {}).get("simulated_s")
+    return None if measured is None or not ideal else float(measured) / float(ideal)
 
 
 def pairs(policies: Iterable[str], bases: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -159,15 +184,15 @@ def compare_runs(
     ``runs`` are report.RunData (policy, key, requests of the window, metrics, path);
     ``groups_of(run)`` gives a run's groups.json record (client ids per group) or None.
     """
-    by_key = {(r.policy, *r.key): r for r in runs}
+    by_key = {(arm_of(r), *r.key): r for r in runs}
     bases = baselines(exp)
-    wanted = set(pairs(exp.policies, bases))
+    wanted = set(pairs(exp.arm_labels(), bases))
     uplink = uplink_label(exp.uplink.rate_bits_per_s)
     out = []
     for r in runs:
         for b_name in bases:
             b = by_key.get((b_name, *r.key))
-            if (r.policy, b_name) not in wanted or b is None:
+            if (arm_of(r), b_name) not in wanted or b is None:
                 continue
             st = stretch(r.requests, b.requests)
             c = analysis.compare(r.metrics, b.metrics, st)
@@ -178,6 +203,9 @@ def compare_runs(
             c.update({k: st.get(k) for k in NOISE_KEYS})
             c["largest_file_unmatched"] = st["largest_file_unmatched"]
             c["valid"] = r.metrics["valid"] and b.metrics["valid"]
+            if exp.arms:
+                c.update(arm=arm_of(r), scheduler=getattr(r, "scheduler", "kernel"))
+                c["measured_over_ideal"] = measured_over_ideal(r.metrics)
             if r.path is not None:
                 c.update(path=r.path, rtt_ms=r.metrics["rtt_ms"], loss=r.metrics["loss"])
             record = groups_of(r.run)
@@ -190,6 +218,70 @@ def compare_runs(
 # --------------------------------------------------------------------------- tables in the summary
 
 
+#: Per arm and load: averaged over repeats (max_stretch: the largest).
+ARM_MEAN_KEYS = ("mean_response_ratio", "throughput_ratio", "fraction_starved", "measured_over_ideal")
+
+
+def arm_comparisons(
+    runs: list[Any], comparisons: list[dict[str, Any]], exp: Experiment
+) -> list[dict[str, Any]]:
+    """One entry per arm and point (load, WAN path) against the weakest baseline (module doc).
+    A point's value is over its valid repeats; with none valid, over all of them, ``valid:
+    false``."""
+    bases = baselines(exp)
+    if not bases:
+        return []
+    base = bases[0]
+    rows = []
+    for arm in exp.arm_list():
+        points: dict[tuple[float, str | None], list[dict[str, Any]]] = {}
+        for r in runs:
+            if arm_of(r) != arm.label:
+                continue
+            if arm.label == base:  # against itself: every request matched, none slower
+                own = {"mean_response_ratio": 1.0, "throughput_ratio": 1.0, "fraction_starved": 0.0,
+                       "max_stretch": 1.0, "valid": r.metrics["valid"]}  # fmt: skip
+            else:
+                own = next((c for c in comparisons if c["baseline"] == base and c.get("arm") == arm.label
+                            and (round(c["load"], 2), c.get("path"), c["repeat"]) == r.key),
+                           None)  # fmt: skip
+            if own is not None:
+                row = own | {"measured_over_ideal": measured_over_ideal(r.metrics)}
+                points.setdefault((round(r.load, 2), r.path), []).append(row)
+        for (load, path), every in sorted(points.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+            good = [c for c in every if c["valid"]]
+            cs = good or every
+            rows.append(
+                {"arm": arm.label, "policy": arm.policy, "scheduler": arm.scheduler, "load": load}
+                | ({"path": path} if path is not None else {})
+                | {"baseline": base, "ideal": _ideal(arm, exp)}
+                | {k: _mean(c.get(k) for c in cs) for k in ARM_MEAN_KEYS}
+                | {
+                    "max_stretch": max(
+                        (c["max_stretch"] for c in cs if c.get("max_stretch") is not None), default=None
+                    ),
+                    "repeats": len(cs),
+                    "valid": bool(good),
+                }  # fmt: skip
+            )
+    return rows
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def _ideal(arm: Any, exp: Experiment) -> str | None:
+    """The simulator's policy `measured_over_ideal` divides by (srpt2's cutoffs are learned
+    per run: named without them)."""
+    if arm.policy not in models.SIM_POLICIES:
+        return None
+    if arm.policy == "srpt2":
+        return "srpt-classes:<median>"
+    return models.sim_policy_of(arm.policy, arm.scheduler, exp.server.cutoffs, [])
+
+
 def improvement_table(comparisons: list[dict[str, Any]], rate_bits_per_s: int) -> list[dict[str, Any]]:
     """Per pair (the paper's Table 2): improvement % per load, the average and the maximum over
     the valid loads, and the paper's average and maximum. A load's value is the mean over its
@@ -200,7 +292,7 @@ def improvement_table(comparisons: list[dict[str, Any]], rate_bits_per_s: int) -
     for c in comparisons:
         if c.get("path") is not None or c.get("improvement_pct") is None:
             continue
-        per = acc.setdefault((c["uplink"], c["policy"], c["baseline"]), {})
+        per = acc.setdefault((c["uplink"], c.get("arm", c["policy"]), c["baseline"]), {})
         good, every = per.setdefault(round(c["load"], 2), ([], []))
         every.append(c["improvement_pct"])
         if c["valid"]:
@@ -278,7 +370,7 @@ def group_table(runs: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -
                     "pairs": {},
                 },
             )
-            row["mean_response_s"][r["policy"]] = g["mean_response_s"]
+            row["mean_response_s"][r.get("arm", r["policy"])] = g["mean_response_s"]
             row["valid"] = row["valid"] and bool(r["valid"])
     for c in comparisons:
         if c.get("path") is not None:
@@ -286,7 +378,7 @@ def group_table(runs: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -
         for g in c.get("groups") or []:
             row = rows.get((round(c["load"], 2), c["repeat"], g["name"]))
             if row is not None:
-                row["pairs"][pair_name(c["policy"], c["baseline"])] = {
+                row["pairs"][pair_name(c.get("arm", c["policy"]), c["baseline"])] = {
                     k: g[k]
                     for k in (
                         "improvement_pct",
@@ -321,11 +413,14 @@ def estimate_accuracy(runs: list[Any], out: Path) -> list[dict[str, Any]]:
 
 def extend_summary(summary: dict[str, Any], runs: list[Any], exp: Experiment, out: Path) -> None:
     """Adds the tables this module computes, each only where it has content (a LAN FAIR/SRPT
-    experiment's summary keeps its keys): ``group_table`` with client groups; ``improvement``
+    experiment's summary keeps its keys): ``arm_comparisons`` when the experiment gives
+    arms; ``group_table`` with client groups; ``improvement``
     and ``paper_targets`` when a baseline other than FAIR is compared or srrt runs;
     ``estimate_accuracy`` when a run has srrt's histogram or is an srrt run."""
     rate = exp.uplink.rate_bits_per_s
     cmps = summary["comparisons"]
+    if exp.arms:
+        summary["arm_comparisons"] = arm_comparisons(runs, cmps, exp)
     groups = group_table(summary["runs"], cmps)
     if groups:
         summary["group_table"] = groups
@@ -410,11 +505,36 @@ def tables(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[list
             )
         )
     return (
-        out
+        _arm_table(summary)
+        + out
         + _stretch_table(summary)
         + _group_tables(summary.get("group_table") or [])
         + _accuracy_table(summary)
     )
+
+
+def _arm_table(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[list[str]]]]:
+    rows_in = summary.get("arm_comparisons") or []
+    if not rows_in:
+        return []
+    rows = [
+        [f"{r['load']:.2f}" + (f" {r['path']}" if r.get("path") else ""), r["arm"], r["scheduler"]]
+        + [_f(r["mean_response_ratio"], "{:.2f}"), _f(r["throughput_ratio"], "{:.3f}")]
+        + [_f(r["fraction_starved"], "{:.4f}"), _f(r["max_stretch"], "{:.2f}")]
+        + [_f(r["measured_over_ideal"], "{:.2f}"), r["ideal"] or "—", str(r["repeats"])]
+        + ["yes" if r["valid"] else "NO"]
+        for r in rows_in
+    ]
+    base = rows_in[0]["baseline"]
+    head = ["load", "arm", "scheduler", f"{base} ÷ arm mean RT", f"throughput ÷ {base}", "S > 1", "max S"]
+    head += ["measured ÷ ideal", "ideal (simulator)", "repeats", "valid"]
+    note = (
+        f"Each arm (policy/scheduler) against {base} on the same trace and seed, repeats averaged (max S: "
+        "the largest). S(r) = RT_arm(r) ÷ RT_baseline(r) per request. Measured ÷ ideal: the arm's mean "
+        "response ÷ the simulator's on the run's own arrivals under the policy the arm runs (ps for FAIR, "
+        "the server's size classes for SRPT in the kernel, exact SRPT in user space)."
+    )
+    return [("Arms: each policy and scheduler against the baseline", note, head, rows)]
 
 
 def _stretch_table(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[list[str]]]]:
@@ -423,7 +543,7 @@ def _stretch_table(summary: dict[str, Any]) -> list[tuple[str, str, list[str], l
         return []
     rows = [
         [f"{c['load']:.2f}" + (f" {c['path']}" if c.get("path") else ""), str(c["repeat"])]
-        + [f"{c['policy']} vs {c['baseline']}", _f(c["fraction_starved"], "{:.4f}")]
+        + [f"{c.get('arm', c['policy'])} vs {c['baseline']}", _f(c["fraction_starved"], "{:.4f}")]
         + [_f(c.get(k), "{:.4f}") for k in ("fraction_stretch_over_1_25", "fraction_stretch_over_2")]
         + [_f(c.get(k), "{:.2f}") for k in ("median_stretch", "max_stretch", "largest_file_stretch")]
         + ["yes" if c["valid"] else "NO"]

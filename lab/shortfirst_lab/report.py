@@ -34,7 +34,7 @@ import pandas as pd
 from scipy import stats
 
 from . import analysis, figures, models, policycmp, wanreport, wanrun
-from .experiment import Experiment, RunSpec, load_experiment
+from .experiment import Arm, Experiment, RunSpec, load_experiment
 from .kit import write_atomic, write_json
 
 LATENESS_LIMIT_MS = 5.0
@@ -58,6 +58,8 @@ RUN_KEYS = (
 )
 # Present in a run of a WAN path sweep (and per-group metrics with client groups).
 WAN_RUN_KEYS = ("path", "rtt_ms", "loss", "groups")
+# Present in a run of an experiment with arms (a policy under a scheduler: policycmp).
+ARM_RUN_KEYS = ("arm", "scheduler", "measured_over_ideal")
 # What SRPT must show against FAIR, each from the paper that measured it:
 # (load, key, op, threshold, source). The thresholds sit inside the papers' ranges, so a
 # reproduction on another machine can meet them: 4x inside "3-8x for loads > 0.5", 10x below
@@ -97,6 +99,12 @@ class RunData:
     metrics: dict[str, Any]
     record: dict[str, Any]
     path: str | None = None  # the WAN path's label in a path sweep
+    scheduler: str = "kernel"  # who ordered the uplink (experiment.arms)
+
+    @property
+    def arm(self) -> str:
+        """`srpt`, `srpt/user`: the run's arm of the matrix (its policy under the kernel)."""
+        return Arm(self.policy, self.scheduler).label
 
     @property
     def key(self) -> tuple[float, str | None, int]:
@@ -156,16 +164,20 @@ def analyse_run(
     load = float(rec["load"]) if "load" in rec else (spec.load if spec else _name_load(run_dir.name))
     repeat = int(rec["repeat"]) if "repeat" in rec else (spec.repeat if spec else _name_repeat(run_dir.name))
     m.update(policy=policy, load=load, repeat=repeat, run=run_dir.name)
+    scheduler = rec.get("scheduler") or (spec.scheduler if spec else "kernel")
     path = spec.path if spec else None
     if path is not None:
         m.update(path=path.label, rtt_ms=path.rtt_ms, loss=path.loss)
     w = analysis.window(df, exp.run.warmup_s, exp.run.duration_s)
-    m["models"] = model_metrics(run_dir, exp, policy, load, w)
+    m["models"] = model_metrics(run_dir, exp, policy, load, w, scheduler)
+    if exp.arms:
+        m.update(arm=Arm(policy, scheduler).label, scheduler=scheduler)
+        m["measured_over_ideal"] = policycmp.measured_over_ideal(m)
     groups = wanrun.read_groups(run_dir)
     if groups is not None:
         m["groups"] = wanreport.group_metrics(w, groups)
     write_json(run_dir / "analysis.json", analysis.json_safe(m))
-    return RunData(run_dir.name, policy, load, repeat, w, h, m, rec, path.label if path else None)
+    return RunData(run_dir.name, policy, load, repeat, w, h, m, rec, path.label if path else None, scheduler)
 
 
 def _name_load(name: str) -> float:
@@ -177,7 +189,7 @@ def _name_repeat(name: str) -> int:
 
 
 def model_metrics(
-    run_dir: Path, exp: Experiment, policy: str, load: float, w: pd.DataFrame
+    run_dir: Path, exp: Experiment, policy: str, load: float, w: pd.DataFrame, scheduler: str = "kernel"
 ) -> dict[str, Any]:
     """Simulated (if DIR/runs/<run>/sim/requests.csv exists) and analytic means for this run."""
     out: dict[str, Any] = {}
@@ -189,7 +201,8 @@ def model_metrics(
         out["simulated_largest_1pct_s"] = sm["largest_1pct_mean_response_s"]
     if len(w) and policy in models.SIZE_POLICIES:
         cut = models.cutoffs_for(policy, exp.server.cutoffs, w["size_bytes"])
-        out.update(models.analytic(w["size_bytes"], load, exp.uplink.rate_bits_per_s, cut))
+        exact = models.exact(policy, scheduler)
+        out.update(models.analytic(w["size_bytes"], load, exp.uplink.rate_bits_per_s, cut, exact))
     return out
 
 
@@ -215,7 +228,7 @@ def summarise(out: Path) -> tuple[dict[str, Any], list[RunData], dict[str, Any]]
         "provenance": prov,
         "runs": [
             {k: r.metrics.get(k) for k in RUN_KEYS}
-            | {k: r.metrics[k] for k in WAN_RUN_KEYS if k in r.metrics}
+            | {k: r.metrics[k] for k in WAN_RUN_KEYS + ARM_RUN_KEYS if k in r.metrics}
             for r in runs
         ],
         "comparisons": comparisons,
@@ -240,6 +253,7 @@ def target_rows(comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
             c[key]
             for c in comparisons
             if c["policy"] == "srpt"
+            and c.get("scheduler", "kernel") == "kernel"  # the papers' mechanism: kernel bands
             and c.get("baseline", "fair") == "fair"
             and abs(c["load"] - load) < 1e-9
             and c.get(key) is not None
@@ -275,11 +289,11 @@ def target_rows(comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _points(runs: list[RunData], key: str, ci_key: str | None) -> dict[str, list[tuple[float, Any, Any]]]:
-    """Per policy: (load, mean over repeats, 95% CI) — across repeats if >1, else batch means."""
+    """Per arm: (load, mean over repeats, 95% CI) — across repeats if >1, else batch means."""
     pts: dict[str, list[tuple[float, Any, Any]]] = {}
     groups: dict[tuple[str, float], list[RunData]] = {}
     for r in runs:
-        groups.setdefault((r.policy, round(r.load, 2)), []).append(r)
+        groups.setdefault((r.arm, round(r.load, 2)), []).append(r)
     for (policy, load), rs in sorted(groups.items()):
         vals = [r.metrics.get(key) for r in rs if r.metrics.get(key) is not None]
         if not vals:
@@ -294,10 +308,10 @@ def _points(runs: list[RunData], key: str, ci_key: str | None) -> dict[str, list
 
 
 def _by_load(runs: list[RunData], attr: str) -> dict[float, dict[str, pd.DataFrame]]:
-    """Per load, per policy: requests (or health) pooled over repeats."""
+    """Per load, per arm: requests (or health) pooled over repeats."""
     acc: dict[float, dict[str, list[pd.DataFrame]]] = {}
     for r in runs:
-        acc.setdefault(round(r.load, 2), {}).setdefault(r.policy, []).append(getattr(r, attr))
+        acc.setdefault(round(r.load, 2), {}).setdefault(r.arm, []).append(getattr(r, attr))
     return {
         ld: {p: (pd.concat(v, ignore_index=True) if len(v) > 1 else v[0]) for p, v in pol.items()}
         for ld, pol in acc.items()
@@ -305,7 +319,7 @@ def _by_load(runs: list[RunData], attr: str) -> dict[float, dict[str, pd.DataFra
 
 
 def model_series(runs: list[RunData]) -> dict[str, dict[str, list[tuple[float, float]]]]:
-    """Per policy and kind (measured/simulated/analytic): (load, mean response) over repeats."""
+    """Per arm and kind (measured/simulated/analytic): (load, mean response) over repeats."""
     acc: dict[tuple[str, str, float], list[float]] = {}
     for r in runs:
         mod = r.metrics.get("models", {})
@@ -315,7 +329,7 @@ def model_series(runs: list[RunData]) -> dict[str, dict[str, list[tuple[float, f
             ("analytic", mod.get("analytic_s")),
         ):
             if v is not None:
-                acc.setdefault((r.policy, kind, round(r.load, 2)), []).append(v)
+                acc.setdefault((r.arm, kind, round(r.load, 2)), []).append(v)
         if mod.get("analytic_srpt_s") is not None:
             acc.setdefault(("ideal", "analytic SRPT", round(r.load, 2)), []).append(mod["analytic_srpt_s"])
     if not any(k[1] != "measured" for k in acc):
@@ -541,7 +555,7 @@ def render_html(
             {
                 "valid": m["valid"],
                 "cells": [
-                    r.policy,
+                    r.arm,
                     f"{r.load:.2f}" + (f" {r.path}" if r.path else ""),
                     r.repeat,
                     mean,
@@ -576,7 +590,7 @@ def render_html(
         [
             f"{c['load']:.2f}" + (f" {c['path']}" if c.get("path") else ""),
             c["repeat"],
-            c["policy"],
+            c.get("arm", c["policy"]),
             c["baseline"],
             _f(c["mean_response_ratio"], "{:.2f}"),
             _f(c["mean_slowdown_ratio"], "{:.2f}"),
@@ -666,14 +680,15 @@ def build(out: str | Path, with_figures: bool = True) -> dict[str, Any]:
 
 
 def format_table(summary: dict[str, Any]) -> str:
-    """Plain-text summary table for the terminal."""
+    """Plain-text summary table for the terminal (a run's arm where the experiment gives arms)."""
+    w = max([7] + [len(r.get("arm", "")) + 1 for r in summary["runs"]])
     lines = [
-        f"{'policy':<7}{'load':>6}{'rep':>4}{'meanRT s':>10}{'p50':>9}{'p99':>9}{'slowdown':>10}"
+        f"{'policy':<{w}}{'load':>6}{'rep':>4}{'meanRT s':>10}{'p50':>9}{'p99':>9}{'slowdown':>10}"
         f"{'thru MB/s':>10}{'done':>8}{'fail':>6}{'big1% s':>9}{'late99ms':>9}  valid"
     ]
     for r in summary["runs"]:
         lines.append(
-            f"{r['policy']:<7}{r['load']:>6.2f}{r['repeat']:>4}{_f(r['mean_response_s']):>10}"
+            f"{r.get('arm', r['policy']):<{w}}{r['load']:>6.2f}{r['repeat']:>4}{_f(r['mean_response_s']):>10}"
             f"{_f(r['p50_response_s']):>9}{_f(r['p99_response_s']):>9}{_f(r['mean_slowdown'], '{:.2f}'):>10}"
             f"{_f(r['throughput_bytes_per_s'] and r['throughput_bytes_per_s'] / 1e6, '{:.3f}'):>10}"
             f"{r['completed']:>8}{r['failed']:>6}{_f(r['largest_1pct_mean_response_s'], '{:.3f}'):>9}"
@@ -682,12 +697,12 @@ def format_table(summary: dict[str, Any]) -> str:
     if summary["comparisons"]:
         lines.append("")
         lines.append(
-            f"{'policy':<7}{'vs':<6}{'load':>6}{'rep':>4}{'RT ratio':>10}{'SD ratio':>10}{'thru':>8}"
+            f"{'policy':<{w}}{'vs':<6}{'load':>6}{'rep':>4}{'RT ratio':>10}{'SD ratio':>10}{'thru':>8}"
             f"{'big1%':>8}{'S>1':>8}{'maxS':>8}"
         )
         for c in summary["comparisons"]:
             lines.append(
-                f"{c['policy']:<7}{c['baseline']:<6}{c['load']:>6.2f}{c['repeat']:>4}"
+                f"{c.get('arm', c['policy']):<{w}}{c['baseline']:<6}{c['load']:>6.2f}{c['repeat']:>4}"
                 f"{_f(c['mean_response_ratio'], '{:.2f}'):>10}"
                 f"{_f(c['mean_slowdown_ratio'], '{:.2f}'):>10}{_f(c['throughput_ratio'], '{:.3f}'):>8}"
                 f"{_f(c['largest_1pct_ratio'], '{:.3f}'):>8}{_f(c['fraction_starved'], '{:.3f}'):>8}"

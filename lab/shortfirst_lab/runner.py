@@ -1,18 +1,21 @@
-"""Experiment runner: workload, idle calibration, then the policy × load × repeat matrix.
+"""Experiment runner: workload, idle calibration, then the arm × load × repeat matrix.
 
 For each run it builds a fresh testbed (`testbed.Testbed`: server and client namespaces, the
-shaped uplink), starts `shortfirst serve` in the server namespace and `shortfirst load` in a
-client namespace, samples server health once a second, and leaves raw logs only::
+shaped uplink: the HTB tree for an arm under the kernel's bands, a plain token bucket for a
+user-space scheduler's), starts `shortfirst serve` in the server namespace (with `--scheduler
+S --uplink-rate <uplink.rate>` for a user-space arm) and `shortfirst load` in a client
+namespace, samples server health once a second, and leaves raw logs only::
 
     DIR/experiment.toml, DIR/provenance.json
     DIR/workload/{docroot/,trace.csv,commands.txt}       generated once, shared by every run
     DIR/calibration/{trace.csv,requests.csv,...}          idle fetches for the slowdown baseline
-    DIR/runs/<policy>-load<ρ>-rep<k>/
+    DIR/runs/<arm>-load<ρ>-rep<k>/                        arm: fair, srpt-user, ... (run_dir_name)
         requests.csv, summary.json    written by shortfirst load
         health.csv                    1 Hz `Testbed.health_sample()`: open connections, listen
                                       overflows/drops, per-band bytes/backlog/drops, server CPU
                                       seconds (the testbed reads /proc/<pid>/stat)
-        uplink.json                   per-band qdisc counters at the end of the run
+        uplink.json                   per-band qdisc counters at the end of the run (a token
+                                      bucket's as band 1)
         server.log, load.log          the two processes' output
         server_metrics.txt            the server's Prometheus metrics at the end of the run
         commands.txt                  exact command lines
@@ -182,9 +185,10 @@ class Runner:
 
         return testbed
 
-    def testbed(self, groups: list | None = None, netem_dir: Path | None = None):
+    def testbed(self, groups: list | None = None, netem_dir: Path | None = None, scheduler: str = "kernel"):
         """A fresh testbed; with ``groups`` (``testbed.GroupPath``), a WAN one whose emulator
-        keeps its configuration and counters in ``netem_dir``."""
+        keeps its configuration and counters in ``netem_dir``. A user-space ``scheduler``'s
+        uplink is a plain token bucket (no bands), the kernel's the HTB tree."""
         tb = self._testbed_module()
         u = self.exp.uplink
         wan_args: dict[str, Any] = {}
@@ -203,6 +207,8 @@ class Runner:
             wan_args["server_sysctls"] = factors.server_sysctls(u)
         if factors.client_sysctls(self.exp.client):
             wan_args["client_sysctls"] = factors.client_sysctls(self.exp.client)
+        if scheduler != "kernel":
+            wan_args["shaper"] = "tbf"
         # Testbed run ids are 6 random hex digits (namespace names sf<id>-srv...), recorded in run.json.
         return tb.Testbed(
             run_id=tb.new_run_id(),
@@ -218,7 +224,7 @@ class Runner:
             **self.placement.testbed_args(),
         )
 
-    def server_argv(self, tb: Any, policy: str) -> list[str]:
+    def server_argv(self, tb: Any, policy: str, scheduler: str = "kernel") -> list[str]:
         argv = [
             str(self.bin),
             "serve",
@@ -231,12 +237,13 @@ class Runner:
             "--admin",
             f"{tb.server_addr}:{ADMIN_PORT}",
         ]
-        if self.exp.server.cutoffs and policy not in ("fair", "srrt"):
+        if self.exp.server.cutoffs and policy not in ("fair", "srrt", "las"):
             argv += ["--cutoffs", self.exp.server.cutoffs]
         if self.exp.server.rrt_cutoffs and policy == "srrt":
             argv += ["--rrt-cutoffs", self.exp.server.rrt_cutoffs]
         if self.exp.server.send_buffer_bytes:
             argv += ["--send-buffer-bytes", str(self.exp.server.send_buffer_bytes)]
+        argv += factors.scheduler_flags(scheduler, self.exp.uplink, self.exp.server)
         return argv + factors.serve_flags(self.exp.server) + list(self.exp.server.extra_args)
 
     def wait_listening(self, tb: Any, srv: subprocess.Popen, log: Path) -> None:
@@ -333,9 +340,10 @@ class Runner:
         wait_s: float,
         on_tick: Callable[[float, HealthSampler], None] | None = None,
         groups: list[tuple[Any, list[int]]] | None = None,
+        scheduler: str = "kernel",
     ) -> dict[str, Any]:
         """One server + one generator on a fresh testbed (a WAN one when ``groups`` are
-        given: see wanrun); returns the run record.
+        given: see wanrun; shaped for ``scheduler``); returns the run record.
 
         Longer than ~80 lines on purpose: one run's lifecycle in order (set-up, start, watch,
         collect, tear down); split, the order of the collection steps in the ``finally`` would no
@@ -345,7 +353,7 @@ class Runner:
         t_wall = time.monotonic()
         group_paths = [g for g, _ in groups] if groups else None
         with (
-            self.testbed(group_paths, rdir if groups else None) as tb,
+            self.testbed(group_paths, rdir if groups else None, scheduler) as tb,
             open(rdir / "server.log", "w") as slog,
             open(rdir / "load.log", "w") as llog,
         ):
@@ -359,7 +367,7 @@ class Runner:
             }
             if self.exp.uplink.rto_min_ms:
                 rec["route_commands"] = self.set_rto_min(tb, self.exp.uplink.rto_min_ms)
-            s_argv = self.server_argv(tb, policy)
+            s_argv = self.server_argv(tb, policy, scheduler)
             if groups:
                 wanrun.write_source_addrs(rdir / "source_addrs.csv", groups, tb.group_addrs)
                 load_args = [*load_args, "--source-addrs", f"file:{rdir / 'source_addrs.csv'}"]
@@ -566,7 +574,7 @@ class Runner:
         wait_s = exp.run.duration_s + exp.run.drain_timeout_s
         groups = wanrun.run_groups(exp, spec)
         try:
-            rec = self.session(rdir, spec.policy, load_args, wait_s, tick, groups)
+            rec = self.session(rdir, spec.policy, load_args, wait_s, tick, groups, spec.scheduler)
         except (OSError, subprocess.SubprocessError, RuntimeError, ValueError) as e:
             # Testbed set-up or teardown failed: record it with the traceback, go on with the matrix.
             write_atomic(rdir / "runner_error.txt", traceback.format_exc())
@@ -580,11 +588,13 @@ class Runner:
             rec["load_schedule"] = spec.schedule
         if spec.setup:
             rec["setup"] = spec.setup
+        if spec.scheduler != "kernel":
+            rec["scheduler"] = spec.scheduler
         if spec.path is not None:
             rec["path"] = {"label": spec.path.label, "rtt_ms": spec.path.rtt_ms, "loss": spec.path.loss,
                            "jitter_ms": spec.path.jitter_ms}  # fmt: skip
-        if rec["status"] == "ok" and self.sim_available() and spec.policy in models.SIZE_POLICIES:
-            rec["sim"] = self.simulate(rdir, spec.policy)
+        if rec["status"] == "ok" and self.sim_available() and spec.policy in models.SIM_POLICIES:
+            rec["sim"] = self.simulate(rdir, spec.policy, spec.scheduler)
         if (rdir / "requests.csv").exists():
             try:
                 series.write_series(rdir)
@@ -605,16 +615,16 @@ class Runner:
                 self._sim = False
         return self._sim
 
-    def simulate(self, rdir: Path, policy: str) -> str:
+    def simulate(self, rdir: Path, policy: str, scheduler: str = "kernel") -> str:
         """`shortfirst sim` on the run's own arrivals and sizes, into rdir/sim (see models.py)."""
         sdir = rdir / "sim"
         sdir.mkdir(exist_ok=True)
         req = pd.read_csv(rdir / "requests.csv", usecols=["scheduled_s", "path", "size_bytes"])
         trace = req.sort_values("scheduled_s", kind="mergesort").rename(columns={"scheduled_s": "time_s"})
         write_atomic(sdir / "trace.csv", trace[["time_s", "path", "size_bytes"]].to_csv(index=False))
-        cut = models.cutoffs_for(policy, self.exp.server.cutoffs, req["size_bytes"])
+        sim_policy = models.sim_policy_of(policy, scheduler, self.exp.server.cutoffs, req["size_bytes"])
         argv = [
-            str(self.bin), "sim", "--trace", str(sdir / "trace.csv"), "--policy", models.sim_policy(cut),
+            str(self.bin), "sim", "--trace", str(sdir / "trace.csv"), "--policy", sim_policy,
             "--rate", str(self.exp.uplink.rate_bits_per_s), "--out", str(sdir),
         ]  # fmt: skip
         _write_commands(sdir / "commands.txt", [argv])

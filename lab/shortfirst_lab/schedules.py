@@ -205,7 +205,7 @@ _EXPECTED = 'a load schedule such as "25s@0.2,25s@1.2", "const@1.4" or "w1"'
 
 
 def check_spec(sec: Any, key: str, spec: str) -> None:
-    """Validates one schedule of an experiment section (`experiment._Section`): its error names
+    """Validates one schedule of an experiment section (`expcheck._Section`): its error names
     the key. `file:` specs are checked for form only; the file is read at run time."""
     if len(spec) > 4096 or not spec.strip():
         raise sec.err(key, _EXPECTED, spec)

@@ -11,9 +11,12 @@ and leftovers of a crashed run are found by name)::
 The server's only interface is ``sf<id>-s``; its egress is the uplink, shaped
 by ``shortfirst uplink setup`` (HTB, one class per priority band), so every
 byte the server sends to any client crosses the one bottleneck, as in the
-paper's testbed. The clients hang off a bridge in a switch namespace. TSO, GSO
-and GRO are off on every veth end so packets are MTU-sized. The addresses are
-private and exist only inside these namespaces: traffic never leaves them.
+paper's testbed. With ``shaper="tbf"`` the HTB tree is then replaced by a
+plain token bucket at the same rate (no bands, one FIFO: what an operator
+without our tree has), for a server that orders its own writes. The clients
+hang off a bridge in a switch namespace. TSO, GSO and GRO are off on every
+veth end so packets are MTU-sized. The addresses are private and exist only
+inside these namespaces: traffic never leaves them.
 
 Links and namespaces are created with ``ip`` (iproute2) rather than pyroute2:
 processes must run inside the namespaces anyway (``ip netns exec``, which also
@@ -69,6 +72,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .kit import parse_proc_pairs, process_cpu_s, process_rss_bytes
+from .placement import checked_cpus
 
 PREFIX = "sf"
 LOCK_DIR = Path("/run/shortfirst-testbed")
@@ -81,6 +85,10 @@ RUN_ID_RE = re.compile(r"^[a-z0-9]{1,6}$")
 COMMAND_TIMEOUT_S = 30.0
 #: Seconds a process gets between SIGTERM and SIGKILL at teardown.
 TERMINATE_GRACE_S = 3.0
+#: How the uplink is shaped: ``htb`` (``shortfirst uplink setup``'s band tree) or ``tbf``.
+SHAPERS = ("htb", "tbf")
+#: The token bucket's depth: a few packets (at least two of the MTU).
+TBF_BURST_BYTES = 5_000
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _SYSCTL_RE = re.compile(r"net\.[a-z0-9_.]{1,64}")
@@ -94,18 +102,6 @@ class GroupPath(NamedTuple):
     rtt_ms: float
     jitter_ms: float = 0.0
     loss: float = 0.0
-
-
-def _checked_cpus(what: str, cpus: frozenset[int] | None) -> frozenset[int] | None:
-    """``cpus`` if this process may run on all of them (a cpuset reservation may forbid some)."""
-    if cpus is None:
-        return None
-    allowed = os.sched_getaffinity(0)
-    if not cpus or not cpus <= allowed:
-        raise ValueError(
-            f"{what} {sorted(cpus)}: expected a non-empty subset of this process's CPUs {sorted(allowed)}"
-        )
-    return frozenset(cpus)
 
 
 class TestbedError(RuntimeError):
@@ -243,9 +239,11 @@ class Testbed:
     crashed runs never pile up (live runs are never touched).
 
     ``queue_packets`` is each priority band's queue limit on the uplink
-    (default: ``shortfirst uplink setup``'s, 10,000 packets). ``congestion_control`` (e.g. "reno") and
-    ``initial_cwnd`` (segments) set the server namespace's TCP; None keeps the
-    kernel's defaults (this machine: bbr, 10 segments). ``server_sysctls`` and
+    (default: ``shortfirst uplink setup``'s, 10,000 packets). ``shaper`` is ``htb`` (the band
+    tree) or ``tbf`` (a token bucket at ``rate_bits_per_s`` whose queue holds ``queue_packets``
+    full-size packets, as deep as one band's; :meth:`uplink_stats` then reports it as band 1).
+    ``congestion_control`` (e.g. "reno") and ``initial_cwnd`` (segments) set the server
+    namespace's TCP; None keeps the kernel's defaults (this machine: bbr, 10 segments). ``server_sysctls`` and
     ``client_sysctls`` (``{"net.ipv4.tcp_syncookies": 0, ...}``) are further per-namespace
     sysctls of the server and of every client namespace, set after the testbed's own (so
     ``net.ipv4.tcp_max_syn_backlog`` there overrides ``accept_queue``'s); the host's are never
@@ -278,6 +276,7 @@ class Testbed:
         client_congestion_control: str = "reno",
         server_sysctls: dict[str, int] | None = None,
         client_sysctls: dict[str, int] | None = None,
+        shaper: str = "htb",
         server_cpus: frozenset[int] | None = None,
         client_cpus: frozenset[int] | None = None,
     ) -> None:
@@ -296,6 +295,8 @@ class Testbed:
             raise ValueError(f"accept_queue {accept_queue}: expected 1..=65535")
         if not 1 <= queue_packets <= 100_000:
             raise ValueError(f"queue_packets {queue_packets}: expected 1..=100000")
+        if shaper not in SHAPERS:
+            raise ValueError(f"shaper {shaper!r}: expected one of {', '.join(SHAPERS)}")
         if initial_cwnd is not None and not 1 <= initial_cwnd <= 100:
             raise ValueError(f"initial_cwnd {initial_cwnd}: expected 1..=100 segments")
         if congestion_control is not None and not re.fullmatch(r"[a-z0-9_]{1,16}", congestion_control):
@@ -308,6 +309,8 @@ class Testbed:
             for key, value in (table or {}).items():
                 if not _SYSCTL_RE.fullmatch(key) or isinstance(value, bool) or not isinstance(value, int):
                     raise ValueError(f"{what}: {key}={value!r}: expected net.<name>=<integer>")
+        server_cpus = checked_cpus("server_cpus", server_cpus)
+        client_cpus = checked_cpus("client_cpus", client_cpus)
         if os.geteuid() != 0:
             raise PermissionError("the testbed needs root (network namespaces, tc)")
         for tool in ("ip", "tc", "ethtool"):
@@ -320,6 +323,7 @@ class Testbed:
         self.mtu = mtu
         self.accept_queue = accept_queue
         self.queue_packets = queue_packets
+        self.shaper = shaper
         self.congestion_control = congestion_control
         self.initial_cwnd = initial_cwnd
         self.shortfirst_bin = _resolve_binary(shortfirst_bin)
@@ -347,8 +351,7 @@ class Testbed:
         self._procs: list[subprocess.Popen] = []
         # CPU placement of what server_popen / client_popen start (None: inherited). On a
         # small machine the generator and the server must not share a CPU at 100 Mbit/s.
-        self.server_cpus = _checked_cpus("server_cpus", server_cpus)
-        self.client_cpus = _checked_cpus("client_cpus", client_cpus)
+        self.server_cpus, self.client_cpus = server_cpus, client_cpus
         self._server_procs: list[subprocess.Popen] = []
         self._anchor: subprocess.Popen | None = None
         self._created_ns: list[str] = []
@@ -503,6 +506,8 @@ class Testbed:
                 "off",
             ]
         )
+        if self.shaper == "tbf":  # after the tree's set-up, which also leaves packets MTU-sized
+            self._shape_with_tbf()
         if self.initial_cwnd:
             if self.groups is not None:  # clients are behind the router
                 route = ["default", "via", f"{SUBNET_PREFIX}2", "dev", self.server_dev]
@@ -520,6 +525,15 @@ class Testbed:
         )
         self._procs.append(self._anchor)
         self._wait_reachable()
+
+    def _shape_with_tbf(self) -> None:
+        """Replaces the HTB tree by a token bucket at the same rate: a bucket of a few packets,
+        a queue as deep as one band's (the pacer above keeps it empty; never the one that drops)."""
+        burst = max(TBF_BURST_BYTES, 2 * self.mtu)
+        limit = self.queue_packets * self.mtu
+        argv = ["tc", "qdisc", "replace", "dev", self.server_dev, "root", "tbf"]
+        argv += ["rate", str(self.rate_bits_per_s), "burst", str(burst), "limit", str(limit)]
+        _run(["ip", "netns", "exec", self.server_ns, *argv])
 
     def _wait_reachable(self, timeout_s: float = 10.0) -> None:
         """Waits until the links are up (the bridge forwards, ARP resolves):
@@ -575,7 +589,10 @@ class Testbed:
         """``shortfirst uplink show --json`` for the server's uplink:
         ``{"dev", "rate_bits_per_s", "bands": [{"band", "class", "so_priority",
         "bytes", "packets", "drops", "overlimits", "requeues", "backlog_bytes",
-        "backlog_packets"}], "total": {...}}``."""
+        "backlog_packets"}], "total": {...}}``; a token bucket's counters as band 1 (class
+        ``tbf``, so_priority None)."""
+        if self.shaper == "tbf":
+            return self._tbf_stats()
         out = self.server_run(
             [self.shortfirst_bin, "uplink", "show", "--dev", self.server_dev, "--json"],
             capture_output=True,
@@ -585,6 +602,28 @@ class Testbed:
         if out.returncode != 0:
             raise TestbedError(f"uplink show failed: {out.stderr.strip()}")
         return json.loads(out.stdout)
+
+    def _tbf_stats(self) -> dict:
+        out = self.server_run(
+            ["tc", "-s", "-j", "qdisc", "show", "dev", self.server_dev],
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+        )
+        if out.returncode != 0:
+            raise TestbedError(f"tc qdisc show failed: {out.stderr.strip()}")
+        q = next((q for q in json.loads(out.stdout) if q.get("kind") == "tbf"), None)
+        if q is None:
+            raise TestbedError(f"no tbf qdisc on {self.server_dev}: {out.stdout.strip()[:300]}")
+        counters = {k: q.get(k, 0) for k in ("bytes", "packets", "drops", "overlimits", "requeues")}
+        counters.update(backlog_bytes=q.get("backlog", 0), backlog_packets=q.get("qlen", 0))
+        band = {"band": 1, "class": "tbf", "so_priority": None, **counters}
+        return {
+            "dev": self.server_dev,
+            "rate_bits_per_s": self.rate_bits_per_s,
+            "bands": [band],
+            "total": counters,
+        }
 
     def health_sample(self) -> dict:
         """One sample of server health, for sampling once a second:

@@ -119,14 +119,17 @@ def tables(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[list
                 _fmt(c["rtt_ms"], "{:g}"),
                 _fmt(c["loss"], "{:.3f}"),
                 # Against FAIR unless it says (srrt also meets srpt).
-                c["policy"] + ("" if c.get("baseline", "fair") == "fair" else f" vs {c['baseline']}"),
+                c.get("arm", c["policy"])
+                + ("" if c.get("baseline", "fair") == "fair" else f" vs {c['baseline']}"),
                 _fmt(c["mean_response_ratio"], "{:.2f}"),
                 _fmt(c["throughput_ratio"], "{:.3f}"),
                 _fmt(c["largest_1pct_ratio"], "{:.3f}"),
                 _fmt(c.get("largest_file_ratio"), "{:.3f}"),
                 "yes" if c["valid"] else "NO",
             ]
-            for c in sorted(sweep, key=lambda c: (c["load"], c["loss"], c["rtt_ms"], c["policy"]))
+            for c in sorted(
+                sweep, key=lambda c: (c["load"], c["loss"], c["rtt_ms"], c.get("arm", c["policy"]))
+            )
         ]
         out.append(
             (
@@ -166,7 +169,8 @@ def sweep_figures(summary: dict[str, Any]) -> list[tuple[str, str, bytes]]:
             for r in sorted(at, key=lambda r: r[axis]):
                 if r[other]:
                     continue
-                pts.setdefault(r["policy"], []).append((r[axis], r["mean_response_s"], None))
+                # Per arm where the experiment gives arms (srpt and srpt/user are two lines).
+                pts.setdefault(r.get("arm", r["policy"]), []).append((r[axis], r["mean_response_s"], None))
             if sum(len(v) for v in pts.values()) < 2:
                 continue
             png = figures.metric_vs_load(pts, "Mean response time (s)", f"Load {load:g}", xlabel=label)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ from conftest import EXPERIMENT_TOML
 
 from shortfirst_lab.__main__ import main
 from shortfirst_lab.experiment import ExperimentError, load_experiment, parse_rate
+from shortfirst_lab.placement import Placement
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
@@ -154,8 +156,9 @@ def test_cli_run_passes_overrides(tmp_path, monkeypatch, capsys):
 
     seen = {}
 
-    def fake_run(exp_path, out, bin_path, resume=False, progress=True, overrides=None):
+    def fake_run(exp_path, out, bin_path, resume=False, progress=True, overrides=None, placement=None):
         seen["exp"] = load_experiment(exp_path, overrides)
+        seen["placement"] = placement
         return {"runs": [], "comparisons": []}
 
     monkeypatch.setattr(runner, "run_experiment", fake_run)
@@ -170,9 +173,11 @@ def test_cli_run_passes_overrides(tmp_path, monkeypatch, capsys):
         "--set",
         "experiment.loads=[0.8]",
     ]
-    assert main(argv) == 0
+    cpu = min(os.sched_getaffinity(0))
+    assert main([*argv, "--generator-cpus", str(cpu)]) == 0
     assert seen["exp"].run.duration_s == 50
     assert seen["exp"].loads == (0.8,)
+    assert seen["placement"] == Placement(None, frozenset({cpu}))
     assert "with overrides: run.duration_s=50 experiment.loads=[0.8]" in seen["exp"].source
     # The effective file round-trips: what is stored beside results loads to the same experiment.
     stored = _write(tmp_path, seen["exp"].source)

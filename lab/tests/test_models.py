@@ -27,6 +27,34 @@ def test_policy_mapping():
     assert models.sim_policy([1000, 2000]) == "srpt-classes:1000,2000"
 
 
+@pytest.mark.parametrize(
+    ("policy", "scheduler", "cutoffs", "sim"),
+    [
+        ("srpt", "kernel", [1000], "srpt-classes:1000"),  # the kernel's bands: size classes
+        ("srpt", "user", [1000], "srpt"),  # the server's own scheduler: exact remaining bytes
+        ("srpt", "crovella", [1000], "srpt"),
+        ("fair", "user", None, "ps"),
+        ("srpt2", "kernel", [25], "srpt-classes:25"),
+    ],
+)
+def test_the_simulated_policy_follows_the_scheduler(policy, scheduler, cutoffs, sim):
+    assert models.sim_policy(cutoffs, models.exact(policy, scheduler)) == sim
+
+
+@pytest.mark.parametrize(
+    ("policy", "scheduler", "cutoffs", "sim"),
+    [
+        ("srpt", "kernel", "", "srpt-classes:1000,2000,5000,20000,50000"),
+        ("srpt", "kernel", "3K", "srpt-classes:3000"),
+        ("srpt", "user", "3K", "srpt"),
+        ("fair", "crovella", "", "ps"),
+        ("las", "user", "", "las"),
+    ],
+)
+def test_the_simulated_policy_of_an_arm(policy, scheduler, cutoffs, sim):
+    assert models.sim_policy_of(policy, scheduler, cutoffs, [10, 20]) == sim
+
+
 def test_simulated_logs_enter_report(experiment_dir):
     for run in ("fair-load0.70-rep1", "srpt-load0.70-rep1"):
         d = experiment_dir / "runs" / run
@@ -53,3 +81,5 @@ def test_analytic_matches_ps_formula_when_theory_present():
     assert a["analytic_srpt_s"] < a["analytic_s"]
     b = models.analytic(sizes, 0.8, 10e6, [1000, 2000, 5000, 20000, 50000])
     assert a["analytic_srpt_s"] <= b["analytic_s"] < a["analytic_s"]
+    exact = models.analytic(sizes, 0.8, 10e6, [1000], exact_srpt=True)
+    assert exact["analytic_model"] == "srpt" and exact["analytic_s"] == exact["analytic_srpt_s"]

@@ -30,11 +30,13 @@ class FakeTestbed:
     created: list[str] = []
     torn_down: list[str] = []
     tcp: list[tuple[int, str | None]] = []  # (queue_packets, congestion_control) per testbed
+    shapers: list[str] = []  # per testbed
 
     def __init__(self, run_id, rate_bits_per_s, data_bands=6, n_clients=1, shortfirst_bin="", mtu=1500,
-                 accept_queue=512, queue_packets=10_000, congestion_control=None):  # fmt: skip
+                 accept_queue=512, queue_packets=10_000, congestion_control=None, shaper="htb"):  # fmt: skip
         self.run_id = run_id
         FakeTestbed.tcp.append((queue_packets, congestion_control))
+        FakeTestbed.shapers.append(shaper)
         self.server_ns = f"sf{run_id}s"
         self.client_ns = [f"sf{run_id}c{i}" for i in range(n_clients)]
         self.server_addr = "127.0.0.1"
@@ -96,6 +98,7 @@ def fake_env(tmp_path, monkeypatch):
     FakeTestbed.torn_down.clear()
     FakeTestbed.tcp.clear()
     FakeTestbed.client_argvs.clear()
+    FakeTestbed.shapers.clear()
     (tmp_path / "stage").mkdir()
     monkeypatch.setenv("SHORTFIRST_LAB_STAGE", str(tmp_path / "stage"))
     exp_path = tmp_path / "fake.toml"

@@ -117,6 +117,9 @@ def main() -> int:
         "--cutoffs",
         "--send-buffer-bytes",
         "--max-connections",
+        "--scheduler",
+        "--uplink-rate",
+        "--write-concurrency",
     ):
         s.add_argument(k)
     ld = sub.add_parser("load")
