@@ -345,15 +345,18 @@ def checks(workloads: list[dict[str, Any]], persistent: list[dict[str, Any]]) ->
         if "fair" not in by or "srpt" not in by:
             continue
         f, s = by["fair"]["first_syn_drop_s"], by["srpt"]["first_syn_drop_s"]
+        note = {}
         if f is None:
             measured, met = None, None  # FAIR dropped nothing: nothing to be later than
+            note = {"note": f"FAIR dropped no SYN in {by['fair']['run_s']:.0f} s" + (
+                "" if s is not None else f", SRPT none in {by['srpt']['run_s']:.0f} s")}
         elif s is None:
             measured, met = _ratio(by["srpt"]["run_s"], f), True  # SRPT none for the whole run
         else:
             measured = _ratio(s, f)
             met = measured is not None and measured >= 10
         row(f"persistent rho={rho:g}: SRPT's first SYN drop >= 10x later than FAIR's",
-            "1.2: ~70 s vs ~30 min; 1.4: 18 s vs ~30 min", measured, met, rho=rho)  # fmt: skip
+            "1.2: ~70 s vs ~30 min; 1.4: 18 s vs ~30 min", measured, met, rho=rho, **note)  # fmt: skip
     for p in persistent:
         for k, rss in enumerate(p["rss"]):
             if rss.get("rss_growth") is None or (rss.get("rss_end_s") or 0) < RSS_REFERENCE_S:
@@ -448,6 +451,7 @@ def format_table(summary: dict[str, Any]) -> str:
         )
     for c in summary["checks"]:
         state = {True: "met", False: "MISSED", None: "not measured"}[c["met"]]
+        state += f" ({c['note']})" if c.get("note") else ""
         lines.append(f"check: {c['claim']} (paper {c['paper']}): {_f(c['measured'], '{:.2f}')} {state}")
     return "\n".join(lines)
 

@@ -297,3 +297,17 @@ def test_a_longer_run_of_the_same_rho_is_an_entry_of_its_own(tmp_path):
     memory = {c["claim"]: c["met"] for c in summary["checks"] if "RSS" in c["claim"]}
     assert memory["persistent rho=1.2 srpt 1800 s run 1: RSS end/after 1 min <= 1.5, admin up"] is True
     assert memory["persistent rho=1.2 srpt 100 s run 1: RSS end/after 1 min <= 1.5, admin up"] is False
+
+
+def test_no_syn_drop_under_fair_is_not_measurable_and_says_why(tmp_path):
+    out = tmp_path / "persistent"
+    out.mkdir()
+    (out / "experiment.toml").write_text(PERSISTENT.format(loads="1.2", client=""))
+    reqs = run_requests([100, 200], [1.0, 3.0], 0.2)
+    for policy in ("fair", "srpt"):
+        write_run_dir(out / "runs" / f"{policy}-load1.20-rep1", reqs, rss_health(None, [10] * 5, [1] * 5))
+    summary, _ = overload.summarise([out])
+    later = next(c for c in summary["checks"] if "first SYN drop" in c["claim"])
+    assert later["met"] is None and later["measured"] is None
+    assert later["note"] == "FAIR dropped no SYN in 120 s, SRPT none in 120 s"
+    assert "not measured (FAIR dropped no SYN in 120 s, SRPT none in 120 s)" in overload.format_table(summary)
