@@ -348,8 +348,10 @@ def checks(workloads: list[dict[str, Any]], persistent: list[dict[str, Any]]) ->
         note = {}
         if f is None:
             measured, met = None, None  # FAIR dropped nothing: nothing to be later than
-            note = {"note": f"FAIR dropped no SYN in {by['fair']['run_s']:.0f} s" + (
-                "" if s is not None else f", SRPT none in {by['srpt']['run_s']:.0f} s")}
+            note = {
+                "note": f"FAIR dropped no SYN in {by['fair']['run_s']:.0f} s"
+                + ("" if s is not None else f", SRPT none in {by['srpt']['run_s']:.0f} s")
+            }
         elif s is None:
             measured, met = _ratio(by["srpt"]["run_s"], f), True  # SRPT none for the whole run
         else:
