@@ -14,7 +14,7 @@ import pytest
 from conftest import RELEASE_BIN
 
 from shortfirst_lab.foreign.backends import ForeignError, make_json, make_sqlite, prepare
-from shortfirst_lab.foreign.bench import Point, Settings
+from shortfirst_lab.foreign.bench import Point, Settings, peak_of, response_time_law
 from shortfirst_lab.foreign.verdict import checks, table
 from shortfirst_lab.kit import Child, fetch_text, free_port, wait_port
 
@@ -68,6 +68,35 @@ def test_checks_name_each_target_and_fail_when_missed():
     assert got["sjf-aging:2 mean between sjf's and fifo's"]
     assert not got["sjf-aging:2: big completes at least as often as under fifo"]
     assert "| open | sjf | 1 of 2 | 0.95 |" in table("x", backend)
+
+
+def test_peak_is_the_best_median_not_the_best_run():
+    # One lucky run at 4 clients does not make 4 the peak: its median is below 2's.
+    runs = [{"clients": 2, "work_per_s": w} for w in (0.95, 1.00, 0.97)] + [
+        {"clients": 4, "work_per_s": w} for w in (1.13, 0.84, 0.87)
+    ]
+    p = peak_of(runs)
+    assert p["clients"] == 2 and p["work_per_s"] == 0.97
+    assert p["best_single_run_work_per_s"] == 1.13
+    assert p["spread_work_per_s"] == pytest.approx(0.05)
+    assert peak_of([{"clients": 8, "work_per_s": 0.5}])["work_per_s"] == 0.5
+
+
+def test_response_time_law_of_a_closed_loop():
+    # 174 users thinking 2 s, 34.2 requests/s answered: R = 174 / 34.2 - 2 = 3.09 s.
+    law = response_time_law(174, 34.2, 3.22, 2.0)
+    assert law["predicted_mean_response_s"] == pytest.approx(3.088, abs=1e-3)
+    assert law["measured_mean_response_s"] == 3.22
+    assert response_time_law(10, 0.0, 1.0, 2.0)["predicted_mean_response_s"] is None
+
+
+def test_settings_read_the_peak_repeats_and_the_starvation_bound(tmp_path):
+    s = Settings.load(CONFIG)
+    assert s.peak_repeats >= 2 and s.max_wait_s and 0 < s.overdue_share < 1
+    bad = tmp_path / "bad.toml"
+    bad.write_text(CONFIG.read_text().replace("peak_repeats = 2", "peak_repeats = 0"))
+    with pytest.raises(ForeignError, match="peak_repeats"):
+        Settings.load(bad)
 
 
 @pytest.mark.parametrize("name", ["datasette", "json-server"])

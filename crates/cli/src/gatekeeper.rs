@@ -77,6 +77,12 @@ struct ProxyArgs {
     /// oldest first (a starvation bound on the wait to start, e.g. 5s). Default: none.
     #[arg(long, value_name = "DURATION")]
     max_wait: Option<String>,
+    /// Under sjf with --max-wait and under sjf-aging, requests past their bound go first
+    /// only while the work admitted so is at most this share of the work admitted
+    /// recently; beyond it they wait in cost order, so cheap requests keep the rest in an
+    /// overload (e.g. 0.6). Default: 1 (always first).
+    #[arg(long, value_name = "FRACTION")]
+    overdue_share: Option<f64>,
     /// Also cap the number of admitted requests (beyond the paper: for backends that
     /// collapse on concurrency, e.g. their connection or process limit). Default: none.
     #[arg(long, value_name = "N")]
@@ -370,6 +376,12 @@ fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
             bail!("--max-charge-share must be in (0, 1], got {s}");
         }
         cfg.max_charge_share = s;
+    }
+    if let Some(s) = a.overdue_share.or(file.overdue_share) {
+        if !(s > 0.0 && s <= 1.0) {
+            bail!("--overdue-share must be in (0, 1], got {s}");
+        }
+        cfg.overdue_share = s;
     }
     Ok(cfg)
 }

@@ -163,6 +163,9 @@ pub struct ProxyConfig {
     /// No request is charged more than this fraction of the capacity (1 = the paper: a
     /// costlier request runs alone). See `core::admission` "Bounded charges".
     pub max_charge_share: f64,
+    /// Share of the recently admitted work that requests past their bound may take ahead
+    /// of the others (1: no limit). See `core::admission` "Overdue share".
+    pub overdue_share: f64,
     /// Time allowed from sending a request upstream to its response head: 504 after. Also
     /// the connect timeout, and the bound on draining a response whose client has left.
     pub upstream_timeout: Duration,
@@ -211,6 +214,7 @@ impl ProxyConfig {
             max_wait: None,
             max_in_flight: None,
             max_charge_share: 1.0,
+            overdue_share: 1.0,
             upstream_timeout: Duration::from_secs(60),
             upstream_body_timeout: Duration::from_secs(60),
             header_timeout: Duration::from_secs(30),
@@ -252,6 +256,8 @@ pub struct FileConfig {
     pub max_in_flight: Option<usize>,
     #[serde(alias = "max_charge_share")]
     pub max_charge_share: Option<f64>,
+    #[serde(alias = "overdue_share")]
+    pub overdue_share: Option<f64>,
     #[serde(alias = "upstream_timeout")]
     pub upstream_timeout: Option<String>,
     pub upstream_body_timeout: Option<String>,
@@ -436,6 +442,7 @@ mod tests {
             "max-queue-wait",
             "max-in-flight",
             "max-charge-share",
+            "overdue-share",
             "upstream-timeout",
             "upstream-body-timeout",
             "header-timeout",

@@ -143,6 +143,7 @@ impl Gatekeeper {
         gate_cfg.max_wait_us = cfg.max_wait.map(|d| d.as_micros() as u64);
         gate_cfg.max_in_flight = cfg.max_in_flight;
         gate_cfg.max_charge_share = cfg.max_charge_share;
+        gate_cfg.overdue_share = cfg.overdue_share;
         let gate = Gate::new(gate_cfg)?;
         let auto = match &cfg.capacity {
             CapacitySetting::Auto(a) => Some(AutoCapacity::new(a.clone(), cfg.max_types, 0)?),

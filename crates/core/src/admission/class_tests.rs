@@ -232,3 +232,93 @@ fn sjf_wait_bound_admits_the_starved_request() {
         }
     }
 }
+
+/// Drives a gate whose admitted requests each finish exactly their charge after admission,
+/// arrivals `(gap, cost)` in order, and checks after every instant: the load holds the
+/// capacity unless one request runs alone; the recent work admitted ahead as overdue is at
+/// most `overdue_share` of all recent work admitted plus one request's charge; and (sjf)
+/// the oldest request, overdue while the overdue stream is within its share, is admitted by
+/// the time the requests in flight then have finished.
+fn overdue_exact_service(cfg: GateConfig, arrivals: &[(u64, u64)]) -> Result<(), TestCaseError> {
+    let (capacity, share) = (cfg.capacity_us, cfg.overdue_share);
+    let (sjf, max_wait) = (cfg.policy == AdmissionPolicy::Sjf, cfg.max_wait_us.unwrap_or(u64::MAX));
+    let max_cost = arrivals.iter().map(|a| a.1).max().unwrap_or(0) as f64;
+    let mut g = Gate::new(cfg).unwrap();
+    let mut running: BTreeMap<(u64, u64), Ticket> = BTreeMap::new();
+    let mut waiting: BTreeMap<u64, u64> = BTreeMap::new(); // id → arrival
+    let mut watched: Option<(u64, u64)> = None; // (oldest overdue id, its bound)
+    let mut next = arrivals.iter().scan(0u64, |t, &(gap, cost)| {
+        *t += gap;
+        Some((*t, cost))
+    });
+    let mut pending = next.next();
+    loop {
+        let t =
+            [pending.map(|p| p.0), running.keys().next().map(|k| k.0), g.next_wakeup_us()].into_iter().flatten().min();
+        let Some(now) = t else { break };
+        let mut admitted = Vec::new();
+        while let Some((&(finish, id), _)) = running.first_key_value() {
+            if finish > now {
+                break;
+            }
+            let ticket = running.remove(&(finish, id)).unwrap();
+            admitted.extend(g.release(now, ticket).unwrap());
+        }
+        while let Some((at, cost)) = pending.filter(|p| p.0 <= now) {
+            let (id, adm) = g.arrive(at, cost).unwrap();
+            waiting.insert(id.0, at);
+            admitted.extend(adm);
+            pending = next.next();
+        }
+        admitted.extend(g.poll(now));
+        for a in admitted {
+            waiting.remove(&a.ticket.id().0);
+            running.insert((now + a.ticket.charge_us(), a.ticket.id().0), a.ticket);
+        }
+        prop_assert!(running.len() <= 1 || g.load_us() <= capacity, "load {} at {}", g.load_us(), now);
+        let (overdue, all) = g.overdue_work_us();
+        prop_assert!(overdue <= share * all + max_cost + 1e-6 * all, "overdue work {} of {} at {}", overdue, all, now);
+        if !sjf {
+            continue;
+        }
+        if let Some((id, bound)) = watched {
+            if waiting.contains_key(&id) {
+                prop_assert!(now < bound, "request {} still waits at {}, past {}", id, now, bound);
+                continue;
+            }
+            watched = None;
+        }
+        if let Some((&id, &arrival)) = waiting.first_key_value() {
+            if now.saturating_sub(arrival) >= max_wait && (share >= 1.0 || overdue <= share * all) {
+                watched = Some((id, running.keys().next_back().map_or(now, |k| k.0)));
+            }
+        }
+    }
+    prop_assert!(waiting.is_empty() && running.is_empty());
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// The overdue share, under sjf with a wait bound and under sjf-aging, with costs
+    /// spanning three orders of magnitude and with or without an in-flight cap.
+    #[test]
+    fn overdue_share_holds_and_the_oldest_overdue_request_gets_in(
+        aging in any::<bool>(),
+        overdue_share in prop_oneof![Just(1.0), 0.05f64..1.0],
+        capacity_us in 1u64..3_000,
+        max_in_flight in proptest::option::of(1usize..6),
+        max_wait_us in 1u64..2_000,
+        arrivals in proptest::collection::vec((0u64..200, prop_oneof![1u64..10, 10u64..300, 300u64..4_000]), 0..150),
+    ) {
+        let policy = if aging { AdmissionPolicy::SjfAging { factor: 2.0 } } else { AdmissionPolicy::Sjf };
+        let cfg = GateConfig {
+            max_in_flight,
+            max_wait_us: Some(max_wait_us),
+            overdue_share,
+            ..GateConfig::new(capacity_us, policy)
+        };
+        overdue_exact_service(cfg, &arrivals)?;
+    }
+}

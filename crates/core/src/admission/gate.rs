@@ -35,6 +35,13 @@ pub struct GateConfig {
     /// sjf. See "Wait bound" in the module docs.
     #[serde(default)]
     pub max_wait_us: Option<u64>,
+    /// Requests past their bound (`sjf`: waited `max_wait_us`; `sjf-aging`: past their
+    /// deadline) go ahead of the others only while the work admitted that way is at most
+    /// this share of the work admitted recently ([`OVERDUE_HALF_LIFE_US`]); beyond it they
+    /// wait in the policy's ordinary order and hold no one back. In (0, 1]; 1 (the
+    /// default): always ahead. See "Overdue share" in the module docs.
+    #[serde(default = "unbounded_charge_share")]
+    pub overdue_share: f64,
 }
 
 fn unbounded_charge_share() -> f64 {
@@ -51,6 +58,7 @@ impl GateConfig {
             max_in_flight: None,
             max_charge_share: 1.0,
             max_wait_us: None,
+            overdue_share: 1.0,
         }
     }
 
@@ -107,6 +115,18 @@ pub enum Rejection {
     QueueFull,
 }
 
+/// An admitted, unfinished request.
+#[derive(Debug, Clone, Copy)]
+struct Running {
+    charge_us: u64,
+    /// Admission time + charge.
+    finish_us: u64,
+    /// The share clock at admission.
+    share_at_admission_us: f64,
+    /// Admitted ahead of the ordinary order as overdue (counted in the overdue share).
+    overdue: bool,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Waiting {
     cost_us: u64,
@@ -126,9 +146,13 @@ pub struct Gate {
     /// `∫ dt / in_flight(t)` over the time anything was in flight, µs: a processor-sharing
     /// virtual clock. A request's share is its advance while the request was admitted.
     share_clock_us: f64,
-    /// Admitted, unfinished: id → (charge, expected finish = admission time + charge,
-    /// share clock at admission).
-    running: HashMap<u64, (u64, u64, f64)>,
+    /// Admitted, unfinished requests by id.
+    running: HashMap<u64, Running>,
+    /// Charges admitted ahead as overdue, and all charges admitted, each decayed with
+    /// half-life [`OVERDUE_HALF_LIFE_US`] to `work_at_us` (the share `overdue_share` bounds).
+    overdue_work_us: f64,
+    admitted_work_us: f64,
+    work_at_us: u64,
     /// `(expected finish, seq)` of admitted requests (sjf-aging's earliest starts).
     by_finish: BTreeSet<(u64, u64)>,
     /// Waiting requests by arrival order.
@@ -159,6 +183,9 @@ impl Gate {
         if !(cfg.max_charge_share > 0.0 && cfg.max_charge_share <= 1.0) {
             return Err(AdmissionError::BadChargeShare { share: cfg.max_charge_share });
         }
+        if !(cfg.overdue_share > 0.0 && cfg.overdue_share <= 1.0) {
+            return Err(AdmissionError::BadOverdueShare { share: cfg.overdue_share });
+        }
         Ok(Gate {
             cfg,
             next_seq: 0,
@@ -166,6 +193,9 @@ impl Gate {
             load_us: 0,
             share_clock_us: 0.0,
             running: HashMap::new(),
+            overdue_work_us: 0.0,
+            admitted_work_us: 0.0,
+            work_at_us: 0,
             by_finish: BTreeSet::new(),
             queue: BTreeMap::new(),
             by_cost: BTreeSet::new(),
@@ -197,6 +227,13 @@ impl Gate {
         self.running.len()
     }
 
+    /// Recent work admitted ahead as overdue and all recent work admitted (charges at
+    /// admission, decayed with half-life [`OVERDUE_HALF_LIFE_US`] to the last event): the
+    /// first is at most `overdue_share` × the second plus one request's charge.
+    pub fn overdue_work_us(&self) -> (f64, f64) {
+        (self.overdue_work_us, self.admitted_work_us)
+    }
+
     fn clock(&mut self, now_us: u64) -> u64 {
         let now_us = self.last_now_us.max(now_us);
         self.share_clock_us = self.share_clock_at(now_us);
@@ -219,8 +256,11 @@ impl Gate {
     /// ([`Basis::Share`]); it never exceeds the time since admission. Call it before
     /// [`Gate::release`] (which consumes the ticket). Read-only.
     pub fn share_us(&self, now_us: u64, ticket: &Ticket) -> Result<u64, AdmissionError> {
-        let &(_, _, at_admission) =
-            self.running.get(&ticket.id.0).ok_or(AdmissionError::UnknownTicket { id: ticket.id.0 })?;
+        let at_admission = self
+            .running
+            .get(&ticket.id.0)
+            .ok_or(AdmissionError::UnknownTicket { id: ticket.id.0 })?
+            .share_at_admission_us;
         let now_us = self.last_now_us.max(now_us);
         Ok((self.share_clock_at(now_us) - at_admission).max(0.0).round() as u64)
     }
@@ -229,11 +269,11 @@ impl Gate {
     /// queue is dispatched.
     pub fn release(&mut self, now_us: u64, ticket: Ticket) -> Result<Vec<Admitted>, AdmissionError> {
         let now_us = self.clock(now_us);
-        let (charge, finish, _) =
-            self.running.remove(&ticket.id.0).ok_or(AdmissionError::UnknownTicket { id: ticket.id.0 })?;
-        debug_assert_eq!(charge, ticket.charge_us);
-        self.by_finish.remove(&(finish, ticket.id.0));
-        self.load_us -= charge;
+        let r = self.running.remove(&ticket.id.0).ok_or(AdmissionError::UnknownTicket { id: ticket.id.0 })?;
+        debug_assert_eq!(r.charge_us, ticket.charge_us);
+        self.by_finish.remove(&(r.finish_us, ticket.id.0));
+        self.load_us -= r.charge_us;
+
         Ok(self.dispatch(now_us))
     }
 
@@ -253,14 +293,24 @@ impl Gate {
         let cost_us = cost_us.clamp(MIN_COST_US, self.cfg.max_charge_us());
         let id = ticket.id.0;
         let entry = self.running.get_mut(&id).ok_or(AdmissionError::UnknownTicket { id })?;
-        let (old, finish, _) = *entry;
+        let (old, finish) = (entry.charge_us, entry.finish_us);
         if old == cost_us {
             return Ok(Vec::new());
         }
         // finish = admission time + old charge, so it is at least `old`.
         let new_finish = (finish - old).saturating_add(cost_us);
-        entry.0 = cost_us;
-        entry.1 = new_finish;
+        entry.charge_us = cost_us;
+        entry.finish_us = new_finish;
+        let overdue = entry.overdue;
+        // The recent work counts the new charge: the difference, decayed since admission.
+        if self.cfg.overdue_share < 1.0 {
+            let age = self.work_at_us.saturating_sub(finish - old) as f64;
+            let delta = (cost_us as f64 - old as f64) * 0.5f64.powf(age / super::OVERDUE_HALF_LIFE_US as f64);
+            self.admitted_work_us = (self.admitted_work_us + delta).max(0.0);
+            if overdue {
+                self.overdue_work_us = (self.overdue_work_us + delta).max(0.0);
+            }
+        }
         self.by_finish.remove(&(finish, id));
         self.by_finish.insert((new_finish, id));
         self.load_us = self.load_us - old + cost_us;
@@ -315,9 +365,33 @@ impl Gate {
         self.running.is_empty() || self.load_us.saturating_add(cost_us) <= self.cfg.capacity_us
     }
 
+    /// Whether an overdue request may go ahead now: the share is unbounded (1), or the
+    /// work admitted ahead as overdue is at most `overdue_share` of the work admitted,
+    /// recently (decay changes both alike, so not their ratio). A share of *work* over
+    /// time, not of the requests in flight: a backend that runs one request at a time in
+    /// its own arrival order gives whoever holds a place its whole time, so a place for
+    /// the overdue stream beside one for the others gave the costly overdue requests
+    /// nearly all of it.
+    pub(super) fn overdue_room(&self) -> bool {
+        let share = self.cfg.overdue_share;
+        share >= 1.0 || self.overdue_work_us <= share * self.admitted_work_us
+    }
+
+    /// Account an admission's charge in the recent work (and in the overdue stream's).
+    fn count_work(&mut self, now_us: u64, charge_us: u64, overdue: bool) {
+        if self.cfg.overdue_share >= 1.0 {
+            return;
+        }
+        let dt = now_us.saturating_sub(self.work_at_us) as f64;
+        let decay = 0.5f64.powf(dt / super::OVERDUE_HALF_LIFE_US as f64);
+        self.work_at_us = self.work_at_us.max(now_us);
+        self.admitted_work_us = self.admitted_work_us * decay + charge_us as f64;
+        self.overdue_work_us = self.overdue_work_us * decay + if overdue { charge_us as f64 } else { 0.0 };
+    }
+
     fn dispatch(&mut self, now_us: u64) -> Vec<Admitted> {
         let mut out = Vec::new();
-        while let Some(seq) = self.next_admission(now_us) {
+        while let Some((seq, overdue)) = self.next_admission(now_us) {
             let w = self.remove_waiting(seq).expect("picked request is waiting");
             if let Some(class) = w.class.filter(|_| !self.probes.is_empty()) {
                 // A probe asks for one fresh sample of its type; its class's head, admitted
@@ -332,7 +406,16 @@ impl Gate {
             }
             let finish = now_us.saturating_add(w.cost_us);
             self.load_us += w.cost_us;
-            self.running.insert(seq, (w.cost_us, finish, self.share_clock_us));
+            self.running.insert(
+                seq,
+                Running {
+                    charge_us: w.cost_us,
+                    finish_us: finish,
+                    share_at_admission_us: self.share_clock_us,
+                    overdue,
+                },
+            );
+            self.count_work(now_us, w.cost_us, overdue);
             self.by_finish.insert((finish, seq));
             out.push(Admitted {
                 ticket: Ticket { id: RequestId(seq), charge_us: w.cost_us },

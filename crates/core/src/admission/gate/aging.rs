@@ -8,8 +8,10 @@ use super::Gate;
 impl Gate {
     /// sjf-aging (see the module docs): one pass over the queue in arrival order, carrying
     /// `allow = min over older o of max(max(deadline_o, start_o) − now, spare_o)`; `r` is
-    /// allowed iff `cost_r <= allow`.
-    pub(super) fn pick_aging(&self, now_us: u64) -> Option<u64> {
+    /// allowed iff `cost_r <= allow`. A due request without room in the overdue share
+    /// neither goes first nor constrains younger ones. Returns the pick and whether it went
+    /// ahead as due.
+    pub(super) fn pick_aging(&self, now_us: u64) -> Option<(u64, bool)> {
         let min_cost = self.by_cost.first()?.0;
         if !self.fits(min_cost) {
             return None; // nothing fits: no need to look further
@@ -25,14 +27,18 @@ impl Gate {
         let mut best_due: Option<(u64, u64)> = None;
         let mut best_cost: Option<(u64, u64)> = None;
         for (&seq, w) in self.queue.iter().take(AGING_SCAN_LIMIT) {
+            let due = w.deadline_us <= now_us;
+            // Past its bound with the overdue share taken: it waits in cost order, and
+            // holding younger requests back for it would only turn an overload into fifo.
+            let due_first = due && self.overdue_room();
             // Only the oldest of a class is a candidate (the class rule).
             if w.cost_us <= allow_us && self.fits(w.cost_us) && self.is_class_head(seq) {
-                let (best, key) = if w.deadline_us <= now_us {
-                    (&mut best_due, (w.deadline_us, seq))
-                } else {
-                    (&mut best_cost, (w.cost_us, seq))
-                };
+                let (best, key) =
+                    if due_first { (&mut best_due, (w.deadline_us, seq)) } else { (&mut best_cost, (w.cost_us, seq)) };
                 *best = Some(best.map_or(key, |b| b.min(key)));
+            }
+            if due && !due_first {
+                continue;
             }
             // `w`'s start: once it fits, and once it may go ahead of the older requests.
             // Started when it fits, would it still run past `bound`? Then it waits at
@@ -55,7 +61,7 @@ impl Gate {
                 break; // nothing younger can be allowed any more
             }
         }
-        best_due.or(best_cost).map(|(_, s)| s)
+        best_due.map(|(_, s)| (s, true)).or(best_cost.map(|(_, s)| (s, false)))
     }
 
     /// Admitted requests in expected-finish order: `(finish, load after, in flight after)`,
@@ -66,7 +72,7 @@ impl Gate {
         let mut count = self.running.len();
         let mut out = Vec::with_capacity(count);
         for &(finish, seq) in &self.by_finish {
-            load -= self.running[&seq].0;
+            load -= self.running[&seq].charge_us;
             count -= 1;
             out.push((finish.max(now_us), load, count));
         }

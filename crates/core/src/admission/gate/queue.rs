@@ -15,7 +15,9 @@ impl Gate {
     pub fn head_cost_us(&self) -> Option<u64> {
         let seq = match self.cfg.policy {
             AdmissionPolicy::Fifo => *self.queue.first_key_value()?.0,
-            AdmissionPolicy::Sjf => self.overdue_head(self.last_now_us).or_else(|| self.sjf_head())?,
+            AdmissionPolicy::Sjf => {
+                self.overdue_head(self.last_now_us).filter(|_| self.overdue_room()).or_else(|| self.sjf_head())?
+            }
             AdmissionPolicy::SjfAging { .. } => return self.by_cost.first().map(|&(c, _)| c),
         };
         Some(self.queue[&seq].cost_us)
