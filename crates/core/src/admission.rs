@@ -261,4 +261,6 @@ mod backend_tests;
 #[cfg(test)]
 mod class_tests;
 #[cfg(test)]
+mod exact_service;
+#[cfg(test)]
 mod tests;

@@ -15,6 +15,7 @@
 //!
 //! Exact and deterministic: a run is a pure function of its [`Scenario`].
 
+use super::exact_service::exact_service;
 use super::*;
 use proptest::test_runner::TestCaseError;
 
@@ -310,68 +311,19 @@ fn aging_keeps_fifos_work_rate_table() {
     assert!(failures.is_empty(), "sjf-aging:2 worse than fifo:\n{}", failures.join("\n"));
 }
 
-/// Drives a gate whose admitted requests each finish exactly their charge after admission,
-/// arrivals `(gap, cost)` in order. Checks, after every instant: the load holds the
-/// capacity unless one request runs alone, and a request that is the oldest waiting and
-/// due (sjf-aging) is admitted by the time every request in flight when it was first seen
-/// so has finished (the bound in the module docs, "Policies"; "first seen" is an event
-/// instant, no later than the moment itself, so the check is if anything stricter).
-fn exact_service(policy: AdmissionPolicy, capacity_us: u64, arrivals: &[(u64, u64)]) -> Result<(), TestCaseError> {
-    use proptest::prelude::*;
-    let mut g = Gate::new(GateConfig::new(capacity_us, policy)).unwrap();
-    // (finish, id) of the admitted requests.
-    let mut running: BTreeMap<(u64, u64), Ticket> = BTreeMap::new();
-    let mut waiting: BTreeMap<u64, u64> = BTreeMap::new(); // id → deadline
-    let mut watched: Option<(u64, u64)> = None; // (oldest due id, its bound)
-    let mut next = arrivals.iter().scan(0u64, |t, &(gap, cost)| {
-        *t += gap;
-        Some((*t, cost))
-    });
-    let mut pending = next.next();
+/// [`exact_service`] under `policy`: the load invariant, and a request that is the oldest
+/// waiting and due (sjf-aging: its arrival plus `factor` times its cost) is admitted by the
+/// time every request in flight when it was first seen so has finished (the bound in the
+/// module docs, "Policies").
+fn exact_service_due(policy: AdmissionPolicy, capacity_us: u64, arrivals: &[(u64, u64)]) -> Result<(), TestCaseError> {
     let factor = match policy {
         AdmissionPolicy::SjfAging { factor } => factor,
         _ => f64::INFINITY,
     };
-    loop {
-        let t =
-            [pending.map(|p| p.0), running.keys().next().map(|k| k.0), g.next_wakeup_us()].into_iter().flatten().min();
-        let Some(now) = t else { break };
-        let mut admitted = Vec::new();
-        while let Some((&(finish, id), _)) = running.first_key_value() {
-            if finish > now {
-                break;
-            }
-            let ticket = running.remove(&(finish, id)).unwrap();
-            admitted.extend(g.release(now, ticket).unwrap());
-        }
-        while let Some((at, cost)) = pending.filter(|p| p.0 <= now) {
-            let (id, adm) = g.arrive(at, cost).unwrap();
-            waiting.insert(id.0, at.saturating_add((factor * cost as f64).min(u64::MAX as f64 / 2.0) as u64));
-            admitted.extend(adm);
-            pending = next.next();
-        }
-        admitted.extend(g.poll(now));
-        for a in admitted {
-            waiting.remove(&a.ticket.id().0);
-            running.insert((now + a.ticket.charge_us(), a.ticket.id().0), a.ticket);
-        }
-        prop_assert!(running.len() <= 1 || g.load_us() <= capacity_us, "load {} at {}", g.load_us(), now);
-        if let Some((id, bound)) = watched {
-            if waiting.contains_key(&id) {
-                prop_assert!(now < bound, "request {} still waits at {}, past {}", id, now, bound);
-                continue;
-            }
-            watched = None;
-        }
-        if let Some((&id, &deadline)) = waiting.first_key_value() {
-            if deadline <= now {
-                let bound = running.keys().next_back().map_or(now, |k| k.0);
-                watched = Some((id, bound));
-            }
-        }
-    }
-    prop_assert!(waiting.is_empty() && running.is_empty());
-    Ok(())
+    let deadline =
+        |arrival: u64, cost: u64| arrival.saturating_add((factor * cost as f64).min(u64::MAX as f64 / 2.0) as u64);
+    let g = Gate::new(GateConfig::new(capacity_us, policy)).unwrap();
+    exact_service(g, arrivals, |_, _| Ok(()), |now, arrival, cost, _| deadline(arrival, cost) <= now)
 }
 
 proptest::proptest! {
@@ -388,7 +340,7 @@ proptest::proptest! {
             0..150,
         ),
     ) {
-        exact_service(AdmissionPolicy::SjfAging { factor }, capacity_us, &arrivals)?;
+        exact_service_due(AdmissionPolicy::SjfAging { factor }, capacity_us, &arrivals)?;
     }
 }
 

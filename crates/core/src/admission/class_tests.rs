@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 
+use super::exact_service::exact_service;
 use super::*;
 
 fn gate(capacity_us: u64, policy: &str) -> Gate {
@@ -233,69 +234,24 @@ fn sjf_wait_bound_admits_the_starved_request() {
     }
 }
 
-/// Drives a gate whose admitted requests each finish exactly their charge after admission,
-/// arrivals `(gap, cost)` in order, and checks after every instant: the load holds the
-/// capacity unless one request runs alone; the recent work admitted ahead as overdue is at
-/// most `overdue_share` of all recent work admitted plus one request's charge; and (sjf)
-/// the oldest request, overdue while the overdue stream is within its share, is admitted by
-/// the time the requests in flight then have finished.
+/// [`exact_service`] checking, besides the load, that the recent work admitted ahead as
+/// overdue is at most `overdue_share` of all recent work admitted plus one request's charge;
+/// and (sjf) that the oldest request, overdue while the overdue stream is within its share,
+/// is admitted by the time the requests in flight then have finished.
 fn overdue_exact_service(cfg: GateConfig, arrivals: &[(u64, u64)]) -> Result<(), TestCaseError> {
-    let (capacity, share) = (cfg.capacity_us, cfg.overdue_share);
+    let share = cfg.overdue_share;
     let (sjf, max_wait) = (cfg.policy == AdmissionPolicy::Sjf, cfg.max_wait_us.unwrap_or(u64::MAX));
     let max_cost = arrivals.iter().map(|a| a.1).max().unwrap_or(0) as f64;
-    let mut g = Gate::new(cfg).unwrap();
-    let mut running: BTreeMap<(u64, u64), Ticket> = BTreeMap::new();
-    let mut waiting: BTreeMap<u64, u64> = BTreeMap::new(); // id → arrival
-    let mut watched: Option<(u64, u64)> = None; // (oldest overdue id, its bound)
-    let mut next = arrivals.iter().scan(0u64, |t, &(gap, cost)| {
-        *t += gap;
-        Some((*t, cost))
-    });
-    let mut pending = next.next();
-    loop {
-        let t =
-            [pending.map(|p| p.0), running.keys().next().map(|k| k.0), g.next_wakeup_us()].into_iter().flatten().min();
-        let Some(now) = t else { break };
-        let mut admitted = Vec::new();
-        while let Some((&(finish, id), _)) = running.first_key_value() {
-            if finish > now {
-                break;
-            }
-            let ticket = running.remove(&(finish, id)).unwrap();
-            admitted.extend(g.release(now, ticket).unwrap());
-        }
-        while let Some((at, cost)) = pending.filter(|p| p.0 <= now) {
-            let (id, adm) = g.arrive(at, cost).unwrap();
-            waiting.insert(id.0, at);
-            admitted.extend(adm);
-            pending = next.next();
-        }
-        admitted.extend(g.poll(now));
-        for a in admitted {
-            waiting.remove(&a.ticket.id().0);
-            running.insert((now + a.ticket.charge_us(), a.ticket.id().0), a.ticket);
-        }
-        prop_assert!(running.len() <= 1 || g.load_us() <= capacity, "load {} at {}", g.load_us(), now);
+    let share_holds = |now: u64, g: &Gate| {
         let (overdue, all) = g.overdue_work_us();
         prop_assert!(overdue <= share * all + max_cost + 1e-6 * all, "overdue work {} of {} at {}", overdue, all, now);
-        if !sjf {
-            continue;
-        }
-        if let Some((id, bound)) = watched {
-            if waiting.contains_key(&id) {
-                prop_assert!(now < bound, "request {} still waits at {}, past {}", id, now, bound);
-                continue;
-            }
-            watched = None;
-        }
-        if let Some((&id, &arrival)) = waiting.first_key_value() {
-            if now.saturating_sub(arrival) >= max_wait && (share >= 1.0 || overdue <= share * all) {
-                watched = Some((id, running.keys().next_back().map_or(now, |k| k.0)));
-            }
-        }
-    }
-    prop_assert!(waiting.is_empty() && running.is_empty());
-    Ok(())
+        Ok(())
+    };
+    let due = |now: u64, arrival: u64, _cost: u64, g: &Gate| {
+        let (overdue, all) = g.overdue_work_us();
+        sjf && now.saturating_sub(arrival) >= max_wait && (share >= 1.0 || overdue <= share * all)
+    };
+    exact_service(Gate::new(cfg).unwrap(), arrivals, share_holds, due)
 }
 
 proptest! {
