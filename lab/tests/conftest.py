@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -13,7 +14,19 @@ import pytest
 from shortfirst_lab.analysis import REQUEST_COLUMNS, fit_baseline
 
 #: The release build the namespace tests run (`make test` builds it first).
-RELEASE_BIN = Path(__file__).resolve().parents[2] / "target" / "release" / "shortfirst"
+REPO = Path(__file__).resolve().parents[2]
+RELEASE_BIN = REPO / "target" / "release" / "shortfirst"
+
+
+def load_script(relpath: str, name: str):
+    """A script of the repository that is not a package module (``bench/serve.py``,
+    ``scripts/check_history.py``) imported as module ``name``."""
+    spec = importlib.util.spec_from_file_location(name, REPO / relpath)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 #: Marks of a test that builds namespaces, qdiscs or TUN devices: skipped, with the reason,
 #: unless run as root (CI runs as root).
 NEEDS_ROOT = [

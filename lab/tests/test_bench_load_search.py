@@ -2,20 +2,13 @@
 counts as sustained, failed or inconclusive given each probe's outcome and the host's
 steal, as tables of probe outcomes against the decision."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "crates" / "load" / "bench" / "bench_load.py"
+from conftest import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_load", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("crates/load/bench/bench_load.py", "bench_load")
 
 
 def scripted(outcomes: dict[int, list[tuple[bool, list[float]]]]):

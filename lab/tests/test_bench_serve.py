@@ -1,20 +1,15 @@
 """`make bench-serve` (bench/serve.py): which servers run with which arguments, and the
 summary's ratios (shortfirst against nginx, srrt against srpt) from per-round results."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "serve.py"
+from conftest import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_serve", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/serve.py", "bench_serve")
 
 
 def _run(server, path, rps, p99_ms, cpu_us, rnd=1):

@@ -4,17 +4,15 @@ lines it must leave alone, the excluded paths, and the command on a scratch repo
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "check_history.py"
-_spec = importlib.util.spec_from_file_location("check_history", SCRIPT)
-check_history = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(check_history)
+check_history = load_script("scripts/check_history.py", "check_history")
 
 BAD = [
     # (line, rule): inputs the lint must reject, shaped like the history comments it exists

@@ -1,17 +1,15 @@
 """Tests of scripts/unused_deps.py on small workspaces made in a temporary
 directory: what counts as a use, per table, and what is reported."""
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "unused_deps.py"
-_spec = importlib.util.spec_from_file_location("unused_deps", SCRIPT)
-unused_deps = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(unused_deps)
+unused_deps = load_script("scripts/unused_deps.py", "unused_deps")
 
 
 def workspace(tmp_path: Path, crates: dict[str, tuple[str, dict[str, str]]], ws_deps: str = "") -> Path:
