@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .expmodel import (
+    AT_MAX_CONNECTIONS,
     MAX_ARMS,
     MAX_GROUPS,
     MAX_PACER_RATE_BITS_PER_S,
@@ -290,15 +291,29 @@ def experiment_from_dict(
     rrt_cutoffs = s.str("rrt_cutoffs", "")
     if rrt_cutoffs not in ("", "auto") and not all(_RRT_CUTOFF_RE.match(x) for x in rrt_cutoffs.split(",")):
         raise s.err("rrt_cutoffs", '"" (server default), "auto" or a list like "50ms,100ms,1s"', rrt_cutoffs)
+    at_max = s.str("at_max_connections", "")
+    if at_max and at_max not in AT_MAX_CONNECTIONS:
+        raise s.err(
+            "at_max_connections",
+            f'"" (the server\'s default) or one of {"|".join(AT_MAX_CONNECTIONS)}',
+            at_max,
+        )
     extra = s.get("extra_args", [])
     if not isinstance(extra, list) or not all(isinstance(x, str) for x in extra):
         raise s.err("extra_args", "a list of strings", extra)
+    for key, flag in (
+        ("max_connections", "--max-connections"),
+        ("at_max_connections", "--at-max-connections"),
+    ):
+        if key in s.table and any(a.split("=", 1)[0] == flag for a in extra):
+            raise s.err("extra_args", f"no {flag} beside server.{key} (the key sets it)", extra)
     server = Server(
         cutoffs=cutoffs,
         rrt_cutoffs=rrt_cutoffs,
         port=s.int("port", 8080, lo=1, hi=65535),
         send_buffer_bytes=s.int("send_buffer_bytes", 32_768, lo=0, hi=1 << 30),
         max_connections=s.int("max_connections", 0, lo=0, hi=10_000_000),
+        at_max_connections=at_max,
         extra_args=tuple(extra),
         write_concurrency=s.int("write_concurrency", 0, lo=0, hi=1_000_000),
     )

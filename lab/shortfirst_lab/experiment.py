@@ -126,8 +126,15 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
                                       # is sent and gets promoted early, so SRPT decays to FAIR.
                                       # 32 KB keeps written within ~64 KB of sent, no throughput
                                       # cost on a LAN (measured by the uplink work, downloads.py).
-    max_connections = 0               # int >= 0: `serve --max-connections` (beyond: 503 and
-                                      # close); 0 keeps the server's default
+    max_connections = 0               # int >= 0: `serve --max-connections`; 0 keeps the
+                                      # server's default (4096)
+    at_max_connections = ""           # "" (the server's default: refuse) | "refuse" | "wait":
+                                      # `serve --at-max-connections`, what happens beyond
+                                      # max_connections. refuse: accept, answer 503, close;
+                                      # wait: stop accepting until a connection closes, so new
+                                      # ones wait in the accept queue (uplink.accept_queue) and
+                                      # beyond it the kernel drops SYNs, as the paper's Apache
+                                      # did at its 350 processes (overload-persistent-apache.toml)
     extra_args = []                   # further `shortfirst serve` arguments, list of strings
                                       # (not --scheduler, --uplink-rate, --write-concurrency:
                                       # the arms set those)
@@ -154,6 +161,7 @@ from __future__ import annotations
 
 from .expcheck import apply_override, experiment_from_dict, load_experiment, parse_rate
 from .expmodel import (
+    AT_MAX_CONNECTIONS,
     MAX_ARMS,
     MAX_GROUPS,
     MAX_PACER_RATE_BITS_PER_S,
@@ -180,6 +188,7 @@ from .expmodel import (
 )
 
 __all__ = [
+    "AT_MAX_CONNECTIONS",
     "MAX_ARMS",
     "MAX_GROUPS",
     "MAX_PACER_RATE_BITS_PER_S",

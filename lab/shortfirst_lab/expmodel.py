@@ -25,6 +25,9 @@ SYNCOOKIES = {"off": 0, "on": 1, "always": 2}
 #: the server's own pacer under a plain token bucket, or that pacer with Crovella 1999's limit
 #: on how many responses may write at once.
 SCHEDULERS = ("kernel", "user", "crovella")
+#: What `serve` does at `--max-connections` (`--at-max-connections`): refuse = accept and answer
+#: 503; wait = stop accepting until a connection closes (the accept queue, then SYN drops).
+AT_MAX_CONNECTIONS = ("refuse", "wait")
 #: Policies a user-space scheduler ranks by: `serve` refuses srpt2 (learned cutoffs) and srrt
 #: (kernel bands by TCP_INFO) with them, and runs las (least attained service) with them only.
 USER_POLICIES = ("fair", "srpt", "las")
@@ -122,6 +125,7 @@ class Server:
     port: int = 8080
     send_buffer_bytes: int = 32_768
     max_connections: int = 0
+    at_max_connections: str = ""  # "" = the server's default (refuse) | refuse | wait
     extra_args: tuple[str, ...] = ()
     write_concurrency: int = 0  # crovella arms: `serve --write-concurrency`; 0 = the server's
 
@@ -287,6 +291,8 @@ def _server_dict(s: Server) -> dict[str, Any]:
     out = {**vars(s), "extra_args": list(s.extra_args)}
     if not s.write_concurrency:
         del out["write_concurrency"]  # at its default, left out like the file leaves it out
+    if not s.at_max_connections:
+        del out["at_max_connections"]  # likewise
     return out
 
 

@@ -17,7 +17,9 @@ each one becomes here:
 - SYN and accept queues (all): `uplink.syn_queue` (`tcp_max_syn_backlog`),
   `uplink.accept_queue` (`somaxconn`, which caps the server's listen backlog);
 - 350 Apache processes (all): `server.max_connections`, `serve --max-connections`; beyond
-  it a connection gets a 503, where Apache left it waiting in the accept queue.
+  it a connection gets a 503 by default, and with `server.at_max_connections = "wait"`
+  (`serve --at-max-connections wait`) it waits in the accept queue as it did in Apache,
+  whose overflow is then the paper's SYN drops (overload-persistent-apache.toml).
 
 Not expressible: the *initial* RTO. Linux sends a SYN's and a SYN-ACK's first retransmission
 after a fixed 1 s (TCP_TIMEOUT_INIT, RFC 6298; the paper's kernel used 3 s), and neither a
@@ -72,5 +74,9 @@ def scheduler_flags(scheduler: str, u: Uplink, s: Server) -> list[str]:
 
 
 def serve_flags(s: Server) -> list[str]:
-    """`shortfirst serve` flags of the server's limits."""
-    return ["--max-connections", str(s.max_connections)] if s.max_connections else []
+    """`shortfirst serve` flags of the server's limits: the connection limit and what happens
+    at it."""
+    out = ["--max-connections", str(s.max_connections)] if s.max_connections else []
+    if s.at_max_connections:
+        out += ["--at-max-connections", s.at_max_connections]
+    return out

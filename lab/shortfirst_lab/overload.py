@@ -34,7 +34,9 @@ over repeats, `repeats` says how many; `valid` only if every one is):
 generator's start to the first health sample whose `ListenDrops` had grown; null if none.
 Persistent entries are per (ρ, policy) and also per setup and run length (`duration_s`), so
 the 30-minute memory run (overload-rss.toml) is an entry of its own, not pooled with the
-10-minute ones.
+10-minute ones. Runs whose servers had different connection limits
+(`server.max_connections`, `server.at_max_connections`) are never pooled: such directories
+are summarised one at a time (overload-persistent-apache.toml against overload-persistent.toml).
 `checks` sets the paper's claims beside what was measured, and the memory check of a long
 persistent run: the server's RSS at the end within 1.5x of its RSS after the first minute,
 the admin endpoint answering in every sample (`admin_ok` in health.csv).
@@ -95,6 +97,8 @@ class Run:
     health: pd.DataFrame = field(repr=False)
     series: pd.DataFrame = field(repr=False)
     requests: pd.DataFrame = field(repr=False)  # the window's (analysis.window)
+    #: `server.max_connections` and `server.at_max_connections` as the experiment set them.
+    connection_limit: tuple[int, str] = (0, "")
 
     @property
     def workload(self) -> str | None:
@@ -220,6 +224,7 @@ def analyse_run(run_dir: Path, exp: Experiment, spec: RunSpec) -> Run:
         h,
         s,
         w,
+        (sub.server.max_connections, sub.server.at_max_connections),
     )
 
 
@@ -288,6 +293,7 @@ def persistent_entries(runs: list[Run]) -> list[dict[str, Any]]:
             groups.setdefault((r.rho, r.duration_s, r.policy, r.setup or BASELINE_SETUP), []).append(r)
     out = []
     for (rho, duration_s, policy, setup), rs in sorted(groups.items()):
+        _same_connection_limit(rs)
         drops = [r.metrics["first_syn_drop_s"] for r in rs if r.metrics.get("first_syn_drop_s") is not None]
         entry = {
             "rho": rho,
@@ -305,6 +311,18 @@ def persistent_entries(runs: list[Run]) -> list[dict[str, Any]]:
         ]  # fmt: skip
         out.append(entry)
     return out
+
+
+def _same_connection_limit(runs: list[Run]) -> None:
+    """Repeats pool only runs of one server: a 503 at 4096 connections and a wait at 350 are two
+    experiments, not two repeats."""
+    limits = {r.connection_limit for r in runs}
+    if len(limits) > 1:
+        dirs = ", ".join(str(r.run_dir) for r in runs)
+        raise OverloadError(
+            f"runs of one point with different connection limits (server.max_connections, "
+            f"server.at_max_connections: {sorted(limits)}): {dirs}; summarise their experiments separately"
+        )
 
 
 def _ratio(num: Any, den: Any) -> float | None:

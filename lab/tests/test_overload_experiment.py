@@ -152,6 +152,28 @@ def test_factor_keys_become_sysctls_and_flags(tmp_path):
     assert d["uplink"]["syncookies"] == "off" and d["client"]["requests_per_connection"] == 5
 
 
+@pytest.mark.parametrize(
+    ("server", "flags"),
+    [
+        ('at_max_connections = "wait"', ["--at-max-connections", "wait"]),
+        (
+            'max_connections = 350\nat_max_connections = "wait"',
+            ["--max-connections", "350", "--at-max-connections", "wait"],
+        ),
+        (
+            'max_connections = 350\nat_max_connections = "refuse"',
+            ["--max-connections", "350", "--at-max-connections", "refuse"],
+        ),
+        ('at_max_connections = ""', []),
+    ],
+)
+def test_at_max_connections_becomes_the_serve_flag(tmp_path, server, flags):
+    exp = _exp(tmp_path, f"\n[server]\n{server}\n")
+    assert factors.serve_flags(exp.server) == flags
+    d = exp.to_dict()["server"]
+    assert d.get("at_max_connections", "") == exp.server.at_max_connections, "left out at its default"
+
+
 def test_factor_keys_default_to_the_kernel_and_the_tools(tmp_path):
     exp = _exp(tmp_path, "")
     assert factors.server_sysctls(exp.uplink) == {} and factors.client_sysctls(exp.client) == {}
@@ -172,12 +194,22 @@ def test_factor_keys_default_to_the_kernel_and_the_tools(tmp_path):
         ("uplink", "mtu = 536", "uplink.mtu", "an integer in [576, 9000]"),
         ("server", "max_connections = -5", "server.max_connections", "an integer in [0,"),
         ("server", 'max_connections = "350"', "server.max_connections", "an integer"),
+        ("server", 'at_max_connections = "block"', "server.at_max_connections", "refuse|wait"),
+        ("server", 'at_max_connections = "Wait"', "server.at_max_connections", "refuse|wait"),
+        ("server", "at_max_connections = true", "server.at_max_connections", "a string"),
+        (
+            "server",
+            'at_max_connections = "wait"\nextra_args = ["--at-max-connections=refuse"]',
+            "server.extra_args",
+            "no --at-max-connections beside server.at_max_connections",
+        ),
     ],
 )
 def test_bad_factor_keys_name_the_key(tmp_path, section, line, key, expected):
     with pytest.raises(ExperimentError) as e:
         _exp(tmp_path, f"\n[{section}]\n{line}\n")
     assert e.value.key == key and expected in str(e.value), str(e.value)
+    assert "exp.toml" in str(e.value), "names the file"
 
 
 # --------------------------------------------------------------------------- setups
@@ -283,6 +315,18 @@ def test_factors_experiment_runs_w1_under_table_2s_setups():
     assert (j.wan.paths[0].rtt_ms, j.wan.paths[0].loss, j.client.requests_per_connection) == (100, 0.05, 5)
     assert (j.client.abort_after_s, j.client.retries) == (7, 3)
     assert len(exp.matrix()) == 16
+
+
+def test_the_apache_variant_is_overload_persistent_with_the_papers_connection_limit():
+    base = load_experiment(EXPERIMENTS / "overload-persistent.toml").to_dict()
+    apache = load_experiment(EXPERIMENTS / "overload-persistent-apache.toml")
+    assert (apache.server.max_connections, apache.server.at_max_connections) == (350, "wait")
+    assert factors.serve_flags(apache.server) == ["--max-connections", "350", "--at-max-connections", "wait"]
+    d = apache.to_dict()
+    for key in ("name", "description"):
+        del d["experiment"][key], base["experiment"][key]
+    del d["server"]["max_connections"], d["server"]["at_max_connections"], base["server"]["max_connections"]
+    assert d == base, "only the connection limit differs"
 
 
 def test_persistent_and_rss_experiments_have_their_loads_and_lengths():

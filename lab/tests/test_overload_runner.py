@@ -22,6 +22,7 @@ client.requests_per_connection = 3
 client.abort_after_s = 2
 client.retries = 1
 server.max_connections = 50
+server.at_max_connections = "wait"
 """
 
 
@@ -44,10 +45,10 @@ def test_runner_runs_schedules_and_setups(fake_env, tmp_path):  # noqa: F811 - t
         assert "--load-schedule w1" in load and "--load 0.5" in load
         if name.endswith("setupE-rep1"):
             assert "--persistent 3" in load and "--abort-after" not in load
-            assert "--max-connections" not in serve
+            assert "--max-connections" not in serve and "--at-max-connections" not in serve
         else:
             assert "--abort-after 2s --retries 1" in load and "--persistent" not in load
-            assert "--max-connections 50" in serve
+            assert "--max-connections 50 --at-max-connections wait" in serve
     assert [(w["name"], w["setup"]) for w in summary["workloads"]] == [("W1", "E"), ("W1", "H")]
     assert json.loads((out / "summary.json").read_text())["workloads"] == summary["workloads"]
     assert (out / "figures" / "setups.png").exists()

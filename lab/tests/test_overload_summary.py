@@ -221,6 +221,23 @@ def test_persistent_entries_and_the_memory_check(tmp_path, loads, client, prefix
     )
 
 
+def test_runs_of_servers_with_different_connection_limits_are_not_pooled(tmp_path):
+    default = persistent_dir(tmp_path, "persistent", "1.2", "", "load1.20")
+    apache = persistent_dir(tmp_path, "persistent-apache", "1.2", "", "load1.20")
+    exp = apache / "experiment.toml"
+    exp.write_text(exp.read_text() + '\n[server]\nmax_connections = 350\nat_max_connections = "wait"\n')
+    with pytest.raises(
+        overload.OverloadError, match=r"different connection limits.*summarise their experiments separately"
+    ):
+        overload.summarise([default, apache])
+    # Each on its own is a summary; two directories of one server pool as repeats.
+    summary, _ = overload.summarise([apache])
+    assert {p["policy"]: p["repeats"] for p in summary["persistent"]} == {"fair": 1, "srpt": 1}
+    again = persistent_dir(tmp_path, "persistent-again", "1.2", "", "load1.20")
+    summary, _ = overload.summarise([default, again])
+    assert {p["policy"]: p["repeats"] for p in summary["persistent"]} == {"fair": 2, "srpt": 2}
+
+
 @pytest.mark.parametrize(
     ("rows", "want"),
     [

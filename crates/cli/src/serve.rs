@@ -4,7 +4,9 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use shortfirst_server::{AccessLogFormat, ConfigFile, Dotfiles, PolicySpec, Scheduling, ServerConfig};
+use shortfirst_server::{
+    AccessLogFormat, AtMaxConnections, ConfigFile, Dotfiles, PolicySpec, Scheduling, ServerConfig,
+};
 
 use crate::units::{positive_duration_s, rate_bits_per_s};
 
@@ -79,9 +81,18 @@ struct Flags {
     /// Worker threads [default: one per CPU].
     #[arg(long)]
     threads: Option<usize>,
-    /// Open connections at most; beyond, new connections get 503 and are closed [default: 4096].
+    /// Open connections at most; beyond, see --at-max-connections [default: 4096].
     #[arg(long)]
     max_connections: Option<usize>,
+    /// At --max-connections: refuse (accept, answer 503 with Retry-After: 1, close) or wait
+    /// (stop accepting until a connection closes: new connections wait in the kernel's accept
+    /// queue, then the kernel drops their SYNs, as Apache at MaxClients) [default: refuse].
+    #[arg(long, value_name = "refuse|wait")]
+    at_max_connections: Option<AtMaxConnections>,
+    /// Listen backlog: connections the kernel completes and holds until accepted (capped at
+    /// net.core.somaxconn) [default: 4096].
+    #[arg(long, value_name = "N")]
+    backlog: Option<u32>,
     /// Longest request line; longer → 414 [default: 8192].
     #[arg(long)]
     max_request_line_bytes: Option<usize>,
@@ -173,6 +184,8 @@ impl Flags {
             admin: self.admin,
             threads: self.threads,
             max_connections: self.max_connections,
+            at_max_connections: self.at_max_connections,
+            backlog: self.backlog,
             max_request_line_bytes: self.max_request_line_bytes,
             max_header_bytes: self.max_header_bytes,
             max_headers: self.max_headers,
@@ -381,6 +394,18 @@ mod tests {
                 assert!(err.contains(n), "{flags:?}: {err} lacks {n}");
             }
         }
+    }
+
+    #[test]
+    fn connection_limit_flags() {
+        let c = config(&[]);
+        assert_eq!((c.max_connections, c.at_max_connections, c.backlog), (4096, AtMaxConnections::Refuse, 4096));
+        let c = config(&["--max-connections", "350", "--at-max-connections", "wait", "--backlog", "512"]);
+        assert_eq!((c.max_connections, c.at_max_connections, c.backlog), (350, AtMaxConnections::Wait, 512));
+        let err = parse(&["--at-max-connections", "queue"]).expect_err("accepted");
+        assert!(err.contains("--at-max-connections") && err.contains("refuse or wait"), "{err}");
+        let err = parse(&["--backlog", "0"]).unwrap().flags.into_config().unwrap_err();
+        assert!(format!("{err:#}").contains("backlog"), "{err:#}");
     }
 
     #[test]

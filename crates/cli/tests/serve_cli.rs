@@ -28,6 +28,8 @@ fn config_errors_name_the_culprit() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("cutoffs"), "{out:?}");
     let out = shortfirst().args(["serve"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("--root"), "{out:?}");
+    let out = shortfirst().args(["serve", "--root", "/", "--at-max-connections", "block"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("refuse or wait"), "{out:?}");
     let out = shortfirst().args(["serve", "--root", "/", "--dotfiles", "hide"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("ignore, deny or allow"), "{out:?}");
     std::fs::write(&conf, format!("root = {:?}\ndotfiles = \"show\"\n", dir.path())).unwrap();
@@ -45,7 +47,8 @@ fn serves_from_a_config_file_and_stops_on_sigterm() {
     std::fs::write(
         &conf,
         format!(
-            "root = {:?}\nlisten = \"127.0.0.1:1\"\naccess-log = \"-\"\naccess-log-format = \"json\"\n",
+            "root = {:?}\nlisten = \"127.0.0.1:1\"\naccess-log = \"-\"\naccess-log-format = \"json\"\n\
+             max-connections = 8\nat-max-connections = \"wait\"\nbacklog = 16\n",
             dir.path()
         ),
     )

@@ -6,8 +6,9 @@
 //! this crate is the driver that applies it: [`sched`] turns bands into
 //! `SO_PRIORITY`, [`conn`] is the per-connection HTTP state machine, [`http`]
 //! the wire format, [`resolve`] maps targets to files without ever leaving the
-//! root, [`io`] does the zero-copy writes, [`server`] accepts, limits and shuts
-//! down, [`metrics`] and [`access_log`] observe. Under `srrt`, [`srrt`] re-ranks a
+//! root, [`io`] does the zero-copy writes, [`server`] accepts, limits (what to
+//! do at the connection limit: [`limit`]) and shuts down, [`metrics`] and
+//! [`access_log`] observe. Under `srrt`, [`srrt`] re-ranks a
 //! response from [`tcpinfo`] (`getsockopt(TCP_INFO)`) as its bytes drain.
 //!
 //! Must not know: tc/HTB (that is `shortfirst uplink`), how cutoffs are chosen.
@@ -17,6 +18,7 @@ pub mod config;
 pub mod conn;
 pub mod http;
 pub mod io;
+pub mod limit;
 pub mod metrics;
 pub mod resolve;
 pub mod sched;
@@ -26,8 +28,8 @@ pub mod tcpinfo;
 pub mod usched;
 
 pub use config::{
-    AccessLogFormat, ConfigError, ConfigFile, CutoffsSpec, Dotfiles, Policy, PolicySpec, RrtCutoffsSpec, Scheduling,
-    ServerConfig,
+    AccessLogFormat, AtMaxConnections, ConfigError, ConfigFile, CutoffsSpec, Dotfiles, Policy, PolicySpec,
+    RrtCutoffsSpec, Scheduling, ServerConfig,
 };
 pub use sched::{so_priority, PriorityObserver};
 pub use server::{run_until_signal, Server, ServerError};

@@ -6,9 +6,12 @@
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use shortfirst_core::bands::{Band, Cutoffs, MAX_DATA_BANDS};
+
+use crate::limit::{PauseClock, PauseSnapshot};
 
 /// Slots: band 0 (set-up / between responses) and every data band.
 pub const BAND_SLOTS: usize = MAX_DATA_BANDS + 1;
@@ -32,6 +35,9 @@ pub struct Metrics {
     pub connections_accepted: AtomicU64,
     /// Connections answered 503 and closed because `max-connections` was reached.
     pub connections_refused: AtomicU64,
+    /// `at-max-connections = wait`: the accept loop's pauses at the limit. A lock
+    /// taken once per pause, resume and scrape, so the time read is consistent.
+    accept_pauses: Mutex<PauseClock>,
     pub priority_changes: AtomicU64,
     /// `srrt`'s band changes by cause, `TCP_INFO` reads, estimate error.
     pub srrt: crate::srrt::SrrtMetrics,
@@ -48,6 +54,7 @@ impl Default for Metrics {
             status_classes: zeros(),
             connections_accepted: AtomicU64::new(0),
             connections_refused: AtomicU64::new(0),
+            accept_pauses: Mutex::new(PauseClock::default()),
             priority_changes: AtomicU64::new(0),
             srrt: crate::srrt::SrrtMetrics::default(),
         }
@@ -88,6 +95,25 @@ impl Metrics {
 
     pub fn connection_closed(&self, band: Band) {
         self.open[slot(band)].fetch_sub(1, Relaxed);
+    }
+
+    /// The accept loop stopped accepting at `now` (the limit is reached).
+    pub fn accept_paused(&self, now: Instant) {
+        self.pauses().pause(now);
+    }
+
+    /// The accept loop accepts again at `now`.
+    pub fn accept_resumed(&self, now: Instant) {
+        self.pauses().resume(now);
+    }
+
+    pub fn accept_pauses(&self, now: Instant) -> PauseSnapshot {
+        self.pauses().snapshot(now)
+    }
+
+    fn pauses(&self) -> std::sync::MutexGuard<'_, PauseClock> {
+        // The clock is plain counters: a panic elsewhere cannot leave it inconsistent.
+        self.accept_pauses.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub fn open_connections(&self) -> i64 {
@@ -162,9 +188,28 @@ impl Metrics {
         for (name, help, value) in counters {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", value.load(Relaxed));
         }
+        self.render_accept_pauses(out, Instant::now());
         let _ = writeln!(
             out,
             "# HELP shortfirst_access_log_dropped_total Access log lines dropped because the log buffer was full.\n# TYPE shortfirst_access_log_dropped_total counter\nshortfirst_access_log_dropped_total {access_log_dropped}"
+        );
+    }
+}
+
+impl Metrics {
+    fn render_accept_pauses(&self, out: &mut String, now: Instant) {
+        let p = self.accept_pauses(now);
+        let _ = writeln!(
+            out,
+            "# HELP shortfirst_accept_paused 1 while the accept loop waits at max-connections (at-max-connections wait): new connections wait in the kernel's accept queue.\n\
+             # TYPE shortfirst_accept_paused gauge\nshortfirst_accept_paused {}\n\
+             # HELP shortfirst_accept_pauses_total Times the accept loop stopped accepting at max-connections.\n\
+             # TYPE shortfirst_accept_pauses_total counter\nshortfirst_accept_pauses_total {}\n\
+             # HELP shortfirst_accept_paused_seconds_total Time the accept loop spent not accepting at max-connections, the pause in progress included.\n\
+             # TYPE shortfirst_accept_paused_seconds_total counter\nshortfirst_accept_paused_seconds_total {}",
+            u8::from(p.paused),
+            p.pauses,
+            p.paused_total.as_secs_f64()
         );
     }
 }
@@ -200,5 +245,26 @@ mod tests {
         ] {
             assert!(out.lines().any(|l| l == line), "missing {line:?} in\n{out}");
         }
+    }
+
+    #[test]
+    fn accept_pauses_are_rendered_with_the_pause_in_progress() {
+        let m = Metrics::default();
+        let t0 = Instant::now();
+        m.accept_paused(t0);
+        m.accept_resumed(t0 + Duration::from_millis(250));
+        m.accept_paused(t0 + Duration::from_secs(1));
+        let mut out = String::new();
+        m.render_accept_pauses(&mut out, t0 + Duration::from_millis(1_500));
+        for line in [
+            "shortfirst_accept_paused 1",
+            "shortfirst_accept_pauses_total 2",
+            "shortfirst_accept_paused_seconds_total 0.75",
+        ] {
+            assert!(out.lines().any(|l| l == line), "missing {line:?} in\n{out}");
+        }
+        let mut full = String::new();
+        m.render(&mut full, &Cutoffs::paper_default(), "srpt", 0);
+        assert!(full.contains("# TYPE shortfirst_accept_paused_seconds_total counter"), "{full}");
     }
 }

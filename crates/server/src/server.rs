@@ -5,13 +5,22 @@
 //! response sets its own band. Setting it is also the start-up check that the
 //! process may set priorities at all (values above 6 need CAP_NET_ADMIN).
 //!
-//! At `max-connections` open connections, a newly accepted connection gets an
-//! immediate `503 Service Unavailable` (`Retry-After: 1`, `Connection: close`)
-//! written without waiting, and is closed: the accept queue keeps draining, so
-//! clients learn at once instead of timing out in the SYN queue. The 503 is
-//! best effort: a client that already sent its request may see a reset instead.
+//! At `max-connections` open connections (decisions in [`crate::limit`]):
+//! - `at-max-connections = refuse` (the default): a newly accepted connection
+//!   gets an immediate `503 Service Unavailable` (`Retry-After: 1`,
+//!   `Connection: close`) written without waiting, and is closed: the accept
+//!   queue keeps draining, so clients learn at once instead of timing out in the
+//!   SYN queue. The 503 is best effort: a client that already sent its request
+//!   may see a reset instead.
+//! - `wait`: the loop stops polling the listener until a connection closes (its
+//!   task is joined), as Apache does at `MaxClients`. New connections wait in
+//!   the kernel's accept queue (`backlog`, capped by `net.core.somaxconn`);
+//!   once that is full the kernel drops their SYNs (`ListenOverflows`,
+//!   `ListenDrops`). Nothing spins: the loop sleeps on shutdown and on its
+//!   connections. The admin listener has its own task and is never paused.
 //!
-//! Shutdown: stop accepting, tell every connection (idle ones close at once;
+//! Shutdown: stop accepting (connections still in the accept queue are reset
+//! when the listener closes), tell every connection (idle ones close at once;
 //! busy ones finish their current response, with `Connection: close`), wait up
 //! to `drain-timeout`, then abort what is left and flush the access log.
 
@@ -22,7 +31,7 @@ use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use shortfirst_core::bands::Band;
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
@@ -36,13 +45,14 @@ use crate::config::{ConfigError, ServerConfig};
 use crate::conn::Conn;
 use crate::http::parse::Limits;
 use crate::http::{response, Status};
+use crate::limit::{Admit, ConnectionLimit};
 use crate::metrics::Metrics;
 use crate::resolve::Root;
 use crate::sched::{set_so_priority, setsockopt_int, PriorityObserver, Scheduler};
 use crate::usched::UserScheduler;
 
-/// Listen backlog (the kernel caps it at `net.core.somaxconn`).
-const BACKLOG: i32 = 4096;
+/// The admin listener's backlog (the kernel caps it at `net.core.somaxconn`).
+const ADMIN_BACKLOG: u32 = 4096;
 /// Admin connections open at once. At the limit, a new connection evicts the
 /// oldest one still waiting for its request (a scraper's request arrives at
 /// once, so the waiting ones are idle or hostile); if none is waiting, the new
@@ -51,6 +61,8 @@ const ADMIN_MAX_CONNECTIONS: usize = 16;
 /// Between two logged accept errors (EMFILE while the fd limit is hit repeats
 /// every back-off): one warning, then one per interval with the count.
 const ACCEPT_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
+/// Between two warnings that the accept loop waits at `max-connections`.
+const ACCEPT_PAUSE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// An admin request must arrive within this, and fit in [`ADMIN_MAX_REQUEST_BYTES`].
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
 const ADMIN_MAX_REQUEST_BYTES: usize = 8 * 1024;
@@ -109,7 +121,7 @@ pub struct Server {
     admin: Option<TcpListener>,
 }
 
-fn listen(addr: SocketAddr, priority: Option<u32>) -> Result<std::net::TcpListener, ServerError> {
+fn listen(addr: SocketAddr, priority: Option<u32>, backlog: u32) -> Result<std::net::TcpListener, ServerError> {
     let bind_err = |source| ServerError::Bind { addr, source };
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(bind_err)?;
     socket.set_reuse_address(true).map_err(bind_err)?;
@@ -118,7 +130,8 @@ fn listen(addr: SocketAddr, priority: Option<u32>) -> Result<std::net::TcpListen
             .map_err(|source| ServerError::PriorityNotPermitted { priority, source })?;
     }
     socket.bind(&addr.into()).map_err(bind_err)?;
-    socket.listen(BACKLOG).map_err(bind_err)?;
+    // Validated to fit: `config::MAX_BACKLOG`.
+    socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX)).map_err(bind_err)?;
     socket.set_nonblocking(true).map_err(bind_err)?;
     Ok(socket.into())
 }
@@ -140,10 +153,12 @@ impl Server {
         let scheduler = Scheduler::new(&config);
         let user = UserScheduler::new(&config)?;
         let setup_priority = config.socket_priority.then(|| scheduler.band_map().so_priority(Band::SETUP));
-        let listener = listen(config.listen, setup_priority)?;
+        let listener = listen(config.listen, setup_priority, config.backlog)?;
         let listener = TcpListener::from_std(listener).map_err(ServerError::Runtime)?;
         let admin = match config.admin {
-            Some(addr) => Some(TcpListener::from_std(listen(addr, None)?).map_err(ServerError::Runtime)?),
+            Some(addr) => {
+                Some(TcpListener::from_std(listen(addr, None, ADMIN_BACKLOG)?).map_err(ServerError::Runtime)?)
+            }
             None => None,
         };
         let access_log = match &config.access_log {
@@ -210,41 +225,15 @@ impl Server {
             cutoffs = %shared.scheduler.cutoffs(),
             scheduler = %config.scheduler,
             uplink_rate_bits_per_s = config.uplink_rate_bits_per_s.unwrap_or(0),
+            max_connections = config.max_connections,
+            at_max_connections = %config.at_max_connections,
             "serving"
         );
         let admin_task = admin.map(|l| tokio::spawn(admin_loop(l, shared.clone())));
         let pacer_task = shared.user.clone().map(|u| tokio::spawn(u.run_pacer()));
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut connections = JoinSet::new();
-        let mut accept_errors = RateLimit::new(ACCEPT_ERROR_LOG_INTERVAL);
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                _ = &mut shutdown => break,
-                Some(_) = connections.join_next(), if !connections.is_empty() => {}
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, peer)) => {
-                        shared.metrics.connections_accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        if connections.len() >= config.max_connections {
-                            refuse(&shared, stream);
-                            continue;
-                        }
-                        if let Err(e) = prepare(&stream, config) {
-                            tracing::debug!(error = %e, "accepted socket set-up failed");
-                            continue;
-                        }
-                        connections.spawn(Conn::new(shared.clone(), stream, peer, stop_rx.clone()).run());
-                    }
-                    Err(e) => {
-                        // EMFILE/ENFILE and friends: back off instead of spinning.
-                        if let Some(suppressed) = accept_errors.record(std::time::Instant::now()) {
-                            tracing::warn!(error = %e, suppressed, "accept failed (logged at most every 10 s; suppressed: since the last warning)");
-                        }
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                },
-            }
-        }
+        accept_until(&shared, &listener, &mut connections, &stop_rx, shutdown).await;
         drop(listener);
         let _ = stop_tx.send(true);
         let in_flight = connections.len();
@@ -270,6 +259,77 @@ impl Server {
             log.close();
         }
         Ok(())
+    }
+}
+
+/// Accepts connections into `connections` until `shutdown` completes, within
+/// the connection limit (see the module docs).
+async fn accept_until(
+    shared: &Arc<Shared>,
+    listener: &TcpListener,
+    connections: &mut JoinSet<()>,
+    stop_rx: &watch::Receiver<bool>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let config = &shared.config;
+    let limit = ConnectionLimit::new(config.max_connections, config.at_max_connections);
+    let mut accept_errors = RateLimit::new(ACCEPT_ERROR_LOG_INTERVAL);
+    let mut pause_warnings = RateLimit::new(ACCEPT_PAUSE_LOG_INTERVAL);
+    let mut paused = false;
+    tokio::pin!(shutdown);
+    loop {
+        let accepting = limit.accepting(connections.len());
+        if accepting == paused {
+            paused = !accepting;
+            note_pause(shared, paused, &mut pause_warnings);
+        }
+        tokio::select! {
+            _ = &mut shutdown => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept(), if accepting => match accepted {
+                Ok((stream, peer)) => {
+                    shared.metrics.connections_accepted.fetch_add(1, Ordering::Relaxed);
+                    if limit.admit(connections.len()) == Admit::Refuse {
+                        refuse(shared, stream);
+                        continue;
+                    }
+                    if let Err(e) = prepare(&stream, config) {
+                        tracing::debug!(error = %e, "accepted socket set-up failed");
+                        continue;
+                    }
+                    connections.spawn(Conn::new(shared.clone(), stream, peer, stop_rx.clone()).run());
+                }
+                Err(e) => {
+                    // EMFILE/ENFILE and friends: back off instead of spinning.
+                    if let Some(suppressed) = accept_errors.record(Instant::now()) {
+                        tracing::warn!(error = %e, suppressed, "accept failed (logged at most every 10 s; suppressed: since the last warning)");
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+    if paused {
+        // Not a pause at the limit any more: the listener closes.
+        shared.metrics.accept_resumed(Instant::now());
+    }
+}
+
+/// The accept loop stopped (`paused`) or resumed accepting at the limit.
+fn note_pause(shared: &Shared, paused: bool, warnings: &mut RateLimit) {
+    let now = Instant::now();
+    if !paused {
+        shared.metrics.accept_resumed(now);
+        return;
+    }
+    shared.metrics.accept_paused(now);
+    if let Some(suppressed) = warnings.record(now) {
+        tracing::warn!(
+            max_connections = shared.config.max_connections,
+            suppressed,
+            "max-connections reached: not accepting until a connection closes; new connections wait in the \
+             accept queue (logged at most every 10 s; suppressed: pauses since the last warning)"
+        );
     }
 }
 
@@ -318,7 +378,7 @@ fn prepare(stream: &TcpStream, config: &ServerConfig) -> std::io::Result<()> {
 
 /// Answers 503 without waiting and closes (see the module docs).
 fn refuse(shared: &Shared, stream: TcpStream) {
-    shared.metrics.connections_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    shared.metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
     if shared.config.socket_priority {
         // Not even an error page goes out in the set-up band.
         let _ = set_so_priority(stream.as_raw_fd(), shared.scheduler.band_map().so_priority(Band::FIRST_DATA));
@@ -333,7 +393,7 @@ fn refuse(shared: &Shared, stream: TcpStream) {
 #[derive(Debug)]
 pub struct RateLimit {
     interval: Duration,
-    last_logged: Option<std::time::Instant>,
+    last_logged: Option<Instant>,
     suppressed: u64,
 }
 
@@ -344,7 +404,7 @@ impl RateLimit {
 
     /// An event at `now`: `Some(suppressed since the last one logged)` if it is
     /// to be logged, `None` if it is to be counted only.
-    pub fn record(&mut self, now: std::time::Instant) -> Option<u64> {
+    pub fn record(&mut self, now: Instant) -> Option<u64> {
         match self.last_logged {
             Some(last) if now.saturating_duration_since(last) < self.interval => {
                 self.suppressed += 1;
@@ -468,7 +528,6 @@ pub fn run_until_signal(config: ServerConfig) -> Result<(), ServerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Instant;
 
     #[test]
     fn rate_limit_logs_first_then_one_per_interval_with_the_count() {

@@ -122,6 +122,7 @@ def main() -> int:
         "--write-concurrency",
     ):
         s.add_argument(k)
+    s.add_argument("--at-max-connections", choices=("refuse", "wait"))
     ld = sub.add_parser("load")
     for k in ("--target", "--trace", "--out", "--model"):
         ld.add_argument(k)

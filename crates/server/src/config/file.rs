@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use shortfirst_core::srrt::Estimator;
 
-use super::{AccessLogFormat, ConfigError, Dotfiles, PolicySpec, Scheduling};
+use super::{AccessLogFormat, AtMaxConnections, ConfigError, Dotfiles, PolicySpec, Scheduling};
 
 /// A timeout from the config file: a unit string (`"10s"`, `"500ms"`, `"1m"`) or a plain
 /// number of seconds, as on the command line. Kept in seconds until validated.
@@ -55,6 +55,8 @@ pub struct ConfigFile {
     pub admin: Option<SocketAddr>,
     pub threads: Option<usize>,
     pub max_connections: Option<usize>,
+    pub at_max_connections: Option<AtMaxConnections>,
+    pub backlog: Option<u32>,
     pub max_request_line_bytes: Option<usize>,
     pub max_header_bytes: Option<usize>,
     pub max_headers: Option<usize>,
@@ -157,6 +159,8 @@ impl ConfigFile {
             admin,
             threads,
             max_connections,
+            at_max_connections,
+            backlog,
             max_request_line_bytes,
             max_header_bytes,
             max_headers,

@@ -12,7 +12,8 @@ mod values;
 
 pub use file::ConfigFile;
 pub use values::{
-    AccessLogFormat, CutoffsSpec, Dotfiles, Policy, PolicySpec, RrtCutoffsSpec, Scheduling, MAX_HEADERS_LIMIT,
+    AccessLogFormat, AtMaxConnections, CutoffsSpec, Dotfiles, Policy, PolicySpec, RrtCutoffsSpec, Scheduling,
+    MAX_HEADERS_LIMIT,
 };
 
 use std::net::SocketAddr;
@@ -32,6 +33,9 @@ fn timeout(key: &'static str, seconds: f64) -> Result<Duration, ConfigError> {
 
 /// Highest `uplink-rate` accepted (the pacer's arithmetic is exact well beyond).
 pub const MAX_UPLINK_RATE_BITS_PER_S: u64 = 400_000_000_000;
+
+/// Highest `backlog` accepted: `listen(2)` takes an `int`.
+pub const MAX_BACKLOG: u32 = i32::MAX as u32;
 
 /// The validated configuration the server runs with.
 #[derive(Clone, Debug)]
@@ -67,9 +71,14 @@ pub struct ServerConfig {
     pub admin: Option<SocketAddr>,
     /// Tokio worker threads; 0 = one per CPU.
     pub threads: usize,
-    /// Open client connections at most; connections accepted beyond it get an
-    /// immediate `503` and are closed.
+    /// Open client connections at most; what happens beyond is `at_max_connections`.
     pub max_connections: usize,
+    /// At `max_connections`: answer new connections `503` (`refuse`), or stop
+    /// accepting until one closes (`wait`).
+    pub at_max_connections: AtMaxConnections,
+    /// The listening socket's backlog: connections the kernel completes and holds
+    /// until they are accepted (it caps this at `net.core.somaxconn`).
+    pub backlog: u32,
     /// Longest request line (method, target, version) accepted; longer → 414.
     pub max_request_line_bytes: usize,
     /// Largest request head (request line + headers) accepted; larger → 431.
@@ -133,6 +142,8 @@ impl ServerConfig {
             admin: None,
             threads: 0,
             max_connections: 4096,
+            at_max_connections: AtMaxConnections::Refuse,
+            backlog: 4096,
             max_request_line_bytes: 8 * 1024,
             max_header_bytes: 16 * 1024,
             max_headers: 64,
@@ -168,6 +179,8 @@ impl ServerConfig {
             listen,
             threads,
             max_connections,
+            at_max_connections,
+            backlog,
             max_request_line_bytes,
             max_header_bytes,
             max_headers,
@@ -261,6 +274,12 @@ impl ServerConfig {
         let invalid = |key: &'static str, reason: String| Err(ConfigError::Invalid { key, reason });
         if self.max_connections == 0 {
             return invalid("max-connections", "must be at least 1".into());
+        }
+        if !(1..=MAX_BACKLOG).contains(&self.backlog) {
+            return invalid(
+                "backlog",
+                format!("must be in 1..={MAX_BACKLOG} (the kernel caps it at net.core.somaxconn)"),
+            );
         }
         if self.max_request_line_bytes < 16 {
             return invalid("max-request-line-bytes", "must be at least 16".into());

@@ -40,6 +40,7 @@ fn bad_values_are_named() {
         ("cutoffs = \"2K,1K\"", "cutoffs"),
         ("max-headers = 1000", "max-headers"),
         ("max-connections = 0", "max-connections"),
+        ("backlog = 0", "backlog"),
         ("header-timeout-ms = 0", "header-timeout-ms"),
     ];
     for (text, key) in cases {
@@ -52,6 +53,10 @@ fn bad_values_are_named() {
     assert_eq!("json".parse::<AccessLogFormat>(), Ok(AccessLogFormat::Json));
     assert_eq!("deny".parse::<Dotfiles>(), Ok(Dotfiles::Deny));
     assert!("hide".parse::<Dotfiles>().unwrap_err().contains("ignore, deny or allow"));
+    assert!("queue".parse::<AtMaxConnections>().unwrap_err().contains("refuse or wait"));
+    let err = ConfigFile::parse("root = \"/srv\"\nat-max-connections = \"block\"\n", Path::new("t.toml")).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("at-max-connections") && msg.contains("`wait`") && msg.contains("t.toml"), "{msg}");
     assert!("SRPT".parse::<Policy>().unwrap_err().contains("fair, srpt, srpt2, las or srrt"));
 }
 
@@ -251,4 +256,14 @@ fn bad_policies_are_named() {
     .unwrap_err()
     .to_string();
     assert!(msg.contains("only srpt-classes"), "{msg}");
+}
+
+#[test]
+fn at_max_connections_and_backlog_from_the_file() {
+    let c = parse_ok("max-connections = 350\nat-max-connections = \"wait\"\nbacklog = 512");
+    assert_eq!((c.max_connections, c.at_max_connections, c.backlog), (350, AtMaxConnections::Wait, 512));
+    let d = parse_ok("");
+    assert_eq!((d.at_max_connections, d.backlog), (AtMaxConnections::Refuse, 4096));
+    assert_eq!("wait".parse::<AtMaxConnections>(), Ok(AtMaxConnections::Wait));
+    assert_eq!(AtMaxConnections::Refuse.to_string(), "refuse");
 }

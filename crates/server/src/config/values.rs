@@ -226,3 +226,32 @@ impl std::fmt::Display for Scheduling {
         })
     }
 }
+
+/// What the accept loop does while `max-connections` connections are open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AtMaxConnections {
+    /// Accept the new connection, answer `503` with `Retry-After: 1` and close it:
+    /// the client learns at once, and the accept queue keeps draining.
+    Refuse,
+    /// Stop accepting until a connection closes (as Apache at `MaxClients`, nginx at
+    /// `worker_connections`): new connections wait in the kernel's accept queue, and
+    /// once it is full (`backlog`) the kernel drops their SYNs.
+    Wait,
+}
+
+impl std::str::FromStr for AtMaxConnections {
+    type Err = String;
+    fn from_str(s: &str) -> Result<AtMaxConnections, String> {
+        parse_name(s, "at-max-connections setting", "refuse or wait")
+    }
+}
+
+impl std::fmt::Display for AtMaxConnections {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AtMaxConnections::Refuse => "refuse",
+            AtMaxConnections::Wait => "wait",
+        })
+    }
+}
