@@ -8,7 +8,10 @@
 //! so the queue forms here rather than in a FIFO below; and at each release the
 //! budget goes to the best-ranked connection among those whose socket can take
 //! bytes *now*. A connection held back by its own congestion or receive window
-//! is not writable and never holds the link (work-conserving).
+//! is not writable and never holds the link (work-conserving). A grant is at
+//! most a quantum: `quantum_bytes`, or `quantum_ns` of link time where the link
+//! carries more in it, so the wait behind one grant is short on a slow link
+//! and a fast one is not cut into small writes, each a syscall and a wake-up.
 //!
 //! The driver's loop, per connection: [`UplinkScheduler::register`] a response
 //! with its size; when the socket is writable, [`UplinkScheduler::set_writable`];
