@@ -8,7 +8,10 @@
 //! so the queue forms here rather than in a FIFO below; and at each release the
 //! budget goes to the best-ranked connection among those whose socket can take
 //! bytes *now*. A connection held back by its own congestion or receive window
-//! is not writable and never holds the link (work-conserving).
+//! is not writable and never holds the link (work-conserving). A grant is at
+//! most a quantum: `quantum_bytes`, or `quantum_ns` of link time where the link
+//! carries more in it, so the wait behind one grant is short on a slow link
+//! and a fast one is not cut into small writes, each a syscall and a wake-up.
 //!
 //! The driver's loop, per connection: [`UplinkScheduler::register`] a response
 //! with its size; when the socket is writable, [`UplinkScheduler::set_writable`];
@@ -62,9 +65,14 @@ pub enum Mode {
 #[derive(Clone, Debug, PartialEq)]
 pub struct SchedConfig {
     pub pacer: PacerConfig,
-    /// Largest grant, bytes: bounds how long a newly arrived short response can
-    /// wait behind one grant to a worse one.
+    /// Largest grant, bytes, at low rates: bounds how long a newly arrived short
+    /// response can wait behind one grant to a worse one.
     pub quantum_bytes: u64,
+    /// Largest grant in link time: where the paced link carries more than
+    /// `quantum_bytes` in this time, a grant may be that large (the wait behind
+    /// it stays this short). Fewer, larger writes on a fast link; the same
+    /// `quantum_bytes` on a slow one.
+    pub quantum_ns: u64,
     /// Responses registered at once, at most.
     pub max_connections: usize,
     pub mode: Mode,
@@ -75,6 +83,7 @@ impl Default for SchedConfig {
         SchedConfig {
             pacer: PacerConfig::default(),
             quantum_bytes: 16 * 1024,
+            quantum_ns: 1_000_000,
             max_connections: 4096,
             mode: Mode::WorkConserving,
         }
@@ -93,6 +102,8 @@ pub enum SchedError {
     Segment { mss: u32, overhead: u32 },
     #[error("quantum {quantum} bytes must be at least one segment ({mss} bytes)")]
     Quantum { quantum: u64, mss: u32 },
+    #[error("quantum must be at most 1 s of link time (got {0} ns)")]
+    QuantumTime(u64),
     #[error("max connections must be in 1..={MAX_CONNECTIONS_LIMIT} (got {0})")]
     MaxConnections(usize),
     #[error("write concurrency must be at least 1")]
@@ -118,6 +129,9 @@ impl SchedConfig {
         }
         if self.quantum_bytes < u64::from(p.mss_bytes) {
             return Err(SchedError::Quantum { quantum: self.quantum_bytes, mss: p.mss_bytes });
+        }
+        if self.quantum_ns > 1_000_000_000 {
+            return Err(SchedError::QuantumTime(self.quantum_ns));
         }
         if !(1..=MAX_CONNECTIONS_LIMIT).contains(&self.max_connections) {
             return Err(SchedError::MaxConnections(self.max_connections));
@@ -198,6 +212,8 @@ pub struct UplinkScheduler {
     fair_ties: bool,
     config: SchedConfig,
     pacer: Pacer,
+    /// Largest grant in force: `quantum_bytes`, or `quantum_ns` of link time if more.
+    quantum_bytes: u64,
     conns: Vec<Option<Conn>>,
     free: Vec<u32>,
     generations: Vec<u32>,
@@ -212,10 +228,12 @@ pub struct UplinkScheduler {
 impl UplinkScheduler {
     pub fn new(policy: Policy, config: SchedConfig) -> Result<UplinkScheduler, SchedError> {
         config.validate()?;
+        let pacer = Pacer::new(&config.pacer);
         Ok(UplinkScheduler {
             fair_ties: policy.ties() == TieShare::Fair,
             policy,
-            pacer: Pacer::new(&config.pacer),
+            quantum_bytes: config.quantum_bytes.max(pacer.payload_in_ns(config.quantum_ns)),
+            pacer,
             config,
             conns: Vec::new(),
             free: Vec::new(),
@@ -239,6 +257,12 @@ impl UplinkScheduler {
 
     pub fn pacer(&self) -> &Pacer {
         &self.pacer
+    }
+
+    /// The largest grant: `quantum_bytes`, or what the paced link carries in
+    /// `quantum_ns` where that is more.
+    pub fn quantum_bytes(&self) -> u64 {
+        self.quantum_bytes
     }
 
     pub fn stats(&self) -> SchedStats {
@@ -368,7 +392,7 @@ impl UplinkScheduler {
         if budget < need {
             return None;
         }
-        let bytes = budget.min(self.config.quantum_bytes).min(remaining);
+        let bytes = budget.min(self.quantum_bytes).min(remaining);
         self.ready.remove(&key);
         let generation = c.generation;
         let fair_tag = c.fair_tag;

@@ -506,7 +506,7 @@ impl Conn {
         let first_band = progress.band();
         self.set_band(first_band);
         // User-space scheduling: every write waits for a grant (see `usched`).
-        let user = match &shared.user {
+        let mut user = match &shared.user {
             Some(u) => Some(u.register(total)?),
             None => None,
         };
@@ -515,7 +515,7 @@ impl Conn {
         let mut written = 0;
         while written < self.head.len() {
             let more = file_part.is_some();
-            let n = match &user {
+            let n = match &mut user {
                 None => io::send(&self.stream, &self.head[written..], more, timeout).await?,
                 Some(reg) => {
                     let (fd, head) = (self.stream.as_raw_fd(), &self.head[written..]);
@@ -536,7 +536,7 @@ impl Conn {
             let chunk = shared.config.sendfile_chunk_bytes;
             while off < end {
                 let want = ((end - off) as usize).min(chunk);
-                let n = match &user {
+                let n = match &mut user {
                     None => io::sendfile(&self.stream, file, &mut off, want, timeout).await?,
                     Some(reg) => {
                         let (out_fd, in_fd) = (self.stream.as_raw_fd(), file.as_raw_fd());

@@ -3,14 +3,17 @@
 //!
 //! One [`UserScheduler`] per server holds the core scheduler under a mutex
 //! (never held across I/O or an await). A connection sending a response
-//! [`UserScheduler::register`]s it; before each write it waits until its socket
+//! [`UserScheduler::register`]s it; before a write it waits until its socket
 //! is writable (tokio readiness; `TCP_NOTSENT_LOWAT` keeps that false while
 //! the kernel holds enough unsent bytes), says so, and waits for a grant; it
 //! writes at most the grant with one non-blocking `send`/`sendfile` and reports
-//! what it wrote, the kernel's unsent bytes (`SIOCOUTQNSD`) and whether the socket
-//! still takes bytes. Grants are handed out by whoever changes the state (a
-//! connection becoming writable or reporting) and, when the pacer has no budget
-//! yet, by the one pacer task, which sleeps until the next release.
+//! what it wrote, the kernel's unsent bytes (`SIOCOUTQNSD`, not read once the
+//! response is all written) and whether the socket still takes bytes. A grant
+//! larger than the piece written (the head, before the body) is kept for the
+//! next piece, so a response shorter than the quantum costs one grant. Grants
+//! are handed out by whoever changes the state (a connection becoming writable
+//! or reporting) and, when the pacer has no budget yet, by the one pacer task,
+//! which sleeps until the next release.
 //!
 //! tokio's timer has millisecond granularity and rounds sleeps up, so the pacer
 //! wakes about 1 ms late on average (more on a busy machine); the look-ahead
@@ -124,7 +127,7 @@ impl UserScheduler {
             st.slots.resize(id.index() + 1, None);
         }
         st.slots[id.index()] = Some(slot.clone());
-        Ok(Registration { sched: self.clone(), id, slot })
+        Ok(Registration { sched: self.clone(), id, slot, left_bytes: size_bytes, held: None })
     }
 
     /// Hands out every grant the pacer allows now; wakes the pacer if
@@ -246,6 +249,18 @@ pub(crate) struct Registration {
     sched: Arc<UserScheduler>,
     id: ConnId,
     slot: Arc<Slot>,
+    /// Bytes of the response not yet written.
+    left_bytes: u64,
+    /// A grant not used up by the write that took it, kept for the next one.
+    held: Option<Held>,
+}
+
+/// A grant in use across writes (the head and then the body of one response).
+#[derive(Clone, Copy)]
+struct Held {
+    granted_bytes: u64,
+    written_bytes: u64,
+    band: Band,
 }
 
 impl Registration {
@@ -271,21 +286,27 @@ impl Registration {
         }
     }
 
-    fn report(&self, granted: u64, written: u64, unsent: u64, writable: bool, band: Band) {
-        let slot = usize::from(band.index()).min(BAND_SLOTS - 1);
-        self.sched.granted_by_band[slot].fetch_add(granted, Relaxed);
+    /// Ends the grant in use: what was written under it, the kernel's unsent
+    /// bytes and whether the socket still takes bytes go to the scheduler.
+    fn report(&mut self, held: Held, unsent: u64, writable: bool) {
+        self.held = None;
+        let slot = usize::from(held.band.index()).min(BAND_SLOTS - 1);
+        self.sched.granted_by_band[slot].fetch_add(held.granted_bytes, Relaxed);
         let mut st = self.sched.lock();
         let now = self.sched.now_ns();
-        st.core.report(now, self.id, written, unsent, writable);
+        st.core.report(now, self.id, held.written_bytes, unsent, writable);
         self.sched.dispatch(&mut st, now);
     }
 
-    /// One scheduled write: waits for a grant, then calls `op(n)` once (n = at
-    /// most `max` and the grant) as a non-blocking write; retries after
-    /// `EAGAIN`. Returns what `op` wrote (0 only if `op` wrote nothing without
-    /// an error, e.g. `sendfile` at the end of a file).
+    /// One scheduled write: uses the rest of the grant in hand or waits for a
+    /// new one, then calls `op(n)` once (n = at most `max` and the grant) as a
+    /// non-blocking write; retries after `EAGAIN`. A grant outlives the write
+    /// only if that write took all it was offered and `max` was the limit, so
+    /// a head and the body after it cost one grant. Returns what `op` wrote (0
+    /// only if `op` wrote nothing without an error, e.g. `sendfile` at the end
+    /// of a file).
     pub(crate) async fn write(
-        &self,
+        &mut self,
         stream: &TcpStream,
         timeout: Duration,
         band: Band,
@@ -294,21 +315,33 @@ impl Registration {
     ) -> io::Result<usize> {
         let fd = stream.as_raw_fd();
         loop {
-            let granted = self.grant(stream, timeout).await?;
-            let want = max.min(usize::try_from(granted).unwrap_or(usize::MAX));
+            let mut held = match self.held {
+                Some(h) => h,
+                None => Held { granted_bytes: self.grant(stream, timeout).await?, written_bytes: 0, band },
+            };
+            let offered = held.granted_bytes - held.written_bytes;
+            let want = max.min(usize::try_from(offered).unwrap_or(usize::MAX));
             let result = stream.try_io(Interest::WRITABLE, || op(want));
-            let unsent = unsent_bytes(fd).unwrap_or(0);
+            let n = *result.as_ref().unwrap_or(&0) as u64;
+            held.written_bytes += n;
+            self.left_bytes = self.left_bytes.saturating_sub(n);
+            if result.is_ok() && n == want as u64 && n < offered && self.left_bytes > 0 {
+                self.held = Some(held);
+                return Ok(n as usize);
+            }
+            // The response is out: its unsent bytes no longer rank it.
+            let unsent = if self.left_bytes == 0 { 0 } else { unsent_bytes(fd).unwrap_or(0) };
             match result {
                 Ok(n) => {
                     // Full write and room below the watermark: more may follow at once.
                     let room = self.sched.lowat_bytes == 0 || unsent < self.sched.lowat_bytes;
-                    self.report(granted, n as u64, unsent, n == want && room, band);
+                    self.report(held, unsent, n == want && room);
                     return Ok(n);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.report(granted, 0, unsent, false, band),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => self.report(granted, 0, unsent, true, band),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.report(held, unsent, false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => self.report(held, unsent, true),
                 Err(e) => {
-                    self.report(granted, 0, unsent, false, band);
+                    self.report(held, unsent, false);
                     return Err(e);
                 }
             }
@@ -318,6 +351,9 @@ impl Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
+        if let Some(held) = self.held.take() {
+            self.report(held, 0, false);
+        }
         let mut st = self.sched.lock();
         let now = self.sched.now_ns();
         st.core.finish(now, self.id);

@@ -80,6 +80,29 @@ async fn the_pacer_holds_the_uplink_rate() {
     s.stop().await;
 }
 
+/// On a fast link a grant covers a whole short response, head and body: one
+/// trip through the scheduler per response, not one per 16 KiB (the quantum
+/// is a link time there). A socket that takes only part of a grant costs a
+/// second one, so the 100 KB case allows two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_link_grants_a_short_response_once() {
+    let mut s = TestServer::start(|c| user(c, Scheduling::User, 40_000_000_000, Policy::Srpt, true)).await;
+    let mut c = Raw::connect(s.addr).await;
+    let mut grants_before = metric(&metrics(&s).await, "shortfirst_uplink_grants_total");
+    // (path, body bytes, responses, most grants in all)
+    for (path, len, n, most) in [("/small.txt", 100, 20, 20.0), ("/medium.bin", 100_000, 10, 20.0)] {
+        for _ in 0..n {
+            c.send(req(path).as_bytes()).await;
+            let r = c.response(false).await.unwrap();
+            assert_eq!(r.body, pattern(len), "{path}");
+        }
+        let grants = metric(&metrics(&s).await, "shortfirst_uplink_grants_total");
+        assert!(grants - grants_before >= n as f64 && grants - grants_before <= most, "{path}: {grants} grants");
+        grants_before = grants;
+    }
+    s.stop().await;
+}
+
 /// Four 1 MB downloads through a 10 Mbit/s pacer, then a 20 KB fetch: its time.
 async fn short_behind_long(policy: Policy, exact: bool) -> f64 {
     let mut s = TestServer::start(|c| user(c, Scheduling::User, 10_000_000, policy, exact)).await;

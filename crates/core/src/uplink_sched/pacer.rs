@@ -87,7 +87,11 @@ impl Pacer {
 
     /// Payload bytes that may be granted at `now_ns`.
     pub fn budget_bytes(&self, now_ns: u64) -> u64 {
-        let free_ns = self.free_ns(now_ns);
+        self.payload_in_ns(self.free_ns(now_ns))
+    }
+
+    /// The most payload bytes whose link time fits in `free_ns`.
+    pub fn payload_in_ns(&self, free_ns: u64) -> u64 {
         if free_ns == 0 {
             return 0;
         }

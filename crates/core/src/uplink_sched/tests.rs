@@ -14,6 +14,7 @@ fn config(mode: Mode) -> SchedConfig {
             ..Default::default()
         },
         quantum_bytes: 16 * 1024,
+        quantum_ns: MS,
         max_connections: 64,
         mode,
     }
@@ -43,6 +44,7 @@ fn config_errors_are_named() {
             SchedError::RateFraction(1.5),
         ),
         (SchedConfig { quantum_bytes: 100, ..ok.clone() }, SchedError::Quantum { quantum: 100, mss: 1448 }),
+        (SchedConfig { quantum_ns: 2_000 * MS, ..ok.clone() }, SchedError::QuantumTime(2_000 * MS)),
         (SchedConfig { max_connections: 0, ..ok.clone() }, SchedError::MaxConnections(0)),
         (SchedConfig { mode: Mode::LimitedConcurrency { writers: 0 }, ..ok.clone() }, SchedError::Writers),
     ];
@@ -62,7 +64,7 @@ fn srpt_grants_the_least_remaining_writable_connection() {
     }
     let g = s.next_grant(0).unwrap();
     assert_eq!(g.id, small);
-    assert!(g.bytes <= s.config().quantum_bytes);
+    assert!(g.bytes <= s.quantum_bytes());
     // Small is blocked (its window is full): the link goes to the next best, not idle.
     s.report(0, small, g.bytes, 0, false);
     let g = s.next_grant(10 * MS).unwrap();
@@ -103,6 +105,39 @@ fn nothing_is_granted_without_budget_or_without_a_writable_connection() {
     assert!(s.next_grant(at).is_some());
 }
 
+/// Grants one response needs when every grant is written whole and the
+/// pacer never binds: its size over the quantum in force.
+fn grants_per_response(rate_bits_per_s: u64, size_bytes: u64) -> (u64, u64) {
+    let mut c = config(Mode::WorkConserving);
+    c.pacer = PacerConfig { rate_bits_per_s, rate_fraction: 0.98, lookahead_ns: 8 * MS, ..Default::default() };
+    let mut s = UplinkScheduler::new(Policy::Srpt, c).unwrap();
+    let a = s.register(size_bytes).unwrap();
+    s.set_writable(a, true);
+    let (mut grants, mut now) = (0, 0);
+    while s.app_remaining(a) != Some(0) {
+        now += 10 * MS;
+        grants += drain(&mut s, now).len() as u64;
+    }
+    (grants, s.quantum_bytes())
+}
+
+#[test]
+fn the_quantum_is_a_link_time_on_fast_links_and_a_byte_count_on_slow_ones() {
+    // (rate, response size, grants it takes, quantum in force); at 10 Mbit/s
+    // the 8 ms look-ahead (9.8 KB) binds before the quantum does.
+    let table: &[(u64, u64, u64, u64)] = &[
+        (10_000_000, 102_400, 11, 16_384),
+        (100_000_000, 102_400, 7, 16_384),
+        (1_000_000_000, 102_400, 1, 117_154),
+        (1_000_000_000, 300_000, 3, 117_154),
+        (40_000_000_000, 102_400, 1, 4_686_358),
+        (40_000_000_000, 1_024, 1, 4_686_358),
+    ];
+    for &(rate, size, grants, quantum) in table {
+        assert_eq!(grants_per_response(rate, size), (grants, quantum), "{rate} bit/s, {size} bytes");
+    }
+}
+
 #[test]
 fn small_remainders_are_granted_whole_even_below_a_segment() {
     let mut s = sched("srpt");
@@ -141,7 +176,7 @@ fn fair_shares_bytes_round_robin() {
         }
     }
     let (min, max) = (bytes.iter().min().unwrap(), bytes.iter().max().unwrap());
-    assert!(max - min <= s.config().quantum_bytes, "{bytes:?}");
+    assert!(max - min <= s.quantum_bytes(), "{bytes:?}");
 }
 
 #[test]
@@ -166,7 +201,7 @@ fn fair_resumes_a_blocked_connection_at_the_virtual_time() {
             }
         }
     }
-    assert!(na > 0 && nb > 0 && na.abs_diff(nb) <= s.config().quantum_bytes, "a {na}, b {nb}");
+    assert!(na > 0 && nb > 0 && na.abs_diff(nb) <= s.quantum_bytes(), "a {na}, b {nb}");
 }
 
 #[test]
@@ -185,7 +220,7 @@ fn srpt_classes_round_robin_within_a_class() {
     assert!(order.iter().all(|&(id, _)| id != big), "the worse class waits while the better one has work");
     let bytes = |who| order.iter().filter(|&&(id, _)| id == who).map(|&(_, n)| n).sum::<u64>();
     let (xs, ys) = (bytes(x), bytes(y));
-    assert!(xs > 10_000 && xs.abs_diff(ys) <= s.config().quantum_bytes, "{xs} vs {ys}");
+    assert!(xs > 10_000 && xs.abs_diff(ys) <= s.quantum_bytes(), "{xs} vs {ys}");
 }
 
 #[test]
@@ -292,7 +327,7 @@ fn run(policy: &str, mode: Mode, ops: &[Op]) -> (UplinkScheduler, Vec<Record>) {
                     let i = ids.iter().position(|&x| x == g.id).expect("granted a registered id");
                     assert!(writable[i], "granted a connection that is not writable");
                     let remaining = s.app_remaining(g.id).unwrap();
-                    assert!(g.bytes <= remaining && g.bytes <= s.config().quantum_bytes);
+                    assert!(g.bytes <= remaining && g.bytes <= s.quantum_bytes());
                     assert!(written_now + g.bytes <= budget, "granted beyond the budget {budget}");
                     if !holders.contains(&g.id) {
                         holders.push(g.id);
@@ -395,7 +430,7 @@ proptest! {
                 let unfinished: Vec<u64> = (0..n).filter(|&j| bytes[j] < sizes[j]).map(|j| bytes[j]).collect();
                 let (lo, hi) = (unfinished.iter().min(), unfinished.iter().max());
                 if let (Some(lo), Some(hi)) = (lo, hi) {
-                    prop_assert!(hi - lo <= s.config().quantum_bytes, "bytes drifted apart: {bytes:?}");
+                    prop_assert!(hi - lo <= s.quantum_bytes(), "bytes drifted apart: {bytes:?}");
                 }
             }
         }
