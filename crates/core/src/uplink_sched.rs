@@ -47,7 +47,7 @@ use crate::policy::{OrdF64, Policy, TieShare};
 
 pub mod pacer;
 
-pub use pacer::{Pacer, PacerConfig};
+pub use pacer::{Pacer, PacerConfig, Wake, LATENESS_ALLOWANCE_NS};
 
 /// Most responses the scheduler can hold (a bound on `max_connections`).
 pub const MAX_CONNECTIONS_LIMIT: usize = 1 << 20;

@@ -49,7 +49,7 @@ use crate::limit::{Admit, ConnectionLimit};
 use crate::metrics::Metrics;
 use crate::resolve::Root;
 use crate::sched::{set_so_priority, setsockopt_int, PriorityObserver, Scheduler};
-use crate::usched::UserScheduler;
+use crate::usched::{PacerThread, UserScheduler};
 
 /// The admin listener's backlog (the kernel caps it at `net.core.somaxconn`).
 const ADMIN_BACKLOG: u32 = 4096;
@@ -230,7 +230,8 @@ impl Server {
             "serving"
         );
         let admin_task = admin.map(|l| tokio::spawn(admin_loop(l, shared.clone())));
-        let pacer_task = shared.user.clone().map(|u| tokio::spawn(u.run_pacer()));
+        // Stopped and joined when dropped, on every way out of this function.
+        let pacer = shared.user.clone().map(PacerThread::spawn).transpose().map_err(ServerError::Runtime)?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut connections = JoinSet::new();
         accept_until(&shared, &listener, &mut connections, &stop_rx, shutdown).await;
@@ -252,9 +253,7 @@ impl Server {
         if let Some(task) = admin_task {
             task.abort();
         }
-        if let Some(task) = pacer_task {
-            task.abort();
-        }
+        drop(pacer);
         if let Some(log) = &shared.access_log {
             log.close();
         }

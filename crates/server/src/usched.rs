@@ -15,20 +15,26 @@
 //! or reporting) and, when the pacer has no budget yet, by the one pacer task,
 //! which sleeps until the next release.
 //!
-//! tokio's timer has millisecond granularity and rounds sleeps up, so the pacer
-//! wakes about 1 ms late on average (more on a busy machine); the look-ahead
-//! (`pacer-lookahead`, 8 ms by default) must cover that or the link idles. The
-//! lateness is measured and exported.
+//! The pacer is a thread of its own with microsecond wake-ups ([`pacer`]); the
+//! look-ahead (`pacer-lookahead`, by default one segment of link time plus 1 ms,
+//! at least two segments) must cover its lateness or the link idles. The
+//! lateness, and the link time it cost, are measured and exported.
+
+mod pacer;
+
+pub(crate) use pacer::PacerThread;
 
 use std::fmt::Write as _;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use shortfirst_core::bands::{Band, Cutoffs};
-use shortfirst_core::uplink_sched::{ConnId, Mode, PacerConfig, SchedConfig, SchedError, UplinkScheduler};
+use shortfirst_core::uplink_sched::{
+    ConnId, Mode, PacerConfig, SchedConfig, SchedError, UplinkScheduler, LATENESS_ALLOWANCE_NS,
+};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
@@ -36,9 +42,6 @@ use tokio::sync::Notify;
 use crate::config::{ConfigError, Scheduling, ServerConfig};
 use crate::io::unsent_bytes;
 use crate::metrics::BAND_SLOTS;
-
-/// Upper bounds of the pacer-lateness histogram, seconds.
-const LATENESS_BUCKETS_S: [f64; 9] = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05];
 
 /// Where a connection's grants are delivered.
 struct Slot {
@@ -51,23 +54,24 @@ struct State {
     core: UplinkScheduler,
     /// Indexed by `ConnId::index`, at most `max-connections` long.
     slots: Vec<Option<Arc<Slot>>>,
-    /// The pacer task waits for a notification (nothing was ready when it last looked).
+    /// The pacer thread waits for a notification (nothing was ready when it last looked).
     pacer_idle: bool,
+    /// The pacer thread is to end.
+    pacer_stop: bool,
 }
 
 /// The server-wide scheduler (see the module docs).
 pub(crate) struct UserScheduler {
     state: Mutex<State>,
-    wake_pacer: Notify,
+    /// Wakes the pacer thread; waited on with `state`.
+    wake_pacer: Condvar,
     epoch: Instant,
     scheduler: Scheduling,
     policy_name: String,
     rate_bits_per_s: u64,
     lowat_bytes: u64,
     granted_by_band: [AtomicU64; BAND_SLOTS],
-    lateness_buckets: [AtomicU64; LATENESS_BUCKETS_S.len() + 1],
-    lateness_sum_ns: AtomicU64,
-    lateness_max_ns: AtomicU64,
+    pacer_metrics: pacer::PacerMetrics,
 }
 
 impl UserScheduler {
@@ -80,12 +84,13 @@ impl UserScheduler {
         };
         let policy = config.user_policy()?;
         let rate_bits_per_s = config.uplink_rate_bits_per_s.unwrap_or(0);
+        let pacer = PacerConfig { rate_bits_per_s, ..PacerConfig::default() };
+        let lookahead_ns = match config.pacer_lookahead {
+            Some(d) => u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+            None => pacer.default_lookahead_ns(LATENESS_ALLOWANCE_NS),
+        };
         let sched_config = SchedConfig {
-            pacer: PacerConfig {
-                rate_bits_per_s,
-                lookahead_ns: u64::try_from(config.pacer_lookahead.as_nanos()).unwrap_or(u64::MAX),
-                ..PacerConfig::default()
-            },
+            pacer: PacerConfig { lookahead_ns, ..pacer },
             max_connections: config.max_connections,
             mode,
             ..SchedConfig::default()
@@ -94,17 +99,15 @@ impl UserScheduler {
         let core = UplinkScheduler::new(policy, sched_config)
             .map_err(|e| ConfigError::Invalid { key: "uplink-rate", reason: e.to_string() })?;
         Ok(Some(Arc::new(UserScheduler {
-            state: Mutex::new(State { core, slots: Vec::new(), pacer_idle: false }),
-            wake_pacer: Notify::new(),
+            state: Mutex::new(State { core, slots: Vec::new(), pacer_idle: false, pacer_stop: false }),
+            wake_pacer: Condvar::new(),
             epoch: Instant::now(),
             scheduler: config.scheduler,
             policy_name,
             rate_bits_per_s,
             lowat_bytes: u64::from(config.notsent_lowat_bytes),
             granted_by_band: std::array::from_fn(|_| AtomicU64::new(0)),
-            lateness_buckets: std::array::from_fn(|_| AtomicU64::new(0)),
-            lateness_sum_ns: AtomicU64::new(0),
-            lateness_max_ns: AtomicU64::new(0),
+            pacer_metrics: pacer::PacerMetrics::default(),
         })))
     }
 
@@ -144,45 +147,11 @@ impl UserScheduler {
         }
     }
 
-    /// The one pacer task: releases grants as the budget refills.
-    pub(crate) async fn run_pacer(self: Arc<Self>) {
-        loop {
-            let next = {
-                let mut st = self.lock();
-                let now = self.now_ns();
-                self.dispatch(&mut st, now);
-                let next = st.core.next_release_ns(now);
-                st.pacer_idle = next.is_none();
-                next
-            };
-            match next {
-                Some(at_ns) => {
-                    let deadline = self.epoch + Duration::from_nanos(at_ns);
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(deadline.into()) => {
-                            self.record_lateness(self.now_ns().saturating_sub(at_ns));
-                        }
-                        _ = self.wake_pacer.notified() => {}
-                    }
-                }
-                None => self.wake_pacer.notified().await,
-            }
-        }
-    }
-
-    fn record_lateness(&self, late_ns: u64) {
-        let secs = late_ns as f64 / 1e9;
-        let bucket = LATENESS_BUCKETS_S.partition_point(|&b| b < secs);
-        self.lateness_buckets[bucket].fetch_add(1, Relaxed);
-        self.lateness_sum_ns.fetch_add(late_ns, Relaxed);
-        self.lateness_max_ns.fetch_max(late_ns, Relaxed);
-    }
-
     /// The scheduler's part of `/metrics`; `cutoffs` name the bands.
     pub(crate) fn render(&self, out: &mut String, cutoffs: &Cutoffs) {
-        let (stats, backlog_ns) = {
+        let (stats, backlog_ns, lookahead_ns) = {
             let st = self.lock();
-            (st.core.stats(), st.core.pacer().backlog_ns(self.now_ns()))
+            (st.core.stats(), st.core.pacer().backlog_ns(self.now_ns()), st.core.pacer().depth_ns())
         };
         let _ = writeln!(
             out,
@@ -223,23 +192,7 @@ impl UserScheduler {
                 self.granted_by_band[b].load(Relaxed)
             );
         }
-        let name = "shortfirst_uplink_pacer_lateness_seconds";
-        let _ = writeln!(out, "# HELP {name} How late the pacer task woke for a release.\n# TYPE {name} histogram");
-        let mut cumulative = 0;
-        for (i, bound) in LATENESS_BUCKETS_S.iter().enumerate() {
-            cumulative += self.lateness_buckets[i].load(Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
-        }
-        cumulative += self.lateness_buckets[LATENESS_BUCKETS_S.len()].load(Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
-        let _ = writeln!(out, "{name}_sum {}", self.lateness_sum_ns.load(Relaxed) as f64 / 1e9);
-        let _ = writeln!(out, "{name}_count {cumulative}");
-        let max = "shortfirst_uplink_pacer_lateness_max_seconds";
-        let _ = writeln!(
-            out,
-            "# HELP {max} Latest wake of the pacer so far.\n# TYPE {max} gauge\n{max} {}",
-            self.lateness_max_ns.load(Relaxed) as f64 / 1e9
-        );
+        self.pacer_metrics.render(out, lookahead_ns);
     }
 }
 

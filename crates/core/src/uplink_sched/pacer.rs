@@ -10,6 +10,13 @@
 //! Bytes are costed as they leave on the wire: each segment of up to `mss_bytes`
 //! of payload carries `overhead_bytes` of headers (IP, TCP with timestamps,
 //! Ethernet: 66 by default), which a shaper below counts too.
+//!
+//! The look-ahead is what the driver's wake-up lateness may cost before the
+//! link idles: a release is due when one more segment fits, so a wake-up up to
+//! `depth − one segment` late still grants before the booked link time runs
+//! out. [`PacerConfig::default_lookahead_ns`] sizes it from that rule; it is
+//! also the longest a new short response waits behind bytes already granted,
+//! so it should be no larger than the driver's timer needs.
 
 /// The pacer's settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -27,6 +34,23 @@ pub struct PacerConfig {
     pub overhead_bytes: u32,
 }
 
+/// Wake-up lateness the default look-ahead absorbs without idling the link:
+/// well above the p99 measured for the server's pacer thread (tens of
+/// microseconds on an idle CPU, a few hundred on a contended one).
+pub const LATENESS_ALLOWANCE_NS: u64 = 1_000_000;
+
+impl PacerConfig {
+    /// The look-ahead when none is given: one full segment of link time (a
+    /// release is due when a segment fits) plus `allowance_ns` of wake-up
+    /// lateness, and at least two segments. Slow links get two segments; fast
+    /// ones about the allowance.
+    pub fn default_lookahead_ns(&self, allowance_ns: u64) -> u64 {
+        let p = Pacer::new(&PacerConfig { lookahead_ns: 0, ..*self });
+        let segment_ns = p.wire_ns(p.mss_bytes);
+        (segment_ns + allowance_ns).max(2 * segment_ns)
+    }
+}
+
 impl Default for PacerConfig {
     fn default() -> Self {
         PacerConfig {
@@ -37,6 +61,16 @@ impl Default for PacerConfig {
             overhead_bytes: 66,
         }
     }
+}
+
+/// A timer wake-up of the driver for a release: how late it came, and how much
+/// of that lateness the link spent idle while the release waited.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Wake {
+    pub late_ns: u64,
+    /// Link time lost: from when the booked link time ran out (or the release
+    /// was due, if later) to the wake-up.
+    pub link_idle_ns: u64,
 }
 
 /// Token bucket on link time (see the module docs). Time is in nanoseconds
@@ -128,6 +162,15 @@ impl Pacer {
         self.link_free_at_ns = self.link_free_at_ns.saturating_sub(back_ns).max(now_ns.min(self.link_free_at_ns));
     }
 
+    /// A wake-up due at `due_ns` (from [`Pacer::ready_at_ns`]) came at `now_ns`;
+    /// call before granting anything at `now_ns`.
+    pub fn wake(&self, due_ns: u64, now_ns: u64) -> Wake {
+        Wake {
+            late_ns: now_ns.saturating_sub(due_ns),
+            link_idle_ns: now_ns.saturating_sub(self.link_free_at_ns.max(due_ns)),
+        }
+    }
+
     /// How far ahead of `now_ns` the link is booked (0 when idle).
     pub fn backlog_ns(&self, now_ns: u64) -> u64 {
         self.link_free_at_ns.saturating_sub(now_ns)
@@ -163,6 +206,40 @@ mod tests {
         assert!(p.ready_at_ns(0, 1448) <= 1_514_000 + 1_000);
         // Idle: no banked credit beyond the look-ahead.
         assert_eq!(p.budget_bytes(1_000_000_000), b);
+    }
+
+    #[test]
+    fn default_lookahead_is_one_segment_plus_the_allowance_and_at_least_two_segments() {
+        // (rate, mss, overhead, allowance) → look-ahead, at the default 0.98 of the rate.
+        let table: &[(u64, u32, u32, u64, u64)] = &[
+            (1_000_000, 1448, 66, LATENESS_ALLOWANCE_NS, 24_718_368),
+            (10_000_000, 1448, 66, LATENESS_ALLOWANCE_NS, 2_471_838),
+            (20_000_000, 1448, 66, LATENESS_ALLOWANCE_NS, 1_617_960),
+            (100_000_000, 1448, 66, LATENESS_ALLOWANCE_NS, 1_123_592),
+            (1_000_000_000, 1448, 66, LATENESS_ALLOWANCE_NS, 1_012_360),
+            (10_000_000_000, 1448, 66, LATENESS_ALLOWANCE_NS, 1_001_236),
+            (10_000_000, 8948, 66, LATENESS_ALLOWANCE_NS, 14_716_736),
+            (100_000_000, 536, 66, LATENESS_ALLOWANCE_NS, 1_049_143),
+            (100_000_000, 1448, 66, 200_000, 323_592),
+            (100_000_000, 1448, 66, 0, 247_184),
+        ];
+        for &(rate, mss, overhead, allowance, want_ns) in table {
+            let c =
+                PacerConfig { rate_bits_per_s: rate, mss_bytes: mss, overhead_bytes: overhead, ..Default::default() };
+            assert_eq!(c.default_lookahead_ns(allowance), want_ns, "{rate} bit/s, mss {mss}, allowance {allowance}");
+        }
+    }
+
+    #[test]
+    fn a_late_wake_counts_the_link_time_lost() {
+        let mut p = pacer(8_000_000, 4_000_000);
+        p.charge(0, 2896); // booked until 3.028 ms
+        let due = p.ready_at_ns(0, 1448);
+        assert_eq!(due, 3_028_000 + 1_514_000 - 4_000_000);
+        assert_eq!(p.wake(due, due + 1_000_000), Wake { late_ns: 1_000_000, link_idle_ns: 0 });
+        assert_eq!(p.wake(due, 3_528_000), Wake { late_ns: 3_528_000 - due, link_idle_ns: 500_000 });
+        assert_eq!(p.wake(due, due), Wake::default(), "on time");
+        assert_eq!(pacer(8_000_000, 0).wake(5, 9), Wake { late_ns: 4, link_idle_ns: 4 }, "idle since due, not before");
     }
 
     #[test]

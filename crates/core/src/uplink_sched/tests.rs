@@ -452,3 +452,37 @@ fn limited_concurrency_under_fair_admits_in_arrival_order() {
     s.finish(50 * MS, first);
     assert_eq!(s.next_grant(60 * MS).unwrap().id, second, "the earlier arrival takes the freed slot");
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Under the default look-ahead, a pacer that wakes for each release at most
+    /// the lateness allowance late never lets the link idle while a connection
+    /// waits; one later than `depth − one segment` loses exactly the excess.
+    #[test]
+    fn a_wake_within_the_allowance_never_idles_the_link(
+        rate in 1_000_000u64..10_000_000_000,
+        lates_us in proptest::collection::vec(0u64..3_000, 1..100),
+    ) {
+        let base = PacerConfig { rate_bits_per_s: rate, ..PacerConfig::default() };
+        let pacer = PacerConfig { lookahead_ns: base.default_lookahead_ns(LATENESS_ALLOWANCE_NS), ..base };
+        let mut s = UplinkScheduler::new(Policy::Srpt, SchedConfig { pacer, ..config(Mode::WorkConserving) }).unwrap();
+        let id = s.register(u64::MAX / 2).unwrap();
+        s.set_writable(id, true);
+        let (depth_ns, segment_ns) = (s.pacer().depth_ns(), s.pacer().wire_ns(u64::from(pacer.mss_bytes)));
+        prop_assert_eq!(depth_ns, pacer.lookahead_ns);
+        let mut now = 0;
+        for late_us in lates_us {
+            prop_assert!(!drain(&mut s, now).is_empty(), "a release was due at {}", now);
+            let due = s.next_release_ns(now).unwrap();
+            prop_assert!(due > now, "everything the budget allowed was granted");
+            now = due + late_us * 1_000;
+            let wake = s.pacer().wake(due, now);
+            prop_assert_eq!(wake.late_ns, late_us * 1_000);
+            prop_assert_eq!(wake.link_idle_ns, wake.late_ns.saturating_sub(depth_ns - segment_ns));
+            if wake.late_ns <= LATENESS_ALLOWANCE_NS {
+                prop_assert_eq!(wake.link_idle_ns, 0);
+            }
+        }
+    }
+}

@@ -56,10 +56,11 @@ pub struct ServerConfig {
     /// `crovella` only: connections that may write at once.
     pub write_concurrency: usize,
     /// User-space schedulers: link time granted ahead of now. It must cover the
-    /// pacer task's wake-up lateness (tokio's timer is millisecond-granular, and
-    /// a busy machine adds more), or the link idles; it is also the most a new
-    /// short response can wait behind bytes already granted.
-    pub pacer_lookahead: Duration,
+    /// pacer thread's wake-up lateness, or the link idles; it is also the most a
+    /// new short response can wait behind bytes already granted. `None`: one
+    /// segment of link time plus 1 ms of lateness, at least two segments
+    /// (`PacerConfig::default_lookahead_ns`).
+    pub pacer_lookahead: Option<Duration>,
     /// Response-time cutoffs for `srrt`.
     pub rrt_cutoffs: RrtCutoffsSpec,
     /// How `srrt` estimates a response's remaining time.
@@ -135,7 +136,7 @@ impl ServerConfig {
             scheduler: Scheduling::Kernel,
             uplink_rate_bits_per_s: None,
             write_concurrency: 35,
-            pacer_lookahead: Duration::from_millis(8),
+            pacer_lookahead: None,
             rrt_cutoffs: RrtCutoffsSpec::List(RrtCutoffs::default_list()),
             rrt_estimator: Estimator::Path,
             rrt_step_bytes: 64 * 1024,
@@ -219,13 +220,15 @@ impl ServerConfig {
             ("idle-timeout", file.idle_timeout, file.idle_timeout_ms, &mut c.idle_timeout),
             ("send-timeout", file.send_timeout, file.send_timeout_ms, &mut c.send_timeout),
             ("drain-timeout", file.drain_timeout, file.drain_timeout_ms, &mut c.drain_timeout),
-            ("pacer-lookahead", file.pacer_lookahead, None, &mut c.pacer_lookahead),
         ] {
             if let Some(s) = secs {
                 *field = timeout(key, s)?;
             } else if let Some(v) = millis {
                 *field = ms(v);
             }
+        }
+        if let Some(s) = file.pacer_lookahead {
+            c.pacer_lookahead = Some(timeout("pacer-lookahead", s)?);
         }
         let mut policy_cutoffs = None;
         if let Some(spec) = file.policy {
@@ -366,8 +369,8 @@ impl ServerConfig {
                 ),
             );
         }
-        if self.pacer_lookahead > Duration::from_secs(1) {
-            return invalid("pacer-lookahead", format!("{:?}: must be at most 1 s", self.pacer_lookahead));
+        if let Some(d) = self.pacer_lookahead.filter(|&d| d > Duration::from_secs(1)) {
+            return invalid("pacer-lookahead", format!("{d:?}: must be at most 1 s"));
         }
         if self.scheduler == Scheduling::Crovella && self.write_concurrency == 0 {
             return invalid("write-concurrency", "must be at least 1".into());
