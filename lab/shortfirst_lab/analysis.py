@@ -419,6 +419,7 @@ def compare(policy: dict[str, Any], fair: dict[str, Any], st: dict[str, Any]) ->
         "mean_response_ratio": _ratio(fair["mean_response_s"], policy["mean_response_s"]),
         "mean_slowdown_ratio": _ratio(fair["mean_slowdown"], policy["mean_slowdown"]),
         "throughput_ratio": _ratio(policy["throughput_bytes_per_s"], fair["throughput_bytes_per_s"]),
+        "link_throughput_ratio": _ratio(policy.get("link_bits_per_s"), fair.get("link_bits_per_s")),
         "largest_1pct_ratio": _ratio(
             policy["largest_1pct_mean_response_s"], fair["largest_1pct_mean_response_s"]
         ),
@@ -441,6 +442,25 @@ def read_health(path: str | Path) -> pd.DataFrame:
         return pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         raise LogError(f"{path}: cannot read as CSV: {e}") from e
+
+
+def link_bits_per_s(h: pd.DataFrame, lo_s: float, hi_s: float) -> float | None:
+    """Bits per second the shaped uplink sent in [lo_s, hi_s], from the qdisc's cumulative
+    byte counters in the health log (``band_bytes.<band>``, summed over bands): the link's
+    own count, headers and retransmissions included, whatever the order responses finish in.
+    None without such columns or with fewer than two samples inside the window."""
+    cols = [c for c in h.columns if c.startswith("band_bytes.")] if "t_s" in h else []
+    if not cols:
+        return None
+    inside = h[(h["t_s"] >= lo_s) & (h["t_s"] <= hi_s)]
+    inside = inside[inside[cols].notna().any(axis=1)]
+    if len(inside) < 2:
+        return None
+    total = inside[cols].fillna(0).sum(axis=1)
+    dt = float(inside["t_s"].iloc[-1] - inside["t_s"].iloc[0])
+    if dt <= 0:
+        return None
+    return float(total.iloc[-1] - total.iloc[0]) * 8.0 / dt
 
 
 def health_summary(h: pd.DataFrame) -> dict[str, Any]:

@@ -26,7 +26,11 @@ sharing; SRPT in the kernel: SRPT by the server's size classes; SRPT in user spa
 ``arm_comparisons`` then has one entry per arm and load (repeats averaged, as the improvement
 table does): each arm against the weakest baseline, the baseline itself included (ratios 1, no
 request starved), with ``policy``, ``scheduler``, ``load``, ``mean_response_ratio``,
-``throughput_ratio``, ``fraction_starved``, ``max_stretch`` and ``measured_over_ideal``.
+``throughput_ratio``, ``link_throughput_ratio``, ``fraction_starved``, ``max_stretch`` and
+``measured_over_ideal``. ``throughput_ratio`` spreads each response's bytes evenly from its first
+byte to its last, so a policy that starts a long response early and finishes it after the window
+shows less than it sent; ``link_throughput_ratio`` is the uplink's own byte count in the window
+(`analysis.link_bits_per_s`), the check that no link time was lost.
 """
 
 from __future__ import annotations
@@ -219,7 +223,13 @@ def compare_runs(
 
 
 #: Per arm and load: averaged over repeats (max_stretch: the largest).
-ARM_MEAN_KEYS = ("mean_response_ratio", "throughput_ratio", "fraction_starved", "measured_over_ideal")
+ARM_MEAN_KEYS = (
+    "mean_response_ratio",
+    "throughput_ratio",
+    "link_throughput_ratio",
+    "fraction_starved",
+    "measured_over_ideal",
+)
 
 
 def arm_comparisons(
@@ -239,8 +249,8 @@ def arm_comparisons(
             if arm_of(r) != arm.label:
                 continue
             if arm.label == base:  # against itself: every request matched, none slower
-                own = {"mean_response_ratio": 1.0, "throughput_ratio": 1.0, "fraction_starved": 0.0,
-                       "max_stretch": 1.0, "valid": r.metrics["valid"]}  # fmt: skip
+                own = {"mean_response_ratio": 1.0, "throughput_ratio": 1.0, "link_throughput_ratio": 1.0,
+                       "fraction_starved": 0.0, "max_stretch": 1.0, "valid": r.metrics["valid"]}  # fmt: skip
             else:
                 own = next((c for c in comparisons if c["baseline"] == base and c.get("arm") == arm.label
                             and (round(c["load"], 2), c.get("path"), c["repeat"]) == r.key),
@@ -520,19 +530,23 @@ def _arm_table(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[
     rows = [
         [f"{r['load']:.2f}" + (f" {r['path']}" if r.get("path") else ""), r["arm"], r["scheduler"]]
         + [_f(r["mean_response_ratio"], "{:.2f}"), _f(r["throughput_ratio"], "{:.3f}")]
+        + [_f(r.get("link_throughput_ratio"), "{:.3f}")]
         + [_f(r["fraction_starved"], "{:.4f}"), _f(r["max_stretch"], "{:.2f}")]
         + [_f(r["measured_over_ideal"], "{:.2f}"), r["ideal"] or "—", str(r["repeats"])]
         + ["yes" if r["valid"] else "NO"]
         for r in rows_in
     ]
     base = rows_in[0]["baseline"]
-    head = ["load", "arm", "scheduler", f"{base} ÷ arm mean RT", f"throughput ÷ {base}", "S > 1", "max S"]
+    head = ["load", "arm", "scheduler", f"{base} ÷ arm mean RT", f"throughput ÷ {base}"]
+    head += [f"link bytes ÷ {base}", "S > 1", "max S"]
     head += ["measured ÷ ideal", "ideal (simulator)", "repeats", "valid"]
     note = (
         f"Each arm (policy/scheduler) against {base} on the same trace and seed, repeats averaged (max S: "
         "the largest). S(r) = RT_arm(r) ÷ RT_baseline(r) per request. Measured ÷ ideal: the arm's mean "
         "response ÷ the simulator's on the run's own arrivals under the policy the arm runs (ps for FAIR, "
-        "the server's size classes for SRPT in the kernel, exact SRPT in user space)."
+        "the server's size classes for SRPT in the kernel, exact SRPT in user space). Throughput spreads "
+        "each response's bytes from its first byte to its last; link bytes are the uplink's own count in "
+        "the window."
     )
     return [("Arms: each policy and scheduler against the baseline", note, head, rows)]
 

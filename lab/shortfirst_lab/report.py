@@ -156,6 +156,7 @@ def analyse_run(
     m["offered_load"] = gen.get("offered_load")
     h = analysis.read_health(run_dir / "health.csv")
     m["health"] = analysis.health_summary(h)
+    m["link_bits_per_s"] = analysis.link_bits_per_s(h, exp.run.warmup_s, exp.run.duration_s)
     tcp_path = run_dir / "tcp_counters.json"
     if tcp_path.exists():
         tcp = json.loads(tcp_path.read_text())

@@ -236,6 +236,27 @@ def test_health_summary():
     assert analysis.health_summary(pd.DataFrame()) == {}
 
 
+@pytest.mark.parametrize(
+    ("columns", "lo_s", "hi_s", "expected"),
+    [
+        # two bands, 1,000 + 250 bytes a second between t = 1 and t = 3
+        ({"band_bytes.1": [0, 1000, 2000, 3000], "band_bytes.2": [0, 250, 500, 750]}, 1.0, 3.0, 10_000.0),
+        # the window picks its samples; the warm-up's bytes are not counted
+        ({"band_bytes.1": [0, 5000, 6000, 7000]}, 1.0, 3.0, 8_000.0),
+        # a band first seen inside the window counts from zero
+        ({"band_bytes.1": [0, 1000, 2000, 3000], "band_bytes.2": [None, None, 100, 100]}, 1.0, 3.0, 8_400.0),
+        # fewer than two samples inside the window, or no qdisc counters: unknown
+        ({"band_bytes.1": [0, 1000, 2000, 3000]}, 2.5, 3.0, None),
+        ({"open_connections": [1, 1, 1, 1]}, 0.0, 3.0, None),
+    ],
+)
+def test_link_bits_per_s(columns, lo_s, hi_s, expected):
+    h = pd.DataFrame({"t_s": [0.0, 1.0, 2.0, 3.0], **columns})
+    got = analysis.link_bits_per_s(h, lo_s, hi_s)
+    assert got == (pytest.approx(expected) if expected is not None else None)
+    assert analysis.link_bits_per_s(pd.DataFrame(), 0.0, 1.0) is None
+
+
 def test_largest_fraction_tie_break_by_id():
     df = _df([5, 5, 5, 1] * 50, np.ones(200))
     top = analysis.largest_fraction(df, 0.01)

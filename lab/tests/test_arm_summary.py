@@ -18,8 +18,8 @@ from shortfirst_lab import analysis, report, runner
 from shortfirst_lab.experiment import Arm, load_experiment, run_dir_name
 
 #: What every per-arm comparison carries.
-ARM_KEYS = {"policy", "scheduler", "load", "mean_response_ratio", "throughput_ratio", "fraction_starved",
-            "max_stretch", "measured_over_ideal"}  # fmt: skip
+ARM_KEYS = {"policy", "scheduler", "load", "mean_response_ratio", "throughput_ratio", "link_throughput_ratio",
+            "fraction_starved", "max_stretch", "measured_over_ideal"}  # fmt: skip
 
 
 ARMS_TOML = """\
@@ -119,6 +119,24 @@ def test_summary_compares_every_arm_with_fair_per_load(arms_dir: Path):
     assert crovella["throughput_ratio"] == pytest.approx(
         crov_run["throughput_bytes_per_s"] / fair_run["throughput_bytes_per_s"]
     )
+
+
+def test_link_throughput_is_the_uplinks_own_count_in_the_window(arms_dir: Path):
+    # The qdisc's cumulative byte counters, one sample a second; the window is [10, 100] s.
+    # FAIR's link sends 1,000 bytes a second there, user-space SRPT's 990; outside the window
+    # user-space SRPT sends more, which must not count.
+    for label, rate in (("fair", 1000), ("srpt/user", 990)):
+        arm = Arm(*label.split("/")) if "/" in label else Arm(label)
+        rdir = arms_dir / "runs" / run_dir_name(arm.policy, 0.8, 1, scheduler=arm.scheduler)
+        t = np.arange(0, 121)
+        sent = np.where(t <= 100, rate * t, rate * 100 + 5000 * (t - 100))
+        pd.DataFrame({"t_s": t, "band_bytes.1": sent}).to_csv(rdir / "health.csv", index=False)
+    s = report.build(arms_dir, with_figures=False)
+    rows = {(a["arm"], a["load"]): a for a in s["arm_comparisons"]}
+    assert rows[("srpt/user", 0.8)]["link_throughput_ratio"] == pytest.approx(0.99)
+    assert rows[("fair", 0.8)]["link_throughput_ratio"] == 1.0
+    # Runs without a health log have no link count: unknown, not 0.
+    assert rows[("srpt", 0.8)]["link_throughput_ratio"] is None
 
 
 def test_comparison_rows_and_runs_carry_the_arm(arms_dir: Path):
