@@ -47,7 +47,7 @@ use crate::policy::{OrdF64, Policy, TieShare};
 
 pub mod pacer;
 
-pub use pacer::{Pacer, PacerConfig, Wake, LATENESS_ALLOWANCE_NS};
+pub use pacer::{Pacer, PacerConfig, Wake, CONTROL_BYTES_PER_CONNECTION, LATENESS_ALLOWANCE_NS};
 
 /// Most responses the scheduler can hold (a bound on `max_connections`).
 pub const MAX_CONNECTIONS_LIMIT: usize = 1 << 20;
@@ -102,6 +102,8 @@ pub enum SchedError {
     Segment { mss: u32, overhead: u32 },
     #[error("quantum {quantum} bytes must be at least one segment ({mss} bytes)")]
     Quantum { quantum: u64, mss: u32 },
+    #[error("control bytes per connection must be at most 65536 (got {0})")]
+    ControlBytes(u32),
     #[error("quantum must be at most 1 s of link time (got {0} ns)")]
     QuantumTime(u64),
     #[error("max connections must be in 1..={MAX_CONNECTIONS_LIMIT} (got {0})")]
@@ -123,6 +125,9 @@ impl SchedConfig {
         }
         if p.lookahead_ns > 1_000_000_000 {
             return Err(SchedError::Lookahead(p.lookahead_ns));
+        }
+        if p.control_bytes_per_connection > 65_536 {
+            return Err(SchedError::ControlBytes(p.control_bytes_per_connection));
         }
         if !(536..=65535).contains(&p.mss_bytes) || p.overhead_bytes > 1024 {
             return Err(SchedError::Segment { mss: p.mss_bytes, overhead: p.overhead_bytes });
@@ -172,6 +177,8 @@ pub struct SchedStats {
     pub granted_bytes: u64,
     /// Granted but not written (socket full, response ended), given back.
     pub refunded_bytes: u64,
+    /// Wire bytes of connections' control packets charged to the link.
+    pub control_bytes: u64,
     pub registered: usize,
     /// Writable responses waiting for a grant.
     pub ready: usize,
@@ -379,6 +386,18 @@ impl UplinkScheduler {
             c.fair_tag = c.fair_tag.max(virtual_bytes);
         }
         self.place(id.index);
+    }
+
+    /// A new connection's control packets (SYN-ACK, bare ACKs, FIN) go out on
+    /// the link whatever is granted: charge their wire time at `now_ns`
+    /// (`control_bytes_per_connection`; nothing when 0). The driver calls it
+    /// once per connection, with its first response.
+    pub fn charge_connection(&mut self, now_ns: u64) {
+        let bytes = u64::from(self.config.pacer.control_bytes_per_connection);
+        if bytes > 0 {
+            self.pacer.charge_wire(now_ns, bytes);
+            self.stats.control_bytes += bytes;
+        }
     }
 
     /// The next grant at `now_ns`, if a connection is ready and the pacer has

@@ -507,7 +507,7 @@ impl Conn {
         self.set_band(first_band);
         // User-space scheduling: every write waits for a grant (see `usched`).
         let mut user = match &shared.user {
-            Some(u) => Some(u.register(total)?),
+            Some(u) => Some(u.register(total, self.served == 1)?),
             None => None,
         };
 

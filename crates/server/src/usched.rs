@@ -33,7 +33,8 @@ use std::time::{Duration, Instant};
 
 use shortfirst_core::bands::{Band, Cutoffs};
 use shortfirst_core::uplink_sched::{
-    ConnId, Mode, PacerConfig, SchedConfig, SchedError, UplinkScheduler, LATENESS_ALLOWANCE_NS,
+    ConnId, Mode, PacerConfig, SchedConfig, SchedError, UplinkScheduler, CONTROL_BYTES_PER_CONNECTION,
+    LATENESS_ALLOWANCE_NS,
 };
 use tokio::io::Interest;
 use tokio::net::TcpStream;
@@ -84,7 +85,11 @@ impl UserScheduler {
         };
         let policy = config.user_policy()?;
         let rate_bits_per_s = config.uplink_rate_bits_per_s.unwrap_or(0);
-        let pacer = PacerConfig { rate_bits_per_s, ..PacerConfig::default() };
+        let pacer = PacerConfig {
+            rate_bits_per_s,
+            control_bytes_per_connection: CONTROL_BYTES_PER_CONNECTION,
+            ..PacerConfig::default()
+        };
         let lookahead_ns = match config.pacer_lookahead {
             Some(d) => u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
             None => pacer.default_lookahead_ns(LATENESS_ALLOWANCE_NS),
@@ -119,12 +124,18 @@ impl UserScheduler {
         self.state.lock().expect("uplink scheduler lock poisoned")
     }
 
-    /// A response of `size_bytes` starts on a connection. At the scheduler's
-    /// limit (`max-connections`, which also bounds open connections, so only a
-    /// bug gets there) the response fails with an error and the connection closes.
-    pub(crate) fn register(self: &Arc<Self>, size_bytes: u64) -> io::Result<Registration> {
+    /// A response of `size_bytes` starts on a connection; the first on a
+    /// connection also charges the link time of the connection's control
+    /// packets. At the scheduler's limit (`max-connections`, which also bounds
+    /// open connections, so only a bug gets there) the response fails with an
+    /// error and the connection closes.
+    pub(crate) fn register(self: &Arc<Self>, size_bytes: u64, first_on_connection: bool) -> io::Result<Registration> {
+        let now_ns = self.now_ns();
         let mut st = self.lock();
         let id = st.core.register(size_bytes).map_err(|e: SchedError| io::Error::other(e.to_string()))?;
+        if first_on_connection {
+            st.core.charge_connection(now_ns);
+        }
         let slot = Arc::new(Slot { grant: AtomicU64::new(0), notify: Notify::new() });
         if st.slots.len() <= id.index() {
             st.slots.resize(id.index() + 1, None);
@@ -175,6 +186,11 @@ impl UserScheduler {
         }
         let counters = [
             ("shortfirst_uplink_grants_total", "Grants handed out.", stats.grants),
+            (
+                "shortfirst_uplink_control_bytes_total",
+                "Wire bytes of connections' control packets (SYN-ACK, bare ACKs, FIN) charged to the pacer.",
+                stats.control_bytes,
+            ),
             (
                 "shortfirst_uplink_refunded_bytes_total",
                 "Bytes granted but not written (socket full, response ended), given back to the pacer.",

@@ -46,6 +46,10 @@ fn config_errors_are_named() {
         (SchedConfig { quantum_bytes: 100, ..ok.clone() }, SchedError::Quantum { quantum: 100, mss: 1448 }),
         (SchedConfig { quantum_ns: 2_000 * MS, ..ok.clone() }, SchedError::QuantumTime(2_000 * MS)),
         (SchedConfig { max_connections: 0, ..ok.clone() }, SchedError::MaxConnections(0)),
+        (
+            SchedConfig { pacer: PacerConfig { control_bytes_per_connection: 70_000, ..ok.pacer }, ..ok.clone() },
+            SchedError::ControlBytes(70_000),
+        ),
         (SchedConfig { mode: Mode::LimitedConcurrency { writers: 0 }, ..ok.clone() }, SchedError::Writers),
     ];
     for (c, want) in cases {
@@ -484,5 +488,29 @@ proptest! {
                 prop_assert_eq!(wake.link_idle_ns, 0);
             }
         }
+    }
+}
+
+/// (control bytes per connection, connections opened at t = 0) → the budget left
+/// at t = 0 of the 4 ms look-ahead at one wire byte per microsecond, and the
+/// control bytes counted. Control packets take link time that grants cannot.
+#[test]
+fn connections_control_packets_take_link_time_from_grants() {
+    let table: &[(u32, u64, u64, u64)] = &[
+        // 4,000 wire bytes: two full segments (2 × 1,514) and 972 − 66 bytes of a third
+        (0, 3, 2 * 1448 + 906, 0),
+        (250, 1, 2 * 1448 + 656, 250), // 3,750
+        (250, 4, 1448 + 1420, 1_000),  // 3,000
+        (1_000, 4, 0, 4_000),          // the whole look-ahead
+    ];
+    for &(control, opened, budget, counted) in table {
+        let mut c = config(Mode::WorkConserving);
+        c.pacer.control_bytes_per_connection = control;
+        let mut s = UplinkScheduler::new(Policy::Srpt, c).unwrap();
+        for _ in 0..opened {
+            s.charge_connection(0);
+        }
+        assert_eq!(s.pacer().budget_bytes(0), budget, "{control} B × {opened}");
+        assert_eq!(s.stats().control_bytes, counted);
     }
 }
