@@ -173,7 +173,7 @@ def analyse_run(
         m.update(path=path.label, rtt_ms=path.rtt_ms, loss=path.loss)
     w = analysis.window(df, exp.run.warmup_s, exp.run.duration_s)
     m["models"] = model_metrics(run_dir, exp, policy, load, w, scheduler)
-    m["models"]["wire"] = wire.fit_run(run_dir, df["size_bytes"], gen)[1]
+    m["models"]["wire"] = _wire_fit(run_dir, df, w, gen, m["link_bits_per_s"], exp)
     if exp.arms:
         m.update(arm=Arm(policy, scheduler).label, scheduler=scheduler)
         m["measured_over_ideal"] = policycmp.measured_over_ideal(m)
@@ -183,6 +183,19 @@ def analyse_run(
         m["groups"] = wanreport.group_metrics(w, groups)
     write_json(run_dir / "analysis.json", analysis.json_safe(m))
     return RunData(run_dir.name, policy, load, repeat, w, h, m, rec, path.label if path else None, scheduler)
+
+
+def _wire_fit(
+    run_dir: Path, df: pd.DataFrame, w: pd.DataFrame, gen: dict[str, Any], link: float | None, exp: Experiment
+) -> dict[str, Any]:
+    """The run's wire model fitted to its whole-run byte count, and a check the fit cannot
+    force: the model's bits per second for the window's requests ÷ the uplink's own count there."""
+    model, fit = wire.fit_run(run_dir, df["size_bytes"], gen)
+    span = exp.run.duration_s - exp.run.warmup_s
+    window_bits_per_s = float(model.cost(w["size_bytes"]).sum()) * 8 / span if span > 0 else None
+    fit["window_model_bits_per_s"] = window_bits_per_s
+    fit["window_model_over_counted"] = window_bits_per_s / link if link and window_bits_per_s else None
+    return fit
 
 
 def _name_load(name: str) -> float:
