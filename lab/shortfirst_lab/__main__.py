@@ -4,8 +4,10 @@ Subcommands (one function each; add a new one by writing `_cmd_x(args)` and regi
 `SUBCOMMANDS` with a function that adds its arguments):
 
     run EXP.toml --out DIR [--resume] [--bin PATH]   run an experiment, then build its report
-    report DIR                                        rebuild summary.json and report.html from raw logs
-                                                      (overload experiments: shortfirst_lab.overload)
+    report DIR [--resimulate [--bin PATH]]            rebuild summary.json and report.html from raw logs
+                                                      (overload experiments: shortfirst_lab.overload);
+                                                      --resimulate first redoes each run's ideals
+                                                      (sim/, sim-wire/: idealsim.py)
     validate EXP.toml...                              check experiment files, print the run matrix
     check-report DIR/report.html                      open the page in headless Chromium, check images
 """
@@ -74,6 +76,14 @@ def _cmd_run(a: argparse.Namespace) -> int:
 
 def _add_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", type=Path, help="experiment directory written by `run`")
+    p.add_argument(
+        "--resimulate",
+        action="store_true",
+        help="first rerun `shortfirst sim` for each run's ideals, payload and wire cost (sim/, sim-wire/)",
+    )
+    p.add_argument(
+        "--bin", type=Path, default=None, help="shortfirst binary (default: target/release/shortfirst)"
+    )
 
 
 def _format(summary: dict) -> str:
@@ -87,6 +97,8 @@ def _cmd_report(a: argparse.Namespace) -> int:
     from . import overload, report
 
     exp_path = a.dir / "experiment.toml"
+    if a.resimulate:
+        _resimulate(a.dir, a.bin)
     if exp_path.exists() and overload.applies(load_experiment(exp_path)):
         summary = overload.build(a.dir)  # load schedules, setups, ρ > 1: the overload summary
     else:
@@ -94,6 +106,17 @@ def _cmd_report(a: argparse.Namespace) -> int:
     print(_format(summary))
     print(f"\nreport: {(a.dir / 'report.html').resolve()}")
     return 0
+
+
+def _resimulate(out: Path, bin_path: Path | None) -> None:
+    from . import idealsim, runner
+
+    exp_path = out / "experiment.toml"
+    if not exp_path.exists():
+        raise runner.RunnerError(f"{exp_path}: missing; is {out} an experiment directory?")
+    bin_path = bin_path or runner.repo_root() / "target" / "release" / "shortfirst"
+    for run, status in idealsim.resimulate(out, load_experiment(exp_path), bin_path).items():
+        print(f"{run}: sim {status}", file=sys.stderr)
 
 
 def _add_validate(p: argparse.ArgumentParser) -> None:

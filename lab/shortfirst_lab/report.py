@@ -11,6 +11,8 @@ Inputs (written by the runner, never modified here)::
     DIR/runs/<run>/run.json        the runner's record of the run (status, policy, load, ...)
     DIR/runs/<run>/groups.json     client groups' ids and paths (WAN runs; optional)
     DIR/runs/<run>/server_metrics.txt  the server's metrics after the run (srrt's estimate error)
+    DIR/runs/<run>/uplink.json     the qdisc's byte counts (the wire model's calibration; optional)
+    DIR/runs/<run>/sim/, sim-wire/ the run's ideals, payload and wire cost (idealsim; optional)
 
 Outputs: `DIR/summary.json` (runs, comparisons of each policy against its baselines and the
 papers' targets, plus `repeat` and `run` to tell repeats apart; per group, improvement and
@@ -33,7 +35,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from . import analysis, figures, models, policycmp, wanreport, wanrun
+from . import analysis, figures, models, policycmp, wanreport, wanrun, wire
 from .experiment import Arm, Experiment, RunSpec, load_experiment
 from .kit import write_atomic, write_json
 
@@ -59,7 +61,7 @@ RUN_KEYS = (
 # Present in a run of a WAN path sweep (and per-group metrics with client groups).
 WAN_RUN_KEYS = ("path", "rtt_ms", "loss", "groups")
 # Present in a run of an experiment with arms (a policy under a scheduler: policycmp).
-ARM_RUN_KEYS = ("arm", "scheduler", "measured_over_ideal")
+ARM_RUN_KEYS = ("arm", "scheduler", "measured_over_ideal", "measured_over_wire_ideal")
 # What SRPT must show against FAIR, each from the paper that measured it:
 # (load, key, op, threshold, source). The thresholds sit inside the papers' ranges, so a
 # reproduction on another machine can meet them: 4x inside "3-8x for loads > 0.5", 10x below
@@ -171,14 +173,29 @@ def analyse_run(
         m.update(path=path.label, rtt_ms=path.rtt_ms, loss=path.loss)
     w = analysis.window(df, exp.run.warmup_s, exp.run.duration_s)
     m["models"] = model_metrics(run_dir, exp, policy, load, w, scheduler)
+    m["models"]["wire"] = _wire_fit(run_dir, df, w, gen, m["link_bits_per_s"], exp)
     if exp.arms:
         m.update(arm=Arm(policy, scheduler).label, scheduler=scheduler)
         m["measured_over_ideal"] = policycmp.measured_over_ideal(m)
+        m["measured_over_wire_ideal"] = policycmp.measured_over_wire_ideal(m)
     groups = wanrun.read_groups(run_dir)
     if groups is not None:
         m["groups"] = wanreport.group_metrics(w, groups)
     write_json(run_dir / "analysis.json", analysis.json_safe(m))
     return RunData(run_dir.name, policy, load, repeat, w, h, m, rec, path.label if path else None, scheduler)
+
+
+def _wire_fit(
+    run_dir: Path, df: pd.DataFrame, w: pd.DataFrame, gen: dict[str, Any], link: float | None, exp: Experiment
+) -> dict[str, Any]:
+    """The run's wire model fitted to its whole-run byte count, and a check the fit cannot
+    force: the model's bits per second for the window's requests ÷ the uplink's own count there."""
+    model, fit = wire.fit_run(run_dir, df["size_bytes"], gen)
+    span = exp.run.duration_s - exp.run.warmup_s
+    window_bits_per_s = float(model.cost(w["size_bytes"]).sum()) * 8 / span if span > 0 else None
+    fit["window_model_bits_per_s"] = window_bits_per_s
+    fit["window_model_over_counted"] = window_bits_per_s / link if link and window_bits_per_s else None
+    return fit
 
 
 def _name_load(name: str) -> float:
@@ -192,14 +209,16 @@ def _name_repeat(name: str) -> int:
 def model_metrics(
     run_dir: Path, exp: Experiment, policy: str, load: float, w: pd.DataFrame, scheduler: str = "kernel"
 ) -> dict[str, Any]:
-    """Simulated (if DIR/runs/<run>/sim/requests.csv exists) and analytic means for this run."""
+    """Simulated (if DIR/runs/<run>/sim/requests.csv exists; the wire-accurate ideal from
+    sim-wire/, see models.py) and analytic means for this run."""
     out: dict[str, Any] = {}
-    sim_path = run_dir / "sim" / "requests.csv"
-    if sim_path.exists():
-        sim = analysis.read_requests(sim_path)
-        sm = analysis.run_metrics(sim, exp.run.warmup_s, exp.run.duration_s, None)
-        out["simulated_s"] = sm["mean_response_s"]
-        out["simulated_largest_1pct_s"] = sm["largest_1pct_mean_response_s"]
+    for sub, prefix in (("sim", "simulated"), ("sim-wire", "wire_simulated")):
+        sim_path = run_dir / sub / "requests.csv"
+        if sim_path.exists():
+            sim = analysis.read_requests(sim_path)
+            sm = analysis.run_metrics(sim, exp.run.warmup_s, exp.run.duration_s, None)
+            out[f"{prefix}_s"] = sm["mean_response_s"]
+            out[f"{prefix}_largest_1pct_s"] = sm["largest_1pct_mean_response_s"]
     if len(w) and policy in models.SIZE_POLICIES:
         cut = models.cutoffs_for(policy, exp.server.cutoffs, w["size_bytes"])
         exact = models.exact(policy, scheduler)
@@ -476,8 +495,11 @@ largest file S: the largest S among the requests for the window's largest size.<
 {% endfor %}
 
 {% if model_rows %}<h2>Measured vs simulated vs analytic (mean response, s)</h2>
-<table><tr><th>run</th><th>measured</th><th>simulated</th><th>M/G/1</th><th>model</th>
-<th>M/G/1 ideal SRPT</th></tr>
+<p>Simulated: the payload ideal (bodies through an ideal link of the nominal rate); wire ideal:
+the same with each request's wire cost (head, segment headers, connection control bytes; the
+fit to the uplink's byte count is in each run's analysis.json, <code>models.wire</code>).</p>
+<table><tr><th>run</th><th>measured</th><th>simulated</th><th>wire ideal</th><th>wire ÷ payload bytes</th>
+<th>M/G/1</th><th>model</th><th>M/G/1 ideal SRPT</th></tr>
 {% for row in model_rows %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}
 </table>{% endif %}
 
@@ -632,7 +654,9 @@ def render_html(
     for r in runs:
         mod = r.metrics.get("models", {})
         if any(mod.get(k) is not None for k in ("simulated_s", "analytic_s")):
+            fit = mod.get("wire") or {}
             model_rows.append([r.run, _f(r.metrics["mean_response_s"]), _f(mod.get("simulated_s")),
+                               _f(mod.get("wire_simulated_s")), _f(fit.get("wire_over_payload"), "{:.3f}"),
                                _f(mod.get("analytic_s")), mod.get("analytic_model", "—"),
                                _f(mod.get("analytic_srpt_s"))])  # fmt: skip
     base: analysis.Baseline | None = extras["baseline"]

@@ -19,6 +19,8 @@ namespace, samples server health once a second, and leaves raw logs only::
         server.log, load.log          the two processes' output
         server_metrics.txt            the server's Prometheus metrics at the end of the run
         commands.txt                  exact command lines
+        sim/, sim-wire/               the run's ideals: `shortfirst sim` on its own arrivals,
+                                      bodies or wire costs as service (idealsim.py)
         run.json                      status, seed, timings, exit codes
 
 While a run is going on its raw logs are written to a staging directory in RAM and moved
@@ -48,7 +50,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from . import factors, models, overload, report, schedules, series, wanrun
+from . import factors, idealsim, models, overload, report, schedules, series, wanrun
 from .experiment import Experiment, RunSpec, load_experiment
 from .health import HealthSampler, counter_delta
 from .kit import load_argv, parse_proc_pairs, utc_now, write_atomic, write_json
@@ -616,24 +618,9 @@ class Runner:
         return self._sim
 
     def simulate(self, rdir: Path, policy: str, scheduler: str = "kernel") -> str:
-        """`shortfirst sim` on the run's own arrivals and sizes, into rdir/sim (see models.py)."""
-        sdir = rdir / "sim"
-        sdir.mkdir(exist_ok=True)
-        req = pd.read_csv(rdir / "requests.csv", usecols=["scheduled_s", "path", "size_bytes"])
-        trace = req.sort_values("scheduled_s", kind="mergesort").rename(columns={"scheduled_s": "time_s"})
-        write_atomic(sdir / "trace.csv", trace[["time_s", "path", "size_bytes"]].to_csv(index=False))
-        sim_policy = models.sim_policy_of(policy, scheduler, self.exp.server.cutoffs, req["size_bytes"])
-        argv = [
-            str(self.bin), "sim", "--trace", str(sdir / "trace.csv"), "--policy", sim_policy,
-            "--rate", str(self.exp.uplink.rate_bits_per_s), "--out", str(sdir),
-        ]  # fmt: skip
-        _write_commands(sdir / "commands.txt", [argv])
-        try:
-            r = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
-        except subprocess.TimeoutExpired:
-            return "failed: timed out"
-        write_atomic(sdir / "sim.log", r.stdout + r.stderr)
-        return "ok" if r.returncode == 0 else f"failed: exit {r.returncode} (see sim/sim.log)"
+        """`shortfirst sim` on the run's own arrivals, into rdir/sim (body sizes) and rdir/sim-wire
+        (wire costs): see idealsim.py and models.py."""
+        return idealsim.simulate(self.bin, self.exp, rdir, policy, scheduler)
 
     def run(self) -> dict[str, Any]:
         exp, out = self.exp, self.out
