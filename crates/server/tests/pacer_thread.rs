@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{get, req, TestServer};
+use common::{get, metric, metrics_text, req, TestServer};
 use shortfirst_server::{Policy, Scheduling};
 
 /// Threads of this process named `name`.
@@ -15,19 +15,6 @@ fn threads_named(name: &str) -> usize {
         .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
         .filter(|comm| comm.trim_end() == name)
         .count()
-}
-
-async fn metrics_text(s: &TestServer) -> String {
-    let r = get(s.admin.unwrap(), "GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n").await.unwrap();
-    String::from_utf8(r.body).unwrap()
-}
-
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
-        .unwrap_or_else(|| panic!("{name} missing in\n{text}"))
-        .parse()
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,35 +8,21 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{pattern, req, Raw, TestServer};
+use common::{metric, metrics_text, pattern, req, Raw, TestServer};
 use shortfirst_core::bands::{Band, BandMap};
 use shortfirst_server::{Policy, PriorityObserver, RrtCutoffsSpec};
-
-fn series(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
-        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
-        .parse()
-        .unwrap()
-}
-
-async fn metrics(s: &TestServer) -> String {
-    let mut c = Raw::connect(s.admin.unwrap()).await;
-    c.send(b"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n").await;
-    String::from_utf8(c.response(false).await.unwrap().body).unwrap()
-}
 
 /// The metrics once `responses` responses have recorded their estimate error
 /// (recorded after the last byte is written, so a moment after the client has it).
 async fn metrics_after(s: &TestServer, responses: f64) -> String {
     for _ in 0..100 {
-        let m = metrics(s).await;
-        if series(&m, "shortfirst_srrt_estimate_ratio_count") >= responses {
+        let m = metrics_text(s).await;
+        if metric(&m, "shortfirst_srrt_estimate_ratio_count") >= responses {
             return m;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    panic!("fewer than {responses} responses recorded:\n{}", metrics(s).await);
+    panic!("fewer than {responses} responses recorded:\n{}", metrics_text(s).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,20 +49,20 @@ async fn srrt_serves_byte_exact_responses_and_reports_its_estimates() {
     assert_eq!(c.response(false).await.unwrap().status, 404);
 
     let m = metrics_after(&s, 5.0).await;
-    let reads = series(&m, "shortfirst_srrt_tcp_info_reads_total");
+    let reads = metric(&m, "shortfirst_srrt_tcp_info_reads_total");
     // One at each start, then at most one per 16 KiB step of the two large bodies.
     let bound = 5.0 + (300_000 / STEP + 100_000 / STEP) as f64;
     assert!((5.0..=bound).contains(&reads), "{reads} TCP_INFO reads, bound {bound}");
-    assert_eq!(series(&m, "shortfirst_srrt_tcp_info_errors_total"), 0.0);
-    assert_eq!(series(&m, "shortfirst_srrt_estimate_ratio_count"), 5.0);
-    assert!(series(&m, "shortfirst_srrt_measured_seconds_sum") > 0.0);
-    assert!(series(&m, "shortfirst_srrt_estimated_seconds_sum") > 0.0);
-    assert_eq!(series(&m, "shortfirst_rrt_cutoff_seconds{band=\"1\"}"), 0.05);
+    assert_eq!(metric(&m, "shortfirst_srrt_tcp_info_errors_total"), 0.0);
+    assert_eq!(metric(&m, "shortfirst_srrt_estimate_ratio_count"), 5.0);
+    assert!(metric(&m, "shortfirst_srrt_measured_seconds_sum") > 0.0);
+    assert!(metric(&m, "shortfirst_srrt_estimated_seconds_sum") > 0.0);
+    assert_eq!(metric(&m, "shortfirst_rrt_cutoff_seconds{band=\"1\"}"), 0.05);
     assert!(!m.contains("shortfirst_cutoff_bytes"), "srrt's cutoffs are times, not sizes");
     // Loopback: every estimate is far below 50 ms, so all in band 1; the first
     // response moves the socket there from set-up, and nothing moves after.
-    assert_eq!(series(&m, "shortfirst_srrt_band_changes_total{cause=\"start\"}"), 1.0);
-    assert_eq!(series(&m, "shortfirst_requests_total{band=\"1\"}"), 5.0);
+    assert_eq!(metric(&m, "shortfirst_srrt_band_changes_total{cause=\"start\"}"), 1.0);
+    assert_eq!(metric(&m, "shortfirst_requests_total{band=\"1\"}"), 5.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -120,7 +106,7 @@ async fn srrt_bands_only_improve_within_a_response() {
     let m = metrics_after(&s, 3.0).await;
     let by_cause: f64 = ["start", "drain", "tcp_state"]
         .iter()
-        .map(|c| series(&m, &format!("shortfirst_srrt_band_changes_total{{cause=\"{c}\"}}")))
+        .map(|c| metric(&m, &format!("shortfirst_srrt_band_changes_total{{cause=\"{c}\"}}")))
         .sum();
     assert_eq!(by_cause, changes_total as f64, "every setsockopt has a cause\n{m}");
 }

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{get, pattern, req, Raw, TestServer};
+use common::{get, metric, metrics_text, pattern, req, Raw, TestServer};
 use shortfirst_server::{Policy, Scheduling, ServerConfig};
 
 const LARGE_BYTES: usize = 1_000_000;
@@ -21,19 +21,6 @@ fn user(c: &mut ServerConfig, scheduler: Scheduling, rate_bits_per_s: u64, polic
     c.srpt_exact = exact;
     c.socket_priority = false;
     c.admin = Some("127.0.0.1:0".parse().unwrap());
-}
-
-async fn metrics(s: &TestServer) -> String {
-    let r = get(s.admin.unwrap(), "GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n").await.unwrap();
-    String::from_utf8(r.body).unwrap()
-}
-
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
-        .unwrap_or_else(|| panic!("{name} missing in\n{text}"))
-        .parse()
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,7 +40,7 @@ async fn responses_are_byte_exact_and_the_admin_endpoint_shows_the_scheduler() {
     assert_eq!(c.response(true).await.unwrap().header("content-length"), Some("300000"));
     assert_eq!(get(s.addr, &req("/missing")).await.unwrap().status, 404);
 
-    let m = metrics(&s).await;
+    let m = metrics_text(&s).await;
     assert!(m.contains("shortfirst_uplink_scheduler_info{scheduler=\"user\",policy=\"srpt\""), "{m}");
     assert!(metric(&m, "shortfirst_uplink_grants_total") >= 5.0);
     assert_eq!(metric(&m, "shortfirst_uplink_queue_length"), 0.0);
@@ -88,7 +75,7 @@ async fn the_pacer_holds_the_uplink_rate() {
 async fn a_fast_link_grants_a_short_response_once() {
     let mut s = TestServer::start(|c| user(c, Scheduling::User, 40_000_000_000, Policy::Srpt, true)).await;
     let mut c = Raw::connect(s.addr).await;
-    let mut grants_before = metric(&metrics(&s).await, "shortfirst_uplink_grants_total");
+    let mut grants_before = metric(&metrics_text(&s).await, "shortfirst_uplink_grants_total");
     // (path, body bytes, responses, most grants in all)
     for (path, len, n, most) in [("/small.txt", 100, 20, 20.0), ("/medium.bin", 100_000, 10, 20.0)] {
         for _ in 0..n {
@@ -96,7 +83,7 @@ async fn a_fast_link_grants_a_short_response_once() {
             let r = c.response(false).await.unwrap();
             assert_eq!(r.body, pattern(len), "{path}");
         }
-        let grants = metric(&metrics(&s).await, "shortfirst_uplink_grants_total");
+        let grants = metric(&metrics_text(&s).await, "shortfirst_uplink_grants_total");
         assert!(grants - grants_before >= n as f64 && grants - grants_before <= most, "{path}: {grants} grants");
         grants_before = grants;
     }
@@ -155,7 +142,7 @@ async fn crovella_mode_lets_only_k_connections_write() {
     let started = Instant::now();
     let waiting = tokio::spawn(async move { get(addr, &req("/small.txt")).await.unwrap().body.len() });
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let m = metrics(&s).await;
+    let m = metrics_text(&s).await;
     assert_eq!(metric(&m, "shortfirst_uplink_waiting"), 1.0, "{m}");
     assert_eq!(waiting.await.unwrap(), 100);
     assert!(started.elapsed() > Duration::from_millis(150), "it waited for the long response to end");
@@ -172,7 +159,7 @@ async fn a_client_leaving_mid_response_frees_its_registration() {
     drop(c);
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let m = metrics(&s).await;
+        let m = metrics_text(&s).await;
         if metric(&m, "shortfirst_uplink_registered") == 0.0 {
             break;
         }

@@ -216,3 +216,20 @@ pub async fn get(addr: SocketAddr, request: &str) -> Option<Resp> {
 pub fn req(path: &str) -> String {
     format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n")
 }
+
+/// The admin endpoint's `/metrics` text of a server started with an admin address.
+pub async fn metrics_text(s: &TestServer) -> String {
+    let admin = s.admin.expect("the server was started with an admin address");
+    let r = get(admin, "GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n").await.expect("/metrics answers");
+    String::from_utf8(r.body).expect("/metrics is text")
+}
+
+/// The value of the unlabelled series `name` in a `/metrics` text; panics,
+/// showing the text, when it is missing.
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("{name} missing in\n{text}"))
+        .parse()
+        .expect("a number")
+}
