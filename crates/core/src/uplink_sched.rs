@@ -47,7 +47,7 @@ use crate::policy::{OrdF64, Policy, TieShare};
 
 pub mod pacer;
 
-pub use pacer::{Pacer, PacerConfig, Wake, CONTROL_BYTES_PER_CONNECTION, LATENESS_ALLOWANCE_NS};
+pub use pacer::{Pacer, PacerConfig, Wake, CONTROL_BYTES_PER_CONNECTION, LATENESS_ALLOWANCE_NS, RELEASE_QUANTUM_NS};
 
 /// Most responses the scheduler can hold (a bound on `max_connections`).
 pub const MAX_CONNECTIONS_LIMIT: usize = 1 << 20;
@@ -401,13 +401,13 @@ impl UplinkScheduler {
     }
 
     /// The next grant at `now_ns`, if a connection is ready and the pacer has
-    /// budget for at least a segment (or for all the best one has left).
+    /// budget for at least a release quantum (or for all the best one has left).
     pub fn next_grant(&mut self, now_ns: u64) -> Option<Grant> {
         let &key @ (_, _, index) = self.ready.first()?;
         let budget = self.pacer.budget_bytes(now_ns);
         let c = self.conns[index as usize].as_ref().expect("ready slot is live");
         let remaining = c.app_remaining();
-        let need = remaining.min(u64::from(self.config.pacer.mss_bytes));
+        let need = remaining.min(self.pacer.release_bytes());
         if budget < need {
             return None;
         }
@@ -430,8 +430,7 @@ impl UplinkScheduler {
     pub fn next_release_ns(&self, now_ns: u64) -> Option<u64> {
         let &(_, _, index) = self.ready.first()?;
         let c = self.conns[index as usize].as_ref().expect("ready slot is live");
-        let need = c.app_remaining().min(u64::from(self.config.pacer.mss_bytes));
-        Some(self.pacer.ready_at_ns(now_ns, need))
+        Some(self.pacer.ready_at_ns(now_ns, c.app_remaining().min(self.pacer.release_bytes())))
     }
 
     /// The outcome of a grant: `written_bytes` (≤ the grant) went into the

@@ -15,10 +15,12 @@
 //! or reporting) and, when the pacer has no budget yet, by the one pacer task,
 //! which sleeps until the next release.
 //!
-//! The pacer is a thread of its own with microsecond wake-ups ([`pacer`]); the
-//! look-ahead (`pacer-lookahead`, by default one segment of link time plus 1 ms,
-//! at least two segments) must cover its lateness or the link idles. The
-//! lateness, and the link time it cost, are measured and exported.
+//! The pacer is a thread of its own with microsecond wake-ups ([`pacer`]); it
+//! wakes when a release quantum of link time fits (0.6 ms, at least one
+//! segment), and the look-ahead (`pacer-lookahead`, by default the release
+//! quantum plus 1 ms, at least two segments) must cover its lateness or the
+//! link idles. The lateness, and the link time it cost, are measured and
+//! exported.
 
 mod pacer;
 
@@ -90,12 +92,9 @@ impl UserScheduler {
             control_bytes_per_connection: CONTROL_BYTES_PER_CONNECTION,
             ..PacerConfig::default()
         };
-        let lookahead_ns = match config.pacer_lookahead {
-            Some(d) => u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
-            None => pacer.default_lookahead_ns(LATENESS_ALLOWANCE_NS),
-        };
+        let lookahead_ns = config.pacer_lookahead.map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
         let sched_config = SchedConfig {
-            pacer: PacerConfig { lookahead_ns, ..pacer },
+            pacer: pacer.with_defaults(lookahead_ns, LATENESS_ALLOWANCE_NS),
             max_connections: config.max_connections,
             mode,
             ..SchedConfig::default()
@@ -160,9 +159,10 @@ impl UserScheduler {
 
     /// The scheduler's part of `/metrics`; `cutoffs` name the bands.
     pub(crate) fn render(&self, out: &mut String, cutoffs: &Cutoffs) {
-        let (stats, backlog_ns, lookahead_ns) = {
+        let (stats, backlog_ns, lookahead_ns, release_ns) = {
             let st = self.lock();
-            (st.core.stats(), st.core.pacer().backlog_ns(self.now_ns()), st.core.pacer().depth_ns())
+            let p = st.core.pacer();
+            (st.core.stats(), p.backlog_ns(self.now_ns()), p.depth_ns(), p.wire_ns(p.release_bytes()))
         };
         let _ = writeln!(
             out,
@@ -208,7 +208,7 @@ impl UserScheduler {
                 self.granted_by_band[b].load(Relaxed)
             );
         }
-        self.pacer_metrics.render(out, lookahead_ns);
+        self.pacer_metrics.render(out, lookahead_ns, release_ns);
     }
 }
 

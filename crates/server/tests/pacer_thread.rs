@@ -1,7 +1,8 @@
 //! The user-space scheduler's pacer runs on a thread of its own (not a tokio
 //! timer), which exists while the server runs and is joined when it stops, and
-//! `/metrics` shows the look-ahead in force and what late wake-ups cost. Its
-//! timing is measured by hand, not asserted here (see docs/serve.md).
+//! `/metrics` shows the look-ahead and the release quantum in force and what
+//! late wake-ups cost. Its timing is measured by hand, not asserted here (see
+//! docs/serve.md).
 
 mod common;
 
@@ -34,6 +35,8 @@ async fn the_pacer_thread_runs_with_the_server_and_shows_its_look_ahead() {
     let m = metrics_text(&s).await;
     // The default at 10 Mbit/s: two segments of link time at 0.98 of the rate.
     assert_eq!(metric(&m, "shortfirst_uplink_pacer_lookahead_seconds"), 0.002471838);
+    // A segment's link time there is more than the release quantum's 0.6 ms.
+    assert_eq!(metric(&m, "shortfirst_uplink_pacer_release_quantum_seconds"), 0.001235919);
     assert!(metric(&m, "shortfirst_uplink_pacer_lateness_seconds_count") > 0.0, "100 KB took timer wake-ups");
     for name in ["shortfirst_uplink_pacer_late_idle_seconds_total", "shortfirst_uplink_pacer_late_idle_wakes_total"] {
         assert!(metric(&m, name) >= 0.0);

@@ -11,12 +11,14 @@
 //! of payload carries `overhead_bytes` of headers (IP, TCP with timestamps,
 //! Ethernet: 66 by default), which a shaper below counts too.
 //!
-//! The look-ahead is what the driver's wake-up lateness may cost before the
-//! link idles: a release is due when one more segment fits, so a wake-up up to
-//! `depth − one segment` late still grants before the booked link time runs
-//! out. [`PacerConfig::default_lookahead_ns`] sizes it from that rule; it is
-//! also the longest a new short response waits behind bytes already granted,
-//! so it should be no larger than the driver's timer needs.
+//! Releases are batched: one is due when a *release quantum* of link time fits
+//! (`release_ns`, at least one segment), so each wake-up of the driver grants
+//! that much at once rather than a segment at a time. The look-ahead is what
+//! the driver's wake-up lateness may cost before the link idles: a wake-up up
+//! to `depth − release quantum` late still grants before the booked link time
+//! runs out. [`PacerConfig::with_defaults`] sizes both from that rule; the
+//! look-ahead is also the longest a new short response waits behind bytes
+//! already granted, so it should be no larger than the driver's timer needs.
 
 /// The pacer's settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -28,6 +30,10 @@ pub struct PacerConfig {
     pub rate_fraction: f64,
     /// Link time that may be granted ahead of now.
     pub lookahead_ns: u64,
+    /// Link time that must fit before a release is due (the release quantum).
+    /// [`Pacer::new`] keeps it between one segment and the look-ahead less one
+    /// segment; 0 means one segment.
+    pub release_ns: u64,
     /// TCP payload per segment.
     pub mss_bytes: u32,
     /// Header bytes per segment on the wire.
@@ -51,15 +57,40 @@ pub const CONTROL_BYTES_PER_CONNECTION: u32 = 250;
 /// microseconds on an idle CPU, a few hundred on a contended one).
 pub const LATENESS_ALLOWANCE_NS: u64 = 1_000_000;
 
+/// Link time a release waits for on links where a segment takes less: fewer,
+/// larger grants on fast links (a grant per segment cost the server 5× the CPU
+/// at 100 Mbit/s), at the price of this much more look-ahead.
+pub const RELEASE_QUANTUM_NS: u64 = 600_000;
+
 impl PacerConfig {
-    /// The look-ahead when none is given: one full segment of link time (a
-    /// release is due when a segment fits) plus `allowance_ns` of wake-up
-    /// lateness, and at least two segments. Slow links get two segments; fast
-    /// ones about the allowance.
+    /// One full segment's link time at the paced rate.
+    fn segment_ns(&self) -> u64 {
+        let p = Pacer::new(&PacerConfig { lookahead_ns: 0, release_ns: 0, ..*self });
+        p.wire_ns(p.mss_bytes)
+    }
+
+    /// The release quantum when none is given: [`RELEASE_QUANTUM_NS`] of link
+    /// time, and at least one segment.
+    pub fn default_release_ns(&self) -> u64 {
+        self.segment_ns().max(RELEASE_QUANTUM_NS)
+    }
+
+    /// The look-ahead when none is given: the default release quantum (a
+    /// release is due when it fits) plus `allowance_ns` of wake-up lateness,
+    /// and at least two segments. Slow links get two segments; fast ones the
+    /// quantum plus the allowance.
     pub fn default_lookahead_ns(&self, allowance_ns: u64) -> u64 {
-        let p = Pacer::new(&PacerConfig { lookahead_ns: 0, ..*self });
-        let segment_ns = p.wire_ns(p.mss_bytes);
-        (segment_ns + allowance_ns).max(2 * segment_ns)
+        (self.default_release_ns() + allowance_ns).max(2 * self.segment_ns())
+    }
+
+    /// This configuration with the look-ahead given (`None`: the default for
+    /// `allowance_ns`) and the release quantum that leaves `allowance_ns` of
+    /// the look-ahead for lateness: the default quantum, less where a given
+    /// look-ahead is too short for both (never below a segment).
+    pub fn with_defaults(self, lookahead_ns: Option<u64>, allowance_ns: u64) -> PacerConfig {
+        let lookahead_ns = lookahead_ns.unwrap_or_else(|| self.default_lookahead_ns(allowance_ns));
+        let release_ns = self.default_release_ns().min(lookahead_ns.saturating_sub(allowance_ns));
+        PacerConfig { lookahead_ns, release_ns: release_ns.max(self.segment_ns()), ..self }
     }
 }
 
@@ -69,6 +100,7 @@ impl Default for PacerConfig {
             rate_bits_per_s: 10_000_000,
             rate_fraction: 0.98,
             lookahead_ns: 3_000_000,
+            release_ns: 0,
             mss_bytes: 1448,
             overhead_bytes: 66,
             control_bytes_per_connection: 0,
@@ -93,6 +125,8 @@ pub struct Pacer {
     /// Paced rate, wire bits per second.
     paced_bits_per_s: f64,
     depth_ns: u64,
+    /// Payload bytes whose link time is the release quantum.
+    release_bytes: u64,
     mss_bytes: u64,
     overhead_bytes: u64,
     link_free_at_ns: u64,
@@ -100,24 +134,35 @@ pub struct Pacer {
 
 impl Pacer {
     /// A pacer; the look-ahead is at least two full segments of link time, so a
-    /// segment can always be granted while the previous one is on the wire.
+    /// segment can always be granted while the previous one is on the wire,
+    /// and the release quantum at least one segment and at most the look-ahead
+    /// less one segment.
     pub fn new(config: &PacerConfig) -> Pacer {
         let paced_bits_per_s = config.rate_bits_per_s as f64 * config.rate_fraction;
         let mut p = Pacer {
             paced_bits_per_s,
             depth_ns: 0,
+            release_bytes: 0,
             mss_bytes: u64::from(config.mss_bytes),
             overhead_bytes: u64::from(config.overhead_bytes),
             link_free_at_ns: 0,
         };
-        let two_segments_ns = p.wire_ns(2 * p.mss_bytes);
-        p.depth_ns = config.lookahead_ns.max(two_segments_ns);
+        let segment_ns = p.wire_ns(p.mss_bytes);
+        p.depth_ns = config.lookahead_ns.max(2 * segment_ns);
+        let release_ns = config.release_ns.min(p.depth_ns - segment_ns);
+        p.release_bytes = p.payload_in_ns(release_ns).max(p.mss_bytes);
         p
     }
 
     /// The look-ahead in force, nanoseconds of link time.
     pub fn depth_ns(&self) -> u64 {
         self.depth_ns
+    }
+
+    /// The release quantum in force, payload bytes: a release is due when this
+    /// much (or all the best connection has left, if less) fits.
+    pub fn release_bytes(&self) -> u64 {
+        self.release_bytes
     }
 
     /// Link time of `payload_bytes` sent as full segments plus one partial, rounded up.
@@ -244,25 +289,92 @@ mod tests {
         assert_eq!(p.budget_bytes(1_000_000_000), b);
     }
 
+    /// One segment's link time at 0.98 of these rates (mss 1448, 66 overhead).
+    const SEGMENT_1M: u64 = 12_359_184;
+    const SEGMENT_10M: u64 = 1_235_919;
+    const SEGMENT_100M: u64 = 123_592;
+
     #[test]
-    fn default_lookahead_is_one_segment_plus_the_allowance_and_at_least_two_segments() {
+    fn default_release_quantum_is_the_constant_and_at_least_a_segment() {
+        // (rate, mss) → release quantum, at the default 0.98 of the rate.
+        let table: &[(u64, u32, u64)] = &[
+            (1_000_000, 1448, SEGMENT_1M),
+            (10_000_000, 1448, SEGMENT_10M),
+            (10_000_000, 8948, 7_358_368),
+            (20_000_000, 1448, 617_960),
+            (30_000_000, 1448, RELEASE_QUANTUM_NS),
+            (100_000_000, 1448, RELEASE_QUANTUM_NS),
+            (100_000_000, 8948, 735_837),
+            (1_000_000_000, 1448, RELEASE_QUANTUM_NS),
+            (10_000_000_000, 1448, RELEASE_QUANTUM_NS),
+        ];
+        assert_eq!(RELEASE_QUANTUM_NS, 600_000);
+        for &(rate, mss, want_ns) in table {
+            let c = PacerConfig { rate_bits_per_s: rate, mss_bytes: mss, ..Default::default() };
+            assert_eq!(c.default_release_ns(), want_ns, "{rate} bit/s, mss {mss}");
+        }
+    }
+
+    #[test]
+    fn default_lookahead_is_the_release_quantum_plus_the_allowance_and_at_least_two_segments() {
         // (rate, mss, overhead, allowance) → look-ahead, at the default 0.98 of the rate.
         let table: &[(u64, u32, u32, u64, u64)] = &[
-            (1_000_000, 1448, 66, LATENESS_ALLOWANCE_NS, 24_718_368),
-            (10_000_000, 1448, 66, LATENESS_ALLOWANCE_NS, 2_471_838),
+            (1_000_000, 1448, 66, LATENESS_ALLOWANCE_NS, 2 * SEGMENT_1M),
+            (10_000_000, 1448, 66, LATENESS_ALLOWANCE_NS, 2 * SEGMENT_10M),
             (20_000_000, 1448, 66, LATENESS_ALLOWANCE_NS, 1_617_960),
-            (100_000_000, 1448, 66, LATENESS_ALLOWANCE_NS, 1_123_592),
-            (1_000_000_000, 1448, 66, LATENESS_ALLOWANCE_NS, 1_012_360),
-            (10_000_000_000, 1448, 66, LATENESS_ALLOWANCE_NS, 1_001_236),
+            (30_000_000, 1448, 66, LATENESS_ALLOWANCE_NS, 1_600_000),
+            (100_000_000, 1448, 66, LATENESS_ALLOWANCE_NS, 1_600_000),
+            (1_000_000_000, 1448, 66, LATENESS_ALLOWANCE_NS, 1_600_000),
+            (10_000_000_000, 1448, 66, LATENESS_ALLOWANCE_NS, 1_600_000),
             (10_000_000, 8948, 66, LATENESS_ALLOWANCE_NS, 14_716_736),
-            (100_000_000, 536, 66, LATENESS_ALLOWANCE_NS, 1_049_143),
-            (100_000_000, 1448, 66, 200_000, 323_592),
-            (100_000_000, 1448, 66, 0, 247_184),
+            (100_000_000, 536, 66, LATENESS_ALLOWANCE_NS, 1_600_000),
+            (100_000_000, 1448, 66, 200_000, 800_000),
+            (100_000_000, 1448, 66, 0, 600_000),
         ];
         for &(rate, mss, overhead, allowance, want_ns) in table {
             let c =
                 PacerConfig { rate_bits_per_s: rate, mss_bytes: mss, overhead_bytes: overhead, ..Default::default() };
             assert_eq!(c.default_lookahead_ns(allowance), want_ns, "{rate} bit/s, mss {mss}, allowance {allowance}");
+        }
+    }
+
+    #[test]
+    fn a_given_look_ahead_keeps_the_allowance_out_of_the_release_quantum() {
+        // (rate, look-ahead given) → (look-ahead, release quantum), allowance 1 ms.
+        let table: &[(u64, Option<u64>, u64, u64)] = &[
+            (100_000_000, None, 1_600_000, RELEASE_QUANTUM_NS),
+            (100_000_000, Some(8_000_000), 8_000_000, RELEASE_QUANTUM_NS),
+            (100_000_000, Some(1_400_000), 1_400_000, 400_000),
+            (100_000_000, Some(1_100_000), 1_100_000, SEGMENT_100M), // never below a segment
+            (10_000_000, None, 2 * SEGMENT_10M, SEGMENT_10M),
+            (10_000_000, Some(1_000_000), 1_000_000, SEGMENT_10M),
+        ];
+        for &(rate, given, lookahead_ns, release_ns) in table {
+            let c =
+                PacerConfig { rate_bits_per_s: rate, ..Default::default() }.with_defaults(given, LATENESS_ALLOWANCE_NS);
+            assert_eq!((c.lookahead_ns, c.release_ns), (lookahead_ns, release_ns), "{rate} bit/s, {given:?}");
+        }
+    }
+
+    #[test]
+    fn the_release_quantum_is_between_a_segment_and_the_look_ahead_less_a_segment() {
+        // (look-ahead, release quantum) → payload bytes per release, one wire byte per µs.
+        let table: &[(u64, u64, u64)] = &[
+            (10_000_000, 0, 1448),
+            (10_000_000, 1_000_000, 1448),
+            (10_000_000, 5_000_000, 3 * 1448 + 392),  // 5,000 wire bytes
+            (10_000_000, 20_000_000, 5 * 1448 + 850), // 10 ms − one segment: 8,486
+            (0, 20_000_000, 1448),                    // the two-segment floor of the look-ahead
+        ];
+        for &(lookahead_ns, release_ns, bytes) in table {
+            let c = PacerConfig {
+                rate_bits_per_s: 8_000_000,
+                rate_fraction: 1.0,
+                lookahead_ns,
+                release_ns,
+                ..Default::default()
+            };
+            assert_eq!(Pacer::new(&c).release_bytes(), bytes, "{lookahead_ns} ns, {release_ns} ns");
         }
     }
 

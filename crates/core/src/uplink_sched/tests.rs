@@ -109,6 +109,24 @@ fn nothing_is_granted_without_budget_or_without_a_writable_connection() {
     assert!(s.next_grant(at).is_some());
 }
 
+#[test]
+fn a_release_waits_for_the_quantum_or_for_all_the_best_has_left() {
+    let mut c = config(Mode::WorkConserving);
+    c.pacer.release_ns = 2 * MS; // 2,000 wire bytes: one segment and 420 bytes
+    let mut s = UplinkScheduler::new(Policy::Srpt, c).unwrap();
+    assert_eq!(s.pacer().release_bytes(), 1448 + 420);
+    let long = s.register(1_000_000).unwrap();
+    s.set_writable(long, true);
+    assert!(!drain(&mut s, 0).is_empty());
+    let booked = s.pacer().backlog_ns(0);
+    assert_eq!(s.next_release_ns(0), Some(booked + 2 * MS - 4 * MS), "the quantum fits");
+    assert_eq!(s.next_grant(booked - 2_400_000), None, "a segment fits (1.6 ms), not the quantum");
+    let short = s.register(500).unwrap();
+    s.set_writable(short, true);
+    assert_eq!(s.next_release_ns(0), Some(booked + 566_000 - 4 * MS), "the short response's 566 wire bytes fit");
+    assert_eq!(s.next_grant(booked + 566_000 - 4 * MS).map(|g| (g.id, g.bytes)), Some((short, 500)));
+}
+
 /// Grants one response needs when every grant is written whole and the
 /// pacer never binds: its size over the quantum in force.
 fn grants_per_response(rate_bits_per_s: u64, size_bytes: u64) -> (u64, u64) {
@@ -460,31 +478,40 @@ fn limited_concurrency_under_fair_admits_in_arrival_order() {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
-    /// Under the default look-ahead, a pacer that wakes for each release at most
-    /// the lateness allowance late never lets the link idle while a connection
-    /// waits; one later than `depth − one segment` loses exactly the excess.
+    /// Under the default look-ahead (or a given one at least a segment plus the
+    /// allowance), a pacer that wakes for each release at most the lateness
+    /// allowance late never lets the link idle while a connection waits; one
+    /// later than `depth − release quantum` loses exactly the excess. Each
+    /// release grants at least the release quantum: releases are batched.
     #[test]
     fn a_wake_within_the_allowance_never_idles_the_link(
         rate in 1_000_000u64..10_000_000_000,
+        given in proptest::option::of(0u64..20 * MS),
         lates_us in proptest::collection::vec(0u64..3_000, 1..100),
     ) {
         let base = PacerConfig { rate_bits_per_s: rate, ..PacerConfig::default() };
-        let pacer = PacerConfig { lookahead_ns: base.default_lookahead_ns(LATENESS_ALLOWANCE_NS), ..base };
+        let pacer = base.with_defaults(given, LATENESS_ALLOWANCE_NS);
         let mut s = UplinkScheduler::new(Policy::Srpt, SchedConfig { pacer, ..config(Mode::WorkConserving) }).unwrap();
         let id = s.register(u64::MAX / 2).unwrap();
         s.set_writable(id, true);
-        let (depth_ns, segment_ns) = (s.pacer().depth_ns(), s.pacer().wire_ns(u64::from(pacer.mss_bytes)));
-        prop_assert_eq!(depth_ns, pacer.lookahead_ns);
+        let p = s.pacer();
+        let (depth_ns, segment_ns) = (p.depth_ns(), p.wire_ns(u64::from(pacer.mss_bytes)));
+        let (release_bytes, release_ns) = (p.release_bytes(), p.wire_ns(p.release_bytes()));
+        prop_assert_eq!(depth_ns, pacer.lookahead_ns.max(2 * segment_ns));
+        prop_assert!(release_ns <= pacer.release_ns.max(segment_ns), "{} > {}", release_ns, pacer.release_ns);
+        prop_assert!(release_bytes >= u64::from(pacer.mss_bytes) && release_ns + segment_ns <= depth_ns);
+        let covered = given.is_none_or(|l| l >= segment_ns + LATENESS_ALLOWANCE_NS);
         let mut now = 0;
         for late_us in lates_us {
-            prop_assert!(!drain(&mut s, now).is_empty(), "a release was due at {}", now);
+            let granted: u64 = drain(&mut s, now).iter().map(|&(_, bytes)| bytes).sum();
+            prop_assert!(granted >= release_bytes, "a release at {} granted {} < {}", now, granted, release_bytes);
             let due = s.next_release_ns(now).unwrap();
             prop_assert!(due > now, "everything the budget allowed was granted");
             now = due + late_us * 1_000;
             let wake = s.pacer().wake(due, now);
             prop_assert_eq!(wake.late_ns, late_us * 1_000);
-            prop_assert_eq!(wake.link_idle_ns, wake.late_ns.saturating_sub(depth_ns - segment_ns));
-            if wake.late_ns <= LATENESS_ALLOWANCE_NS {
+            prop_assert_eq!(wake.link_idle_ns, wake.late_ns.saturating_sub(depth_ns - release_ns));
+            if covered && wake.late_ns <= LATENESS_ALLOWANCE_NS {
                 prop_assert_eq!(wake.link_idle_ns, 0);
             }
         }

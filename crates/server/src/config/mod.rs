@@ -57,9 +57,9 @@ pub struct ServerConfig {
     pub write_concurrency: usize,
     /// User-space schedulers: link time granted ahead of now. It must cover the
     /// pacer thread's wake-up lateness, or the link idles; it is also the most a
-    /// new short response can wait behind bytes already granted. `None`: one
-    /// segment of link time plus 1 ms of lateness, at least two segments
-    /// (`PacerConfig::default_lookahead_ns`).
+    /// new short response can wait behind bytes already granted. `None`: the
+    /// release quantum (0.6 ms of link time, at least one segment) plus 1 ms of
+    /// lateness, at least two segments (`PacerConfig::with_defaults`).
     pub pacer_lookahead: Option<Duration>,
     /// Response-time cutoffs for `srrt`.
     pub rrt_cutoffs: RrtCutoffsSpec,

@@ -116,8 +116,9 @@ impl PacerMetrics {
         }
     }
 
-    /// The pacer's part of `/metrics`; `lookahead_ns` is the look-ahead in force.
-    pub(crate) fn render(&self, out: &mut String, lookahead_ns: u64) {
+    /// The pacer's part of `/metrics`; `lookahead_ns` and `release_ns` are the
+    /// look-ahead and the release quantum in force.
+    pub(crate) fn render(&self, out: &mut String, lookahead_ns: u64, release_ns: u64) {
         let name = "shortfirst_uplink_pacer_lateness_seconds";
         let _ = writeln!(out, "# HELP {name} How late the pacer thread woke for a release.\n# TYPE {name} histogram");
         let mut cumulative = 0;
@@ -142,6 +143,12 @@ impl PacerMetrics {
                 "gauge",
                 "Link time the pacer may grant ahead of now (--pacer-lookahead or the default for the rate).",
                 lookahead_ns as f64 / 1e9,
+            ),
+            (
+                "shortfirst_uplink_pacer_release_quantum_seconds",
+                "gauge",
+                "Link time that must fit before the pacer releases grants (at least one segment).",
+                release_ns as f64 / 1e9,
             ),
             (
                 "shortfirst_uplink_pacer_late_idle_seconds_total",
