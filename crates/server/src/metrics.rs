@@ -214,6 +214,21 @@ impl Metrics {
     }
 }
 
+/// Writes the cumulative `_bucket` lines of an unlabelled histogram `name`
+/// (one per bound, then `+Inf`) from per-bucket counts (`counts` has one more
+/// entry than `bounds`: the overflow), and returns the total count.
+pub(crate) fn write_buckets(out: &mut String, name: &str, bounds: &[f64], counts: &[AtomicU64]) -> u64 {
+    debug_assert_eq!(counts.len(), bounds.len() + 1, "{name}: one count per bound and the overflow");
+    let mut cumulative = 0;
+    for (bound, count) in bounds.iter().zip(counts) {
+        cumulative += count.load(Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+    }
+    cumulative += counts[bounds.len()].load(Relaxed);
+    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
+    cumulative
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -96,13 +96,8 @@ impl SrrtMetrics {
         }
         out.push_str("# HELP shortfirst_srrt_estimate_ratio Remaining response time estimated at a response's start over the measured time (start to last byte written plus min_rtt/2).\n");
         out.push_str("# TYPE shortfirst_srrt_estimate_ratio histogram\n");
-        let mut cumulative = 0;
-        for (i, bound) in RATIO_BUCKETS.iter().enumerate() {
-            cumulative += self.ratio[i].load(Relaxed);
-            let _ = writeln!(out, "shortfirst_srrt_estimate_ratio_bucket{{le=\"{bound}\"}} {cumulative}");
-        }
-        cumulative += self.ratio[RATIO_BUCKETS.len()].load(Relaxed);
-        let _ = writeln!(out, "shortfirst_srrt_estimate_ratio_bucket{{le=\"+Inf\"}} {cumulative}");
+        let cumulative =
+            crate::metrics::write_buckets(out, "shortfirst_srrt_estimate_ratio", &RATIO_BUCKETS, &self.ratio);
         let _ = writeln!(out, "shortfirst_srrt_estimate_ratio_count {cumulative}");
         for (name, help, value) in [
             ("shortfirst_srrt_estimated_seconds_sum", "Sum of the estimates at start.", &self.estimated_sum_us),

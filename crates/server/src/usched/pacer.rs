@@ -121,13 +121,7 @@ impl PacerMetrics {
     pub(crate) fn render(&self, out: &mut String, lookahead_ns: u64, release_ns: u64) {
         let name = "shortfirst_uplink_pacer_lateness_seconds";
         let _ = writeln!(out, "# HELP {name} How late the pacer thread woke for a release.\n# TYPE {name} histogram");
-        let mut cumulative = 0;
-        for (i, bound) in LATENESS_BUCKETS_S.iter().enumerate() {
-            cumulative += self.lateness_buckets[i].load(Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
-        }
-        cumulative += self.lateness_buckets[LATENESS_BUCKETS_S.len()].load(Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
+        let cumulative = crate::metrics::write_buckets(out, name, &LATENESS_BUCKETS_S, &self.lateness_buckets);
         let _ = writeln!(out, "{name}_sum {}", self.lateness_sum_ns.load(Relaxed) as f64 / 1e9);
         let _ = writeln!(out, "{name}_count {cumulative}");
         let seconds = |ns: &AtomicU64| ns.load(Relaxed) as f64 / 1e9;
