@@ -57,6 +57,11 @@ struct Flags {
     /// segment of link time + 1ms, at least two segments: 2.5ms at 10mbit, 1.1ms at 100mbit].
     #[arg(long, value_name = "DURATION", value_parser = positive_duration_s)]
     pacer_lookahead: Option<f64>,
+    /// User-space schedulers: the pacer releases wire bytes at this fraction of --uplink-rate,
+    /// 0.5 to 1; below 1 the queue forms in the application rather than in a FIFO under it,
+    /// at the price of that much of the link when it is saturated [default: 0.98].
+    #[arg(long, value_name = "FRACTION")]
+    pacer_rate_fraction: Option<f64>,
     /// Cutoffs of srpt-classes / srpt, e.g. `1K,2K,5K,20K,50K` (the default), or `auto`
     /// (learned from observed sizes). Not with --policy srpt-classes:CUTOFFS.
     #[arg(long)]
@@ -214,6 +219,7 @@ impl Flags {
             uplink_rate: self.uplink_rate.map(|r| r as u64),
             write_concurrency: self.write_concurrency,
             pacer_lookahead: self.pacer_lookahead,
+            pacer_rate_fraction: self.pacer_rate_fraction,
         };
         let merged = file.overlay(flags);
         if merged.root.is_none() {
@@ -367,6 +373,9 @@ mod tests {
         let c = config(&["--scheduler", "user", "--uplink-rate", "5mbit", "--pacer-lookahead", "5ms"]);
         assert_eq!(c.pacer_lookahead, Some(Duration::from_millis(5)));
         assert_eq!(config(&[]).pacer_lookahead, None, "derived from the rate");
+        let c = config(&["--scheduler", "user", "--uplink-rate", "5mbit", "--pacer-rate-fraction", "0.995"]);
+        assert_eq!(c.pacer_rate_fraction, 0.995);
+        assert_eq!(config(&[]).pacer_rate_fraction, 0.98, "the pacer's default");
         let c = config(&["--scheduler", "user", "--uplink-rate", "5mbit", "--policy", "las", "--socket-priority"]);
         assert!(c.socket_priority, "hybrid: bands as well, when asked for");
         for (flags, needles) in [
@@ -378,6 +387,18 @@ mod tests {
             (&["--scheduler", "user", "--uplink-rate", "10mbit", "--cutoffs", "auto"], &["auto"]),
             (&["--scheduler", "user", "--uplink-rate", "10mbit", "--notsent-lowat-bytes", "0"], &["notsent-lowat"]),
             (&["--scheduler", "user", "--uplink-rate", "10mbit", "--pacer-lookahead", "2s"], &["pacer-lookahead"]),
+            (
+                &["--scheduler", "user", "--uplink-rate", "10mbit", "--pacer-rate-fraction", "1.2"],
+                &["pacer-rate-fraction", "0.5..=1"],
+            ),
+            (
+                &["--scheduler", "user", "--uplink-rate", "10mbit", "--pacer-rate-fraction", "0.3"],
+                &["pacer-rate-fraction"],
+            ),
+            (
+                &["--scheduler", "user", "--uplink-rate", "10mbit", "--pacer-rate-fraction", "NaN"],
+                &["pacer-rate-fraction"],
+            ),
         ] {
             let err = parse(flags).unwrap().flags.into_config().unwrap_err();
             let msg = format!("{err:#}");

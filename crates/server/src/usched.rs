@@ -89,6 +89,7 @@ impl UserScheduler {
         let rate_bits_per_s = config.uplink_rate_bits_per_s.unwrap_or(0);
         let pacer = PacerConfig {
             rate_bits_per_s,
+            rate_fraction: config.pacer_rate_fraction,
             control_bytes_per_connection: CONTROL_BYTES_PER_CONNECTION,
             ..PacerConfig::default()
         };
@@ -159,10 +160,11 @@ impl UserScheduler {
 
     /// The scheduler's part of `/metrics`; `cutoffs` name the bands.
     pub(crate) fn render(&self, out: &mut String, cutoffs: &Cutoffs) {
-        let (stats, backlog_ns, lookahead_ns, release_ns) = {
+        let (stats, backlog_ns, lookahead_ns, release_ns, paced_bits_per_s) = {
             let st = self.lock();
             let p = st.core.pacer();
-            (st.core.stats(), p.backlog_ns(self.now_ns()), p.depth_ns(), p.wire_ns(p.release_bytes()))
+            let stats = st.core.stats();
+            (stats, p.backlog_ns(self.now_ns()), p.depth_ns(), p.wire_ns(p.release_bytes()), p.paced_bits_per_s())
         };
         let _ = writeln!(
             out,
@@ -180,6 +182,11 @@ impl UserScheduler {
                 stats.waiting as f64,
             ),
             ("shortfirst_uplink_pacer_backlog_seconds", "Link time granted ahead of now.", backlog_ns as f64 / 1e9),
+            (
+                "shortfirst_uplink_pacer_rate_bits_per_s",
+                "The pacer's rate on the wire: the uplink's rate times --pacer-rate-fraction.",
+                paced_bits_per_s,
+            ),
         ];
         for (name, help, v) in gauges {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");

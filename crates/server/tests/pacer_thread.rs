@@ -1,6 +1,6 @@
 //! The user-space scheduler's pacer runs on a thread of its own (not a tokio
 //! timer), which exists while the server runs and is joined when it stops, and
-//! `/metrics` shows the look-ahead and the release quantum in force and what
+//! `/metrics` shows the paced rate, the look-ahead and the release quantum in force and what
 //! late wake-ups cost. Its timing is measured by hand, not asserted here (see
 //! docs/serve.md).
 
@@ -33,6 +33,7 @@ async fn the_pacer_thread_runs_with_the_server_and_shows_its_look_ahead() {
     assert_eq!(get(s.addr, &req("/medium.bin")).await.unwrap().body.len(), 100_000);
     assert_eq!(threads_named("sf-pacer"), 1, "one pacer thread while serving");
     let m = metrics_text(&s).await;
+    assert_eq!(metric(&m, "shortfirst_uplink_pacer_rate_bits_per_s"), 9_800_000.0, "0.98 of the rate by default");
     // The default at 10 Mbit/s: two segments of link time at 0.98 of the rate.
     assert_eq!(metric(&m, "shortfirst_uplink_pacer_lookahead_seconds"), 0.002471838);
     // A segment's link time there is more than the release quantum's 0.6 ms.

@@ -154,6 +154,11 @@ impl Pacer {
         p
     }
 
+    /// The paced rate, wire bits per second (the uplink's rate × the rate fraction).
+    pub fn paced_bits_per_s(&self) -> f64 {
+        self.paced_bits_per_s
+    }
+
     /// The look-ahead in force, nanoseconds of link time.
     pub fn depth_ns(&self) -> u64 {
         self.depth_ns

@@ -93,6 +93,7 @@ pub struct ConfigFile {
     pub write_concurrency: Option<usize>,
     #[serde(default, deserialize_with = "duration_s")]
     pub pacer_lookahead: Option<f64>,
+    pub pacer_rate_fraction: Option<f64>,
 }
 
 impl ConfigFile {
@@ -179,7 +180,8 @@ impl ConfigFile {
             scheduler,
             uplink_rate,
             write_concurrency,
-            pacer_lookahead
+            pacer_lookahead,
+            pacer_rate_fraction
         );
         self
     }

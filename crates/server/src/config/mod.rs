@@ -61,6 +61,10 @@ pub struct ServerConfig {
     /// release quantum (0.6 ms of link time, at least one segment) plus 1 ms of
     /// lateness, at least two segments (`PacerConfig::with_defaults`).
     pub pacer_lookahead: Option<Duration>,
+    /// User-space schedulers: the pacer's rate as a fraction of the uplink's
+    /// (0.5..=1). Below 1 the queue forms in the application, not below it; on a
+    /// saturated link the server then carries this fraction of the link.
+    pub pacer_rate_fraction: f64,
     /// Response-time cutoffs for `srrt`.
     pub rrt_cutoffs: RrtCutoffsSpec,
     /// How `srrt` estimates a response's remaining time.
@@ -137,6 +141,7 @@ impl ServerConfig {
             uplink_rate_bits_per_s: None,
             write_concurrency: 35,
             pacer_lookahead: None,
+            pacer_rate_fraction: shortfirst_core::uplink_sched::PacerConfig::default().rate_fraction,
             rrt_cutoffs: RrtCutoffsSpec::List(RrtCutoffs::default_list()),
             rrt_estimator: Estimator::Path,
             rrt_step_bytes: 64 * 1024,
@@ -229,6 +234,9 @@ impl ServerConfig {
         }
         if let Some(s) = file.pacer_lookahead {
             c.pacer_lookahead = Some(timeout("pacer-lookahead", s)?);
+        }
+        if let Some(f) = file.pacer_rate_fraction {
+            c.pacer_rate_fraction = f;
         }
         let mut policy_cutoffs = None;
         if let Some(spec) = file.policy {
@@ -368,6 +376,9 @@ impl ServerConfig {
                     self.scheduler
                 ),
             );
+        }
+        if !(0.5..=1.0).contains(&self.pacer_rate_fraction) {
+            return invalid("pacer-rate-fraction", format!("{}: must be in 0.5..=1", self.pacer_rate_fraction));
         }
         if let Some(d) = self.pacer_lookahead.filter(|&d| d > Duration::from_secs(1)) {
             return invalid("pacer-lookahead", format!("{d:?}: must be at most 1 s"));
