@@ -21,6 +21,7 @@ from .expmodel import (
     MAX_PACER_RATE_BITS_PER_S,
     MAX_PATHS,
     MAX_SCHEDULES,
+    PACER_BURSTS,
     POLICIES,
     SCHEDULERS,
     SYNCOOKIES,
@@ -298,6 +299,9 @@ def experiment_from_dict(
             f'"" (the server\'s default) or one of {"|".join(AT_MAX_CONNECTIONS)}',
             at_max,
         )
+    pacer_burst = s.str("pacer_burst", "link")
+    if pacer_burst not in PACER_BURSTS:
+        raise s.err("pacer_burst", " or ".join(f'"{b}"' for b in PACER_BURSTS), pacer_burst)
     extra = s.get("extra_args", [])
     if not isinstance(extra, list) or not all(isinstance(x, str) for x in extra):
         raise s.err("extra_args", "a list of strings", extra)
@@ -316,6 +320,7 @@ def experiment_from_dict(
         at_max_connections=at_max,
         extra_args=tuple(extra),
         write_concurrency=s.int("write_concurrency", 0, lo=0, hi=1_000_000),
+        pacer_burst=pacer_burst,
     )
     s.finish()
 
@@ -379,7 +384,7 @@ def experiment_from_dict(
 
 
 #: `serve` flags the runner sets per arm; in `server.extra_args` they would contradict the arm.
-_ARM_FLAGS = ("--scheduler", "--uplink-rate", "--write-concurrency")
+_ARM_FLAGS = ("--scheduler", "--uplink-rate", "--write-concurrency", "--pacer-burst-bytes")
 
 
 def _policies_or_arms(e: _Section) -> tuple[list[str], tuple[Arm, ...]]:

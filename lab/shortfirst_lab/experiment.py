@@ -141,6 +141,11 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
     write_concurrency = 0             # int >= 0: crovella arms' `serve --write-concurrency`
                                       # (responses that may write at once); 0 = the server's
                                       # default; only with a crovella arm
+    pacer_burst = "link"              # "link" | "none": user-space arms' `serve
+                                      # --pacer-burst-bytes`. link: the burst of the token bucket
+                                      # that shapes their uplink (testbed.tbf_burst_bytes), which
+                                      # an idle link lets out at line rate, as the kernel arms'
+                                      # HTB does with its own; none: the pacer banks no credit
 
     [run]
     duration_s = 300                  # float > 0: schedule length handed to the generator

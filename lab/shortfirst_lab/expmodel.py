@@ -28,6 +28,8 @@ SCHEDULERS = ("kernel", "user", "crovella")
 #: What `serve` does at `--max-connections` (`--at-max-connections`): refuse = accept and answer
 #: 503; wait = stop accepting until a connection closes (the accept queue, then SYN drops).
 AT_MAX_CONNECTIONS = ("refuse", "wait")
+#: `server.pacer_burst`: a user-space arm's idle burst, the shaping token bucket's or none.
+PACER_BURSTS = ("link", "none")
 #: Policies a user-space scheduler ranks by: `serve` refuses srpt2 (learned cutoffs) and srrt
 #: (kernel bands by TCP_INFO) with them, and runs las (least attained service) with them only.
 USER_POLICIES = ("fair", "srpt", "las")
@@ -128,6 +130,7 @@ class Server:
     at_max_connections: str = ""  # "" = the server's default (refuse) | refuse | wait
     extra_args: tuple[str, ...] = ()
     write_concurrency: int = 0  # crovella arms: `serve --write-concurrency`; 0 = the server's
+    pacer_burst: str = "link"  # user-space arms: "link" (the shaper's burst) | "none"
 
 
 @dataclass(frozen=True)

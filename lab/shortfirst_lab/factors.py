@@ -31,6 +31,7 @@ RTO floor and the SYN retry counts, not the paper's 0.5 s initial RTO.
 from __future__ import annotations
 
 from .experiment import SYNCOOKIES, Client, Server, Uplink
+from .testbed import tbf_burst_bytes
 
 
 def server_sysctls(u: Uplink) -> dict[str, int]:
@@ -63,11 +64,14 @@ def load_flags(c: Client) -> list[str]:
 
 def scheduler_flags(scheduler: str, u: Uplink, s: Server) -> list[str]:
     """`shortfirst serve` flags of an arm's scheduler: none for the kernel's bands; a
-    user-space scheduler paces to the uplink's rate (the token bucket's, see testbed), and
-    crovella limits how many responses write at once."""
+    user-space scheduler paces to the uplink's rate and, unless `server.pacer_burst` is
+    "none", banks the burst of the token bucket that shapes it (see testbed), and crovella
+    limits how many responses write at once."""
     if scheduler == "kernel":
         return []
     out = ["--scheduler", scheduler, "--uplink-rate", str(u.rate_bits_per_s)]
+    if s.pacer_burst == "link":
+        out += ["--pacer-burst-bytes", str(tbf_burst_bytes(u.mtu))]
     if scheduler == "crovella" and s.write_concurrency:
         out += ["--write-concurrency", str(s.write_concurrency)]
     return out

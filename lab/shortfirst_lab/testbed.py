@@ -90,6 +90,13 @@ SHAPERS = ("htb", "tbf")
 #: The token bucket's depth: a few packets (at least two of the MTU).
 TBF_BURST_BYTES = 5_000
 
+
+def tbf_burst_bytes(mtu: int) -> int:
+    """The token bucket's burst, bytes (frames as the qdisc counts them): a few packets, at
+    least two of `mtu`."""
+    return max(TBF_BURST_BYTES, 2 * mtu)
+
+
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _SYSCTL_RE = re.compile(r"net\.[a-z0-9_.]{1,64}")
 _CLONE_NEWNET = 0x40000000
@@ -529,7 +536,7 @@ class Testbed:
     def _shape_with_tbf(self) -> None:
         """Replaces the HTB tree by a token bucket at the same rate: a bucket of a few packets,
         a queue as deep as one band's (the pacer above keeps it empty; never the one that drops)."""
-        burst = max(TBF_BURST_BYTES, 2 * self.mtu)
+        burst = tbf_burst_bytes(self.mtu)
         limit = self.queue_packets * self.mtu
         argv = ["tc", "qdisc", "replace", "dev", self.server_dev, "root", "tbf"]
         argv += ["rate", str(self.rate_bits_per_s), "burst", str(burst), "limit", str(limit)]

@@ -35,6 +35,8 @@ def _doc(arms=None, **sections):
 
 
 FOUR = ["fair", "srpt", "srpt/user", "srpt/crovella"]
+USER = ["--scheduler", "user", "--uplink-rate", "10000000"]
+CROVELLA = ["--scheduler", "crovella", "--uplink-rate", "10000000"]
 
 
 @pytest.mark.parametrize(
@@ -160,18 +162,34 @@ def test_run_names_with_a_wan_path():
     ("scheduler", "concurrency", "flags"),
     [
         ("kernel", 35, []),
-        ("user", 35, ["--scheduler", "user", "--uplink-rate", "10000000"]),
-        ("crovella", 0, ["--scheduler", "crovella", "--uplink-rate", "10000000"]),
-        (
-            "crovella",
-            35,
-            ["--scheduler", "crovella", "--uplink-rate", "10000000", "--write-concurrency", "35"],
-        ),
+        ("user", 35, [*USER, "--pacer-burst-bytes", "5000"]),
+        ("crovella", 0, [*CROVELLA, "--pacer-burst-bytes", "5000"]),
+        ("crovella", 35, [*CROVELLA, "--pacer-burst-bytes", "5000", "--write-concurrency", "35"]),
     ],
 )
 def test_scheduler_flags_of_serve(scheduler, concurrency, flags):
     exp = experiment_from_dict(_doc(FOUR, server={"write_concurrency": concurrency}))
     assert factors.scheduler_flags(scheduler, exp.uplink, exp.server) == flags
+
+
+@pytest.mark.parametrize(
+    ("pacer_burst", "mtu", "flags"),
+    [
+        ("link", 1500, [*USER, "--pacer-burst-bytes", "5000"]),
+        ("link", 9000, [*USER, "--pacer-burst-bytes", "18000"]),  # two frames at least
+        ("none", 1500, USER),
+    ],
+)
+def test_user_arms_bank_the_shaping_buckets_burst(pacer_burst, mtu, flags):
+    exp = experiment_from_dict(_doc(FOUR, server={"pacer_burst": pacer_burst}, uplink={"mtu": mtu}))
+    assert factors.scheduler_flags("user", exp.uplink, exp.server) == flags
+
+
+def test_pacer_burst_is_checked():
+    with pytest.raises(ExperimentError, match="pacer_burst"):
+        experiment_from_dict(_doc(FOUR, server={"pacer_burst": "6k"}))
+    with pytest.raises(ExperimentError, match="pacer-burst-bytes"):
+        experiment_from_dict(_doc(FOUR, server={"extra_args": ["--pacer-burst-bytes", "1"]}))
 
 
 @pytest.mark.parametrize("name", ["userspace.toml", "userspace-smoke.toml"])
@@ -205,7 +223,7 @@ def test_runner_shapes_and_starts_each_arm(fake_env, tmp_path):  # noqa: F811 - 
         (
             "srpt-crovella-load0.50-rep1",
             "crovella",
-            "--scheduler crovella --uplink-rate 1000000 --write-concurrency 7",
+            "--scheduler crovella --uplink-rate 1000000 --pacer-burst-bytes 5000 --write-concurrency 7",
         ),
     ):
         d = out / "runs" / run

@@ -62,6 +62,11 @@ struct Flags {
     /// at the price of that much of the link when it is saturated [default: 0.98].
     #[arg(long, value_name = "FRACTION")]
     pacer_rate_fraction: Option<f64>,
+    /// User-space schedulers: wire bytes of credit an idle link banks, granted at once after an
+    /// idle spell. Give the burst of the token bucket that shapes the link below (HTB/TBF
+    /// `burst`), which lets such a burst out at line rate; 0 on a link with no bucket [default: 0].
+    #[arg(long, value_name = "BYTES")]
+    pacer_burst_bytes: Option<u32>,
     /// Cutoffs of srpt-classes / srpt, e.g. `1K,2K,5K,20K,50K` (the default), or `auto`
     /// (learned from observed sizes). Not with --policy srpt-classes:CUTOFFS.
     #[arg(long)]
@@ -220,6 +225,7 @@ impl Flags {
             write_concurrency: self.write_concurrency,
             pacer_lookahead: self.pacer_lookahead,
             pacer_rate_fraction: self.pacer_rate_fraction,
+            pacer_burst_bytes: self.pacer_burst_bytes,
         };
         let merged = file.overlay(flags);
         if merged.root.is_none() {
@@ -376,6 +382,8 @@ mod tests {
         let c = config(&["--scheduler", "user", "--uplink-rate", "5mbit", "--pacer-rate-fraction", "0.995"]);
         assert_eq!(c.pacer_rate_fraction, 0.995);
         assert_eq!(config(&[]).pacer_rate_fraction, 0.98, "the pacer's default");
+        let c = config(&["--scheduler", "user", "--uplink-rate", "5mbit", "--pacer-burst-bytes", "6056"]);
+        assert_eq!((c.pacer_burst_bytes, config(&[]).pacer_burst_bytes), (6056, 0));
         let c = config(&["--scheduler", "user", "--uplink-rate", "5mbit", "--policy", "las", "--socket-priority"]);
         assert!(c.socket_priority, "hybrid: bands as well, when asked for");
         for (flags, needles) in [
@@ -390,6 +398,10 @@ mod tests {
             (
                 &["--scheduler", "user", "--uplink-rate", "10mbit", "--pacer-rate-fraction", "1.2"],
                 &["pacer-rate-fraction", "0.5..=1"],
+            ),
+            (
+                &["--scheduler", "user", "--uplink-rate", "10mbit", "--pacer-burst-bytes", "20000000"],
+                &["pacer-burst-bytes", "16777216"],
             ),
             (
                 &["--scheduler", "user", "--uplink-rate", "10mbit", "--pacer-rate-fraction", "0.3"],

@@ -47,7 +47,9 @@ use crate::policy::{OrdF64, Policy, TieShare};
 
 pub mod pacer;
 
-pub use pacer::{Pacer, PacerConfig, Wake, CONTROL_BYTES_PER_CONNECTION, LATENESS_ALLOWANCE_NS, RELEASE_QUANTUM_NS};
+pub use pacer::{
+    Pacer, PacerConfig, Wake, CONTROL_BYTES_PER_CONNECTION, LATENESS_ALLOWANCE_NS, MAX_BURST_BYTES, RELEASE_QUANTUM_NS,
+};
 
 /// Most responses the scheduler can hold (a bound on `max_connections`).
 pub const MAX_CONNECTIONS_LIMIT: usize = 1 << 20;
@@ -104,6 +106,8 @@ pub enum SchedError {
     Quantum { quantum: u64, mss: u32 },
     #[error("control bytes per connection must be at most 65536 (got {0})")]
     ControlBytes(u32),
+    #[error("pacer burst must be at most {MAX_BURST_BYTES} bytes (got {0})")]
+    Burst(u32),
     #[error("quantum must be at most 1 s of link time (got {0} ns)")]
     QuantumTime(u64),
     #[error("max connections must be in 1..={MAX_CONNECTIONS_LIMIT} (got {0})")]
@@ -125,6 +129,9 @@ impl SchedConfig {
         }
         if p.lookahead_ns > 1_000_000_000 {
             return Err(SchedError::Lookahead(p.lookahead_ns));
+        }
+        if p.burst_bytes > MAX_BURST_BYTES {
+            return Err(SchedError::Burst(p.burst_bytes));
         }
         if p.control_bytes_per_connection > 65_536 {
             return Err(SchedError::ControlBytes(p.control_bytes_per_connection));

@@ -90,6 +90,7 @@ impl UserScheduler {
         let pacer = PacerConfig {
             rate_bits_per_s,
             rate_fraction: config.pacer_rate_fraction,
+            burst_bytes: config.pacer_burst_bytes,
             control_bytes_per_connection: CONTROL_BYTES_PER_CONNECTION,
             ..PacerConfig::default()
         };
@@ -160,11 +161,12 @@ impl UserScheduler {
 
     /// The scheduler's part of `/metrics`; `cutoffs` name the bands.
     pub(crate) fn render(&self, out: &mut String, cutoffs: &Cutoffs) {
-        let (stats, backlog_ns, lookahead_ns, release_ns, paced_bits_per_s) = {
+        let (stats, backlog_ns, lookahead_ns, release_ns, paced_bits_per_s, burst_ns) = {
             let st = self.lock();
             let p = st.core.pacer();
             let stats = st.core.stats();
-            (stats, p.backlog_ns(self.now_ns()), p.depth_ns(), p.wire_ns(p.release_bytes()), p.paced_bits_per_s())
+            let backlog_ns = p.backlog_ns(self.now_ns());
+            (stats, backlog_ns, p.depth_ns(), p.wire_ns(p.release_bytes()), p.paced_bits_per_s(), p.burst_ns())
         };
         let _ = writeln!(
             out,
@@ -186,6 +188,11 @@ impl UserScheduler {
                 "shortfirst_uplink_pacer_rate_bits_per_s",
                 "The pacer's rate on the wire: the uplink's rate times --pacer-rate-fraction.",
                 paced_bits_per_s,
+            ),
+            (
+                "shortfirst_uplink_pacer_burst_seconds",
+                "Link time an idle link banks (--pacer-burst-bytes at the paced rate).",
+                burst_ns as f64 / 1e9,
             ),
         ];
         for (name, help, v) in gauges {

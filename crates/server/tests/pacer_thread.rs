@@ -34,6 +34,7 @@ async fn the_pacer_thread_runs_with_the_server_and_shows_its_look_ahead() {
     assert_eq!(threads_named("sf-pacer"), 1, "one pacer thread while serving");
     let m = metrics_text(&s).await;
     assert_eq!(metric(&m, "shortfirst_uplink_pacer_rate_bits_per_s"), 9_800_000.0, "0.98 of the rate by default");
+    assert_eq!(metric(&m, "shortfirst_uplink_pacer_burst_seconds"), 0.0, "no idle burst by default");
     // The default at 10 Mbit/s: two segments of link time at 0.98 of the rate.
     assert_eq!(metric(&m, "shortfirst_uplink_pacer_lookahead_seconds"), 0.002471838);
     // A segment's link time there is more than the release quantum's 0.6 ms.

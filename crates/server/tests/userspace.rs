@@ -67,6 +67,31 @@ async fn the_pacer_holds_the_uplink_rate() {
     s.stop().await;
 }
 
+/// After an idle spell the pacer grants `--pacer-burst-bytes` at once (the
+/// link's token bucket lets it out at line rate), and only that: once spent,
+/// the credit comes back at the paced rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_burst_is_granted_at_once_and_then_paced() {
+    let mut s = TestServer::start(|c| {
+        user(c, Scheduling::User, 1_000_000, Policy::Srpt, true);
+        c.pacer_burst_bytes = 120_000;
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1100)).await; // credit accrues from the pacer's start
+    let mut times_s = Vec::new();
+    for _ in 0..2 {
+        let started = Instant::now();
+        assert_eq!(get(s.addr, &req("/medium.bin")).await.unwrap().body.len(), 100_000);
+        times_s.push(started.elapsed().as_secs_f64());
+    }
+    // 100 KB is ~105 KB on the wire: 0.86 s at 0.98 Mbit/s without the burst.
+    assert!(times_s[0] < 0.3, "within the burst: {times_s:?}");
+    assert!(times_s[1] > 0.5, "the burst spent, paced again: {times_s:?}");
+    let m = metrics_text(&s).await;
+    assert_eq!(metric(&m, "shortfirst_uplink_pacer_burst_seconds"), 0.979591836);
+    s.stop().await;
+}
+
 /// On a fast link a grant covers a whole short response, head and body: one
 /// trip through the scheduler per response, not one per 16 KiB (the quantum
 /// is a link time there). A socket that takes only part of a grant costs a

@@ -120,6 +120,7 @@ def main() -> int:
         "--scheduler",
         "--uplink-rate",
         "--write-concurrency",
+        "--pacer-burst-bytes",
     ):
         s.add_argument(k)
     s.add_argument("--at-max-connections", choices=("refuse", "wait"))

@@ -5,7 +5,12 @@
 //! allowed while that instant is less than `depth_ns` (the look-ahead) past now,
 //! so at most `depth_ns` of link time is ever queued below the application, and
 //! over any window of length `w` the granted bytes fit in `w + depth_ns` of link
-//! time. An idle link does not bank credit: the clock restarts at `now`.
+//! time. An idle link banks at most `burst_bytes` of credit (0 by default: the
+//! clock restarts at `now`): the clock may lag `now` by that much link time, so
+//! after an idle spell a burst of that size plus the look-ahead may be granted
+//! at once. Give it the burst of the token bucket that shapes the link below
+//! (an HTB or TBF `burst`), whose idle credit lets such a burst out at line
+//! rate; on a link that is its rate with no bucket, leave it 0.
 //!
 //! Bytes are costed as they leave on the wire: each segment of up to `mss_bytes`
 //! of payload carries `overhead_bytes` of headers (IP, TCP with timestamps,
@@ -42,7 +47,13 @@ pub struct PacerConfig {
     /// packets that carry none (SYN-ACK, bare ACKs, FIN), charged once per
     /// connection by [`Pacer::charge_wire`]. 0 leaves them uncounted.
     pub control_bytes_per_connection: u32,
+    /// Wire bytes of credit an idle link banks (the shaping token bucket's
+    /// burst); 0: none.
+    pub burst_bytes: u32,
 }
+
+/// The largest idle burst accepted, wire bytes (16 MiB).
+pub const MAX_BURST_BYTES: u32 = 1 << 24;
 
 /// The wire bytes of a connection's payload-free packets on Ethernet/IPv4: a
 /// SYN-ACK with options (74) and about three bare segments (66 each: the
@@ -104,6 +115,7 @@ impl Default for PacerConfig {
             mss_bytes: 1448,
             overhead_bytes: 66,
             control_bytes_per_connection: 0,
+            burst_bytes: 0,
         }
     }
 }
@@ -129,6 +141,8 @@ pub struct Pacer {
     release_bytes: u64,
     mss_bytes: u64,
     overhead_bytes: u64,
+    /// Link time of the idle burst: how far the clock may lag now.
+    burst_ns: u64,
     link_free_at_ns: u64,
 }
 
@@ -145,8 +159,10 @@ impl Pacer {
             release_bytes: 0,
             mss_bytes: u64::from(config.mss_bytes),
             overhead_bytes: u64::from(config.overhead_bytes),
+            burst_ns: 0,
             link_free_at_ns: 0,
         };
+        p.burst_ns = (f64::from(config.burst_bytes) * 8e9 / paced_bits_per_s).floor() as u64;
         let segment_ns = p.wire_ns(p.mss_bytes);
         p.depth_ns = config.lookahead_ns.max(2 * segment_ns);
         let release_ns = config.release_ns.min(p.depth_ns - segment_ns);
@@ -157,6 +173,11 @@ impl Pacer {
     /// The paced rate, wire bits per second (the uplink's rate × the rate fraction).
     pub fn paced_bits_per_s(&self) -> f64 {
         self.paced_bits_per_s
+    }
+
+    /// The idle burst in force, nanoseconds of link time at the paced rate.
+    pub fn burst_ns(&self) -> u64 {
+        self.burst_ns
     }
 
     /// The look-ahead in force, nanoseconds of link time.
@@ -177,9 +198,14 @@ impl Pacer {
         (wire_bits * 1e9 / self.paced_bits_per_s).ceil() as u64
     }
 
+    /// The link clock as seen at `now_ns`: at least `now_ns` less the idle burst.
+    fn clock_ns(&self, now_ns: u64) -> u64 {
+        self.link_free_at_ns.max(now_ns.saturating_sub(self.burst_ns))
+    }
+
     /// Link time still free for grants at `now_ns`.
     fn free_ns(&self, now_ns: u64) -> u64 {
-        (now_ns + self.depth_ns).saturating_sub(self.link_free_at_ns.max(now_ns))
+        (now_ns + self.depth_ns).saturating_sub(self.clock_ns(now_ns))
     }
 
     /// Payload bytes that may be granted at `now_ns`.
@@ -206,14 +232,14 @@ impl Pacer {
     /// The first instant at or after `now_ns` at which `payload_bytes` fit.
     pub fn ready_at_ns(&self, now_ns: u64, payload_bytes: u64) -> u64 {
         let need_ns = self.wire_ns(payload_bytes).min(self.depth_ns);
-        let at = self.link_free_at_ns.max(now_ns) + need_ns;
+        let at = self.clock_ns(now_ns) + need_ns;
         at.saturating_sub(self.depth_ns).max(now_ns)
     }
 
     /// Charges a grant of `payload_bytes` at `now_ns`; the caller checked the budget.
     pub fn charge(&mut self, now_ns: u64, payload_bytes: u64) {
         debug_assert!(payload_bytes <= self.budget_bytes(now_ns), "grant beyond the budget");
-        self.link_free_at_ns = self.link_free_at_ns.max(now_ns) + self.wire_ns(payload_bytes);
+        self.link_free_at_ns = self.clock_ns(now_ns) + self.wire_ns(payload_bytes);
     }
 
     /// Charges `wire_bytes` sent outside any grant (a connection's control
@@ -221,28 +247,30 @@ impl Pacer {
     /// past the look-ahead, since they are sent whatever the pacer says.
     pub fn charge_wire(&mut self, now_ns: u64, wire_bytes: u64) {
         let ns = (wire_bytes as f64 * 8e9 / self.paced_bits_per_s).ceil() as u64;
-        self.link_free_at_ns = self.link_free_at_ns.max(now_ns) + ns;
+        self.link_free_at_ns = self.clock_ns(now_ns) + ns;
     }
 
     /// Gives back the link time of bytes granted but not written (`granted` →
-    /// `written`). Never moves the clock before `now_ns`: link time already past
-    /// is not handed out again.
+    /// `written`). Never moves the clock before `now_ns` less the idle burst:
+    /// link time already past is not handed out again beyond the burst.
     pub fn refund(&mut self, now_ns: u64, granted_bytes: u64, written_bytes: u64) {
         debug_assert!(written_bytes <= granted_bytes);
         let back_ns = self.wire_ns(granted_bytes) - self.wire_ns(written_bytes.min(granted_bytes));
-        self.link_free_at_ns = self.link_free_at_ns.saturating_sub(back_ns).max(now_ns.min(self.link_free_at_ns));
+        let floor_ns = now_ns.saturating_sub(self.burst_ns).min(self.link_free_at_ns);
+        self.link_free_at_ns = self.link_free_at_ns.saturating_sub(back_ns).max(floor_ns);
     }
 
     /// A wake-up due at `due_ns` (from [`Pacer::ready_at_ns`]) came at `now_ns`;
     /// call before granting anything at `now_ns`.
+    /// Idle link time within the burst is banked, not lost.
     pub fn wake(&self, due_ns: u64, now_ns: u64) -> Wake {
         Wake {
             late_ns: now_ns.saturating_sub(due_ns),
-            link_idle_ns: now_ns.saturating_sub(self.link_free_at_ns.max(due_ns)),
+            link_idle_ns: now_ns.saturating_sub((self.link_free_at_ns + self.burst_ns).max(due_ns)),
         }
     }
 
-    /// How far ahead of `now_ns` the link is booked (0 when idle).
+    /// How far ahead of `now_ns` the link is booked (0 when idle or in credit).
     pub fn backlog_ns(&self, now_ns: u64) -> u64 {
         self.link_free_at_ns.saturating_sub(now_ns)
     }
@@ -395,6 +423,46 @@ mod tests {
         assert_eq!(pacer(8_000_000, 0).wake(5, 9), Wake { late_ns: 4, link_idle_ns: 4 }, "idle since due, not before");
     }
 
+    fn bursty(burst_bytes: u32) -> Pacer {
+        // One wire byte per microsecond, 4 ms ahead.
+        Pacer::new(&PacerConfig {
+            rate_bits_per_s: 8_000_000,
+            rate_fraction: 1.0,
+            lookahead_ns: 4_000_000,
+            burst_bytes,
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn an_idle_link_banks_at_most_the_burst() {
+        // (burst, idle spell before the first grant) → link time grantable at once.
+        let table: &[(u32, u64, u64)] = &[
+            (0, 100_000_000, 4_000_000),
+            (6_000, 100_000_000, 10_000_000),
+            (6_000, 2_000_000, 6_000_000), // credit accrues with idle time
+            (6_000, 0, 4_000_000),
+        ];
+        for &(burst, idle_ns, free_ns) in table {
+            let mut p = bursty(burst);
+            p.charge(0, 0);
+            assert_eq!(p.budget_bytes(idle_ns), p.payload_in_ns(free_ns), "burst {burst}, idle {idle_ns}");
+            // The credit is spent by grants and comes back only with idle time.
+            p.charge(idle_ns, p.budget_bytes(idle_ns));
+            assert_eq!(p.budget_bytes(idle_ns), 0);
+            assert_eq!(p.backlog_ns(idle_ns), 4_000_000 - (free_ns - p.wire_ns(p.payload_in_ns(free_ns))));
+        }
+        assert_eq!(bursty(6_000).burst_ns(), 6_000_000);
+    }
+
+    #[test]
+    fn a_late_wake_within_the_burst_loses_no_link_time() {
+        let mut p = bursty(2_000);
+        p.charge(0, 1448); // booked until 1.514 ms
+        assert_eq!(p.wake(0, 3_000_000).link_idle_ns, 0, "1.5 ms idle: banked");
+        assert_eq!(p.wake(0, 4_514_000).link_idle_ns, 1_000_000, "beyond the 2 ms burst: lost");
+    }
+
     #[test]
     fn refund_returns_unused_link_time_but_not_the_past() {
         let mut p = pacer(8_000_000, 10_000_000);
@@ -404,5 +472,33 @@ mod tests {
         p.charge(0, 4000);
         p.refund(9_000_000, 4000, 0); // past the booked time: nothing to give back
         assert_eq!(p.backlog_ns(9_000_000), 0);
+    }
+
+    proptest::proptest! {
+        /// With an idle burst, the bytes granted over any window fit in the
+        /// window's link time plus the look-ahead plus the burst.
+        #[test]
+        fn never_more_than_the_link_plus_the_burst(
+            burst in 0u32..20_000,
+            steps in proptest::collection::vec((0u64..5_000_000, 0u64..20_000), 1..100),
+        ) {
+            let mut p = bursty(burst);
+            let mut now = 0;
+            let mut log: Vec<(u64, u64)> = Vec::new();
+            for (dt, want) in steps {
+                now += dt;
+                let bytes = want.min(p.budget_bytes(now));
+                p.charge(now, bytes);
+                log.push((now, bytes));
+            }
+            for i in 0..log.len() {
+                let mut wire = 0;
+                for &(at, bytes) in &log[i..] {
+                    wire += p.wire_ns(bytes);
+                    let limit = at - log[i].0 + p.depth_ns() + p.burst_ns() + 1;
+                    proptest::prop_assert!(wire <= limit, "{wire} ns granted, {limit} allowed");
+                }
+            }
+        }
     }
 }

@@ -94,6 +94,7 @@ pub struct ConfigFile {
     #[serde(default, deserialize_with = "duration_s")]
     pub pacer_lookahead: Option<f64>,
     pub pacer_rate_fraction: Option<f64>,
+    pub pacer_burst_bytes: Option<u32>,
 }
 
 impl ConfigFile {
@@ -181,7 +182,8 @@ impl ConfigFile {
             uplink_rate,
             write_concurrency,
             pacer_lookahead,
-            pacer_rate_fraction
+            pacer_rate_fraction,
+            pacer_burst_bytes
         );
         self
     }

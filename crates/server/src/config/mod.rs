@@ -65,6 +65,9 @@ pub struct ServerConfig {
     /// (0.5..=1). Below 1 the queue forms in the application, not below it; on a
     /// saturated link the server then carries this fraction of the link.
     pub pacer_rate_fraction: f64,
+    /// User-space schedulers: wire bytes of credit an idle link banks (the
+    /// burst of the token bucket shaping the link below; 0: none).
+    pub pacer_burst_bytes: u32,
     /// Response-time cutoffs for `srrt`.
     pub rrt_cutoffs: RrtCutoffsSpec,
     /// How `srrt` estimates a response's remaining time.
@@ -142,6 +145,7 @@ impl ServerConfig {
             write_concurrency: 35,
             pacer_lookahead: None,
             pacer_rate_fraction: shortfirst_core::uplink_sched::PacerConfig::default().rate_fraction,
+            pacer_burst_bytes: 0,
             rrt_cutoffs: RrtCutoffsSpec::List(RrtCutoffs::default_list()),
             rrt_estimator: Estimator::Path,
             rrt_step_bytes: 64 * 1024,
@@ -237,6 +241,9 @@ impl ServerConfig {
         }
         if let Some(f) = file.pacer_rate_fraction {
             c.pacer_rate_fraction = f;
+        }
+        if let Some(b) = file.pacer_burst_bytes {
+            c.pacer_burst_bytes = b;
         }
         let mut policy_cutoffs = None;
         if let Some(spec) = file.policy {
@@ -379,6 +386,10 @@ impl ServerConfig {
         }
         if !(0.5..=1.0).contains(&self.pacer_rate_fraction) {
             return invalid("pacer-rate-fraction", format!("{}: must be in 0.5..=1", self.pacer_rate_fraction));
+        }
+        if self.pacer_burst_bytes > shortfirst_core::uplink_sched::MAX_BURST_BYTES {
+            let max = shortfirst_core::uplink_sched::MAX_BURST_BYTES;
+            return invalid("pacer-burst-bytes", format!("{}: must be at most {max}", self.pacer_burst_bytes));
         }
         if let Some(d) = self.pacer_lookahead.filter(|&d| d > Duration::from_secs(1)) {
             return invalid("pacer-lookahead", format!("{d:?}: must be at most 1 s"));
