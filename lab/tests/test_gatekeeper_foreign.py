@@ -14,7 +14,7 @@ import pytest
 from conftest import RELEASE_BIN
 
 from shortfirst_lab.foreign.backends import ForeignError, make_json, make_sqlite, prepare
-from shortfirst_lab.foreign.bench import Point, Settings, peak_of, response_time_law
+from shortfirst_lab.foreign.bench import Point, Settings, ladder_done, peak_of, response_time_law
 from shortfirst_lab.foreign.verdict import checks, table
 from shortfirst_lab.kit import Child, fetch_text, free_port, wait_port
 
@@ -82,6 +82,63 @@ def test_peak_is_the_best_median_not_the_best_run():
     assert peak_of([{"clients": 8, "work_per_s": 0.5}])["work_per_s"] == 0.5
 
 
+def test_peak_ladder_stops_only_past_the_knee():
+    # datasette's medians at 2, 4, 8 clients: one low count is noise, the ladder goes on.
+    assert not ladder_done([0.92, 0.75], 2, 0.15)
+    assert not ladder_done([0.92, 0.75, 0.91], 2, 0.15)
+    # Two counts in a row clearly below the best before them: past the knee.
+    assert ladder_done([0.92, 1.30, 1.05, 1.0], 2, 0.15)
+    # Still rising, or flat within the drop: go on.
+    assert not ladder_done([0.9, 1.0, 1.1, 1.2], 2, 0.15)
+    assert not ladder_done([1.2, 1.15, 1.1], 2, 0.15)
+    assert ladder_done([1.2, 0.9], 1, 0.15) and not ladder_done([1.2], 1, 0.15)
+
+
+class _FakePoint(Point):
+    """`Point.peak` without a backend: each closed loop serves `work[clients]`, less a
+    little on the second trace (repeats differ)."""
+
+    def __init__(self, s: Settings, work: dict[int, float], tmp_path: Path):
+        self.s, self.work_of, self.work, self.loops = s, work, tmp_path, []
+
+    def trace(self, path, rate, duration_s, seed=None):
+        path.write_text("")
+
+    def start(self):
+        class _Backend:
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+        return _Backend(), "http://fake"
+
+    def load(self, url, model, trace, tag, duration_s):
+        clients = int(model.split(":")[1])
+        self.loops.append(clients)
+        return (clients, trace.name), 1.0
+
+    def summary(self, out, warmup_s, duration_s, wall_s):
+        clients, trace = out
+        w = self.work_of[clients] - (0.01 if trace.endswith("1.csv") else 0.0)
+        return {"work_per_s": w, "throughput_per_s": 10 * w}
+
+
+def test_peak_climbs_the_ladder_past_a_noisy_dip(tmp_path):
+    s = Settings.load(CONFIG)
+    assert s.peak_clients[-1] >= 32 and s.peak_clients == sorted(set(s.peak_clients))
+    # datasette-like: a dip at 4 clients, the peak at 16.
+    work = {2: 0.92, 4: 0.75, 8: 0.91, 16: 1.30, 32: 1.25}
+    p = _FakePoint(s, work, tmp_path)
+    peak = p.peak()
+    assert peak["clients"] == 16 and peak["work_per_s"] == pytest.approx(1.295)
+    assert p.loops == [c for c in s.peak_clients for _ in range(s.peak_repeats)]
+    # Clearly past the knee at 8 and 16: 32 is not run.
+    p = _FakePoint(s, {2: 1.0, 4: 1.3, 8: 1.0, 16: 0.9, 32: 2.0}, tmp_path)
+    assert p.peak()["clients"] == 4 and 32 not in p.loops
+
+
 def test_response_time_law_of_a_closed_loop():
     # 174 users thinking 2 s, 34.2 requests/s answered: R = 174 / 34.2 - 2 = 3.09 s.
     law = response_time_law(174, 34.2, 3.22, 2.0)
@@ -96,6 +153,9 @@ def test_settings_read_the_peak_repeats_and_the_starvation_bound(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text(CONFIG.read_text().replace("peak_repeats = 2", "peak_repeats = 0"))
     with pytest.raises(ForeignError, match="peak_repeats"):
+        Settings.load(bad)
+    bad.write_text(CONFIG.read_text().replace("peak_clients = [2, 4, 8, 16, 32]", "peak_clients = [8, 4]"))
+    with pytest.raises(ForeignError, match="peak_clients"):
         Settings.load(bad)
 
 

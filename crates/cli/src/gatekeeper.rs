@@ -78,8 +78,8 @@ struct ProxyArgs {
     #[arg(long, value_name = "DURATION")]
     max_wait: Option<String>,
     /// Under sjf with --max-wait and under sjf-aging, requests past their bound go first
-    /// only while the work admitted so is at most this share of the work admitted
-    /// recently; beyond it they wait in cost order, so cheap requests keep the rest in an
+    /// only while the requests admitted so have had at most this share of the backend's
+    /// recent busy time; beyond it they wait in cost order, so cheap requests keep the rest in an
     /// overload (e.g. 0.6). Default: 1 (always first).
     #[arg(long, value_name = "FRACTION")]
     overdue_share: Option<f64>,

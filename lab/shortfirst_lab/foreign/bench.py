@@ -65,6 +65,10 @@ class Settings:
     backends: dict
     #: Peak runs per client count, each on its own trace (seed + repeat).
     peak_repeats: int = 1
+    #: The peak ladder (`peak_clients`, ascending) stops early once this many counts in a
+    #: row have a median below (1 - `peak_stop_drop`) x the best median so far.
+    peak_stop_after: int = 2
+    peak_stop_drop: float = 0.15
     #: The gatekeeper's --max-wait (sjf's wait bound) and --overdue-share, if set.
     max_wait_s: float | None = None
     overdue_share: float | None = None
@@ -91,6 +95,8 @@ class Settings:
                 calibrate=dict(cfg["calibrate"]),
                 backends=dict(cfg["backend"]),
                 peak_repeats=int(run.get("peak_repeats", 1)),
+                peak_stop_after=int(run.get("peak_stop_after", 2)),
+                peak_stop_drop=float(run.get("peak_stop_drop", 0.15)),
                 max_wait_s=float(run["max_wait_s"]) if "max_wait_s" in run else None,
                 overdue_share=float(run["overdue_share"]) if "overdue_share" in run else None,
             )
@@ -100,6 +106,11 @@ class Settings:
             raise ForeignError(f"{path}: need 0 <= warmup_s < duration_s and 0 <= peak_warmup_s < peak_s")
         if s.peak_repeats < 1:
             raise ForeignError(f"{path}: peak_repeats must be at least 1")
+        c = s.peak_clients
+        if not c or c[0] < 1 or any(a >= b for a, b in zip(c, c[1:], strict=False)):
+            raise ForeignError(f"{path}: peak_clients must be a rising ladder of client counts >= 1")
+        if s.peak_stop_after < 1 or not 0 < s.peak_stop_drop < 1:
+            raise ForeignError(f"{path}: need peak_stop_after >= 1 and 0 < peak_stop_drop < 1")
         if not set(s.models) <= {"open", "closed"}:
             raise ForeignError(f"{path}: models must be among open, closed")
         return s
@@ -231,16 +242,20 @@ class Point:
         return s
 
     def peak(self) -> dict:
-        """The backend's peak work rate alone, under closed loops without think time: per
-        client count the median of `peak_repeats` runs (each on its own trace), then the
-        best client count. The best single run would be the noise's maximum: a window of a
-        few seconds holds a few dozen costly requests, and which of them complete in it
-        moves the work rate by about 10% run to run."""
-        runs = []
+        """The backend's peak work rate alone, under closed loops without think time: up
+        the ladder of client counts, per count the median of `peak_repeats` runs (each on
+        its own trace), until the ladder ends or the medians have clearly fallen past the
+        best (`ladder_done`); then the best client count. The best single run would be
+        the noise's maximum: a window of a few seconds holds a few dozen costly requests,
+        and which of them complete in it moves the work rate by about 10% run to run."""
+        traces = []
         for repeat in range(self.s.peak_repeats):
-            trace = self.work / f"peak-trace-{repeat}.csv"
-            self.trace(trace, 1000.0, 3600.0, seed=self.s.seed + repeat)
-            for clients in self.s.peak_clients:
+            traces.append(self.work / f"peak-trace-{repeat}.csv")
+            self.trace(traces[-1], 1000.0, 3600.0, seed=self.s.seed + repeat)
+        runs: list[dict] = []
+        medians: list[float] = []
+        for clients in self.s.peak_clients:
+            for repeat, trace in enumerate(traces):
                 be, url = self.start()
                 with be:
                     out, wall = self.load(
@@ -260,6 +275,9 @@ class Point:
                     file=sys.stderr,
                     flush=True,
                 )
+            medians.append(statistics.median(r["work_per_s"] for r in runs if r["clients"] == clients))
+            if ladder_done(medians, self.s.peak_stop_after, self.s.peak_stop_drop):
+                break
         return peak_of(runs)
 
     def calibrate(self, url: str) -> dict:
@@ -348,6 +366,18 @@ def response_time_law(users: int, requests_per_s: float, mean_response_s: float,
         "predicted_mean_response_s": users / requests_per_s - think_s if requests_per_s else None,
         "measured_mean_response_s": mean_response_s,
     }
+
+
+def ladder_done(medians: list[float], stop_after: int, stop_drop: float) -> bool:
+    """Whether the peak ladder may stop: its last `stop_after` medians (one per client count,
+    in ladder order) are all below (1 - `stop_drop`) x the best median before them. A
+    single low count is noise (datasette: 0.92, 0.75, 0.91 work/s at 2, 4, 8 clients), and
+    stopping at the first median that does not rise left the peak at 2-8 clients, where
+    the gated runs then served 1.2-1.4 times it."""
+    if len(medians) <= stop_after:
+        return False
+    best = max(medians[:-stop_after])
+    return all(m < (1.0 - stop_drop) * best for m in medians[-stop_after:])
 
 
 def peak_of(runs: list[dict]) -> dict:

@@ -76,6 +76,8 @@ struct Outcome {
     completed: Vec<u64>,
     arrived: Vec<u64>,
     wait_sum_us: Vec<f64>,
+    /// Share of the demand served in the window that went to requests admitted as overdue.
+    overdue_work_share: f64,
 }
 
 impl Outcome {
@@ -93,6 +95,7 @@ struct Req {
     admitted_us: f64,
     remaining_us: f64,
     ticket: Option<Ticket>,
+    overdue: bool,
 }
 
 struct Model {
@@ -112,6 +115,7 @@ impl Model {
         for a in admitted {
             let mut r = self.waiting.remove(&a.ticket.id().0).expect("admitted request waits");
             r.admitted_us = now;
+            r.overdue = self.gate.admitted_overdue(a.ticket.id());
             r.ticket = Some(a.ticket);
             self.running.push(r);
         }
@@ -163,6 +167,7 @@ fn simulate(s: Scenario, kinds: &[Kind]) -> Outcome {
         ..Outcome::default()
     };
     let (mut work_us, mut response_sum_us) = (0.0, 0.0);
+    let mut overdue_work_us = 0.0;
     let (mut expired_n, mut expired_sum_us) = (0u64, 0.0);
     let (mut now, mut next_arrival) = (0.0f64, 0.0f64);
     while now < s.duration_us {
@@ -181,6 +186,8 @@ fn simulate(s: Scenario, kinds: &[Kind]) -> Outcome {
         }
         if t > s.warmup_us {
             work_us += (t - now.max(s.warmup_us)) * rate * n as f64;
+            let n_overdue = m.running.iter().filter(|r| r.overdue).count();
+            overdue_work_us += (t - now.max(s.warmup_us)) * rate * n_overdue as f64;
         }
         now = t;
         if let Some((_, i)) = next_done.filter(|d| d.0 <= now) {
@@ -216,7 +223,14 @@ fn simulate(s: Scenario, kinds: &[Kind]) -> Outcome {
             let arrive = if charge.probe { Gate::arrive_probe_in } else { Gate::arrive_in };
             let (id, admitted) =
                 arrive(&mut m.gate, now_us, ty as u64, charge.cost_us).expect("queue bound not reached");
-            let req = Req { ty, arrival_us: now, admitted_us: 0.0, remaining_us: kinds[ty].demand_us, ticket: None };
+            let req = Req {
+                ty,
+                arrival_us: now,
+                admitted_us: 0.0,
+                remaining_us: kinds[ty].demand_us,
+                ticket: None,
+                overdue: false,
+            };
             m.waiting.insert(id.0, req);
             m.start(now, admitted);
             next_arrival = now - (1.0 - rng.unit()).ln() / arrivals_per_us;
@@ -236,6 +250,7 @@ fn simulate(s: Scenario, kinds: &[Kind]) -> Outcome {
     }
     let window_us = s.duration_us - s.warmup_us;
     out.work_rate = work_us / window_us / s.cpus;
+    out.overdue_work_share = overdue_work_us / work_us.max(1.0);
     let done: u64 = out.completed.iter().sum();
     out.mean_response_us = response_sum_us / done.max(1) as f64;
     out.mean_response_all_us = (response_sum_us + expired_sum_us) / (done + expired_n).max(1) as f64;
@@ -323,7 +338,7 @@ fn exact_service_due(policy: AdmissionPolicy, capacity_us: u64, arrivals: &[(u64
     let deadline =
         |arrival: u64, cost: u64| arrival.saturating_add((factor * cost as f64).min(u64::MAX as f64 / 2.0) as u64);
     let g = Gate::new(GateConfig::new(capacity_us, policy)).unwrap();
-    exact_service(g, arrivals, |_, _| Ok(()), |now, arrival, cost, _| deadline(arrival, cost) <= now)
+    exact_service(g, arrivals, |_, _| Ok(()), |now, arrival, cost, _| deadline(arrival, cost) <= now, |_| true)
 }
 
 proptest::proptest! {
@@ -352,31 +367,60 @@ const MIX_ONE_THREAD: [Kind; 3] = [
     Kind { demand_us: 338_000.0, weight: 5.0 },
 ];
 
-/// The starvation bound in an overload, on one processor with an in-flight cap of 2 (a
-/// single-threaded backend's mix) and of 4 (SQLite's mix), at twice the peak with an 18 s
-/// wait limit. `sjf` with a wait bound of 5 s and an overdue share of 0.6 completes the
-/// costliest type at least 0.85 times as often as fifo (plain sjf: 0.09 and 0.6 times) and
-/// keeps its mean response time (expired requests at their wait) at least 5 times below
-/// fifo's; sjf-aging:2 with the same share keeps fifo's work rate and at most half its
-/// mean. Fails on the rules without a share (share 1): the requests past their bound took
-/// the whole gate oldest first, so sjf with the wait bound served as fifo (mean 16.8 s
-/// against fifo's 16.8 s). Against a fifo that loses no throughput, as here, no share
-/// gives the costliest type fifo's completion without fifo's mean: fifo gives every type
-/// the same fraction of its work, so any policy serving the cheap types more serves it
-/// less (docs/decisions, the starvation bound).
+/// datasette's mix (SQLite; its costs alone: a lookup by key 4.4 ms, a LIKE scan 79 ms, a
+/// GROUP BY 359 ms), the GROUP BY 69% of the work.
+const MIX_DATASETTE: [Kind; 3] = [
+    Kind { demand_us: 4_400.0, weight: 90.0 },
+    Kind { demand_us: 79_000.0, weight: 5.0 },
+    Kind { demand_us: 359_000.0, weight: 5.0 },
+];
+
+/// json-server's mix as calibrated (one event loop: a lookup 2.7 ms, a full-text search
+/// 185 ms, a sorted search 279 ms).
+const MIX_JSON_SERVER: [Kind; 3] = [
+    Kind { demand_us: 2_700.0, weight: 90.0 },
+    Kind { demand_us: 185_000.0, weight: 5.0 },
+    Kind { demand_us: 279_000.0, weight: 5.0 },
+];
+
+/// The starvation bound in an overload, on one processor at twice the peak with an 18 s
+/// wait limit: a single-threaded backend's mix with an in-flight cap of 2, SQLite's with 4,
+/// datasette's with 4 and its calibrated capacity (0.85 s, below the GROUP BY's charge
+/// under load), json-server's with 1. `sjf` with a wait bound of 5 s and an overdue share
+/// of 0.6 keeps its mean response time (expired requests at their wait) at least 5 times
+/// below fifo's and completes the costliest type at least 0.7 times as often as fifo;
+/// sjf-aging:2 with the same share keeps fifo's work rate and at most half its mean; under
+/// both, the requests admitted as overdue get at most the share of the backend's time
+/// (0.03 slack: one request's service in a finite run).
+///
+/// Fails on the share counted in charges at admission: the overdue stream got 0.72-0.78
+/// of the backend on the rows with 4 in flight (cheap requests admitted beside others
+/// were charged several times their service), and on datasette sjf served as fifo (mean
+/// 13.3 s against fifo's 17.3 s: the lookups, left 0.22 of the backend for 0.3 of the
+/// offered work, waited past the bound and joined the oldest-first overdue stream).
+/// Fails with share 1 too (sjf with the wait bound served as fifo: 16.8 s against
+/// 16.8 s). Against a fifo that loses no throughput, as here, no share gives the
+/// costliest type fifo's completion without fifo's mean: fifo gives every type the same
+/// fraction of its work, so any policy serving the cheap types more serves it less
+/// (docs/decisions, the starvation bound).
 #[test]
 fn overdue_share_bounds_starvation_without_becoming_fifo_table() {
-    // (mix, processors, in-flight cap, capacity µs)
-    let rows: [(&[Kind], f64, usize, u64); 2] = [(&MIX_ONE_THREAD, 1.0, 2, 1_000_000), (&MIX, 1.0, 4, 1_600_000)];
+    // (name, mix, in-flight cap, capacity µs)
+    let rows: [(&str, &[Kind], usize, u64); 4] = [
+        ("one thread", &MIX_ONE_THREAD, 2, 1_000_000),
+        ("sqlite", &MIX, 4, 1_600_000),
+        ("datasette", &MIX_DATASETTE, 4, 850_000),
+        ("json-server", &MIX_JSON_SERVER, 1, 1_000_000),
+    ];
     let mut failures = Vec::new();
-    for (kinds, cpus, cap, capacity_us) in rows {
+    for (name, kinds, cap, capacity_us) in rows {
         let run = |policy: &'static str, max_wait_us: Option<u64>| {
             let s = Scenario {
                 max_in_flight: Some(cap),
                 max_wait_us,
                 overdue_share: OVERDUE_SHARE,
                 max_queue_wait_us: 18_000_000,
-                ..scenario(policy, cpus, capacity_us, 2.0)
+                ..scenario(policy, 1.0, capacity_us, 2.0)
             };
             simulate(s, kinds)
         };
@@ -385,8 +429,8 @@ fn overdue_share_bounds_starvation_without_becoming_fifo_table() {
         let aging = run("sjf-aging:2", None);
         let costly = kinds.len() - 1;
         let row = format!(
-            "cap {cap}: work fifo {:.3} sjf {:.3} aging {:.3}; mean ms fifo {:.0} sjf {:.0} aging {:.0}; \
-             costliest completed fifo {:.3} sjf {:.3} aging {:.3}",
+            "{name}, cap {cap}: work fifo {:.3} sjf {:.3} aging {:.3}; mean ms fifo {:.0} sjf {:.0} aging {:.0}; \
+             costliest completed fifo {:.3} sjf {:.3} aging {:.3}; overdue share of the work sjf {:.3} aging {:.3}",
             fifo.work_rate,
             sjf.work_rate,
             aging.work_rate,
@@ -396,12 +440,16 @@ fn overdue_share_bounds_starvation_without_becoming_fifo_table() {
             fifo.completion(costly),
             sjf.completion(costly),
             aging.completion(costly),
+            sjf.overdue_work_share,
+            aging.overdue_work_share,
         );
         println!("{row}");
-        let ok = sjf.completion(costly) >= 0.85 * fifo.completion(costly)
+        let ok = sjf.completion(costly) >= 0.7 * fifo.completion(costly)
             && 5.0 * sjf.mean_response_all_us <= fifo.mean_response_all_us
             && aging.work_rate >= fifo.work_rate - 0.005
-            && 2.0 * aging.mean_response_all_us <= fifo.mean_response_all_us;
+            && 2.0 * aging.mean_response_all_us <= fifo.mean_response_all_us
+            && sjf.overdue_work_share <= OVERDUE_SHARE + 0.03
+            && aging.overdue_work_share <= OVERDUE_SHARE + 0.03;
         if !ok {
             failures.push(row);
         }

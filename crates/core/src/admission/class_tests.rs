@@ -234,24 +234,53 @@ fn sjf_wait_bound_admits_the_starved_request() {
     }
 }
 
-/// [`exact_service`] checking, besides the load, that the recent work admitted ahead as
-/// overdue is at most `overdue_share` of all recent work admitted plus one request's charge;
-/// and (sjf) that the oldest request, overdue while the overdue stream is within its share,
-/// is admitted by the time the requests in flight then have finished.
+/// [`exact_service`] checking, besides the load, that the overdue stream's time (the
+/// processor-sharing share of the requests admitted as overdue while in flight, integrated
+/// here from the gate's counts between events) is at most `overdue_share` of the busy time
+/// plus one request's service, both decayed as the gate decays them; and (sjf) that the
+/// oldest request, overdue while the overdue stream is within its share, is admitted by
+/// the time the requests in flight then have finished, if the stream stays within its
+/// share until then (its own requests in flight can take it past).
 fn overdue_exact_service(cfg: GateConfig, arrivals: &[(u64, u64)]) -> Result<(), TestCaseError> {
     let share = cfg.overdue_share;
     let (sjf, max_wait) = (cfg.policy == AdmissionPolicy::Sjf, cfg.max_wait_us.unwrap_or(u64::MAX));
     let max_cost = arrivals.iter().map(|a| a.1).max().unwrap_or(0) as f64;
+    // (last event, overdue in flight and in flight then, overdue time, busy time)
+    let stream = std::cell::Cell::new((0u64, 0usize, 0usize, 0.0f64, 0.0f64));
     let share_holds = |now: u64, g: &Gate| {
-        let (overdue, all) = g.overdue_work_us();
-        prop_assert!(overdue <= share * all + max_cost + 1e-6 * all, "overdue work {} of {} at {}", overdue, all, now);
+        let (at, overdue_n, n, overdue, busy) = stream.get();
+        let decay = 0.5f64.powf(now.saturating_sub(at) as f64 / OVERDUE_HALF_LIFE_US as f64);
+        let gained = (1.0 - decay) * OVERDUE_HALF_LIFE_US as f64 / std::f64::consts::LN_2;
+        let (overdue, busy) = match n {
+            0 => (overdue * decay, busy * decay),
+            _ => (overdue * decay + gained * overdue_n as f64 / n as f64, busy * decay + gained),
+        };
+        stream.set((now, g.overdue_in_flight(), g.in_flight(), overdue, busy));
+        if share < 1.0 {
+            let (gate_overdue, gate_busy) = g.overdue_time_us();
+            prop_assert!(
+                (gate_overdue - overdue).abs() <= 1e-6 * busy.max(1.0),
+                "gate counts {} against {}",
+                gate_overdue,
+                overdue
+            );
+            prop_assert!((gate_busy - busy).abs() <= 1e-6 * busy.max(1.0), "gate busy {} against {}", gate_busy, busy);
+        }
+        prop_assert!(
+            overdue <= share * busy + max_cost + 1e-6 * busy,
+            "overdue time {} of {} at {}",
+            overdue,
+            busy,
+            now
+        );
         Ok(())
     };
-    let due = |now: u64, arrival: u64, _cost: u64, g: &Gate| {
-        let (overdue, all) = g.overdue_work_us();
-        sjf && now.saturating_sub(arrival) >= max_wait && (share >= 1.0 || overdue <= share * all)
+    let room = |g: &Gate| {
+        let (overdue, busy) = g.overdue_time_us();
+        share >= 1.0 || overdue <= share * busy
     };
-    exact_service(Gate::new(cfg).unwrap(), arrivals, share_holds, due)
+    let due = |now: u64, arrival: u64, _cost: u64, g: &Gate| sjf && now.saturating_sub(arrival) >= max_wait && room(g);
+    exact_service(Gate::new(cfg).unwrap(), arrivals, share_holds, due, room)
 }
 
 proptest! {

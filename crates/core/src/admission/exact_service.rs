@@ -10,13 +10,15 @@ use super::*;
 /// gate's capacity unless one request runs alone; `check(now, gate)` holds; and once the
 /// oldest waiting request is `due(now, arrival, cost, gate)`, it is admitted by the time
 /// every request in flight then has finished ("then" is an event instant, no later than the
-/// moment it became due, so the check is if anything stricter). Ends with nothing waiting
-/// or running.
+/// moment it became due, so the check is if anything stricter), unless `keep(gate)` turns
+/// false at an event meanwhile (the request is then watched afresh once due again). Ends
+/// with nothing waiting or running.
 pub(super) fn exact_service(
     mut g: Gate,
     arrivals: &[(u64, u64)],
     mut check: impl FnMut(u64, &Gate) -> Result<(), TestCaseError>,
     due: impl Fn(u64, u64, u64, &Gate) -> bool,
+    keep: impl Fn(&Gate) -> bool,
 ) -> Result<(), TestCaseError> {
     let capacity_us = g.capacity_us();
     // (finish, id) of the admitted requests.
@@ -53,6 +55,9 @@ pub(super) fn exact_service(
         }
         prop_assert!(running.len() <= 1 || g.load_us() <= capacity_us, "load {} at {}", g.load_us(), now);
         check(now, &g)?;
+        if !keep(&g) {
+            watched = None;
+        }
         if let Some((id, bound)) = watched {
             if waiting.contains_key(&id) {
                 prop_assert!(now < bound, "request {} still waits at {}, past {}", id, now, bound);
