@@ -302,6 +302,9 @@ def experiment_from_dict(
     pacer_burst = s.str("pacer_burst", "link")
     if pacer_burst not in PACER_BURSTS:
         raise s.err("pacer_burst", " or ".join(f'"{b}"' for b in PACER_BURSTS), pacer_burst)
+    fraction = s.float("pacer_rate_fraction", 0.0)
+    if fraction != 0.0 and not 0.5 <= fraction <= 1.0:
+        raise s.err("pacer_rate_fraction", "0 (the server's default) or a number in [0.5, 1]", fraction)
     extra = s.get("extra_args", [])
     if not isinstance(extra, list) or not all(isinstance(x, str) for x in extra):
         raise s.err("extra_args", "a list of strings", extra)
@@ -321,6 +324,7 @@ def experiment_from_dict(
         extra_args=tuple(extra),
         write_concurrency=s.int("write_concurrency", 0, lo=0, hi=1_000_000),
         pacer_burst=pacer_burst,
+        pacer_rate_fraction=fraction,
     )
     s.finish()
 
@@ -384,7 +388,13 @@ def experiment_from_dict(
 
 
 #: `serve` flags the runner sets per arm; in `server.extra_args` they would contradict the arm.
-_ARM_FLAGS = ("--scheduler", "--uplink-rate", "--write-concurrency", "--pacer-burst-bytes")
+_ARM_FLAGS = (
+    "--scheduler",
+    "--uplink-rate",
+    "--write-concurrency",
+    "--pacer-burst-bytes",
+    "--pacer-rate-fraction",
+)
 
 
 def _policies_or_arms(e: _Section) -> tuple[list[str], tuple[Arm, ...]]:

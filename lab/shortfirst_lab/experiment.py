@@ -146,6 +146,9 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
                                       # that shapes their uplink (testbed.tbf_burst_bytes), which
                                       # an idle link lets out at line rate, as the kernel arms'
                                       # HTB does with its own; none: the pacer banks no credit
+    pacer_rate_fraction = 0.0         # 0 (the server's default, 0.98) or a number in [0.5, 1]:
+                                      # user-space arms' `serve --pacer-rate-fraction`, the
+                                      # pacer's rate as a fraction of uplink.rate
 
     [run]
     duration_s = 300                  # float > 0: schedule length handed to the generator

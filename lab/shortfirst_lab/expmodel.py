@@ -131,6 +131,7 @@ class Server:
     extra_args: tuple[str, ...] = ()
     write_concurrency: int = 0  # crovella arms: `serve --write-concurrency`; 0 = the server's
     pacer_burst: str = "link"  # user-space arms: "link" (the shaper's burst) | "none"
+    pacer_rate_fraction: float = 0.0  # user-space arms: `serve --pacer-rate-fraction`; 0 = default
 
 
 @dataclass(frozen=True)

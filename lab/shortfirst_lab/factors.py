@@ -64,14 +64,17 @@ def load_flags(c: Client) -> list[str]:
 
 def scheduler_flags(scheduler: str, u: Uplink, s: Server) -> list[str]:
     """`shortfirst serve` flags of an arm's scheduler: none for the kernel's bands; a
-    user-space scheduler paces to the uplink's rate and, unless `server.pacer_burst` is
-    "none", banks the burst of the token bucket that shapes it (see testbed), and crovella
+    user-space scheduler paces to the uplink's rate (times `server.pacer_rate_fraction` when
+    set) and, unless `server.pacer_burst` is "none", banks the burst of the token bucket that
+    shapes it (see testbed), and crovella
     limits how many responses write at once."""
     if scheduler == "kernel":
         return []
     out = ["--scheduler", scheduler, "--uplink-rate", str(u.rate_bits_per_s)]
     if s.pacer_burst == "link":
         out += ["--pacer-burst-bytes", str(tbf_burst_bytes(u.mtu))]
+    if s.pacer_rate_fraction:
+        out += ["--pacer-rate-fraction", f"{s.pacer_rate_fraction:g}"]
     if scheduler == "crovella" and s.write_concurrency:
         out += ["--write-concurrency", str(s.write_concurrency)]
     return out

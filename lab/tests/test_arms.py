@@ -185,6 +185,19 @@ def test_user_arms_bank_the_shaping_buckets_burst(pacer_burst, mtu, flags):
     assert factors.scheduler_flags("user", exp.uplink, exp.server) == flags
 
 
+def test_user_arms_take_the_pacer_rate_fraction():
+    exp = experiment_from_dict(_doc(FOUR, server={"pacer_rate_fraction": 0.995, "pacer_burst": "none"}))
+    assert factors.scheduler_flags("user", exp.uplink, exp.server) == [
+        *USER,
+        "--pacer-rate-fraction",
+        "0.995",
+    ]
+    assert factors.scheduler_flags("kernel", exp.uplink, exp.server) == []
+    for bad in (0.3, 1.2, "x"):
+        with pytest.raises(ExperimentError, match="pacer_rate_fraction"):
+            experiment_from_dict(_doc(FOUR, server={"pacer_rate_fraction": bad}))
+
+
 def test_pacer_burst_is_checked():
     with pytest.raises(ExperimentError, match="pacer_burst"):
         experiment_from_dict(_doc(FOUR, server={"pacer_burst": "6k"}))

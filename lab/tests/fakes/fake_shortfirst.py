@@ -121,6 +121,7 @@ def main() -> int:
         "--uplink-rate",
         "--write-concurrency",
         "--pacer-burst-bytes",
+        "--pacer-rate-fraction",
     ):
         s.add_argument(k)
     s.add_argument("--at-max-connections", choices=("refuse", "wait"))
