@@ -3,12 +3,16 @@ estimate kept for runs without it."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+
 import numpy as np
 import pandas as pd
 import pytest
 from conftest import requests_frame, write_run_dir
+from sim_fixtures import loopback_server, require_binary
 
-from shortfirst_lab import analysis
+from shortfirst_lab import analysis, kit, overload, report
 
 BUCKET_S = 0.1
 
@@ -91,3 +95,44 @@ def test_read_received_names_what_is_wrong(tmp_path, text, error):
     p.write_text(text)
     with pytest.raises(analysis.LogError, match=error):
         analysis.read_received(p)
+
+
+def test_report_and_overload_use_received_csv_when_the_run_has_it(experiment_dir):
+    with_file = experiment_dir / "runs" / "srpt-load0.70-rep1"
+    # 1000 bytes per 100 ms bucket over the whole synthetic run: 10 KB/s in any window.
+    _received_csv(with_file / "received.csv", 110.0, {i: 1000 for i in range(1100)})
+    report.build(experiment_dir, with_figures=False)
+    for rdir in sorted((experiment_dir / "runs").iterdir()):
+        a = json.loads((rdir / "analysis.json").read_text())
+        assert a["throughput_method"] == ("received" if rdir == with_file else "spread"), rdir.name
+    a = json.loads((with_file / "analysis.json").read_text())
+    assert a["throughput_bytes_per_s"] == pytest.approx(10_000.0)
+    df = analysis.read_requests(with_file / "requests.csv")
+    m = overload.client_metrics(df, 10.0, 90.0, analysis.read_received(with_file / "received.csv"))
+    assert (m["throughput_method"], m["throughput_bytes_per_s"]) == ("received", pytest.approx(10_000.0))
+
+
+def test_the_generators_received_csv_reads_back_and_sums_to_the_bodies(tmp_path):
+    """`shortfirst load` against `shortfirst serve` on loopback: the lab reads its
+    received.csv, whose bytes are the bodies of requests.csv, and takes throughput from it."""
+    binary = require_binary()
+    root = tmp_path / "root"
+    root.mkdir()
+    for size in (500, 40_000, 300_000):
+        (root / f"{size}.bin").write_bytes(b"x" * size)
+    sizes = [(500, 40_000, 300_000)[i % 3] for i in range(60)]
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "time_s,path,size_bytes\n" + "".join(f"{i / 40:.3f},/{s}.bin,{s}\n" for i, s in enumerate(sizes))
+    )
+    with loopback_server(binary, root, tmp_path / "serve.log") as url:
+        argv = kit.load_argv(binary, url, trace=trace, out=tmp_path / "run", quiet=True, persistent=3)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    df = analysis.read_requests(tmp_path / "run" / "requests.csv")
+    received = analysis.read_received(tmp_path / "run" / "received.csv")
+    assert received is not None and received.bucket_s == pytest.approx(0.1)
+    assert received.bytes.sum() == df["bytes_received"].sum() == sum(sizes)
+    assert received.bytes_between(0.0, float(received.t_s[-1]) + 0.1) == pytest.approx(sum(sizes))
+    m = analysis.run_metrics(df, 0.0, 10.0, None, received)
+    assert m["throughput_method"] == "received"
