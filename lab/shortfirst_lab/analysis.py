@@ -1,6 +1,6 @@
 """Analysis of per-request logs: response times, slowdown, size buckets, stretch, comparisons.
 
-Pure functions on pandas/numpy data; no I/O except `read_requests`/`read_health`. The same
+Pure functions on pandas/numpy data; no I/O except `read_requests`/`read_received`/`read_health`. The same
 code serves measured runs (`shortfirst load`) and simulated ones (`shortfirst sim`), which
 write the same `requests.csv` columns.
 
@@ -27,12 +27,20 @@ Definitions (the papers' where they have one):
   line is still fitted and shown in the report (a, rate_eff and each size's residual), as a
   check that the link behaved like a 10 Mbit/s link for large transfers.
 - Throughput: bytes received inside `[warmup_s, window_end]` divided by the window length
-  (window_end = the last scheduled time, at most duration_s). Each request's bytes are spread
-  evenly over its transfer, first byte to done (to the attempt's end for failed ones), and
-  the part inside the window counts. Attributing whole requests to their completion time
-  instead would be biased against SRPT in a finite window, since SRPT finishes the large
-  transfers that straddle the window's end later than FAIR does (measured: −20 % in a 13 s
-  window on identical traffic).
+  (window_end = the last scheduled time, at most duration_s); `throughput_method` says how
+  they were counted. "received": from the generator's `received.csv`, the body bytes its reads
+  returned per 100 ms bucket, the buckets inside the window counted whole and the two that
+  straddle its edges pro rata — what the clients got, when they got it. "spread", for runs
+  without that file (older runs, simulated ones): each request's bytes spread evenly over its
+  transfer, first byte to done (to the attempt's end for failed ones), and the part inside the
+  window counts. Spreading misplaces the bytes of a transfer that straddles an edge of the
+  window whenever they did not arrive evenly, and a policy that holds a large response back
+  and sends most of it just before it completes (SRPT) has the least even transfers (on a
+  10 Mbit/s link at load 0.7 with every request completed, user-space SRPT's spread
+  throughput came out 2 % below FAIR's, where the link's own count was within 0.5 %).
+  Attributing whole requests to their completion time instead would be biased the
+  other way in a finite window, since SRPT finishes the large transfers that straddle the
+  window's end later than FAIR does (measured: −20 % in a 13 s window on identical traffic).
 - Largest 1 %: the ceil(n/100) largest requests of the window by size (ties broken by id, so
   the set is the same for every policy on the same trace). Largest file: every request for the
   largest size in the window.
@@ -77,6 +85,10 @@ _NUMERIC = ("size_bytes", "bytes_received", "scheduled_s", "start_s", "connected
 N_PERCENTILE_BUCKETS = 200
 BIN_RATIO = 1.2
 CI_BATCHES = 10
+#: `received.csv`'s columns: bucket start (s since the run's start) and body bytes in it.
+RECEIVED_COLUMNS = ("t_s", "bytes")
+#: The generator's bucket width, assumed only for a file of a single bucket.
+RECEIVED_BUCKET_S = 0.1
 
 
 class LogError(ValueError):
@@ -101,6 +113,49 @@ def read_requests(path: str | Path) -> pd.DataFrame:
             raise LogError(f"{path}: line {row}: column {c}: expected a number, got {df[c].iloc[row - 2]!r}")
         df[c] = converted
     return with_response_times(df)
+
+
+@dataclass(frozen=True)
+class Received:
+    """A run's `received.csv`: body bytes per bucket, buckets `bucket_s` wide from `t_s`."""
+
+    t_s: np.ndarray
+    bytes: np.ndarray
+    bucket_s: float
+
+    def bytes_between(self, lo_s: float, hi_s: float) -> float:
+        """Bytes received in [lo_s, hi_s]: buckets inside whole, a bucket straddling an edge
+        in proportion to the part of it inside."""
+        overlap = np.clip(np.minimum(self.t_s + self.bucket_s, hi_s) - np.maximum(self.t_s, lo_s), 0.0, None)
+        return float((self.bytes * overlap / self.bucket_s).sum())
+
+
+def read_received(path: str | Path) -> Received | None:
+    """A run's `received.csv` (written by `shortfirst load`), or None when the run has none.
+
+    Checks the columns, that they are numbers, and that the buckets are evenly spaced (the
+    generator writes one row per bucket, zeros included): the spacing is the bucket width."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        df = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        raise LogError(f"{path}: cannot read as CSV: {e}") from e
+    missing = [c for c in RECEIVED_COLUMNS if c not in df.columns]
+    if missing:
+        raise LogError(f"{path}: missing columns {missing}; expected {list(RECEIVED_COLUMNS)}")
+    cols = {c: pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float) for c in RECEIVED_COLUMNS}
+    bad = np.flatnonzero(np.isnan(cols["t_s"]) | np.isnan(cols["bytes"]))
+    if bad.size:
+        raise LogError(f"{path}: line {int(bad[0]) + 2}: expected numbers in t_s and bytes")
+    if len(df) == 0:
+        raise LogError(f"{path}: no buckets")
+    steps = np.diff(cols["t_s"])
+    width = float(steps[0]) if steps.size else RECEIVED_BUCKET_S
+    if width <= 0 or not np.allclose(steps, width, rtol=0.0, atol=1e-6):
+        raise LogError(f"{path}: buckets are not evenly spaced (expected one row per bucket)")
+    return Received(cols["t_s"], cols["bytes"], width)
 
 
 def with_response_times(df: pd.DataFrame) -> pd.DataFrame:
@@ -242,8 +297,10 @@ def run_metrics(
     warmup_s: float,
     duration_s: float,
     baseline: Baseline | None,
+    received: Received | None = None,
 ) -> dict[str, Any]:
-    """Metrics of one run over its measurement window (see the module doc for definitions)."""
+    """Metrics of one run over its measurement window (see the module doc for definitions);
+    throughput from `received` (the run's `read_received`) when given, else spread."""
     w = window(df, warmup_s, duration_s)
     ok = w[w["response_s"].notna()]
     rt = ok["response_s"].to_numpy()
@@ -281,10 +338,7 @@ def run_metrics(
         out["p50_slowdown"] = None
         out["mean_slowdown_ci95"] = None
 
-    end_s = min(duration_s, float(df["scheduled_s"].max())) if len(df) else duration_s
-    span = end_s - warmup_s
-    out["throughput_bytes_per_s"] = bytes_in_window(df, warmup_s, end_s) / span if span > 0 else None
-    out["window_s"] = [float(warmup_s), float(end_s)]
+    out.update(throughput(df, warmup_s, duration_s, received))
 
     top = largest_fraction(ok, 0.01)
     out["largest_1pct_mean_response_s"] = _nan_to_none(top["response_s"].mean()) if len(top) else None
@@ -303,6 +357,24 @@ def run_metrics(
     lateness_ms = (w["start_s"] - w["scheduled_s"]).dropna().to_numpy() * 1000.0
     out["lateness_p99_ms_from_log"] = float(np.percentile(lateness_ms, 99)) if lateness_ms.size else None
     return out
+
+
+def throughput(
+    df: pd.DataFrame, warmup_s: float, duration_s: float, received: Received | None = None
+) -> dict[str, Any]:
+    """`throughput_bytes_per_s` over the window [warmup_s, end] (end: the last scheduled time,
+    at most duration_s), `throughput_method` ("received" or "spread") and `window_s`."""
+    end_s = min(duration_s, float(df["scheduled_s"].max())) if len(df) else duration_s
+    span = end_s - warmup_s
+    if received is not None:
+        got, method = received.bytes_between(warmup_s, end_s), "received"
+    else:
+        got, method = bytes_in_window(df, warmup_s, end_s), "spread"
+    return {
+        "throughput_bytes_per_s": got / span if span > 0 else None,
+        "throughput_method": method,
+        "window_s": [float(warmup_s), float(end_s)],
+    }
 
 
 def bytes_in_window(df: pd.DataFrame, lo_s: float, hi_s: float) -> float:

@@ -163,9 +163,12 @@ def rss_check(h: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
-def client_metrics(df: pd.DataFrame, warmup_s: float, duration_s: float) -> dict[str, Any]:
-    """Response time, time to first byte, largest 1% and incomplete requests in the window."""
-    m = analysis.run_metrics(df, warmup_s, duration_s, None)
+def client_metrics(
+    df: pd.DataFrame, warmup_s: float, duration_s: float, received: analysis.Received | None = None
+) -> dict[str, Any]:
+    """Response time, time to first byte, largest 1% and incomplete requests in the window;
+    throughput from `received` (the run's received.csv) when given."""
+    m = analysis.run_metrics(df, warmup_s, duration_s, None, received)
     w = analysis.window(df, warmup_s, duration_s)
     ok = w[w["response_s"].notna()]
     ttfb = (ok["first_byte_s"] - ok["start_s"]).dropna()
@@ -177,6 +180,7 @@ def client_metrics(df: pd.DataFrame, warmup_s: float, duration_s: float) -> dict
         "requests": m["requests"],
         "completed": m["completed"],
         "throughput_bytes_per_s": m["throughput_bytes_per_s"],
+        "throughput_method": m["throughput_method"],
         "lateness_p99_ms_from_log": m["lateness_p99_ms_from_log"],
     }
 
@@ -205,7 +209,8 @@ def analyse_run(run_dir: Path, exp: Experiment, spec: RunSpec) -> Run:
     """One run's metrics from its raw files (series.csv is recomputed when missing)."""
     df = analysis.read_requests(run_dir / "requests.csv")
     sub = exp.for_run(spec)
-    m = client_metrics(df, sub.run.warmup_s, sub.run.duration_s)
+    received = analysis.read_received(run_dir / "received.csv")
+    m = client_metrics(df, sub.run.warmup_s, sub.run.duration_s, received)
     h = analysis.read_health(run_dir / "health.csv")
     m.update(health_metrics(h))
     m.update(validity(run_dir, m.pop("lateness_p99_ms_from_log")))

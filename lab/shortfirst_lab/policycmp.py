@@ -34,10 +34,12 @@ ideal is the honest one, the best any scheduler could do on this link: the paylo
 link carries 15% fewer bytes than the real one, so at "load 0.9" it runs at ρ = 0.9 while the
 wire runs at ρ ≈ 1, and measured ÷ ideal grows with load for that reason alone (kernel SRPT on
 the 10 Mbit/s testbed: 2.7 at 0.9, 3.2 at 0.95 against the payload ideal; 1.00 and 0.99 against the wire
-ideal; see `models`). ``throughput_ratio`` spreads each response's bytes evenly from its first
-byte to its last, so a policy that starts a long response early and finishes it after the window
-shows less than it sent; ``link_throughput_ratio`` is the uplink's own byte count in the window
-(`analysis.link_bits_per_s`), the check that no link time was lost.
+ideal; see `models`). ``throughput_ratio`` compares the body bytes the clients received in the
+window, counted per 100 ms as the generator's reads returned (`received.csv`); for runs without
+that file it spreads each response's bytes evenly from its first byte to its last, so a policy
+that starts a long response early and finishes it after the window shows less than it sent (each
+run's ``throughput_method`` says which). ``link_throughput_ratio`` is the uplink's own byte count
+in the window (`analysis.link_bits_per_s`), the check that no link time was lost.
 """
 
 from __future__ import annotations

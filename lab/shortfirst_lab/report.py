@@ -142,7 +142,8 @@ def analyse_run(
     if not req_path.exists():
         raise ReportError(f"{req_path}: missing (run status: {rec.get('status', 'unknown')})")
     df = analysis.read_requests(req_path)
-    m = analysis.run_metrics(df, exp.run.warmup_s, exp.run.duration_s, base)
+    received = analysis.read_received(run_dir / "received.csv")
+    m = analysis.run_metrics(df, exp.run.warmup_s, exp.run.duration_s, base, received)
     gen: dict[str, Any] = {}
     if (run_dir / "summary.json").exists():
         gen = json.loads((run_dir / "summary.json").read_text())

@@ -10,7 +10,8 @@ namespace, samples server health once a second, and leaves raw logs only::
     DIR/workload/{docroot/,trace.csv,commands.txt}       generated once, shared by every run
     DIR/calibration/{trace.csv,requests.csv,...}          idle fetches for the slowdown baseline
     DIR/runs/<arm>-load<ρ>-rep<k>/                        arm: fair, srpt-user, ... (run_dir_name)
-        requests.csv, summary.json    written by shortfirst load
+        requests.csv, summary.json    written by shortfirst load, with received.csv (body bytes
+                                      per 100 ms, which the report's throughput uses)
         health.csv                    1 Hz `Testbed.health_sample()`: open connections, listen
                                       overflows/drops, per-band bytes/backlog/drops, server CPU
                                       seconds (the testbed reads /proc/<pid>/stat)

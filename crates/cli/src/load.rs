@@ -28,7 +28,8 @@ pub struct Args {
     /// in summary.json, with the count) instead of stopping.
     #[arg(long)]
     skip_bad: bool,
-    /// Output directory: requests.csv, summary.json, response-times.hlog.
+    /// Output directory: requests.csv, received.csv (body bytes per 100 ms),
+    /// summary.json, response-times.hlog.
     #[arg(long)]
     out: PathBuf,
     /// open | partly-open:K | closed:N[,think=DIST] (DIST: SECONDS (exponential

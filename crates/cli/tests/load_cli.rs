@@ -108,6 +108,12 @@ fn generate_stats_serve_and_replay() {
         assert!(summary["offered_load"].as_f64().unwrap() > 0.0);
         assert!(summary["command_line"].as_array().unwrap().iter().any(|a| a == "--rate"));
         assert!(run.join("response-times.hlog").exists());
+        // Every body byte once in received.csv, in 100 ms buckets.
+        let received = std::fs::read_to_string(run.join("received.csv")).unwrap();
+        let mut lines = received.lines();
+        assert_eq!(lines.next(), Some("t_s,bytes"));
+        let bytes: u64 = lines.map(|l| l.split_once(',').unwrap().1.parse::<u64>().unwrap()).sum();
+        assert_eq!(bytes, sizes.iter().sum::<u64>(), "{name}: received.csv");
     }
 }
 
@@ -184,6 +190,9 @@ fn sigint_ends_the_run_cleanly() {
     assert!((10..200).contains(&n), "{n} requests before the signal");
     let rows = std::fs::read_to_string(out.join("requests.csv")).unwrap().lines().count() as u64 - 1;
     assert_eq!(rows, n);
+    // An interrupted run still says what it received (nothing: the target refuses).
+    let received = std::fs::read_to_string(out.join("received.csv")).unwrap();
+    assert!(received.starts_with("t_s,bytes\n0.000,0\n"), "{received}");
 }
 
 /// `--load-schedule` against the real server: the rate at which requests are

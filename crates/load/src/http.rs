@@ -9,9 +9,14 @@
 //!
 //! Memory per connection is one [`READ_BUF_BYTES`] buffer; a response head
 //! larger than that is an error ([`HttpError::HeadTooLarge`]).
+//!
+//! A connection given a [`ReceivedBytes`] ([`Conn::count_received`]) adds
+//! the body bytes of each read to it, at the time the read returned.
 
+use crate::received::ReceivedBytes;
 use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
@@ -121,6 +126,8 @@ pub struct Conn {
     /// Requests sent on this connection.
     pub requests: u32,
     source: Option<IpAddr>,
+    /// Where body bytes are counted as they arrive (none: not counted).
+    received: Option<Arc<ReceivedBytes>>,
 }
 
 enum Body {
@@ -153,12 +160,26 @@ impl Conn {
         };
         stream.set_nodelay(true)?;
         let buf = buf.filter(|b| b.len() == READ_BUF_BYTES).unwrap_or_else(|| vec![0u8; READ_BUF_BYTES].into());
-        Ok(Conn { stream, buf, requests: 0, source })
+        Ok(Conn { stream, buf, requests: 0, source, received: None })
     }
 
     /// The source address this connection was bound to (None: the kernel's choice).
     pub fn source(&self) -> Option<IpAddr> {
         self.source
+    }
+
+    /// Counts the body bytes of every later read into `received`.
+    pub fn count_received(&mut self, received: Arc<ReceivedBytes>) {
+        self.received = Some(received);
+    }
+
+    /// Adds `bytes` of body just read to the run's count, if one is kept.
+    /// Called right after the read that brought them, with no await in
+    /// between, so "now" is when the read returned.
+    fn count_body(&self, bytes: u64) {
+        if let Some(r) = &self.received {
+            r.add(Instant::now(), bytes);
+        }
     }
 
     /// Closes the connection and hands back its read buffer for reuse.
@@ -218,6 +239,7 @@ impl Conn {
         let mut keep_alive = keep_alive;
         loop {
             // Account for the bytes in hand.
+            let body_before = progress.body_bytes;
             let finished = match &mut body {
                 Body::Length(left) => {
                     let take = (*left).min(chunk.len() as u64);
@@ -238,6 +260,7 @@ impl Conn {
                     false
                 }
             };
+            self.count_body(progress.body_bytes - body_before);
             if finished {
                 return Ok(Response { status, done: Instant::now(), keep_alive });
             }

@@ -4,6 +4,7 @@
 //! - [`run`]: the load generator itself (`shortfirst load`): open,
 //!   partly-open and closed models over real connections.
 //! - [`trace`]: reading traces (our CSV, CLF/Combined access logs, WC98 binary).
+//! - [`received`]: body bytes received per 100 ms (`received.csv`).
 //! - [`record`]: the per-request output row (`requests.csv`) and its writer,
 //!   shared with the simulator and the lab.
 //! - [`schedule`]: `--load-schedule`, piecewise-constant rate multipliers
@@ -16,6 +17,7 @@
 pub mod dist;
 pub mod generate;
 pub mod http;
+pub mod received;
 pub mod record;
 pub mod run;
 pub mod scale;

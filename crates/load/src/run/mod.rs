@@ -1,5 +1,6 @@
 //! The load generator (`shortfirst load`): open, partly-open and closed
 //! models over real TCP connections, with one `requests.csv` row per request,
+//! the body bytes received per 100 ms (`received.csv`, [`crate::received`]),
 //! a `summary.json` and an HDR interval log of response times.
 //!
 //! Threads:
@@ -68,6 +69,7 @@ pub use summary::{
 };
 pub use sys::stop_on_signals;
 
+use crate::received::{ReceivedBytes, ReceivedError};
 use crate::record::{RecordError, RecordWriter};
 use crate::session::SessionError;
 use crate::source_addrs::{SourceAddrs, SourceAddrsError};
@@ -114,11 +116,13 @@ pub enum LoadError {
     Config(String),
     #[error(transparent)]
     SourceAddrs(#[from] SourceAddrsError),
+    #[error(transparent)]
+    Received(#[from] ReceivedError),
 }
 
-/// Runs the load and writes `requests.csv`, `summary.json` and
-/// `response-times.hlog` into `cfg.out_dir`; the kernel chooses each
-/// connection's source address.
+/// Runs the load and writes `requests.csv`, `received.csv`
+/// ([`crate::received`]), `summary.json` and `response-times.hlog` into
+/// `cfg.out_dir`; the kernel chooses each connection's source address.
 pub fn run(cfg: Config) -> Result<Summary, LoadError> {
     run_with(cfg, SourceAddrs::Any)
 }
@@ -161,6 +165,7 @@ pub fn run_with(cfg: Config, source_addrs: SourceAddrs) -> Result<Summary, LoadE
     let run_start = Instant::now() + Duration::from_millis(20);
     let collector = collect::spawn_collector(&cfg, rx, writer, run_start, in_flight.clone())?;
     let closed = ClosedShared::for_run(&cfg, run_start)?;
+    let received = Arc::new(ReceivedBytes::new(run_start));
 
     // Workers. With --spin-us, worker 0 runs on this thread and the
     // dispatcher runs inside it (see `spin`).
@@ -179,6 +184,7 @@ pub fn run_with(cfg: Config, source_addrs: SourceAddrs) -> Result<Summary, LoadE
         closed: closed.clone(),
         idle_limit,
         source_addrs: Arc::new(source_addrs),
+        received: received.clone(),
     };
     let (senders, workers) = spawn_workers(&cfg, &params, spin.is_some())?;
 
@@ -199,14 +205,16 @@ pub fn run_with(cfg: Config, source_addrs: SourceAddrs) -> Result<Summary, LoadE
     }
     drop(tx);
     let collected = collector.join().map_err(|_| LoadError::Config("collector thread panicked".into()))??;
+    let run_end = Instant::now();
     let trace_error = closed.as_ref().and_then(|c| c.trace_error.lock().ok().and_then(|mut g| g.take()));
     if let Some(e) = dispatched.error.or(trace_error.map(LoadError::from)) {
         // The run stopped part-way: leave no outputs that look complete.
-        for f in ["requests.csv", "response-times.hlog"] {
+        for f in ["requests.csv", "received.csv", "response-times.hlog"] {
             let _ = std::fs::remove_file(cfg.out_dir.join(f));
         }
         return Err(e);
     }
+    received.write_csv(&cfg.out_dir.join("received.csv"), run_end)?;
     let mut summary = summary::summarize(
         &cfg,
         collected,

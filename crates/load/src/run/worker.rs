@@ -5,6 +5,7 @@
 
 use super::closed::ClosedShared;
 use crate::http::{Conn, HttpError, Progress, Target};
+use crate::received::ReceivedBytes;
 use crate::record::{RequestOutcome, RequestRecord};
 use crate::source_addrs::SourceAddrs;
 use crate::trace::TraceRecord;
@@ -73,6 +74,8 @@ pub(super) struct WorkerParams {
     pub(super) idle_limit: usize,
     /// The source address of each client's connections.
     pub(super) source_addrs: Arc<SourceAddrs>,
+    /// Body bytes received per time bucket, over every connection.
+    pub(super) received: Arc<ReceivedBytes>,
 }
 
 impl WorkerParams {
@@ -209,6 +212,7 @@ impl Ctx {
         }
         let buf = self.spare_bufs.borrow_mut().pop();
         let mut c = Conn::connect_from(source, self.p.target.addr, buf).await?;
+        c.count_received(self.p.received.clone());
         *connected = Some(Instant::now());
         let r = c.get(req, prog).await?;
         Ok((r, c))
