@@ -403,6 +403,40 @@ def run_row(r: Run) -> dict[str, Any]:
             "workload": r.workload, "rho": r.rho, **{k: r.metrics.get(k) for k in keep}}  # fmt: skip
 
 
+def carry_over(summary: dict[str, Any], previous: dict[str, Any], source: str) -> dict[str, Any]:
+    """`summary` with what `previous` (an earlier summary of the same experiments) measured on
+    runs whose raw files are now missing (results/ keeps summaries, not raw logs): their run
+    rows, and the workload and persistent entries made only of them and not measured afresh,
+    each marked `carried_from`; the checks are then recomputed over both."""
+    missing = set(summary["missing"])
+    rows = [dict(r, carried_from=source) for r in previous.get("runs", []) if r.get("dir") in missing]
+    names = {r["run"] for r in rows}
+
+    def only_carried(runs: list[str]) -> bool:
+        return bool(runs) and all(n in names for n in runs)
+
+    fresh_w = {(w["name"], w["setup"]) for w in summary["workloads"]}
+    workloads = [
+        dict(w, carried_from=source)
+        for w in previous.get("workloads", [])
+        if (w["name"], w["setup"]) not in fresh_w
+        and only_carried([n for p in ("fair", "srpt") if p in w for n in w[p].get("runs", [])])
+    ]
+    fresh_p = {(e["rho"], e["policy"], e["setup"]) for e in summary["persistent"]}
+    persistent = [
+        dict(e, carried_from=source)
+        for e in previous.get("persistent", [])
+        if (e["rho"], e["policy"], e["setup"]) not in fresh_p and only_carried(e.get("runs", []))
+    ]
+    out = dict(summary)
+    out["workloads"] = summary["workloads"] + workloads
+    out["persistent"] = summary["persistent"] + persistent
+    out["runs"] = summary["runs"] + rows
+    out["missing"] = sorted(missing - {r["dir"] for r in rows})
+    out["checks"] = checks(out["workloads"], out["persistent"])
+    return out
+
+
 def summarise(dirs: list[Path]) -> tuple[dict[str, Any], list[Run]]:
     runs: list[Run] = []
     missing: list[str] = []
@@ -430,9 +464,12 @@ def summarise(dirs: list[Path]) -> tuple[dict[str, Any], list[Run]]:
 # --------------------------------------------------------------------------- output
 
 
-def build(dirs: list[Path] | Path, out: Path | None = None, with_figures: bool = True) -> dict[str, Any]:
+def build(
+    dirs: list[Path] | Path, out: Path | None = None, with_figures: bool = True, carry: Path | None = None
+) -> dict[str, Any]:
     """Writes OUT/summary.json, OUT/report.html and OUT/figures/*.png (OUT defaults to the only
-    directory given); returns the summary."""
+    directory given); returns the summary. `carry`: an earlier summary whose entries stand in
+    for runs whose raw files are missing (`carry_over`; their figures are not redrawn)."""
     from . import overloadfigs
 
     dirs = [dirs] if isinstance(dirs, Path | str) else list(dirs)
@@ -441,6 +478,12 @@ def build(dirs: list[Path] | Path, out: Path | None = None, with_figures: bool =
     if out is None or (len(dirs) > 1 and out in dirs):
         raise OverloadError("several experiment directories need an --out of their own")
     summary, runs = summarise(dirs)
+    if carry is not None:
+        try:
+            previous = json.loads(Path(carry).read_text())
+        except (OSError, ValueError) as e:
+            raise OverloadError(f"{carry}: not a readable overload summary ({e})") from e
+        summary = analysis.json_safe(carry_over(summary, previous, str(carry)))
     out.mkdir(parents=True, exist_ok=True)
     figs = overloadfigs.write_all(runs, summary, out / "figures") if with_figures else []
     write_json(out / "summary.json", summary)
@@ -511,11 +554,17 @@ def main(argv: list[str] | None = None) -> int:
         "dirs", nargs="+", type=Path, metavar="DIR", help="experiment directories written by `run`"
     )
     ap.add_argument("--out", type=Path, help="where to write (default: the only DIR)")
+    ap.add_argument(
+        "--carry",
+        type=Path,
+        metavar="SUMMARY",
+        help="an earlier summary.json whose entries stand in for runs whose raw files are missing",
+    )
     a = ap.parse_args(argv)
     if a.out is None and len(a.dirs) > 1:
         ap.error("several DIRs need --out")
     try:
-        summary = build(a.dirs, a.out)
+        summary = build(a.dirs, a.out, carry=a.carry)
     except (OverloadError, analysis.LogError, ExperimentError) as e:
         print(f"overload: {e}", file=sys.stderr)
         return 2

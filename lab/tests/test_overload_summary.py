@@ -328,3 +328,51 @@ def test_no_syn_drop_under_fair_is_not_measurable_and_says_why(tmp_path):
     assert later["met"] is None and later["measured"] is None
     assert later["note"] == "FAIR dropped no SYN in 120 s, SRPT none in 120 s"
     assert "not measured (FAIR dropped no SYN in 120 s, SRPT none in 120 s)" in overload.format_table(summary)
+
+
+def _persistent(rho, policy, runs, mean_s):
+    rss = {"rss_growth": 1.2, "admin_answered_throughout": True, "rss_end_s": 600.0}
+    return {
+        **dict.fromkeys(("first_syn_drop_s",)),
+        "rho": rho,
+        "policy": policy,
+        "setup": "A",
+        "duration_s": 600.0,
+        "mean_response_s": mean_s,
+        "mean_ttfb_s": mean_s / 2,
+        "largest_1pct_mean_response_s": 1.0,
+        "incomplete": 0,
+        "syn_drops": 0,
+        "peak_open_connections": 10,
+        "valid": True,
+        "runs": runs,
+        "rss": [rss],
+    }
+
+
+def test_carry_over_stands_in_for_runs_whose_raw_files_are_gone():
+    gone = "results/p/runs/fair-load1.20-rep1"
+    fresh = {
+        "workloads": [],
+        "persistent": [_persistent(1.4, "fair", ["fair-load1.40-rep1"], 9.0)],
+        "runs": [{"run": "fair-load1.40-rep1", "dir": "results/p/runs/fair-load1.40-rep1"}],
+        "checks": [],
+        "experiments": [],
+        "missing": [gone, "results/p/runs/srpt-load1.20-rep1"],
+    }
+    previous = {
+        "workloads": [],
+        "persistent": [
+            _persistent(1.2, "fair", ["fair-load1.20-rep1"], 5.0),
+            _persistent(1.4, "fair", ["fair-load1.40-rep1"], 7.0),  # measured afresh: not carried
+            _persistent(1.2, "srpt", ["srpt-load1.20-rep1", "srpt-load1.20-rep2"], 0.3),  # rep2 unknown
+        ],
+        "runs": [{"run": "fair-load1.20-rep1", "dir": gone}, {"run": "x", "dir": "results/other/x"}],
+    }
+    out = overload.carry_over(fresh, previous, "old/summary.json")
+    got = [(e["rho"], e["policy"], e["mean_response_s"], e.get("carried_from")) for e in out["persistent"]]
+    assert got == [(1.4, "fair", 9.0, None), (1.2, "fair", 5.0, "old/summary.json")]
+    assert [r["run"] for r in out["runs"]] == ["fair-load1.40-rep1", "fair-load1.20-rep1"]
+    assert out["missing"] == ["results/p/runs/srpt-load1.20-rep1"]
+    rss_checks = [(c["rho"], c["policy"]) for c in out["checks"] if "RSS" in c["claim"]]
+    assert rss_checks == [(1.4, "fair"), (1.2, "fair")], "checks recomputed over the carried entries"
