@@ -7,7 +7,6 @@ mod support;
 
 use shortfirst_load::dist::TimeDist;
 use shortfirst_load::generate::{generate, DEFAULT_MAX_TOTAL_BYTES};
-use shortfirst_load::http::Target;
 use shortfirst_load::record::{read_records, Outcome, RequestRecord};
 use shortfirst_load::run::{run, Config, Model, Source, Summary};
 use shortfirst_load::scale::Scaling;
@@ -105,29 +104,7 @@ async fn serve_conn(mut sock: tokio::net::TcpStream, docroot: Option<PathBuf>, c
 }
 
 fn config(addr: SocketAddr, trace: &Path, out: &Path) -> Config {
-    Config {
-        target: Target::parse(&format!("http://{addr}")).unwrap(),
-        out_dir: out.to_path_buf(),
-        model: Model::Open,
-        source: Source::Trace { path: trace.to_path_buf(), format: None, skip_bad: false },
-        scaling: Scaling::AsIs,
-        uplink_bits_per_s: None,
-        duration_s: None,
-        persistent: None,
-        abort_after_s: None,
-        retries: 0,
-        timeout_s: 10.0,
-        clients: 8,
-        threads: 2,
-        max_in_flight: 1000,
-        seed: 1,
-        progress: false,
-        realtime: false,
-        batch_window_us: shortfirst_load::run::DEFAULT_BATCH_WINDOW_US,
-        spin_us: 0,
-        load_schedule: None,
-        command_line: vec!["test".into()],
-    }
+    support::open_config(addr, trace, out, 8)
 }
 
 fn rows(out: &Path) -> Vec<RequestRecord> {

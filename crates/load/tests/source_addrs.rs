@@ -9,10 +9,8 @@
 mod support;
 
 use shortfirst_load::dist::TimeDist;
-use shortfirst_load::http::Target;
 use shortfirst_load::record::{read_records, RequestRecord};
-use shortfirst_load::run::{run_with, Config, Model, Source};
-use shortfirst_load::scale::Scaling;
+use shortfirst_load::run::{run_with, Config, Model};
 use shortfirst_load::source_addrs::SourceAddrs;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -66,29 +64,7 @@ async fn serve_conn(mut sock: tokio::net::TcpStream, peer: IpAddr, seen: Arc<See
 }
 
 fn config(addr: SocketAddr, trace: &Path, out: &Path, model: Model, persistent: Option<u32>) -> Config {
-    Config {
-        target: Target::parse(&format!("http://{addr}")).unwrap(),
-        out_dir: out.to_path_buf(),
-        model,
-        source: Source::Trace { path: trace.to_path_buf(), format: None, skip_bad: false },
-        scaling: Scaling::AsIs,
-        uplink_bits_per_s: None,
-        duration_s: None,
-        persistent,
-        abort_after_s: None,
-        retries: 0,
-        timeout_s: 10.0,
-        clients: 3,
-        threads: 2,
-        max_in_flight: 1000,
-        seed: 1,
-        progress: false,
-        realtime: false,
-        batch_window_us: shortfirst_load::run::DEFAULT_BATCH_WINDOW_US,
-        spin_us: 0,
-        load_schedule: None,
-        command_line: vec!["test".into()],
-    }
+    Config { model, persistent, ..support::open_config(addr, trace, out, 3) }
 }
 
 /// A trace of `n` requests with unique paths, 2 ms apart (so that a

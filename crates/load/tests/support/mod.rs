@@ -1,7 +1,43 @@
 //! What the load generator's socket tests share: reading one request head from a
-//! connection of the test server.
+//! connection of the test server, and an open-model run of a trace against it.
 
+#![allow(dead_code)] // each test crate uses part of it
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use shortfirst_load::http::Target;
+use shortfirst_load::run::{Config, Model, Source};
+use shortfirst_load::scale::Scaling;
 use tokio::io::AsyncReadExt;
+
+/// An open-model run of the trace at `trace` as it is, against `addr`, with `clients`
+/// client identities, writing to `out`; a 10 s timeout, no aborts, seed 1.
+pub fn open_config(addr: SocketAddr, trace: &Path, out: &Path, clients: u32) -> Config {
+    Config {
+        target: Target::parse(&format!("http://{addr}")).unwrap(),
+        out_dir: out.to_path_buf(),
+        model: Model::Open,
+        source: Source::Trace { path: trace.to_path_buf(), format: None, skip_bad: false },
+        scaling: Scaling::AsIs,
+        uplink_bits_per_s: None,
+        duration_s: None,
+        persistent: None,
+        abort_after_s: None,
+        retries: 0,
+        timeout_s: 10.0,
+        clients,
+        threads: 2,
+        max_in_flight: 1000,
+        seed: 1,
+        progress: false,
+        realtime: false,
+        batch_window_us: shortfirst_load::run::DEFAULT_BATCH_WINDOW_US,
+        spin_us: 0,
+        load_schedule: None,
+        command_line: vec!["test".into()],
+    }
+}
 
 /// The next request head on `sock` (through its blank line), with the bytes after it
 /// left in `buf` for the next call; `None` once the peer closes or errors.
