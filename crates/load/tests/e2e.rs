@@ -37,21 +37,12 @@ struct Seen {
 /// `chunked` sends bodies chunked instead of with Content-Length.
 fn start_server(docroot: Option<PathBuf>, chunked: bool) -> (SocketAddr, Arc<Seen>) {
     let seen = Arc::new(Seen::default());
-    let (tx, rx) = std::sync::mpsc::channel();
     let s2 = seen.clone();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        rt.block_on(async move {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(l.local_addr().unwrap()).unwrap();
-            loop {
-                let (sock, _) = l.accept().await.unwrap();
-                s2.connections.fetch_add(1, Ordering::Relaxed);
-                tokio::spawn(serve_conn(sock, docroot.clone(), chunked, s2.clone()));
-            }
-        });
+    let addr = support::serve_on_thread(move |sock| {
+        s2.connections.fetch_add(1, Ordering::Relaxed);
+        serve_conn(sock, docroot.clone(), chunked, s2.clone())
     });
-    (rx.recv().unwrap(), seen)
+    (addr, seen)
 }
 
 async fn serve_conn(mut sock: tokio::net::TcpStream, docroot: Option<PathBuf>, chunked: bool, seen: Arc<Seen>) {

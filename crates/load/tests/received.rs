@@ -18,19 +18,7 @@ use tokio::io::AsyncWriteExt;
 /// - `/split/SIZE/MS`: the head and the first half of SIZE bytes, then after
 ///   MS milliseconds the second half.
 fn start_server() -> SocketAddr {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        rt.block_on(async move {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(l.local_addr().unwrap()).unwrap();
-            loop {
-                let (sock, _) = l.accept().await.unwrap();
-                tokio::spawn(serve_conn(sock));
-            }
-        });
-    });
-    rx.recv().unwrap()
+    support::serve_on_thread(serve_conn)
 }
 
 async fn serve_conn(mut sock: tokio::net::TcpStream) {

@@ -11,6 +11,28 @@ use shortfirst_load::run::{Config, Model, Source};
 use shortfirst_load::scale::Scaling;
 use tokio::io::AsyncReadExt;
 
+/// A test server on a runtime of its own (2 workers): each accepted connection
+/// is handed to `handle` on a task of its own; returns the listening address.
+pub fn serve_on_thread<F, Fut>(handle: F) -> SocketAddr
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        rt.block_on(async move {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(l.local_addr().unwrap()).unwrap();
+            loop {
+                let (sock, _) = l.accept().await.unwrap();
+                tokio::spawn(handle(sock));
+            }
+        });
+    });
+    rx.recv().unwrap()
+}
+
 /// An open-model run of the trace at `trace` as it is, against `addr`, with `clients`
 /// client identities, writing to `out`; a 10 s timeout, no aborts, seed 1.
 pub fn open_config(addr: SocketAddr, trace: &Path, out: &Path, clients: u32) -> Config {
