@@ -161,13 +161,11 @@ impl UserScheduler {
 
     /// The scheduler's part of `/metrics`; `cutoffs` name the bands.
     pub(crate) fn render(&self, out: &mut String, cutoffs: &Cutoffs) {
-        let (stats, backlog_ns, lookahead_ns, release_ns, paced_bits_per_s, burst_ns) = {
+        let (stats, pacer, now_ns) = {
             let st = self.lock();
-            let p = st.core.pacer();
-            let stats = st.core.stats();
-            let backlog_ns = p.backlog_ns(self.now_ns());
-            (stats, backlog_ns, p.depth_ns(), p.wire_ns(p.release_bytes()), p.paced_bits_per_s(), p.burst_ns())
+            (st.core.stats(), st.core.pacer().clone(), self.now_ns())
         };
+        let (lookahead_ns, release_ns) = (pacer.depth_ns(), pacer.wire_ns(pacer.release_bytes()));
         let _ = writeln!(
             out,
             "# HELP shortfirst_uplink_scheduler_info The user-space uplink scheduler in force.\n\
@@ -183,16 +181,20 @@ impl UserScheduler {
                 "Responses not admitted to write (crovella: beyond write-concurrency).",
                 stats.waiting as f64,
             ),
-            ("shortfirst_uplink_pacer_backlog_seconds", "Link time granted ahead of now.", backlog_ns as f64 / 1e9),
+            (
+                "shortfirst_uplink_pacer_backlog_seconds",
+                "Link time granted ahead of now.",
+                pacer.backlog_ns(now_ns) as f64 / 1e9,
+            ),
             (
                 "shortfirst_uplink_pacer_rate_bits_per_s",
                 "The pacer's rate on the wire: the uplink's rate times --pacer-rate-fraction.",
-                paced_bits_per_s,
+                pacer.paced_bits_per_s(),
             ),
             (
                 "shortfirst_uplink_pacer_burst_seconds",
                 "Link time an idle link banks (--pacer-burst-bytes at the paced rate).",
-                burst_ns as f64 / 1e9,
+                pacer.burst_ns() as f64 / 1e9,
             ),
         ];
         for (name, help, v) in gauges {

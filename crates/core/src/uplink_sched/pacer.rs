@@ -159,10 +159,9 @@ impl Pacer {
             release_bytes: 0,
             mss_bytes: u64::from(config.mss_bytes),
             overhead_bytes: u64::from(config.overhead_bytes),
-            burst_ns: 0,
+            burst_ns: (f64::from(config.burst_bytes) * 8e9 / paced_bits_per_s).floor() as u64,
             link_free_at_ns: 0,
         };
-        p.burst_ns = (f64::from(config.burst_bytes) * 8e9 / paced_bits_per_s).floor() as u64;
         let segment_ns = p.wire_ns(p.mss_bytes);
         p.depth_ns = config.lookahead_ns.max(2 * segment_ns);
         let release_ns = config.release_ns.min(p.depth_ns - segment_ns);
@@ -194,8 +193,12 @@ impl Pacer {
     /// Link time of `payload_bytes` sent as full segments plus one partial, rounded up.
     pub fn wire_ns(&self, payload_bytes: u64) -> u64 {
         let segments = payload_bytes.div_ceil(self.mss_bytes);
-        let wire_bits = (payload_bytes + segments * self.overhead_bytes) as f64 * 8.0;
-        (wire_bits * 1e9 / self.paced_bits_per_s).ceil() as u64
+        self.wire_bytes_ns(payload_bytes + segments * self.overhead_bytes)
+    }
+
+    /// Link time of `wire_bytes` on the wire (headers included), rounded up.
+    fn wire_bytes_ns(&self, wire_bytes: u64) -> u64 {
+        (wire_bytes as f64 * 8.0 * 1e9 / self.paced_bits_per_s).ceil() as u64
     }
 
     /// The link clock as seen at `now_ns`: at least `now_ns` less the idle burst.
@@ -246,8 +249,7 @@ impl Pacer {
     /// packets) at `now_ns`: the link clock moves on by their wire time, even
     /// past the look-ahead, since they are sent whatever the pacer says.
     pub fn charge_wire(&mut self, now_ns: u64, wire_bytes: u64) {
-        let ns = (wire_bytes as f64 * 8e9 / self.paced_bits_per_s).ceil() as u64;
-        self.link_free_at_ns = self.clock_ns(now_ns) + ns;
+        self.link_free_at_ns = self.clock_ns(now_ns) + self.wire_bytes_ns(wire_bytes);
     }
 
     /// Gives back the link time of bytes granted but not written (`granted` →
