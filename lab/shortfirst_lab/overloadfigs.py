@@ -1,6 +1,8 @@
 """Figures of the overload results in the paper's style, written as PNG files.
 
-- `timeline-<W>-<setup>.png`, `timeline-rho<ρ>.png` (the paper's Figs. 6, 7, 8): per run pair
+- `timeline-<W>-<setup>.png`, `timeline-rho<ρ>.png` (the paper's Figs. 6, 7, 8; a persistent
+  name gains `-max<N>` for a server with a connection limit and `-<T>s` where one ρ ran for
+  several lengths): per run pair
   FAIR/SRPT, over time: open connections and SYN drops (server side, health.csv), and the
   mean response time and time to first byte of the requests completing each second (client
   side, series.csv);
@@ -182,11 +184,11 @@ def write_all(runs: list[Run], summary: dict[str, Any], figdir: Path) -> list[tu
         if r.workload is not None:
             by_point.setdefault((r.workload, r.setup or BASELINE_SETUP), []).append(r)
         elif r.rho is not None:
-            by_point.setdefault((f"rho{r.rho:g}", r.setup or BASELINE_SETUP), []).append(r)
+            by_point.setdefault((persistent_name(r, runs), r.setup or BASELINE_SETUP), []).append(r)
     for (name, setup), rs in sorted(by_point.items()):
         persistent = name.startswith("rho")
         stem = f"timeline-{name}" + ("" if persistent and setup == BASELINE_SETUP else f"-{setup}")
-        what = f"persistent overload ρ = {name[3:]}" if persistent else f"workload {name}"
+        what = f"persistent overload {persistent_label(rs[0])}" if persistent else f"workload {name}"
         title = f"{what}, setup {setup}: server health and client response over time (paper Figs. 6-8)"
         pair = _first_repeat(rs)
         figs.append((title, timeline(pair, title, figdir / f"{stem}.png")))
@@ -198,6 +200,19 @@ def write_all(runs: list[Run], summary: dict[str, Any], figdir: Path) -> list[tu
                 (title, memory(list(_first_repeat(rs).values()), title, figdir / f"memory-{name}.png"))
             )
     return figs
+
+
+def persistent_name(r: Run, runs: list[Run]) -> str:
+    """`rho<ρ>`, then `-max<N>` for a server with a connection limit, then `-<T>s` when runs of
+    that ρ and server ran for different lengths (e.g. the 30-minute memory run)."""
+    name = f"rho{r.rho:g}" + (f"-max{r.connection_limit[0]}" if r.connection_limit[0] else "")
+    lengths = {o.duration_s for o in runs if o.rho == r.rho and o.connection_limit == r.connection_limit}
+    return name + (f"-{r.duration_s:g}s" if len(lengths) > 1 else "")
+
+
+def persistent_label(r: Run) -> str:
+    n, mode = r.connection_limit
+    return f"ρ = {r.rho:g}, {r.duration_s:g} s" + (f", at most {n} connections ({mode})" if n else "")
 
 
 __all__ = ["write_all", "timeline", "bars", "memory"]

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from conftest import requests_frame, write_run_dir
 
-from shortfirst_lab import overload
+from shortfirst_lab import overload, overloadfigs
 from shortfirst_lab.__main__ import main as lab_main
 
 NAN = math.nan
@@ -210,7 +210,9 @@ def test_persistent_entries_and_the_memory_check(tmp_path, loads, client, prefix
     assert by["srpt"]["rss"][0]["rss_growth"] == pytest.approx(2.0)
     checks = {c["claim"]: c for c in summary["checks"]}
     later = checks[f"persistent rho={rho:g}: SRPT's first SYN drop >= 10x later than FAIR's"]
-    assert later["met"] is True and later["measured"] == pytest.approx(120 / 60), "no drop in the whole run"
+    # No drop in the whole run: a lower bound, 2x here, too short a run to show 10x.
+    assert later["met"] is None and later["measured"] == pytest.approx(120 / 60)
+    assert "too short to show 10x" in later["note"]
     assert (
         checks[f"persistent rho={rho:g} fair 100 s run 1: RSS end/after 1 min <= 1.5, admin up"]["met"]
         is True
@@ -221,18 +223,24 @@ def test_persistent_entries_and_the_memory_check(tmp_path, loads, client, prefix
     )
 
 
-def test_runs_of_servers_with_different_connection_limits_are_not_pooled(tmp_path):
+def test_runs_of_servers_with_different_connection_limits_are_entries_of_their_own(tmp_path):
     default = persistent_dir(tmp_path, "persistent", "1.2", "", "load1.20")
     apache = persistent_dir(tmp_path, "persistent-apache", "1.2", "", "load1.20")
     exp = apache / "experiment.toml"
     exp.write_text(exp.read_text() + '\n[server]\nmax_connections = 350\nat_max_connections = "wait"\n')
-    with pytest.raises(
-        overload.OverloadError, match=r"different connection limits.*summarise their experiments separately"
-    ):
-        overload.summarise([default, apache])
-    # Each on its own is a summary; two directories of one server pool as repeats.
-    summary, _ = overload.summarise([apache])
-    assert {p["policy"]: p["repeats"] for p in summary["persistent"]} == {"fair": 1, "srpt": 1}
+    summary, runs = overload.summarise([default, apache])
+    by = {(p["policy"], p["max_connections"]): p for p in summary["persistent"]}
+    assert set(by) == {("fair", None), ("srpt", None), ("fair", 350), ("srpt", 350)}
+    assert all(p["repeats"] == 1 for p in by.values())
+    assert by[("fair", 350)]["at_max_connections"] == "wait"
+    assert by[("fair", None)]["at_max_connections"] is None
+    assert by[("fair", 350)]["runs"] == by[("fair", None)]["runs"], "same run names, other server"
+    later = [c for c in summary["checks"] if "first SYN drop" in c["claim"]]
+    assert [c["max_connections"] for c in later] == [None, 350], "one check per server"
+    assert "at most 350 connections (wait)" in later[1]["claim"]
+    names = {overloadfigs.persistent_name(r, runs) for r in runs}
+    assert names == {"rho1.2", "rho1.2-max350"}
+    # Two directories of one server pool as repeats.
     again = persistent_dir(tmp_path, "persistent-again", "1.2", "", "load1.20")
     summary, _ = overload.summarise([default, again])
     assert {p["policy"]: p["repeats"] for p in summary["persistent"]} == {"fair": 2, "srpt": 2}
