@@ -72,7 +72,7 @@ def scheduler_flags(scheduler: str, u: Uplink, s: Server) -> list[str]:
         return []
     out = ["--scheduler", scheduler, "--uplink-rate", str(u.rate_bits_per_s)]
     if s.pacer_burst == "link":
-        out += ["--pacer-burst-bytes", str(tbf_burst_bytes(u.mtu))]
+        out += ["--pacer-burst-bytes", str(tbf_burst_bytes(u.mtu, u.rate_bits_per_s))]
     if s.pacer_rate_fraction:
         out += ["--pacer-rate-fraction", f"{s.pacer_rate_fraction:g}"]
     if scheduler == "crovella" and s.write_concurrency:

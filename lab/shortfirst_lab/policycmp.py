@@ -13,7 +13,10 @@ Conventions (as `analysis.compare`): ``mean_response_ratio`` = baseline's mean �
 (> 1: the policy is better); ``improvement_pct`` = 100 · (1 − policy's mean ÷ baseline's), the
 paper's "percentage improvement"; throughput ratio = policy ÷ baseline. Stretch
 S(r) = RT_policy(r) ÷ RT_baseline(r) per request id completed under both (`analysis.stretch`):
-``fraction_starved`` (S > 1) and ``max_stretch``; ``largest_file_stretch`` is the largest S
+``fraction_starved`` (S > 1) and ``max_stretch``, and beyond the testbed's resolution δ (one
+segment's time on the uplink, at least 1 ms: ``stretch_resolution_s``)
+``fraction_starved_resolved`` (RT_policy > RT_baseline + δ) and ``max_stretch_resolved``
+(the largest RT_policy ÷ (RT_baseline + δ)); ``largest_file_stretch`` is the largest S
 among the requests for the window's largest size (the paper's "largest file"), with
 ``largest_file_unmatched`` counting those completed under one policy only (a timeout there is
 starvation the stretch cannot show). A row is ``valid`` when both runs are.
@@ -87,8 +90,16 @@ PAPER_TARGETS = {
 }
 
 
-#: Beside fraction_starved (S > 1): how far S spreads, to tell starvation from path noise.
-NOISE_KEYS = ("median_stretch", "fraction_stretch_over_1_25", "fraction_stretch_over_2")
+#: Beside fraction_starved (S > 1): how far S spreads, to tell starvation from path noise, and
+#: the stretch beyond the testbed's resolution δ (`analysis.stretch`).
+NOISE_KEYS = (
+    "median_stretch",
+    "fraction_stretch_over_1_25",
+    "fraction_stretch_over_2",
+    "stretch_resolution_s",
+    "fraction_starved_resolved",
+    "max_stretch_resolved",
+)
 
 
 def uplink_label(bits_per_s: int) -> str:
@@ -149,9 +160,14 @@ def improvement_pct(ratio: float | None) -> float | None:
     return None if not ratio else 100.0 * (1.0 - 1.0 / ratio)
 
 
-def stretch(policy: pd.DataFrame, base: pd.DataFrame) -> dict[str, Any]:
+def resolution_s(exp: Experiment) -> float:
+    """The experiment's stretch resolution δ (`analysis.stretch_resolution_s`)."""
+    return analysis.stretch_resolution_s(exp.uplink.rate_bits_per_s, exp.uplink.mtu)
+
+
+def stretch(policy: pd.DataFrame, base: pd.DataFrame, resolution: float | None = None) -> dict[str, Any]:
     """`analysis.stretch` over all requests and over the largest size's (module doc)."""
-    out = dict(analysis.stretch(policy, base))
+    out = dict(analysis.stretch(policy, base, resolution))
     out.update(largest_file_size_bytes=None, largest_file_stretch=None, largest_file_unmatched=0)
     if policy.empty:
         return out
@@ -169,7 +185,12 @@ def stretch(policy: pd.DataFrame, base: pd.DataFrame) -> dict[str, Any]:
 
 
 def _group_rows(
-    p_req: pd.DataFrame, b_req: pd.DataFrame, p_metrics: dict, b_metrics: dict, record: dict
+    p_req: pd.DataFrame,
+    b_req: pd.DataFrame,
+    p_metrics: dict,
+    b_metrics: dict,
+    record: dict,
+    resolution: float,
 ) -> list[dict[str, Any]]:
     """Per group: the means, their ratio and improvement, and the stretch of the group's requests."""
     means = {g["name"]: g for g in b_metrics["groups"]}
@@ -177,7 +198,7 @@ def _group_rows(
     rows = []
     for row in wanreport.compare_groups(p_metrics["groups"], b_metrics["groups"]):
         clients = next((g["clients"] for g in record["groups"] if g["name"] == row["name"]), [])
-        st = stretch(p_req[p_req["client"].isin(clients)], b_req[b_req["client"].isin(clients)])
+        st = stretch(p_req[p_req["client"].isin(clients)], b_req[b_req["client"].isin(clients)], resolution)
         rows.append(
             row
             | {
@@ -206,13 +227,14 @@ def compare_runs(
     bases = baselines(exp)
     wanted = set(pairs(exp.arm_labels(), bases))
     uplink = uplink_label(exp.uplink.rate_bits_per_s)
+    delta_s = resolution_s(exp)
     out = []
     for r in runs:
         for b_name in bases:
             b = by_key.get((b_name, *r.key))
             if (arm_of(r), b_name) not in wanted or b is None:
                 continue
-            st = stretch(r.requests, b.requests)
+            st = stretch(r.requests, b.requests, delta_s)
             c = analysis.compare(r.metrics, b.metrics, st)
             c["baseline"] = b_name
             c["uplink"] = uplink
@@ -229,7 +251,7 @@ def compare_runs(
                 c.update(path=r.path, rtt_ms=r.metrics["rtt_ms"], loss=r.metrics["loss"])
             record = groups_of(r.run)
             if "groups" in r.metrics and "groups" in b.metrics and record is not None:
-                c["groups"] = _group_rows(r.requests, b.requests, r.metrics, b.metrics, record)
+                c["groups"] = _group_rows(r.requests, b.requests, r.metrics, b.metrics, record, delta_s)
             out.append(c)
     return out
 
@@ -243,6 +265,7 @@ ARM_MEAN_KEYS = (
     "throughput_ratio",
     "link_throughput_ratio",
     "fraction_starved",
+    "fraction_starved_resolved",
     "measured_over_ideal",
     "measured_over_wire_ideal",
 )
@@ -266,7 +289,8 @@ def arm_comparisons(
                 continue
             if arm.label == base:  # against itself: every request matched, none slower
                 own = {"mean_response_ratio": 1.0, "throughput_ratio": 1.0, "link_throughput_ratio": 1.0,
-                       "fraction_starved": 0.0, "max_stretch": 1.0, "valid": r.metrics["valid"]}  # fmt: skip
+                       "fraction_starved": 0.0, "max_stretch": 1.0, "fraction_starved_resolved": 0.0,
+                       "max_stretch_resolved": 1.0, "valid": r.metrics["valid"]}  # fmt: skip
             else:
                 own = next((c for c in comparisons if c["baseline"] == base and c.get("arm") == arm.label
                             and (round(c["load"], 2), c.get("path"), c["repeat"]) == r.key),
@@ -284,9 +308,10 @@ def arm_comparisons(
                 | {"baseline": base, "ideal": _ideal(arm, exp)}
                 | {k: _mean(c.get(k) for c in cs) for k in ARM_MEAN_KEYS}
                 | {
-                    "max_stretch": max(
-                        (c["max_stretch"] for c in cs if c.get("max_stretch") is not None), default=None
-                    ),
+                    k: max((c[k] for c in cs if c.get(k) is not None), default=None)
+                    for k in ("max_stretch", "max_stretch_resolved")
+                }
+                | {
                     "repeats": len(cs),
                     "valid": bool(good),
                 }  # fmt: skip
@@ -549,6 +574,7 @@ def _arm_table(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[
         + [_f(r["mean_response_ratio"], "{:.2f}"), _f(r["throughput_ratio"], "{:.3f}")]
         + [_f(r.get("link_throughput_ratio"), "{:.3f}")]
         + [_f(r["fraction_starved"], "{:.4f}"), _f(r["max_stretch"], "{:.2f}")]
+        + [_f(r.get("fraction_starved_resolved"), "{:.4f}"), _f(r.get("max_stretch_resolved"), "{:.2f}")]
         + [_f(r["measured_over_ideal"], "{:.2f}"), _f(r.get("measured_over_wire_ideal"), "{:.2f}")]
         + [r["ideal"] or "—", str(r["repeats"])]
         + ["yes" if r["valid"] else "NO"]
@@ -556,11 +582,13 @@ def _arm_table(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[
     ]
     base = rows_in[0]["baseline"]
     head = ["load", "arm", "scheduler", f"{base} ÷ arm mean RT", f"throughput ÷ {base}"]
-    head += [f"link bytes ÷ {base}", "S > 1", "max S"]
+    head += [f"link bytes ÷ {base}", "S > 1", "max S", "slower by > δ", "max RT ÷ (RT_base + δ)"]
     head += ["measured ÷ ideal", "measured ÷ wire ideal", "ideal (simulator)", "repeats", "valid"]
     note = (
         f"Each arm (policy/scheduler) against {base} on the same trace and seed, repeats averaged (max S: "
-        "the largest). S(r) = RT_arm(r) ÷ RT_baseline(r) per request. Measured ÷ ideal: the arm's mean "
+        "the largest). S(r) = RT_arm(r) ÷ RT_baseline(r) per request; δ is the stretch resolution (one "
+        "segment's time on the uplink, at least 1 ms): below it two runs of one policy differ anyway. "
+        "Measured ÷ ideal: the arm's mean "
         "response ÷ the simulator's on the run's own arrivals under the policy the arm runs (ps for FAIR, "
         "the server's size classes for SRPT in the kernel, exact SRPT in user space), each request served "
         "for its body size; measured ÷ wire ideal: the same with each request's wire cost (head, segment "

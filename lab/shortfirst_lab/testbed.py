@@ -88,13 +88,19 @@ TERMINATE_GRACE_S = 3.0
 #: How the uplink is shaped: ``htb`` (``shortfirst uplink setup``'s band tree) or ``tbf``.
 SHAPERS = ("htb", "tbf")
 #: The token bucket's depth: a few packets (at least two of the MTU).
-TBF_BURST_BYTES = 5_000
+#: The kernel arms' HTB root burst (`uplink::htb::HtbParams`): at least this many full frames,
+#: and at least this long at the uplink rate; a frame is the MTU plus the Ethernet header.
+HTB_MIN_BURST_FRAMES = 4
+HTB_ROOT_BURST_US = 2_000
+ETHERNET_HEADER_BYTES = 14
 
 
-def tbf_burst_bytes(mtu: int) -> int:
-    """The token bucket's burst, bytes (frames as the qdisc counts them): a few packets, at
-    least two of `mtu`."""
-    return max(TBF_BURST_BYTES, 2 * mtu)
+def tbf_burst_bytes(mtu: int, rate_bits_per_s: int) -> int:
+    """The token bucket's burst, bytes (frames as the qdisc counts them): the kernel arms' HTB
+    root burst, so an idle link lets out as much at line rate under either shaper (6,056 bytes
+    at 10 Mbit/s, 25,000 at 100 Mbit/s with a 1,500-byte MTU)."""
+    by_time = rate_bits_per_s // 8 * HTB_ROOT_BURST_US // 1_000_000
+    return max(HTB_MIN_BURST_FRAMES * (mtu + ETHERNET_HEADER_BYTES), by_time)
 
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -534,9 +540,10 @@ class Testbed:
         self._wait_reachable()
 
     def _shape_with_tbf(self) -> None:
-        """Replaces the HTB tree by a token bucket at the same rate: a bucket of a few packets,
-        a queue as deep as one band's (the pacer above keeps it empty; never the one that drops)."""
-        burst = tbf_burst_bytes(self.mtu)
+        """Replaces the HTB tree by a token bucket at the same rate: a bucket as deep as the HTB
+        root's burst, a queue as deep as one band's (the pacer above keeps it empty; never the
+        one that drops)."""
+        burst = tbf_burst_bytes(self.mtu, self.rate_bits_per_s)
         limit = self.queue_packets * self.mtu
         argv = ["tc", "qdisc", "replace", "dev", self.server_dev, "root", "tbf"]
         argv += ["rate", str(self.rate_bits_per_s), "burst", str(burst), "limit", str(limit)]

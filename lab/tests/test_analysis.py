@@ -166,6 +166,56 @@ def test_stretch_matches_by_id_and_skips_failures():
     assert s["fraction_starved"] == pytest.approx(0.5)
 
 
+@pytest.mark.parametrize(
+    ("fair_rt", "pol_rt", "delta", "slowed", "max_resolved"),
+    [
+        # A 0.2 ms response 0.3 ms slower: S = 2.5, but within δ = 1 ms.
+        ([0.0002, 1.0], [0.0005, 0.5], 0.001, 0.0, 0.5 / 1.001),
+        # 2 ms more on a 1 ms response is beyond δ: 3 ms / (1 ms + 1 ms).
+        ([0.001, 1.0], [0.003, 0.5], 0.001, 0.5, 1.5),
+        # Exactly δ slower is not beyond it (binary fractions: no rounding).
+        ([0.5, 1.0], [0.5 + 2**-10, 1.0], 2**-10, 0.0, 1.0),
+        # δ = 0 is plain S > 1 and max S.
+        ([1.0, 2.0], [1.5, 1.0], 0.0, 0.5, 1.5),
+    ],
+)  # fmt: skip
+def test_stretch_beyond_the_resolution_table(fair_rt, pol_rt, delta, slowed, max_resolved):
+    n = len(fair_rt)
+    s = analysis.stretch(_df(np.ones(n), pol_rt), _df(np.ones(n), fair_rt), delta)
+    assert s["stretch_resolution_s"] == delta
+    assert s["fraction_starved_resolved"] == pytest.approx(slowed)
+    assert s["max_stretch_resolved"] == pytest.approx(max_resolved)
+    assert "fraction_starved_resolved" not in analysis.stretch(
+        _df(np.ones(n), pol_rt), _df(np.ones(n), fair_rt)
+    )
+
+
+@pytest.mark.parametrize(
+    ("rate", "mtu", "want"),
+    [
+        (10_000_000, 1500, 0.0012),
+        (100_000_000, 1500, 0.001),
+        (10_000_000, 576, 0.001),
+        (1_000_000, 1500, 0.012),
+    ],
+)
+def test_stretch_resolution_is_a_segment_on_the_link_at_least_1ms(rate, mtu, want):
+    assert analysis.stretch_resolution_s(rate, mtu) == pytest.approx(want)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.floats(min_value=1e-4, max_value=100), min_size=1, max_size=200),
+    st.floats(0.0, 0.01),
+    st.floats(0.1, 10),
+)
+def test_stretch_resolved_never_counts_more_than_plain_stretch(rts, delta, k):
+    fair = _df(np.ones(len(rts)), rts)
+    s = analysis.stretch(_df(np.ones(len(rts)), np.asarray(rts) * k), fair, delta)
+    assert s["fraction_starved_resolved"] <= s["fraction_starved"]
+    assert s["max_stretch_resolved"] <= s["max_stretch"] * (1 + 1e-12)
+
+
 @settings(max_examples=50, deadline=None)
 @given(
     st.lists(st.floats(min_value=1e-4, max_value=100), min_size=1, max_size=200),

@@ -17,6 +17,7 @@ from shortfirst_lab.experiment import (
     load_experiment,
     run_dir_name,
 )
+from shortfirst_lab.testbed import tbf_burst_bytes
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
@@ -162,9 +163,9 @@ def test_run_names_with_a_wan_path():
     ("scheduler", "concurrency", "flags"),
     [
         ("kernel", 35, []),
-        ("user", 35, [*USER, "--pacer-burst-bytes", "5000"]),
-        ("crovella", 0, [*CROVELLA, "--pacer-burst-bytes", "5000"]),
-        ("crovella", 35, [*CROVELLA, "--pacer-burst-bytes", "5000", "--write-concurrency", "35"]),
+        ("user", 35, [*USER, "--pacer-burst-bytes", "6056"]),
+        ("crovella", 0, [*CROVELLA, "--pacer-burst-bytes", "6056"]),
+        ("crovella", 35, [*CROVELLA, "--pacer-burst-bytes", "6056", "--write-concurrency", "35"]),
     ],
 )
 def test_scheduler_flags_of_serve(scheduler, concurrency, flags):
@@ -175,14 +176,29 @@ def test_scheduler_flags_of_serve(scheduler, concurrency, flags):
 @pytest.mark.parametrize(
     ("pacer_burst", "mtu", "flags"),
     [
-        ("link", 1500, [*USER, "--pacer-burst-bytes", "5000"]),
-        ("link", 9000, [*USER, "--pacer-burst-bytes", "18000"]),  # two frames at least
+        ("link", 1500, [*USER, "--pacer-burst-bytes", "6056"]),
+        ("link", 9000, [*USER, "--pacer-burst-bytes", "36056"]),  # four frames at least
         ("none", 1500, USER),
     ],
 )
 def test_user_arms_bank_the_shaping_buckets_burst(pacer_burst, mtu, flags):
     exp = experiment_from_dict(_doc(FOUR, server={"pacer_burst": pacer_burst}, uplink={"mtu": mtu}))
     assert factors.scheduler_flags("user", exp.uplink, exp.server) == flags
+
+
+@pytest.mark.parametrize(
+    ("mtu", "rate", "want"),
+    [
+        (1500, 10_000_000, 6056),
+        (1500, 100_000_000, 25_000),
+        (9000, 10_000_000, 36_056),
+        (576, 1_000_000, 2360),
+    ],
+)
+def test_the_token_buckets_burst_is_the_htb_roots(mtu, rate, want):
+    """Both shapers let the same out at line rate on an idle link (uplink::htb's root burst:
+    four frames, or 2 ms at the rate)."""
+    assert tbf_burst_bytes(mtu, rate) == want
 
 
 def test_user_arms_take_the_pacer_rate_fraction():
@@ -236,7 +252,7 @@ def test_runner_shapes_and_starts_each_arm(fake_env, tmp_path):  # noqa: F811 - 
         (
             "srpt-crovella-load0.50-rep1",
             "crovella",
-            "--scheduler crovella --uplink-rate 1000000 --pacer-burst-bytes 5000 --write-concurrency 7",
+            "--scheduler crovella --uplink-rate 1000000 --pacer-burst-bytes 6056 --write-concurrency 7",
         ),
     ):
         d = out / "runs" / run
