@@ -269,3 +269,16 @@ def test_the_testbed_knows_its_shapers():
     assert SHAPERS == ("htb", "tbf")
     with pytest.raises(ValueError, match="shaper 'cbq': expected one of htb, tbf"):
         Testbed("abc", 10_000_000, shaper="cbq")
+
+
+@pytest.mark.parametrize(
+    ("name", "load", "rtt_ms", "loss"),
+    [("userspace-wan.toml", 0.8, 300, 0.02), ("crovella-saturated.toml", 1.0, 500, 0.03)],
+)
+def test_shipped_crovella_experiments_put_35_writers_against_far_lossy_clients(name, load, rtt_ms, loss):
+    exp = load_experiment(EXPERIMENTS / name)
+    assert exp.arm_labels() == ("fair", "srpt/user", "srpt/crovella")
+    assert exp.server.write_concurrency == 35 and exp.loads == (load,)
+    (group,) = exp.client.groups
+    assert (group.clients, group.path.rtt_ms, group.path.loss) == (exp.client.clients, rtt_ms, loss)
+    assert [s.run_id for s in exp.matrix()][0].startswith(f"fair-load{load:.2f}")
