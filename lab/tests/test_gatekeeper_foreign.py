@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 from conftest import RELEASE_BIN
 
-from shortfirst_lab.foreign.backends import ForeignError, make_json, make_sqlite, prepare
+from shortfirst_lab.foreign.backends import (
+    ForeignError,
+    datasette,
+    json_server,
+    make_json,
+    make_sqlite,
+    prepare,
+)
 from shortfirst_lab.foreign.bench import Point, Settings, ladder_done, peak_of, response_time_law
 from shortfirst_lab.foreign.verdict import checks, table
 from shortfirst_lab.kit import Child, fetch_text, free_port, wait_port
@@ -157,6 +164,19 @@ def test_settings_read_the_peak_repeats_and_the_starvation_bound(tmp_path):
     bad.write_text(CONFIG.read_text().replace("peak_clients = [2, 4, 8, 16, 32]", "peak_clients = [8, 4]"))
     with pytest.raises(ForeignError, match="peak_clients"):
         Settings.load(bad)
+
+
+def test_json_server_is_charged_its_own_time_with_room_beside_the_running_request(tmp_path):
+    """json-server sleeps about 2 ms inside every request (its default `_delay` timers), time
+    another request in flight can use; charged its own time on the backend (`serial`), not
+    the wall time it waited behind the others. The flags reach the gatekeeper and calibrate."""
+    s = Settings.load(CONFIG)
+    js = s.backends["json-server"]
+    assert js["max_in_flight"] >= 2 and js["estimate_basis"] == "serial"
+    args = Point(s, json_server(1_000), [], "shortfirst", tmp_path, prefix=[]).classify_args()
+    assert args[-4:] == ["--max-in-flight", str(js["max_in_flight"]), "--estimate-basis", "serial"]
+    args = Point(s, datasette(1_000), [], "shortfirst", tmp_path, prefix=[]).classify_args()
+    assert "--estimate-basis" not in args and args[-2:] == ["--max-in-flight", "4"]
 
 
 @pytest.mark.parametrize("name", ["datasette", "json-server"])

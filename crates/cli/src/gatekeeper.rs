@@ -101,10 +101,13 @@ struct ProxyArgs {
     /// (slowloris). Default: 30s.
     #[arg(long, value_name = "DURATION")]
     header_timeout: Option<String>,
-    /// What a request's cost sample is: `wall` (its upstream service time, the paper) or
+    /// What a request's cost sample is: `wall` (its upstream service time, the paper),
     /// `share` (service time divided, moment by moment, by the requests in flight: its
-    /// share of a processor-sharing backend). Default: wall.
-    #[arg(long, value_name = "wall|share")]
+    /// share of a processor-sharing backend) or `serial` (the time since the later of its
+    /// start and the previous completion: its own time on a backend that serves one request
+    /// at a time in arrival order, e.g. one event loop, at any --max-in-flight).
+    /// Default: wall.
+    #[arg(long, value_name = "wall|share|serial")]
     estimate_basis: Option<String>,
     /// Worker threads of the proxy's runtime. One thread serves tens of thousands of
     /// requests per second and saves the cross-thread wake-ups that dominate a request's
@@ -200,6 +203,9 @@ struct CalibrateArgs {
     /// As for the proxy: also cap admitted requests at N while calibrating.
     #[arg(long, value_name = "N")]
     max_in_flight: Option<usize>,
+    /// As for the proxy: what a request's cost sample is while calibrating.
+    #[arg(long, value_name = "wall|share|serial")]
+    estimate_basis: Option<String>,
     #[arg(long, value_name = "RULE")]
     classify: Vec<String>,
     #[arg(long, default_value_t = 1)]
@@ -523,6 +529,9 @@ async fn run_calibrate(c: CalibrateArgs) -> anyhow::Result<()> {
     pcfg.capacity = CapacitySetting::Fixed { capacity_us: ccfg.min_capacity_us };
     pcfg.policy = c.policy.parse()?;
     pcfg.max_in_flight = c.max_in_flight;
+    if let Some(b) = &c.estimate_basis {
+        pcfg.estimator.basis = b.parse().with_context(|| format!("--estimate-basis {b:?}"))?;
+    }
     pcfg.rules = c.classify.iter().map(|r| Rule::parse(r)).collect::<Result<_, _>>()?;
     // The trials' clients are gone when calibration ends: nothing to wait for.
     pcfg.shutdown_timeout = std::time::Duration::from_secs(1);

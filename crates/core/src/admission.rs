@@ -173,6 +173,12 @@
 //! due request (an in-flight cap of 2), serve about as `fifo` does (measured in front of
 //! json-server: sjf-aging:2 17.8 s mean response against fifo's 18.0 s; `backend_tests`
 //! reproduces it on a simulated backend). `σ = 1` (the default) is the rule without a share.
+//! With [`GateConfig::serial`] (a backend that serves one request at a time in arrival
+//! order) each request is counted instead, at its release, the time since the previous
+//! release or its admission, whichever is later ([`Basis::Serial`]): processor sharing
+//! would count a costly overdue request a fraction of its time while cheaper ones wait
+//! beside it inside the backend. The stream's time is then known only as requests finish,
+//! so it can exceed `σ` by the services of the requests in flight.
 //!
 //! **Classes.** A request may arrive in a class ([`Gate::arrive_in`]; the proxy's classes
 //! are its request types). Within a class every policy admits in arrival order, whatever

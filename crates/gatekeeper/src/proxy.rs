@@ -144,6 +144,7 @@ impl Gatekeeper {
         gate_cfg.max_in_flight = cfg.max_in_flight;
         gate_cfg.max_charge_share = cfg.max_charge_share;
         gate_cfg.overdue_share = cfg.overdue_share;
+        gate_cfg.serial = cfg.estimator.basis == shortfirst_core::admission::Basis::Serial;
         let gate = Gate::new(gate_cfg)?;
         let auto = match &cfg.capacity {
             CapacitySetting::Auto(a) => Some(AutoCapacity::new(a.clone(), cfg.max_types, 0)?),

@@ -373,7 +373,9 @@ pub fn run(cfg: &ModelConfig) -> Result<ModelResult, ModelError> {
                 if let (Some(g), Some(ticket)) = (gate.as_mut(), r.ticket) {
                     let share_us = g.share_us(gate_us(now), &ticket)?;
                     let wall_us = gate_us(now - r.admitted_us);
-                    estimator.observe_request_at(r.type_index, Sample { wall_us, share_us }, gate_us(now))?;
+                    let serial_us = g.serial_us(gate_us(now), wall_us);
+                    let sample = Sample { wall_us, share_us, serial_us };
+                    estimator.observe_request_at(r.type_index, sample, gate_us(now))?;
                     // The type's queued requests are judged by its new estimate, the charge
                     // they get at admission, as the proxy does (`Gate::reprice_waiting`,
                     // every policy).

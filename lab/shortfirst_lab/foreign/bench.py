@@ -165,10 +165,15 @@ class Point:
         return child, f"http://127.0.0.1:{port}"
 
     def classify_args(self) -> list[str]:
-        """The gatekeeper's (and calibrate's) classification and, if set, concurrency cap."""
+        """The gatekeeper's (and calibrate's) classification and, if set, concurrency cap and
+        cost-sample basis."""
         out = [a for t in self.backend.types for a in ("--classify", f"{t.name}={t.pattern}")]
-        cap = self.s.backends[self.backend.name].get("max_in_flight")
-        return out + (["--max-in-flight", str(int(cap))] if cap else [])
+        b = self.s.backends[self.backend.name]
+        if b.get("max_in_flight"):
+            out += ["--max-in-flight", str(int(b["max_in_flight"]))]
+        if b.get("estimate_basis"):
+            out += ["--estimate-basis", str(b["estimate_basis"])]
+        return out
 
     def type_of(self, path: str) -> str:
         line = f"GET {path}"

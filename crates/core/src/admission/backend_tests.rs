@@ -127,7 +127,8 @@ impl Model {
         let ticket = r.ticket.take().expect("running request holds a ticket");
         let share_us = self.gate.share_us(now_us, &ticket).expect("ticket is outstanding");
         let wall_us = (now - r.admitted_us).round() as u64;
-        self.estimator.observe_request_at(r.ty, Sample { wall_us, share_us }, now_us).expect("known type");
+        let serial_us = self.gate.serial_us(now_us, wall_us);
+        self.estimator.observe_request_at(r.ty, Sample { wall_us, share_us, serial_us }, now_us).expect("known type");
         let mut admitted = Vec::new();
         if self.gate.reprices_waiting() {
             let estimate = self.estimator.estimate_us(r.ty).expect("known type");

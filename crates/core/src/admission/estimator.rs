@@ -21,6 +21,12 @@ use super::{AdmissionError, MIN_COST_US};
 /// everywhere: `wall` held fifo at full throughput at twice the saturating load, and
 /// `share` did worse after a cold start where every client arrives at once (its samples
 /// then carry the backend's thrashing too). Hence `wall` stays the default.
+///
+/// A backend that runs one request at a time in its own arrival order (one event loop,
+/// one worker) does not share itself: a request admitted beside another waits inside it,
+/// so its service time holds the other's, and its `share` half of it. `serial` takes the
+/// time since the previous completion instead, which on such a backend is the request's
+/// own time on it, at any number in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Basis {
@@ -35,6 +41,13 @@ pub enum Basis {
     /// includes the slowdown from the other requests running at the same time.
     #[default]
     Wall,
+    /// The time from the later of the request's start and the previous completion of any
+    /// admitted request to its own completion ([`Gate::serial_us`]): exactly its service
+    /// on a backend that serves one request at a time in arrival order, however many are
+    /// in flight, and at most the service time. What a request spends blocked inside such
+    /// a backend while another runs (a timer, a wait on I/O) is not counted: the backend
+    /// was not its own then.
+    Serial,
 }
 
 impl FromStr for Basis {
@@ -43,7 +56,10 @@ impl FromStr for Basis {
         match s.trim() {
             "share" => Ok(Basis::Share),
             "wall" => Ok(Basis::Wall),
-            other => Err(AdmissionError::BadEstimator { what: format!("basis {other:?}: expected `share` or `wall`") }),
+            "serial" => Ok(Basis::Serial),
+            other => Err(AdmissionError::BadEstimator {
+                what: format!("basis {other:?}: expected `share`, `wall` or `serial`"),
+            }),
         }
     }
 }
@@ -53,6 +69,7 @@ impl fmt::Display for Basis {
         f.write_str(match self {
             Basis::Share => "share",
             Basis::Wall => "wall",
+            Basis::Serial => "serial",
         })
     }
 }
@@ -64,6 +81,16 @@ pub struct Sample {
     pub wall_us: u64,
     /// Its share of the backend over its admission ([`Gate::share_us`]).
     pub share_us: u64,
+    /// Its time since the later of its start and the previous completion
+    /// ([`Gate::serial_us`]).
+    pub serial_us: u64,
+}
+
+impl Sample {
+    /// A request measured alone: every basis sees its service time.
+    pub fn alone(service_us: u64) -> Self {
+        Sample { wall_us: service_us, share_us: service_us, serial_us: service_us }
+    }
 }
 
 /// How the per-type cost estimate learns.
@@ -275,6 +302,7 @@ impl CostEstimator {
         match self.cfg.basis {
             Basis::Share => sample.share_us,
             Basis::Wall => sample.wall_us,
+            Basis::Serial => sample.serial_us,
         }
     }
 

@@ -43,6 +43,12 @@ pub struct GateConfig {
     /// default): always ahead. See "Overdue share" in the module docs.
     #[serde(default = "unbounded_charge_share")]
     pub overdue_share: f64,
+    /// The backend serves one request at a time in arrival order ([`Basis::Serial`]): the
+    /// overdue share counts each request the time from the later of its admission and the
+    /// previous release to its own release, when it is released, instead of its
+    /// processor-sharing share while in flight. `false` (the default): processor sharing.
+    #[serde(default)]
+    pub serial: bool,
 }
 
 fn unbounded_charge_share() -> f64 {
@@ -60,6 +66,7 @@ impl GateConfig {
             max_charge_share: 1.0,
             max_wait_us: None,
             overdue_share: 1.0,
+            serial: false,
         }
     }
 
@@ -120,6 +127,7 @@ pub enum Rejection {
 #[derive(Debug, Clone, Copy)]
 struct Running {
     charge_us: u64,
+    admitted_us: u64,
     /// Admission time + charge.
     finish_us: u64,
     /// The share clock at admission.
@@ -149,6 +157,8 @@ pub struct Gate {
     share_clock_us: f64,
     /// Admitted, unfinished requests by id.
     running: HashMap<u64, Running>,
+    /// The last release of an admitted request ([`Gate::serial_us`]); `None` before the first.
+    last_release_us: Option<u64>,
     /// The overdue stream's time and the gate's busy time, each decayed with half-life
     /// [`OVERDUE_HALF_LIFE_US`] to `last_now_us` (the share `overdue_share` bounds; see
     /// [`Gate::overdue_time_us`]).
@@ -196,6 +206,7 @@ impl Gate {
             load_us: 0,
             share_clock_us: 0.0,
             running: HashMap::new(),
+            last_release_us: None,
             overdue_time_us: 0.0,
             busy_time_us: 0.0,
             overdue_in_flight: 0,
@@ -273,8 +284,9 @@ impl Gate {
             return;
         }
         let n = self.running.len();
+        // Serial: the time is counted at each release (`Gate::release`); here it only decays.
         let (overdue_rate, busy_rate) =
-            if n > 0 { (self.overdue_in_flight as f64 / n as f64, 1.0) } else { (0.0, 0.0) };
+            if n > 0 && !self.cfg.serial { (self.overdue_in_flight as f64 / n as f64, 1.0) } else { (0.0, 0.0) };
         let lambda = std::f64::consts::LN_2 / super::OVERDUE_HALF_LIFE_US as f64;
         let decay = (-lambda * dt).exp();
         let gained = (1.0 - decay) / lambda;
@@ -306,11 +318,33 @@ impl Gate {
         Ok((self.share_clock_at(now_us) - at_admission).max(0.0).round() as u64)
     }
 
+    /// A request finishing at `now_us` after `wall_us` of service: the time from the later
+    /// of its start (`now_us − wall_us`) and the last release of any admitted request to
+    /// `now_us`, so at most `wall_us` ([`Basis::Serial`]). On a backend that serves one
+    /// request at a time in arrival order, the request ahead of it was released when the
+    /// backend finished it, so this is the time the backend spent on this one, however many
+    /// are in flight. Call it before [`Gate::release`] releases this request. Read-only.
+    pub fn serial_us(&self, now_us: u64, wall_us: u64) -> u64 {
+        let now_us = self.last_now_us.max(now_us);
+        self.last_release_us.map_or(wall_us, |r| wall_us.min(now_us.saturating_sub(r)))
+    }
+
     /// An admitted request finished (successfully or not): its charge is returned and the
     /// queue is dispatched.
     pub fn release(&mut self, now_us: u64, ticket: Ticket) -> Result<Vec<Admitted>, AdmissionError> {
         let now_us = self.clock(now_us);
         let r = self.running.remove(&ticket.id.0).ok_or(AdmissionError::UnknownTicket { id: ticket.id.0 })?;
+        if self.cfg.serial && self.cfg.overdue_share < 1.0 {
+            // The backend's time since the previous release (or this request's admission,
+            // if later) was this request's.
+            let since = self.last_release_us.map_or(r.admitted_us, |l| l.max(r.admitted_us));
+            let t = now_us.saturating_sub(since) as f64;
+            self.busy_time_us += t;
+            if r.overdue {
+                self.overdue_time_us += t;
+            }
+        }
+        self.last_release_us = Some(now_us);
         debug_assert_eq!(r.charge_us, ticket.charge_us);
         self.by_finish.remove(&(r.finish_us, ticket.id.0));
         self.load_us -= r.charge_us;
@@ -435,6 +469,7 @@ impl Gate {
                 seq,
                 Running {
                     charge_us: w.cost_us,
+                    admitted_us: now_us,
                     finish_us: finish,
                     share_at_admission_us: self.share_clock_us,
                     overdue,

@@ -382,8 +382,10 @@ fn share_splits_time_among_the_admitted() {
 
 #[test]
 fn basis_picks_the_sample() {
-    let sample = Sample { wall_us: 900, share_us: 300 };
-    for (basis, text, want) in [(Basis::Wall, "wall", 900), (Basis::Share, "share", 300)] {
+    let sample = Sample { wall_us: 900, share_us: 300, serial_us: 450 };
+    for (basis, text, want) in
+        [(Basis::Wall, "wall", 900), (Basis::Share, "share", 300), (Basis::Serial, "serial", 450)]
+    {
         assert_eq!(text.parse::<Basis>().unwrap(), basis);
         assert_eq!(basis.to_string(), text);
         let mut e = CostEstimator::new(1, EstimatorConfig { basis, ..Default::default() }).unwrap();
@@ -501,7 +503,7 @@ fn charge_marks_stale_types_as_probes_table() {
     ];
     for (i, &(now, sample, ty, want)) in rows.iter().enumerate() {
         if sample > 0 {
-            e.observe_request_at(ty, Sample { wall_us: sample, share_us: sample }, now).unwrap();
+            e.observe_request_at(ty, Sample::alone(sample), now).unwrap();
         }
         let c = e.charge(ty, now).unwrap();
         assert_eq!((c.cost_us, c.probe), want, "row {i}: now {now} type {ty}");
@@ -568,8 +570,8 @@ fn resampling_breaks_the_sjf_lock_in() {
     for (resample, want_a_admitted) in [(None, false), (Some(5_000u64), true)] {
         let cfg = EstimatorConfig { resample_after_us: resample, ..Default::default() };
         let mut e = CostEstimator::new(2, cfg).unwrap();
-        e.observe_request_at(0, Sample { wall_us: 370, share_us: 370 }, 0).unwrap(); // A
-        e.observe_request_at(1, Sample { wall_us: 300, share_us: 300 }, 0).unwrap(); // B
+        e.observe_request_at(0, Sample::alone(370), 0).unwrap(); // A
+        e.observe_request_at(1, Sample::alone(300), 0).unwrap(); // B
         let mut g = gate(800, "sjf");
         let mut types: HashMap<u64, (usize, u64)> = HashMap::new(); // id -> (type, arrival)
         let mut running: Vec<(u64, Ticket)> = Vec::new(); // (finish, ticket)
@@ -581,7 +583,7 @@ fn resampling_breaks_the_sjf_lock_in() {
             while running.last().is_some_and(|r| r.0 <= now) {
                 let (_, t) = running.pop().unwrap();
                 let (ty, arrival) = types[&t.id().0];
-                e.observe_request_at(ty, Sample { wall_us: 300, share_us: 300 }, now).unwrap();
+                e.observe_request_at(ty, Sample::alone(300), now).unwrap();
                 // Count A's that arrived once the queue had built up (the first few find room).
                 a_done += usize::from(ty == 0 && arrival >= 10_000);
                 adm.extend(g.release(now, t).unwrap());
@@ -1083,4 +1085,123 @@ fn reprice_waiting_table() {
     let adm = g.release(4, adm.remove(0).ticket).unwrap();
     assert_eq!(ids(&adm), vec![c.0]);
     assert_eq!(g.load_us(), 45);
+}
+
+/// A backend that serves one request at a time in arrival order, behind a gate that admits
+/// up to `cap` at once: each completion's [`Gate::serial_us`] is exactly the request's
+/// service, whatever waited inside the backend (its wall time there counts the requests
+/// ahead of it). Arrivals `(gap, service)`; returns how many samples the wall time inflated.
+fn serial_backend(cap: usize, arrivals: &[(u64, u64)]) -> Result<usize, TestCaseError> {
+    let cfg = GateConfig { max_in_flight: Some(cap), ..GateConfig::new(u64::MAX / 4, AdmissionPolicy::Fifo) };
+    let mut g = Gate::new(cfg).unwrap();
+    let mut service: HashMap<u64, u64> = HashMap::new();
+    // In the backend, in admission order: (ticket, admitted at).
+    let mut backend: std::collections::VecDeque<(Ticket, u64)> = Default::default();
+    let (mut busy_until, mut inflated) = (0u64, 0usize);
+    let mut finish: Option<u64> = None; // completion of the request at the front
+    let mut t = 0u64;
+    let mut pending = arrivals.iter();
+    let mut next = pending.next().map(|&(gap, s)| (gap, s));
+    loop {
+        let at = match (next, finish) {
+            (Some((a, _)), Some(f)) => a.min(f),
+            (Some((a, _)), None) => a,
+            (None, Some(f)) => f,
+            (None, None) => break,
+        };
+        t = t.max(at);
+        let mut admitted = Vec::new();
+        if finish == Some(t) {
+            let (ticket, admitted_at) = backend.pop_front().unwrap();
+            let s = service[&ticket.id().0];
+            let wall = t - admitted_at;
+            prop_assert_eq!(g.serial_us(t, wall), s, "request {} at {}", ticket.id(), t);
+            inflated += usize::from(wall > s);
+            admitted.extend(g.release(t, ticket).unwrap());
+            finish = None;
+        }
+        if let Some((_, s)) = next.filter(|n| n.0 == t) {
+            let (id, adm) = g.arrive(t, s).unwrap();
+            service.insert(id.0, s);
+            admitted.extend(adm);
+            next = pending.next().map(|&(gap, s)| (t + gap, s));
+        }
+        for a in admitted {
+            backend.push_back((a.ticket, t));
+        }
+        prop_assert!(backend.len() <= cap);
+        if finish.is_none() {
+            if let Some((ticket, admitted_at)) = backend.front() {
+                // The front starts once the backend is free and it has arrived.
+                let start = busy_until.max(*admitted_at);
+                busy_until = start + service[&ticket.id().0];
+                finish = Some(busy_until);
+            }
+        }
+    }
+    prop_assert!(backend.is_empty() && g.queue_len() == 0);
+    Ok(inflated)
+}
+
+proptest! {
+    #[test]
+    fn serial_basis_is_the_service_of_a_one_at_a_time_backend(
+        cap in 1usize..5,
+        arrivals in proptest::collection::vec((0u64..300, 1u64..1_000), 0..80),
+    ) {
+        serial_backend(cap, &arrivals)?;
+    }
+}
+
+#[test]
+fn serial_basis_is_the_service_of_a_one_at_a_time_backend_table() {
+    // (cap, arrivals (gap, service)): all at once; spaced out; a cheap one behind a costly one.
+    type Row = (usize, &'static [(u64, u64)], usize);
+    let rows: [Row; 4] = [
+        (1, &[(0, 100), (0, 3), (0, 50)], 0),
+        (2, &[(0, 100), (0, 3), (0, 50)], 2),
+        (3, &[(0, 180_000), (10, 1_100), (10, 110_000), (0, 1_100)], 3),
+        (2, &[(0, 100), (500, 3), (500, 50)], 0),
+    ];
+    for (cap, arrivals, want_inflated) in rows {
+        let inflated = serial_backend(cap, arrivals).unwrap();
+        assert_eq!(inflated, want_inflated, "cap {cap}, {arrivals:?}: wall times above the service");
+    }
+}
+
+/// Under `serial` the overdue share counts each request the backend's time between the
+/// previous release (or its admission) and its own release: two requests in flight on a
+/// one-at-a-time backend do not split the time between them as processor sharing would.
+#[test]
+fn serial_overdue_time_is_counted_between_releases() {
+    // sjf, wait bound 10 µs, share 0.5, two in flight: A and B admitted at 0; C waits.
+    let cfg = GateConfig {
+        max_in_flight: Some(2),
+        max_wait_us: Some(10),
+        overdue_share: 0.5,
+        serial: true,
+        ..GateConfig::new(1_000_000, AdmissionPolicy::Sjf)
+    };
+    let mut g = Gate::new(cfg).unwrap();
+    let (_, mut a) = g.arrive(0, 100).unwrap();
+    let (_, b) = g.arrive(0, 100).unwrap();
+    a.extend(b);
+    let (c, none) = g.arrive(0, 100).unwrap();
+    assert!(none.is_empty());
+    let mut tickets = a.into_iter().map(|x| x.ticket);
+    let (ta, tb) = (tickets.next().unwrap(), tickets.next().unwrap());
+    // A done at 100: its 100 µs are busy time; C, waiting 100 > 10, goes in as overdue.
+    let adm = g.release(100, ta).unwrap();
+    assert_eq!(adm.len(), 1);
+    assert!(g.admitted_overdue(c));
+    let close = |(o, b): (f64, f64), (wo, wb): (f64, f64)| (o - wo).abs() < 0.1 && (b - wb).abs() < 0.1;
+    assert!(close(g.overdue_time_us(), (0.0, 100.0)), "{:?}", g.overdue_time_us());
+    // B done at 130: 30 µs since A's release, not the 130 it was in flight (nor half of them).
+    let _ = g.release(130, tb).unwrap();
+    assert!(close(g.overdue_time_us(), (0.0, 130.0)), "{:?}", g.overdue_time_us());
+    // C, admitted at 100, done at 400: the 270 µs since B's release are the overdue stream's.
+    let tc = adm.into_iter().next().unwrap().ticket;
+    let _ = g.release(400, tc).unwrap();
+    let (o, busy) = g.overdue_time_us();
+    assert!((o - 270.0).abs() < 0.1 && (busy - 400.0).abs() < 0.1, "{o} {busy}");
 }

@@ -252,7 +252,8 @@ impl Shared {
             if let Some(wall_us) = service_us {
                 if type_index < core.estimator.num_types() {
                     let share_us = core.gate.share_us(now, &ticket).unwrap_or(wall_us).min(wall_us);
-                    let sample = Sample { wall_us, share_us };
+                    let serial_us = core.gate.serial_us(now, wall_us);
+                    let sample = Sample { wall_us, share_us, serial_us };
                     let s = core.estimator.sample_us(sample);
                     let _ = core.estimator.observe_request_at(type_index, sample, now);
                     let est = core.estimator.estimate_us(type_index).unwrap_or(s);
