@@ -231,7 +231,10 @@ def experiment_from_dict(
         syn_queue=u.int("syn_queue", 0, lo=0, hi=65535),
         syncookies=u.str("syncookies", ""),
         synack_retries=u.int("synack_retries", 0, lo=0, hi=255),
+        initial_rto_ms=u.int("initial_rto_ms", 0, lo=0, hi=60_000),
     )
+    if 0 < uplink.initial_rto_ms < 10:
+        raise u.err("initial_rto_ms", "0 (the kernel's 1 s) or 10-60000 ms", uplink.initial_rto_ms)
     if uplink.syncookies and uplink.syncookies not in SYNCOOKIES:
         raise u.err("syncookies", '"" (the kernel\'s), "off", "on" or "always"', uplink.syncookies)
     if uplink.congestion_control and not _CC_RE.match(uplink.congestion_control):

@@ -65,6 +65,10 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
                                       # "off" | "on" | "always" (net.ipv4.tcp_syncookies)
     synack_retries = 0                # int in [0, 255]: SYN-ACK retransmissions of the server
                                       # (net.ipv4.tcp_synack_retries); 0 keeps the kernel's 5
+    initial_rto_ms = 0                # 0 (the kernel's 1 s) or int in [10, 60000]: when an
+                                      # unanswered SYN or SYN-ACK of the server or the load
+                                      # generator is first sent again (a BPF sock_ops program
+                                      # on their cgroup, synrto.py; the overload paper's setup F)
 
     [workload]
     kind = "wc98like"                 # passed to `shortfirst workload generate --kind`

@@ -66,6 +66,7 @@ class Uplink:
     syn_queue: int = 0
     syncookies: str = ""
     synack_retries: int = 0
+    initial_rto_ms: int = 0
 
 
 @dataclass(frozen=True)

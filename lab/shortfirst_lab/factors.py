@@ -7,9 +7,11 @@ each one becomes here:
   between the clients and the server;
 - requests per connection (E, J): `client.requests_per_connection`, `shortfirst load
   --persistent K`;
-- RTO (F): `uplink.rto_min_ms` (the server route's `rto_min`), `client.syn_retries` and
-  `uplink.synack_retries` (the client and server namespaces' `tcp_syn_retries`,
-  `tcp_synack_retries`);
+- RTO (F): `uplink.initial_rto_ms`, when an unanswered SYN or SYN-ACK is first sent again
+  (a BPF sock_ops program on the cgroup of the server and the load generator, synrto.py);
+  `uplink.rto_min_ms` (the server route's `rto_min`, established connections' floor),
+  `client.syn_retries` and `uplink.synack_retries` (the client and server namespaces'
+  `tcp_syn_retries`, `tcp_synack_retries`);
 - SYN cookies (G): `uplink.syncookies`, the server namespace's `net.ipv4.tcp_syncookies`;
 - user abort and reload (H, J): `client.abort_after_s`, `client.retries`, `shortfirst load
   --abort-after T --retries M`;
@@ -21,11 +23,10 @@ each one becomes here:
   (`serve --at-max-connections wait`) it waits in the accept queue as it did in Apache,
   whose overflow is then the paper's SYN drops (overload-persistent-apache.toml).
 
-Not expressible: the *initial* RTO. Linux sends a SYN's and a SYN-ACK's first retransmission
+The initial RTO needs the program: Linux sends a SYN's and a SYN-ACK's first retransmission
 after a fixed 1 s (TCP_TIMEOUT_INIT, RFC 6298; the paper's kernel used 3 s), and neither a
-sysctl nor a route attribute changes it (only a BPF sock_ops program can); `rto_min` bounds
-the retransmission timer of established connections only. Setup (F) is therefore the data
-RTO floor and the SYN retry counts, not the paper's 0.5 s initial RTO.
+sysctl nor a route attribute changes it; `rto_min` bounds the retransmission timer of
+established connections only.
 """
 
 from __future__ import annotations

@@ -29,11 +29,14 @@ into ``runs/<run>`` when it ends (`stage.py`); health sampling is `health.py`.
 
 Everything the report shows is then computed from these files alone (`report.build`).
 A run is retried never; a failed run is recorded (`run.json` status) and the matrix goes on.
-`--resume` skips runs whose `run.json` says ok, so a long experiment survives an interruption.
+`--resume` skips runs whose `run.json` says ok, so a long experiment survives an interruption;
+it also takes an experiment file that only adds setups to the one the directory ran (the new
+setups' runs are made, the others kept).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -51,7 +54,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from . import factors, idealsim, models, overload, report, schedules, series, wanrun
+from . import factors, idealsim, models, overload, report, schedules, series, synrto, wanrun
 from .experiment import Experiment, RunSpec, load_experiment
 from .health import HealthSampler, counter_delta
 from .kit import load_argv, parse_proc_pairs, utc_now, write_atomic, write_json
@@ -187,6 +190,12 @@ class Runner:
         from . import testbed
 
         return testbed
+
+    def initial_rto(self) -> contextlib.AbstractContextManager[synrto.InitialRto | None]:
+        """The cgroup that sets SYNs' and SYN-ACKs' first retransmission (`uplink.initial_rto_ms`),
+        or nothing; entered before the testbed, so it outlives the processes started in it."""
+        ms = self.exp.uplink.initial_rto_ms
+        return synrto.InitialRto(ms) if ms else contextlib.nullcontext()
 
     def testbed(self, groups: list | None = None, netem_dir: Path | None = None, scheduler: str = "kernel"):
         """A fresh testbed; with ``groups`` (``testbed.GroupPath``), a WAN one whose emulator
@@ -356,6 +365,7 @@ class Runner:
         t_wall = time.monotonic()
         group_paths = [g for g, _ in groups] if groups else None
         with (
+            self.initial_rto() as rto,
             self.testbed(group_paths, rdir if groups else None, scheduler) as tb,
             open(rdir / "server.log", "w") as slog,
             open(rdir / "load.log", "w") as llog,
@@ -370,6 +380,9 @@ class Runner:
             }
             if self.exp.uplink.rto_min_ms:
                 rec["route_commands"] = self.set_rto_min(tb, self.exp.uplink.rto_min_ms)
+            if rto is not None:  # the server and the generator start in its cgroup
+                tb.launch_prefix = rto.prefix()
+                rec["initial_rto"] = rto.record()
             s_argv = self.server_argv(tb, policy, scheduler)
             if groups:
                 wanrun.write_source_addrs(rdir / "source_addrs.csv", groups, tb.group_addrs)
@@ -629,8 +642,10 @@ class Runner:
         if (out / "runs").exists() and any((out / "runs").iterdir()) and not self.resume:
             raise RunnerError(f"{out} already holds runs; use --resume to continue it, or a fresh --out")
         prev = out / "experiment.toml"
-        if self.resume and prev.exists() and load_experiment(prev).to_dict() != exp.to_dict():
-            raise RunnerError(f"--resume: {prev} differs from the experiment given; use a fresh --out")
+        if self.resume and prev.exists() and not resumable(load_experiment(prev).to_dict(), exp.to_dict()):
+            raise RunnerError(
+                f"--resume: {prev} differs from the experiment given (beyond added setups); use a fresh --out"
+            )
         write_atomic(prev, exp.source or "")
         write_json(
             out / "provenance.json",
@@ -682,6 +697,22 @@ class Runner:
         if failures:
             _log("failed runs: " + "; ".join(failures))
         return summary
+
+
+def resumable(stored: dict[str, Any], given: dict[str, Any]) -> bool:
+    """Whether `--resume` may continue a directory run with `stored` under `given`: the same
+    experiment, or one that only adds setups (and may say so in its description). The runs of
+    the setups both have were made under the same definition and are kept."""
+    if stored == given:
+        return True
+
+    def rest(d: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in d.items() if k != "setups"}
+        out["experiment"] = {k: v for k, v in d.get("experiment", {}).items() if k != "description"}
+        return out
+
+    old, new = stored.get("setups") or {}, given.get("setups") or {}
+    return rest(stored) == rest(given) and all(new.get(name) == setup for name, setup in old.items())
 
 
 def _version(bin_path: Path) -> str | None:

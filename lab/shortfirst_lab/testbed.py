@@ -362,6 +362,9 @@ class Testbed:
             self.group_addrs = {g.name: _group_host(i, 2) for i, g in enumerate(self.groups)}
             self.client_addrs = [self.group_addrs[self.groups[0].name]]
         self._procs: list[subprocess.Popen] = []
+        # A command prefix for what server_popen / client_popen start, before `ip netns exec`
+        # (synrto.InitialRto.prefix: into a cgroup); empty: none.
+        self.launch_prefix: list[str] = []
         # CPU placement of what server_popen / client_popen start (None: inherited). On a
         # small machine the generator and the server must not share a CPU at 100 Mbit/s.
         self.server_cpus, self.client_cpus = server_cpus, client_cpus
@@ -576,7 +579,7 @@ class Testbed:
             raise TestbedError("testbed is closed")
         if cpus is not None:
             kw["preexec_fn"] = lambda: os.sched_setaffinity(0, cpus)
-        proc = subprocess.Popen(["ip", "netns", "exec", ns, *map(str, argv)], **kw)
+        proc = subprocess.Popen([*self.launch_prefix, "ip", "netns", "exec", ns, *map(str, argv)], **kw)
         self._procs.append(proc)
         return proc
 

@@ -1,6 +1,8 @@
 """The overload factors take effect in real namespaces, the admin endpoint is checked from
 inside the server's namespace, and a short persistent-overload run records the server's
-memory and liveness through the whole run (the 30-minute check's machinery, on 20 s).
+memory and liveness through the whole run (the 30-minute check's machinery, on 20 s); a SYN
+sent from synrto's cgroup waits the configured initial RTO (TCP_INFO's rto in SYN-SENT),
+one from outside the kernel's 1 s.
 
 Needs root (namespaces, qdiscs) and the release build: skipped with a message otherwise.
 """
@@ -9,13 +11,15 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
+import uuid
 
 import pandas as pd
 import pytest
 from conftest import NEEDS_ROOT, RELEASE_BIN
 
-from shortfirst_lab import runner
+from shortfirst_lab import runner, synrto
 from shortfirst_lab.experiment import load_experiment
 
 pytestmark = NEEDS_ROOT
@@ -31,6 +35,7 @@ accept_queue = 128
 syn_queue = 64
 syncookies = "off"
 synack_retries = 2
+initial_rto_ms = 500
 [workload]
 kind = "wc98like"
 files = 10
@@ -82,6 +87,13 @@ def test_factor_keys_reach_the_namespaces(tmp_path):
         # Per-namespace: meanwhile the host keeps its own SYN cookies setting.
         host = subprocess.run(["sysctl", "-n", "net.ipv4.tcp_syncookies"], capture_output=True, text=True)
         assert host.stdout.strip() == HOST_SYNCOOKIES
+    # The initial RTO's cgroup holds what the testbed starts (its effect: the test below).
+    with r.initial_rto() as rto, r.testbed() as tb:
+        assert rto is not None and rto.record()["ms"] == 500
+        tb.launch_prefix = rto.prefix()
+        proc = tb.server_popen(["cat", "/proc/self/cgroup"], stdout=subprocess.PIPE, text=True)
+        out, _ = proc.communicate(timeout=20)
+        assert f"0::/{rto.cgroup.name}" in out.splitlines(), out
 
 
 def test_admin_check_sees_the_server_come_and_go(tmp_path):
@@ -161,3 +173,37 @@ def test_short_persistent_overload_records_memory_and_liveness(tmp_path):
     assert rss["rss_end_bytes"] > 1 << 20
     assert entry["mean_response_s"] is not None and entry["peak_open_connections"] >= 1
     assert (out / "figures" / "memory-rho1.4.png").read_bytes().startswith(b"\x89PNG")
+
+
+SYN_SENT_RTO = """
+import socket, struct, sys, time
+s = socket.socket(); s.setblocking(False)
+try:
+    s.connect((sys.argv[1], 80))
+except BlockingIOError:
+    pass
+time.sleep(0.05)
+info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+print(info[0], struct.unpack_from("<I", info, 8)[0])
+"""
+
+
+@pytest.mark.parametrize("ms", [500, 3000])
+def test_a_syn_from_the_cgroup_waits_the_configured_rto(ms):
+    ns = f"sfrto-{uuid.uuid4().hex[:6]}"
+    probe = [sys.executable, "-c", SYN_SENT_RTO, "10.99.0.2"]  # routed into a TUN nobody reads
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        for cmd in (["link", "set", "lo", "up"], ["tuntap", "add", "dev", "t0", "mode", "tun"],
+                    ["link", "set", "t0", "up"], ["addr", "add", "10.99.0.1/24", "dev", "t0"]):  # fmt: skip
+            subprocess.run(["ip", "-n", ns, *cmd], check=True)
+        inside = ["ip", "netns", "exec", ns, *probe]
+        with synrto.InitialRto(ms) as rto:
+            got = subprocess.run([*rto.prefix(), *inside], capture_output=True, text=True, check=True)
+            outside = subprocess.run(inside, capture_output=True, text=True, check=True)
+            cgroup = rto.cgroup
+        assert got.stdout.split() == ["2", str(ms * 1000)], "SYN-SENT, the configured RTO"
+        assert outside.stdout.split() == ["2", "1000000"], "the kernel's 1 s outside the cgroup"
+        assert cgroup is not None and not cgroup.exists(), "the cgroup is removed on exit"
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)

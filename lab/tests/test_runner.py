@@ -274,6 +274,30 @@ def test_refuses_to_overwrite_runs_without_resume(fake_env, tmp_path):
         runner.Runner(load_experiment(exp_path), out, bin_path, progress=False).run()
 
 
+_BASE = {"experiment": {"name": "x", "description": "B"}, "run": {"duration_s": 200}}
+
+
+@pytest.mark.parametrize(
+    ("stored", "given", "ok"),
+    [
+        (_BASE, _BASE, True),
+        # Setups added (the description may say so): the kept runs were made the same way.
+        (_BASE | {"setups": {"B": {"uplink": {"mtu": 576}}}},
+         {"experiment": {"name": "x", "description": "B, F"}, "run": {"duration_s": 200},
+          "setups": {"B": {"uplink": {"mtu": 576}}, "F": {"uplink": {"initial_rto_ms": 500}}}}, True),
+        (_BASE, _BASE | {"setups": {"F": {"uplink": {"initial_rto_ms": 500}}}}, True),
+        # A kept setup changed, one removed, or anything else changed: a fresh directory.
+        (_BASE | {"setups": {"B": {"uplink": {"mtu": 576}}}},
+         _BASE | {"setups": {"B": {"uplink": {"mtu": 1500}}}}, False),
+        (_BASE | {"setups": {"B": {"uplink": {"mtu": 576}}}}, _BASE, False),
+        (_BASE, {"experiment": {"name": "x", "description": "B"}, "run": {"duration_s": 600}}, False),
+        (_BASE, {"experiment": {"name": "y", "description": "B"}, "run": {"duration_s": 200}}, False),
+    ],
+)  # fmt: skip
+def test_resume_takes_an_experiment_that_only_adds_setups(stored, given, ok):
+    assert runner.resumable(stored, given) is ok
+
+
 def test_trace_too_short_for_duration(tmp_path):
     trace = tmp_path / "trace.csv"
     pd.DataFrame({"time_s": [0.0, 1.0], "path": ["/a", "/b"], "size_bytes": [1250, 1250]}).to_csv(
