@@ -21,7 +21,14 @@ from shortfirst_lab.foreign.backends import (
     make_sqlite,
     prepare,
 )
-from shortfirst_lab.foreign.bench import Point, Settings, ladder_done, peak_of, response_time_law
+from shortfirst_lab.foreign.bench import (
+    Point,
+    Settings,
+    cpu_summary,
+    ladder_done,
+    peak_of,
+    response_time_law,
+)
 from shortfirst_lab.foreign.verdict import checks, table
 from shortfirst_lab.kit import Child, fetch_text, free_port, wait_port
 
@@ -144,6 +151,19 @@ def test_peak_climbs_the_ladder_past_a_noisy_dip(tmp_path):
     # Clearly past the knee at 8 and 16: 32 is not run.
     p = _FakePoint(s, {2: 1.0, 4: 1.3, 8: 1.0, 16: 0.9, 32: 2.0}, tmp_path)
     assert p.peak()["clients"] == 4 and 32 not in p.loops
+
+
+def test_cpu_summary_is_each_process_share_over_the_window():
+    # Samples every second; the window [10, 20] s holds t = 10..20: the backend used 9 of
+    # those 10 s, the gatekeeper 0.5 s; the samples outside the window do not count.
+    rows = [{"t_s": t, "cpu_s": {"backend": 0.9 * t, "gatekeeper": 0.05 * t}} for t in range(0, 31)]
+    rows[25]["cpu_s"]["backend"] = 1e6  # outside the window
+    rows.insert(3, {"t_s": 12.5, "steal_s": 0.0})  # a row without CPU figures
+    c = cpu_summary(rows, 10.0, 20.0, 0.81)
+    assert c["cpu_fraction"] == pytest.approx({"backend": 0.9, "gatekeeper": 0.05})
+    assert c["work_per_backend_cpu_s"] == pytest.approx(0.9)
+    assert cpu_summary(rows[:5], 10.0, 20.0, 0.81) is None  # fewer than two samples in it
+    assert cpu_summary([], 10.0, 20.0, 0.81) is None
 
 
 def test_response_time_law_of_a_closed_loop():

@@ -320,7 +320,9 @@ class Point:
         be, url = self.start()
         with be:
             if mode == "direct":
-                out, wall = self.load(url, load_model, trace, tag, s.duration_s)
+                with Sampler(None, None, SAMPLE_S, pids={"backend": be.pid}) as sampler:
+                    out, wall = self.load(url, load_model, trace, tag, s.duration_s)
+                self.timelines[tag] = sampler.rows
             else:
                 port, admin = free_port(), free_port()
                 argv = [self.bin, "gatekeeper", "--listen", f"127.0.0.1:{port}", "--upstream", url]
@@ -330,15 +332,15 @@ class Point:
                     argv += ["--max-wait", f"{1e3 * s.max_wait_s:.0f}ms"]
                 if s.overdue_share is not None:
                     argv += ["--overdue-share", f"{s.overdue_share:g}"]
-                with (
-                    Child(argv, self.work / f"gatekeeper-{tag}.log"),
-                    Sampler(None, admin, SAMPLE_S) as sampler,
-                ):
+                gatekeeper = Child(argv, self.work / f"gatekeeper-{tag}.log")
+                pids = {"backend": be.pid, "gatekeeper": gatekeeper.pid}
+                with gatekeeper, Sampler(None, admin, SAMPLE_S, pids=pids) as sampler:
                     wait_port(port)
                     out, wall = self.load(f"http://127.0.0.1:{port}", load_model, trace, tag, s.duration_s)
                 self.timelines[tag] = sampler.rows
         r = self.summary(out, s.warmup_s, s.duration_s, wall)
         r["gate"] = gate_summary(self.timelines.get(tag, []), s.warmup_s, s.duration_s)
+        r["cpu"] = cpu_summary(self.timelines.get(tag, []), s.warmup_s, s.duration_s, r["work_per_s"])
         r.update(
             {"mode": mode, "model": model, "rate_per_s": rate if model == "open" else None, "users": users}
         )
@@ -422,6 +424,25 @@ def gate_summary(rows: list[dict], warmup_s: float, duration_s: float) -> dict |
             x["queue"] > 0 and x["load_s"] + x["head_cost_s"] > x["capacity_s"] + 1e-9 for x in g
         )
         / n,
+    }
+
+
+def cpu_summary(rows: list[dict], warmup_s: float, duration_s: float, work_per_s: float) -> dict | None:
+    """Each sampled process's share of one CPU over the measurement window (its CPU seconds
+    between the window's first and last samples over the time between them), and the work
+    per second of backend CPU. On the bench's one CPU the backend, the gatekeeper and the
+    load generator share it: a gate that leaves the backend idle lowers the backend's share,
+    one that only changes what is served moves the work per backend CPU second, and more
+    requests per second give the gatekeeper and the generator more of the CPU."""
+    w = [r for r in rows if "cpu_s" in r and warmup_s <= r["t_s"] <= duration_s]
+    if len(w) < 2 or w[-1]["t_s"] <= w[0]["t_s"]:
+        return None
+    span = w[-1]["t_s"] - w[0]["t_s"]
+    shares = {k: (w[-1]["cpu_s"].get(k, 0.0) - v) / span for k, v in w[0]["cpu_s"].items()}
+    backend = shares.get("backend")
+    return {
+        "cpu_fraction": shares,
+        "work_per_backend_cpu_s": work_per_s / backend if backend else None,
     }
 
 

@@ -9,7 +9,7 @@ import contextlib
 import threading
 import time
 
-from ..kit import CLK_TCK, fetch_text, parse_prometheus, prometheus_series, read_proc_stat
+from ..kit import CLK_TCK, fetch_text, parse_prometheus, process_cpu_s, prometheus_series, read_proc_stat
 
 
 def scrape(admin_port: int) -> dict:
@@ -73,8 +73,12 @@ class Sampler:
     the timeline says, moment by moment, whether the backend had idle processors and what
     the gate was doing then."""
 
-    def __init__(self, up_port: int | None, admin_port: int | None, period_s: float):
+    def __init__(
+        self, up_port: int | None, admin_port: int | None, period_s: float, pids: dict[str, int] | None = None
+    ):
         self.up_port, self.admin_port, self.period_s = up_port, admin_port, period_s
+        #: Processes whose CPU seconds so far each row records (`cpu_s`, by role).
+        self.pids = dict(pids or {})
         self.rows: list[dict] = []
         self.stop = threading.Event()
         self.t0 = time.monotonic()
@@ -93,6 +97,8 @@ class Sampler:
         while not self.stop.is_set():
             t = time.monotonic() - self.t0
             row: dict = {"t_s": t, "steal_s": steal_s()}
+            if self.pids:
+                row["cpu_s"] = {role: process_cpu_s(pid) for role, pid in self.pids.items()}
             # `up_port` None: a backend without the synthetic upstream's metrics.
             if self.up_port is not None:
                 with contextlib.suppress(OSError):
