@@ -528,6 +528,8 @@ def format_table(summary: dict[str, Any]) -> str:
             f"{_f(p['incomplete'], '{:.0f}'):>8}"
             f"{_f(p['syn_drops'], '{:.0f}'):>8}{_f(p['peak_open_connections'], '{:.0f}'):>9}"
             f"  {'yes' if p['valid'] else 'NO'}  first SYN drop {_f(p['first_syn_drop_s'], '{:.0f} s')}"
+            f"  {p.get('duration_s') or 0:.0f} s"
+            + (f", at most {p['max_connections']} connections" if p.get("max_connections") else "")
         )
     for c in summary["checks"]:
         state = {True: "met", False: "MISSED", None: "not measured"}[c["met"]]
