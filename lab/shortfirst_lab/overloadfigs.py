@@ -180,11 +180,12 @@ def write_all(runs: list[Run], summary: dict[str, Any], figdir: Path) -> list[tu
         figs.append((title, bars([w["setup"] for w in w1], vals, "Mean response time (s)", title,
                                  figdir / "setups.png")))  # fmt: skip
     by_point: dict[tuple[str, str], list[Run]] = {}
+    lengths = run_lengths(runs)
     for r in runs:
         if r.workload is not None:
             by_point.setdefault((r.workload, r.setup or BASELINE_SETUP), []).append(r)
         elif r.rho is not None:
-            by_point.setdefault((persistent_name(r, runs), r.setup or BASELINE_SETUP), []).append(r)
+            by_point.setdefault((persistent_name(r, lengths), r.setup or BASELINE_SETUP), []).append(r)
     for (name, setup), rs in sorted(by_point.items()):
         persistent = name.startswith("rho")
         stem = f"timeline-{name}" + ("" if persistent and setup == BASELINE_SETUP else f"-{setup}")
@@ -202,12 +203,19 @@ def write_all(runs: list[Run], summary: dict[str, Any], figdir: Path) -> list[tu
     return figs
 
 
-def persistent_name(r: Run, runs: list[Run]) -> str:
+def run_lengths(runs: list[Run]) -> dict[tuple[float | None, tuple[int, str]], set[float]]:
+    """The run lengths of each (ρ, connection limit)."""
+    out: dict[tuple[float | None, tuple[int, str]], set[float]] = {}
+    for r in runs:
+        out.setdefault((r.rho, r.connection_limit), set()).add(r.duration_s)
+    return out
+
+
+def persistent_name(r: Run, lengths: dict[tuple[float | None, tuple[int, str]], set[float]]) -> str:
     """`rho<ρ>`, then `-max<N>` for a server with a connection limit, then `-<T>s` when runs of
-    that ρ and server ran for different lengths (e.g. the 30-minute memory run)."""
+    that ρ and server ran for different lengths (`run_lengths`; e.g. the 30-minute memory run)."""
     name = f"rho{r.rho:g}" + (f"-max{r.connection_limit[0]}" if r.connection_limit[0] else "")
-    lengths = {o.duration_s for o in runs if o.rho == r.rho and o.connection_limit == r.connection_limit}
-    return name + (f"-{r.duration_s:g}s" if len(lengths) > 1 else "")
+    return name + (f"-{r.duration_s:g}s" if len(lengths[(r.rho, r.connection_limit)]) > 1 else "")
 
 
 def persistent_label(r: Run) -> str:

@@ -87,7 +87,6 @@ COMMAND_TIMEOUT_S = 30.0
 TERMINATE_GRACE_S = 3.0
 #: How the uplink is shaped: ``htb`` (``shortfirst uplink setup``'s band tree) or ``tbf``.
 SHAPERS = ("htb", "tbf")
-#: The token bucket's depth: a few packets (at least two of the MTU).
 #: The kernel arms' HTB root burst (`uplink::htb::HtbParams`): at least this many full frames,
 #: and at least this long at the uplink rate; a frame is the MTU plus the Ethernet header.
 HTB_MIN_BURST_FRAMES = 4

@@ -238,7 +238,7 @@ def test_runs_of_servers_with_different_connection_limits_are_entries_of_their_o
     later = [c for c in summary["checks"] if "first SYN drop" in c["claim"]]
     assert [c["max_connections"] for c in later] == [None, 350], "one check per server"
     assert "at most 350 connections (wait)" in later[1]["claim"]
-    names = {overloadfigs.persistent_name(r, runs) for r in runs}
+    names = {overloadfigs.persistent_name(r, overloadfigs.run_lengths(runs)) for r in runs}
     assert names == {"rho1.2", "rho1.2-max350"}
     # Two directories of one server pool as repeats.
     again = persistent_dir(tmp_path, "persistent-again", "1.2", "", "load1.20")
