@@ -66,6 +66,7 @@ FIELDS = (
     "mean_ttfb_s",
     "largest_1pct_mean_response_s",
     "incomplete",
+    "refused",
     "syn_drops",
     "peak_open_connections",
     "valid",
@@ -193,7 +194,14 @@ def validity(run_dir: Path, lateness_from_log: float | None) -> dict[str, Any]:
     if gen_valid is None:
         gen_valid = lateness is not None and lateness <= LATENESS_LIMIT_MS
     status = rec.get("status", "unknown")
-    return {"valid": bool(gen_valid) and status == "ok", "runner_status": status, "lateness_p99_ms": lateness}
+    return {
+        "valid": bool(gen_valid) and status == "ok",
+        "runner_status": status,
+        "lateness_p99_ms": lateness,
+        # Over the whole run: requests the server turned away before any byte of a response
+        # (connection refused, reset, closed); counted in `incomplete` within the window too.
+        "refused": gen.get("refused"),
+    }
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -260,7 +268,7 @@ def _mean(values: list[Any]) -> Any:
 def pooled(runs: list[Run]) -> dict[str, Any]:
     """The per-policy fields over repeats: means, `valid` only if all are, the count."""
     out: dict[str, Any] = {k: _mean([r.metrics.get(k) for r in runs]) for k in FIELDS if k != "valid"}
-    for k in ("incomplete", "syn_drops", "peak_open_connections"):
+    for k in ("incomplete", "refused", "syn_drops", "peak_open_connections"):
         if out[k] is not None and len(runs) == 1:
             out[k] = int(out[k])
     out["valid"] = all(r.metrics["valid"] for r in runs)

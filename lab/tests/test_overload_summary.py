@@ -87,7 +87,7 @@ def transient_dir(tmp_path: Path, extra: str = "") -> Path:
     out = tmp_path / "transient"
     out.mkdir()
     (out / "experiment.toml").write_text(TRANSIENT.format(extra=extra))
-    write_run_dir(out / "runs" / "fair-load1.00-w1-rep1", W1_FAIR, W1_FAIR_HEALTH)
+    write_run_dir(out / "runs" / "fair-load1.00-w1-rep1", W1_FAIR, W1_FAIR_HEALTH, generator={"refused": 1})
     write_run_dir(out / "runs" / "srpt-load1.00-w1-rep1", W1_SRPT, W1_SRPT_HEALTH)
     # W2: FAIR failed at the runner, SRPT's generator said invalid; both complete everything.
     w2 = run_requests([100, 100], [2.0, 4.0], 1.0)
@@ -109,6 +109,8 @@ def test_workload_entries_follow_the_schema_with_hand_computed_values(tmp_path):
     assert fair["largest_1pct_mean_response_s"] == pytest.approx(10.0)
     assert (fair["incomplete"], fair["syn_drops"], fair["peak_open_connections"]) == (1, 6, 9)
     assert fair["valid"] is True
+    # The generator's count of refusals is carried; a summary without one gives None.
+    assert (fair["refused"], srpt["refused"]) == (1, None)
     assert srpt["mean_response_s"] == pytest.approx(3.15)
     assert srpt["mean_ttfb_s"] == pytest.approx(0.05)
     assert srpt["largest_1pct_mean_response_s"] == pytest.approx(12.0)

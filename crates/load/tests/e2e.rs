@@ -285,21 +285,33 @@ fn timeout_and_refused() {
     assert_eq!(s.failed, 2);
     assert_eq!(s.failures_by_reason.get("connection refused"), Some(&2));
     assert!(rows(&out2).iter().all(|r| r.outcome == Outcome::Failed && r.done_s.is_some()));
-    // Nothing was measured: the run says so.
     assert!(!s.valid);
+    // Nothing was measured: the run says so (a refused connect is the
+    // server's answer, counted, not a broken response).
+    assert_eq!(s.refused, 2);
     assert!(s.invalid_reasons.iter().any(|r| r.contains("no request succeeded")), "{:?}", s.invalid_reasons);
-    assert!(
-        s.invalid_reasons.iter().any(|r| r.contains("2 of 2 requests sent") && r.contains("connection refused ×2")),
-        "{:?}",
-        s.invalid_reasons
-    );
+    assert!(!s.invalid_reasons.iter().any(|r| r.contains("broke off")), "{:?}", s.invalid_reasons);
     assert_eq!(summary_json(&out2)["valid"], false);
 }
 
-/// A server that accepts, reads the request and resets the connection
-/// (SO_LINGER 0) for the first `resets` connections, then serves `/size/N`
-/// like [`start_server`] (keep-alive).
-fn start_resetting_server(resets: u64) -> SocketAddr {
+/// How [`start_breaking_server`] fails the response of its first connections.
+#[derive(Clone, Copy)]
+enum Break {
+    /// Reads the request and resets the connection (SO_LINGER 0) before any
+    /// byte of a response: a refusal.
+    ResetBefore,
+    /// Reads the request, closes without answering: a refusal.
+    CloseBefore,
+    /// Sends the status line and half the headers, then resets: the
+    /// response broke off.
+    ResetMid,
+    /// Sends a head promising 100 bytes, 10 of them, then closes.
+    CloseMid,
+}
+
+/// A server that fails its first `count` connections as `how`, then serves
+/// `/size/N` like [`start_server`] (keep-alive).
+fn start_breaking_server(how: Break, count: u64) -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     std::thread::spawn(move || {
@@ -311,52 +323,70 @@ fn start_resetting_server(resets: u64) -> SocketAddr {
             loop {
                 let (mut sock, _) = l.accept().await.unwrap();
                 n += 1;
-                if n <= resets {
-                    let mut tmp = [0u8; 1024];
-                    let _ = sock.read(&mut tmp).await;
-                    socket2::SockRef::from(&sock).set_linger(Some(Duration::ZERO)).unwrap();
-                    drop(sock);
-                } else {
+                if n > count {
                     tokio::spawn(serve_conn(sock, None, false, Arc::new(Seen::default())));
+                    continue;
                 }
+                let mut tmp = [0u8; 1024];
+                let _ = sock.read(&mut tmp).await;
+                let (part, reset): (&[u8], bool) = match how {
+                    Break::ResetBefore => (b"", true),
+                    Break::CloseBefore => (b"", false),
+                    Break::ResetMid => (b"HTTP/1.1 200 OK\r\nContent-Le", true),
+                    Break::CloseMid => (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789", false),
+                };
+                let _ = sock.write_all(part).await;
+                if reset {
+                    // Let the partial response reach the client before the RST.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    socket2::SockRef::from(&sock).set_linger(Some(Duration::ZERO)).unwrap();
+                }
+                drop(sock);
             }
         });
     });
     addr
 }
 
-/// `valid` means the statistics describe the server: a run in which every
-/// request is reset is invalid, and so is one where more than 1% of the
-/// requests sent failed without a response; up to 1% is a measured result.
+/// `valid` means the statistics describe the server. Refusals (reset or
+/// closed before any byte of a response) are a measured outcome, counted in
+/// `refused`: a run is invalid for them only when nothing succeeded. A
+/// response that broke off is not measured: more than 1% of them make the
+/// run invalid; up to 1% is a measured result.
 #[test]
-fn failures_without_response_invalidate_the_run() {
+fn refusals_are_measured_and_broken_responses_invalidate_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let lines: Vec<(f64, &str, u64)> = (0..100).map(|i| (i as f64 * 0.001, "/size/100", 100)).collect();
     let trace = write_trace(dir.path(), &lines);
-    let failed_reason = |s: &Summary| s.invalid_reasons.iter().any(|r| r.contains("failed without a response"));
+    let broke_off = |s: &Summary| s.invalid_reasons.iter().any(|r| r.contains("broke off"));
+    let nothing = |s: &Summary| s.invalid_reasons.iter().any(|r| r.contains("no request succeeded"));
 
-    // Every connection reset.
-    let out = dir.path().join("all");
-    let s = run(config(start_resetting_server(u64::MAX), &trace, &out)).unwrap();
-    assert_eq!((s.requests, s.failed, s.ok), (100, 100, 0));
-    assert_eq!(s.failures_by_reason.get("connection reset"), Some(&100), "{:?}", s.failures_by_reason);
-    assert!(!s.valid);
-    assert!(failed_reason(&s), "{:?}", s.invalid_reasons);
-    assert!(s.invalid_reasons.iter().any(|r| r.contains("no request succeeded")), "{:?}", s.invalid_reasons);
-
-    // 1 of 100 (one connection per request): at the limit, not a reason.
-    let out = dir.path().join("one");
-    let s = run(config(start_resetting_server(1), &trace, &out)).unwrap();
-    assert_eq!((s.failed, s.ok), (1, 99));
-    assert!(!failed_reason(&s), "{:?}", s.invalid_reasons);
-    assert!(!s.invalid_reasons.iter().any(|r| r.contains("no request succeeded")), "{:?}", s.invalid_reasons);
-
-    // 2 of 100: over it.
-    let out = dir.path().join("two");
-    let s = run(config(start_resetting_server(2), &trace, &out)).unwrap();
-    assert_eq!((s.failed, s.ok), (2, 98));
-    assert!(!s.valid);
-    assert!(failed_reason(&s) && s.invalid_reasons.iter().any(|r| r.contains("2 of 100")), "{:?}", s.invalid_reasons);
+    // (how, connections failed, reason, refusal?, valid?)
+    let cases = [
+        (Break::ResetBefore, u64::MAX, "connection reset", true, false),
+        (Break::ResetBefore, 30, "connection reset", true, true),
+        (Break::CloseBefore, 30, "closed before response", true, true),
+        (Break::ResetMid, 1, "connection reset mid-response", false, true),
+        (Break::ResetMid, 2, "connection reset mid-response", false, false),
+        (Break::CloseMid, 1, "closed mid-response", false, true),
+        (Break::CloseMid, 2, "closed mid-response", false, false),
+    ];
+    for (i, (how, count, reason, refusal, valid)) in cases.into_iter().enumerate() {
+        let out = dir.path().join(format!("case{i}"));
+        let s = run(config(start_breaking_server(how, count), &trace, &out)).unwrap();
+        let failed = count.min(100);
+        let ctx = format!("case {i} ({reason} ×{count}): {:?} {:?}", s.failures_by_reason, s.invalid_reasons);
+        assert_eq!((s.requests, s.failed, s.ok), (100, failed, 100 - failed), "{ctx}");
+        assert_eq!(s.failures_by_reason.get(reason), Some(&failed), "{ctx}");
+        assert_eq!(s.refused, if refusal { failed } else { 0 }, "{ctx}");
+        assert_eq!(s.valid, valid, "{ctx}");
+        assert_eq!(nothing(&s), failed == 100, "{ctx}");
+        assert_eq!(broke_off(&s), !refusal && failed > 1, "{ctx}");
+        if broke_off(&s) {
+            assert!(s.invalid_reasons.iter().any(|r| r.contains(&format!("{failed} of 100"))), "{ctx}");
+        }
+        assert_eq!(summary_json(&out)["refused"], s.refused, "{ctx}");
+    }
 }
 
 /// Every response an HTTP error (e.g. a wrong docroot): completed, but nothing

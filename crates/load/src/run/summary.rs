@@ -7,7 +7,7 @@ use super::config::Config;
 use super::dispatch::NOT_SENT_REASON;
 use super::spin::SpinStats;
 use super::sys::stopped;
-use super::worker::NO_LOCAL_PORT;
+use super::worker::{NO_LOCAL_PORT, REFUSALS};
 use super::LoadError;
 use crate::record::RequestOutcome;
 use crate::scale::offered_load;
@@ -18,12 +18,13 @@ use std::path::{Path, PathBuf};
 
 /// A run whose lateness p99 exceeds this is marked invalid.
 pub const LATENESS_P99_LIMIT_MS: f64 = 5.0;
-/// A run in which more than this share of the requests sent failed without a
-/// response (connection refused or reset, closed early, malformed response;
-/// not timeouts, aborts or HTTP errors, which are measured outcomes) is marked
+/// A run in which more than this share of the requests sent broke off
+/// (closed or reset mid-response, malformed response, an i/o error) is marked
 /// invalid: the response-time statistics cover completed requests only, and
-/// once more than 1% of them are missing for reasons other than slowness,
-/// even the p99 is not known (all of the missing ones could lie above it).
+/// once more than 1% of them are missing for reasons nobody measured, even
+/// the p99 is not known (all of the missing ones could lie above it).
+/// Refusals (see [`Summary::refused`]), timeouts, aborts and HTTP errors are
+/// measured outcomes, counted on their own, and do not count here.
 pub const MAX_FAILED_SHARE: f64 = 0.01;
 /// Failure reasons that are the generator's own fault (not the server's):
 /// any one of them makes the run invalid, like the in-flight limit.
@@ -50,6 +51,12 @@ pub struct Summary {
     pub ok: u64,
     pub http_error: u64,
     pub failed: u64,
+    /// Of `failed`: requests the server turned away before any byte of a
+    /// response (connection refused, reset, or closed before the response).
+    /// What an overloaded server does with the work it cannot take (full SYN
+    /// or accept queue, a half-open connection given up, a connection
+    /// limit): a measured outcome, like a timeout, not a fault of the run.
+    pub refused: u64,
     pub aborted: u64,
     pub timeout: u64,
     pub not_sent_in_flight_limit: u64,
@@ -84,8 +91,9 @@ pub struct Summary {
     /// at the in-flight limit or failed on the generator's side (no local
     /// port), no malformed trace record skipped, not interrupted, at least
     /// one request succeeded (2xx/3xx), and at most [`MAX_FAILED_SHARE`] of
-    /// the requests sent failed without a response. Timeouts, aborts and
-    /// HTTP errors are measured outcomes and do not make a run invalid.
+    /// the requests sent broke off mid-response or malformed. Refusals,
+    /// timeouts, aborts and HTTP errors are measured outcomes and do not
+    /// make a run invalid.
     pub valid: bool,
     /// Why not, one sentence each.
     pub invalid_reasons: Vec<String>,
@@ -207,12 +215,13 @@ fn invalid_reasons(cfg: &Config, c: &Collected, lateness_p99_ms: Option<f64>, sk
             c.rows
         ));
     }
-    // Rows refused at the in-flight limit are `failed` too, but counted above.
-    let failed_sent = get(RequestOutcome::Failed).saturating_sub(c.not_sent);
-    if sent > 0 && failed_sent as f64 > MAX_FAILED_SHARE * sent as f64 {
+    // Rows refused at the in-flight limit are `failed` too, but counted
+    // above; the server's refusals are a measured outcome.
+    let broken = get(RequestOutcome::Failed).saturating_sub(c.not_sent).saturating_sub(refused(&c.failures));
+    if sent > 0 && broken as f64 > MAX_FAILED_SHARE * sent as f64 {
         invalid.push(format!(
-            "{failed_sent} of {sent} requests sent ({:.1}%) failed without a response (more than {:.0}%): {}",
-            100.0 * failed_sent as f64 / sent as f64,
+            "{broken} of {sent} requests sent ({:.1}%) broke off without a complete response (more than {:.0}%): {}",
+            100.0 * broken as f64 / sent as f64,
             100.0 * MAX_FAILED_SHARE,
             failure_list(&c.failures)
         ));
@@ -253,6 +262,7 @@ pub(super) fn summarize(
         ok,
         http_error: get(RequestOutcome::HttpError),
         failed: get(RequestOutcome::Failed),
+        refused: refused(&c.failures),
         aborted: get(RequestOutcome::Aborted),
         timeout: get(RequestOutcome::Timeout),
         not_sent_in_flight_limit: c.not_sent,
@@ -309,10 +319,17 @@ pub(super) fn summarize(
     }
 }
 
-/// "connection refused ×3, connection reset ×1" (the in-flight limit's rows
-/// are reported on their own).
+/// Requests the server turned away before any byte of a response.
+fn refused(failures: &BTreeMap<String, u64>) -> u64 {
+    REFUSALS.iter().filter_map(|r| failures.get(*r)).sum()
+}
+
+/// "closed mid-response ×3, malformed response ×1": the failures that break
+/// a run (the in-flight limit's rows are reported on their own, refusals are
+/// measured outcomes).
 fn failure_list(failures: &BTreeMap<String, u64>) -> String {
-    let mut v: Vec<_> = failures.iter().filter(|(r, _)| r.as_str() != NOT_SENT_REASON).collect();
+    let mut v: Vec<_> =
+        failures.iter().filter(|(r, _)| r.as_str() != NOT_SENT_REASON && !REFUSALS.contains(&r.as_str())).collect();
     v.sort_by(|a, b| b.1.cmp(a.1));
     v.iter().map(|(r, n)| format!("{r} ×{n}")).collect::<Vec<_>>().join(", ")
 }

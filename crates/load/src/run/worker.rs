@@ -19,6 +19,14 @@ use std::time::{Duration, Instant};
 /// Failure reason of a connect that found no free local address or port: the
 /// generator's own fault, not the server's.
 pub(super) const NO_LOCAL_PORT: &str = "no local address/port available";
+/// Failure reasons of a request the server turned away before any byte of a
+/// response: a refused connect, a reset, or a close before the response. An
+/// overloaded server does this (full SYN or accept queue, a half-open
+/// connection given up, a connection limit); see [`super::summary::Summary::refused`].
+pub(super) const REFUSALS: &[&str] = &[CONNECTION_REFUSED, CONNECTION_RESET, CLOSED_BEFORE_RESPONSE];
+const CONNECTION_REFUSED: &str = "connection refused";
+const CONNECTION_RESET: &str = "connection reset";
+const CLOSED_BEFORE_RESPONSE: &str = "closed before response";
 /// Read buffers of closed connections kept per worker for reuse
 /// (× [`crate::http::READ_BUF_BYTES`] = 4 MiB).
 const SPARE_BUFS_PER_WORKER: usize = 256;
@@ -118,16 +126,19 @@ pub(super) fn secs(run_start: Instant, t: Instant) -> f64 {
     t.saturating_duration_since(run_start).as_secs_f64()
 }
 
-fn fail_reason(e: &HttpError) -> &'static str {
+/// Why a request failed; a reset after part of the response arrived is not a
+/// refusal but a broken response.
+fn fail_reason(e: &HttpError, prog: &Progress) -> &'static str {
     match e {
         HttpError::Io(io) => match io.kind() {
-            std::io::ErrorKind::ConnectionRefused => "connection refused",
-            std::io::ErrorKind::ConnectionReset => "connection reset",
+            std::io::ErrorKind::ConnectionRefused => CONNECTION_REFUSED,
+            std::io::ErrorKind::ConnectionReset if prog.wire_bytes == 0 => CONNECTION_RESET,
+            std::io::ErrorKind::ConnectionReset => "connection reset mid-response",
             std::io::ErrorKind::BrokenPipe => "broken pipe",
             std::io::ErrorKind::AddrNotAvailable => NO_LOCAL_PORT,
             _ => "i/o error",
         },
-        HttpError::ClosedBeforeResponse => "closed before response",
+        HttpError::ClosedBeforeResponse => CLOSED_BEFORE_RESPONSE,
         HttpError::ClosedMidResponse => "closed mid-response",
         HttpError::Malformed(_) => "malformed response",
         HttpError::HeadTooLarge => "response head too large",
@@ -250,7 +261,8 @@ impl Ctx {
                     break (outcome, prog, connected, resp.done, None, reusable);
                 }
                 Ok(Err(e)) => {
-                    break (RequestOutcome::Failed, prog, connected, Instant::now(), Some(fail_reason(&e)), None)
+                    let reason = fail_reason(&e, &prog);
+                    break (RequestOutcome::Failed, prog, connected, Instant::now(), Some(reason), None);
                 }
                 Err(_elapsed) => {
                     if self.p.abort_after.is_some() {
