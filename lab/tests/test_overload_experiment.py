@@ -305,7 +305,7 @@ def test_factors_experiment_runs_w1_under_table_2s_setups():
     exp = load_experiment(EXPERIMENTS / "overload-factors.toml")
     assert exp.client.load_schedules == ("w1",)
     s = {x.name: x.experiment for x in exp.setups}
-    assert set(s) == set("BCDEFGHIJ")
+    assert set(s) == set("BCDEFGHIJK")
     assert s["F"].uplink.initial_rto_ms == 500 and exp.uplink.initial_rto_ms == 0
     assert s["B"].wan.paths[0].rtt_ms == 100 and s["B"].wan.paths[0].loss == 0
     assert s["C"].wan.paths[0].loss == 0.05 and s["D"].wan.paths[0].rtt_ms == 100
@@ -315,7 +315,12 @@ def test_factors_experiment_runs_w1_under_table_2s_setups():
     j = s["J"]
     assert (j.wan.paths[0].rtt_ms, j.wan.paths[0].loss, j.client.requests_per_connection) == (100, 0.05, 5)
     assert (j.client.abort_after_s, j.client.retries) == (7, 3)
-    assert len(exp.matrix()) == 18
+    # K (ours): the baseline with the paper's Apache limit, nothing else changed.
+    k = s["K"]
+    assert (k.server.max_connections, k.server.at_max_connections) == (350, "wait")
+    assert (exp.server.max_connections, exp.server.at_max_connections) != (350, "wait")
+    assert k.wan is None and k.uplink == exp.uplink and k.client == exp.client
+    assert len(exp.matrix()) == 20
 
 
 def test_the_apache_variant_is_overload_persistent_with_the_papers_connection_limit():
