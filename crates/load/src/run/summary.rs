@@ -188,7 +188,13 @@ fn latencies(h: &Histogram<u64>, sum_us: f64) -> Latencies {
 
 /// Why the run does not describe the server under the load asked for, one
 /// sentence each (empty: valid); see [`Summary::valid`].
-fn invalid_reasons(cfg: &Config, c: &Collected, lateness_p99_ms: Option<f64>, skipped: u64) -> Vec<String> {
+fn invalid_reasons(
+    cfg: &Config,
+    c: &Collected,
+    lateness_p99_ms: Option<f64>,
+    skipped: u64,
+    refused: u64,
+) -> Vec<String> {
     let get = |o| c.by_outcome.get(&o).copied().unwrap_or(0);
     let sent = c.rows - c.not_sent;
     let mut invalid = Vec::new();
@@ -217,7 +223,7 @@ fn invalid_reasons(cfg: &Config, c: &Collected, lateness_p99_ms: Option<f64>, sk
     }
     // Rows refused at the in-flight limit are `failed` too, but counted
     // above; the server's refusals are a measured outcome.
-    let broken = get(RequestOutcome::Failed).saturating_sub(c.not_sent).saturating_sub(refused(&c.failures));
+    let broken = get(RequestOutcome::Failed).saturating_sub(c.not_sent).saturating_sub(refused);
     if sent > 0 && broken as f64 > MAX_FAILED_SHARE * sent as f64 {
         invalid.push(format!(
             "{broken} of {sent} requests sent ({:.1}%) broke off without a complete response (more than {:.0}%): {}",
@@ -251,7 +257,8 @@ pub(super) fn summarize(
     let send_span = c.first_start_s.map(|f| c.last_start_s - f).unwrap_or(0.0);
     let busy_span = c.first_start_s.map(|f| c.last_done_s - f).unwrap_or(0.0);
     let sent = c.rows - c.not_sent;
-    let invalid = invalid_reasons(cfg, &c, lateness_p99_ms, skipped);
+    let refused = refusals(&c.failures);
+    let invalid = invalid_reasons(cfg, &c, lateness_p99_ms, skipped, refused);
     let ok = get(RequestOutcome::Ok);
     let offered_bits = (send_span > 0.0).then(|| c.requested_bytes_sent as f64 * 8.0 / send_span);
     let load_schedule = cfg.load_schedule.as_ref().map(|s| s.summary(&c.by_phase, c.last_scheduled_s));
@@ -262,7 +269,7 @@ pub(super) fn summarize(
         ok,
         http_error: get(RequestOutcome::HttpError),
         failed: get(RequestOutcome::Failed),
-        refused: refused(&c.failures),
+        refused,
         aborted: get(RequestOutcome::Aborted),
         timeout: get(RequestOutcome::Timeout),
         not_sent_in_flight_limit: c.not_sent,
@@ -320,7 +327,7 @@ pub(super) fn summarize(
 }
 
 /// Requests the server turned away before any byte of a response.
-fn refused(failures: &BTreeMap<String, u64>) -> u64 {
+fn refusals(failures: &BTreeMap<String, u64>) -> u64 {
     REFUSALS.iter().filter_map(|r| failures.get(*r)).sum()
 }
 
