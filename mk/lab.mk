@@ -2,7 +2,7 @@
 APT_PACKAGES += python3-venv chromium
 LAB_EXP := lab/experiments
 
-.PHONY: demo lab-tocs lab-overload lab-report
+.PHONY: demo lab-tocs lab-tocs-kernel lab-overload lab-report
 
 # The main job: FAIR vs SRPT at loads 0.7 and 0.9 on a 10 Mbit/s uplink, a few minutes.
 demo: apt venv build ## the main job: FAIR vs SRPT on a shaped uplink, with a report (root, ~5 min)
@@ -10,10 +10,15 @@ demo: apt venv build ## the main job: FAIR vs SRPT on a shaped uplink, with a re
 	rm -rf results/demo
 	$(PY) -m shortfirst_lab run $(LAB_EXP)/demo.toml --out results/demo --bin $(BIN)
 
-# The full reproduction of Harchol-Balter 2003 Figs. 5, 6, 9 (about 2.3 hours).
-# LAB_SET="--set run.duration_s=150" shortens it; LAB_RESUME=--resume continues an interrupted run.
-lab-tocs: apt venv build ## Harchol-Balter 2003 Figs. 5, 6, 9 in full (~2.3 h; LAB_SET, LAB_RESUME)
+# The full reproduction of Harchol-Balter 2003 Figs. 5, 6, 9 (about 2.3 hours each): SRPT ordered
+# by the server's own scheduler (lab-tocs) or in the kernel's priority bands as in the paper
+# (lab-tocs-kernel). LAB_SET="--set run.duration_s=150" shortens it; LAB_RESUME=--resume
+# continues an interrupted run.
+lab-tocs: apt venv build ## Harchol-Balter 2003 Figs. 5, 6, 9, SRPT in user space (~2.3 h; LAB_SET, LAB_RESUME)
 	$(PY) -m shortfirst_lab run $(LAB_EXP)/tocs-lan.toml --out results/tocs-lan --bin $(BIN) $(LAB_SET) $(LAB_RESUME)
+
+lab-tocs-kernel: apt venv build ## the same with SRPT in the kernel's bands (~2.3 h; LAB_SET, LAB_RESUME)
+	$(PY) -m shortfirst_lab run $(LAB_EXP)/tocs-lan-kernel.toml --out results/tocs-lan-kernel --bin $(BIN) $(LAB_SET) $(LAB_RESUME)
 
 # Schroeder & Harchol-Balter 2006 (web servers under overload): W1-W10, Table 2's setups under W1,
 # persistent overload at rho 1.2 and 1.4, and 30 minutes at 1.4 for the server's memory (about

@@ -21,7 +21,7 @@ def _write(tmp_path: Path, text: str) -> Path:
     return p
 
 
-@pytest.mark.parametrize("name", ["demo.toml", "tocs-lan.toml"])
+@pytest.mark.parametrize("name", ["demo.toml", "tocs-lan.toml", "tocs-lan-kernel.toml"])
 def test_shipped_experiments_validate(name):
     exp = load_experiment(EXPERIMENTS / name)
     assert set(exp.policies) >= {"fair", "srpt"}
