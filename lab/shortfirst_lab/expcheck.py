@@ -175,10 +175,9 @@ def apply_override(doc: dict[str, Any], override: str, path: str | Path = "<over
 def experiment_from_dict(
     doc: dict[str, Any], path: str | Path = "<experiment>", text: str = ""
 ) -> Experiment:
-    """Validates a parsed experiment. Longer than ~80 lines on purpose: one section after another in
-    file order, each key read where its check is; helpers take the sections that repeat (groups,
-    paths).
-    """
+    """Validates a parsed experiment: one section after another in file order, each read by its
+    own function (`_experiment_head`, `_uplink`, ...) with each key read where its check is;
+    helpers take the sections that repeat (groups, paths)."""
     path = Path(path)
     for k in doc:
         if k not in _SECTIONS:
@@ -186,8 +185,40 @@ def experiment_from_dict(
     for required in ("experiment", "workload", "run"):
         if required not in doc:
             raise ExperimentError(path, required, "this section (it is required)")
+    head = _experiment_head(_Section(path, "experiment", doc["experiment"]))
+    uplink = _uplink(_Section(path, "uplink", doc.get("uplink", {})))
+    workload = _workload(_Section(path, "workload", doc["workload"]))
+    client = _client(_Section(path, "client", doc.get("client", {})))
+    wan = _wan(path, doc.get("wan"), client)
+    server = _server(_Section(path, "server", doc.get("server", {})))
+    timing = _run_timing(_Section(path, "run", doc["run"]), client)
+    cal = _Section(path, "calibration", doc.get("calibration", {}))
+    calibration = Calibration(
+        sizes=cal.int("sizes", 16, lo=2, hi=200), repeats=cal.int("repeats", 5, lo=1, hi=100)
+    )
+    cal.finish()
 
-    e = _Section(path, "experiment", doc["experiment"])
+    exp = Experiment(
+        **head,
+        uplink=uplink,
+        workload=workload,
+        client=client,
+        server=server,
+        run=timing,
+        calibration=calibration,
+        wan=wan,
+        source=text,
+    )
+    if "setups" in doc:
+        from .setups import parse_setups  # setups builds on this module
+
+        exp = replace(exp, setups=parse_setups(doc, path))
+    _check_schedulers(path, exp)
+    return exp
+
+
+def _experiment_head(e: _Section) -> dict[str, Any]:
+    """`[experiment]`: the `Experiment` fields it sets (name, arms or policies, loads, ...)."""
     name = e.str("name")
     if not _NAME_RE.match(name):
         raise e.err("name", "letters, digits, '_', '.' or '-' only", name)
@@ -213,8 +244,20 @@ def experiment_from_dict(
     elif not isinstance(bl, list) or len(set(bl)) != len(bl) or set(bl) - set(policies):
         raise e.err("baselines", f"a list of distinct policies of experiment.policies {policies}", bl)
     e.finish()
+    return {
+        "name": name,
+        "description": description,
+        "policies": tuple(policies),
+        "arms": arms,
+        "baselines": tuple(bl),
+        "loads": tuple(float(x) for x in loads),
+        "repeats": repeats,
+        "seed": seed,
+    }
 
-    u = _Section(path, "uplink", doc.get("uplink", {}))
+
+def _uplink(u: _Section) -> Uplink:
+    """`[uplink]`: the bottleneck link and the server host's TCP settings."""
     rate_raw = u.get("rate", "10mbit")
     try:
         rate = parse_rate(rate_raw)
@@ -244,8 +287,11 @@ def experiment_from_dict(
             uplink.congestion_control,
         )
     u.finish()
+    return uplink
 
-    w = _Section(path, "workload", doc["workload"])
+
+def _workload(w: _Section) -> Workload:
+    """`[workload]`: the file set and the request trace."""
     kind = w.str("kind")
     if not kind or any(c.isspace() for c in kind):
         raise w.err("kind", "a workload kind such as wc98like, surge, bpareto:A,MIN,MAX", kind)
@@ -256,8 +302,11 @@ def experiment_from_dict(
         seed=w.int("seed", 42, lo=0),
     )
     w.finish()
+    return workload
 
-    c = _Section(path, "client", doc.get("client", {}))
+
+def _client(c: _Section) -> Client:
+    """`[client]`: the load generator's model, groups, load schedules and patience."""
     model = c.str("model", "open")
     if not _MODEL_RE.match(model):
         raise c.err("model", "open, partly-open:K or closed:N[,think=DIST]", model)
@@ -266,7 +315,7 @@ def experiment_from_dict(
         model=model,
         clients=n_clients,
         timeout_s=c.float("timeout_s", 300.0, lo=0.0, lo_open=True),
-        groups=_groups(path, c.get("groups", []), n_clients),
+        groups=_groups(c.path, c.get("groups", []), n_clients),
         load_schedule=c.str("load_schedule", ""),
         load_schedules=specs_of(c, MAX_SCHEDULES),
         requests_per_connection=c.int("requests_per_connection", 1, lo=1, hi=10_000),
@@ -286,9 +335,11 @@ def experiment_from_dict(
             "retries", "0 unless client.abort_after_s > 0 (a retry follows a user abort)", client.retries
         )
     c.finish()
-    wan = _wan(path, doc.get("wan"), client)
+    return client
 
-    s = _Section(path, "server", doc.get("server", {}))
+
+def _server(s: _Section) -> Server:
+    """`[server]`: the `shortfirst serve` settings common to every arm."""
     cutoffs = s.str("cutoffs", "")
     if cutoffs not in ("", "auto") and not all(_CUTOFF_RE.match(x) for x in cutoffs.split(",")):
         raise s.err("cutoffs", '"" (policy default), "auto" or a list like "1K,2K,5K,20K,50K"', cutoffs)
@@ -308,15 +359,7 @@ def experiment_from_dict(
     fraction = s.float("pacer_rate_fraction", 0.0)
     if fraction != 0.0 and not 0.5 <= fraction <= 1.0:
         raise s.err("pacer_rate_fraction", "0 (the server's default) or a number in [0.5, 1]", fraction)
-    extra = s.get("extra_args", [])
-    if not isinstance(extra, list) or not all(isinstance(x, str) for x in extra):
-        raise s.err("extra_args", "a list of strings", extra)
-    for key, flag in (
-        ("max_connections", "--max-connections"),
-        ("at_max_connections", "--at-max-connections"),
-    ):
-        if key in s.table and any(a.split("=", 1)[0] == flag for a in extra):
-            raise s.err("extra_args", f"no {flag} beside server.{key} (the key sets it)", extra)
+    extra = _extra_args(s)
     server = Server(
         cutoffs=cutoffs,
         rrt_cutoffs=rrt_cutoffs,
@@ -330,8 +373,25 @@ def experiment_from_dict(
         pacer_rate_fraction=fraction,
     )
     s.finish()
+    return server
 
-    r = _Section(path, "run", doc["run"])
+
+def _extra_args(s: _Section) -> list[str]:
+    """`server.extra_args`: strings, none setting what a `[server]` key given beside them sets."""
+    extra = s.get("extra_args", [])
+    if not isinstance(extra, list) or not all(isinstance(x, str) for x in extra):
+        raise s.err("extra_args", "a list of strings", extra)
+    for key, flag in (
+        ("max_connections", "--max-connections"),
+        ("at_max_connections", "--at-max-connections"),
+    ):
+        if key in s.table and any(a.split("=", 1)[0] == flag for a in extra):
+            raise s.err("extra_args", f"no {flag} beside server.{key} (the key sets it)", extra)
+    return extra
+
+
+def _run_timing(r: _Section, client: Client) -> RunTiming:
+    """`[run]`: duration, warm-up and a drain timeout outlasting every request's patience."""
     duration = r.float("duration_s", lo=0.0, lo_open=True)
     warmup = r.float("warmup_s", 0.0, lo=0.0)
     if warmup >= duration:
@@ -357,37 +417,7 @@ def experiment_from_dict(
             "last attempt can end before the runner stops the generator",
             timing.drain_timeout_s,
         )
-
-    cal = _Section(path, "calibration", doc.get("calibration", {}))
-    calibration = Calibration(
-        sizes=cal.int("sizes", 16, lo=2, hi=200), repeats=cal.int("repeats", 5, lo=1, hi=100)
-    )
-    cal.finish()
-
-    exp = Experiment(
-        name=name,
-        description=description,
-        policies=tuple(policies),
-        arms=arms,
-        baselines=tuple(bl),
-        loads=tuple(float(x) for x in loads),
-        repeats=repeats,
-        seed=seed,
-        uplink=uplink,
-        workload=workload,
-        client=client,
-        server=server,
-        run=timing,
-        calibration=calibration,
-        wan=wan,
-        source=text,
-    )
-    if "setups" in doc:
-        from .setups import parse_setups  # setups builds on this module
-
-        exp = replace(exp, setups=parse_setups(doc, path))
-    _check_schedulers(path, exp)
-    return exp
+    return timing
 
 
 #: `serve` flags the runner sets per arm; in `server.extra_args` they would contradict the arm.
