@@ -537,10 +537,7 @@ def _f(x: Any, fmt: str = "{:.4f}") -> str:
 def render_html(
     summary: dict[str, Any], runs: list[RunData], extras: dict[str, Any], with_figures: bool = True
 ) -> str:
-    """The page from the summary. Longer than ~80 lines on purpose: it is the table columns and the
-    template's context, one flat list; cut in pieces, each table's header and its row builder would
-    sit apart.
-    """
+    """The page from the summary: each table's header sits beside its row builder below."""
     exp: Experiment = extras["exp"]
     # In a WAN path sweep the by-load figures show the sweep's LAN point only (pooling
     # paths at a load would mix them); the sweep has figures of its own.
@@ -551,138 +548,27 @@ def render_html(
         else []
     )
     figs = [(t, c, base64.b64encode(png).decode("ascii")) for t, c, png in made]
-    run_head = [
-        "policy",
-        "load",
-        "rep",
-        "mean RT (s)",
-        "p50",
-        "p90",
-        "p99",
-        "mean slowdown",
-        "throughput (B/s)",
-        "completed",
-        "failed",
-        "largest 1% RT",
-        "largest file RT",
-        "lateness p99 (ms)",
-        "valid",
-    ]
-    run_rows = []
-    for r in runs:
-        m = r.metrics
-        ci = m.get("mean_response_ci95_s")
-        mean = _f(m["mean_response_s"]) + (f" ± {ci:.4f}" if ci is not None else "")
-        sci = m.get("mean_slowdown_ci95")
-        sd = _f(m["mean_slowdown"], "{:.2f}") + (f" ± {sci:.2f}" if sci is not None else "")
-        run_rows.append(
-            {
-                "valid": m["valid"],
-                "cells": [
-                    r.arm,
-                    f"{r.load:.2f}" + (f" {r.path}" if r.path else ""),
-                    r.repeat,
-                    mean,
-                    _f(m["p50_response_s"]),
-                    _f(m["p90_response_s"]),
-                    _f(m["p99_response_s"]),
-                    sd,
-                    _f(m["throughput_bytes_per_s"], "{:.0f}"),
-                    m["completed"],
-                    m["failed"],
-                    _f(m["largest_1pct_mean_response_s"]),
-                    _f(m["largest_file_mean_response_s"]),
-                    _f(m["lateness_p99_ms"], "{:.2f}"),
-                    "yes" if m["valid"] else "NO",
-                ],
-            }
-        )
-    cmp_head = [
-        "load",
-        "rep",
-        "policy",
-        "baseline",
-        "mean RT ratio",
-        "mean slowdown ratio",
-        "throughput ratio",
-        "largest 1% ratio",
-        "fraction S>1",
-        "max S",
-        "largest file S",
-    ]
-    cmp_rows = [
-        [
-            f"{c['load']:.2f}" + (f" {c['path']}" if c.get("path") else ""),
-            c["repeat"],
-            c.get("arm", c["policy"]),
-            c["baseline"],
-            _f(c["mean_response_ratio"], "{:.2f}"),
-            _f(c["mean_slowdown_ratio"], "{:.2f}"),
-            _f(c["throughput_ratio"], "{:.3f}"),
-            _f(c["largest_1pct_ratio"], "{:.3f}"),
-            _f(c["fraction_starved"], "{:.4f}"),
-            _f(c["max_stretch"], "{:.2f}"),
-            _f(c.get("largest_file_stretch"), "{:.2f}"),
-        ]
-        for c in summary["comparisons"]
-    ]
-    health_head = [
-        "run",
-        "samples",
-        "open conns mean",
-        "open conns max",
-        "listen overflows",
-        "listen drops",
-        "server CPU (cores)",
-        *(f"TCP {k.split('.')[-1]}" for k in TCP_COUNTERS),
-    ]
-    health_rows = []
-    for r in runs:
-        h = r.metrics.get("health", {})
-        health_rows.append(
-            [
-                r.run,
-                h.get("samples", "—"),
-                _f(h.get("open_connections_mean"), "{:.1f}"),
-                h.get("open_connections_max", "—"),
-                h.get("listen_overflows", "—"),
-                h.get("listen_drops", "—"),
-                _f(h.get("server_cpu_fraction"), "{:.3f}"),
-                *(h.get(f"tcp_{k.split('.')[-1]}", "—") for k in TCP_COUNTERS),
-            ]
-        )
-    model_rows = []
-    for r in runs:
-        mod = r.metrics.get("models", {})
-        if any(mod.get(k) is not None for k in ("simulated_s", "analytic_s")):
-            fit = mod.get("wire") or {}
-            model_rows.append([r.run, _f(r.metrics["mean_response_s"]), _f(mod.get("simulated_s")),
-                               _f(mod.get("wire_simulated_s")), _f(fit.get("wire_over_payload"), "{:.3f}"),
-                               _f(mod.get("analytic_s")), mod.get("analytic_model", "—"),
-                               _f(mod.get("analytic_srpt_s"))])  # fmt: skip
+    run_rows = [_run_row(r) for r in runs]
+    cmp_rows = [_cmp_row(c) for c in summary["comparisons"]]
+    health_rows = [_health_row(r) for r in runs]
+    model_rows = _model_rows(runs)
     base: analysis.Baseline | None = extras["baseline"]
-    baseline_rows = []
-    if base is not None:
-        pred = base.line(base.sizes_bytes)
-        for s, n, med, p, res in zip(
-            base.sizes_bytes, base.samples, base.median_s, pred, base.residuals(), strict=True
-        ):
-            baseline_rows.append((s, n, f"{med * 1000:.2f}", f"{p * 1000:.2f}", f"{res:+.1%}"))
+    baseline_rows = _baseline_rows(base)
     prov = summary.get("provenance", {})
     return _TEMPLATE.render(
         name=exp.name,
         description=exp.description,
         missing=extras["missing"],
         baseline_note=extras["baseline_note"],
-        run_head=run_head,
+        run_head=_RUN_HEAD,
         run_rows=run_rows,
         warmup=exp.run.warmup_s,
-        cmp_head=cmp_head,
+        cmp_head=_CMP_HEAD,
         cmp_rows=cmp_rows,
         targets=target_rows(summary["comparisons"]),
         figs=figs,
         wan_tables=wanreport.tables(summary) + policycmp.tables(summary),
-        health_head=health_head,
+        health_head=_HEALTH_HEAD,
         health_rows=health_rows,
         model_rows=model_rows,
         baseline=base,
@@ -691,6 +577,140 @@ def render_html(
         provenance=[(k, json.dumps(v) if isinstance(v, dict | list) else v) for k, v in prov.items()],
         method=analysis.__doc__,
     )
+
+
+_RUN_HEAD = (
+    "policy",
+    "load",
+    "rep",
+    "mean RT (s)",
+    "p50",
+    "p90",
+    "p99",
+    "mean slowdown",
+    "throughput (B/s)",
+    "completed",
+    "failed",
+    "largest 1% RT",
+    "largest file RT",
+    "lateness p99 (ms)",
+    "valid",
+)
+
+
+def _run_row(r: RunData) -> dict[str, Any]:
+    """One row of the summary table (`_RUN_HEAD`) and whether the run is valid."""
+    m = r.metrics
+    ci = m.get("mean_response_ci95_s")
+    mean = _f(m["mean_response_s"]) + (f" ± {ci:.4f}" if ci is not None else "")
+    sci = m.get("mean_slowdown_ci95")
+    sd = _f(m["mean_slowdown"], "{:.2f}") + (f" ± {sci:.2f}" if sci is not None else "")
+    return {
+        "valid": m["valid"],
+        "cells": [
+            r.arm,
+            f"{r.load:.2f}" + (f" {r.path}" if r.path else ""),
+            r.repeat,
+            mean,
+            _f(m["p50_response_s"]),
+            _f(m["p90_response_s"]),
+            _f(m["p99_response_s"]),
+            sd,
+            _f(m["throughput_bytes_per_s"], "{:.0f}"),
+            m["completed"],
+            m["failed"],
+            _f(m["largest_1pct_mean_response_s"]),
+            _f(m["largest_file_mean_response_s"]),
+            _f(m["lateness_p99_ms"], "{:.2f}"),
+            "yes" if m["valid"] else "NO",
+        ],
+    }
+
+
+_CMP_HEAD = (
+    "load",
+    "rep",
+    "policy",
+    "baseline",
+    "mean RT ratio",
+    "mean slowdown ratio",
+    "throughput ratio",
+    "largest 1% ratio",
+    "fraction S>1",
+    "max S",
+    "largest file S",
+)
+
+
+def _cmp_row(c: dict[str, Any]) -> list[Any]:
+    """One row of the policy-against-baseline table (`_CMP_HEAD`)."""
+    return [
+        f"{c['load']:.2f}" + (f" {c['path']}" if c.get("path") else ""),
+        c["repeat"],
+        c.get("arm", c["policy"]),
+        c["baseline"],
+        _f(c["mean_response_ratio"], "{:.2f}"),
+        _f(c["mean_slowdown_ratio"], "{:.2f}"),
+        _f(c["throughput_ratio"], "{:.3f}"),
+        _f(c["largest_1pct_ratio"], "{:.3f}"),
+        _f(c["fraction_starved"], "{:.4f}"),
+        _f(c["max_stretch"], "{:.2f}"),
+        _f(c.get("largest_file_stretch"), "{:.2f}"),
+    ]
+
+
+_HEALTH_HEAD = (
+    "run",
+    "samples",
+    "open conns mean",
+    "open conns max",
+    "listen overflows",
+    "listen drops",
+    "server CPU (cores)",
+    *(f"TCP {k.split('.')[-1]}" for k in TCP_COUNTERS),
+)
+
+
+def _health_row(r: RunData) -> list[Any]:
+    """One row of the server health table (`_HEALTH_HEAD`)."""
+    h = r.metrics.get("health", {})
+    return [
+        r.run,
+        h.get("samples", "—"),
+        _f(h.get("open_connections_mean"), "{:.1f}"),
+        h.get("open_connections_max", "—"),
+        h.get("listen_overflows", "—"),
+        h.get("listen_drops", "—"),
+        _f(h.get("server_cpu_fraction"), "{:.3f}"),
+        *(h.get(f"tcp_{k.split('.')[-1]}", "—") for k in TCP_COUNTERS),
+    ]
+
+
+def _model_rows(runs: list[RunData]) -> list[list[Any]]:
+    """The measured-vs-models table's rows: the runs with a simulated or analytic mean."""
+    rows = []
+    for r in runs:
+        mod = r.metrics.get("models", {})
+        if any(mod.get(k) is not None for k in ("simulated_s", "analytic_s")):
+            fit = mod.get("wire") or {}
+            rows.append([r.run, _f(r.metrics["mean_response_s"]), _f(mod.get("simulated_s")),
+                         _f(mod.get("wire_simulated_s")), _f(fit.get("wire_over_payload"), "{:.3f}"),
+                         _f(mod.get("analytic_s")), mod.get("analytic_model", "—"),
+                         _f(mod.get("analytic_srpt_s"))])  # fmt: skip
+    return rows
+
+
+def _baseline_rows(base: analysis.Baseline | None) -> list[tuple[Any, ...]]:
+    """The calibration table's rows: size, fetches, median, line and residual per size."""
+    if base is None:
+        return []
+    pred = base.line(base.sizes_bytes)
+    return [
+        (s, n, f"{med * 1000:.2f}", f"{p * 1000:.2f}", f"{res:+.1%}")
+        for s, n, med, p, res in zip(
+            base.sizes_bytes, base.samples, base.median_s, pred, base.residuals(), strict=True
+        )
+    ]
 
 
 def build(out: str | Path, with_figures: bool = True) -> dict[str, Any]:
