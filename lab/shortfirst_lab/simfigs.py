@@ -218,9 +218,6 @@ def figure7(
     mean; the bounded Pareto as in their analysis: maximum 10^10) from the formulas and from
     ``shortfirst sim``; Fig. 8 (alpha from 0.5 to 1.9, mean 3000) from the formulas.
     Writes fig7.png, fig7-sim-vs-theory.png, fig8.png and fig7.json into ``out_dir``.
-
-    Longer than ~80 lines on purpose: three figures from one simulation sweep, drawn where the data
-    is computed.
     """
     import matplotlib
 
@@ -265,30 +262,46 @@ def figure7(
             label=f"{name}: simulator",
         )
         ax2.plot(th_buckets[sim["bucket"]], sim["mean_slowdown"], "o", ms=3, color=color, label=name)
-        top5 = sim["pct_lo"] >= 0.95
-        numbers["distributions"][name] = {
-            "dist": repr(dist),
-            "theory_max_slowdown_pct_0_to_99": float(
-                slowdown_by_percentile(q, "srpt", np.linspace(0.001, 0.99, 991)).max()
-            ),
-            "theory_max_bucket_slowdown": float(th_buckets.max()),
-            "theory_min_bucket_slowdown_top5pct": float(th_buckets[190:].min()),
-            "theory_slowdown_at_95th_percentile": float(slowdown_by_percentile(q, "srpt", [0.95])[0]),
-            "theory_slowdown_at_99th_percentile": float(slowdown_by_percentile(q, "srpt", [0.99])[0]),
-            "sim_max_bucket_slowdown": float(sim["mean_slowdown"].max()),
-            "sim_min_bucket_slowdown_top5pct": float(sim.loc[top5, "mean_slowdown"].min()),
-            "sim_mean_slowdown": summary["mean_slowdown"],
-            "theory_mean_slowdown": q.mean_slowdown("srpt"),
-            "sim_offered_load": summary["offered_load"],
-            "max_abs_relative_bucket_error": float(
-                np.max(np.abs(sim["mean_slowdown"].to_numpy() / th_buckets[sim["bucket"]] - 1))
-            ),
-            "buckets": {
-                "pct_hi": sim["pct_hi"].round(4).tolist(),
-                "sim": sim["mean_slowdown"].round(5).tolist(),
-                "theory": th_buckets[sim["bucket"]].round(5).tolist(),
-            },
-        }
+        numbers["distributions"][name] = _fig7_numbers(dist, q, th_buckets, sim, summary)
+    _save_fig7(fig, ax, out / "fig7.png", rho, mean_bytes)
+    _save_sim_vs_theory(fig2, ax2, out / "fig7-sim-vs-theory.png")
+    plt.close(fig)
+    plt.close(fig2)
+    numbers["figure8"] = _figure8(out / "fig8.png", fine, rho, mean_bytes)
+    (out / "fig7.json").write_text(json.dumps(numbers, indent=1))
+    return numbers
+
+
+def _fig7_numbers(dist: SizeDist, q: Queue, th_buckets: np.ndarray, sim: pd.DataFrame, summary: dict) -> dict:
+    """fig7.json's numbers for one distribution: the formulas' and the simulator's slowdowns."""
+    top5 = sim["pct_lo"] >= 0.95
+    return {
+        "dist": repr(dist),
+        "theory_max_slowdown_pct_0_to_99": float(
+            slowdown_by_percentile(q, "srpt", np.linspace(0.001, 0.99, 991)).max()
+        ),
+        "theory_max_bucket_slowdown": float(th_buckets.max()),
+        "theory_min_bucket_slowdown_top5pct": float(th_buckets[190:].min()),
+        "theory_slowdown_at_95th_percentile": float(slowdown_by_percentile(q, "srpt", [0.95])[0]),
+        "theory_slowdown_at_99th_percentile": float(slowdown_by_percentile(q, "srpt", [0.99])[0]),
+        "sim_max_bucket_slowdown": float(sim["mean_slowdown"].max()),
+        "sim_min_bucket_slowdown_top5pct": float(sim.loc[top5, "mean_slowdown"].min()),
+        "sim_mean_slowdown": summary["mean_slowdown"],
+        "theory_mean_slowdown": q.mean_slowdown("srpt"),
+        "sim_offered_load": summary["offered_load"],
+        "max_abs_relative_bucket_error": float(
+            np.max(np.abs(sim["mean_slowdown"].to_numpy() / th_buckets[sim["bucket"]] - 1))
+        ),
+        "buckets": {
+            "pct_hi": sim["pct_hi"].round(4).tolist(),
+            "sim": sim["mean_slowdown"].round(5).tolist(),
+            "theory": th_buckets[sim["bucket"]].round(5).tolist(),
+        },
+    }
+
+
+def _save_fig7(fig, ax, path: Path, rho: float, mean_bytes: float) -> None:
+    """Labels Fig. 7 (slowdown per size percentile, formula and simulator) and writes it."""
     ax.set_xlabel("percentile of job size distribution")
     ax.set_ylabel("mean slowdown under SRPT")
     ax.set_title(f"Crovella et al. Fig. 7 — M/G/1 SRPT, load {rho}, mean size {mean_bytes:g} B")
@@ -296,33 +309,39 @@ def figure7(
     ax.set_ylim(0.8, None)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "fig7.png", dpi=150)
-    lim = max(ax2.get_xlim()[1], ax2.get_ylim()[1])
-    ax2.plot([1, lim], [1, lim], color="grey", lw=0.7)
-    ax2.set_xscale("log")
-    ax2.set_yscale("log")
-    ax2.set_xlabel("formula (mean slowdown of the 0.5% bucket)")
-    ax2.set_ylabel("simulator")
-    ax2.set_title("simulated vs analytic, SRPT load 0.9")
-    ax2.legend(fontsize=8)
-    fig2.tight_layout()
-    fig2.savefig(out / "fig7-sim-vs-theory.png", dpi=150)
-    plt.close(fig)
-    plt.close(fig2)
+    fig.savefig(path, dpi=150)
 
-    fig3, ax3 = plt.subplots(figsize=(7, 4.5))
-    numbers["figure8"] = {}
+
+def _save_sim_vs_theory(fig, ax, path: Path) -> None:
+    """Labels the simulator-against-formula scatter (log-log, with the diagonal) and writes it."""
+    lim = max(ax.get_xlim()[1], ax.get_ylim()[1])
+    ax.plot([1, lim], [1, lim], color="grey", lw=0.7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("formula (mean slowdown of the 0.5% bucket)")
+    ax.set_ylabel("simulator")
+    ax.set_title("simulated vs analytic, SRPT load 0.9")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+
+
+def _figure8(path: Path, fine: np.ndarray, rho: float, mean_bytes: float) -> dict:
+    """Crovella Fig. 8 from the formulas, written to ``path``; each alpha's largest slowdown."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    numbers = {}
     for alpha in (0.5, 0.7, 0.9, 1.1, 1.3, 1.5, 1.7, 1.9):
         q = Queue(BoundedPareto.with_mean_and_max(alpha, mean_bytes, 1e10), rho)
         s = slowdown_by_percentile(q, "srpt", fine)
-        ax3.plot(fine * 100, s, label=f"α = {alpha}")
-        numbers["figure8"][str(alpha)] = {"max_slowdown_pct_to_99_95": float(s.max())}
-    ax3.set_xlabel("percentile of job size distribution")
-    ax3.set_ylabel("mean slowdown under SRPT")
-    ax3.set_title(f"Crovella et al. Fig. 8 — bounded Pareto (max 10^10), mean {mean_bytes:g} B, load {rho}")
-    ax3.legend(fontsize=8, ncol=2)
-    fig3.tight_layout()
-    fig3.savefig(out / "fig8.png", dpi=150)
-    plt.close(fig3)
-    (out / "fig7.json").write_text(json.dumps(numbers, indent=1))
+        ax.plot(fine * 100, s, label=f"α = {alpha}")
+        numbers[str(alpha)] = {"max_slowdown_pct_to_99_95": float(s.max())}
+    ax.set_xlabel("percentile of job size distribution")
+    ax.set_ylabel("mean slowdown under SRPT")
+    ax.set_title(f"Crovella et al. Fig. 8 — bounded Pareto (max 10^10), mean {mean_bytes:g} B, load {rho}")
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
     return numbers
