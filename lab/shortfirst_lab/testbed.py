@@ -244,6 +244,58 @@ def _resolve_binary(path: str | Path) -> Path:
     raise TestbedError(f"shortfirst binary {str(path)!r} not found (tried {tried}): make build")
 
 
+def _check_link_args(
+    run_id: str, n_clients: int, data_bands: int, mtu: int, accept_queue: int, queue_packets: int, shaper: str
+) -> None:
+    """`Testbed`'s run id, namespace count and uplink settings; a bad one raises ValueError."""
+    if not RUN_ID_RE.match(run_id):
+        raise ValueError(f"run_id {run_id!r}: expected 1 to 6 characters of [a-z0-9] (see new_run_id())")
+    if not 1 <= n_clients <= MAX_CLIENTS:
+        raise ValueError(f"n_clients {n_clients}: expected 1..={MAX_CLIENTS}")
+    if not 1 <= data_bands <= 7:
+        raise ValueError(f"data_bands {data_bands}: expected 1..=7")
+    if not 576 <= mtu <= 9000:
+        raise ValueError(f"mtu {mtu}: expected 576..=9000")
+    if not 1 <= accept_queue <= 65535:
+        raise ValueError(f"accept_queue {accept_queue}: expected 1..=65535")
+    if not 1 <= queue_packets <= 100_000:
+        raise ValueError(f"queue_packets {queue_packets}: expected 1..=100000")
+    if shaper not in SHAPERS:
+        raise ValueError(f"shaper {shaper!r}: expected one of {', '.join(SHAPERS)}")
+
+
+def _check_tcp_args(initial_cwnd: int | None, congestion_control: str | None) -> None:
+    """`Testbed`'s server TCP settings; a bad one raises ValueError."""
+    if initial_cwnd is not None and not 1 <= initial_cwnd <= 100:
+        raise ValueError(f"initial_cwnd {initial_cwnd}: expected 1..=100 segments")
+    if congestion_control is not None and not re.fullmatch(r"[a-z0-9_]{1,16}", congestion_control):
+        raise ValueError(f"congestion_control {congestion_control!r}: expected a name such as reno")
+
+
+def _check_wan_args(groups: list[GroupPath] | None, n_clients: int, netem_dir: Path | None) -> None:
+    """A WAN testbed's groups: 1 to 200 of them, one client namespace, a netem directory."""
+    if groups is not None and not 1 <= len(groups) <= 200:
+        raise ValueError(f"groups: expected 1..=200, got {len(groups)}")
+    if groups is not None and (n_clients != 1 or netem_dir is None):
+        raise ValueError("a WAN testbed has one client namespace and needs netem_dir")
+
+
+def _check_sysctls(what: str, table: dict[str, int] | None) -> None:
+    """Extra namespace sysctls: ``net.<name>`` keys with integer values, else ValueError."""
+    for key, value in (table or {}).items():
+        if not _SYSCTL_RE.fullmatch(key) or isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{what}: {key}={value!r}: expected net.<name>=<integer>")
+
+
+def _check_host() -> None:
+    """The testbed needs root and the iproute2 and ethtool commands."""
+    if os.geteuid() != 0:
+        raise PermissionError("the testbed needs root (network namespaces, tc)")
+    for tool in ("ip", "tc", "ethtool"):
+        if shutil.which(tool) is None:
+            raise TestbedError(f"`{tool}` not found: install iproute2 and ethtool (make apt)")
+
+
 class Testbed:
     """A server namespace behind a shaped uplink and ``n_clients`` client namespaces.
 
@@ -293,41 +345,15 @@ class Testbed:
         client_cpus: frozenset[int] | None = None,
     ) -> None:
         """Checks every argument before anything is built (a bad one raises ValueError naming it), then
-        builds under the run's lock. Longer than ~80 lines for the list of checks, one per argument.
-        """
-        if not RUN_ID_RE.match(run_id):
-            raise ValueError(f"run_id {run_id!r}: expected 1 to 6 characters of [a-z0-9] (see new_run_id())")
-        if not 1 <= n_clients <= MAX_CLIENTS:
-            raise ValueError(f"n_clients {n_clients}: expected 1..={MAX_CLIENTS}")
-        if not 1 <= data_bands <= 7:
-            raise ValueError(f"data_bands {data_bands}: expected 1..=7")
-        if not 576 <= mtu <= 9000:
-            raise ValueError(f"mtu {mtu}: expected 576..=9000")
-        if not 1 <= accept_queue <= 65535:
-            raise ValueError(f"accept_queue {accept_queue}: expected 1..=65535")
-        if not 1 <= queue_packets <= 100_000:
-            raise ValueError(f"queue_packets {queue_packets}: expected 1..=100000")
-        if shaper not in SHAPERS:
-            raise ValueError(f"shaper {shaper!r}: expected one of {', '.join(SHAPERS)}")
-        if initial_cwnd is not None and not 1 <= initial_cwnd <= 100:
-            raise ValueError(f"initial_cwnd {initial_cwnd}: expected 1..=100 segments")
-        if congestion_control is not None and not re.fullmatch(r"[a-z0-9_]{1,16}", congestion_control):
-            raise ValueError(f"congestion_control {congestion_control!r}: expected a name such as reno")
-        if groups is not None and not 1 <= len(groups) <= 200:
-            raise ValueError(f"groups: expected 1..=200, got {len(groups)}")
-        if groups is not None and (n_clients != 1 or netem_dir is None):
-            raise ValueError("a WAN testbed has one client namespace and needs netem_dir")
-        for what, table in (("server_sysctls", server_sysctls), ("client_sysctls", client_sysctls)):
-            for key, value in (table or {}).items():
-                if not _SYSCTL_RE.fullmatch(key) or isinstance(value, bool) or not isinstance(value, int):
-                    raise ValueError(f"{what}: {key}={value!r}: expected net.<name>=<integer>")
+        builds under the run's lock."""
+        _check_link_args(run_id, n_clients, data_bands, mtu, accept_queue, queue_packets, shaper)
+        _check_tcp_args(initial_cwnd, congestion_control)
+        _check_wan_args(groups, n_clients, netem_dir)
+        _check_sysctls("server_sysctls", server_sysctls)
+        _check_sysctls("client_sysctls", client_sysctls)
         server_cpus = checked_cpus("server_cpus", server_cpus)
         client_cpus = checked_cpus("client_cpus", client_cpus)
-        if os.geteuid() != 0:
-            raise PermissionError("the testbed needs root (network namespaces, tc)")
-        for tool in ("ip", "tc", "ethtool"):
-            if shutil.which(tool) is None:
-                raise TestbedError(f"`{tool}` not found: install iproute2 and ethtool (make apt)")
+        _check_host()
         self.run_id = run_id
         self.rate_bits_per_s = int(rate_bits_per_s)
         self.data_bands = data_bands
@@ -348,18 +374,7 @@ class Testbed:
         self.client_sysctls = dict(client_sysctls or {})
         self.emulator = None
         self._admin_pool: ThreadPoolExecutor | None = None
-        self.tun = f"{PREFIX}{run_id}-t"
-        self.server_ns, self.switch_ns, self.client_ns = _ns_names(PREFIX, run_id, n_clients)
-        base = f"{PREFIX}{run_id}"
-        self.server_dev = f"{base}-s"
-        self.client_devs = [f"{base}-c{i}" for i in range(n_clients)]
-        self.server_addr = f"{SUBNET_PREFIX}{SERVER_HOST}"
-        self.client_addrs = [f"{SUBNET_PREFIX}{CLIENT_HOST_BASE + i}" for i in range(n_clients)]
-        #: Per group name, the client namespace's address of that group (WAN mode).
-        self.group_addrs: dict[str, str] = {}
-        if self.groups is not None:
-            self.group_addrs = {g.name: _group_host(i, 2) for i, g in enumerate(self.groups)}
-            self.client_addrs = [self.group_addrs[self.groups[0].name]]
+        self._name_links()
         self._procs: list[subprocess.Popen] = []
         # A command prefix for what server_popen / client_popen start, before `ip netns exec`
         # (synrto.InitialRto.prefix: into a cgroup); empty: none.
@@ -380,6 +395,22 @@ class Testbed:
         except BaseException:
             self.close()
             raise
+
+    def _name_links(self) -> None:
+        """The run's namespace, interface and TUN names and the addresses (see the module docstring)."""
+        run_id, n_clients = self.run_id, self.n_clients
+        self.tun = f"{PREFIX}{run_id}-t"
+        self.server_ns, self.switch_ns, self.client_ns = _ns_names(PREFIX, run_id, n_clients)
+        base = f"{PREFIX}{run_id}"
+        self.server_dev = f"{base}-s"
+        self.client_devs = [f"{base}-c{i}" for i in range(n_clients)]
+        self.server_addr = f"{SUBNET_PREFIX}{SERVER_HOST}"
+        self.client_addrs = [f"{SUBNET_PREFIX}{CLIENT_HOST_BASE + i}" for i in range(n_clients)]
+        #: Per group name, the client namespace's address of that group (WAN mode).
+        self.group_addrs: dict[str, str] = {}
+        if self.groups is not None:
+            self.group_addrs = {g.name: _group_host(i, 2) for i, g in enumerate(self.groups)}
+            self.client_addrs = [self.group_addrs[self.groups[0].name]]
 
     # -- building -----------------------------------------------------------
 
