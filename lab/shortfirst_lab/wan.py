@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shortfirst_lab import testbed
-from shortfirst_lab.testbed import TestbedError, _delete_netns, _list_netns, _lock_path, _run, _try_lock
+from shortfirst_lab.netns import TestbedError, _delete_netns, _list_netns, _lock_path, _run, _try_lock
 
 #: Routing table the emulator namespace sends forwarded packets to.
 EMU_TABLE = 100
