@@ -47,6 +47,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +163,16 @@ def check_trace_covers(exp: Experiment, trace: Path) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- one run
+
+
+@dataclass
+class _LiveRun:
+    """What a run has started so far (`Runner._drive`), for `Runner._collect` to stop and read."""
+
+    sampler: HealthSampler | None = None
+    gen: subprocess.Popen | None = None
+    tcp_before: dict[str, int] = field(default_factory=dict)
+    rtts: dict[str, Any] = field(default_factory=dict)
 
 
 class Runner:
@@ -357,9 +368,9 @@ class Runner:
         """One server + one generator on a fresh testbed (a WAN one when ``groups`` are
         given: see wanrun; shaped for ``scheduler``); returns the run record.
 
-        Longer than ~80 lines on purpose: one run's lifecycle in order (set-up, start, watch,
-        collect, tear down); split, the order of the collection steps in the ``finally`` would no
-        longer be visible in one place.
+        One run's lifecycle in order: set up (`_prepare`), start the server, watch (`_drive`),
+        then collect and stop whatever started, in the order `_collect` gives, however the run
+        ended.
         """
         rec: dict[str, Any] = {"started_utc": utc_now(), "policy": policy}
         t_wall = time.monotonic()
@@ -370,85 +381,127 @@ class Runner:
             open(rdir / "server.log", "w") as slog,
             open(rdir / "load.log", "w") as llog,
         ):
-            rec["testbed"] = {
-                "run_id": tb.run_id,
-                "server_ns": tb.server_ns,
-                "client_ns": list(tb.client_ns),
-                "server_addr": tb.server_addr,
-                "client_addrs": list(tb.client_addrs),
-                "server_dev": tb.server_dev,
-            }
-            if self.exp.uplink.rto_min_ms:
-                rec["route_commands"] = self.set_rto_min(tb, self.exp.uplink.rto_min_ms)
-            if rto is not None:  # the server and the generator start in its cgroup
-                tb.launch_prefix = rto.prefix()
-                rec["initial_rto"] = rto.record()
-            s_argv = self.server_argv(tb, policy, scheduler)
-            if groups:
-                wanrun.write_source_addrs(rdir / "source_addrs.csv", groups, tb.group_addrs)
-                load_args = [*load_args, "--source-addrs", f"file:{rdir / 'source_addrs.csv'}"]
-            l_argv = load_argv(
-                self.bin, f"http://{tb.server_addr}:{self.exp.server.port}", out=rdir, extra=load_args
-            )
-            _write_commands(
-                rdir / "commands.txt",
-                [s_argv, l_argv],
-                f"server in {tb.server_ns}, load generator in {tb.client_ns[0]}",
-            )
+            s_argv, l_argv = self._prepare(tb, rto, rdir, policy, scheduler, load_args, groups, rec)
             srv = tb.server_popen(s_argv, stdout=slog, stderr=subprocess.STDOUT)
-            gen = None
-            sampler = None
-            rtts: dict[str, Any] = {}
+            live = _LiveRun()
             try:
-                self.wait_listening(tb, srv, rdir / "server.log")
-                if groups:
-                    rtts = wanrun.measure_rtts(tb, self.exp.server.port)
-                tcp_before = self.tcp_counters(tb)
-                t0 = time.monotonic()
-                sampler = HealthSampler(self.health_probe(tb), t0)
-                sampler.start()
-                gen = tb.client_popen(l_argv, stdout=llog, stderr=subprocess.STDOUT)
-                deadline = t0 + wait_s
-                while gen.poll() is None and time.monotonic() < deadline:
-                    time.sleep(1.0)
-                    if srv.poll() is not None:
-                        break
-                    if on_tick:
-                        on_tick(time.monotonic() - t0, sampler)
-                if gen.poll() is None:
-                    why = "server exited" if srv.poll() is not None else f"did not finish within {wait_s:g} s"
-                    self.stop(gen, 10)
-                    rec["status"] = f"failed: load generator {why}"
-                elif gen.returncode != 0:
-                    rec["status"] = f"failed: load generator exited with {gen.returncode} (see load.log)"
-                elif srv.poll() is not None:
-                    rec["status"] = (
-                        f"failed: server exited with {srv.returncode} during the run (see server.log)"
-                    )
-                else:
-                    rec["status"] = "ok"
+                rec["status"] = self._drive(tb, srv, l_argv, llog, rdir, wait_s, on_tick, groups, live)
             except RunnerError as e:
                 rec["status"] = f"failed: {e}"
             finally:
-                if sampler is not None:
-                    sampler.stop()
-                    sampler.write(rdir / "health.csv")
-                    rec["health_errors"] = sampler.errors
-                if gen is not None:
-                    rec["load_rc"] = self.stop(gen, 10)
-                    write_json(rdir / "tcp_counters.json", counter_delta(tcp_before, self.tcp_counters(tb)))
-                try:
-                    write_json(rdir / "uplink.json", tb.uplink_stats())
-                except Exception as e:  # noqa: BLE001 - recorded, the run's logs are still useful
-                    rec["uplink_stats_error"] = f"{type(e).__name__}: {e}"
-                if srv.poll() is None:
-                    write_atomic(rdir / "server_metrics.txt", self.scrape_metrics(tb))
-                rec["server_rc"] = self.stop(srv)
-                if groups:
-                    self.finish_wan(tb, rdir, groups, rtts, rec)
+                self._collect(tb, srv, rdir, groups, rec, live)
         rec["finished_utc"] = utc_now()
         rec["wall_s"] = round(time.monotonic() - t_wall, 3)
         return rec
+
+    def _prepare(
+        self,
+        tb: Any,
+        rto: synrto.InitialRto | None,
+        rdir: Path,
+        policy: str,
+        scheduler: str,
+        load_args: list[str],
+        groups: list[tuple[Any, list[int]]] | None,
+        rec: dict[str, Any],
+    ) -> tuple[list[str], list[str]]:
+        """Records the testbed, sets its routes' rto_min and the launch cgroup, and writes
+        commands.txt; returns the server's and the generator's argv."""
+        rec["testbed"] = {
+            "run_id": tb.run_id,
+            "server_ns": tb.server_ns,
+            "client_ns": list(tb.client_ns),
+            "server_addr": tb.server_addr,
+            "client_addrs": list(tb.client_addrs),
+            "server_dev": tb.server_dev,
+        }
+        if self.exp.uplink.rto_min_ms:
+            rec["route_commands"] = self.set_rto_min(tb, self.exp.uplink.rto_min_ms)
+        if rto is not None:  # the server and the generator start in its cgroup
+            tb.launch_prefix = rto.prefix()
+            rec["initial_rto"] = rto.record()
+        s_argv = self.server_argv(tb, policy, scheduler)
+        if groups:
+            wanrun.write_source_addrs(rdir / "source_addrs.csv", groups, tb.group_addrs)
+            load_args = [*load_args, "--source-addrs", f"file:{rdir / 'source_addrs.csv'}"]
+        l_argv = load_argv(
+            self.bin, f"http://{tb.server_addr}:{self.exp.server.port}", out=rdir, extra=load_args
+        )
+        _write_commands(
+            rdir / "commands.txt",
+            [s_argv, l_argv],
+            f"server in {tb.server_ns}, load generator in {tb.client_ns[0]}",
+        )
+        return s_argv, l_argv
+
+    def _drive(
+        self,
+        tb: Any,
+        srv: subprocess.Popen,
+        l_argv: list[str],
+        llog: Any,
+        rdir: Path,
+        wait_s: float,
+        on_tick: Callable[[float, HealthSampler], None] | None,
+        groups: list[tuple[Any, list[int]]] | None,
+        live: _LiveRun,
+    ) -> str:
+        """Waits for the server, starts the sampler and the generator (kept in ``live``) and
+        watches them until the generator ends, the server exits or ``wait_s`` passes; returns
+        the run's status."""
+        self.wait_listening(tb, srv, rdir / "server.log")
+        if groups:
+            live.rtts = wanrun.measure_rtts(tb, self.exp.server.port)
+        live.tcp_before = self.tcp_counters(tb)
+        t0 = time.monotonic()
+        live.sampler = HealthSampler(self.health_probe(tb), t0)
+        live.sampler.start()
+        live.gen = gen = tb.client_popen(l_argv, stdout=llog, stderr=subprocess.STDOUT)
+        deadline = t0 + wait_s
+        while gen.poll() is None and time.monotonic() < deadline:
+            time.sleep(1.0)
+            if srv.poll() is not None:
+                break
+            if on_tick:
+                on_tick(time.monotonic() - t0, live.sampler)
+        if gen.poll() is None:
+            why = "server exited" if srv.poll() is not None else f"did not finish within {wait_s:g} s"
+            self.stop(gen, 10)
+            return f"failed: load generator {why}"
+        if gen.returncode != 0:
+            return f"failed: load generator exited with {gen.returncode} (see load.log)"
+        if srv.poll() is not None:
+            return f"failed: server exited with {srv.returncode} during the run (see server.log)"
+        return "ok"
+
+    def _collect(
+        self,
+        tb: Any,
+        srv: subprocess.Popen,
+        rdir: Path,
+        groups: list[tuple[Any, list[int]]] | None,
+        rec: dict[str, Any],
+        live: _LiveRun,
+    ) -> None:
+        """After the run, in this order: the health samples, the generator's exit and the TCP
+        counters' change, the uplink's counters, the server's metrics, the server's exit, and
+        the WAN's records."""
+        if live.sampler is not None:
+            live.sampler.stop()
+            live.sampler.write(rdir / "health.csv")
+            rec["health_errors"] = live.sampler.errors
+        if live.gen is not None:
+            rec["load_rc"] = self.stop(live.gen, 10)
+            write_json(rdir / "tcp_counters.json", counter_delta(live.tcp_before, self.tcp_counters(tb)))
+        try:
+            write_json(rdir / "uplink.json", tb.uplink_stats())
+        except Exception as e:  # noqa: BLE001 - recorded, the run's logs are still useful
+            rec["uplink_stats_error"] = f"{type(e).__name__}: {e}"
+        if srv.poll() is None:
+            write_atomic(rdir / "server_metrics.txt", self.scrape_metrics(tb))
+        rec["server_rc"] = self.stop(srv)
+        if groups:
+            self.finish_wan(tb, rdir, groups, live.rtts, rec)
 
     @staticmethod
     def finish_wan(tb: Any, rdir: Path, groups: list, rtts: dict[str, Any], rec: dict[str, Any]) -> None:
