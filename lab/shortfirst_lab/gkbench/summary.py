@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .workload import type_cost_ms
@@ -50,66 +51,95 @@ def summarize(
     with open(run_dir / "requests.csv") as f:
         rows = list(csv.DictReader(f))
     window = max(duration_s - warmup_s, 1e-9)
-    done_in_window = work_s = 0.0
-    rts, rts_done, per_type, timeouts, errors = [], [], {}, 0, 0
-    by_client: dict[str, list[tuple[float, float]]] = {}
+    t = _Tally(warmup_s, duration_s, timeout_s, cost_ms, type_of)
     for r in rows:
-        name = type_of(r["path"])
+        t.add(r)
+
+    littles = littles_law(t.by_client, warmup_s, duration_s)
+
+    ordered = sorted(t.rts)
+    return {
+        "accounting": _accounting(
+            t.rts, t.rts_done, t.done_in_window / window, t.timeouts, t.errors, timeout_s
+        ),
+        "littles_law": littles,
+        "throughput_per_s": t.done_in_window / window,
+        "median_response_ms": 1e3 * ordered[len(ordered) // 2] if ordered else None,
+        "work_per_s": t.work_s / window,
+        "mean_response_ms": mean_ms(t.rts),
+        "mean_response_ms_completed": mean_ms(t.rts_done),
+        "requests": len(t.rts),
+        "timeouts": t.timeouts,
+        "errors": t.errors,
+        "per_type": {k: _type_summary(v) for k, v in sorted(t.per_type.items())},
+        "wall_s": wall_s,
+    }
+
+
+#: Outcomes where the user gave up: counted at the client timeout.
+_GAVE_UP = ("timeout", "aborted")
+
+
+@dataclass
+class _Tally:
+    """requests.csv's rows added up for `summarize` (which says what counts where)."""
+
+    warmup_s: float
+    duration_s: float
+    timeout_s: float
+    cost_ms: Callable[[str], float]
+    type_of: Callable[[str], str]
+    done_in_window: float = 0.0
+    work_s: float = 0.0
+    rts: list[float] = field(default_factory=list)
+    rts_done: list[float] = field(default_factory=list)
+    per_type: dict[str, dict] = field(default_factory=dict)
+    timeouts: int = 0
+    errors: int = 0
+    #: Per client, (scheduled send, end) of each of its requests: for Little's law.
+    by_client: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+
+    def add(self, r: dict[str, str]) -> None:
+        name = self.type_of(r["path"])
         sched = float(r["scheduled_s"] or 0)
         done = r.get("done_s") or ""
         ok = r["outcome"] == "ok" and r["status"] == "200" and done != ""
-        if ok and warmup_s <= float(done) <= duration_s:
-            done_in_window += 1
-            work_s += cost_ms(r["path"]) / 1e3
+        if ok and self.warmup_s <= float(done) <= self.duration_s:
+            self.done_in_window += 1
+            self.work_s += self.cost_ms(r["path"]) / 1e3
         # When the user was free again: the response, the error, or giving up.
-        end = float(done) if done != "" else sched + timeout_s
-        by_client.setdefault(r.get("client", ""), []).append((sched, end))
-        if not (warmup_s <= sched < duration_s):
-            continue
+        end = float(done) if done != "" else sched + self.timeout_s
+        self.by_client.setdefault(r.get("client", ""), []).append((sched, end))
+        if not (self.warmup_s <= sched < self.duration_s):
+            return
         if ok:
             rt = float(done) - sched
-            rts_done.append(rt)
-        elif r["outcome"] in ("timeout", "aborted"):
-            rt = timeout_s
-            timeouts += 1
+            self.rts_done.append(rt)
+        elif r["outcome"] in _GAVE_UP:
+            rt = self.timeout_s
+            self.timeouts += 1
         else:
             # Refused, reset, 5xx: the time the user waited for the failure.
-            errors += 1
+            self.errors += 1
             rt = end - sched
-        rts.append(rt)
-        t = per_type.setdefault(name, {"rts": [], "rts_ok": [], "timeouts": 0, "errors": 0})
+        self.rts.append(rt)
+        t = self.per_type.setdefault(name, {"rts": [], "rts_ok": [], "timeouts": 0, "errors": 0})
         t["rts"].append(rt)
         if ok:
             t["rts_ok"].append(rt)
-        t["timeouts"] += 1 if r["outcome"] in ("timeout", "aborted") else 0
-        t["errors"] += 0 if ok or r["outcome"] in ("timeout", "aborted") else 1
+        t["timeouts"] += 1 if r["outcome"] in _GAVE_UP else 0
+        t["errors"] += 0 if ok or r["outcome"] in _GAVE_UP else 1
 
-    littles = littles_law(by_client, warmup_s, duration_s)
 
-    ordered = sorted(rts)
+def _type_summary(v: dict) -> dict:
+    """One request type's counts and mean response times, from its `_Tally.per_type` entry."""
     return {
-        "accounting": _accounting(rts, rts_done, done_in_window / window, timeouts, errors, timeout_s),
-        "littles_law": littles,
-        "throughput_per_s": done_in_window / window,
-        "median_response_ms": 1e3 * ordered[len(ordered) // 2] if ordered else None,
-        "work_per_s": work_s / window,
-        "mean_response_ms": mean_ms(rts),
-        "mean_response_ms_completed": mean_ms(rts_done),
-        "requests": len(rts),
-        "timeouts": timeouts,
-        "errors": errors,
-        "per_type": {
-            k: {
-                "n": len(v["rts"]),
-                "completed": len(v["rts_ok"]),
-                "timeouts": v["timeouts"],
-                "errors": v["errors"],
-                "mean_response_ms": mean_ms(v["rts"]),
-                "mean_response_ms_successful": mean_ms(v["rts_ok"]),
-            }
-            for k, v in sorted(per_type.items())
-        },
-        "wall_s": wall_s,
+        "n": len(v["rts"]),
+        "completed": len(v["rts_ok"]),
+        "timeouts": v["timeouts"],
+        "errors": v["errors"],
+        "mean_response_ms": mean_ms(v["rts"]),
+        "mean_response_ms_successful": mean_ms(v["rts_ok"]),
     }
 
 
