@@ -66,90 +66,94 @@ def _fmt(x: Any, fmt: str) -> str:
     return "—" if x is None else fmt.format(x)
 
 
-def tables(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[list[str]]]]:
+_Table = tuple[str, str, list[str], list[list[str]]]
+
+
+def tables(summary: dict[str, Any]) -> list[_Table]:
     """(title, note, header, rows) for the report's WAN tables (none for a LAN experiment)."""
-    out = []
-    group_rows = []
-    for r in summary["runs"]:
-        for g in r.get("groups") or []:
-            group_rows.append(
-                [
-                    r["run"],
-                    g["name"],
-                    _fmt(g["rtt_ms"], "{:g}") + " / " + _fmt(g["measured_rtt_ms"], "{:.1f}"),
-                    _fmt(g["loss"], "{:.3f}")
-                    + " / "
-                    + _fmt(g["measured_loss_down"], "{:.4f}")
-                    + ", "
-                    + _fmt(g["measured_loss_up"], "{:.4f}"),
-                    str(g["completed"]) + " of " + str(g["requests"]),
-                    _fmt(g["mean_response_s"], "{:.4f}"),
-                    _fmt(g["mean_ttfb_s"], "{:.4f}"),
-                    _fmt(g["p99_response_s"], "{:.3f}"),
-                    _fmt(g["largest_1pct_mean_response_s"], "{:.3f}"),
-                ]
-            )
-    if group_rows:
-        out.append(
-            (
-                "Client groups",
-                "RTT: configured / measured (median handshake RTT, tcpi_rtt, of TCP connects from "
-                "the group's address, server idle, before the load). Loss: configured / measured "
-                "down, up (the emulator's random drops over packets read, per direction). "
-                "Response times over the measurement window.",
-                [
-                    "run",
-                    "group",
-                    "RTT ms",
-                    "loss",
-                    "completed",
-                    "mean RT (s)",
-                    "mean TTFB (s)",
-                    "p99 RT (s)",
-                    "largest 1% RT (s)",
-                ],  # fmt: skip
-                group_rows,
-            )
-        )
+    return [t for t in (_group_table(summary), _sweep_table(summary)) if t is not None]
+
+
+def _group_table(summary: dict[str, Any]) -> _Table | None:
+    """Per run and client group: the path configured and measured, and the response times."""
+    rows = [_group_row(r["run"], g) for r in summary["runs"] for g in r.get("groups") or []]
+    if not rows:
+        return None
+    return (
+        "Client groups",
+        "RTT: configured / measured (median handshake RTT, tcpi_rtt, of TCP connects from "
+        "the group's address, server idle, before the load). Loss: configured / measured "
+        "down, up (the emulator's random drops over packets read, per direction). "
+        "Response times over the measurement window.",
+        [
+            "run",
+            "group",
+            "RTT ms",
+            "loss",
+            "completed",
+            "mean RT (s)",
+            "mean TTFB (s)",
+            "p99 RT (s)",
+            "largest 1% RT (s)",
+        ],  # fmt: skip
+        rows,
+    )
+
+
+def _group_row(run: str, g: dict[str, Any]) -> list[str]:
+    return [
+        run,
+        g["name"],
+        _fmt(g["rtt_ms"], "{:g}") + " / " + _fmt(g["measured_rtt_ms"], "{:.1f}"),
+        _fmt(g["loss"], "{:.3f}")
+        + " / "
+        + _fmt(g["measured_loss_down"], "{:.4f}")
+        + ", "
+        + _fmt(g["measured_loss_up"], "{:.4f}"),
+        str(g["completed"]) + " of " + str(g["requests"]),
+        _fmt(g["mean_response_s"], "{:.4f}"),
+        _fmt(g["mean_ttfb_s"], "{:.4f}"),
+        _fmt(g["p99_response_s"], "{:.3f}"),
+        _fmt(g["largest_1pct_mean_response_s"], "{:.3f}"),
+    ]
+
+
+def _sweep_table(summary: dict[str, Any]) -> _Table | None:
+    """A path sweep's comparisons, by load, loss and RTT."""
     sweep = [c for c in summary["comparisons"] if "path" in c]
-    if sweep:
-        rows = [
-            [
-                f"{c['load']:.2f}",
-                _fmt(c["rtt_ms"], "{:g}"),
-                _fmt(c["loss"], "{:.3f}"),
-                # Against FAIR unless it says (srrt also meets srpt).
-                c.get("arm", c["policy"])
-                + ("" if c.get("baseline", "fair") == "fair" else f" vs {c['baseline']}"),
-                _fmt(c["mean_response_ratio"], "{:.2f}"),
-                _fmt(c["throughput_ratio"], "{:.3f}"),
-                _fmt(c["largest_1pct_ratio"], "{:.3f}"),
-                _fmt(c.get("largest_file_ratio"), "{:.3f}"),
-                "yes" if c["valid"] else "NO",
-            ]
-            for c in sorted(
-                sweep, key=lambda c: (c["load"], c["loss"], c["rtt_ms"], c.get("arm", c["policy"]))
-            )
-        ]
-        out.append(
-            (
-                "SRPT against FAIR on each WAN path (cf. Harchol-Balter 2003, Figures 10-12)",
-                "Mean response ratio: FAIR ÷ policy; throughput, largest-1% and largest-file ratios: "
-                "policy ÷ FAIR.",
-                [
-                    "load",
-                    "RTT ms",
-                    "loss",
-                    "policy",
-                    "mean RT ratio",
-                    "throughput ratio",
-                    "largest 1% ratio",
-                    "valid",
-                ],  # fmt: skip
-                rows,
-            )
-        )
-    return out
+    if not sweep:
+        return None
+    ordered = sorted(sweep, key=lambda c: (c["load"], c["loss"], c["rtt_ms"], c.get("arm", c["policy"])))
+    return (
+        "SRPT against FAIR on each WAN path (cf. Harchol-Balter 2003, Figures 10-12)",
+        "Mean response ratio: FAIR ÷ policy; throughput, largest-1% and largest-file ratios: policy ÷ FAIR.",
+        [
+            "load",
+            "RTT ms",
+            "loss",
+            "policy",
+            "mean RT ratio",
+            "throughput ratio",
+            "largest 1% ratio",
+            "valid",
+        ],  # fmt: skip
+        [_sweep_row(c) for c in ordered],
+    )
+
+
+def _sweep_row(c: dict[str, Any]) -> list[str]:
+    return [
+        f"{c['load']:.2f}",
+        _fmt(c["rtt_ms"], "{:g}"),
+        _fmt(c["loss"], "{:.3f}"),
+        # Against FAIR unless it says (srrt also meets srpt).
+        c.get("arm", c["policy"]) + ("" if c.get("baseline", "fair") == "fair" else f" vs {c['baseline']}"),
+        _fmt(c["mean_response_ratio"], "{:.2f}"),
+        _fmt(c["throughput_ratio"], "{:.3f}"),
+        _fmt(c["largest_1pct_ratio"], "{:.3f}"),
+        _fmt(c.get("largest_file_ratio"), "{:.3f}"),
+        "yes" if c["valid"] else "NO",
+    ]
 
 
 def sweep_figures(summary: dict[str, Any]) -> list[tuple[str, str, bytes]]:
