@@ -118,56 +118,88 @@ def sweep(
     point, so an interrupted sweep leaves the points measured so far.
 
     ``overrides`` replaces ``capacity`` (gatekeeper), ``modes`` and ``browsers`` of the file.
-
-    Longer than ~80 lines on purpose: the sweep's loop with its resume and per-point bookkeeping in one place.
     """
     cfg = load_config(config_path, overrides)
     bins = bins or Binaries.default()
     bins.check()
-    b, ld = cfg["bookstore"], cfg["load"]
     out_dir.mkdir(parents=True, exist_ok=True)
-    results: list[dict] = []
-    doc = _new_doc(config_path, cfg, results)
-    think, timeout_s = doc["think"], doc["client_timeout_s"]
-    max_queue_wait_s, best_sellers_repeat = doc["max_queue_wait_s"], best_sellers_repeat_of(b)
-    pool = int(b.get("pool", 128))
-    settings = PgSettings.from_config(cfg.get("postgres", {}))
+    return _Sweep(config_path, cfg, bins, out_dir).run()
 
-    def save() -> None:
-        doc["targets"] = targets(results)
-        doc["targets_full_accounting"] = targets(full_view(results))
-        write_json(out_dir / "summary.json", doc, allow_nan=True)
 
-    t0 = time.monotonic()
+class _Sweep:
+    """One sweep: the summary document it keeps rewriting, and what every point is run with."""
+
+    def __init__(self, config_path: Path, cfg: dict, bins: Binaries, out_dir: Path):
+        self.cfg, self.bins, self.out_dir = cfg, bins, out_dir
+        self.results: list[dict] = []
+        self.doc = _new_doc(config_path, cfg, self.results)
+        self.think, self.timeout_s = self.doc["think"], self.doc["client_timeout_s"]
+        self.max_queue_wait_s = self.doc["max_queue_wait_s"]
+        self.best_sellers_repeat = best_sellers_repeat_of(cfg["bookstore"])
+        self.pool = int(cfg["bookstore"].get("pool", 128))
+        self.settings = PgSettings.from_config(cfg.get("postgres", {}))
+        self.pg: Postgres | None = None  # the shop's database, once it is up
+        self.t0 = time.monotonic()
+
+    def run(self) -> dict:
+        """The capacity, then every (mode, browsers) point in the file's order; returns the summary."""
+        ld = self.cfg["load"]
+        with shop(self.cfg, self.bins, self.doc) as pg:
+            self.pg = pg
+            capacity = _capacity(self.cfg, self.bins, pg.url, self.out_dir, self.doc, self.measure)
+            self.doc["capacity"] = capacity
+            print(f"capacity {capacity} (setup {time.monotonic() - self.t0:.0f} s)", flush=True)
+            for mode in self.cfg["modes"]["list"]:
+                for n in browsers_for(self.cfg, mode):
+                    r = self.measure(mode, int(n), capacity, float(ld["duration_s"]), float(ld["warmup_s"]))
+                    self.results.append(r)
+                    self.save()
+                    print(
+                        f"{mode:>12} {n:>5} browsers: {r['throughput_per_min']:8.0f}/min, "
+                        f"mean {r['mean_response_s'] * 1e3:8.1f} ms, p99 {r['p99_response_s'] * 1e3:8.1f} ms "
+                        f"[{time.monotonic() - self.t0:.0f} s]",
+                        flush=True,
+                    )
+        self.doc["environment_end"] = environment()
+        self.doc["wall_s"] = time.monotonic() - self.t0
+        self.save()
+        return self.doc
+
+    def save(self) -> None:
+        self.doc["targets"] = targets(self.results)
+        self.doc["targets_full_accounting"] = targets(full_view(self.results))
+        write_json(self.out_dir / "summary.json", self.doc, allow_nan=True)
 
     def measure(
-        mode: str, n: int, capacity: str, duration_s: float, warmup_s: float, prefix: str = ""
+        self, mode: str, n: int, capacity: str, duration_s: float, warmup_s: float, prefix: str = ""
     ) -> dict:
         """One point on a fresh bookstore (its pool keeps every connection it ever opened, and an
         idle PostgreSQL backend keeps its memory, so a point must not inherit the backends of the
         one before: direct at 256 browsers opens 256 of them) and a prewarmed cache."""
+        pg, out_dir = self.pg, self.out_dir
+        assert pg is not None, "points are measured while the shop is up"
         name = prefix + f"{mode.replace(':', '-').replace('@', '-')}-{n}"
         pg.wait_ready()
-        prewarm_s = pg.prewarm(settings.read_iops_limit)
+        prewarm_s = pg.prewarm(self.settings.read_iops_limit)
         app_log = out_dir / f"bookstore-{name}.requests.csv"
         with bookstore(
-            bins, pg.url, out_dir, pool, f"bookstore-{name}.log", app_log, best_sellers_repeat
+            self.bins, pg.url, out_dir, self.pool, f"bookstore-{name}.log", app_log, self.best_sellers_repeat
         ) as app:
             r = run_point(
-                bins,
+                self.bins,
                 app,
                 mode,
                 capacity,
                 n,
-                think,
+                self.think,
                 duration_s,
                 warmup_s,
-                int(ld.get("seed", 1)),
+                int(self.cfg["load"].get("seed", 1)),
                 out_dir,
-                timeout_s,
+                self.timeout_s,
                 pg,
                 name=name,
-                max_queue_wait_s=max_queue_wait_s,
+                max_queue_wait_s=self.max_queue_wait_s,
             )
         started = r.pop("load_started_unix_s", None)
         if started is not None and app_log.exists():
@@ -177,26 +209,6 @@ def sweep(
             )
         r.update({"mode": mode, "browsers": n, "loadavg": list(os.getloadavg()), "prewarm_s": prewarm_s})
         return r
-
-    with shop(cfg, bins, doc) as pg:
-        capacity = _capacity(cfg, bins, pg.url, out_dir, doc, measure)
-        doc["capacity"] = capacity
-        print(f"capacity {capacity} (setup {time.monotonic() - t0:.0f} s)", flush=True)
-        for mode in cfg["modes"]["list"]:
-            for n in browsers_for(cfg, mode):
-                r = measure(mode, int(n), capacity, float(ld["duration_s"]), float(ld["warmup_s"]))
-                results.append(r)
-                save()
-                print(
-                    f"{mode:>12} {n:>5} browsers: {r['throughput_per_min']:8.0f}/min, "
-                    f"mean {r['mean_response_s'] * 1e3:8.1f} ms, p99 {r['p99_response_s'] * 1e3:8.1f} ms "
-                    f"[{time.monotonic() - t0:.0f} s]",
-                    flush=True,
-                )
-    doc["environment_end"] = environment()
-    doc["wall_s"] = time.monotonic() - t0
-    save()
-    return doc
 
 
 def _capacity(cfg: dict, bins: Binaries, db_url: str, out_dir: Path, doc: dict, measure: Callable) -> str:
