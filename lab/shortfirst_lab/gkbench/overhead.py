@@ -210,9 +210,6 @@ def measure_overhead(b: Bench, capacity: str) -> dict:
     rounds of the per-round means, and pooled over all rounds (mean and median).
     With --halt-poll-ns N every round set runs twice, with the machine's setting and with
     the guest halt-polling set to N, reported side by side.
-
-    Longer than ~80 lines on purpose: the rounds and their interleaving are one measurement
-    procedure, read top to bottom.
     """
     a = b.a
     trace = b.work / "overhead.csv"
@@ -220,51 +217,8 @@ def measure_overhead(b: Bench, capacity: str) -> dict:
     up, up_port = b.upstream()
     with contextlib.ExitStack() as stack:
         stack.enter_context(up)
-        ports = {"direct": up_port}
-        pids = {}
-        px, port, _admin = b.proxy(up_port, "fifo", capacity, max_queue_wait_s=a.max_queue_wait_s)
-        stack.enter_context(px)
-        ports["gatekeeper"] = port
-        pids["gatekeeper"] = px.pid
-        if a.overhead_busy_poll_us:
-            bp, bpport, _ = b.proxy(
-                up_port,
-                "fifo",
-                capacity,
-                max_queue_wait_s=a.max_queue_wait_s,
-                extra=["--busy-poll-us", str(a.overhead_busy_poll_us)],
-            )
-            stack.enter_context(bp)
-            ports["gatekeeper-busy-poll"] = bpport
-            pids["gatekeeper-busy-poll"] = bp.pid
-        if a.overhead_baseline_bin:
-            bpx, bport, _ = b.proxy(
-                up_port, "fifo", capacity, binary=a.overhead_baseline_bin, max_queue_wait_s=a.max_queue_wait_s
-            )
-            stack.enter_context(bpx)
-            ports["gatekeeper-baseline"] = bport
-            pids["gatekeeper-baseline"] = bpx.pid
-        nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
-        if a.overhead_nginx == "yes" and not nginx:
-            raise RuntimeError("--overhead-nginx yes: nginx not found")
-        if nginx and a.overhead_nginx != "no":
-            d = b.work / "nginx"
-            d.mkdir()
-            nport = free_port()
-            (d / "nginx.conf").write_text(NGINX_CONF.format(dir=d, up=up_port, port=nport))
-            ng = Child([nginx, "-p", str(d), "-c", str(d / "nginx.conf")], b.work / "nginx.log")
-            stack.enter_context(ng)
-            wait_port(nport)
-            ports["nginx"] = nport
-            pids["nginx"] = ng.pid
-        settings = {}
-        machine_value = read_halt_poll()
-        r = overhead_rounds(b, ports, trace, "", pids)
-        settings["machine"] = {"guest_halt_poll_ns": machine_value, **r}
-        if a.halt_poll_ns is not None:
-            with halt_poll_ns(a.halt_poll_ns):
-                r = overhead_rounds(b, ports, trace, f"-hp{a.halt_poll_ns}", pids)
-            settings[f"halt_poll_{a.halt_poll_ns}"] = {"guest_halt_poll_ns": a.halt_poll_ns, **r}
+        ports, pids = _start_paths(b, stack, up_port, capacity)
+        settings = _rounds_by_setting(b, ports, trace, pids)
     return {
         "rate_per_s": a.overhead_rate,
         "rounds": a.overhead_rounds,
@@ -279,6 +233,67 @@ def measure_overhead(b: Bench, capacity: str) -> dict:
         "pass_rule": OVERHEAD_PASS_RULE,
         "method": measure_overhead.__doc__,
     }
+
+
+def _start_paths(
+    b: Bench, stack: contextlib.ExitStack, up_port: int, capacity: str
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Starts every proxy the options ask for in front of the upstream (each closed by
+    ``stack``); returns each path's port, direct's first, and each proxy's pid."""
+    a = b.a
+    ports = {"direct": up_port}
+    pids = {}
+    px, port, _admin = b.proxy(up_port, "fifo", capacity, max_queue_wait_s=a.max_queue_wait_s)
+    stack.enter_context(px)
+    ports["gatekeeper"] = port
+    pids["gatekeeper"] = px.pid
+    if a.overhead_busy_poll_us:
+        bp, bpport, _ = b.proxy(
+            up_port,
+            "fifo",
+            capacity,
+            max_queue_wait_s=a.max_queue_wait_s,
+            extra=["--busy-poll-us", str(a.overhead_busy_poll_us)],
+        )
+        stack.enter_context(bp)
+        ports["gatekeeper-busy-poll"] = bpport
+        pids["gatekeeper-busy-poll"] = bp.pid
+    if a.overhead_baseline_bin:
+        bpx, bport, _ = b.proxy(
+            up_port, "fifo", capacity, binary=a.overhead_baseline_bin, max_queue_wait_s=a.max_queue_wait_s
+        )
+        stack.enter_context(bpx)
+        ports["gatekeeper-baseline"] = bport
+        pids["gatekeeper-baseline"] = bpx.pid
+    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    if a.overhead_nginx == "yes" and not nginx:
+        raise RuntimeError("--overhead-nginx yes: nginx not found")
+    if nginx and a.overhead_nginx != "no":
+        d = b.work / "nginx"
+        d.mkdir()
+        nport = free_port()
+        (d / "nginx.conf").write_text(NGINX_CONF.format(dir=d, up=up_port, port=nport))
+        ng = Child([nginx, "-p", str(d), "-c", str(d / "nginx.conf")], b.work / "nginx.log")
+        stack.enter_context(ng)
+        wait_port(nport)
+        ports["nginx"] = nport
+        pids["nginx"] = ng.pid
+    return ports, pids
+
+
+def _rounds_by_setting(b: Bench, ports: dict[str, int], trace: Path, pids: dict[str, int]) -> dict:
+    """The rounds under the machine's halt-polling setting and, with --halt-poll-ns N, again
+    with it set to N; keyed ``machine`` and ``halt_poll_<N>``."""
+    a = b.a
+    settings = {}
+    machine_value = read_halt_poll()
+    r = overhead_rounds(b, ports, trace, "", pids)
+    settings["machine"] = {"guest_halt_poll_ns": machine_value, **r}
+    if a.halt_poll_ns is not None:
+        with halt_poll_ns(a.halt_poll_ns):
+            r = overhead_rounds(b, ports, trace, f"-hp{a.halt_poll_ns}", pids)
+        settings[f"halt_poll_{a.halt_poll_ns}"] = {"guest_halt_poll_ns": a.halt_poll_ns, **r}
+    return settings
 
 
 #: The fixed capacity of --only-overhead runs (no calibration): /ping costs well under a
