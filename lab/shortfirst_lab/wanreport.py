@@ -135,6 +135,7 @@ def _sweep_table(summary: dict[str, Any]) -> _Table | None:
             "mean RT ratio",
             "throughput ratio",
             "largest 1% ratio",
+            "largest file ratio",
             "valid",
         ],  # fmt: skip
         [_sweep_row(c) for c in ordered],

@@ -371,3 +371,4 @@ def test_wan_sweep_table_names_a_baseline_other_than_fair():
                                            row | {"policy": "srrt", "baseline": "srpt"}]}  # fmt: skip
     (table,) = wanreport.tables(summary)
     assert sorted(r[3] for r in table[3]) == ["srrt", "srrt vs srpt"]
+    assert all(len(r) == len(table[2]) for r in table[3]), "every cell under a header"
