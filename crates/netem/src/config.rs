@@ -127,7 +127,6 @@ impl Config {
     }
 
     /// Checks `text` as if read from `path` (named in errors).
-    /// Longer than ~80 lines for the list of checks, one per key, each error naming it.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let err = |key: &str, message: String| ConfigError {
             path: path.display().to_string(),
@@ -138,8 +137,41 @@ impl Config {
             let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
             err(&line.map(|l| format!("line {l}")).unwrap_or_else(|| "(toml)".into()), e.message().to_string())
         })?;
-        let tun = raw.tun.unwrap_or_else(|| DEFAULT_TUN.to_string());
+        let tun = raw.tun.as_deref().unwrap_or(DEFAULT_TUN).to_string();
         check_ifname(&tun).map_err(|m| err("tun", m))?;
+        let defaults = LineDefaults::check(&raw, &err)?;
+        let txqueuelen = raw.txqueuelen.unwrap_or(DEFAULT_TXQUEUELEN);
+        if !(1_000..=1_000_000).contains(&txqueuelen) {
+            return Err(err("txqueuelen", format!("{txqueuelen}: expected 1000..=1000000")));
+        }
+        if raw.group.is_empty() {
+            return Err(err("group", "no [[group]]: at least one client group is needed".into()));
+        }
+        if raw.group.len() > MAX_GROUPS {
+            return Err(err("group", format!("{} groups: at most {MAX_GROUPS}", raw.group.len())));
+        }
+        let mut taken = Taken::default();
+        let mut groups = Vec::with_capacity(raw.group.len());
+        for (i, g) in raw.group.into_iter().enumerate() {
+            let group_err = |field: &str, message: String| err(&format!("group[{i}].{field}"), message);
+            groups.push(check_group(g, &defaults, &mut taken, &group_err)?);
+        }
+        let jitter_mode = defaults.jitter_mode;
+        Ok(Config { source: path.to_path_buf(), tun, seed: raw.seed.unwrap_or(1), jitter_mode, txqueuelen, groups })
+    }
+}
+
+/// The settings at the top of the file that every group's lines take.
+struct LineDefaults {
+    jitter_mode: JitterMode,
+    /// A group's `down_fraction` overrides it.
+    down_fraction: f64,
+    queue_packets: u64,
+    queue_bytes: u64,
+}
+
+impl LineDefaults {
+    fn check(raw: &RawConfig, err: &dyn Fn(&str, String) -> ConfigError) -> Result<LineDefaults, ConfigError> {
         let jitter_mode = match raw.jitter_mode.as_deref().unwrap_or("fifo") {
             "fifo" => JitterMode::Fifo,
             "reorder" => JitterMode::Reorder,
@@ -155,96 +187,108 @@ impl Config {
         if !(65_536..=MAX_QUEUE_BYTES).contains(&queue_bytes) {
             return Err(err("queue_bytes", format!("{queue_bytes}: expected 65536..={MAX_QUEUE_BYTES}")));
         }
-        let txqueuelen = raw.txqueuelen.unwrap_or(DEFAULT_TXQUEUELEN);
-        if !(1_000..=1_000_000).contains(&txqueuelen) {
-            return Err(err("txqueuelen", format!("{txqueuelen}: expected 1000..=1000000")));
+        Ok(LineDefaults { jitter_mode, down_fraction, queue_packets, queue_bytes })
+    }
+}
+
+/// The names and subnets of the groups checked so far: no two groups share one.
+#[derive(Default)]
+struct Taken {
+    names: HashSet<String>,
+    /// Each with the name of the group it belongs to.
+    subnets: Vec<(Ipv4Prefix, String)>,
+}
+
+impl Taken {
+    /// Parses `g`'s subnets and claims them for it.
+    fn claim_subnets(
+        &mut self,
+        g: &RawGroup,
+        err: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<Vec<Ipv4Prefix>, ConfigError> {
+        if g.subnets.is_empty() || g.subnets.len() > MAX_SUBNETS_PER_GROUP {
+            return Err(err("subnets", format!("expected 1..={MAX_SUBNETS_PER_GROUP} subnets")));
         }
-        if raw.group.is_empty() {
-            return Err(err("group", "no [[group]]: at least one client group is needed".into()));
+        let mut subnets = Vec::with_capacity(g.subnets.len());
+        for s in &g.subnets {
+            let p: Ipv4Prefix = s.parse().map_err(|m| err("subnets", m))?;
+            if let Some((_, other)) = self.subnets.iter().find(|(q, _)| *q == p) {
+                return Err(err("subnets", format!("{p} is also a subnet of group {other:?}")));
+            }
+            self.subnets.push((p, g.name.clone()));
+            subnets.push(p);
         }
-        if raw.group.len() > MAX_GROUPS {
-            return Err(err("group", format!("{} groups: at most {MAX_GROUPS}", raw.group.len())));
+        Ok(subnets)
+    }
+}
+
+/// Checks one `[[group]]` and resolves it into its two lines; `err` takes the
+/// key within the group (`rtt_ms`) and names the group.
+fn check_group(
+    g: RawGroup,
+    defaults: &LineDefaults,
+    taken: &mut Taken,
+    err: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<GroupConfig, ConfigError> {
+    if !valid_name(&g.name) {
+        return Err(err("name", format!("{:?}: expected 1 to 32 of [A-Za-z0-9_.-]", g.name)));
+    }
+    if !taken.names.insert(g.name.clone()) {
+        return Err(err("name", format!("{:?} is used by two groups", g.name)));
+    }
+    let subnets = taken.claim_subnets(&g, err)?;
+    if !(0.0..=MAX_RTT_MS).contains(&g.rtt_ms) {
+        return Err(err("rtt_ms", format!("{}: expected 0..={MAX_RTT_MS}", g.rtt_ms)));
+    }
+    let jitter_ms = g.jitter_ms.unwrap_or(0.0);
+    if !(0.0..=g.rtt_ms).contains(&jitter_ms) {
+        return Err(err("jitter_ms", format!("{jitter_ms}: expected 0..=rtt_ms ({})", g.rtt_ms)));
+    }
+    let jitter_dist = match g.jitter_dist.as_deref().unwrap_or("uniform") {
+        "uniform" => JitterDist::Uniform,
+        "normal" => JitterDist::Normal,
+        other => return Err(err("jitter_dist", format!("{other:?}: expected \"uniform\" or \"normal\""))),
+    };
+    let frac = g.down_fraction.unwrap_or(defaults.down_fraction);
+    check_fraction(frac).map_err(|m| err("down_fraction", m))?;
+    let (loss_down, loss_up) = loss_models(&g, err)?;
+    if let Some(rate) = g.rate_bits_per_s {
+        if rate < MIN_RATE_BITS_PER_S {
+            return Err(err("rate_bits_per_s", format!("{rate}: expected >= {MIN_RATE_BITS_PER_S}")));
         }
-        let mut names = HashSet::new();
-        let mut seen_subnets: Vec<(Ipv4Prefix, String)> = Vec::new();
-        let mut groups = Vec::with_capacity(raw.group.len());
-        for (i, g) in raw.group.into_iter().enumerate() {
-            let k = |field: &str| format!("group[{i}].{field}");
-            if !valid_name(&g.name) {
-                return Err(err(&k("name"), format!("{:?}: expected 1 to 32 of [A-Za-z0-9_.-]", g.name)));
-            }
-            if !names.insert(g.name.clone()) {
-                return Err(err(&k("name"), format!("{:?} is used by two groups", g.name)));
-            }
-            if g.subnets.is_empty() || g.subnets.len() > MAX_SUBNETS_PER_GROUP {
-                return Err(err(&k("subnets"), format!("expected 1..={MAX_SUBNETS_PER_GROUP} subnets")));
-            }
-            let mut subnets = Vec::with_capacity(g.subnets.len());
-            for s in &g.subnets {
-                let p: Ipv4Prefix = s.parse().map_err(|m| err(&k("subnets"), m))?;
-                if let Some((_, other)) = seen_subnets.iter().find(|(q, _)| *q == p) {
-                    return Err(err(&k("subnets"), format!("{p} is also a subnet of group {other:?}")));
-                }
-                seen_subnets.push((p, g.name.clone()));
-                subnets.push(p);
-            }
-            if !(0.0..=MAX_RTT_MS).contains(&g.rtt_ms) {
-                return Err(err(&k("rtt_ms"), format!("{}: expected 0..={MAX_RTT_MS}", g.rtt_ms)));
-            }
-            let jitter_ms = g.jitter_ms.unwrap_or(0.0);
-            if !(0.0..=g.rtt_ms).contains(&jitter_ms) {
-                return Err(err(&k("jitter_ms"), format!("{jitter_ms}: expected 0..=rtt_ms ({})", g.rtt_ms)));
-            }
-            let jitter_dist = match g.jitter_dist.as_deref().unwrap_or("uniform") {
-                "uniform" => JitterDist::Uniform,
-                "normal" => JitterDist::Normal,
-                other => return Err(err(&k("jitter_dist"), format!("{other:?}: expected \"uniform\" or \"normal\""))),
-            };
-            let frac = g.down_fraction.unwrap_or(down_fraction);
-            check_fraction(frac).map_err(|m| err(&k("down_fraction"), m))?;
-            let (loss_down, loss_up) = match (&g.gilbert, g.loss, g.loss_down, g.loss_up) {
-                (Some(ge), None, None, None) => {
-                    let model = gilbert(ge).map_err(|(f, m)| err(&k(&format!("gilbert.{f}")), m))?;
-                    (model, model)
-                }
-                (Some(_), ..) => {
-                    return Err(err(&k("gilbert"), "give either gilbert or loss/loss_down/loss_up, not both".into()))
-                }
-                (None, loss, down, up) => {
-                    let base = loss.unwrap_or(0.0);
-                    check_probability(base, false).map_err(|m| err(&k("loss"), m))?;
-                    let d = down.unwrap_or(base);
-                    check_probability(d, false).map_err(|m| err(&k("loss_down"), m))?;
-                    let u = up.unwrap_or(base);
-                    check_probability(u, false).map_err(|m| err(&k("loss_up"), m))?;
-                    (LossModel::bernoulli(d), LossModel::bernoulli(u))
-                }
-            };
-            if let Some(rate) = g.rate_bits_per_s {
-                if rate < MIN_RATE_BITS_PER_S {
-                    return Err(err(&k("rate_bits_per_s"), format!("{rate}: expected >= {MIN_RATE_BITS_PER_S}")));
-                }
-            }
-            let line = |share: f64, loss: LossModel| LineParams {
-                delay_ns: ms_to_ns(g.rtt_ms * share),
-                jitter_ns: ms_to_ns(jitter_ms * share),
-                jitter_dist,
-                mode: jitter_mode,
-                loss,
-                rate_bits_per_s: g.rate_bits_per_s,
-                queue_packets: queue_packets as usize,
-                queue_bytes,
-            };
-            groups.push(GroupConfig {
-                name: g.name,
-                subnets,
-                rtt_ms: g.rtt_ms,
-                jitter_ms,
-                down: line(frac, loss_down),
-                up: line(1.0 - frac, loss_up),
-            });
+    }
+    let line = |share: f64, loss: LossModel| LineParams {
+        delay_ns: ms_to_ns(g.rtt_ms * share),
+        jitter_ns: ms_to_ns(jitter_ms * share),
+        jitter_dist,
+        mode: defaults.jitter_mode,
+        loss,
+        rate_bits_per_s: g.rate_bits_per_s,
+        queue_packets: defaults.queue_packets as usize,
+        queue_bytes: defaults.queue_bytes,
+    };
+    let (down, up) = (line(frac, loss_down), line(1.0 - frac, loss_up));
+    Ok(GroupConfig { name: g.name, subnets, rtt_ms: g.rtt_ms, jitter_ms, down, up })
+}
+
+/// A group's loss on its (down, up) lines: a Gilbert-Elliott model for both, or
+/// Bernoulli losses (`loss`, each direction overridable); not both kinds.
+fn loss_models(g: &RawGroup, err: &dyn Fn(&str, String) -> ConfigError) -> Result<(LossModel, LossModel), ConfigError> {
+    match (&g.gilbert, g.loss, g.loss_down, g.loss_up) {
+        (Some(ge), None, None, None) => {
+            let model = gilbert(ge).map_err(|(f, m)| err(&format!("gilbert.{f}"), m))?;
+            Ok((model, model))
         }
-        Ok(Config { source: path.to_path_buf(), tun, seed: raw.seed.unwrap_or(1), jitter_mode, txqueuelen, groups })
+        (Some(_), ..) => Err(err("gilbert", "give either gilbert or loss/loss_down/loss_up, not both".into())),
+        (None, loss, down, up) => {
+            let base = loss.unwrap_or(0.0);
+            check_probability(base, false).map_err(|m| err("loss", m))?;
+            let d = down.unwrap_or(base);
+            check_probability(d, false).map_err(|m| err("loss_down", m))?;
+            let u = up.unwrap_or(base);
+            check_probability(u, false).map_err(|m| err("loss_up", m))?;
+            Ok((LossModel::bernoulli(d), LossModel::bernoulli(u)))
+        }
     }
 }
 
