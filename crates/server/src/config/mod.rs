@@ -177,13 +177,24 @@ impl ServerConfig {
     }
 
     /// Builds and validates a configuration from its partial form; `root` is required.
-    /// Longer than ~80 lines for the flat list of keys taken from the file, one per setting.
-    pub fn from_file(file: ConfigFile) -> Result<ServerConfig, ConfigError> {
+    pub fn from_file(mut file: ConfigFile) -> Result<ServerConfig, ConfigError> {
         file.check_pairs()?;
-        let root = file.root.ok_or(ConfigError::Missing("root"))?;
+        let root = file.root.take().ok_or(ConfigError::Missing("root"))?;
         let mut c = ServerConfig::new(root);
+        c.access_log = file.access_log.take();
+        c.take_settings(&file);
+        c.take_scheduler(&file)?;
+        c.take_timeouts(&file)?;
+        c.take_pacer(&file)?;
+        c.take_policy(file.policy.take(), file.cutoffs.take(), file.rrt_cutoffs.take())?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// The file's settings taken as they are, one per key.
+    fn take_settings(&mut self, file: &ConfigFile) {
         macro_rules! take {
-            ($($field:ident),*) => { $( if let Some(v) = file.$field { c.$field = v; } )* };
+            ($($field:ident),*) => { $( if let Some(v) = file.$field { self.$field = v; } )* };
         }
         take!(
             listen,
@@ -209,82 +220,108 @@ impl ServerConfig {
             rrt_estimator,
             rrt_step_bytes
         );
-        c.uplink_rate_bits_per_s = file.uplink_rate;
-        if file.write_concurrency.is_some() && c.scheduler != Scheduling::Crovella {
+        self.admin = file.admin;
+        self.send_buffer_bytes = file.send_buffer_bytes;
+    }
+
+    /// What the scheduler (already taken) implies: the uplink's rate, whether
+    /// `write-concurrency` may be given, and the default of `socket-priority`.
+    fn take_scheduler(&mut self, file: &ConfigFile) -> Result<(), ConfigError> {
+        self.uplink_rate_bits_per_s = file.uplink_rate;
+        if file.write_concurrency.is_some() && self.scheduler != Scheduling::Crovella {
             return Err(ConfigError::Invalid {
                 key: "write-concurrency",
-                reason: format!("only the crovella scheduler limits write concurrency (scheduler is {})", c.scheduler),
+                reason: format!(
+                    "only the crovella scheduler limits write concurrency (scheduler is {})",
+                    self.scheduler
+                ),
             });
         }
         // A user-space scheduler needs no kernel bands: SO_PRIORITY only if asked for.
-        if c.scheduler != Scheduling::Kernel && file.socket_priority.is_none() {
-            c.socket_priority = false;
+        if self.scheduler != Scheduling::Kernel && file.socket_priority.is_none() {
+            self.socket_priority = false;
         }
-        c.admin = file.admin;
-        c.access_log = file.access_log;
-        c.send_buffer_bytes = file.send_buffer_bytes;
-        let ms = Duration::from_millis;
+        Ok(())
+    }
+
+    /// The timeouts, each given in seconds or (the older `-ms` keys) in milliseconds.
+    fn take_timeouts(&mut self, file: &ConfigFile) -> Result<(), ConfigError> {
         for (key, secs, millis, field) in [
-            ("header-timeout", file.header_timeout, file.header_timeout_ms, &mut c.header_timeout),
-            ("idle-timeout", file.idle_timeout, file.idle_timeout_ms, &mut c.idle_timeout),
-            ("send-timeout", file.send_timeout, file.send_timeout_ms, &mut c.send_timeout),
-            ("drain-timeout", file.drain_timeout, file.drain_timeout_ms, &mut c.drain_timeout),
+            ("header-timeout", file.header_timeout, file.header_timeout_ms, &mut self.header_timeout),
+            ("idle-timeout", file.idle_timeout, file.idle_timeout_ms, &mut self.idle_timeout),
+            ("send-timeout", file.send_timeout, file.send_timeout_ms, &mut self.send_timeout),
+            ("drain-timeout", file.drain_timeout, file.drain_timeout_ms, &mut self.drain_timeout),
         ] {
             if let Some(s) = secs {
                 *field = timeout(key, s)?;
             } else if let Some(v) = millis {
-                *field = ms(v);
+                *field = Duration::from_millis(v);
             }
         }
+        Ok(())
+    }
+
+    /// The user-space schedulers' pacer settings.
+    fn take_pacer(&mut self, file: &ConfigFile) -> Result<(), ConfigError> {
         if let Some(s) = file.pacer_lookahead {
-            c.pacer_lookahead = Some(timeout("pacer-lookahead", s)?);
+            self.pacer_lookahead = Some(timeout("pacer-lookahead", s)?);
         }
         if let Some(f) = file.pacer_rate_fraction {
-            c.pacer_rate_fraction = f;
+            self.pacer_rate_fraction = f;
         }
         if let Some(b) = file.pacer_burst_bytes {
-            c.pacer_burst_bytes = b;
+            self.pacer_burst_bytes = b;
         }
+        Ok(())
+    }
+
+    /// The policy and its cutoffs: size cutoffs in the policy (`srpt-classes:LIST`)
+    /// or in `cutoffs`, not both, and only for srpt; response-time cutoffs only for srrt.
+    fn take_policy(
+        &mut self,
+        policy: Option<PolicySpec>,
+        cutoffs: Option<String>,
+        rrt_cutoffs: Option<String>,
+    ) -> Result<(), ConfigError> {
         let mut policy_cutoffs = None;
-        if let Some(spec) = file.policy {
-            c.policy = spec.policy;
-            c.srpt_exact = spec.exact;
+        if let Some(spec) = policy {
+            self.policy = spec.policy;
+            self.srpt_exact = spec.exact;
             policy_cutoffs = spec.cutoffs;
         }
-        if let Some(cutoffs) = policy_cutoffs {
-            if file.cutoffs.is_some() {
+        if let Some(listed) = policy_cutoffs {
+            if cutoffs.is_some() {
                 return Err(ConfigError::Invalid {
                     key: "cutoffs",
                     reason: format!(
-                        "policy srpt-classes:{cutoffs} already names its cutoffs; give them either in the policy or in `cutoffs` (--cutoffs) with policy srpt-classes, not both"
+                        "policy srpt-classes:{listed} already names its cutoffs; give them either in the policy or in `cutoffs` (--cutoffs) with policy srpt-classes, not both"
                     ),
                 });
             }
-            c.cutoffs = CutoffsSpec::List(cutoffs);
+            self.cutoffs = CutoffsSpec::List(listed);
         }
-        if let Some(text) = file.cutoffs {
+        if let Some(text) = cutoffs {
             let spec: CutoffsSpec =
                 text.parse().map_err(|e| ConfigError::Invalid { key: "cutoffs", reason: format!("{e}") })?;
-            if c.policy != Policy::Srpt {
+            if self.policy != Policy::Srpt {
                 return Err(ConfigError::Invalid {
                     key: "cutoffs",
-                    reason: format!("only srpt-classes (alias srpt) takes cutoffs (policy is {})", c.policy),
+                    reason: format!("only srpt-classes (alias srpt) takes cutoffs (policy is {})", self.policy),
                 });
             }
-            c.cutoffs = spec;
+            self.cutoffs = spec;
         }
-        if let Some(text) = file.rrt_cutoffs {
-            c.rrt_cutoffs =
+        if let Some(text) = rrt_cutoffs {
+            self.rrt_cutoffs =
                 text.parse().map_err(|e| ConfigError::Invalid { key: "rrt-cutoffs", reason: format!("{e}") })?;
-            if c.policy != Policy::Srrt {
+            if self.policy != Policy::Srrt {
                 return Err(ConfigError::Invalid {
                     key: "rrt-cutoffs",
-                    reason: format!("only srrt takes response-time cutoffs (policy is {})", c.policy),
+                    reason: format!("only srrt takes response-time cutoffs (policy is {})", self.policy),
                 });
             }
         }
-        c.validate()?;
-        Ok(c)
+        Ok(())
     }
 
     /// Checks the limits are usable; called by [`ServerConfig::from_file`] and at bind.
