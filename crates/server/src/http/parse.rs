@@ -213,36 +213,13 @@ pub fn parse(buf: &mut [u8], limits: &Limits) -> Result<Option<Request>, Status>
     result
 }
 
-/// Parses one request head. Longer than ~80 lines on purpose: every RFC 9112 check on the
-/// head, in the order the status codes must be decided, in one place.
+/// Parses one request head, deciding the status of a bad one in the order of
+/// RFC 9112's checks: syntax and sizes, target, header fields, then framing and `Host`.
 fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<Request>, Status> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS_LIMIT];
     let max_headers = limits.max_headers.min(MAX_HEADERS_LIMIT);
     let mut req = httparse::Request::new(&mut headers[..max_headers]);
-    let head_len = match req.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => {
-            // No line end within the request-line limit: the target is too long.
-            let line_end = memchr(b'\n', &buf[..buf.len().min(limits.max_request_line_bytes + 2)]);
-            if line_end.is_none() && buf.len() > limits.max_request_line_bytes + 1 {
-                return Err(Status::URI_TOO_LONG);
-            }
-            if buf.len() >= limits.max_header_bytes {
-                return Err(Status::HEADER_FIELDS_TOO_LARGE);
-            }
-            return Ok(None);
-        }
-        Err(httparse::Error::TooManyHeaders) => return Err(Status::HEADER_FIELDS_TOO_LARGE),
-        Err(httparse::Error::Version) => {
-            // httparse knows only HTTP/1.0 and 1.1; a well-formed other version is 505.
-            return Err(if looks_like_other_version(buf) {
-                Status::VERSION_NOT_SUPPORTED
-            } else {
-                Status::BAD_REQUEST
-            });
-        }
-        Err(_) => return Err(Status::BAD_REQUEST),
-    };
+    let Some(head_len) = complete_head_len(req.parse(buf), buf, limits)? else { return Ok(None) };
     let line_len = memchr(b'\n', buf).map(|i| if i > 0 && buf[i - 1] == b'\r' { i - 1 } else { i }).unwrap_or(0);
     if line_len > limits.max_request_line_bytes {
         return Err(Status::URI_TOO_LONG);
@@ -270,52 +247,8 @@ fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<Request>, Status> {
     };
     let mut codings = Codings::default();
     for h in req.headers.iter() {
-        let name = h.name.as_bytes();
         let value = trim(h.value);
-        let r = range_of(value);
-        if name.eq_ignore_ascii_case(b"host") {
-            out.host_count = out.host_count.saturating_add(1);
-            if !valid_host(value) {
-                return Err(Status::BAD_REQUEST); // RFC 9112 §3.2: an invalid Host value
-            }
-        } else if name.eq_ignore_ascii_case(b"connection") {
-            for token in value.split(|&b| b == b',') {
-                let token = trim(token);
-                if token.eq_ignore_ascii_case(b"close") {
-                    out.connection_close = true;
-                } else if token.eq_ignore_ascii_case(b"keep-alive") {
-                    out.connection_keep_alive = true;
-                }
-            }
-        } else if name.eq_ignore_ascii_case(b"if-match") {
-            out.if_match.push(r)?;
-        } else if name.eq_ignore_ascii_case(b"if-none-match") {
-            out.if_none_match.push(r)?;
-        } else if name.eq_ignore_ascii_case(b"if-modified-since") {
-            out.if_modified_since.push(r);
-        } else if name.eq_ignore_ascii_case(b"if-unmodified-since") {
-            out.if_unmodified_since.push(r);
-        } else if name.eq_ignore_ascii_case(b"range") {
-            if out.range.is_some() {
-                return Err(Status::BAD_REQUEST);
-            }
-            out.range = Some(r);
-        } else if name.eq_ignore_ascii_case(b"if-range") {
-            out.if_range.push(r);
-        } else if name.eq_ignore_ascii_case(b"referer") {
-            out.referer = Some(r);
-        } else if name.eq_ignore_ascii_case(b"user-agent") {
-            out.user_agent = Some(r);
-        } else if name.eq_ignore_ascii_case(b"content-length") {
-            // RFC 9112 §6.3: differing or invalid lengths are unrecoverable framing errors.
-            let n = parse_u64(value).ok_or(Status::BAD_REQUEST)?;
-            if out.content_length.is_some_and(|m| m != n) {
-                return Err(Status::BAD_REQUEST);
-            }
-            out.content_length = Some(n);
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            codings.add_line(value);
-        }
+        out.add_field(h.name.as_bytes(), value, range_of(value), &mut codings)?;
     }
     if codings.present && (out.content_length.is_some() || out.version_minor == 0) {
         // Request smuggling shape, or a coding HTTP/1.0 does not have: the framing
@@ -327,6 +260,87 @@ fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<Request>, Status> {
         return Err(Status::BAD_REQUEST); // RFC 9112 §3.2: exactly one Host in HTTP/1.1
     }
     Ok(Some(out))
+}
+
+/// The length of the head from httparse's `result`: `Ok(None)` while it is
+/// incomplete and within the limits, else the status of what is wrong.
+fn complete_head_len(result: httparse::Result<usize>, buf: &[u8], limits: &Limits) -> Result<Option<usize>, Status> {
+    match result {
+        Ok(httparse::Status::Complete(n)) => Ok(Some(n)),
+        Ok(httparse::Status::Partial) => {
+            // No line end within the request-line limit: the target is too long.
+            let line_end = memchr(b'\n', &buf[..buf.len().min(limits.max_request_line_bytes + 2)]);
+            if line_end.is_none() && buf.len() > limits.max_request_line_bytes + 1 {
+                return Err(Status::URI_TOO_LONG);
+            }
+            if buf.len() >= limits.max_header_bytes {
+                return Err(Status::HEADER_FIELDS_TOO_LARGE);
+            }
+            Ok(None)
+        }
+        Err(httparse::Error::TooManyHeaders) => Err(Status::HEADER_FIELDS_TOO_LARGE),
+        Err(httparse::Error::Version) => {
+            // httparse knows only HTTP/1.0 and 1.1; a well-formed other version is 505.
+            Err(if looks_like_other_version(buf) { Status::VERSION_NOT_SUPPORTED } else { Status::BAD_REQUEST })
+        }
+        Err(_) => Err(Status::BAD_REQUEST),
+    }
+}
+
+impl Request {
+    /// Takes in one header field: `value` (trimmed) lies at `r` in the buffer.
+    /// Transfer codings go to `codings`, judged once every field is in.
+    fn add_field(&mut self, name: &[u8], value: &[u8], r: Range<usize>, codings: &mut Codings) -> Result<(), Status> {
+        if name.eq_ignore_ascii_case(b"host") {
+            self.host_count = self.host_count.saturating_add(1);
+            if !valid_host(value) {
+                return Err(Status::BAD_REQUEST); // RFC 9112 §3.2: an invalid Host value
+            }
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            self.add_connection_options(value);
+        } else if name.eq_ignore_ascii_case(b"if-match") {
+            self.if_match.push(r)?;
+        } else if name.eq_ignore_ascii_case(b"if-none-match") {
+            self.if_none_match.push(r)?;
+        } else if name.eq_ignore_ascii_case(b"if-modified-since") {
+            self.if_modified_since.push(r);
+        } else if name.eq_ignore_ascii_case(b"if-unmodified-since") {
+            self.if_unmodified_since.push(r);
+        } else if name.eq_ignore_ascii_case(b"range") {
+            if self.range.is_some() {
+                return Err(Status::BAD_REQUEST);
+            }
+            self.range = Some(r);
+        } else if name.eq_ignore_ascii_case(b"if-range") {
+            self.if_range.push(r);
+        } else if name.eq_ignore_ascii_case(b"referer") {
+            self.referer = Some(r);
+        } else if name.eq_ignore_ascii_case(b"user-agent") {
+            self.user_agent = Some(r);
+        } else if name.eq_ignore_ascii_case(b"content-length") {
+            // RFC 9112 §6.3: differing or invalid lengths are unrecoverable framing errors.
+            let n = parse_u64(value).ok_or(Status::BAD_REQUEST)?;
+            if self.content_length.is_some_and(|m| m != n) {
+                return Err(Status::BAD_REQUEST);
+            }
+            self.content_length = Some(n);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            codings.add_line(value);
+        }
+        Ok(())
+    }
+
+    /// The `close` and `keep-alive` options of one `Connection` line.
+    fn add_connection_options(&mut self, value: &[u8]) {
+        for token in value.split(|&b| b == b',') {
+            let token = trim(token);
+            if token.eq_ignore_ascii_case(b"close") {
+                self.connection_close = true;
+            } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                self.connection_keep_alive = true;
+            }
+        }
+    }
 }
 
 /// A request-target has no fragment (RFC 9112 §3.2: `origin-form` and
