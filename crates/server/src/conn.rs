@@ -303,9 +303,8 @@ impl Conn {
         }
     }
 
-    /// One request from resolution to the last byte. Longer than ~80 lines on purpose: the
-    /// RFC 9110 decision order (method, resolution, preconditions, range) reads top to bottom
-    /// here; split, the order that decides the status would be spread across functions.
+    /// One request from resolution to the last byte. The status is decided in RFC 9110's
+    /// order, top to bottom: method, resolution, preconditions, range.
     async fn respond(&mut self, req: &Request, keep_alive: bool) -> std::io::Result<Outcome_> {
         let base = self.rstart;
         let method = req.method();
@@ -325,110 +324,40 @@ impl Conn {
         let (file, meta, index) = match resolved {
             Ok(Resolved::File { file, meta, index }) => (file, meta, index),
             Ok(Resolved::AddSlash) => {
-                // Location: the normalised path plus "/", query kept. Never the
-                // raw target: `//host/dir` must not become `Location: //host/dir/`,
-                // a redirect to another host. The normalised path has no empty
-                // segment, so the value starts with exactly one slash.
-                let mut location = std::mem::take(&mut self.scratch);
-                location.clear();
-                location.push(b'/');
-                response::push_path_encoded(&mut location, &self.path);
-                location.push(b'/');
-                if let Some(q) = query {
-                    location.push(b'?');
-                    location.extend_from_slice(q);
-                }
-                response::begin(&mut self.head, Status::MOVED_PERMANENTLY);
-                response::header(&mut self.head, b"Location", &location);
-                response::header(&mut self.head, b"Content-Length", b"0");
-                response::end(&mut self.head, keep_alive, req.version_minor);
-                self.scratch = location;
+                redirect_head(&mut self.head, &mut self.scratch, &self.path, query, keep_alive, req.version_minor);
                 return self.send(Status::MOVED_PERMANENTLY, Body::None).await;
             }
-            Err(refusal) => {
-                let status = match refusal {
-                    Refusal::BadRequest => Status::BAD_REQUEST,
-                    Refusal::Forbidden => Status::FORBIDDEN,
-                    Refusal::NotFound => Status::NOT_FOUND,
-                    Refusal::Internal => Status::INTERNAL_SERVER_ERROR,
-                };
-                return self.send_error(status, Some(req), keep_alive).await;
-            }
+            Err(refusal) => return self.send_error(refusal_status(refusal), Some(req), keep_alive).await,
         };
 
-        let len = meta.len();
-        let mtime_secs = u64::try_from(meta.mtime()).unwrap_or(0);
-        let version = FileVersion {
-            inode: meta.ino(),
-            mtime_ns: mtime_secs
-                .saturating_mul(1_000_000_000)
-                .saturating_add(meta.mtime_nsec().clamp(0, 999_999_999) as u64),
-            size_bytes: len,
-        };
+        let (version, mtime_secs) = file_version(&meta);
+        let len = version.size_bytes;
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         response::etag(&mut self.etag, version, u64::try_from(now.as_nanos()).unwrap_or(u64::MAX));
-        let buf = &self.rbuf[base..];
-        let field = |r: Option<Range<usize>>| r.map(|r| &buf[r]);
-        let (mut if_match, mut if_none_match) = ([&b""[..]; MAX_LIST_LINES], [&b""[..]; MAX_LIST_LINES]);
-        let if_match_len = field_lines(buf, &req.if_match, &mut if_match);
-        let if_none_match_len = field_lines(buf, &req.if_none_match, &mut if_none_match);
-        let conditions = Conditions {
-            if_match: &if_match[..if_match_len],
-            if_none_match: &if_none_match[..if_none_match_len],
-            if_modified_since: field(req.if_modified_since.value()),
-            if_unmodified_since: field(req.if_unmodified_since.value()),
-            range: field(req.range.clone()),
-            // A repeated If-Range is no validator: an empty one never matches.
-            if_range: if req.if_range.is_present() { Some(field(req.if_range.value()).unwrap_or(b"")) } else { None },
-            is_get: method == Method::Get,
-        };
         let validators = Validators {
             etag: &self.etag,
             mtime_secs,
             last_modified_strong: mtime_secs.saturating_add(1) <= now.as_secs(),
         };
-        let outcome = precondition::evaluate(&conditions, &validators, len);
-        if outcome == Verdict::PreconditionFailed {
-            return self.send_error(Status::PRECONDITION_FAILED, Some(req), keep_alive).await;
-        }
-        let (status, offset, body_len) = match outcome {
-            Verdict::PreconditionFailed => unreachable!("answered above"),
+        let (status, offset, body_len) = match evaluate_conditions(&self.rbuf[base..], req, &validators, len) {
+            Verdict::PreconditionFailed => {
+                return self.send_error(Status::PRECONDITION_FAILED, Some(req), keep_alive).await;
+            }
             Verdict::NotModified => (Status::NOT_MODIFIED, 0, 0),
             Verdict::Full => (Status::OK, 0, len),
             Verdict::Partial { start, end } => (Status::PARTIAL_CONTENT, start, end - start + 1),
             Verdict::Unsatisfiable => (Status::RANGE_NOT_SATISFIABLE, 0, 0),
         };
-        let h = &mut self.head;
-        response::begin(h, status);
-        if status != Status::NOT_MODIFIED && status != Status::RANGE_NOT_SATISFIABLE {
-            response::header(
-                h,
-                b"Content-Type",
-                response::content_type(if index { b"index.html" } else { &self.path }).as_bytes(),
-            );
-            response::header_u64(h, b"Content-Length", body_len);
-        }
-        if status == Status::RANGE_NOT_SATISFIABLE {
-            response::header(h, b"Content-Length", b"0");
-            h.extend_from_slice(b"Content-Range: bytes */");
-            response::push_u64(h, len);
-            h.extend_from_slice(b"\r\n");
-        }
-        if status == Status::PARTIAL_CONTENT {
-            h.extend_from_slice(b"Content-Range: bytes ");
-            response::push_u64(h, offset);
-            h.push(b'-');
-            response::push_u64(h, offset + body_len - 1);
-            h.push(b'/');
-            response::push_u64(h, len);
-            h.extend_from_slice(b"\r\n");
-        }
-        h.extend_from_slice(b"Last-Modified: ");
-        h.extend_from_slice(&crate::http::date::http_date(mtime_secs));
-        h.extend_from_slice(b"\r\n");
-        response::header(h, b"ETag", &self.etag);
-        response::header(h, b"Accept-Ranges", b"bytes");
-        response::end(h, keep_alive, req.version_minor);
+        let head = FileHead {
+            status,
+            name: if index { b"index.html" } else { &self.path },
+            offset,
+            body_len,
+            file_len: len,
+            mtime_secs,
+            etag: &self.etag,
+        };
+        head.write(&mut self.head, keep_alive, req.version_minor);
         let body = if method == Method::Head || body_len == 0 {
             Body::None
         } else {
@@ -637,6 +566,120 @@ impl Conn {
 impl Drop for Conn {
     fn drop(&mut self) {
         self.shared.metrics.connection_closed(self.gauge_band);
+    }
+}
+
+/// The head of a `301` adding the slash to a directory's path: `Location` is the
+/// normalised `path` plus "/", `query` kept, built in `location` (a scratch buffer).
+/// Never the raw target: `//host/dir` must not become `Location: //host/dir/`, a
+/// redirect to another host. The normalised path has no empty segment, so the
+/// value starts with exactly one slash.
+fn redirect_head(
+    head: &mut Vec<u8>,
+    location: &mut Vec<u8>,
+    path: &[u8],
+    query: Option<&[u8]>,
+    keep_alive: bool,
+    version_minor: u8,
+) {
+    location.clear();
+    location.push(b'/');
+    response::push_path_encoded(location, path);
+    location.push(b'/');
+    if let Some(q) = query {
+        location.push(b'?');
+        location.extend_from_slice(q);
+    }
+    response::begin(head, Status::MOVED_PERMANENTLY);
+    response::header(head, b"Location", location);
+    response::header(head, b"Content-Length", b"0");
+    response::end(head, keep_alive, version_minor);
+}
+
+fn refusal_status(refusal: Refusal) -> Status {
+    match refusal {
+        Refusal::BadRequest => Status::BAD_REQUEST,
+        Refusal::Forbidden => Status::FORBIDDEN,
+        Refusal::NotFound => Status::NOT_FOUND,
+        Refusal::Internal => Status::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// The file's version (its ETag's input) and its modification time in whole seconds.
+fn file_version(meta: &std::fs::Metadata) -> (FileVersion, u64) {
+    let mtime_secs = u64::try_from(meta.mtime()).unwrap_or(0);
+    let version = FileVersion {
+        inode: meta.ino(),
+        mtime_ns: mtime_secs
+            .saturating_mul(1_000_000_000)
+            .saturating_add(meta.mtime_nsec().clamp(0, 999_999_999) as u64),
+        size_bytes: meta.len(),
+    };
+    (version, mtime_secs)
+}
+
+/// The verdict of the request's preconditions and range on a file of `len`
+/// bytes; `buf` starts with the request's head.
+fn evaluate_conditions(buf: &[u8], req: &Request, validators: &Validators<'_>, len: u64) -> Verdict {
+    let field = |r: Option<Range<usize>>| r.map(|r| &buf[r]);
+    let (mut if_match, mut if_none_match) = ([&b""[..]; MAX_LIST_LINES], [&b""[..]; MAX_LIST_LINES]);
+    let if_match_len = field_lines(buf, &req.if_match, &mut if_match);
+    let if_none_match_len = field_lines(buf, &req.if_none_match, &mut if_none_match);
+    let conditions = Conditions {
+        if_match: &if_match[..if_match_len],
+        if_none_match: &if_none_match[..if_none_match_len],
+        if_modified_since: field(req.if_modified_since.value()),
+        if_unmodified_since: field(req.if_unmodified_since.value()),
+        range: field(req.range.clone()),
+        // A repeated If-Range is no validator: an empty one never matches.
+        if_range: if req.if_range.is_present() { Some(field(req.if_range.value()).unwrap_or(b"")) } else { None },
+        is_get: req.method() == Method::Get,
+    };
+    precondition::evaluate(&conditions, validators, len)
+}
+
+/// The head of a response from a file (or of its `304` or `416`).
+struct FileHead<'a> {
+    status: Status,
+    /// The name the content type is taken from.
+    name: &'a [u8],
+    /// The body: `body_len` bytes from `offset`.
+    offset: u64,
+    body_len: u64,
+    file_len: u64,
+    mtime_secs: u64,
+    etag: &'a [u8],
+}
+
+impl FileHead<'_> {
+    fn write(&self, h: &mut Vec<u8>, keep_alive: bool, version_minor: u8) {
+        let status = self.status;
+        response::begin(h, status);
+        if status != Status::NOT_MODIFIED && status != Status::RANGE_NOT_SATISFIABLE {
+            response::header(h, b"Content-Type", response::content_type(self.name).as_bytes());
+            response::header_u64(h, b"Content-Length", self.body_len);
+        }
+        if status == Status::RANGE_NOT_SATISFIABLE {
+            response::header(h, b"Content-Length", b"0");
+            h.extend_from_slice(b"Content-Range: bytes */");
+            response::push_u64(h, self.file_len);
+            h.extend_from_slice(b"\r\n");
+        }
+        if status == Status::PARTIAL_CONTENT {
+            h.extend_from_slice(b"Content-Range: bytes ");
+            response::push_u64(h, self.offset);
+            h.push(b'-');
+            response::push_u64(h, self.offset + self.body_len - 1);
+            h.push(b'/');
+            response::push_u64(h, self.file_len);
+            h.extend_from_slice(b"\r\n");
+        }
+        h.extend_from_slice(b"Last-Modified: ");
+        h.extend_from_slice(&crate::http::date::http_date(self.mtime_secs));
+        h.extend_from_slice(b"\r\n");
+        response::header(h, b"ETag", self.etag);
+        response::header(h, b"Accept-Ranges", b"bytes");
+        response::end(h, keep_alive, version_minor);
     }
 }
 
