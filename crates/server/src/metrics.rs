@@ -214,6 +214,18 @@ impl Metrics {
     }
 }
 
+/// Writes the `# HELP` and `# TYPE` lines of the metric family `name` (`kind`:
+/// `counter`, `gauge` or `histogram`); its samples follow.
+pub(crate) fn write_family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// Writes a metric family of one unlabelled sample: `name value`.
+pub(crate) fn write_metric(out: &mut String, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+    write_family(out, name, kind, help);
+    let _ = writeln!(out, "{name} {value}");
+}
+
 /// Writes the cumulative `_bucket` lines of an unlabelled histogram `name`
 /// (one per bound, then `+Inf`) from per-bucket counts (`counts` has one more
 /// entry than `bounds`: the overflow), and returns the total count.

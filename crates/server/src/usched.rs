@@ -35,8 +35,8 @@ use std::time::{Duration, Instant};
 
 use shortfirst_core::bands::{Band, Cutoffs};
 use shortfirst_core::uplink_sched::{
-    ConnId, Mode, PacerConfig, SchedConfig, SchedError, UplinkScheduler, CONTROL_BYTES_PER_CONNECTION,
-    LATENESS_ALLOWANCE_NS,
+    ConnId, Mode, Pacer, PacerConfig, SchedConfig, SchedError, SchedStats, UplinkScheduler,
+    CONTROL_BYTES_PER_CONNECTION, LATENESS_ALLOWANCE_NS,
 };
 use tokio::io::Interest;
 use tokio::net::TcpStream;
@@ -44,7 +44,7 @@ use tokio::sync::Notify;
 
 use crate::config::{ConfigError, Scheduling, ServerConfig};
 use crate::io::unsent_bytes;
-use crate::metrics::BAND_SLOTS;
+use crate::metrics::{write_family, write_metric, BAND_SLOTS};
 
 /// Where a connection's grants are delivered.
 struct Slot {
@@ -166,65 +166,72 @@ impl UserScheduler {
             (st.core.stats(), st.core.pacer().clone(), self.now_ns())
         };
         let (lookahead_ns, release_ns) = (pacer.depth_ns(), pacer.wire_ns(pacer.release_bytes()));
+        let name = "shortfirst_uplink_scheduler_info";
+        write_family(out, name, "gauge", "The user-space uplink scheduler in force.");
         let _ = writeln!(
             out,
-            "# HELP shortfirst_uplink_scheduler_info The user-space uplink scheduler in force.\n\
-             # TYPE shortfirst_uplink_scheduler_info gauge\n\
-             shortfirst_uplink_scheduler_info{{scheduler=\"{}\",policy=\"{}\",rate_bits_per_s=\"{}\"}} 1",
+            "{name}{{scheduler=\"{}\",policy=\"{}\",rate_bits_per_s=\"{}\"}} 1",
             self.scheduler, self.policy_name, self.rate_bits_per_s
         );
-        let gauges = [
-            ("shortfirst_uplink_queue_length", "Writable responses waiting for a grant.", stats.ready as f64),
-            ("shortfirst_uplink_registered", "Responses registered with the scheduler.", stats.registered as f64),
-            (
-                "shortfirst_uplink_waiting",
-                "Responses not admitted to write (crovella: beyond write-concurrency).",
-                stats.waiting as f64,
-            ),
-            (
-                "shortfirst_uplink_pacer_backlog_seconds",
-                "Link time granted ahead of now.",
-                pacer.backlog_ns(now_ns) as f64 / 1e9,
-            ),
-            (
-                "shortfirst_uplink_pacer_rate_bits_per_s",
-                "The pacer's rate on the wire: the uplink's rate times --pacer-rate-fraction.",
-                pacer.paced_bits_per_s(),
-            ),
-            (
-                "shortfirst_uplink_pacer_burst_seconds",
-                "Link time an idle link banks (--pacer-burst-bytes at the paced rate).",
-                pacer.burst_ns() as f64 / 1e9,
-            ),
-        ];
-        for (name, help, v) in gauges {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-        }
-        let counters = [
-            ("shortfirst_uplink_grants_total", "Grants handed out.", stats.grants),
-            (
-                "shortfirst_uplink_control_bytes_total",
-                "Wire bytes of connections' control packets (SYN-ACK, bare ACKs, FIN) charged to the pacer.",
-                stats.control_bytes,
-            ),
-            (
-                "shortfirst_uplink_refunded_bytes_total",
-                "Bytes granted but not written (socket full, response ended), given back to the pacer.",
-                stats.refunded_bytes,
-            ),
-        ];
-        for (name, help, v) in counters {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
-        }
-        out.push_str("# HELP shortfirst_uplink_granted_bytes_total Bytes granted, by the band of the response's remaining size.\n# TYPE shortfirst_uplink_granted_bytes_total counter\n");
+        render_gauges(out, &stats, &pacer, now_ns);
+        render_counters(out, &stats);
+        let name = "shortfirst_uplink_granted_bytes_total";
+        write_family(out, name, "counter", "Bytes granted, by the band of the response's remaining size.");
         for b in 1..=cutoffs.data_bands() {
-            let _ = writeln!(
-                out,
-                "shortfirst_uplink_granted_bytes_total{{band=\"{b}\"}} {}",
-                self.granted_by_band[b].load(Relaxed)
-            );
+            let _ = writeln!(out, "{name}{{band=\"{b}\"}} {}", self.granted_by_band[b].load(Relaxed));
         }
         self.pacer_metrics.render(out, lookahead_ns, release_ns);
+    }
+}
+
+/// The scheduler's gauges in `/metrics`: its queues and the pacer's state at `now_ns`.
+fn render_gauges(out: &mut String, stats: &SchedStats, pacer: &Pacer, now_ns: u64) {
+    let gauges = [
+        ("shortfirst_uplink_queue_length", "Writable responses waiting for a grant.", stats.ready as f64),
+        ("shortfirst_uplink_registered", "Responses registered with the scheduler.", stats.registered as f64),
+        (
+            "shortfirst_uplink_waiting",
+            "Responses not admitted to write (crovella: beyond write-concurrency).",
+            stats.waiting as f64,
+        ),
+        (
+            "shortfirst_uplink_pacer_backlog_seconds",
+            "Link time granted ahead of now.",
+            pacer.backlog_ns(now_ns) as f64 / 1e9,
+        ),
+        (
+            "shortfirst_uplink_pacer_rate_bits_per_s",
+            "The pacer's rate on the wire: the uplink's rate times --pacer-rate-fraction.",
+            pacer.paced_bits_per_s(),
+        ),
+        (
+            "shortfirst_uplink_pacer_burst_seconds",
+            "Link time an idle link banks (--pacer-burst-bytes at the paced rate).",
+            pacer.burst_ns() as f64 / 1e9,
+        ),
+    ];
+    for (name, help, v) in gauges {
+        write_metric(out, name, "gauge", help, v);
+    }
+}
+
+/// The scheduler's unlabelled counters in `/metrics`.
+fn render_counters(out: &mut String, stats: &SchedStats) {
+    let counters = [
+        ("shortfirst_uplink_grants_total", "Grants handed out.", stats.grants),
+        (
+            "shortfirst_uplink_control_bytes_total",
+            "Wire bytes of connections' control packets (SYN-ACK, bare ACKs, FIN) charged to the pacer.",
+            stats.control_bytes,
+        ),
+        (
+            "shortfirst_uplink_refunded_bytes_total",
+            "Bytes granted but not written (socket full, response ended), given back to the pacer.",
+            stats.refunded_bytes,
+        ),
+    ];
+    for (name, help, v) in counters {
+        write_metric(out, name, "counter", help, v);
     }
 }
 
