@@ -9,7 +9,7 @@
 //! baseline once traffic stops is a leak). Counters are atomics updated on
 //! the request path without locks; the registry is fixed-size, so memory is bounded.
 
-use std::fmt::Write as _;
+use std::fmt::{Display, Write as _};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
@@ -218,6 +218,9 @@ pub struct Snapshot {
     pub upstream_retries: u64,
 }
 
+/// A snapshot's row of a type: (type index, name, estimated cost µs, successful samples).
+type TypeRow = (usize, String, u64, u64);
+
 fn escape(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
@@ -236,149 +239,143 @@ impl Metrics {
         }
     }
 
-    /// The whole exposition, families in a fixed order. Long because it is one list of
-    /// metric families, each a few lines; splitting it would scatter the format.
+    /// The whole exposition, families in a fixed order: the gate's state, connections,
+    /// admission counts, then the per-type families.
     pub fn render(&self, snap: &Snapshot) -> String {
         let mut o = String::with_capacity(4096 + snap.types.len() * 4096);
-        let g = |o: &mut String, name: &str, help: &str, kind: &str, v: f64| {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
-        };
-        g(
-            &mut o,
-            "gatekeeper_load_seconds",
-            "Sum of the estimated costs of admitted, unfinished requests.",
-            "gauge",
-            snap.load_us as f64 / 1e6,
-        );
-        g(
-            &mut o,
-            "gatekeeper_capacity_seconds",
-            "Admission capacity in cost units (seconds of expected service time).",
-            "gauge",
-            snap.capacity_us as f64 / 1e6,
-        );
-        g(&mut o, "gatekeeper_queue_length", "Requests waiting for admission.", "gauge", snap.queue_len as f64);
-        g(&mut o, "gatekeeper_in_flight", "Admitted, unfinished requests.", "gauge", snap.in_flight as f64);
-        g(&mut o, "gatekeeper_client_connections", "Client connections open.", "gauge", snap.client_connections as f64);
-        g(
-            &mut o,
+        render_gate(&mut o, snap);
+        self.render_connections(&mut o, snap);
+        self.render_admissions(&mut o, snap);
+        self.render_type_costs(&mut o, &snap.types);
+        self.render_type_counts(&mut o, snap);
+        self.render_type_histograms(&mut o, &snap.types);
+        o
+    }
+
+    /// Client and upstream connections: open, refused, idle, requests retried.
+    fn render_connections(&self, o: &mut String, snap: &Snapshot) {
+        single(o, "gatekeeper_client_connections", "Client connections open.", "gauge", snap.client_connections as f64);
+        single(
+            o,
             "gatekeeper_connections_refused_total",
             "Client connections answered 503 and closed at once because --max-connections were open.",
             "counter",
             self.connections_refused.load(Relaxed) as f64,
         );
-        g(
-            &mut o,
+        single(
+            o,
             "gatekeeper_upstream_connections",
             "Upstream connections open, in use or idle.",
             "gauge",
             snap.upstream_connections as f64,
         );
-        g(
-            &mut o,
+        single(
+            o,
             "gatekeeper_upstream_idle_connections",
             "Upstream connections idle in the pool, kept for reuse.",
             "gauge",
             snap.upstream_idle as f64,
         );
-        g(
-            &mut o,
+        single(
+            o,
             "gatekeeper_upstream_retries_total",
             "Requests sent once more on a new upstream connection: the reused one was closing, or closed before answering a safe, bodiless request.",
             "counter",
             snap.upstream_retries as f64,
         );
-        g(
-            &mut o,
+    }
+
+    /// The queue's head, then requests admitted, rejected, cancelled and put in the overflow type.
+    fn render_admissions(&self, o: &mut String, snap: &Snapshot) {
+        single(
+            o,
             "gatekeeper_queue_head_cost_seconds",
             "Charge of the waiting request the policy looks at first (fifo: oldest; sjf: a probe, else the cheapest; sjf-aging: the cheapest); 0 when none waits.",
             "gauge",
             snap.head_cost_us.unwrap_or(0) as f64 / 1e6,
         );
-        g(
-            &mut o,
+        single(
+            o,
             "gatekeeper_admitted_total",
             "Requests admitted to the upstream.",
             "counter",
             self.admitted.load(Relaxed) as f64,
         );
-        let _ = writeln!(o, "# HELP gatekeeper_rejected_total Requests answered 503 by the gatekeeper.\n# TYPE gatekeeper_rejected_total counter");
-        let _ = writeln!(
+        family(o, "gatekeeper_rejected_total", "Requests answered 503 by the gatekeeper.", "counter");
+        for (reason, n) in [("queue_full", &self.rejected_queue_full), ("queue_wait", &self.rejected_queue_wait)] {
+            let _ = writeln!(o, "gatekeeper_rejected_total{{reason=\"{reason}\"}} {}", n.load(Relaxed));
+        }
+        single(
             o,
-            "gatekeeper_rejected_total{{reason=\"queue_full\"}} {}",
-            self.rejected_queue_full.load(Relaxed)
-        );
-        let _ = writeln!(
-            o,
-            "gatekeeper_rejected_total{{reason=\"queue_wait\"}} {}",
-            self.rejected_queue_wait.load(Relaxed)
-        );
-        g(
-            &mut o,
             "gatekeeper_cancelled_while_queued_total",
             "Requests whose client went away while they waited.",
             "counter",
             self.cancelled_while_queued.load(Relaxed) as f64,
         );
-
-        g(
-            &mut o,
+        single(
+            o,
             "gatekeeper_type_table_overflow_total",
             "Requests put in the type (other) because the type table (--max-types) was full: raise it or coarsen --classify.",
             "counter",
             self.type_table_overflow.load(Relaxed) as f64,
         );
-        let _ = writeln!(o, "# HELP gatekeeper_type_cost_spread_ratio Standard deviation over mean of a type's measured upstream times: near 0 for a type of one cost, above 1 when it mixes costs (refine --classify).\n# TYPE gatekeeper_type_cost_spread_ratio gauge");
-        for (i, name, _, _) in &snap.types {
-            let _ = writeln!(
-                o,
-                "gatekeeper_type_cost_spread_ratio{{type=\"{}\"}} {}",
-                escape(name),
-                self.types[*i].spread().ratio()
-            );
-        }
-        let _ = writeln!(o, "# HELP gatekeeper_type_cost_stddev_seconds Standard deviation of a type's measured upstream times.\n# TYPE gatekeeper_type_cost_stddev_seconds gauge");
-        for (i, name, _, _) in &snap.types {
-            let _ = writeln!(
-                o,
-                "gatekeeper_type_cost_stddev_seconds{{type=\"{}\"}} {}",
-                escape(name),
-                self.types[*i].spread().stddev_us() / 1e6
-            );
-        }
-        let _ = writeln!(o, "# HELP gatekeeper_type_estimated_cost_seconds Current cost estimate of a request type.\n# TYPE gatekeeper_type_estimated_cost_seconds gauge");
-        for (_, name, est, _) in &snap.types {
-            let _ = writeln!(
-                o,
-                "gatekeeper_type_estimated_cost_seconds{{type=\"{}\"}} {}",
-                escape(name),
-                *est as f64 / 1e6
-            );
-        }
-        for (metric, help, v) in [
+    }
+
+    /// Per type: the spread of its measured costs and its estimate.
+    fn render_type_costs(&self, o: &mut String, types: &[TypeRow]) {
+        per_type(
+            o,
+            types,
+            "gatekeeper_type_cost_spread_ratio",
+            "Standard deviation over mean of a type's measured upstream times: near 0 for a type of one cost, above 1 when it mixes costs (refine --classify).",
+            "gauge",
+            |&(i, ..)| self.types[i].spread().ratio(),
+        );
+        per_type(
+            o,
+            types,
+            "gatekeeper_type_cost_stddev_seconds",
+            "Standard deviation of a type's measured upstream times.",
+            "gauge",
+            |&(i, ..)| self.types[i].spread().stddev_us() / 1e6,
+        );
+        per_type(
+            o,
+            types,
+            "gatekeeper_type_estimated_cost_seconds",
+            "Current cost estimate of a request type.",
+            "gauge",
+            |&(_, _, est_us, _)| est_us as f64 / 1e6,
+        );
+    }
+
+    /// Per type: requests waiting and in flight, samples, probes, and requests by outcome.
+    fn render_type_counts(&self, o: &mut String, snap: &Snapshot) {
+        let types = &snap.types;
+        for (name, help, counts) in [
             ("gatekeeper_type_queued", "Requests of a type waiting for admission.", &snap.queued_by_type),
             ("gatekeeper_type_in_flight", "Admitted, unfinished requests of a type.", &snap.in_flight_by_type),
         ] {
-            let _ = writeln!(o, "# HELP {metric} {help}\n# TYPE {metric} gauge");
-            for (i, name, _, _) in &snap.types {
-                let _ = writeln!(o, "{metric}{{type=\"{}\"}} {}", escape(name), v.get(*i).copied().unwrap_or(0));
-            }
+            per_type(o, types, name, help, "gauge", |&(i, ..)| counts.get(i).copied().unwrap_or(0));
         }
-        let _ = writeln!(o, "# HELP gatekeeper_type_cost_samples_total Successful measurements behind the estimate.\n# TYPE gatekeeper_type_cost_samples_total counter");
-        for (_, name, _, n) in &snap.types {
-            let _ = writeln!(o, "gatekeeper_type_cost_samples_total{{type=\"{}\"}} {n}", escape(name));
-        }
-        let _ = writeln!(o, "# HELP gatekeeper_type_probes_total Requests marked as re-sampling probes: their type had gone resample_after without a sample (under sjf they go ahead of the order).\n# TYPE gatekeeper_type_probes_total counter");
-        for (i, name, _, _) in &snap.types {
-            let _ = writeln!(
-                o,
-                "gatekeeper_type_probes_total{{type=\"{}\"}} {}",
-                escape(name),
-                self.types[*i].probes.load(Relaxed)
-            );
-        }
-        let _ = writeln!(o, "# HELP gatekeeper_type_requests_total Requests by type and outcome.\n# TYPE gatekeeper_type_requests_total counter");
-        for (i, name, _, _) in &snap.types {
+        per_type(
+            o,
+            types,
+            "gatekeeper_type_cost_samples_total",
+            "Successful measurements behind the estimate.",
+            "counter",
+            |&(.., samples)| samples,
+        );
+        per_type(
+            o,
+            types,
+            "gatekeeper_type_probes_total",
+            "Requests marked as re-sampling probes: their type had gone resample_after without a sample (under sjf they go ahead of the order).",
+            "counter",
+            |&(i, ..)| self.types[i].probes.load(Relaxed),
+        );
+        family(o, "gatekeeper_type_requests_total", "Requests by type and outcome.", "counter");
+        for (i, name, _, _) in types {
             for out in ProxyOutcome::ALL {
                 let _ = writeln!(
                     o,
@@ -389,18 +386,68 @@ impl Metrics {
                 );
             }
         }
-        for (metric, help, pick) in [
-            ("gatekeeper_type_queue_wait_seconds", "Time from arrival to admission.", 0),
-            ("gatekeeper_type_upstream_seconds", "Time from admission to the response's last byte.", 1),
+    }
+
+    /// Per type: histograms of the queue wait and of the upstream time.
+    fn render_type_histograms(&self, o: &mut String, types: &[TypeRow]) {
+        let queue_wait: fn(&TypeMetrics) -> &Histogram = |t| &t.queue_wait;
+        let upstream: fn(&TypeMetrics) -> &Histogram = |t| &t.upstream;
+        for (name, help, histogram) in [
+            ("gatekeeper_type_queue_wait_seconds", "Time from arrival to admission.", queue_wait),
+            ("gatekeeper_type_upstream_seconds", "Time from admission to the response's last byte.", upstream),
         ] {
-            let _ = writeln!(o, "# HELP {metric} {help}\n# TYPE {metric} histogram");
-            for (i, name, _, _) in &snap.types {
-                let t = &self.types[*i];
-                let h = if pick == 0 { &t.queue_wait } else { &t.upstream };
-                h.render(&mut o, metric, &format!("type=\"{}\"", escape(name)));
+            family(o, name, help, "histogram");
+            for (i, type_name, _, _) in types {
+                histogram(&self.types[*i]).render(o, name, &format!("type=\"{}\"", escape(type_name)));
             }
         }
-        o
+    }
+}
+
+/// The gate's state: load against capacity, requests waiting and in flight.
+fn render_gate(o: &mut String, snap: &Snapshot) {
+    single(
+        o,
+        "gatekeeper_load_seconds",
+        "Sum of the estimated costs of admitted, unfinished requests.",
+        "gauge",
+        snap.load_us as f64 / 1e6,
+    );
+    single(
+        o,
+        "gatekeeper_capacity_seconds",
+        "Admission capacity in cost units (seconds of expected service time).",
+        "gauge",
+        snap.capacity_us as f64 / 1e6,
+    );
+    single(o, "gatekeeper_queue_length", "Requests waiting for admission.", "gauge", snap.queue_len as f64);
+    single(o, "gatekeeper_in_flight", "Admitted, unfinished requests.", "gauge", snap.in_flight as f64);
+}
+
+/// Writes the `# HELP` and `# TYPE` lines that open a metric family.
+fn family(o: &mut String, name: &str, help: &str, kind: &str) {
+    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// Writes a family of one unlabelled sample.
+fn single(o: &mut String, name: &str, help: &str, kind: &str, value: f64) {
+    family(o, name, help, kind);
+    let _ = writeln!(o, "{name} {value}");
+}
+
+/// Writes a family of one sample per type, labelled with the type's name; `value` reads
+/// a type's sample from its row.
+fn per_type<V: Display>(
+    o: &mut String,
+    types: &[TypeRow],
+    name: &str,
+    help: &str,
+    kind: &str,
+    value: impl Fn(&TypeRow) -> V,
+) {
+    family(o, name, help, kind);
+    for row in types {
+        let _ = writeln!(o, "{name}{{type=\"{}\"}} {}", escape(&row.1), value(row));
     }
 }
 
