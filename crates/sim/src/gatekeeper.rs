@@ -224,259 +224,382 @@ fn validate(cfg: &ModelConfig) -> Result<(), ModelError> {
 }
 
 /// Run the model. Deterministic for a given configuration.
-///
-/// Long (one discrete-event loop whose state, the clock, gate, running set and clients'
-/// random streams, every event kind touches); a candidate for a state struct with one
-/// method per event kind.
 pub fn run(cfg: &ModelConfig) -> Result<ModelResult, ModelError> {
     validate(cfg)?;
-    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let pick = WeightedIndex::new(cfg.types.iter().map(|t| t.weight))
-        .map_err(|e| ModelError::Config(format!("type weights: {e}")))?;
-    let think = (cfg.think_mean_us > 0.0).then(|| Exp::new(1.0 / cfg.think_mean_us).expect("rate > 0"));
-    let mut estimator = CostEstimator::new(cfg.types.len(), cfg.estimator.clone())?;
-    let mut gate = cfg.gate.clone().map(Gate::new).transpose()?;
+    let mut model = Model::new(cfg)?;
+    let events_capped = model.run_events()?;
+    Ok(model.result(events_capped))
+}
 
-    let n_types = cfg.types.len();
-    let mut done = vec![0u64; n_types];
-    let mut expired_by_type = vec![0u64; n_types];
-    let mut admitted_since = vec![0u64; n_types];
-    let mut timeline = Vec::new();
-    let mut timeline_capped = false;
-    let mut next_sample = cfg.timeline_period_us.map(|_| 0.0f64);
-    let mut sum_rt = vec![0f64; n_types];
-    let mut sum_wait = vec![0f64; n_types];
-    let mut work = 0f64;
-    let (mut area_running, mut area_queued, mut starved) = (0f64, 0f64, 0f64);
+/// Virtual time as the gate counts it: whole µs.
+fn gate_us(t: f64) -> u64 {
+    t.round() as u64
+}
 
-    // Clients thinking: (wake time, client). Time in µs as f64, ordered by bits (>= 0).
-    let mut thinking: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
-    let mut running: Vec<Running> = Vec::new();
-    let mut pending: HashMap<u64, Pending> = HashMap::new();
-    let mut now = 0f64;
-    for c in 0..cfg.clients {
-        let t = if cfg.start_together { 0.0 } else { think.map_or(0.0, |d| d.sample(&mut rng)) };
-        thinking.push(Reverse((t.to_bits(), c)));
-    }
-    let gate_us = |t: f64| t.round() as u64;
-    let mut events = 0u64;
-    let mut events_capped = false;
+/// What the measured window counts (see "Measurement").
+struct Tally {
+    /// Per type: completed requests, their summed response and wait times, expirations.
+    done: Vec<u64>,
+    sum_rt: Vec<f64>,
+    sum_wait: Vec<f64>,
+    expired: Vec<u64>,
+    /// Demand served, µs.
+    work: f64,
+    /// Integrals over time of the requests running and queued, and the time starved.
+    area_running: f64,
+    area_queued: f64,
+    starved: f64,
+}
 
-    // Admissions from the gate start in the backend. A request that waited is recharged
-    // with its type's estimate now, as the proxy does (`Gate::recharge_waited`); what a lower
-    // charge admits starts too.
-    #[allow(clippy::too_many_arguments)]
-    fn start(
-        admitted: Vec<Admitted>,
-        now: f64,
-        gate: &mut Gate,
-        estimator: &CostEstimator,
-        pending: &mut HashMap<u64, Pending>,
-        running: &mut Vec<Running>,
-        types: &[ModelType],
-        admitted_since: &mut [u64],
-    ) -> Result<(), ModelError> {
-        let cost_of = |id: RequestId| {
-            let p = pending.get(&id.0).expect("admitted request is pending");
-            estimator.estimate_us(p.type_index).ok()
-        };
-        for a in gate.recharge_waited(now.round() as u64, admitted, cost_of) {
-            let p = pending.remove(&a.ticket.id().0).expect("admitted request is pending");
-            admitted_since[p.type_index] += 1;
-            running.push(Running {
-                client: p.client,
-                type_index: p.type_index,
-                remaining_us: types[p.type_index].demand_us,
-                sent_us: p.sent_us,
-                admitted_us: now,
-                ticket: Some(a.ticket),
-            });
+/// The timeline being sampled (see "Timeline").
+struct Timeline {
+    rows: Vec<TimelineRow>,
+    capped: bool,
+    /// When the next row is due; `None`: no (more) rows.
+    next_sample: Option<f64>,
+    /// Admissions per type since the previous row.
+    admitted_since: Vec<u64>,
+}
+
+/// A run's state: the clock, the clients' random streams, the gate and estimator, the
+/// requests sent and what is measured. One method per event kind.
+struct Model<'a> {
+    cfg: &'a ModelConfig,
+    rng: ChaCha8Rng,
+    pick: WeightedIndex<f64>,
+    think_time: Option<Exp<f64>>,
+    estimator: CostEstimator,
+    gate: Option<Gate>,
+    now: f64,
+    /// Clients thinking: (wake time, client). Time in µs as f64, ordered by bits (>= 0).
+    thinking: BinaryHeap<Reverse<(u64, usize)>>,
+    running: Vec<Running>,
+    /// Requests waiting in the gate, by request id.
+    pending: HashMap<u64, Pending>,
+    tally: Tally,
+    timeline: Timeline,
+}
+
+impl<'a> Model<'a> {
+    /// The state at time 0: every client thinking (or about to send, `start_together`).
+    fn new(cfg: &'a ModelConfig) -> Result<Self, ModelError> {
+        let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+        let pick = WeightedIndex::new(cfg.types.iter().map(|t| t.weight))
+            .map_err(|e| ModelError::Config(format!("type weights: {e}")))?;
+        let think_time = (cfg.think_mean_us > 0.0).then(|| Exp::new(1.0 / cfg.think_mean_us).expect("rate > 0"));
+        let estimator = CostEstimator::new(cfg.types.len(), cfg.estimator.clone())?;
+        let gate = cfg.gate.clone().map(Gate::new).transpose()?;
+        let n_types = cfg.types.len();
+        let mut thinking = BinaryHeap::new();
+        for c in 0..cfg.clients {
+            let t = if cfg.start_together { 0.0 } else { think_time.map_or(0.0, |d| d.sample(&mut rng)) };
+            thinking.push(Reverse((t.to_bits(), c)));
         }
-        Ok(())
+        Ok(Model {
+            cfg,
+            rng,
+            pick,
+            think_time,
+            estimator,
+            gate,
+            now: 0.0,
+            thinking,
+            running: Vec::new(),
+            pending: HashMap::new(),
+            tally: Tally {
+                done: vec![0; n_types],
+                sum_rt: vec![0.0; n_types],
+                sum_wait: vec![0.0; n_types],
+                expired: vec![0; n_types],
+                work: 0.0,
+                area_running: 0.0,
+                area_queued: 0.0,
+                starved: 0.0,
+            },
+            timeline: Timeline {
+                rows: Vec::new(),
+                capped: false,
+                next_sample: cfg.timeline_period_us.map(|_| 0.0),
+                admitted_since: vec![0; n_types],
+            },
+        })
     }
 
-    loop {
-        events += 1;
-        if events > MAX_EVENTS {
-            events_capped = true;
-            break;
+    /// The discrete-event loop: to the end of the run, or to [`MAX_EVENTS`] (returns
+    /// whether the cap stopped it).
+    fn run_events(&mut self) -> Result<bool, ModelError> {
+        let mut events = 0u64;
+        loop {
+            events += 1;
+            if events > MAX_EVENTS {
+                return Ok(true);
+            }
+            let rate = if self.running.is_empty() { 0.0 } else { self.cfg.backend.rate(self.running.len()) };
+            let next_done = self.next_completion(rate);
+            let next_think = self.thinking.peek().map(|Reverse((t, _))| f64::from_bits(*t));
+            let next_wake = self.gate.as_ref().and_then(|g| g.next_wakeup_us()).map(|t| t as f64);
+            let mut t_next = self.cfg.duration_us;
+            for t in [next_done.map(|d| d.0), next_think, next_wake, self.timeline.next_sample].into_iter().flatten() {
+                t_next = t_next.min(t.max(self.now));
+            }
+            self.advance(t_next, rate);
+            if self.now >= self.cfg.duration_us {
+                return Ok(false);
+            }
+            self.sample_timeline();
+            if let Some((t, i)) = next_done {
+                if t <= self.now {
+                    self.running[i].remaining_us = 0.0; // exact, whatever the rounding of rate * dt
+                }
+            }
+            self.complete_due()?;
+            self.send_due()?;
+            if next_wake.is_some_and(|w| w <= self.now) {
+                self.wake_gate();
+            }
         }
-        let n = running.len();
-        let rate = if n > 0 { cfg.backend.rate(n) } else { 0.0 };
-        let next_done = running
+    }
+
+    /// The running request that finishes first at `rate`: (time, index in `running`).
+    fn next_completion(&self, rate: f64) -> Option<(f64, usize)> {
+        self.running
             .iter()
             .enumerate()
-            .map(|(i, r)| (now + r.remaining_us / rate, i))
-            .min_by(|a, b| a.0.total_cmp(&b.0));
-        let next_think = thinking.peek().map(|Reverse((t, _))| f64::from_bits(*t));
-        let next_wake = gate.as_ref().and_then(|g| g.next_wakeup_us()).map(|t| t as f64);
-        let mut t_next = cfg.duration_us;
-        for t in [next_done.map(|d| d.0), next_think, next_wake, next_sample].into_iter().flatten() {
-            t_next = t_next.min(t.max(now));
-        }
-        // Advance: serve the running requests, integrate the gauges over the window.
-        let dt = t_next - now;
+            .map(|(i, r)| (self.now + r.remaining_us / rate, i))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+    }
+
+    /// Move the clock to `t_next`: serve the running requests at `rate` and integrate the
+    /// gauges over the part of the step inside the window.
+    fn advance(&mut self, t_next: f64, rate: f64) {
+        let dt = t_next - self.now;
         if dt > 0.0 {
-            for r in running.iter_mut() {
+            let n = self.running.len();
+            for r in self.running.iter_mut() {
                 r.remaining_us -= rate * dt;
             }
-            let lo = now.max(cfg.warmup_us);
+            let lo = self.now.max(self.cfg.warmup_us);
             if t_next > lo {
                 let w = t_next - lo;
-                let queued = gate.as_ref().map_or(0, |g| g.queue_len());
-                area_running += w * n as f64;
-                area_queued += w * queued as f64;
-                if queued > 0 && n < cfg.backend.cpus {
-                    starved += w;
+                let queued = self.gate.as_ref().map_or(0, |g| g.queue_len());
+                let tally = &mut self.tally;
+                tally.area_running += w * n as f64;
+                tally.area_queued += w * queued as f64;
+                if queued > 0 && n < self.cfg.backend.cpus {
+                    tally.starved += w;
                 }
-                work += w * n as f64 * rate;
+                tally.work += w * n as f64 * rate;
             }
         }
-        now = t_next;
-        if now >= cfg.duration_us {
-            break;
+        self.now = t_next;
+    }
+
+    /// A timeline row, if one is due.
+    fn sample_timeline(&mut self) {
+        let tl = &mut self.timeline;
+        let (Some(t), Some(period), Some(g)) = (tl.next_sample, self.cfg.timeline_period_us, self.gate.as_ref()) else {
+            return;
+        };
+        if t > self.now {
+            return;
         }
-        if let (Some(t), Some(period), Some(g)) = (next_sample, cfg.timeline_period_us, gate.as_ref()) {
-            if t <= now {
-                if timeline.len() < MAX_TIMELINE_ROWS {
-                    timeline.push(TimelineRow {
-                        t_s: now / 1e6,
-                        load_us: g.load_us(),
-                        capacity_us: g.capacity_us(),
-                        in_flight: g.in_flight(),
-                        queued: g.queue_len(),
-                        head_cost_us: g.head_cost_us(),
-                        admitted: std::mem::replace(&mut admitted_since, vec![0; n_types]),
-                    });
-                    next_sample = Some(t + period);
-                } else {
-                    timeline_capped = true;
-                    next_sample = None;
-                }
-            }
+        if tl.rows.len() < MAX_TIMELINE_ROWS {
+            tl.rows.push(TimelineRow {
+                t_s: self.now / 1e6,
+                load_us: g.load_us(),
+                capacity_us: g.capacity_us(),
+                in_flight: g.in_flight(),
+                queued: g.queue_len(),
+                head_cost_us: g.head_cost_us(),
+                admitted: std::mem::replace(&mut tl.admitted_since, vec![0; self.cfg.types.len()]),
+            });
+            tl.next_sample = Some(t + period);
+        } else {
+            tl.capped = true;
+            tl.next_sample = None;
         }
-        if let Some((t, i)) = next_done {
-            if t <= now {
-                running[i].remaining_us = 0.0; // exact, whatever the rounding of rate * dt
-            }
-        }
-        // Completions (all that are due now; ties within a nanosecond of demand).
+    }
+
+    /// Completions: all that are due now (ties within a nanosecond of demand).
+    fn complete_due(&mut self) -> Result<(), ModelError> {
         let mut i = 0;
-        while i < running.len() {
-            if running[i].remaining_us <= 1e-3 {
-                let r = running.swap_remove(i);
-                if now >= cfg.warmup_us {
-                    done[r.type_index] += 1;
-                    sum_rt[r.type_index] += now - r.sent_us;
-                    sum_wait[r.type_index] += r.admitted_us - r.sent_us;
-                }
-                if let (Some(g), Some(ticket)) = (gate.as_mut(), r.ticket) {
-                    let share_us = g.share_us(gate_us(now), &ticket)?;
-                    let wall_us = gate_us(now - r.admitted_us);
-                    let serial_us = g.serial_us(gate_us(now), wall_us);
-                    let sample = Sample { wall_us, share_us, serial_us };
-                    estimator.observe_request_at(r.type_index, sample, gate_us(now))?;
-                    // The type's queued requests are judged by its new estimate, the charge
-                    // they get at admission, as the proxy does (`Gate::reprice_waiting`,
-                    // every policy).
-                    let mut admitted = if g.reprices_waiting() {
-                        let est = estimator.estimate_us(r.type_index)?;
-                        let ids: Vec<RequestId> = pending
-                            .iter()
-                            .filter(|(_, p)| p.type_index == r.type_index)
-                            .map(|(&id, _)| RequestId(id))
-                            .collect();
-                        g.reprice_waiting(gate_us(now), ids, est)
-                    } else {
-                        Vec::new()
-                    };
-                    admitted.extend(g.release(gate_us(now), ticket)?);
-                    start(admitted, now, g, &estimator, &mut pending, &mut running, &cfg.types, &mut admitted_since)?;
-                }
-                let t = now + think.map_or(0.0, |d| d.sample(&mut rng));
-                thinking.push(Reverse((t.to_bits(), r.client)));
+        while i < self.running.len() {
+            if self.running[i].remaining_us <= 1e-3 {
+                let r = self.running.swap_remove(i);
+                self.complete(r)?;
             } else {
                 i += 1;
             }
         }
-        // Clients whose think time is over send.
-        while let Some(&Reverse((t, client))) = thinking.peek() {
-            if f64::from_bits(t) > now {
+        Ok(())
+    }
+
+    /// A request's completion: counted if in the window, its ticket released, and its
+    /// client thinks before sending again.
+    fn complete(&mut self, r: Running) -> Result<(), ModelError> {
+        if self.now >= self.cfg.warmup_us {
+            self.tally.done[r.type_index] += 1;
+            self.tally.sum_rt[r.type_index] += self.now - r.sent_us;
+            self.tally.sum_wait[r.type_index] += r.admitted_us - r.sent_us;
+        }
+        if let Some(ticket) = r.ticket {
+            self.release(r.type_index, r.admitted_us, ticket)?;
+        }
+        self.think_then_send(r.client);
+        Ok(())
+    }
+
+    /// A gated request is done: the estimator learns its [`Sample`], the type's waiting
+    /// requests are re-priced, the ticket is released, and what that admits starts.
+    fn release(&mut self, type_index: usize, admitted_us: f64, ticket: Ticket) -> Result<(), ModelError> {
+        let now_us = gate_us(self.now);
+        let g = self.gate.as_mut().expect("a ticket comes from the gate");
+        let share_us = g.share_us(now_us, &ticket)?;
+        let wall_us = gate_us(self.now - admitted_us);
+        let serial_us = g.serial_us(now_us, wall_us);
+        let sample = Sample { wall_us, share_us, serial_us };
+        self.estimator.observe_request_at(type_index, sample, now_us)?;
+        // The type's queued requests are judged by its new estimate, the charge they get at
+        // admission, as the proxy does (`Gate::reprice_waiting`, every policy).
+        let mut admitted = if g.reprices_waiting() {
+            let est = self.estimator.estimate_us(type_index)?;
+            let ids: Vec<RequestId> =
+                self.pending.iter().filter(|(_, p)| p.type_index == type_index).map(|(&id, _)| RequestId(id)).collect();
+            g.reprice_waiting(now_us, ids, est)
+        } else {
+            Vec::new()
+        };
+        admitted.extend(g.release(now_us, ticket)?);
+        self.start(admitted);
+        Ok(())
+    }
+
+    /// Clients whose think time is over send.
+    fn send_due(&mut self) -> Result<(), ModelError> {
+        while let Some(&Reverse((t, client))) = self.thinking.peek() {
+            if f64::from_bits(t) > self.now {
                 break;
             }
-            thinking.pop();
-            let type_index = pick.sample(&mut rng);
-            match gate.as_mut() {
-                None => running.push(Running {
-                    client,
-                    type_index,
-                    remaining_us: cfg.types[type_index].demand_us,
-                    sent_us: now,
-                    admitted_us: now,
-                    ticket: None,
-                }),
-                Some(g) => {
-                    let c = estimator.charge(type_index, gate_us(now))?;
-                    let arrive = if c.probe { Gate::arrive_probe } else { Gate::arrive };
-                    let (id, admitted) = arrive(g, gate_us(now), c.cost_us)
-                        .map_err(|_| ModelError::Config("gate queue full: raise max_queue_len".into()))?;
-                    pending.insert(id.0, Pending { client, type_index, sent_us: now });
-                    start(admitted, now, g, &estimator, &mut pending, &mut running, &cfg.types, &mut admitted_since)?;
-                }
-            }
+            self.thinking.pop();
+            let type_index = self.pick.sample(&mut self.rng);
+            self.send(client, type_index)?;
         }
-        if let Some(g) = gate.as_mut() {
-            if next_wake.is_some_and(|w| w <= now) {
-                // Expire before polling: a request past the wait limit keeps the wake-up at
-                // its limit, so only removing it moves time on (without this a gate with
-                // `max_queue_wait_us` woke at the same instant until the event cap).
-                let (expired, mut admitted) = g.expire(gate_us(now));
-                for id in expired {
-                    let p = pending.remove(&id.0).expect("expired request is pending");
-                    if now >= cfg.warmup_us {
-                        expired_by_type[p.type_index] += 1;
-                    }
-                    let t = now + think.map_or(0.0, |d| d.sample(&mut rng));
-                    thinking.push(Reverse((t.to_bits(), p.client)));
-                }
-                admitted.extend(g.poll(gate_us(now)));
-                start(admitted, now, g, &estimator, &mut pending, &mut running, &cfg.types, &mut admitted_since)?;
+        Ok(())
+    }
+
+    /// A client sends a request: straight to the backend without a gate, else charged
+    /// its type's estimate and queued.
+    fn send(&mut self, client: usize, type_index: usize) -> Result<(), ModelError> {
+        let now = self.now;
+        let Some(g) = self.gate.as_mut() else {
+            let demand_us = self.cfg.types[type_index].demand_us;
+            let r =
+                Running { client, type_index, remaining_us: demand_us, sent_us: now, admitted_us: now, ticket: None };
+            self.running.push(r);
+            return Ok(());
+        };
+        let c = self.estimator.charge(type_index, gate_us(now))?;
+        let arrive = if c.probe { Gate::arrive_probe } else { Gate::arrive };
+        let (id, admitted) = arrive(g, gate_us(now), c.cost_us)
+            .map_err(|_| ModelError::Config("gate queue full: raise max_queue_len".into()))?;
+        self.pending.insert(id.0, Pending { client, type_index, sent_us: now });
+        self.start(admitted);
+        Ok(())
+    }
+
+    /// The gate's wake-up. Expire before polling: a request past the wait limit keeps the
+    /// wake-up at its limit, so only removing it moves time on (without this a gate with
+    /// `max_queue_wait_us` woke at the same instant until the event cap). An expired
+    /// request's client thinks and sends again.
+    fn wake_gate(&mut self) {
+        let now_us = gate_us(self.now);
+        let (expired, mut admitted) = self.gate.as_mut().expect("a wake-up comes from the gate").expire(now_us);
+        for id in expired {
+            let p = self.pending.remove(&id.0).expect("expired request is pending");
+            if self.now >= self.cfg.warmup_us {
+                self.tally.expired[p.type_index] += 1;
             }
+            self.think_then_send(p.client);
+        }
+        admitted.extend(self.gate.as_mut().expect("a wake-up comes from the gate").poll(now_us));
+        self.start(admitted);
+    }
+
+    /// The client thinks (a sampled think time, or none), then sends.
+    fn think_then_send(&mut self, client: usize) {
+        let t = self.now + self.think_time.map_or(0.0, |d| d.sample(&mut self.rng));
+        self.thinking.push(Reverse((t.to_bits(), client)));
+    }
+
+    /// Admissions from the gate start in the backend. A request that waited is recharged
+    /// with its type's estimate now, as the proxy does (`Gate::recharge_waited`); what a
+    /// lower charge admits starts too.
+    fn start(&mut self, admitted: Vec<Admitted>) {
+        let g = self.gate.as_mut().expect("admissions come from the gate");
+        let (pending, estimator) = (&mut self.pending, &self.estimator);
+        let cost_of = |id: RequestId| {
+            let p = pending.get(&id.0).expect("admitted request is pending");
+            estimator.estimate_us(p.type_index).ok()
+        };
+        for a in g.recharge_waited(gate_us(self.now), admitted, cost_of) {
+            let p = pending.remove(&a.ticket.id().0).expect("admitted request is pending");
+            self.timeline.admitted_since[p.type_index] += 1;
+            self.running.push(Running {
+                client: p.client,
+                type_index: p.type_index,
+                remaining_us: self.cfg.types[p.type_index].demand_us,
+                sent_us: p.sent_us,
+                admitted_us: self.now,
+                ticket: Some(a.ticket),
+            });
         }
     }
 
-    let window_s = (cfg.duration_us - cfg.warmup_us) / 1e6;
-    let window_us = cfg.duration_us - cfg.warmup_us;
-    let completed: u64 = done.iter().sum();
-    let types = cfg
-        .types
-        .iter()
-        .enumerate()
-        .map(|(i, t)| TypeResult {
-            name: t.name.clone(),
-            completed: done[i],
-            mean_response_us: if done[i] > 0 { sum_rt[i] / done[i] as f64 } else { 0.0 },
-            mean_wait_us: if done[i] > 0 { sum_wait[i] / done[i] as f64 } else { 0.0 },
-            final_estimate_us: if gate.is_some() { estimator.estimate_us(i).unwrap_or(0) } else { 0 },
-            expired: expired_by_type[i],
-        })
-        .collect();
-    Ok(ModelResult {
-        completed,
-        throughput_per_s: completed as f64 / window_s,
-        work_per_s: work / window_us,
-        mean_response_us: if completed > 0 { sum_rt.iter().sum::<f64>() / completed as f64 } else { 0.0 },
-        // Little: mean number in the system / throughput, over the same window.
-        little_response_us: if completed > 0 { (area_running + area_queued) / completed as f64 } else { 0.0 },
-        mean_in_flight: area_running / window_us,
-        mean_queued: area_queued / window_us,
-        starved_fraction: starved / window_us,
-        outstanding_at_end: (running.len() + pending.len()) as u64,
-        events_capped,
-        types,
-        timeline,
-        timeline_capped,
-    })
+    /// The results over the window (see [`ModelResult`]).
+    fn result(self, events_capped: bool) -> ModelResult {
+        let window_s = (self.cfg.duration_us - self.cfg.warmup_us) / 1e6;
+        let window_us = self.cfg.duration_us - self.cfg.warmup_us;
+        let tally = &self.tally;
+        let completed: u64 = tally.done.iter().sum();
+        ModelResult {
+            completed,
+            throughput_per_s: completed as f64 / window_s,
+            work_per_s: tally.work / window_us,
+            mean_response_us: if completed > 0 { tally.sum_rt.iter().sum::<f64>() / completed as f64 } else { 0.0 },
+            // Little: mean number in the system / throughput, over the same window.
+            little_response_us: if completed > 0 {
+                (tally.area_running + tally.area_queued) / completed as f64
+            } else {
+                0.0
+            },
+            mean_in_flight: tally.area_running / window_us,
+            mean_queued: tally.area_queued / window_us,
+            starved_fraction: tally.starved / window_us,
+            outstanding_at_end: (self.running.len() + self.pending.len()) as u64,
+            events_capped,
+            types: self.type_results(),
+            timeline: self.timeline.rows,
+            timeline_capped: self.timeline.capped,
+        }
+    }
+
+    fn type_results(&self) -> Vec<TypeResult> {
+        let tally = &self.tally;
+        let mean = |sum: f64, n: u64| if n > 0 { sum / n as f64 } else { 0.0 };
+        self.cfg
+            .types
+            .iter()
+            .enumerate()
+            .map(|(i, t)| TypeResult {
+                name: t.name.clone(),
+                completed: tally.done[i],
+                mean_response_us: mean(tally.sum_rt[i], tally.done[i]),
+                mean_wait_us: mean(tally.sum_wait[i], tally.done[i]),
+                final_estimate_us: if self.gate.is_some() { self.estimator.estimate_us(i).unwrap_or(0) } else { 0 },
+                expired: tally.expired[i],
+            })
+            .collect()
+    }
 }
 
 /// One capacity tried by [`calibrate`].
