@@ -152,88 +152,153 @@ fn point(name: &str, clients: usize, peak: f64, cpus: usize, runs: Vec<ModelResu
     }
 }
 
-/// Calibrate in the model, then run direct and each policy, and print the table. Long
-/// because it is one report's sequence of runs and its printing.
+/// Calibrate in the model, then run direct and each policy, and print the table.
 pub fn run(a: ModelArgs) -> anyhow::Result<()> {
-    let synth = a.backend.synthetic_config()?;
-    let types: Vec<ModelType> = synth
-        .types
-        .iter()
-        .map(|t| ModelType { name: t.name.clone(), demand_us: t.cost_us as f64, weight: t.weight })
-        .collect();
-    let think_us = config::parse_duration(&a.think, "think")?.as_secs_f64() * 1e6;
-    let duration_us = config::parse_duration(&a.duration, "duration")?.as_secs_f64() * 1e6;
-    let warmup_us = config::parse_duration(&a.warmup, "warmup")?.as_secs_f64() * 1e6;
-    if !(a.load_factor > 0.0 && a.load_factor <= 1000.0) {
-        bail!("--load-factor must be in (0, 1000], got {}", a.load_factor);
-    }
-    if !(a.max_charge_share > 0.0 && a.max_charge_share <= 1.0) {
-        bail!("--max-charge-share must be in (0, 1], got {}", a.max_charge_share);
-    }
-    let basis = a.estimate_basis.parse().with_context(|| format!("--estimate-basis {:?}", a.estimate_basis))?;
-    let policies: Vec<AdmissionPolicy> = a
-        .policies
-        .split(',')
-        .map(|p| p.parse().with_context(|| format!("--policies: {p:?}")))
-        .collect::<anyhow::Result<_>>()?;
-    let mean_demand_us = synth.mean_cost_us();
-    // Peak: every processor busy, no thrashing.
-    let peak_per_s = a.backend.cpus as f64 / (mean_demand_us / 1e6);
-    let saturating = ((peak_per_s * think_us / 1e6).ceil() as usize).max(1);
-    let clients = ((saturating as f64 * a.load_factor).round() as usize).max(1);
-    let b = &a.backend;
-    let backend = BackendModel { cpus: b.cpus, slots: b.slots, thrash: b.thrash, background: a.background };
-    let base = ModelConfig {
-        types: types.clone(),
-        backend,
-        clients,
-        think_mean_us: think_us,
-        gate: None,
-        estimator: EstimatorConfig { basis, ..EstimatorConfig::default() },
-        duration_us,
-        warmup_us,
-        seed: a.seed,
-        start_together: a.start_together,
-        timeline_period_us: a
-            .timeline
-            .as_deref()
-            .map(|t| config::parse_duration(t, "timeline").map(|d| d.as_secs_f64() * 1e6))
-            .transpose()?,
-    };
-    let max_queue_wait_us = a
-        .max_queue_wait
-        .as_deref()
-        .map(|t| config::parse_duration(t, "max-queue-wait").map(|d| d.as_micros() as u64))
-        .transpose()?;
-    let gate_cfg = |capacity_us: u64, policy: AdmissionPolicy| GateConfig {
+    let s = Setup::parse(&a)?;
+    let (capacity_us, calibration) = capacity(&a, &s)?;
+    let points = run_points(&a, &s, capacity_us)?;
+    print_table(&a, &s, capacity_us, !calibration.is_empty(), &points);
+    let out = Output {
+        command: std::env::args().collect(),
+        types: s.base.types,
+        backend: s.base.backend,
+        think_mean_s: s.base.think_mean_us / 1e6,
+        mean_demand_ms: s.mean_demand_us / 1e3,
+        peak_per_s: s.peak_per_s,
+        saturating_clients: s.saturating,
+        estimate_basis: a.estimate_basis.clone(),
         max_charge_share: a.max_charge_share,
-        max_queue_wait_us,
-        ..GateConfig::new(capacity_us, policy)
+        capacity_us,
+        calibration,
+        points,
     };
-    let (capacity_us, calibration) = if a.capacity.trim() == "calibrate" {
-        let min = config::parse_cost_us(&a.calibrate_min, "calibrate-min")?;
-        let max = config::parse_cost_us(&a.calibrate_max, "calibrate-max")?;
-        let users = ((saturating as f64 * a.calibrate_factor).round() as usize).max(1);
-        let mut c = ModelConfig { clients: users, gate: Some(gate_cfg(min, AdmissionPolicy::Fifo)), ..base.clone() };
-        c.backend.background = a.calibrate_background.unwrap_or(a.background);
-        model::calibrate(&c, min, max, 2.0, 0.02)?
-    } else {
-        (config::parse_cost_us(&a.capacity, "capacity")?, Vec::new())
-    };
-    let mut points = vec![point("direct", clients, peak_per_s, b.cpus, model::replicate(&base, a.seeds)?)];
-    for p in &policies {
-        let c = ModelConfig { gate: Some(gate_cfg(capacity_us, *p)), ..base.clone() };
-        points.push(point(&p.to_string(), clients, peak_per_s, b.cpus, model::replicate(&c, a.seeds)?));
+    if let Some(path) = &a.out {
+        let text = serde_json::to_vec_pretty(&out)?;
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
     }
+    Ok(())
+}
+
+/// The flags, checked, as the runs' common configuration and the load it puts on the
+/// backend.
+struct Setup {
+    /// Every run's configuration without a gate (direct access).
+    base: ModelConfig,
+    policies: Vec<AdmissionPolicy>,
+    mean_demand_us: f64,
+    /// Every processor busy, no thrashing.
+    peak_per_s: f64,
+    /// Users that saturate the backend: peak throughput × think time.
+    saturating: usize,
+    max_charge_share: f64,
+    max_queue_wait_us: Option<u64>,
+}
+
+impl Setup {
+    fn parse(a: &ModelArgs) -> anyhow::Result<Self> {
+        let synth = a.backend.synthetic_config()?;
+        let types: Vec<ModelType> = synth
+            .types
+            .iter()
+            .map(|t| ModelType { name: t.name.clone(), demand_us: t.cost_us as f64, weight: t.weight })
+            .collect();
+        let think_us = parse_us(&a.think, "think")?;
+        let duration_us = parse_us(&a.duration, "duration")?;
+        let warmup_us = parse_us(&a.warmup, "warmup")?;
+        if !(a.load_factor > 0.0 && a.load_factor <= 1000.0) {
+            bail!("--load-factor must be in (0, 1000], got {}", a.load_factor);
+        }
+        if !(a.max_charge_share > 0.0 && a.max_charge_share <= 1.0) {
+            bail!("--max-charge-share must be in (0, 1], got {}", a.max_charge_share);
+        }
+        let basis = a.estimate_basis.parse().with_context(|| format!("--estimate-basis {:?}", a.estimate_basis))?;
+        let policies: Vec<AdmissionPolicy> = a
+            .policies
+            .split(',')
+            .map(|p| p.parse().with_context(|| format!("--policies: {p:?}")))
+            .collect::<anyhow::Result<_>>()?;
+        let mean_demand_us = synth.mean_cost_us();
+        let peak_per_s = a.backend.cpus as f64 / (mean_demand_us / 1e6);
+        let saturating = ((peak_per_s * think_us / 1e6).ceil() as usize).max(1);
+        let b = &a.backend;
+        let base = ModelConfig {
+            types,
+            backend: BackendModel { cpus: b.cpus, slots: b.slots, thrash: b.thrash, background: a.background },
+            clients: ((saturating as f64 * a.load_factor).round() as usize).max(1),
+            think_mean_us: think_us,
+            gate: None,
+            estimator: EstimatorConfig { basis, ..EstimatorConfig::default() },
+            duration_us,
+            warmup_us,
+            seed: a.seed,
+            start_together: a.start_together,
+            timeline_period_us: a.timeline.as_deref().map(|t| parse_us(t, "timeline")).transpose()?,
+        };
+        let max_queue_wait_us = a
+            .max_queue_wait
+            .as_deref()
+            .map(|t| config::parse_duration(t, "max-queue-wait").map(|d| d.as_micros() as u64))
+            .transpose()?;
+        let max_charge_share = a.max_charge_share;
+        Ok(Setup { base, policies, mean_demand_us, peak_per_s, saturating, max_charge_share, max_queue_wait_us })
+    }
+
+    /// The gate of a run: `capacity_us` and `policy` with the flags' limits.
+    fn gate(&self, capacity_us: u64, policy: AdmissionPolicy) -> GateConfig {
+        GateConfig {
+            max_charge_share: self.max_charge_share,
+            max_queue_wait_us: self.max_queue_wait_us,
+            ..GateConfig::new(capacity_us, policy)
+        }
+    }
+}
+
+/// A duration flag as µs of virtual time.
+fn parse_us(s: &str, what: &str) -> anyhow::Result<f64> {
+    Ok(config::parse_duration(s, what)?.as_secs_f64() * 1e6)
+}
+
+/// The capacity given, or `calibrate`: the paper's search in the model (see --capacity),
+/// under --calibrate-background if given.
+fn capacity(a: &ModelArgs, s: &Setup) -> anyhow::Result<(u64, Vec<CalibrationTrial>)> {
+    if a.capacity.trim() != "calibrate" {
+        return Ok((config::parse_cost_us(&a.capacity, "capacity")?, Vec::new()));
+    }
+    let min = config::parse_cost_us(&a.calibrate_min, "calibrate-min")?;
+    let max = config::parse_cost_us(&a.calibrate_max, "calibrate-max")?;
+    let users = ((s.saturating as f64 * a.calibrate_factor).round() as usize).max(1);
+    let mut c = ModelConfig { clients: users, gate: Some(s.gate(min, AdmissionPolicy::Fifo)), ..s.base.clone() };
+    c.backend.background = a.calibrate_background.unwrap_or(a.background);
+    Ok(model::calibrate(&c, min, max, 2.0, 0.02)?)
+}
+
+/// Direct access, then each policy at `capacity_us`, each over the seeds.
+fn run_points(a: &ModelArgs, s: &Setup, capacity_us: u64) -> anyhow::Result<Vec<Point>> {
+    let (clients, peak, cpus) = (s.base.clients, s.peak_per_s, s.base.backend.cpus);
+    let mut points = vec![point("direct", clients, peak, cpus, model::replicate(&s.base, a.seeds)?)];
+    for p in &s.policies {
+        let c = ModelConfig { gate: Some(s.gate(capacity_us, *p)), ..s.base.clone() };
+        points.push(point(&p.to_string(), clients, peak, cpus, model::replicate(&c, a.seeds)?));
+    }
+    Ok(points)
+}
+
+/// The summary table, to stderr.
+fn print_table(a: &ModelArgs, s: &Setup, capacity_us: u64, calibrated: bool, points: &[Point]) {
     eprintln!(
-        "model: {clients} users ({}x the saturating {saturating}), peak {peak_per_s:.1}/s, capacity {:.1} ms ({}), basis {}, max charge share {}",
+        "model: {} users ({}x the saturating {}), peak {:.1}/s, capacity {:.1} ms ({}), basis {}, max charge share {}",
+        s.base.clients,
         a.load_factor,
+        s.saturating,
+        s.peak_per_s,
         capacity_us as f64 / 1e3,
-        if calibration.is_empty() { "given" } else { "calibrated" },
+        if calibrated { "calibrated" } else { "given" },
         a.estimate_basis,
         a.max_charge_share
     );
-    for p in &points {
+    for p in points {
         let costliest = p.types.iter().max_by(|x, y| x.2.total_cmp(&y.2));
         eprintln!(
             "  {:<14} X {:8.1}/s ({:.2} of peak, work {:.2})  mean RT {:8.1} ms completed, {:8.1} ms all (Little)  in flight {:6.1}  expired {:.0}{}",
@@ -251,25 +316,4 @@ pub fn run(a: ModelArgs) -> anyhow::Result<()> {
                 .unwrap_or_default()
         );
     }
-    let out = Output {
-        command: std::env::args().collect(),
-        types,
-        backend,
-        think_mean_s: think_us / 1e6,
-        mean_demand_ms: mean_demand_us / 1e3,
-        peak_per_s,
-        saturating_clients: saturating,
-        estimate_basis: a.estimate_basis.clone(),
-        max_charge_share: a.max_charge_share,
-        capacity_us,
-        calibration,
-        points,
-    };
-    if let Some(path) = &a.out {
-        let text = serde_json::to_vec_pretty(&out)?;
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
-    }
-    Ok(())
 }
