@@ -298,8 +298,7 @@ fn init_logging(access_log: bool) {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).try_init();
 }
 
-/// Merge the flags over the file's keys, validated. Long because it is one line-pair
-/// per setting, in the order of `--help`.
+/// Merge the flags over the file's keys, validated.
 fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
     let file = match &a.config {
         Some(p) => FileConfig::load(p)?,
@@ -317,6 +316,22 @@ fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
         .context("--upstream URL is required (or `upstream` in --config)")?;
     let mut cfg = ProxyConfig::new(listen, Upstream::parse(&upstream)?);
     timeouts(&mut cfg, &a, &file)?;
+    admission(&mut cfg, &a, &file)?;
+    cfg.admin = match (a.admin, &file.admin) {
+        (Some(x), _) => Some(x),
+        (None, Some(s)) => Some(s.parse().with_context(|| format!("config admin {s:?}"))?),
+        (None, None) => None,
+    };
+    cfg.max_types = a.max_types.or(file.max_types).unwrap_or(cfg.max_types);
+    cfg.declared_types = file.types.clone().unwrap_or_default();
+    limits(&mut cfg, &a, &file)?;
+    cfg.rewrite_host = a.rewrite_host || file.rewrite_host.unwrap_or(false);
+    estimation(&mut cfg, &a, &file)?;
+    Ok(cfg)
+}
+
+/// Capacity, policy and classification rules, flag over file key.
+fn admission(cfg: &mut ProxyConfig, a: &ProxyArgs, file: &FileConfig) -> anyhow::Result<()> {
     if let Some(c) = a.capacity.as_ref().or(file.capacity.as_ref()) {
         cfg.capacity = CapacitySetting::parse(c)?;
     }
@@ -326,17 +341,14 @@ fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
     if let Some(p) = a.policy.as_ref().or(file.policy.as_ref()) {
         cfg.policy = p.parse()?;
     }
-    let rules = if a.classify.is_empty() { file.classify.clone().unwrap_or_default() } else { a.classify };
+    let rules = if a.classify.is_empty() { file.classify.as_deref().unwrap_or_default() } else { &a.classify };
     cfg.rules = rules.iter().map(|r| Rule::parse(r)).collect::<Result<_, _>>()?;
-    cfg.admin = match (a.admin, &file.admin) {
-        (Some(x), _) => Some(x),
-        (None, Some(s)) => Some(s.parse().with_context(|| format!("config admin {s:?}"))?),
-        (None, None) => None,
-    };
-    if let Some(n) = a.max_types.or(file.max_types) {
-        cfg.max_types = n;
-    }
-    cfg.declared_types = file.types.clone().unwrap_or_default();
+    Ok(())
+}
+
+/// Limits on the queue, the requests in flight, the waits and the connections; when a
+/// request is charged; busy polling; a 503's Retry-After. Flag over file key.
+fn limits(cfg: &mut ProxyConfig, a: &ProxyArgs, file: &FileConfig) -> anyhow::Result<()> {
     if let Some(n) = a.max_queue_len.or(file.max_queue_len) {
         if n == 0 {
             bail!("--max-queue-len must be at least 1");
@@ -372,7 +384,12 @@ fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
         }
         cfg.max_connections = m;
     }
-    cfg.rewrite_host = a.rewrite_host || file.rewrite_host.unwrap_or(false);
+    Ok(())
+}
+
+/// The estimator, the largest share of the capacity one charge may take and the share of
+/// busy time overdue requests may have first, flag over file key.
+fn estimation(cfg: &mut ProxyConfig, a: &ProxyArgs, file: &FileConfig) -> anyhow::Result<()> {
     cfg.estimator = file.estimator()?;
     if let Some(b) = &a.estimate_basis {
         cfg.estimator.basis = b.parse().with_context(|| format!("--estimate-basis {b:?}"))?;
@@ -389,7 +406,7 @@ fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
         }
         cfg.overdue_share = s;
     }
-    Ok(cfg)
+    Ok(())
 }
 
 /// The timeouts, flag over file key. Those that bound a wait must be above zero: a zero
