@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use shortfirst_core::admission::calibration::ChoiceRule;
-use shortfirst_gatekeeper::calibrate::{self, CalibrateConfig};
+use shortfirst_core::admission::calibration::{CapacityChoice, ChoiceRule};
+use shortfirst_gatekeeper::calibrate::{self, CalibrateConfig, Trial};
 use shortfirst_gatekeeper::classify::Rule;
 use shortfirst_gatekeeper::config::{self, CapacitySetting, FileConfig, ProxyConfig, Upstream};
 use shortfirst_gatekeeper::synthetic::{self, SyntheticConfig};
@@ -524,10 +524,33 @@ fn read_mix(c: &CalibrateArgs) -> anyhow::Result<Vec<(String, f64)>> {
     Ok(mix)
 }
 
+/// Calibrate against the upstream through a gatekeeper of our own, print the result as
+/// JSON (and write it to --out) and the steps and the choice to stderr.
 async fn run_calibrate(c: CalibrateArgs) -> anyhow::Result<()> {
-    let mix = read_mix(&c)?;
+    let ccfg = calibrate_config(&c)?;
+    let gk = Gatekeeper::bind(trial_proxy_config(&c, &ccfg)?).await?;
+    let url = format!("http://{}", gk.local_addr());
+    let handle = gk.handle();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(gk.run(async {
+        let _ = stop_rx.await;
+    }));
+    let result = calibrate::calibrate(&handle, &url, &ccfg, print_trials).await?;
+    let _ = stop_tx.send(());
+    let _ = server.await;
+    let json = serde_json::to_string_pretty(&result)?;
+    println!("{json}");
+    print_choice(&result.choice, &ccfg);
+    if let Some(out) = &c.out {
+        write_atomic(out, json.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// The search's settings from the flags, validated.
+fn calibrate_config(c: &CalibrateArgs) -> anyhow::Result<CalibrateConfig> {
     let ccfg = CalibrateConfig {
-        mix,
+        mix: read_mix(c)?,
         clients: c.clients,
         warmup: config::parse_duration(&c.warmup, "warmup")?,
         measure: config::parse_duration(&c.measure, "measure")?,
@@ -542,6 +565,12 @@ async fn run_calibrate(c: CalibrateArgs) -> anyhow::Result<()> {
         seed: c.seed,
     };
     ccfg.validate()?;
+    Ok(ccfg)
+}
+
+/// The gatekeeper the trials run through: on a free local port, at the smallest capacity
+/// (each trial sets its own).
+fn trial_proxy_config(c: &CalibrateArgs, ccfg: &CalibrateConfig) -> anyhow::Result<ProxyConfig> {
     let mut pcfg = ProxyConfig::new("127.0.0.1:0".parse()?, Upstream::parse(&c.upstream)?);
     pcfg.capacity = CapacitySetting::Fixed { capacity_us: ccfg.min_capacity_us };
     pcfg.policy = c.policy.parse()?;
@@ -552,33 +581,27 @@ async fn run_calibrate(c: CalibrateArgs) -> anyhow::Result<()> {
     pcfg.rules = c.classify.iter().map(|r| Rule::parse(r)).collect::<Result<_, _>>()?;
     // The trials' clients are gone when calibration ends: nothing to wait for.
     pcfg.shutdown_timeout = std::time::Duration::from_secs(1);
-    let gk = Gatekeeper::bind(pcfg).await?;
-    let url = format!("http://{}", gk.local_addr());
-    let handle = gk.handle();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(gk.run(async {
-        let _ = stop_rx.await;
-    }));
-    let result = calibrate::calibrate(&handle, &url, &ccfg, |step| {
-        for t in step {
-            eprintln!(
-                "calibrate: {:>6} capacity {:>10.1} ms #{} → {:>6.3} work/s, {:>8.1} req/s, mean {:>8.1} ms, {} errors",
-                t.phase,
-                t.capacity_us as f64 / 1e3,
-                t.repeat,
-                t.work_per_s,
-                t.throughput_per_s,
-                t.mean_response_ms,
-                t.errors
-            );
-        }
-    })
-    .await?;
-    let _ = stop_tx.send(());
-    let _ = server.await;
-    let json = serde_json::to_string_pretty(&result)?;
-    println!("{json}");
-    let ch = &result.choice;
+    Ok(pcfg)
+}
+
+/// A step's trials, as they finish.
+fn print_trials(step: &[Trial]) {
+    for t in step {
+        eprintln!(
+            "calibrate: {:>6} capacity {:>10.1} ms #{} → {:>6.3} work/s, {:>8.1} req/s, mean {:>8.1} ms, {} errors",
+            t.phase,
+            t.capacity_us as f64 / 1e3,
+            t.repeat,
+            t.work_per_s,
+            t.throughput_per_s,
+            t.mean_response_ms,
+            t.errors
+        );
+    }
+}
+
+/// Each capacity's work rate over its repeats, then the capacity chosen and why.
+fn print_choice(ch: &CapacityChoice, ccfg: &CalibrateConfig) {
     eprintln!("calibrate: work rate per step (mean ± 95% half-width over the repeats, backends busy):");
     for s in &ch.summaries {
         let mark = if s.capacity_us == ch.capacity_us { " ← chosen" } else { "" };
@@ -602,10 +625,6 @@ async fn run_calibrate(c: CalibrateArgs) -> anyhow::Result<()> {
         if ch.measured { "" } else { "; the floor was not measured: raise --max" },
         ch.capacity_us as f64 / 1e3
     );
-    if let Some(out) = &c.out {
-        write_atomic(out, json.as_bytes())?;
-    }
-    Ok(())
 }
 
 /// Write via a temporary file and rename, so a reader never sees half a file.
