@@ -319,7 +319,8 @@ impl<'a> Model<'a> {
             timeline: Timeline {
                 rows: Vec::new(),
                 capped: false,
-                next_sample: cfg.timeline_period_us.map(|_| 0.0),
+                // Only a gate has a state to sample; without one the clock must not wait on it.
+                next_sample: cfg.gate.as_ref().and(cfg.timeline_period_us).map(|_| 0.0),
                 admitted_since: vec![0; n_types],
             },
         })
@@ -884,6 +885,22 @@ mod tests {
         assert!(admitted >= r.completed);
         let bad = ModelConfig { timeline_period_us: Some(0.0), ..cfg };
         assert!(run(&bad).is_err());
+    }
+
+    /// Without a gate there is nothing to sample: a timeline period must neither stall the
+    /// clock at 0 nor produce rows.
+    #[test]
+    fn timeline_without_a_gate_runs_and_stays_empty() {
+        let cfg = ModelConfig {
+            duration_us: 20e6,
+            warmup_us: 2e6,
+            timeline_period_us: Some(100_000.0),
+            ..config(None, Basis::Wall)
+        };
+        let r = run(&cfg).unwrap();
+        assert!(!r.events_capped);
+        assert!(r.completed > 0);
+        assert!(r.timeline.is_empty());
     }
 
     #[test]
