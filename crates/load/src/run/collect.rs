@@ -8,11 +8,12 @@ use super::worker::Msg;
 use super::LoadError;
 use crate::record::{PhaseTag, RecordWriter, RequestOutcome};
 use crate::schedule::LoadSchedule;
-use hdrhistogram::serialization::interval_log::IntervalLogWriterBuilder;
+use hdrhistogram::serialization::interval_log::{IntervalLogWriter, IntervalLogWriterBuilder};
 use hdrhistogram::serialization::V2DeflateSerializer;
 use hdrhistogram::Histogram;
 use std::collections::BTreeMap;
-use std::io::{IsTerminal, Write};
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
@@ -131,6 +132,16 @@ impl Collected {
         from_scheduled_us
     }
 
+    /// From the first request's start to the last one's (s).
+    pub(super) fn send_span_s(&self) -> f64 {
+        self.first_start_s.map(|f| self.last_start_s - f).unwrap_or(0.0)
+    }
+
+    /// From the first request's start to the last one's end (s).
+    pub(super) fn busy_span_s(&self) -> f64 {
+        self.first_start_s.map(|f| self.last_done_s - f).unwrap_or(0.0)
+    }
+
     /// The progress line on stderr (overwritten in place each second).
     fn print_progress(&self, elapsed: Duration, rows_last_second: u64, in_flight: usize) {
         let lp99 = self.lateness.value_at_quantile(0.99) as f64 / 1000.0;
@@ -180,12 +191,13 @@ pub(super) fn spawn_collector(
         .map_err(|source| LoadError::Io { path: "collector thread".into(), source })
 }
 
+/// The HDR interval log as the collector writes it.
+type HLog<'a, 'b> = IntervalLogWriter<'a, 'b, BufWriter<File>, V2DeflateSerializer>;
+
 /// The collector's loop: rows until every sender is gone, an interval of the
 /// HDR log (and the progress line) each second; the log is written to a
 /// temporary file and renamed into place at the end. With a load schedule,
 /// each row gets the phase in force at its scheduled time.
-/// Longer than ~80 lines on purpose: one loop over the rows with its once-a-second
-/// duties; split, the loop's state would be passed around by reference.
 fn collect(
     rx: mpsc::Receiver<Msg>,
     mut writer: RecordWriter,
@@ -200,8 +212,8 @@ fn collect(
     let mut tmp = hlog_path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
-    let file = std::fs::File::create(&tmp).map_err(io)?;
-    let mut hlog_out = std::io::BufWriter::new(file);
+    let file = File::create(&tmp).map_err(io)?;
+    let mut hlog_out = BufWriter::new(file);
     let mut serializer = V2DeflateSerializer::new();
     let base = SystemTime::now() + run_start.saturating_duration_since(Instant::now());
     let mut log = IntervalLogWriterBuilder::new()
@@ -210,57 +222,29 @@ fn collect(
         .with_base_time(base)
         .begin_log_with(&mut hlog_out, &mut serializer)
         .map_err(io)?;
-    let mut interval = hist();
-    let mut interval_start = Duration::ZERO;
-    let tick = Duration::from_secs(1);
-    let mut next_tick = run_start + tick;
-    let mut last_rows = 0u64;
+    let mut seconds = Seconds::new(run_start, progress, in_flight);
     loop {
         // Poll rather than block: a blocked receiver costs the sender a
         // futex wake-up per row; polling every COLLECT_POLL costs nothing per
         // row and the queue absorbs the rows in between.
-        let msg = match rx.try_recv() {
-            Ok(m) => Some(m),
+        match rx.try_recv() {
+            Ok(m) => {
+                write_row(&mut writer, &mut c, schedule, &m)?;
+                if let Some(a) = c.add(&m) {
+                    seconds.interval.saturating_record(a);
+                }
+            }
             Err(mpsc::TryRecvError::Empty) => {
-                let to_tick = next_tick.saturating_duration_since(Instant::now());
+                let to_tick = seconds.next_tick.saturating_duration_since(Instant::now());
                 std::thread::sleep(COLLECT_POLL.min(to_tick));
-                None
             }
             Err(mpsc::TryRecvError::Disconnected) => break,
-        };
-        if let Some(m) = msg {
-            match schedule {
-                Some(s) => {
-                    let (phase, multiplier) = s.phase_at(m.rec.scheduled_s);
-                    c.by_phase[phase] += 1;
-                    c.last_scheduled_s = c.last_scheduled_s.max(m.rec.scheduled_s);
-                    writer.write_in_phase(&m.rec, PhaseTag { phase, multiplier })?;
-                }
-                None => writer.write(&m.rec)?,
-            }
-            if let Some(a) = c.add(&m) {
-                interval.saturating_record(a);
-            }
         }
-        let now = Instant::now();
-        if now >= next_tick {
-            let end = next_tick.saturating_duration_since(run_start);
-            log.write_histogram(&interval, interval_start, end.saturating_sub(interval_start), None)
-                .map_err(|e| io(std::io::Error::other(format!("{e:?}"))))?;
-            interval.reset();
-            interval_start = end;
-            next_tick += tick;
-            if progress {
-                c.print_progress(end, c.rows - last_rows, in_flight.load(Ordering::Relaxed));
-            }
-            last_rows = c.rows;
+        if Instant::now() >= seconds.next_tick {
+            seconds.tick(&mut log, &c).map_err(io)?;
         }
     }
-    let end = Instant::now().saturating_duration_since(run_start);
-    if !interval.is_empty() {
-        log.write_histogram(&interval, interval_start, end.saturating_sub(interval_start), None)
-            .map_err(|e| io(std::io::Error::other(format!("{e:?}"))))?;
-    }
+    seconds.finish(&mut log).map_err(io)?;
     drop(log);
     let f = hlog_out.into_inner().map_err(|e| io(e.into_error()))?;
     f.sync_all().map_err(io)?;
@@ -270,4 +254,86 @@ fn collect(
     }
     writer.finish()?;
     Ok(c)
+}
+
+/// Writes one row to `requests.csv`; with a load schedule, tagged with (and
+/// counted in) the phase in force at its scheduled time.
+fn write_row(
+    writer: &mut RecordWriter,
+    c: &mut Collected,
+    schedule: Option<&LoadSchedule>,
+    m: &Msg,
+) -> Result<(), LoadError> {
+    match schedule {
+        Some(s) => {
+            let (phase, multiplier) = s.phase_at(m.rec.scheduled_s);
+            c.by_phase[phase] += 1;
+            c.last_scheduled_s = c.last_scheduled_s.max(m.rec.scheduled_s);
+            writer.write_in_phase(&m.rec, PhaseTag { phase, multiplier })?;
+        }
+        None => writer.write(&m.rec)?,
+    }
+    Ok(())
+}
+
+/// The collector's once-a-second duties: the response times of the current
+/// second, written to the HDR log as one interval, and the progress line.
+struct Seconds {
+    run_start: Instant,
+    /// Response times from the scheduled send (µs) since `interval_start`.
+    interval: Histogram<u64>,
+    /// Since `run_start`.
+    interval_start: Duration,
+    next_tick: Instant,
+    /// Rows collected by the previous tick.
+    last_rows: u64,
+    progress: bool,
+    in_flight: Arc<AtomicUsize>,
+}
+
+impl Seconds {
+    const TICK: Duration = Duration::from_secs(1);
+
+    fn new(run_start: Instant, progress: bool, in_flight: Arc<AtomicUsize>) -> Seconds {
+        Seconds {
+            run_start,
+            interval: hist(),
+            interval_start: Duration::ZERO,
+            next_tick: run_start + Self::TICK,
+            last_rows: 0,
+            progress,
+            in_flight,
+        }
+    }
+
+    /// The second ending at `next_tick` is over: writes its interval and the
+    /// progress line, and starts the next.
+    fn tick(&mut self, log: &mut HLog<'_, '_>, c: &Collected) -> std::io::Result<()> {
+        let end = self.next_tick.saturating_duration_since(self.run_start);
+        self.write_interval(log, end)?;
+        self.interval.reset();
+        self.interval_start = end;
+        self.next_tick += Self::TICK;
+        if self.progress {
+            c.print_progress(end, c.rows - self.last_rows, self.in_flight.load(Ordering::Relaxed));
+        }
+        self.last_rows = c.rows;
+        Ok(())
+    }
+
+    /// The run is over: writes the part of a second since the last tick, if
+    /// it had any response.
+    fn finish(&self, log: &mut HLog<'_, '_>) -> std::io::Result<()> {
+        let end = Instant::now().saturating_duration_since(self.run_start);
+        if self.interval.is_empty() {
+            return Ok(());
+        }
+        self.write_interval(log, end)
+    }
+
+    /// Writes the current interval, from `interval_start` to `end`.
+    fn write_interval(&self, log: &mut HLog<'_, '_>, end: Duration) -> std::io::Result<()> {
+        log.write_histogram(&self.interval, self.interval_start, end.saturating_sub(self.interval_start), None)
+            .map_err(|e| std::io::Error::other(format!("{e:?}")))
+    }
 }

@@ -129,22 +129,13 @@ pub fn run(cfg: Config) -> Result<Summary, LoadError> {
 
 /// As [`run`], each connection bound to its client's address in
 /// `source_addrs` (`--source-addrs`). Every address is checked (family,
-/// one probe bind) before anything starts.
-/// Longer than ~80 lines on purpose: the run's threads are started and joined in one
-/// place, so their order (collector first, dispatcher last) is visible.
+/// one probe bind) before anything starts. The run's threads start in order
+/// (collector, workers, then this thread dispatches) and end in reverse.
 pub fn run_with(cfg: Config, source_addrs: SourceAddrs) -> Result<Summary, LoadError> {
     cfg.validate()?;
-    source_addrs.check(cfg.target.addr)?;
-    if let Model::Closed { users, .. } = cfg.model {
-        // Users are the clients 0..users: all known now.
-        for u in 0..users {
-            source_addrs.for_client(u)?;
-        }
-    }
+    check_source_addrs(&cfg, &source_addrs)?;
     if cfg.realtime {
-        sys::set_realtime(true).map_err(|e| {
-            LoadError::Config(format!("--realtime: cannot use SCHED_FIFO ({e}); needs root or CAP_SYS_NICE"))
-        })?;
+        enter_realtime()?;
     }
     // Back to normal scheduling however the run ends.
     let _normal_again = sys::NormalAgain(cfg.realtime);
@@ -152,25 +143,17 @@ pub fn run_with(cfg: Config, source_addrs: SourceAddrs) -> Result<Summary, LoadE
     std::fs::create_dir_all(&cfg.out_dir).map_err(|source| LoadError::Io { path: cfg.out_dir.clone(), source })?;
     let speed = speed(&cfg)?;
 
-    let requests_csv = cfg.out_dir.join("requests.csv");
-    let writer = match cfg.load_schedule {
-        Some(_) => RecordWriter::create_with_phase_columns(&requests_csv)?,
-        None => RecordWriter::create(&requests_csv)?,
-    };
+    let writer = requests_writer(&cfg)?;
     let (tx, rx) = mpsc::sync_channel::<Msg>(COLLECT_QUEUE);
     let in_flight = Arc::new(AtomicUsize::new(0));
-    let started_unix_s =
-        SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    let started_unix_s = unix_now_s();
     // A short lead so the threads below are up before the first request is due.
     let run_start = Instant::now() + Duration::from_millis(20);
     let collector = collect::spawn_collector(&cfg, rx, writer, run_start, in_flight.clone())?;
     let closed = ClosedShared::for_run(&cfg, run_start)?;
     let received = Arc::new(ReceivedBytes::new(run_start));
 
-    // Workers. With --spin-us, worker 0 runs on this thread and the
-    // dispatcher runs inside it (see `spin`).
-    let spin = (cfg.spin_us > 0 && matches!(cfg.model, Model::Open | Model::PartlyOpen { .. }))
-        .then(|| Duration::from_micros(cfg.spin_us));
+    let spin = spin_for(&cfg);
     let params = WorkerParams {
         target: cfg.target.clone(),
         run_start,
@@ -187,16 +170,7 @@ pub fn run_with(cfg: Config, source_addrs: SourceAddrs) -> Result<Summary, LoadE
         received: received.clone(),
     };
     let (senders, workers) = spawn_workers(&cfg, &params, spin.is_some())?;
-
-    let dispatched = match cfg.model {
-        Model::Closed { users, .. } => {
-            for u in 0..users {
-                let _ = senders[u as usize % cfg.threads].send(Job::User { user: u });
-            }
-            dispatch::Dispatched::default()
-        }
-        Model::Open | Model::PartlyOpen { .. } => dispatch::dispatch_trace(&cfg, speed, &senders, &params, spin)?,
-    };
+    let mut dispatched = dispatch(&cfg, speed, &senders, &params, spin)?;
     drop(senders);
     // The workers' parameters hold a sender to the collector too.
     drop(params);
@@ -207,26 +181,82 @@ pub fn run_with(cfg: Config, source_addrs: SourceAddrs) -> Result<Summary, LoadE
     let collected = collector.join().map_err(|_| LoadError::Config("collector thread panicked".into()))??;
     let run_end = Instant::now();
     let trace_error = closed.as_ref().and_then(|c| c.trace_error.lock().ok().and_then(|mut g| g.take()));
-    if let Some(e) = dispatched.error.or(trace_error.map(LoadError::from)) {
-        // The run stopped part-way: leave no outputs that look complete.
-        for f in ["requests.csv", "received.csv", "response-times.hlog"] {
-            let _ = std::fs::remove_file(cfg.out_dir.join(f));
-        }
+    if let Some(e) = dispatched.error.take().or(trace_error.map(LoadError::from)) {
+        remove_partial_outputs(&cfg);
         return Err(e);
     }
     received.write_csv(&cfg.out_dir.join("received.csv"), run_end)?;
-    let mut summary = summary::summarize(
-        &cfg,
-        collected,
-        speed,
-        started_unix_s,
-        dispatched.skipped.skipped(),
-        dispatched.out_of_order,
-    );
-    summary.lateness_breakdown.dispatcher_wake_error = dispatched.wake_error;
-    summary.spin = dispatched.spin;
+    let summary = summary::summarize(&cfg, collected, speed, started_unix_s, dispatched);
     write_json_atomic(&cfg.out_dir.join("summary.json"), &summary)?;
     Ok(summary)
+}
+
+/// Checks `source_addrs` against the target's address family and, for the
+/// closed model (whose clients, the users, are all known now), every
+/// client's address.
+fn check_source_addrs(cfg: &Config, source_addrs: &SourceAddrs) -> Result<(), LoadError> {
+    source_addrs.check(cfg.target.addr)?;
+    if let Model::Closed { users, .. } = cfg.model {
+        for u in 0..users {
+            source_addrs.for_client(u)?;
+        }
+    }
+    Ok(())
+}
+
+/// Puts the calling thread under SCHED_FIFO (`--realtime`).
+fn enter_realtime() -> Result<(), LoadError> {
+    sys::set_realtime(true)
+        .map_err(|e| LoadError::Config(format!("--realtime: cannot use SCHED_FIFO ({e}); needs root or CAP_SYS_NICE")))
+}
+
+/// The wall-clock time, in seconds since the Unix epoch (0 before it).
+fn unix_now_s() -> f64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// The spinning dispatcher's busy-wait (`--spin-us`; open and partly-open
+/// models only). With it, worker 0 runs on the calling thread and the
+/// dispatcher runs inside it (see `spin`).
+fn spin_for(cfg: &Config) -> Option<Duration> {
+    (cfg.spin_us > 0 && matches!(cfg.model, Model::Open | Model::PartlyOpen { .. }))
+        .then(|| Duration::from_micros(cfg.spin_us))
+}
+
+/// `requests.csv`, with the phase columns when the run follows a load schedule.
+fn requests_writer(cfg: &Config) -> Result<RecordWriter, LoadError> {
+    let requests_csv = cfg.out_dir.join("requests.csv");
+    Ok(match cfg.load_schedule {
+        Some(_) => RecordWriter::create_with_phase_columns(&requests_csv)?,
+        None => RecordWriter::create(&requests_csv)?,
+    })
+}
+
+/// Hands the workers their jobs: the closed model's users all at once, the
+/// open and partly-open models' requests on the trace's schedule.
+fn dispatch(
+    cfg: &Config,
+    speed: f64,
+    senders: &[JobSender],
+    params: &WorkerParams,
+    spin: Option<Duration>,
+) -> Result<dispatch::Dispatched, LoadError> {
+    match cfg.model {
+        Model::Closed { users, .. } => {
+            for u in 0..users {
+                let _ = senders[u as usize % cfg.threads].send(Job::User { user: u });
+            }
+            Ok(dispatch::Dispatched::default())
+        }
+        Model::Open | Model::PartlyOpen { .. } => dispatch::dispatch_trace(cfg, speed, senders, params, spin),
+    }
+}
+
+/// The run stopped part-way: leaves no outputs that look complete.
+fn remove_partial_outputs(cfg: &Config) {
+    for f in ["requests.csv", "received.csv", "response-times.hlog"] {
+        let _ = std::fs::remove_file(cfg.out_dir.join(f));
+    }
 }
 
 /// Idle connections each worker may keep, given the open-file limit

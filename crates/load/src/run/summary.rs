@@ -4,7 +4,7 @@
 
 use super::collect::Collected;
 use super::config::Config;
-use super::dispatch::NOT_SENT_REASON;
+use super::dispatch::{Dispatched, NOT_SENT_REASON};
 use super::spin::SpinStats;
 use super::sys::stopped;
 use super::worker::{NO_LOCAL_PORT, REFUSALS};
@@ -172,6 +172,19 @@ pub struct LatenessBreakdown {
     pub dispatcher_wake_error: Spread,
 }
 
+impl LatenessBreakdown {
+    /// The workers' components from what the collector gathered, and the
+    /// dispatcher's own `dispatcher_wake_error`.
+    fn of(c: &Collected, dispatcher_wake_error: Spread) -> LatenessBreakdown {
+        LatenessBreakdown {
+            dispatch: Spread::of(&c.dispatch),
+            handoff: Spread::of(&c.handoff),
+            send: Spread::of(&c.send),
+            dispatcher_wake_error,
+        }
+    }
+}
+
 fn latencies(h: &Histogram<u64>, sum_us: f64) -> Latencies {
     if h.is_empty() {
         return Latencies::default();
@@ -240,28 +253,27 @@ fn invalid_reasons(
     invalid
 }
 
-/// The summary of a run from what the collector gathered. Long because it
-/// fills `summary.json`'s flat list of fields, one line each.
+/// The summary of a run from what the collector gathered and what the
+/// dispatcher reported. Long because it fills `summary.json`'s flat list of
+/// fields, one line each.
 pub(super) fn summarize(
     cfg: &Config,
     c: Collected,
     speed: f64,
     started_unix_s: f64,
-    skipped: u64,
-    out_of_order: u64,
+    dispatched: Dispatched,
 ) -> Summary {
     let get = |o| c.by_outcome.get(&o).copied().unwrap_or(0);
     let sched = latencies(&c.resp_sched, c.resp_sched_sum_us);
     let lat = |q: f64| (!c.lateness.is_empty()).then(|| c.lateness.value_at_quantile(q) as f64 / 1000.0);
     let lateness_p99_ms = lat(0.99);
-    let send_span = c.first_start_s.map(|f| c.last_start_s - f).unwrap_or(0.0);
-    let busy_span = c.first_start_s.map(|f| c.last_done_s - f).unwrap_or(0.0);
+    let (send_span, busy_span) = (c.send_span_s(), c.busy_span_s());
     let sent = c.rows - c.not_sent;
     let refused = refusals(&c.failures);
+    let skipped = dispatched.skipped.skipped();
     let invalid = invalid_reasons(cfg, &c, lateness_p99_ms, skipped, refused);
     let ok = get(RequestOutcome::Ok);
-    let offered_bits = (send_span > 0.0).then(|| c.requested_bytes_sent as f64 * 8.0 / send_span);
-    let load_schedule = cfg.load_schedule.as_ref().map(|s| s.summary(&c.by_phase, c.last_scheduled_s));
+    let lateness_breakdown = LatenessBreakdown::of(&c, dispatched.wake_error);
     Summary {
         requests: c.rows,
         sent,
@@ -278,7 +290,7 @@ pub(super) fn summarize(
         offered_load: cfg
             .uplink_bits_per_s
             .and_then(|u| offered_load(u128::from(c.requested_bytes_sent), send_span, u)),
-        offered_bits_per_s: offered_bits,
+        offered_bits_per_s: (send_span > 0.0).then(|| c.requested_bytes_sent as f64 * 8.0 / send_span),
         uplink_bits_per_s: cfg.uplink_bits_per_s,
         requested_bytes: c.requested_bytes_sent,
         bytes_received: c.bytes_received,
@@ -294,19 +306,14 @@ pub(super) fn summarize(
         lateness_p99_ms,
         lateness_max_ms: (!c.lateness.is_empty()).then(|| c.lateness.max() as f64 / 1000.0),
         lateness_samples: c.lateness.len(),
-        lateness_breakdown: LatenessBreakdown {
-            dispatch: Spread::of(&c.dispatch),
-            handoff: Spread::of(&c.handoff),
-            send: Spread::of(&c.send),
-            dispatcher_wake_error: Spread::default(),
-        },
+        lateness_breakdown,
         valid: invalid.is_empty(),
         invalid_reasons: invalid,
         interrupted: stopped(),
         trace_records_skipped: skipped,
-        trace_records_out_of_order: out_of_order,
+        trace_records_out_of_order: dispatched.out_of_order,
         speed,
-        load_schedule,
+        load_schedule: cfg.load_schedule.as_ref().map(|s| s.summary(&c.by_phase, c.last_scheduled_s)),
         model: format!("{:?}", cfg.model),
         target: format!("http://{}{}", cfg.target.host, cfg.target.base_path),
         seed: cfg.seed,
@@ -318,12 +325,17 @@ pub(super) fn summarize(
         realtime: cfg.realtime,
         batch_window_us: cfg.batch_window_us,
         spin_us: cfg.spin_us,
-        spin: None,
+        spin: dispatched.spin,
         git_commit: env!("SHORTFIRST_GIT_COMMIT").to_string(),
-        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default(),
+        kernel: kernel_release(),
         cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         version: env!("CARGO_PKG_VERSION").to_string(),
     }
+}
+
+/// The running kernel's release (`uname -r`), empty when unknown.
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
 /// Requests the server turned away before any byte of a response.
