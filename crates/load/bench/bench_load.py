@@ -572,6 +572,49 @@ def halt_poll_search(args, probe_fn, modes: dict, port: int, limits: dict) -> di
     }
 
 
+# What the result records of each mode's fastest sustained probe.
+AT_MAX_KEYS = (
+    "achieved_req_per_s",
+    "lateness_p50_ms",
+    "lateness_p99_ms",
+    "lateness_max_ms",
+    "lateness_breakdown_us",
+    "cpu_us_per_request",
+    "loadavg_1m",
+)
+
+
+def setup_doc(args) -> dict:
+    """The result's `setup`: where each process runs and how it is scheduled."""
+    return {
+        "server_cpu": args.server_cpu,
+        "load_cpu": args.load_cpu,
+        "server_threads": 1,
+        "generator_threads": 1,
+        "wrk_threads": 1,
+        "wrk_connections": 64,
+        "sched_fifo": bool(FIFO) and bool(REALTIME),
+        "generator_spin_us": args.spin_us,
+        "note": "server pinned to one CPU, generator and wrk (one at a time) to the other; "
+        "as root all under SCHED_FIFO priority 10, the same for both tools; except in "
+        "persistent_100_no_spin the generator never sleeps through a wait shorter than "
+        "generator_spin_us and busy-waits the last generator_spin_us of longer ones, unless other "
+        "tasks wait for a CPU (then it sleeps, under SCHED_FIFO; while it spins it is SCHED_OTHER)",
+    }
+
+
+def steal_rule_doc(args, pinned) -> dict:
+    """The result's `steal_rule`: when a failed probe counts against a rate."""
+    return {
+        "limit_share": args.steal_limit,
+        "max_probes_per_rate": args.max_probes,
+        "cpus": pinned,
+        "note": "a rate fails after two probes fail with the host stealing at most limit_share "
+        "of the probe's wall time from each of these CPUs, or after max_probes_per_rate probes; "
+        "a success counts whatever the steal",
+    }
+
+
 def result_doc(
     args, serve_argv, steps, pinned, best, best_probe, wrk_keep, wrk_close, syscalls, halt_poll, started
 ):
@@ -580,57 +623,18 @@ def result_doc(
         "benchmark": "bench-load",
         "description": "highest open-model rate one shortfirst load process sustains with lateness "
         "p99 <= 1 ms against shortfirst serve (1 KiB files), found by search, beside wrk at its maximum",
-        "setup": {
-            "server_cpu": args.server_cpu,
-            "load_cpu": args.load_cpu,
-            "server_threads": 1,
-            "generator_threads": 1,
-            "wrk_threads": 1,
-            "wrk_connections": 64,
-            "sched_fifo": bool(FIFO) and bool(REALTIME),
-            "generator_spin_us": args.spin_us,
-            "note": "server pinned to one CPU, generator and wrk (one at a time) to the other; "
-            "as root all under SCHED_FIFO priority 10, the same for both tools; except in "
-            "persistent_100_no_spin the generator never sleeps through a wait shorter than "
-            "generator_spin_us and busy-waits the last generator_spin_us of longer ones, unless other "
-            "tasks wait for a CPU (then it sleeps, under SCHED_FIFO; while it spins it is SCHED_OTHER)",
-        },
+        "setup": setup_doc(args),
         "server": serve_argv,
         "step_seconds": args.step_seconds,
         "search": {"start": args.start_rate, "max": args.max_rate, "resolution": args.resolution},
         "steps": steps,
-        "steal_rule": {
-            "limit_share": args.steal_limit,
-            "max_probes_per_rate": args.max_probes,
-            "cpus": pinned,
-            "note": "a rate fails after two probes fail with the host stealing at most limit_share "
-            "of the probe's wall time from each of these CPUs, or after max_probes_per_rate probes; "
-            "a success counts whatever the steal",
-        },
+        "steal_rule": steal_rule_doc(args, pinned),
         "inconclusive_rates": {
             mode: sorted({s["target_req_per_s"] for s in ss if s.get("inconclusive")})
             for mode, ss in steps.items()
         },
         "max_sustained_req_per_s": best,
-        "at_max": {
-            mode: (
-                {
-                    k: p[k]
-                    for k in (
-                        "achieved_req_per_s",
-                        "lateness_p50_ms",
-                        "lateness_p99_ms",
-                        "lateness_max_ms",
-                        "lateness_breakdown_us",
-                        "cpu_us_per_request",
-                        "loadavg_1m",
-                    )
-                }
-                if p
-                else None
-            )
-            for mode, p in best_probe.items()
-        },
+        "at_max": {mode: ({k: p[k] for k in AT_MAX_KEYS} if p else None) for mode, p in best_probe.items()},
         "wrk": {"keep_alive": wrk_keep, "connection_close": wrk_close},
         "ratio_vs_wrk": {
             "persistent_100": best["persistent_100"] / wrk_keep["req_per_s"],
@@ -688,6 +692,92 @@ def probes(binary: str, port: int, trace: Path, tmp: Path, args: argparse.Namesp
     return probe_fn
 
 
+def workload(binary: str, args: argparse.Namespace, tmp: Path) -> Path:
+    """Generates the workload (1000 files of 1 KiB, a trace at TRACE_REQ_PER_S long
+    enough for the fastest step) into tmp/wl and returns that directory."""
+    wl = tmp / "wl"
+    n = int(args.max_rate * args.step_seconds * 1.2) + 1000
+    subprocess.run(
+        [binary, "workload", "generate", "--kind", "fixed:1024", "--files", "1000"]
+        + ["--requests", str(n), "--rate", str(TRACE_REQ_PER_S), "--seed", "1", "--out", str(wl)],
+        check=True,
+    )
+    return wl
+
+
+def connection_modes(args: argparse.Namespace) -> dict[str, list[str]]:
+    """The generator's modes searched, each with its extra arguments."""
+    spin = ["--spin-us", str(args.spin_us)] if args.spin_us else []
+    return {
+        "persistent_100": ["--persistent", "100", *spin],
+        "one_connection_per_request": [*spin],
+        "persistent_100_no_spin": ["--persistent", "100"],
+    }
+
+
+def search_modes(probe_fn, modes: dict, args: argparse.Namespace, limits: dict) -> dict[str, list]:
+    """Every probe of the rate search, per mode."""
+    steps: dict[str, list] = {}
+    for mode, extra in modes.items():
+        steps[mode] = search(
+            probe_fn(mode, extra),
+            args.start_rate if mode.startswith("persistent") else 1000,
+            args.max_rate,
+            args.resolution,
+            **limits,
+        )
+    return steps
+
+
+def best_rates(steps: dict[str, list]) -> tuple[dict, dict]:
+    """Per mode: the highest sustained rate (0 if none) and the probe at it (None if none)."""
+    best = {
+        mode: max((s["target_req_per_s"] for s in ss if s["sustained"]), default=0)
+        for mode, ss in steps.items()
+    }
+    best_probe = {
+        mode: max((s for s in ss if s["sustained"]), key=lambda s: s["target_req_per_s"], default=None)
+        for mode, ss in steps.items()
+    }
+    return best, best_probe
+
+
+def benchmark(args: argparse.Namespace, binary: str, tmp: Path, started: dict) -> None:
+    """The rate search of every mode, wrk beside it, the system-call counts and the
+    opt-in halt-poll search; writes the result to --out and prints the verdict."""
+    wl = workload(binary, args, tmp)
+    serve_argv, port = start_server(binary, wl, args.server_cpu)
+    modes = connection_modes(args)
+    probe_fn = probes(binary, port, wl / "trace.csv", tmp, args)
+
+    # Steal is judged on the CPUs the server and the generator run on (all when unpinned).
+    pinned = [c for c in (args.server_cpu, args.load_cpu) if c is not None] or None
+    limits = {"cpus": pinned, "steal_limit": args.steal_limit, "max_probes": args.max_probes}
+    steps = search_modes(probe_fn, modes, args, limits)
+    wrk_keep = wrk(port, "/f/0000000.bin", False, args.wrk_seconds, 1, 64, args.load_cpu)
+    wrk_close = wrk(port, "/f/0000000.bin", True, args.wrk_seconds, 1, 64, args.load_cpu)
+    syscalls = syscall_counts(args, binary, port, wl, tmp, modes, steps)
+    halt_poll = halt_poll_search(args, probe_fn, modes, port, limits)
+    best, best_probe = best_rates(steps)
+    result = result_doc(
+        args,
+        serve_argv,
+        steps,
+        pinned,
+        best,
+        best_probe,
+        wrk_keep,
+        wrk_close,
+        syscalls,
+        halt_poll,
+        started,
+    )
+    write_json(Path(args.out), result, allow_nan=True)
+    print(
+        json.dumps({"max_sustained_req_per_s": best, "wrk": [wrk_keep["req_per_s"], wrk_close["req_per_s"]]})
+    )
+
+
 def main() -> None:
     ap = parser()
     args = ap.parse_args()
@@ -706,67 +796,7 @@ def main() -> None:
         if args.memory:
             memory_check(args, binary, tmp)
             return
-        wl = tmp / "wl"
-        n = int(args.max_rate * args.step_seconds * 1.2) + 1000
-        subprocess.run(
-            [binary, "workload", "generate", "--kind", "fixed:1024", "--files", "1000"]
-            + ["--requests", str(n), "--rate", str(TRACE_REQ_PER_S), "--seed", "1", "--out", str(wl)],
-            check=True,
-        )
-        serve_argv, port = start_server(binary, wl, args.server_cpu)
-
-        spin = ["--spin-us", str(args.spin_us)] if args.spin_us else []
-        modes = {
-            "persistent_100": ["--persistent", "100", *spin],
-            "one_connection_per_request": [*spin],
-            "persistent_100_no_spin": ["--persistent", "100"],
-        }
-
-        probe_fn = probes(binary, port, wl / "trace.csv", tmp, args)
-
-        # Steal is judged on the CPUs the server and the generator run on (all when unpinned).
-        pinned = [c for c in (args.server_cpu, args.load_cpu) if c is not None] or None
-        limits = {"cpus": pinned, "steal_limit": args.steal_limit, "max_probes": args.max_probes}
-        steps: dict[str, list] = {}
-        for mode, extra in modes.items():
-            steps[mode] = search(
-                probe_fn(mode, extra),
-                args.start_rate if mode.startswith("persistent") else 1000,
-                args.max_rate,
-                args.resolution,
-                **limits,
-            )
-        wrk_keep = wrk(port, "/f/0000000.bin", False, args.wrk_seconds, 1, 64, args.load_cpu)
-        wrk_close = wrk(port, "/f/0000000.bin", True, args.wrk_seconds, 1, 64, args.load_cpu)
-        syscalls = syscall_counts(args, binary, port, wl, tmp, modes, steps)
-        halt_poll = halt_poll_search(args, probe_fn, modes, port, limits)
-        best = {
-            mode: max((s["target_req_per_s"] for s in ss if s["sustained"]), default=0)
-            for mode, ss in steps.items()
-        }
-        best_probe = {
-            mode: max((s for s in ss if s["sustained"]), key=lambda s: s["target_req_per_s"], default=None)
-            for mode, ss in steps.items()
-        }
-        result = result_doc(
-            args,
-            serve_argv,
-            steps,
-            pinned,
-            best,
-            best_probe,
-            wrk_keep,
-            wrk_close,
-            syscalls,
-            halt_poll,
-            started,
-        )
-        write_json(Path(args.out), result, allow_nan=True)
-        print(
-            json.dumps(
-                {"max_sustained_req_per_s": best, "wrk": [wrk_keep["req_per_s"], wrk_close["req_per_s"]]}
-            )
-        )
+        benchmark(args, binary, tmp, started)
     finally:
         cleanup()
         shutil.rmtree(tmp, ignore_errors=True)
