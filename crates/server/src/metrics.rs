@@ -124,25 +124,34 @@ impl Metrics {
     pub fn render(&self, out: &mut String, cutoffs: &Cutoffs, policy: &str, access_log_dropped: u64) {
         let bands = cutoffs.data_bands();
         let data = 1..=bands;
-        out.push_str("# HELP shortfirst_requests_total Responses completed, by the band they started in.\n");
-        out.push_str("# TYPE shortfirst_requests_total counter\n");
+        write_family(out, "shortfirst_requests_total", "counter", "Responses completed, by the band they started in.");
         for b in data.clone() {
             let _ = writeln!(out, "shortfirst_requests_total{{band=\"{b}\"}} {}", self.requests[b].load(Relaxed));
         }
-        out.push_str(
-            "# HELP shortfirst_sent_bytes_total Bytes written (headers and bodies), by the band the socket was in.\n",
+        write_family(
+            out,
+            "shortfirst_sent_bytes_total",
+            "counter",
+            "Bytes written (headers and bodies), by the band the socket was in.",
         );
-        out.push_str("# TYPE shortfirst_sent_bytes_total counter\n");
         for b in data.clone() {
             let _ = writeln!(out, "shortfirst_sent_bytes_total{{band=\"{b}\"}} {}", self.bytes[b].load(Relaxed));
         }
-        out.push_str("# HELP shortfirst_open_connections Open connections by the band of their response in flight; band 0: between responses.\n");
-        out.push_str("# TYPE shortfirst_open_connections gauge\n");
+        write_family(
+            out,
+            "shortfirst_open_connections",
+            "gauge",
+            "Open connections by the band of their response in flight; band 0: between responses.",
+        );
         for b in 0..=bands {
             let _ = writeln!(out, "shortfirst_open_connections{{band=\"{b}\"}} {}", self.open[b].load(Relaxed));
         }
-        out.push_str("# HELP shortfirst_response_seconds Time from the request's first byte to the response's last byte written.\n");
-        out.push_str("# TYPE shortfirst_response_seconds histogram\n");
+        write_family(
+            out,
+            "shortfirst_response_seconds",
+            "histogram",
+            "Time from the request's first byte to the response's last byte written.",
+        );
         for b in data {
             let mut cumulative = 0;
             for (i, bound) in BUCKETS_S.iter().enumerate() {
@@ -155,8 +164,7 @@ impl Metrics {
             let _ = writeln!(out, "shortfirst_response_seconds_sum{{band=\"{b}\"}} {sum}");
             let _ = writeln!(out, "shortfirst_response_seconds_count{{band=\"{b}\"}} {cumulative}");
         }
-        out.push_str("# HELP shortfirst_responses_total Responses by status class.\n");
-        out.push_str("# TYPE shortfirst_responses_total counter\n");
+        write_family(out, "shortfirst_responses_total", "counter", "Responses by status class.");
         for (class, n) in self.status_classes.iter().enumerate().skip(1) {
             let _ = writeln!(out, "shortfirst_responses_total{{code=\"{class}xx\"}} {}", n.load(Relaxed));
         }
@@ -164,10 +172,12 @@ impl Metrics {
             // The cutoffs are response times in µs under srrt.
             self.srrt.render(out, cutoffs);
         } else {
-            out.push_str(
-                "# HELP shortfirst_cutoff_bytes Size cutoffs in force: band b holds remaining sizes up to cutoff b.\n",
+            write_family(
+                out,
+                "shortfirst_cutoff_bytes",
+                "gauge",
+                "Size cutoffs in force: band b holds remaining sizes up to cutoff b.",
             );
-            out.push_str("# TYPE shortfirst_cutoff_bytes gauge\n");
             for (i, c) in cutoffs.as_slice().iter().enumerate() {
                 let _ = writeln!(out, "shortfirst_cutoff_bytes{{band=\"{}\",policy=\"{policy}\"}} {c}", i + 1);
             }
@@ -186,12 +196,15 @@ impl Metrics {
             ),
         ];
         for (name, help, value) in counters {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", value.load(Relaxed));
+            write_metric(out, name, "counter", help, value.load(Relaxed));
         }
         self.render_accept_pauses(out, Instant::now());
-        let _ = writeln!(
+        write_metric(
             out,
-            "# HELP shortfirst_access_log_dropped_total Access log lines dropped because the log buffer was full.\n# TYPE shortfirst_access_log_dropped_total counter\nshortfirst_access_log_dropped_total {access_log_dropped}"
+            "shortfirst_access_log_dropped_total",
+            "counter",
+            "Access log lines dropped because the log buffer was full.",
+            access_log_dropped,
         );
     }
 }
@@ -199,17 +212,27 @@ impl Metrics {
 impl Metrics {
     fn render_accept_pauses(&self, out: &mut String, now: Instant) {
         let p = self.accept_pauses(now);
-        let _ = writeln!(
+        write_metric(
             out,
-            "# HELP shortfirst_accept_paused 1 while the accept loop waits at max-connections (at-max-connections wait): new connections wait in the kernel's accept queue.\n\
-             # TYPE shortfirst_accept_paused gauge\nshortfirst_accept_paused {}\n\
-             # HELP shortfirst_accept_pauses_total Times the accept loop stopped accepting at max-connections.\n\
-             # TYPE shortfirst_accept_pauses_total counter\nshortfirst_accept_pauses_total {}\n\
-             # HELP shortfirst_accept_paused_seconds_total Time the accept loop spent not accepting at max-connections, the pause in progress included.\n\
-             # TYPE shortfirst_accept_paused_seconds_total counter\nshortfirst_accept_paused_seconds_total {}",
+            "shortfirst_accept_paused",
+            "gauge",
+            "1 while the accept loop waits at max-connections (at-max-connections wait): new connections wait in \
+             the kernel's accept queue.",
             u8::from(p.paused),
+        );
+        write_metric(
+            out,
+            "shortfirst_accept_pauses_total",
+            "counter",
+            "Times the accept loop stopped accepting at max-connections.",
             p.pauses,
-            p.paused_total.as_secs_f64()
+        );
+        write_metric(
+            out,
+            "shortfirst_accept_paused_seconds_total",
+            "counter",
+            "Time the accept loop spent not accepting at max-connections, the pause in progress included.",
+            p.paused_total.as_secs_f64(),
         );
     }
 }

@@ -27,6 +27,7 @@ use std::time::Instant;
 use shortfirst_core::bands::{Band, Cutoffs, Response};
 use shortfirst_core::srrt::{Cause, RrtCutoffs, RrtResponse, TcpSnapshot, Verdict};
 
+use crate::metrics::{write_buckets, write_family, write_metric};
 use crate::sched::CutoffsCache;
 use crate::server::Shared;
 use crate::tcpinfo;
@@ -67,13 +68,22 @@ impl SrrtMetrics {
 
     /// The `srrt` series and the response-time cutoffs in force (µs in `cutoffs_us`).
     pub fn render(&self, out: &mut String, cutoffs_us: &Cutoffs) {
-        out.push_str("# HELP shortfirst_rrt_cutoff_seconds Response-time cutoffs in force: band b holds estimates up to cutoff b.\n");
-        out.push_str("# TYPE shortfirst_rrt_cutoff_seconds gauge\n");
+        write_family(
+            out,
+            "shortfirst_rrt_cutoff_seconds",
+            "gauge",
+            "Response-time cutoffs in force: band b holds estimates up to cutoff b.",
+        );
         for (i, us) in cutoffs_us.as_slice().iter().enumerate() {
             let _ = writeln!(out, "shortfirst_rrt_cutoff_seconds{{band=\"{}\"}} {}", i + 1, *us as f64 / 1e6);
         }
-        out.push_str("# HELP shortfirst_srrt_band_changes_total Band changes under srrt by cause: start (a response's first band differs from the socket's), drain (bytes drained), tcp_state (the connection's TCP state improved).\n");
-        out.push_str("# TYPE shortfirst_srrt_band_changes_total counter\n");
+        write_family(
+            out,
+            "shortfirst_srrt_band_changes_total",
+            "counter",
+            "Band changes under srrt by cause: start (a response's first band differs from the socket's), drain \
+             (bytes drained), tcp_state (the connection's TCP state improved).",
+        );
         for cause in Cause::ALL {
             let n = self.band_changes[cause_slot(cause)].load(Relaxed);
             let _ = writeln!(out, "shortfirst_srrt_band_changes_total{{cause=\"{}\"}} {n}", cause.name());
@@ -92,19 +102,22 @@ impl SrrtMetrics {
             ),
         ];
         for (name, help, value) in counters {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", value.load(Relaxed));
+            write_metric(out, name, "counter", help, value.load(Relaxed));
         }
-        out.push_str("# HELP shortfirst_srrt_estimate_ratio Remaining response time estimated at a response's start over the measured time (start to last byte written plus min_rtt/2).\n");
-        out.push_str("# TYPE shortfirst_srrt_estimate_ratio histogram\n");
-        let cumulative =
-            crate::metrics::write_buckets(out, "shortfirst_srrt_estimate_ratio", &RATIO_BUCKETS, &self.ratio);
+        write_family(
+            out,
+            "shortfirst_srrt_estimate_ratio",
+            "histogram",
+            "Remaining response time estimated at a response's start over the measured time (start to last byte \
+             written plus min_rtt/2).",
+        );
+        let cumulative = write_buckets(out, "shortfirst_srrt_estimate_ratio", &RATIO_BUCKETS, &self.ratio);
         let _ = writeln!(out, "shortfirst_srrt_estimate_ratio_count {cumulative}");
         for (name, help, value) in [
             ("shortfirst_srrt_estimated_seconds_sum", "Sum of the estimates at start.", &self.estimated_sum_us),
             ("shortfirst_srrt_measured_seconds_sum", "Sum of the measured times.", &self.measured_sum_us),
         ] {
-            let v = value.load(Relaxed) as f64 / 1e6;
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+            write_metric(out, name, "counter", help, value.load(Relaxed) as f64 / 1e6);
         }
     }
 }

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use shortfirst_core::uplink_sched::Wake;
 
 use super::UserScheduler;
+use crate::metrics::{write_buckets, write_family, write_metric};
 
 /// The pacer thread's name (at most 15 bytes: the kernel's limit).
 pub(crate) const THREAD_NAME: &str = "sf-pacer";
@@ -120,8 +121,8 @@ impl PacerMetrics {
     /// look-ahead and the release quantum in force.
     pub(crate) fn render(&self, out: &mut String, lookahead_ns: u64, release_ns: u64) {
         let name = "shortfirst_uplink_pacer_lateness_seconds";
-        let _ = writeln!(out, "# HELP {name} How late the pacer thread woke for a release.\n# TYPE {name} histogram");
-        let cumulative = crate::metrics::write_buckets(out, name, &LATENESS_BUCKETS_S, &self.lateness_buckets);
+        write_family(out, name, "histogram", "How late the pacer thread woke for a release.");
+        let cumulative = write_buckets(out, name, &LATENESS_BUCKETS_S, &self.lateness_buckets);
         let _ = writeln!(out, "{name}_sum {}", self.lateness_sum_ns.load(Relaxed) as f64 / 1e9);
         let _ = writeln!(out, "{name}_count {cumulative}");
         let seconds = |ns: &AtomicU64| ns.load(Relaxed) as f64 / 1e9;
@@ -158,7 +159,7 @@ impl PacerMetrics {
             ),
         ];
         for (name, kind, help, v) in rows {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+            write_metric(out, name, kind, help, v);
         }
     }
 }
