@@ -279,4 +279,6 @@ mod class_tests;
 #[cfg(test)]
 mod exact_service;
 #[cfg(test)]
+mod invariant_tests;
+#[cfg(test)]
 mod tests;
