@@ -323,7 +323,8 @@ def ratios(per: dict, name: str, base: str = "nginx") -> tuple[float, float, flo
     return rps, p99, cpu
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
+    """The command line."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default="target/release/shortfirst")
     ap.add_argument("--out", default="results/bench-serve.json")
@@ -342,7 +343,64 @@ def main() -> int:
         default=",".join(server_names("")),
         help="comma-separated servers to run (default: all): " + ", ".join(server_names("")),
     )
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def report_doc(
+    args: argparse.Namespace, names: list[str], machine_at_start: dict, runs: list, summary: dict
+) -> dict:
+    """The JSON the bench writes: what ran, on what, with which settings, and the results."""
+    return {
+        "benchmark": "bench-serve",
+        "command": " ".join([sys.argv[0], *sys.argv[1:]]),
+        "servers": names,
+        "git_commit": git_commit(),
+        "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine_at_start,
+        "loadavg_at_end": list(os.getloadavg()),
+        "wrk": {"threads": args.threads, "connections": args.connections, "duration_s": args.duration},
+        "rounds": args.rounds,
+        "aggregation": "median over rounds of each server's requests/s and latency percentiles",
+        "settings": {
+            "workers": "2 (nginx worker_processes 2, shortfirst --threads 2)",
+            "shortfirst_variants": shortfirst_variants(args.user_uplink_rate),
+            "access_log": "on for both, buffered to a file (nginx buffer=64k flush=1s)",
+            "keepalive_requests": 10000,
+            "shortfirst_policy": "srpt (default cutoffs), SO_PRIORITY on; shortfirst-user: exact srpt, "
+            "user-space scheduler; shortfirst-srrt: srrt (default response-time cutoffs, estimator "
+            "path), SO_PRIORITY on, TCP_INFO read at each response's start and per 64 KiB",
+            "nginx_conf": NGINX_CONF.strip().splitlines(),
+        },
+        "summary": summary,
+        "runs": runs,
+    }
+
+
+def print_ratios(summary: dict) -> None:
+    """Each path's ratios against nginx, one line each."""
+    for path, s in summary.items():
+        if "target_met" in s:
+            print(
+                f"{path}: shortfirst/nginx requests/s {s['ratio_requests_per_s']}, p99 {s['ratio_p99']}, "
+                f"server CPU/request {s['ratio_server_cpu_per_request']}"
+                f" (target met: {s['target_met']})"
+            )
+        if r := s.get("srrt_vs_srpt"):
+            print(
+                f"{path}: srrt/srpt server CPU/request {r['ratio_server_cpu_per_request']} "
+                f"(+{r['extra_server_cpu_us_per_request']} us), requests/s {r['ratio_requests_per_s']}, "
+                f"p99 {r['ratio_p99']}"
+            )
+        if u := s.get("user_scheduler"):
+            print(
+                f"{path}: shortfirst-user/nginx requests/s {u['ratio_requests_per_s']}, "
+                f"p99 {u['ratio_p99']}, server CPU/request {u['ratio_server_cpu_per_request']} "
+                f"(target met: {u['target_met']})"
+            )
+
+
+def main() -> int:
+    args = parse_args()
     names = [n.strip() for n in args.servers.split(",") if n.strip()]
     unknown = sorted(set(names) - set(server_names(args.user_uplink_rate)))
     if unknown or not names:
@@ -363,51 +421,10 @@ def main() -> int:
         servers = setup_servers(binary, tmp, args.user_uplink_rate, names)
         runs = run_rounds(args, servers, tmp)
         summary = summarize(runs, servers)
-        report = {
-            "benchmark": "bench-serve",
-            "command": " ".join([sys.argv[0], *sys.argv[1:]]),
-            "servers": names,
-            "git_commit": git_commit(),
-            "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": machine_at_start,
-            "loadavg_at_end": list(os.getloadavg()),
-            "wrk": {"threads": args.threads, "connections": args.connections, "duration_s": args.duration},
-            "rounds": args.rounds,
-            "aggregation": "median over rounds of each server's requests/s and latency percentiles",
-            "settings": {
-                "workers": "2 (nginx worker_processes 2, shortfirst --threads 2)",
-                "shortfirst_variants": shortfirst_variants(args.user_uplink_rate),
-                "access_log": "on for both, buffered to a file (nginx buffer=64k flush=1s)",
-                "keepalive_requests": 10000,
-                "shortfirst_policy": "srpt (default cutoffs), SO_PRIORITY on; shortfirst-user: exact srpt, "
-                "user-space scheduler; shortfirst-srrt: srrt (default response-time cutoffs, estimator "
-                "path), SO_PRIORITY on, TCP_INFO read at each response's start and per 64 KiB",
-                "nginx_conf": NGINX_CONF.strip().splitlines(),
-            },
-            "summary": summary,
-            "runs": runs,
-        }
+        report = report_doc(args, names, machine_at_start, runs, summary)
         out = Path(args.out)
         write_json(out, report, allow_nan=True)
-        for path, s in summary.items():
-            if "target_met" in s:
-                print(
-                    f"{path}: shortfirst/nginx requests/s {s['ratio_requests_per_s']}, p99 {s['ratio_p99']}, "
-                    f"server CPU/request {s['ratio_server_cpu_per_request']}"
-                    f" (target met: {s['target_met']})"
-                )
-            if r := s.get("srrt_vs_srpt"):
-                print(
-                    f"{path}: srrt/srpt server CPU/request {r['ratio_server_cpu_per_request']} "
-                    f"(+{r['extra_server_cpu_us_per_request']} us), requests/s {r['ratio_requests_per_s']}, "
-                    f"p99 {r['ratio_p99']}"
-                )
-            if u := s.get("user_scheduler"):
-                print(
-                    f"{path}: shortfirst-user/nginx requests/s {u['ratio_requests_per_s']}, "
-                    f"p99 {u['ratio_p99']}, server CPU/request {u['ratio_server_cpu_per_request']} "
-                    f"(target met: {u['target_met']})"
-                )
+        print_ratios(summary)
         print(f"wrote {out}")
         return 0
     finally:
