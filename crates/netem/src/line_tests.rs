@@ -107,8 +107,8 @@ fn uniform_jitter_spans_its_range_with_the_right_mean() {
     let params = LineParams { jitter_ns: 10 * MS, mode: JitterMode::Reorder, ..LineParams::delay(50 * MS) };
     let mut line = DelayLine::new(params, 9, 0);
     let delays: Vec<f64> = (0..20_000u64).map(|i| (line.offer(0, 100, i).unwrap()) as f64 / MS as f64).collect();
-    let min = delays.iter().cloned().fold(f64::MAX, f64::min);
-    let max = delays.iter().cloned().fold(0.0, f64::max);
+    let min = delays.iter().copied().fold(f64::MAX, f64::min);
+    let max = delays.iter().copied().fold(0.0, f64::max);
     let mean = delays.iter().sum::<f64>() / delays.len() as f64;
     assert!((40.0..40.1).contains(&min) && (59.9..=60.0).contains(&max), "{min} {max}");
     assert!((mean - 50.0).abs() < 0.2, "mean {mean}");
