@@ -122,7 +122,45 @@ impl Metrics {
 
     /// The Prometheus text exposition (format 0.0.4).
     pub fn render(&self, out: &mut String, cutoffs: &Cutoffs, policy: &str, access_log_dropped: u64) {
-        let bands = cutoffs.data_bands();
+        self.render_bands(out, cutoffs.data_bands());
+        write_family(out, "shortfirst_responses_total", "counter", "Responses by status class.");
+        for (class, n) in self.status_classes.iter().enumerate().skip(1) {
+            let _ = writeln!(out, "shortfirst_responses_total{{code=\"{class}xx\"}} {}", n.load(Relaxed));
+        }
+        if policy == "srrt" {
+            // The cutoffs are response times in µs under srrt.
+            self.srrt.render(out, cutoffs);
+        } else {
+            render_size_cutoffs(out, cutoffs, policy);
+        }
+        let counters = [
+            ("shortfirst_connections_accepted_total", "Connections accepted.", &self.connections_accepted),
+            (
+                "shortfirst_connections_refused_total",
+                "Connections answered 503 at the max-connections limit.",
+                &self.connections_refused,
+            ),
+            (
+                "shortfirst_priority_changes_total",
+                "setsockopt(SO_PRIORITY) calls on connections.",
+                &self.priority_changes,
+            ),
+        ];
+        for (name, help, value) in counters {
+            write_metric(out, name, "counter", help, value.load(Relaxed));
+        }
+        self.render_accept_pauses(out, Instant::now());
+        write_metric(
+            out,
+            "shortfirst_access_log_dropped_total",
+            "counter",
+            "Access log lines dropped because the log buffer was full.",
+            access_log_dropped,
+        );
+    }
+
+    /// Per-band families: completions, bytes, open connections and response times.
+    fn render_bands(&self, out: &mut String, bands: usize) {
         let data = 1..=bands;
         write_family(out, "shortfirst_requests_total", "counter", "Responses completed, by the band they started in.");
         for b in data.clone() {
@@ -164,48 +202,19 @@ impl Metrics {
             let _ = writeln!(out, "shortfirst_response_seconds_sum{{band=\"{b}\"}} {sum}");
             let _ = writeln!(out, "shortfirst_response_seconds_count{{band=\"{b}\"}} {cumulative}");
         }
-        write_family(out, "shortfirst_responses_total", "counter", "Responses by status class.");
-        for (class, n) in self.status_classes.iter().enumerate().skip(1) {
-            let _ = writeln!(out, "shortfirst_responses_total{{code=\"{class}xx\"}} {}", n.load(Relaxed));
-        }
-        if policy == "srrt" {
-            // The cutoffs are response times in µs under srrt.
-            self.srrt.render(out, cutoffs);
-        } else {
-            write_family(
-                out,
-                "shortfirst_cutoff_bytes",
-                "gauge",
-                "Size cutoffs in force: band b holds remaining sizes up to cutoff b.",
-            );
-            for (i, c) in cutoffs.as_slice().iter().enumerate() {
-                let _ = writeln!(out, "shortfirst_cutoff_bytes{{band=\"{}\",policy=\"{policy}\"}} {c}", i + 1);
-            }
-        }
-        let counters = [
-            ("shortfirst_connections_accepted_total", "Connections accepted.", &self.connections_accepted),
-            (
-                "shortfirst_connections_refused_total",
-                "Connections answered 503 at the max-connections limit.",
-                &self.connections_refused,
-            ),
-            (
-                "shortfirst_priority_changes_total",
-                "setsockopt(SO_PRIORITY) calls on connections.",
-                &self.priority_changes,
-            ),
-        ];
-        for (name, help, value) in counters {
-            write_metric(out, name, "counter", help, value.load(Relaxed));
-        }
-        self.render_accept_pauses(out, Instant::now());
-        write_metric(
-            out,
-            "shortfirst_access_log_dropped_total",
-            "counter",
-            "Access log lines dropped because the log buffer was full.",
-            access_log_dropped,
-        );
+    }
+}
+
+/// The size cutoffs in force (every policy but srrt, whose cutoffs are response times).
+fn render_size_cutoffs(out: &mut String, cutoffs: &Cutoffs, policy: &str) {
+    write_family(
+        out,
+        "shortfirst_cutoff_bytes",
+        "gauge",
+        "Size cutoffs in force: band b holds remaining sizes up to cutoff b.",
+    );
+    for (i, c) in cutoffs.as_slice().iter().enumerate() {
+        let _ = writeln!(out, "shortfirst_cutoff_bytes{{band=\"{}\",policy=\"{policy}\"}} {c}", i + 1);
     }
 }
 
