@@ -139,6 +139,58 @@ impl Model {
         admitted.extend(self.gate.release(now_us, ticket).expect("ticket is outstanding"));
         self.start(now, admitted);
     }
+
+    /// The running requests that are done now (ties within a nanosecond of demand).
+    fn take_completed(&mut self) -> Vec<Req> {
+        let mut done = Vec::new();
+        let mut i = 0;
+        while i < self.running.len() {
+            if self.running[i].remaining_us > 1e-3 {
+                i += 1;
+                continue;
+            }
+            done.push(self.running.swap_remove(i));
+        }
+        done
+    }
+
+    /// An arrival of type `ty`: charged by the estimator, offered to the gate.
+    fn arrive(&mut self, now: f64, ty: usize, demand_us: f64) {
+        let now_us = now.round() as u64;
+        let charge = self.estimator.charge(ty, now_us).unwrap();
+        let arrive = if charge.probe { Gate::arrive_probe_in } else { Gate::arrive_in };
+        let (id, admitted) =
+            arrive(&mut self.gate, now_us, ty as u64, charge.cost_us).expect("queue bound not reached");
+        let req = Req { ty, arrival_us: now, admitted_us: 0.0, remaining_us: demand_us, ticket: None, overdue: false };
+        self.waiting.insert(id.0, req);
+        self.start(now, admitted);
+    }
+
+    /// The gate's wake-up: expire what waited too long (their arrival times are returned)
+    /// and admit what now fits.
+    fn expire(&mut self, now: f64) -> Vec<f64> {
+        let now_us = now.round() as u64;
+        let (expired, mut admitted) = self.gate.expire(now_us);
+        let arrivals = expired
+            .into_iter()
+            .map(|id| self.waiting.remove(&id.0).expect("expired request waits").arrival_us)
+            .collect();
+        admitted.extend(self.gate.poll(now_us));
+        self.start(now, admitted);
+        arrivals
+    }
+}
+
+/// A request type drawn by weight.
+fn pick_type(rng: &mut Rng, kinds: &[Kind], total_weight: f64) -> usize {
+    let mut x = rng.unit() * total_weight;
+    kinds
+        .iter()
+        .position(|k| {
+            x -= k.weight;
+            x < 0.0
+        })
+        .unwrap_or(kinds.len() - 1)
 }
 
 /// Runs a scenario with the mix `kinds` (see the module docs). Bounded: the arrivals of
@@ -194,14 +246,7 @@ fn simulate(s: Scenario, kinds: &[Kind]) -> Outcome {
         if let Some((_, i)) = next_done.filter(|d| d.0 <= now) {
             m.running[i].remaining_us = 0.0; // exact, whatever the rounding of rate × dt
         }
-        // Completions: all due now (ties within a nanosecond of demand).
-        let mut i = 0;
-        while i < m.running.len() {
-            if m.running[i].remaining_us > 1e-3 {
-                i += 1;
-                continue;
-            }
-            let r = m.running.swap_remove(i);
+        for r in m.take_completed() {
             if r.arrival_us >= s.warmup_us {
                 out.completed[r.ty] += 1;
                 out.wait_sum_us[r.ty] += r.admitted_us - r.arrival_us;
@@ -209,44 +254,19 @@ fn simulate(s: Scenario, kinds: &[Kind]) -> Outcome {
             }
             m.finish(now, r);
         }
-        let now_us = now.round() as u64;
         if next_arrival <= now {
-            let mut x = rng.unit() * total_weight;
-            let ty = kinds.iter().position(|k| {
-                x -= k.weight;
-                x < 0.0
-            });
-            let ty = ty.unwrap_or(kinds.len() - 1);
+            let ty = pick_type(&mut rng, kinds, total_weight);
             if now >= s.warmup_us {
                 out.arrived[ty] += 1;
             }
-            let charge = m.estimator.charge(ty, now_us).unwrap();
-            let arrive = if charge.probe { Gate::arrive_probe_in } else { Gate::arrive_in };
-            let (id, admitted) =
-                arrive(&mut m.gate, now_us, ty as u64, charge.cost_us).expect("queue bound not reached");
-            let req = Req {
-                ty,
-                arrival_us: now,
-                admitted_us: 0.0,
-                remaining_us: kinds[ty].demand_us,
-                ticket: None,
-                overdue: false,
-            };
-            m.waiting.insert(id.0, req);
-            m.start(now, admitted);
+            m.arrive(now, ty, kinds[ty].demand_us);
             next_arrival = now - (1.0 - rng.unit()).ln() / arrivals_per_us;
         }
         if wake <= now {
-            let (expired, mut admitted) = m.gate.expire(now_us);
-            for id in expired {
-                let r = m.waiting.remove(&id.0).expect("expired request waits");
-                if r.arrival_us >= s.warmup_us {
-                    expired_n += 1;
-                    expired_sum_us += now - r.arrival_us;
-                }
+            for arrival_us in m.expire(now).into_iter().filter(|&a| a >= s.warmup_us) {
+                expired_n += 1;
+                expired_sum_us += now - arrival_us;
             }
-            admitted.extend(m.gate.poll(now_us));
-            m.start(now, admitted);
         }
     }
     let window_us = s.duration_us - s.warmup_us;

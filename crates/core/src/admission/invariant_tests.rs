@@ -225,114 +225,133 @@ fn exercise(policy: AdmissionPolicy, capacity: u64, ops: Vec<Op>) -> Result<Chec
 fn exercise_with(cfg: GateConfig, ops: Vec<Op>) -> Result<Checker, TestCaseError> {
     let policy = cfg.policy;
     let max_in_flight = cfg.max_in_flight.unwrap_or(usize::MAX);
-    let mut c = Checker {
-        g: Gate::new(cfg).unwrap(),
-        now: 0,
-        running: Vec::new(),
-        admitted_at: HashMap::new(),
-        waiting: BTreeMap::new(),
-        charged: 0,
-        released: 0,
-        admitted_order: Vec::new(),
-        capacity_changed: false,
-        busy_us: 0,
-        shares_released_us: 0,
-        releases: 0,
-        first_probe: None,
-    };
+    let mut c = Checker::new(cfg);
     for op in ops {
-        match op {
-            Op::Arrive(estimate) | Op::ArriveProbe(estimate) => {
-                let probe = matches!(op, Op::ArriveProbe(_));
-                // The gate is given the estimate; it charges at most the bound.
-                let cost = estimate.min(c.g.config().max_charge_us());
-                let deadline = match policy {
-                    AdmissionPolicy::SjfAging { factor } => c.now + (factor * cost as f64) as u64,
-                    _ => u64::MAX,
-                };
-                let arrive = if probe { Gate::arrive_probe } else { Gate::arrive };
-                let (id, adm) = arrive(&mut c.g, c.now, estimate).unwrap();
-                let probe = probe && policy == AdmissionPolicy::Sjf;
-                c.waiting.insert(id.0, Shadow { cost, arrival: c.now, deadline, probe });
-                c.admit(adm)?;
-            }
-            Op::Release(i) if !c.running.is_empty() => {
-                let t = c.running.swap_remove(i % c.running.len());
-                c.release(t)?;
-            }
-            Op::Cancel(i) if !c.waiting.is_empty() => {
-                let id = *c.waiting.keys().nth(i % c.waiting.len()).unwrap();
-                c.waiting.remove(&id);
-                let adm = c.g.cancel(c.now, RequestId(id)).expect("was waiting");
-                c.admit(adm)?;
-                prop_assert!(c.g.cancel(c.now, RequestId(id)).is_none(), "cancel twice");
-            }
-            Op::Advance(dt) => {
-                if !c.running.is_empty() {
-                    c.busy_us += dt;
-                }
-                c.now += dt;
-                let adm = c.g.poll(c.now);
-                c.admit(adm)?;
-            }
-            Op::SetCapacity(cap) => {
-                c.capacity_changed = true;
-                let adm = c.g.set_capacity(c.now, cap).unwrap();
-                c.admit(adm)?;
-            }
-            Op::Recharge(i, estimate) if !c.running.is_empty() => {
-                let i = i % c.running.len();
-                let old = c.running[i].charge_us();
-                let cost = estimate.min(c.g.config().max_charge_us());
-                let mut t = c.running.swap_remove(i);
-                let adm = c.g.recharge(c.now, &mut t, estimate).unwrap();
-                prop_assert_eq!(t.charge_us(), cost);
-                // A raised charge can leave the load above the capacity, as a lowered
-                // capacity does; a lowered one admits only what fits.
-                c.capacity_changed |= cost > old;
-                c.charged += cost;
-                c.released += old;
-                c.running.push(t);
-                c.admit(adm)?;
-            }
-            Op::Reprice(i, estimate) if !c.waiting.is_empty() => {
-                let id = *c.waiting.keys().nth(i % c.waiting.len()).unwrap();
-                // Clamped as on arrival; fifo and sjf-aging only (under sjf the charge is the
-                // order). sjf-aging moves the deadline with the charge.
-                let adm = c.g.reprice_waiting(c.now, [RequestId(id)], estimate);
-                let cost = estimate.clamp(MIN_COST_US, c.g.config().max_charge_us());
-                let w = c.waiting.get_mut(&id).unwrap();
-                w.cost = cost;
-                if let AdmissionPolicy::SjfAging { factor } = policy {
-                    w.deadline = w.arrival + (factor * cost as f64) as u64;
-                }
-                c.admit(adm)?;
-            }
-            _ => {}
-        }
+        c.apply(policy, op)?;
         c.track_probe();
         c.check()?;
         prop_assert!(c.running.len() <= max_in_flight);
     }
-    // Drain: releasing everything admits and then finishes everything waiting.
-    while let Some(t) = c.running.pop() {
-        c.release(t)?;
-        c.track_probe();
-        c.check()?;
-    }
-    prop_assert!(c.waiting.is_empty());
-    // Shares partition the busy time: every moment with n requests admitted is split n
-    // ways (each share is rounded to the µs once).
-    prop_assert!(
-        c.shares_released_us.abs_diff(c.busy_us) <= c.releases,
-        "shares {} vs busy {} over {} releases",
-        c.shares_released_us,
-        c.busy_us,
-        c.releases
-    );
-    prop_assert_eq!(c.g.load_us(), 0);
-    prop_assert_eq!(c.charged, c.released);
+    c.drain()?;
     Ok(c)
+}
+
+impl Checker {
+    fn new(cfg: GateConfig) -> Self {
+        Checker {
+            g: Gate::new(cfg).unwrap(),
+            now: 0,
+            running: Vec::new(),
+            admitted_at: HashMap::new(),
+            waiting: BTreeMap::new(),
+            charged: 0,
+            released: 0,
+            admitted_order: Vec::new(),
+            capacity_changed: false,
+            busy_us: 0,
+            shares_released_us: 0,
+            releases: 0,
+            first_probe: None,
+        }
+    }
+
+    /// One operation on the gate and on the shadow state it is checked against.
+    fn apply(&mut self, policy: AdmissionPolicy, op: Op) -> Result<(), TestCaseError> {
+        match op {
+            Op::Arrive(estimate) | Op::ArriveProbe(estimate) => {
+                let probe = matches!(op, Op::ArriveProbe(_));
+                // The gate is given the estimate; it charges at most the bound.
+                let cost = estimate.min(self.g.config().max_charge_us());
+                let deadline = match policy {
+                    AdmissionPolicy::SjfAging { factor } => self.now + (factor * cost as f64) as u64,
+                    _ => u64::MAX,
+                };
+                let arrive = if probe { Gate::arrive_probe } else { Gate::arrive };
+                let (id, adm) = arrive(&mut self.g, self.now, estimate).unwrap();
+                let probe = probe && policy == AdmissionPolicy::Sjf;
+                self.waiting.insert(id.0, Shadow { cost, arrival: self.now, deadline, probe });
+                self.admit(adm)?;
+            }
+            Op::Release(i) if !self.running.is_empty() => {
+                let t = self.running.swap_remove(i % self.running.len());
+                self.release(t)?;
+            }
+            Op::Cancel(i) if !self.waiting.is_empty() => {
+                let id = *self.waiting.keys().nth(i % self.waiting.len()).unwrap();
+                self.waiting.remove(&id);
+                let adm = self.g.cancel(self.now, RequestId(id)).expect("was waiting");
+                self.admit(adm)?;
+                prop_assert!(self.g.cancel(self.now, RequestId(id)).is_none(), "cancel twice");
+            }
+            Op::Advance(dt) => {
+                if !self.running.is_empty() {
+                    self.busy_us += dt;
+                }
+                self.now += dt;
+                let adm = self.g.poll(self.now);
+                self.admit(adm)?;
+            }
+            Op::SetCapacity(cap) => {
+                self.capacity_changed = true;
+                let adm = self.g.set_capacity(self.now, cap).unwrap();
+                self.admit(adm)?;
+            }
+            Op::Recharge(i, estimate) if !self.running.is_empty() => {
+                let i = i % self.running.len();
+                let old = self.running[i].charge_us();
+                let cost = estimate.min(self.g.config().max_charge_us());
+                let mut t = self.running.swap_remove(i);
+                let adm = self.g.recharge(self.now, &mut t, estimate).unwrap();
+                prop_assert_eq!(t.charge_us(), cost);
+                // A raised charge can leave the load above the capacity, as a lowered
+                // capacity does; a lowered one admits only what fits.
+                self.capacity_changed |= cost > old;
+                self.charged += cost;
+                self.released += old;
+                self.running.push(t);
+                self.admit(adm)?;
+            }
+            Op::Reprice(i, estimate) if !self.waiting.is_empty() => {
+                let id = *self.waiting.keys().nth(i % self.waiting.len()).unwrap();
+                // Clamped as on arrival; fifo and sjf-aging only (under sjf the charge is the
+                // order). sjf-aging moves the deadline with the charge.
+                let adm = self.g.reprice_waiting(self.now, [RequestId(id)], estimate);
+                let cost = estimate.clamp(MIN_COST_US, self.g.config().max_charge_us());
+                let w = self.waiting.get_mut(&id).unwrap();
+                w.cost = cost;
+                if let AdmissionPolicy::SjfAging { factor } = policy {
+                    w.deadline = w.arrival + (factor * cost as f64) as u64;
+                }
+                self.admit(adm)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Drain: releasing everything admits and then finishes everything waiting; then the
+    /// totals must balance.
+    fn drain(&mut self) -> Result<(), TestCaseError> {
+        // Drain: releasing everything admits and then finishes everything waiting.
+        while let Some(t) = self.running.pop() {
+            self.release(t)?;
+            self.track_probe();
+            self.check()?;
+        }
+        prop_assert!(self.waiting.is_empty());
+        // Shares partition the busy time: every moment with n requests admitted is split n
+        // ways (each share is rounded to the µs once).
+        prop_assert!(
+            self.shares_released_us.abs_diff(self.busy_us) <= self.releases,
+            "shares {} vs busy {} over {} releases",
+            self.shares_released_us,
+            self.busy_us,
+            self.releases
+        );
+        prop_assert_eq!(self.g.load_us(), 0);
+        prop_assert_eq!(self.charged, self.released);
+        Ok(())
+    }
 }
 
 proptest! {

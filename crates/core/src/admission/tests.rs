@@ -91,179 +91,187 @@ fn policy_parse_table() {
     }
 }
 
+/// (name, capacity, policy, script, expected admission order)
+type OrderCase = (&'static str, u64, &'static str, &'static [(u64, Ev)], &'static [u64]);
+
+const ADMISSION_ORDER: &[OrderCase] = &[
+    (
+        "fifo keeps head-of-line, then fills",
+        10,
+        "fifo",
+        &[(0, Ev::Arrive(6)), (0, Ev::Arrive(6)), (0, Ev::Arrive(2)), (5, Ev::Release(0))],
+        &[0, 1, 2],
+    ),
+    (
+        "fifo does not let a small request pass a big head",
+        10,
+        "fifo",
+        &[(0, Ev::Arrive(6)), (0, Ev::Arrive(6)), (0, Ev::Arrive(2)), (0, Ev::Arrive(1))],
+        &[0],
+    ),
+    (
+        "sjf admits cheapest first until the pick no longer fits",
+        10,
+        "sjf",
+        &[
+            (0, Ev::Arrive(10)),
+            (0, Ev::Arrive(8)),
+            (0, Ev::Arrive(5)),
+            (0, Ev::Arrive(3)),
+            (0, Ev::Arrive(9)),
+            (1, Ev::Release(0)),
+        ],
+        &[0, 3, 2],
+    ),
+    (
+        "sjf ties broken by arrival",
+        10,
+        "sjf",
+        &[(0, Ev::Arrive(10)), (0, Ev::Arrive(4)), (0, Ev::Arrive(4)), (0, Ev::Arrive(4)), (1, Ev::Release(0))],
+        &[0, 1, 2],
+    ),
+    (
+        "empty system admits a request larger than capacity, alone",
+        10,
+        "fifo",
+        &[(0, Ev::Arrive(50)), (0, Ev::Arrive(1)), (3, Ev::Release(0))],
+        &[0, 1],
+    ),
+    (
+        "aging X=1: the cheaper request may not overtake (bound of the older one)",
+        10,
+        "sjf-aging:1",
+        &[(0, Ev::Arrive(10)), (0, Ev::Arrive(6)), (2, Ev::Arrive(5)), (3, Ev::Release(0))],
+        &[0, 1],
+    ),
+    (
+        "aging X=5: enough slack, the cheaper request goes first",
+        10,
+        "sjf-aging:5",
+        &[(0, Ev::Arrive(10)), (0, Ev::Arrive(6)), (2, Ev::Arrive(5)), (3, Ev::Release(0))],
+        &[0, 2],
+    ),
+    (
+        "sjf on the same arrivals",
+        10,
+        "sjf",
+        &[(0, Ev::Arrive(10)), (0, Ev::Arrive(6)), (2, Ev::Arrive(5)), (3, Ev::Release(0))],
+        &[0, 2],
+    ),
+    (
+        "aging: due requests go earliest-deadline first, not cheapest",
+        10,
+        "sjf-aging:1",
+        &[(0, Ev::Arrive(4)), (0, Ev::Arrive(6)), (0, Ev::Arrive(3)), (2, Ev::Arrive(2)), (10, Ev::Release(0))],
+        &[0, 1, 2],
+    ),
+    (
+        "sjf on the same arrivals takes the cheapest",
+        10,
+        "sjf",
+        &[(0, Ev::Arrive(4)), (0, Ev::Arrive(6)), (0, Ev::Arrive(3)), (2, Ev::Arrive(2)), (10, Ev::Release(0))],
+        &[0, 1, 3],
+    ),
+    (
+        "aging X=0 is fifo when nothing can go ahead without delaying the head",
+        10,
+        "sjf-aging:0",
+        &[(0, Ev::Arrive(10)), (0, Ev::Arrive(6)), (0, Ev::Arrive(2)), (0, Ev::Arrive(1)), (1, Ev::Release(0))],
+        &[0, 1, 2, 3],
+    ),
+    (
+        "aging X=0 backfills a request expected to finish before the blocked head can start",
+        10,
+        "sjf-aging:0",
+        &[(0, Ev::Arrive(8)), (0, Ev::Arrive(5)), (0, Ev::Arrive(2)), (8, Ev::Release(0))],
+        &[0, 2, 1],
+    ),
+    (
+        "fifo on the same arrivals leaves the capacity idle",
+        10,
+        "fifo",
+        &[(0, Ev::Arrive(8)), (0, Ev::Arrive(5)), (0, Ev::Arrive(2)), (8, Ev::Release(0))],
+        &[0, 1, 2],
+    ),
+    (
+        "aging X=0: no backfill that would still run when the head starts and not fit beside it",
+        12,
+        "sjf-aging:0",
+        // 1 (10) starts at 8 and leaves 2 free; 2 (3) would run until 9.
+        &[(0, Ev::Arrive(8)), (0, Ev::Arrive(10)), (6, Ev::Arrive(3)), (8, Ev::Release(0))],
+        &[0, 1],
+    ),
+    (
+        "aging X=0: a backfill still running when the head starts, if it fits beside it",
+        12,
+        "sjf-aging:0",
+        // 1 (5) starts at 8 and leaves 7 free; 2 (3) runs until 9, beside it.
+        &[(0, Ev::Arrive(8)), (0, Ev::Arrive(5)), (6, Ev::Arrive(3)), (8, Ev::Release(0))],
+        &[0, 2, 1],
+    ),
+    (
+        "aging X=1: a backfill may delay the head within its bound (10), past its start (8)",
+        12,
+        "sjf-aging:1",
+        &[(0, Ev::Arrive(8)), (0, Ev::Arrive(10)), (6, Ev::Arrive(3)), (8, Ev::Release(0))],
+        &[0, 2],
+    ),
+    (
+        "aging X=2: the head's bound (10) leaves room for it",
+        12,
+        "sjf-aging:2",
+        &[(0, Ev::Arrive(8)), (0, Ev::Arrive(5)), (6, Ev::Arrive(3)), (8, Ev::Release(0))],
+        &[0, 2, 1],
+    ),
+    (
+        "aging: an overdue big request; cheap ones fill the room it leaves beside it",
+        10,
+        "sjf-aging:1",
+        &[
+            (0, Ev::Arrive(4)),
+            (0, Ev::Arrive(4)),
+            (1, Ev::Arrive(9)),
+            (30, Ev::Arrive(1)),
+            (30, Ev::Arrive(1)),
+            (31, Ev::Release(0)),
+            (32, Ev::Release(1)),
+        ],
+        // Expected finishes 4 and 4 (overdue at 30, so "any moment"): request 2 (9) can
+        // start only when both finished, and leaves 1 free beside it: 3 (1) goes ahead.
+        // 4 (1) would not fit beside 2 and 3 and waits, until at 31 3 is expected to
+        // have finished (its charge, 1): 4 takes its place. The guarantee is in
+        // estimated time: 3 overruns, so 2 starts after 3 and 4 finish.
+        &[0, 1, 3, 4],
+    ),
+    (
+        "aging: a request that fits but may not overtake an older one blocks no backfill",
+        20,
+        "sjf-aging:0",
+        // At 9, request 2 (5) fits but would run past 1's start (12, when 0 is expected
+        // to finish) and not fit beside it (1 leaves 4 free), so it waits for 1; request
+        // 3 (1) fits beside 1 and goes ahead.
+        &[(0, Ev::Arrive(12)), (0, Ev::Arrive(16)), (9, Ev::Arrive(5)), (9, Ev::Arrive(1)), (12, Ev::Release(0))],
+        &[0, 3, 1],
+    ),
+    (
+        "cancel of a blocking old request lets the next one in",
+        10,
+        "fifo",
+        &[(0, Ev::Arrive(8)), (0, Ev::Arrive(5)), (0, Ev::Arrive(2)), (1, Ev::Cancel(1))],
+        &[0, 2],
+    ),
+    (
+        "poll admits nothing when nothing changed",
+        10,
+        "sjf-aging:1",
+        &[(0, Ev::Arrive(10)), (0, Ev::Arrive(6)), (50, Ev::Poll)],
+        &[0],
+    ),
+];
+
 #[test]
 fn admission_order_table() {
-    use Ev::*;
-    // (name, capacity, policy, script, expected admission order)
-    #[allow(clippy::type_complexity)]
-    let table: &[(&str, u64, &str, &[(u64, Ev)], &[u64])] = &[
-        (
-            "fifo keeps head-of-line, then fills",
-            10,
-            "fifo",
-            &[(0, Arrive(6)), (0, Arrive(6)), (0, Arrive(2)), (5, Release(0))],
-            &[0, 1, 2],
-        ),
-        (
-            "fifo does not let a small request pass a big head",
-            10,
-            "fifo",
-            &[(0, Arrive(6)), (0, Arrive(6)), (0, Arrive(2)), (0, Arrive(1))],
-            &[0],
-        ),
-        (
-            "sjf admits cheapest first until the pick no longer fits",
-            10,
-            "sjf",
-            &[(0, Arrive(10)), (0, Arrive(8)), (0, Arrive(5)), (0, Arrive(3)), (0, Arrive(9)), (1, Release(0))],
-            &[0, 3, 2],
-        ),
-        (
-            "sjf ties broken by arrival",
-            10,
-            "sjf",
-            &[(0, Arrive(10)), (0, Arrive(4)), (0, Arrive(4)), (0, Arrive(4)), (1, Release(0))],
-            &[0, 1, 2],
-        ),
-        (
-            "empty system admits a request larger than capacity, alone",
-            10,
-            "fifo",
-            &[(0, Arrive(50)), (0, Arrive(1)), (3, Release(0))],
-            &[0, 1],
-        ),
-        (
-            "aging X=1: the cheaper request may not overtake (bound of the older one)",
-            10,
-            "sjf-aging:1",
-            &[(0, Arrive(10)), (0, Arrive(6)), (2, Arrive(5)), (3, Release(0))],
-            &[0, 1],
-        ),
-        (
-            "aging X=5: enough slack, the cheaper request goes first",
-            10,
-            "sjf-aging:5",
-            &[(0, Arrive(10)), (0, Arrive(6)), (2, Arrive(5)), (3, Release(0))],
-            &[0, 2],
-        ),
-        (
-            "sjf on the same arrivals",
-            10,
-            "sjf",
-            &[(0, Arrive(10)), (0, Arrive(6)), (2, Arrive(5)), (3, Release(0))],
-            &[0, 2],
-        ),
-        (
-            "aging: due requests go earliest-deadline first, not cheapest",
-            10,
-            "sjf-aging:1",
-            &[(0, Arrive(4)), (0, Arrive(6)), (0, Arrive(3)), (2, Arrive(2)), (10, Release(0))],
-            &[0, 1, 2],
-        ),
-        (
-            "sjf on the same arrivals takes the cheapest",
-            10,
-            "sjf",
-            &[(0, Arrive(4)), (0, Arrive(6)), (0, Arrive(3)), (2, Arrive(2)), (10, Release(0))],
-            &[0, 1, 3],
-        ),
-        (
-            "aging X=0 is fifo when nothing can go ahead without delaying the head",
-            10,
-            "sjf-aging:0",
-            &[(0, Arrive(10)), (0, Arrive(6)), (0, Arrive(2)), (0, Arrive(1)), (1, Release(0))],
-            &[0, 1, 2, 3],
-        ),
-        (
-            "aging X=0 backfills a request expected to finish before the blocked head can start",
-            10,
-            "sjf-aging:0",
-            &[(0, Arrive(8)), (0, Arrive(5)), (0, Arrive(2)), (8, Release(0))],
-            &[0, 2, 1],
-        ),
-        (
-            "fifo on the same arrivals leaves the capacity idle",
-            10,
-            "fifo",
-            &[(0, Arrive(8)), (0, Arrive(5)), (0, Arrive(2)), (8, Release(0))],
-            &[0, 1, 2],
-        ),
-        (
-            "aging X=0: no backfill that would still run when the head starts and not fit beside it",
-            12,
-            "sjf-aging:0",
-            // 1 (10) starts at 8 and leaves 2 free; 2 (3) would run until 9.
-            &[(0, Arrive(8)), (0, Arrive(10)), (6, Arrive(3)), (8, Release(0))],
-            &[0, 1],
-        ),
-        (
-            "aging X=0: a backfill still running when the head starts, if it fits beside it",
-            12,
-            "sjf-aging:0",
-            // 1 (5) starts at 8 and leaves 7 free; 2 (3) runs until 9, beside it.
-            &[(0, Arrive(8)), (0, Arrive(5)), (6, Arrive(3)), (8, Release(0))],
-            &[0, 2, 1],
-        ),
-        (
-            "aging X=1: a backfill may delay the head within its bound (10), past its start (8)",
-            12,
-            "sjf-aging:1",
-            &[(0, Arrive(8)), (0, Arrive(10)), (6, Arrive(3)), (8, Release(0))],
-            &[0, 2],
-        ),
-        (
-            "aging X=2: the head's bound (10) leaves room for it",
-            12,
-            "sjf-aging:2",
-            &[(0, Arrive(8)), (0, Arrive(5)), (6, Arrive(3)), (8, Release(0))],
-            &[0, 2, 1],
-        ),
-        (
-            "aging: an overdue big request; cheap ones fill the room it leaves beside it",
-            10,
-            "sjf-aging:1",
-            &[
-                (0, Arrive(4)),
-                (0, Arrive(4)),
-                (1, Arrive(9)),
-                (30, Arrive(1)),
-                (30, Arrive(1)),
-                (31, Release(0)),
-                (32, Release(1)),
-            ],
-            // Expected finishes 4 and 4 (overdue at 30, so "any moment"): request 2 (9) can
-            // start only when both finished, and leaves 1 free beside it: 3 (1) goes ahead.
-            // 4 (1) would not fit beside 2 and 3 and waits, until at 31 3 is expected to
-            // have finished (its charge, 1): 4 takes its place. The guarantee is in
-            // estimated time: 3 overruns, so 2 starts after 3 and 4 finish.
-            &[0, 1, 3, 4],
-        ),
-        (
-            "aging: a request that fits but may not overtake an older one blocks no backfill",
-            20,
-            "sjf-aging:0",
-            // At 9, request 2 (5) fits but would run past 1's start (12, when 0 is expected
-            // to finish) and not fit beside it (1 leaves 4 free), so it waits for 1; request
-            // 3 (1) fits beside 1 and goes ahead.
-            &[(0, Arrive(12)), (0, Arrive(16)), (9, Arrive(5)), (9, Arrive(1)), (12, Release(0))],
-            &[0, 3, 1],
-        ),
-        (
-            "cancel of a blocking old request lets the next one in",
-            10,
-            "fifo",
-            &[(0, Arrive(8)), (0, Arrive(5)), (0, Arrive(2)), (1, Cancel(1))],
-            &[0, 2],
-        ),
-        (
-            "poll admits nothing when nothing changed",
-            10,
-            "sjf-aging:1",
-            &[(0, Arrive(10)), (0, Arrive(6)), (50, Poll)],
-            &[0],
-        ),
-    ];
-    for (name, cap, policy, script, expected) in table {
+    for (name, cap, policy, script, expected) in ADMISSION_ORDER {
         let mut g = gate(*cap, policy);
         assert_eq!(run(&mut g, script), *expected, "{name}");
     }
