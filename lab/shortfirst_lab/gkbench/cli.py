@@ -35,61 +35,40 @@ from .workload import POLICIES
 
 
 def parser() -> argparse.ArgumentParser:
-    """The bench's options. Longer than most functions on purpose: one flat list of
-    options, each with its help text, reads better than the same list cut in pieces."""
+    """The bench's options, in groups: the backend, the runs, the gatekeeper and the
+    overhead rounds."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin", default="target/release/shortfirst")
-    ap.add_argument("--out", default=None, help="default results/bench-gatekeeper-synthetic.json")
-    ap.add_argument("--scale", type=float, default=0.25, help="cost scale factor (1 = 1 ms .. 2 s)")
-    ap.add_argument("--cpus", type=int, default=4, help="backend processors (full speed up to this)")
-    ap.add_argument("--slots", type=int, default=32, help="C: the backend thrashes beyond this")
-    ap.add_argument("--thrash", type=float, default=0.1)
-    ap.add_argument("--think-s", type=float, default=0.5, help="closed model: mean think time")
-    ap.add_argument("--duration", type=float, default=20.0, help="seconds per run")
-    ap.add_argument("--warmup", type=float, default=5.0, help="seconds dropped at the start of each run")
-    ap.add_argument("--closed-factors", default="0.5,1,2,3", help="users as multiples of saturation")
-    ap.add_argument("--open-factors", default="0.5,1,2", help="arrival rates as multiples of peak")
-    ap.add_argument("--capacity", default="calibrate", help="'calibrate', 'auto' or a cost like 80ms")
-    ap.add_argument(
+    for add in (_backend_options, _run_options, _gate_options, _overhead_options):
+        add(ap)
+    return ap
+
+
+def _backend_options(ap: argparse.ArgumentParser) -> None:
+    """The binary, the output and the synthetic backend."""
+    g = ap.add_argument_group("backend")
+    g.add_argument("--bin", default="target/release/shortfirst")
+    g.add_argument("--out", default=None, help="default results/bench-gatekeeper-synthetic.json")
+    g.add_argument("--scale", type=float, default=0.25, help="cost scale factor (1 = 1 ms .. 2 s)")
+    g.add_argument("--cpus", type=int, default=4, help="backend processors (full speed up to this)")
+    g.add_argument("--slots", type=int, default=32, help="C: the backend thrashes beyond this")
+    g.add_argument("--thrash", type=float, default=0.1)
+
+
+def _run_options(ap: argparse.ArgumentParser) -> None:
+    """Load models, durations, timeouts and sampling."""
+    g = ap.add_argument_group("runs")
+    g.add_argument("--think-s", type=float, default=0.5, help="closed model: mean think time")
+    g.add_argument("--duration", type=float, default=20.0, help="seconds per run")
+    g.add_argument("--warmup", type=float, default=5.0, help="seconds dropped at the start of each run")
+    g.add_argument("--closed-factors", default="0.5,1,2,3", help="users as multiples of saturation")
+    g.add_argument("--open-factors", default="0.5,1,2", help="arrival rates as multiples of peak")
+    g.add_argument(
         "--timeout",
         type=float,
         default=15.0,
         help="client timeout (s): the user gives up (see ACCOUNTING_NOTE); fixed before any run",
     )
-    ap.add_argument(
-        "--max-in-flight",
-        type=int,
-        default=None,
-        help="gatekeeper --max-in-flight (default: C, the thrash threshold; 0 = none)",
-    )
-    ap.add_argument(
-        "--max-queue-wait",
-        default="rule",
-        help="gatekeeper --max-queue-wait for every gatekeeper point: 'rule' (default: client "
-        "timeout - 2 x the costliest type's worst service time, see max_queue_wait_rule), 'none' "
-        "(the paper's no-drop default) or seconds",
-    )
-    ap.add_argument(
-        "--max-charge-share",
-        default="none",
-        help="gatekeeper --max-charge-share for every gatekeeper point: 'none' (default: the "
-        "paper's unbounded charges), 'rule' (1/4, the calibration's floor, see "
-        "max_charge_share_spec) or a fraction in (0, 1]",
-    )
-    ap.add_argument(
-        "--compare-max-queue-wait",
-        default=None,
-        metavar="SPEC",
-        help="run every gatekeeper point a second time, right after, with this max queue wait "
-        "(same forms as --max-queue-wait, e.g. none); reported side by side under "
-        "max_queue_wait_comparison, not used for the targets",
-    )
-    ap.add_argument(
-        "--gatekeeper-args",
-        default="",
-        help="extra flags for every gatekeeper started (e.g. '--charge-at arrival' for a comparison)",
-    )
-    ap.add_argument(
+    g.add_argument(
         "--sample-ms",
         type=float,
         default=0,
@@ -97,31 +76,75 @@ def parser() -> argparse.ArgumentParser:
         "this many ms during each run: a timeline per point and its summary (where backend "
         "capacity went unused); 0 = off (the default: the sampler takes CPU from the run)",
     )
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument(
+    g.add_argument("--seed", type=int, default=1)
+    g.add_argument(
         "--configs",
         default=",".join(["direct", *POLICIES]),
         help="comma-separated subset of direct," + ",".join(POLICIES) + " (closed model)",
     )
-    ap.add_argument("--open-configs", default="direct,fifo,sjf", help="configurations run in the open model")
-    ap.add_argument("--no-overhead", action="store_true", help="skip the low-load proxy overhead runs")
-    ap.add_argument(
+    g.add_argument("--open-configs", default="direct,fifo,sjf", help="configurations run in the open model")
+
+
+def _gate_options(ap: argparse.ArgumentParser) -> None:
+    """The gatekeeper's settings at every point."""
+    g = ap.add_argument_group("gatekeeper")
+    g.add_argument("--capacity", default="calibrate", help="'calibrate', 'auto' or a cost like 80ms")
+    g.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=None,
+        help="gatekeeper --max-in-flight (default: C, the thrash threshold; 0 = none)",
+    )
+    g.add_argument(
+        "--max-queue-wait",
+        default="rule",
+        help="gatekeeper --max-queue-wait for every gatekeeper point: 'rule' (default: client "
+        "timeout - 2 x the costliest type's worst service time, see max_queue_wait_rule), 'none' "
+        "(the paper's no-drop default) or seconds",
+    )
+    g.add_argument(
+        "--max-charge-share",
+        default="none",
+        help="gatekeeper --max-charge-share for every gatekeeper point: 'none' (default: the "
+        "paper's unbounded charges), 'rule' (1/4, the calibration's floor, see "
+        "max_charge_share_spec) or a fraction in (0, 1]",
+    )
+    g.add_argument(
+        "--compare-max-queue-wait",
+        default=None,
+        metavar="SPEC",
+        help="run every gatekeeper point a second time, right after, with this max queue wait "
+        "(same forms as --max-queue-wait, e.g. none); reported side by side under "
+        "max_queue_wait_comparison, not used for the targets",
+    )
+    g.add_argument(
+        "--gatekeeper-args",
+        default="",
+        help="extra flags for every gatekeeper started (e.g. '--charge-at arrival' for a comparison)",
+    )
+
+
+def _overhead_options(ap: argparse.ArgumentParser) -> None:
+    """The low-load proxy overhead rounds."""
+    g = ap.add_argument_group("overhead")
+    g.add_argument("--no-overhead", action="store_true", help="skip the low-load proxy overhead runs")
+    g.add_argument(
         "--only-overhead",
         action="store_true",
         help="run only the overhead rounds (a few minutes): no calibration, no closed/open runs; the "
         "JSON has the same schema with those sections absent (default --out "
         "results/bench-gatekeeper-overhead.json)",
     )
-    ap.add_argument("--overhead-rate", type=float, default=200.0, help="overhead runs: requests/s to /ping")
-    ap.add_argument("--overhead-rounds", type=int, default=15, help="overhead runs: alternating rounds")
-    ap.add_argument("--overhead-duration", type=float, default=3.0, help="overhead runs: seconds per round")
-    ap.add_argument(
+    g.add_argument("--overhead-rate", type=float, default=200.0, help="overhead runs: requests/s to /ping")
+    g.add_argument("--overhead-rounds", type=int, default=15, help="overhead runs: alternating rounds")
+    g.add_argument("--overhead-duration", type=float, default=3.0, help="overhead runs: seconds per round")
+    g.add_argument(
         "--overhead-baseline-bin",
         default=None,
         help="overhead runs: also measure this shortfirst binary's gatekeeper in the same rounds "
         "(before/after comparisons)",
     )
-    ap.add_argument(
+    g.add_argument(
         "--halt-poll-ns",
         type=int,
         default=None,
@@ -129,20 +152,19 @@ def parser() -> argparse.ArgumentParser:
         f"({HALT_POLL}, machine-global) set to this, restored afterwards, both reported side by "
         "side; needs root and the bench lock held (flock /run/shortfirst-bench.lock ...)",
     )
-    ap.add_argument(
+    g.add_argument(
         "--overhead-busy-poll-us",
         type=int,
         default=500,
         help="overhead runs: also measure the gatekeeper with --busy-poll-us N in the same rounds "
         "(path gatekeeper-busy-poll; 0 = skip)",
     )
-    ap.add_argument(
+    g.add_argument(
         "--overhead-nginx",
         choices=["auto", "yes", "no"],
         default="auto",
         help="also measure nginx as a reverse proxy in the same rounds (auto: if nginx is installed)",
     )
-    return ap
 
 
 def check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
