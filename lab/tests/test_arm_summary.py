@@ -148,9 +148,9 @@ def test_comparison_rows_and_runs_carry_the_arm(arms_dir: Path):
     assert {(r["arm"], r["scheduler"]) for r in s["runs"]} == {
         ("fair", "kernel"), ("srpt", "kernel"), ("srpt/user", "user"), ("srpt/crovella", "crovella")
     }  # fmt: skip
-    # The papers' targets judge SRPT in the kernel's bands only.
+    # The papers' targets judge SRPT in the kernel's bands when the experiment has it.
     (t,) = [t for t in s["targets"] if t["key"] == "mean_response_ratio"]
-    assert t["n"] == 1
+    assert t["n"] == 1 and t["arm"] == "srpt"
     assert t["measured"] == pytest.approx(_window_mean("fair", 0.8) / _window_mean("srpt", 0.8))
     analysis_json = json.loads((arms_dir / "runs" / "srpt-user-load0.90-rep1" / "analysis.json").read_text())
     assert analysis_json["scheduler"] == "user" and analysis_json["models"]["analytic_model"] == "srpt"
@@ -201,3 +201,24 @@ def test_a_wan_sweep_names_each_arm():
     summary = {"runs": [], "comparisons": cmps}
     (table,) = wanreport.tables(summary)
     assert [r[3] for r in table[3]] == ["srpt", "srpt/user"]
+
+
+@pytest.mark.parametrize(
+    ("arms", "judged"),
+    [
+        (["srpt", "srpt/user"], "srpt"),  # the papers' mechanism first
+        (["srpt/user", "srpt/crovella"], "srpt/user"),  # tocs-lan.toml: SRPT in user space
+        (["srpt/crovella"], "srpt"),  # neither: no figure, nothing judged
+    ],
+)
+def test_targets_are_read_on_kernel_srpt_else_user_srpt(arms, judged):
+    ratio = {"srpt": 4.0, "srpt/user": 6.0}
+
+    def row(arm: str) -> dict:
+        policy, _, scheduler = arm.partition("/")
+        return {"policy": policy, "scheduler": scheduler or "kernel", "arm": arm, "baseline": "fair",
+                "load": 0.8, "mean_response_ratio": ratio.get(arm, 9.0)}  # fmt: skip
+
+    (t,) = [t for t in report.target_rows([row(a) for a in arms]) if t["key"] == "mean_response_ratio"]
+    assert t["arm"] == judged
+    assert t["measured"] == (ratio[judged] if judged in arms else None)
