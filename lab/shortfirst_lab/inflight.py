@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .analysis import LogError, read_requests
+from .analysis import LogError, read_requests, window
 
 #: Ten segments of 1,448 bytes and the server's default `--notsent-lowat-bytes` (16 KiB).
 DEFAULT_MIN_BYTES = 10 * 1448 + 16 * 1024
@@ -88,7 +88,7 @@ def run_inflight(
     df: pd.DataFrame, from_s: float, to_s: float, min_bytes: int, tail_s: float, limit: int
 ) -> dict[str, Any]:
     """The module's figures for one run's requests (see the module doc)."""
-    w = df[(df["scheduled_s"] >= from_s) & (df["scheduled_s"] < to_s)]
+    w = window(df, from_s, to_s)
     ok = w[w["outcome"] == "ok"]
     if ok.empty:
         raise LogError(f"no completed request scheduled in [{from_s}, {to_s})")

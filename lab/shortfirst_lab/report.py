@@ -275,13 +275,13 @@ def target_rows(comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The papers' targets against the SRPT comparisons (mean over repeats) at 0.8 and 0.9, on
     the first arm of `TARGET_ARMS` the experiment has (each row names it: `arm`)."""
     rows = []
-    present = {_arm(c) for c in comparisons}
+    present = {c.get("arm", c["policy"]) for c in comparisons}
     arm = next((a for a in TARGET_ARMS if a in present), TARGET_ARMS[0])
     for load, key, op, thr, source in TARGETS:
         vals = [
             c[key]
             for c in comparisons
-            if _arm(c) == arm
+            if c.get("arm", c["policy"]) == arm  # runs of an arms experiment carry their arm
             and c.get("baseline", "fair") == "fair"
             and abs(c["load"] - load) < 1e-9
             and c.get(key) is not None
@@ -296,12 +296,6 @@ def target_rows(comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
         met = v >= thr if op == ">=" else v <= thr
         rows.append(row | {"measured": v, "met": met, "n": len(vals)})
     return rows
-
-
-def _arm(c: dict[str, Any]) -> str:
-    """A comparison's arm as experiment files write it (`srpt`: kernel bands)."""
-    scheduler = c.get("scheduler", "kernel")
-    return c["policy"] if scheduler == "kernel" else f"{c['policy']}/{scheduler}"
 
 
 def _points(runs: list[RunData], key: str, ci_key: str | None) -> dict[str, list[tuple[float, Any, Any]]]:
