@@ -154,10 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.min_bytes < 0 or a.tail_s < 0 or a.limit < 1:
         ap.error("--min-bytes and --tail-s must be >= 0, --limit >= 1")
+    if (a.from_s is None) != (a.to_s is None):
+        ap.error("--from-s and --to-s go together (neither: the experiment's window)")
     out = {}
     try:
         for r in a.runs:
-            lo, hi = (a.from_s, a.to_s) if a.from_s is not None and a.to_s is not None else _window(r)
+            lo, hi = (a.from_s, a.to_s) if a.from_s is not None else _window(r)
             out[r.name] = run_inflight(
                 read_requests(r / "requests.csv"), lo, hi, a.min_bytes, a.tail_s, a.limit
             )

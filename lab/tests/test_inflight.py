@@ -121,3 +121,8 @@ def test_errors_name_the_file(tmp_path, capsys):
     assert "experiment.toml" in capsys.readouterr().err
     assert inflight.main([str(run), "--from-s", "5", "--to-s", "9"]) == 1
     assert "no completed request" in capsys.readouterr().err
+
+
+def test_half_a_window_is_a_usage_error(tmp_path):
+    with pytest.raises(SystemExit):
+        inflight.main([str(tmp_path), "--from-s", "5"])
