@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from . import analysis, figures, models, policycmp, wanreport, wanrun, wire
+from . import analysis, figures, models, policycmp, policytables, wanreport, wanrun, wire
 from .experiment import Arm, Experiment, RunSpec, load_experiment
 from .kit import write_atomic, write_json
 
@@ -532,7 +532,9 @@ def render_html(
     # paths at a load would mix them); the sweep has figures of its own.
     lan_runs = [r for r in runs if not r.metrics.get("rtt_ms") and not r.metrics.get("loss")]
     made = (
-        build_figures(lan_runs, extras) + wanreport.sweep_figures(summary) + policycmp.group_figures(summary)
+        build_figures(lan_runs, extras)
+        + wanreport.sweep_figures(summary)
+        + policytables.group_figures(summary)
         if with_figures
         else []
     )
@@ -556,7 +558,7 @@ def render_html(
         cmp_rows=cmp_rows,
         targets=target_rows(summary["comparisons"]),
         figs=figs,
-        wan_tables=wanreport.tables(summary) + policycmp.tables(summary),
+        wan_tables=wanreport.tables(summary) + policytables.tables(summary),
         health_head=_HEALTH_HEAD,
         health_rows=health_rows,
         model_rows=model_rows,
