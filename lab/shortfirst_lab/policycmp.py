@@ -32,17 +32,20 @@ request starved), with ``policy``, ``scheduler``, ``load``, ``mean_response_rati
 ``throughput_ratio``, ``link_throughput_ratio``, ``fraction_starved``, ``max_stretch``,
 ``measured_over_ideal`` and ``measured_over_wire_ideal``: the measured mean ÷
 ``models.wire_simulated_s``, the same replay with each request's wire cost (head, segment
-headers, connection control bytes, fitted to the uplink's byte count) as its service. The wire
-ideal is the honest one, the best any scheduler could do on this link: the payload ideal's
-link carries 15% fewer bytes than the real one, so at "load 0.9" it runs at ρ = 0.9 while the
-wire runs at ρ ≈ 1, and measured ÷ ideal grows with load for that reason alone (kernel SRPT on
-the 10 Mbit/s testbed: 2.7 at 0.9, 3.2 at 0.95 against the payload ideal; 1.00 and 0.99 against the wire
-ideal; see `models`). ``throughput_ratio`` compares the body bytes the clients received in the
-window, counted per 100 ms as the generator's reads returned (`received.csv`); for runs without
-that file it spreads each response's bytes evenly from its first byte to its last, so a policy
-that starts a long response early and finishes it after the window shows less than it sent (each
-run's ``throughput_method`` says which). ``link_throughput_ratio`` is the uplink's own byte count
-in the window (`analysis.link_bits_per_s`), the check that no link time was lost.
+headers, connection control bytes, fitted to the uplink's byte count) as its service; and
+``ideal_fraction_starved``, ``ideal_max_stretch`` (and beyond δ): the stretch of the arm's wire
+ideal against the baseline's, the starvation its policy has on this trace whoever schedules it
+(`ideal_stretch`). The wire ideal is the honest one, the best any scheduler could do on this
+link: the payload ideal's link carries 15% fewer bytes than the real one, so at "load 0.9" it
+runs at ρ = 0.9 while the wire runs at ρ ≈ 1, and measured ÷ ideal grows with load for that
+reason alone (kernel SRPT on the 10 Mbit/s testbed: 2.7 at 0.9, 3.2 at 0.95 against the payload
+ideal; 1.00 and 0.99 against the wire ideal; see `models`). ``throughput_ratio`` compares the
+body bytes the clients received in the window, counted per 100 ms as the generator's reads
+returned (`received.csv`); for runs without that file it spreads each response's bytes evenly
+from its first byte to its last, so a policy that starts a long response early and finishes it
+after the window shows less than it sent (each run's ``throughput_method`` says which).
+``link_throughput_ratio`` is the uplink's own byte count in the window
+(`analysis.link_bits_per_s`), the check that no link time was lost.
 """
 
 from __future__ import annotations
@@ -247,6 +250,7 @@ def compare_runs(
                 c.update(arm=arm_of(r), scheduler=getattr(r, "scheduler", "kernel"))
                 c["measured_over_ideal"] = measured_over_ideal(r.metrics)
                 c["measured_over_wire_ideal"] = measured_over_wire_ideal(r.metrics)
+                c.update(ideal_stretch(r, b, delta_s))
             if r.path is not None:
                 c.update(path=r.path, rtt_ms=r.metrics["rtt_ms"], loss=r.metrics["loss"])
             record = groups_of(r.run)
@@ -254,6 +258,23 @@ def compare_runs(
                 c["groups"] = _group_rows(r.requests, b.requests, r.metrics, b.metrics, record, delta_s)
             out.append(c)
     return out
+
+
+#: The wire ideal's stretch (`ideal_stretch`), named as the measured one's with `ideal_` before.
+IDEAL_STRETCH_KEYS = ("fraction_starved", "max_stretch", "fraction_starved_resolved", "max_stretch_resolved")
+
+
+def ideal_stretch(run: Any, base: Any, resolution: float) -> dict[str, float | None]:
+    """The stretch the ideals themselves have: the wire ideal of the run's policy against the
+    baseline's wire ideal, on their own arrivals (sim-wire/ of each run, matched by request id),
+    `ideal_fraction_starved`, `ideal_max_stretch` and their values beyond δ. What a starvation
+    target can ask of a scheduler on this trace: no scheduler beats its policy's ideal there.
+    None where either run has no wire ideal."""
+    p, b = getattr(run, "ideal_requests", None), getattr(base, "ideal_requests", None)
+    if p is None or b is None:
+        return {f"ideal_{k}": None for k in IDEAL_STRETCH_KEYS}
+    st = analysis.stretch(p, b, resolution)
+    return {f"ideal_{k}": st[k] for k in IDEAL_STRETCH_KEYS}
 
 
 # --------------------------------------------------------------------------- tables in the summary
@@ -268,7 +289,11 @@ ARM_MEAN_KEYS = (
     "fraction_starved_resolved",
     "measured_over_ideal",
     "measured_over_wire_ideal",
+    "ideal_fraction_starved",
+    "ideal_fraction_starved_resolved",
 )
+#: Per arm and load: the largest over repeats.
+ARM_MAX_KEYS = ("max_stretch", "max_stretch_resolved", "ideal_max_stretch", "ideal_max_stretch_resolved")
 
 
 def arm_comparisons(
@@ -289,8 +314,9 @@ def arm_comparisons(
                 continue
             if arm.label == base:  # against itself: every request matched, none slower
                 own = {"mean_response_ratio": 1.0, "throughput_ratio": 1.0, "link_throughput_ratio": 1.0,
-                       "fraction_starved": 0.0, "max_stretch": 1.0, "fraction_starved_resolved": 0.0,
-                       "max_stretch_resolved": 1.0, "valid": r.metrics["valid"]}  # fmt: skip
+                       "valid": r.metrics["valid"]}  # fmt: skip
+                for k in IDEAL_STRETCH_KEYS:
+                    own[k] = own[f"ideal_{k}"] = 0.0 if k.startswith("fraction") else 1.0
             else:
                 own = next((c for c in comparisons if c["baseline"] == base and c.get("arm") == arm.label
                             and (round(c["load"], 2), c.get("path"), c["repeat"]) == r.key),
@@ -307,10 +333,7 @@ def arm_comparisons(
                 | ({"path": path} if path is not None else {})
                 | {"baseline": base, "ideal": _ideal(arm, exp)}
                 | {k: _mean(c.get(k) for c in cs) for k in ARM_MEAN_KEYS}
-                | {
-                    k: max((c[k] for c in cs if c.get(k) is not None), default=None)
-                    for k in ("max_stretch", "max_stretch_resolved")
-                }
+                | {k: max((c[k] for c in cs if c.get(k) is not None), default=None) for k in ARM_MAX_KEYS}
                 | {
                     "repeats": len(cs),
                     "valid": bool(good),

@@ -97,6 +97,7 @@ def _arm_table(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[
         + [_f(r.get("link_throughput_ratio"), "{:.3f}")]
         + [_f(r["fraction_starved"], "{:.4f}"), _f(r["max_stretch"], "{:.2f}")]
         + [_f(r.get("fraction_starved_resolved"), "{:.4f}"), _f(r.get("max_stretch_resolved"), "{:.2f}")]
+        + [_f(r.get("ideal_fraction_starved"), "{:.4f}"), _f(r.get("ideal_max_stretch"), "{:.2f}")]
         + [_f(r["measured_over_ideal"], "{:.2f}"), _f(r.get("measured_over_wire_ideal"), "{:.2f}")]
         + [r["ideal"] or "—", str(r["repeats"])]
         + ["yes" if r["valid"] else "NO"]
@@ -105,11 +106,14 @@ def _arm_table(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[
     base = rows_in[0]["baseline"]
     head = ["load", "arm", "scheduler", f"{base} ÷ arm mean RT", f"throughput ÷ {base}"]
     head += [f"link bytes ÷ {base}", "S > 1", "max S", "slower by > δ", "max RT ÷ (RT_base + δ)"]
+    head += ["wire ideal: S > 1", "wire ideal: max S"]
     head += ["measured ÷ ideal", "measured ÷ wire ideal", "ideal (simulator)", "repeats", "valid"]
     note = (
         f"Each arm (policy/scheduler) against {base} on the same trace and seed, repeats averaged (max S: "
         "the largest). S(r) = RT_arm(r) ÷ RT_baseline(r) per request; δ is the stretch resolution (one "
         "segment's time on the uplink, at least 1 ms): below it two runs of one policy differ anyway. "
+        "Wire ideal: S of the arm's wire ideal against the baseline's on the same trace, the stretch the "
+        "policy itself has there, whoever schedules it. "
         "Measured ÷ ideal: the arm's mean "
         "response ÷ the simulator's on the run's own arrivals under the policy the arm runs (ps for FAIR, "
         "the server's size classes for SRPT in the kernel, exact SRPT in user space), each request served "

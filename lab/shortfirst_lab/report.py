@@ -102,6 +102,9 @@ class RunData:
     record: dict[str, Any]
     path: str | None = None  # the WAN path's label in a path sweep
     scheduler: str = "kernel"  # who ordered the uplink (experiment.arms)
+    # The wire ideal's requests in the window (sim-wire/: the simulator on the run's own
+    # arrivals under the arm's policy), when the run has them: its stretch is the ideal's.
+    ideal_requests: pd.DataFrame | None = None
 
     @property
     def arm(self) -> str:
@@ -173,7 +176,8 @@ def analyse_run(
     if path is not None:
         m.update(path=path.label, rtt_ms=path.rtt_ms, loss=path.loss)
     w = analysis.window(df, exp.run.warmup_s, exp.run.duration_s)
-    m["models"] = model_metrics(run_dir, exp, policy, load, w, scheduler)
+    sims = sim_requests(run_dir)
+    m["models"] = model_metrics(sims, exp, policy, load, w, scheduler)
     m["models"]["wire"] = _wire_fit(run_dir, df, w, gen, m["link_bits_per_s"], exp)
     if exp.arms:
         m.update(arm=Arm(policy, scheduler).label, scheduler=scheduler)
@@ -183,7 +187,13 @@ def analyse_run(
     if groups is not None:
         m["groups"] = wanreport.group_metrics(w, groups)
     write_json(run_dir / "analysis.json", analysis.json_safe(m))
-    return RunData(run_dir.name, policy, load, repeat, w, h, m, rec, path.label if path else None, scheduler)
+    ideal = (
+        analysis.window(sims["sim-wire"], exp.run.warmup_s, exp.run.duration_s)
+        if "sim-wire" in sims
+        else None
+    )
+    label = path.label if path else None
+    return RunData(run_dir.name, policy, load, repeat, w, h, m, rec, label, scheduler, ideal)
 
 
 def _wire_fit(
@@ -207,17 +217,26 @@ def _name_repeat(name: str) -> int:
     return int(name.rsplit("-rep", 1)[1])
 
 
+def sim_requests(run_dir: Path) -> dict[str, pd.DataFrame]:
+    """The run's ideals' requests by directory (`sim`, `sim-wire`), those that exist."""
+    paths = {sub: run_dir / sub / "requests.csv" for sub in ("sim", "sim-wire")}
+    return {sub: analysis.read_requests(p) for sub, p in paths.items() if p.exists()}
+
+
 def model_metrics(
-    run_dir: Path, exp: Experiment, policy: str, load: float, w: pd.DataFrame, scheduler: str = "kernel"
+    sims: dict[str, pd.DataFrame],
+    exp: Experiment,
+    policy: str,
+    load: float,
+    w: pd.DataFrame,
+    scheduler: str = "kernel",
 ) -> dict[str, Any]:
-    """Simulated (if DIR/runs/<run>/sim/requests.csv exists; the wire-accurate ideal from
-    sim-wire/, see models.py) and analytic means for this run."""
+    """Simulated (from `sim_requests`: sim/ and the wire-accurate ideal in sim-wire/, see
+    models.py) and analytic means for this run."""
     out: dict[str, Any] = {}
     for sub, prefix in (("sim", "simulated"), ("sim-wire", "wire_simulated")):
-        sim_path = run_dir / sub / "requests.csv"
-        if sim_path.exists():
-            sim = analysis.read_requests(sim_path)
-            sm = analysis.run_metrics(sim, exp.run.warmup_s, exp.run.duration_s, None)
+        if sub in sims:
+            sm = analysis.run_metrics(sims[sub], exp.run.warmup_s, exp.run.duration_s, None)
             out[f"{prefix}_s"] = sm["mean_response_s"]
             out[f"{prefix}_largest_1pct_s"] = sm["largest_1pct_mean_response_s"]
     if len(w) and policy in models.SIZE_POLICIES:

@@ -121,6 +121,42 @@ def test_summary_compares_every_arm_with_fair_per_load(arms_dir: Path):
     )
 
 
+def _write_wire_ideal(arms_dir: Path, label: str, load: float, rt: np.ndarray) -> None:
+    arm = Arm(*label.split("/")) if "/" in label else Arm(label)
+    sdir = arms_dir / "runs" / run_dir_name(arm.policy, load, 1, scheduler=arm.scheduler) / "sim-wire"
+    sdir.mkdir()
+    ids = np.arange(400)
+    sizes = np.where(ids % 10 == 7, 1_000_000, 100 * (1 + ids % 13) ** 3)
+    requests_frame(sizes, rt, scheduled_s=ids * 0.25).to_csv(sdir / "requests.csv", index=False)
+
+
+def test_the_ideals_own_stretch_is_beside_the_measured_one(arms_dir: Path):
+    # The wire ideals at 0.8: FAIR's (processor sharing) 1 s for every request; user SRPT's
+    # 0.5 s, but 3 s for the largest size, whose ids end in 7; so the ideal SRPT itself is slower
+    # than the ideal FAIR for a tenth of the requests, by 3x at worst (3 ÷ (1 + δ) beyond δ).
+    # Kernel SRPT has no wire ideal: unknown, not 0.
+    ids = np.arange(400)
+    _write_wire_ideal(arms_dir, "fair", 0.8, np.ones(400))
+    _write_wire_ideal(arms_dir, "srpt/user", 0.8, np.where(ids % 10 == 7, 3.0, 0.5))
+    s = report.build(arms_dir, with_figures=False)
+    rows = {(a["arm"], a["load"]): a for a in s["arm_comparisons"]}
+    user, fair, srpt = rows[("srpt/user", 0.8)], rows[("fair", 0.8)], rows[("srpt", 0.8)]
+    delta_s = analysis.stretch_resolution_s(10_000_000, 1500)
+    window = analysis.window(analysis.with_response_times(_requests("fair", 0.8)), 10, 100)
+    largest = float((window["size_bytes"] == 1_000_000).mean())
+    assert user["ideal_fraction_starved"] == pytest.approx(largest)
+    assert user["ideal_max_stretch"] == pytest.approx(3.0)
+    assert user["ideal_fraction_starved_resolved"] == pytest.approx(largest)
+    assert user["ideal_max_stretch_resolved"] == pytest.approx(3.0 / (1.0 + delta_s))
+    # The measured stretch is the runs' own, not the ideal's.
+    assert user["max_stretch"] == pytest.approx(1.0)
+    assert (fair["ideal_fraction_starved"], fair["ideal_max_stretch"]) == (0.0, 1.0)
+    assert srpt["ideal_max_stretch"] is None and srpt["ideal_fraction_starved"] is None
+    assert rows[("srpt/user", 0.9)]["ideal_max_stretch"] is None  # no sim-wire at 0.9
+    (c,) = [c for c in s["comparisons"] if c["arm"] == "srpt/user" and c["load"] == 0.8]
+    assert c["ideal_max_stretch"] == pytest.approx(3.0)
+
+
 def test_link_throughput_is_the_uplinks_own_count_in_the_window(arms_dir: Path):
     # The qdisc's cumulative byte counters, one sample a second; the window is [10, 100] s.
     # FAIR's link sends 1,000 bytes a second there, user-space SRPT's 990; outside the window
