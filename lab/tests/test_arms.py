@@ -221,15 +221,22 @@ def test_pacer_burst_is_checked():
         experiment_from_dict(_doc(FOUR, server={"extra_args": ["--pacer-burst-bytes", "1"]}))
 
 
-@pytest.mark.parametrize("name", ["userspace.toml", "userspace-smoke.toml"])
-def test_shipped_userspace_experiments_validate(name):
+@pytest.mark.parametrize(
+    ("name", "rate"),
+    [
+        ("userspace.toml", 10_000_000),
+        ("userspace-smoke.toml", 10_000_000),
+        ("userspace-100mbit.toml", 100_000_000),
+    ],
+)
+def test_shipped_userspace_experiments_validate(name, rate):
     exp = load_experiment(EXPERIMENTS / name)
     assert exp.arm_labels() == ("fair", "srpt", "srpt/user", "srpt/crovella")
-    assert exp.uplink.rate_bits_per_s == 10_000_000
+    assert exp.uplink.rate_bits_per_s == rate
     assert exp.server.write_concurrency == 35
     ids = [s.run_id for s in exp.matrix()]
     assert len(set(ids)) == len(ids) == 4 * len(exp.loads)
-    if name == "userspace.toml":
+    if name != "userspace-smoke.toml":
         assert exp.loads == (0.5, 0.7, 0.8, 0.9, 0.95)
 
 
