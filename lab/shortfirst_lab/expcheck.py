@@ -213,6 +213,9 @@ def experiment_from_dict(
         from .setups import parse_setups  # setups builds on this module
 
         exp = replace(exp, setups=parse_setups(doc, path))
+    c = exp.client
+    if exp.baseline_rerun and (exp.setups or c.load_schedule or c.load_schedules or max(exp.loads) > 1):
+        raise ExperimentError(path, "experiment.baseline_rerun", "not in an overload experiment", "true")
     _check_schedulers(path, exp)
     return exp
 
@@ -243,6 +246,11 @@ def _experiment_head(e: _Section) -> dict[str, Any]:
             raise e.err("baselines", f"a list of distinct arms of experiment.arms {labels}", bl)
     elif not isinstance(bl, list) or len(set(bl)) != len(bl) or set(bl) - set(policies):
         raise e.err("baselines", f"a list of distinct policies of experiment.policies {policies}", bl)
+    rerun = e.get("baseline_rerun", False)
+    if not isinstance(rerun, bool):
+        raise e.err("baseline_rerun", "true or false", rerun)
+    if rerun and not (bl or any(a.policy == "fair" for a in arms) or "fair" in policies):
+        raise e.err("baseline_rerun", "a baseline to rerun: experiment.baselines, or a fair arm", rerun)
     e.finish()
     return {
         "name": name,
@@ -250,6 +258,7 @@ def _experiment_head(e: _Section) -> dict[str, Any]:
         "policies": tuple(policies),
         "arms": arms,
         "baselines": tuple(bl),
+        "baseline_rerun": rerun,
         "loads": tuple(float(x) for x in loads),
         "repeats": repeats,
         "seed": seed,

@@ -36,6 +36,10 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
     seed = 1                          # int >= 0, seed of the load generator
     baselines = ["fair"]              # compared with the others, weakest first (policycmp.py);
                                       # with arms, arm labels ("fair" = FAIR under the kernel)
+    baseline_rerun = false            # true: the first baseline runs twice at every point
+                                      # (fair-load0.70-rerun-rep1), and the summary gives its
+                                      # stretch against itself (policycmp.rerun_rows). Not in
+                                      # an overload experiment.
 
     [uplink]
     rate = "10mbit"                   # "<n>[kbit|mbit|gbit]" or an int (bits/s)

@@ -180,6 +180,9 @@ class RunSpec:
     schedule_label: str = ""  # in the run's name when the schedule is a matrix dimension
     setup: str = ""  # the setup's name when the experiment has setups
     scheduler: str = "kernel"  # who orders the uplink (SCHEDULERS)
+    #: The baseline run again at its point, same trace and seed (`experiment.baseline_rerun`):
+    #: its stretch against the first run is what the stretch measures by chance.
+    rerun: bool = False
 
     @property
     def arm(self) -> Arm:
@@ -188,7 +191,14 @@ class RunSpec:
     @property
     def run_id(self) -> str:
         return run_dir_name(
-            self.policy, self.load, self.repeat, self.path, self.schedule_label, self.setup, self.scheduler
+            self.policy,
+            self.load,
+            self.repeat,
+            self.path,
+            self.schedule_label,
+            self.setup,
+            self.scheduler,
+            self.rerun,
         )
 
 
@@ -209,6 +219,8 @@ class Experiment:
     wan: Wan | None = None
     source: str = ""
     baselines: tuple[str, ...] = ()  # as written; empty: the default (`policycmp.baselines`)
+    #: Run the first baseline twice at every point (`RunSpec.rerun`).
+    baseline_rerun: bool = False
     #: `experiment.arms` as written; empty when the file gives `policies` (each under the kernel).
     arms: tuple[Arm, ...] = ()
     #: Named variants (setups.Setup: name, description, the experiment with its overrides).
@@ -238,6 +250,7 @@ class Experiment:
         if self.setups:
             return [replace(spec, setup=s.name) for s in self.setups for spec in s.experiment.matrix()]
         paths: tuple[WanPathSpec | None, ...] = self.wan.paths if self.wan and self.wan.paths else (None,)
+        rerun = (self.rerun_arm(),) if self.baseline_rerun else ()
         return [
             RunSpec(
                 policy=arm.policy,
@@ -248,13 +261,22 @@ class Experiment:
                 path=path,
                 schedule=spec,
                 schedule_label=label,
+                rerun=again,
             )  # fmt: skip
             for spec, label in self.schedules()
             for ld in self.loads
             for path in paths
             for k in range(1, self.repeats + 1)
-            for arm in self.arm_list()
+            for arm, again in [(a, False) for a in self.arm_list()] + [(a, True) for a in rerun]
         ]
+
+    def rerun_arm(self) -> Arm:
+        """The baseline `baseline_rerun` runs twice: the first of `baselines`, else the first
+        FAIR arm (`policycmp.baselines`' default)."""
+        if self.baselines:
+            label = self.baselines[0]
+            return next(a for a in self.arm_list() if a.label == label)
+        return next(a for a in self.arm_list() if a.policy == "fair")
 
     def for_run(self, spec: RunSpec) -> Experiment:
         """The experiment a run of the matrix runs under: its setup's, or this one."""
@@ -275,7 +297,8 @@ class Experiment:
                 "repeats": self.repeats,
                 "seed": self.seed,
             }
-            | ({"baselines": list(self.baselines)} if self.baselines else {}),
+            | ({"baselines": list(self.baselines)} if self.baselines else {})
+            | ({"baseline_rerun": True} if self.baseline_rerun else {}),
             "uplink": vars(self.uplink).copy(),
             "workload": vars(self.workload).copy(),
             "client": _client_dict(self.client),
@@ -342,12 +365,15 @@ def run_dir_name(
     schedule_label: str = "",
     setup: str = "",
     scheduler: str = "kernel",
+    rerun: bool = False,
 ) -> str:
-    """`<arm>-load<ρ>[-<path>][-<schedule>][-setup<name>]-rep<k>`, ρ with two decimals, the arm
-    being the policy, then `-<scheduler>` unless it is the kernel's (`fair-load0.80-rep1`,
-    `srpt-user-load0.90-rep1`, `srpt-load0.90-rtt100ms-loss2.5pct-rep1`, `fair-load1.00-w1-setupB-rep1`)."""
+    """`<arm>-load<ρ>[-<path>][-<schedule>][-setup<name>][-rerun]-rep<k>`, ρ with two decimals,
+    the arm being the policy, then `-<scheduler>` unless it is the kernel's (`fair-load0.80-rep1`,
+    `srpt-user-load0.90-rep1`, `srpt-load0.90-rtt100ms-loss2.5pct-rep1`, `fair-load1.00-w1-setupB-rep1`,
+    `fair-load0.70-rerun-rep1`)."""
     arm = Arm(policy, scheduler).name
     middle = f"-{path.label}" if path is not None else ""
     middle += f"-{schedule_label}" if schedule_label else ""
     middle += f"-setup{setup}" if setup else ""
+    middle += "-rerun" if rerun else ""
     return f"{arm}-load{load:.2f}{middle}-rep{repeat}"

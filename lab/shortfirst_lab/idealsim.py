@@ -106,6 +106,8 @@ def resimulate(out: Path, exp: Experiment, bin_path: Path) -> dict[str, str]:
     status (also written to its run.json as ``sim``)."""
     done: dict[str, str] = {}
     for spec in exp.matrix():
+        if spec.rerun:  # the same arrivals as its first run: the same ideal
+            continue
         rdir = out / "runs" / spec.run_id
         rec_path = rdir / "run.json"
         if not (rdir / "requests.csv").exists() or not rec_path.exists():

@@ -277,6 +277,36 @@ def ideal_stretch(run: Any, base: Any, resolution: float) -> dict[str, float | N
     return {f"ideal_{k}": st[k] for k in IDEAL_STRETCH_KEYS}
 
 
+#: What a baseline's rerun row carries besides its point (`rerun_rows`).
+RERUN_KEYS = ("fraction_starved", "max_stretch", "fraction_starved_resolved", "max_stretch_resolved",
+              "median_stretch", "fraction_stretch_over_2")  # fmt: skip
+
+
+def rerun_rows(runs: list[Any], reruns: list[Any], exp: Experiment) -> list[dict[str, Any]]:
+    """The baseline against itself (`experiment.baseline_rerun`): per point, its rerun on the same
+    trace and seed against its first run, as every arm is against it: the stretch two runs of
+    one policy show by chance, the floor under every arm's `fraction_starved` and `max_stretch`
+    at that point. ``mean_response_ratio`` is the first run's mean ÷ the rerun's. A point
+    without its first run is left out."""
+    first = {(arm_of(r), *r.key): r for r in runs}
+    delta_s = resolution_s(exp)
+    rows = []
+    for again in reruns:
+        b = first.get((arm_of(again), *again.key))
+        if b is None:
+            continue
+        st = analysis.stretch(again.requests, b.requests, delta_s)
+        rows.append(
+            {"baseline": arm_of(b), "load": round(b.load, 2)}
+            | ({"path": b.path} if b.path is not None else {})
+            | {"repeat": b.repeat, "matched": st["matched"]}
+            | {"mean_response_ratio": _over(b.metrics["mean_response_s"], again.metrics["mean_response_s"])}
+            | {k: st.get(k) for k in RERUN_KEYS}
+            | {"valid": bool(b.metrics["valid"] and again.metrics["valid"])}
+        )
+    return rows
+
+
 # --------------------------------------------------------------------------- tables in the summary
 
 
@@ -340,6 +370,10 @@ def arm_comparisons(
                 }  # fmt: skip
             )
     return rows
+
+
+def _over(num: float | None, den: float | None) -> float | None:
+    return None if num is None or not den else float(num) / float(den)
 
 
 def _mean(values: Iterable[float | None]) -> float | None:

@@ -80,6 +80,7 @@ def tables(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[list
         )
     return (
         _arm_table(summary)
+        + _rerun_table(summary)
         + out
         + _stretch_table(summary)
         + _group_tables(summary.get("group_table") or [])
@@ -124,6 +125,27 @@ def _arm_table(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[
         "the window."
     )
     return [("Arms: each policy and scheduler against the baseline", note, head, rows)]
+
+
+def _rerun_table(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[list[str]]]]:
+    rows_in = summary.get("baseline_reruns") or []
+    if not rows_in:
+        return []
+    rows = [
+        [f"{r['load']:.2f}" + (f" {r['path']}" if r.get("path") else ""), str(r["repeat"]), r["baseline"]]
+        + [_f(r["mean_response_ratio"], "{:.3f}"), _f(r["fraction_starved"], "{:.4f}")]
+        + [_f(r["max_stretch"], "{:.2f}"), _f(r["fraction_starved_resolved"], "{:.4f}")]
+        + [_f(r["max_stretch_resolved"], "{:.2f}"), "yes" if r["valid"] else "NO"]
+        for r in rows_in
+    ]
+    head = ["load", "rep", "baseline", "first ÷ rerun mean RT", "S > 1", "max S", "slower by > δ"]
+    head += ["max RT ÷ (RT_first + δ)", "valid"]
+    note = (
+        "The baseline run twice on the same trace and seed (experiment.baseline_rerun), its rerun "
+        "against its first run as every arm is against it: what the stretch shows when nothing but "
+        "chance differs, the floor under each arm's figures at that point."
+    )
+    return [("The baseline against itself", note, head, rows)]
 
 
 def _stretch_table(summary: dict[str, Any]) -> list[tuple[str, str, list[str], list[list[str]]]]:

@@ -255,13 +255,14 @@ def summarise(out: Path) -> tuple[dict[str, Any], list[RunData], dict[str, Any]]
     prov = json.loads((out / "provenance.json").read_text()) if (out / "provenance.json").exists() else {}
     base, cal, base_note = load_baseline(out)
     runs: list[RunData] = []
+    reruns: list[RunData] = []  # the baseline again (experiment.baseline_rerun): compared apart
     missing: list[str] = []
     for spec in exp.matrix():
         d = out / "runs" / spec.run_id
         if not (d / "requests.csv").exists():
             missing.append(spec.run_id)
             continue
-        runs.append(analyse_run(d, exp, base, spec))
+        (reruns if spec.rerun else runs).append(analyse_run(d, exp, base, spec))
     comparisons = policycmp.compare_runs(runs, exp, lambda run: wanrun.read_groups(out / "runs" / run))
     summary = {
         "experiment": {"name": exp.name, "description": exp.description, **exp.to_dict()},
@@ -275,6 +276,8 @@ def summarise(out: Path) -> tuple[dict[str, Any], list[RunData], dict[str, Any]]
         "targets": target_rows(comparisons),
     }
     policycmp.extend_summary(summary, runs, exp, out)
+    if exp.baseline_rerun:
+        summary["baseline_reruns"] = policycmp.rerun_rows(runs, reruns, exp)
     extras = {
         "exp": exp,
         "baseline": base,

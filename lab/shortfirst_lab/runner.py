@@ -662,7 +662,9 @@ class Runner:
         if spec.path is not None:
             rec["path"] = {"label": spec.path.label, "rtt_ms": spec.path.rtt_ms, "loss": spec.path.loss,
                            "jitter_ms": spec.path.jitter_ms}  # fmt: skip
-        if rec["status"] == "ok" and self.sim_available() and spec.policy in models.SIM_POLICIES:
+        if spec.rerun:  # its first run's arrivals, hence its ideals: not simulated again
+            rec["rerun"] = True
+        elif rec["status"] == "ok" and self.sim_available() and spec.policy in models.SIM_POLICIES:
             rec["sim"] = self.simulate(rdir, spec.policy, spec.scheduler)
         if (rdir / "requests.csv").exists():
             try:
