@@ -235,7 +235,7 @@ def test_shipped_userspace_experiments_validate(name, rate):
     assert exp.uplink.rate_bits_per_s == rate
     assert exp.server.write_concurrency == 35
     ids = [s.run_id for s in exp.matrix()]
-    assert len(set(ids)) == len(ids) == 4 * len(exp.loads)
+    assert len(set(ids)) == len(ids) == (5 if exp.baseline_rerun else 4) * len(exp.loads)
     if name != "userspace-smoke.toml":
         assert exp.loads == (0.5, 0.7, 0.8, 0.9, 0.95)
 
