@@ -505,7 +505,8 @@ def stretch(
     return out
 
 
-def _ratio(num: float | None, den: float | None) -> float | None:
+def ratio(num: float | None, den: float | None) -> float | None:
+    """num ÷ den, or None where either is unknown or den is 0."""
     if num is None or den is None or den == 0:
         return None
     return float(num) / float(den)
@@ -518,14 +519,14 @@ def compare(policy: dict[str, Any], fair: dict[str, Any], st: dict[str, Any]) ->
         "repeat": policy["repeat"],
         "baseline": "fair",
         "policy": policy["policy"],
-        "mean_response_ratio": _ratio(fair["mean_response_s"], policy["mean_response_s"]),
-        "mean_slowdown_ratio": _ratio(fair["mean_slowdown"], policy["mean_slowdown"]),
-        "throughput_ratio": _ratio(policy["throughput_bytes_per_s"], fair["throughput_bytes_per_s"]),
-        "link_throughput_ratio": _ratio(policy.get("link_bits_per_s"), fair.get("link_bits_per_s")),
-        "largest_1pct_ratio": _ratio(
+        "mean_response_ratio": ratio(fair["mean_response_s"], policy["mean_response_s"]),
+        "mean_slowdown_ratio": ratio(fair["mean_slowdown"], policy["mean_slowdown"]),
+        "throughput_ratio": ratio(policy["throughput_bytes_per_s"], fair["throughput_bytes_per_s"]),
+        "link_throughput_ratio": ratio(policy.get("link_bits_per_s"), fair.get("link_bits_per_s")),
+        "largest_1pct_ratio": ratio(
             policy["largest_1pct_mean_response_s"], fair["largest_1pct_mean_response_s"]
         ),
-        "largest_file_ratio": _ratio(
+        "largest_file_ratio": ratio(
             policy.get("largest_file_mean_response_s"), fair.get("largest_file_mean_response_s")
         ),
         "fraction_starved": st["fraction_starved"],

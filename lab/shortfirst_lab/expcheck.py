@@ -213,9 +213,15 @@ def experiment_from_dict(
         from .setups import parse_setups  # setups builds on this module
 
         exp = replace(exp, setups=parse_setups(doc, path))
-    c = exp.client
-    if exp.baseline_rerun and (exp.setups or c.load_schedule or c.load_schedules or max(exp.loads) > 1):
-        raise ExperimentError(path, "experiment.baseline_rerun", "not in an overload experiment", "true")
+    if exp.baseline_rerun and not (exp.baselines or any(a.policy == "fair" for a in exp.arm_list())):
+        raise ExperimentError(
+            path,
+            "experiment.baseline_rerun",
+            "a baseline to rerun: experiment.baselines, or a fair arm",
+            True,
+        )
+    if exp.baseline_rerun and exp.is_overload():
+        raise ExperimentError(path, "experiment.baseline_rerun", "not in an overload experiment", True)
     _check_schedulers(path, exp)
     return exp
 
@@ -249,8 +255,6 @@ def _experiment_head(e: _Section) -> dict[str, Any]:
     rerun = e.get("baseline_rerun", False)
     if not isinstance(rerun, bool):
         raise e.err("baseline_rerun", "true or false", rerun)
-    if rerun and not (bl or any(a.policy == "fair" for a in arms) or "fair" in policies):
-        raise e.err("baseline_rerun", "a baseline to rerun: experiment.baselines, or a fair arm", rerun)
     e.finish()
     return {
         "name": name,
@@ -522,7 +526,7 @@ def _check_schedulers(path: Path, exp: Experiment) -> None:
             "(the rate the server's pacer is given, `serve --uplink-rate`)",
             exp.uplink.rate_bits_per_s,
         )
-    if exp.setups or exp.client.load_schedule or exp.client.load_schedules or max(exp.loads) > 1:
+    if exp.is_overload():
         raise ExperimentError(
             path,
             "experiment.arms",

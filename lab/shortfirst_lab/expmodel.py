@@ -218,7 +218,7 @@ class Experiment:
     calibration: Calibration = field(default_factory=Calibration)
     wan: Wan | None = None
     source: str = ""
-    baselines: tuple[str, ...] = ()  # as written; empty: the default (`policycmp.baselines`)
+    baselines: tuple[str, ...] = ()  # as written; empty: the default (`baseline_labels`)
     #: Run the first baseline twice at every point (`RunSpec.rerun`).
     baseline_rerun: bool = False
     #: `experiment.arms` as written; empty when the file gives `policies` (each under the kernel).
@@ -270,13 +270,29 @@ class Experiment:
             for arm, again in [(a, False) for a in self.arm_list()] + [(a, True) for a in rerun]
         ]
 
-    def rerun_arm(self) -> Arm:
-        """The baseline `baseline_rerun` runs twice: the first of `baselines`, else the first
-        FAIR arm (`policycmp.baselines`' default)."""
+    def baseline_labels(self) -> tuple[str, ...]:
+        """The baselines, weakest first: `baselines` as written, else FAIR under the kernel (or,
+        without it, the first FAIR arm), then srpt when srpt and srrt both run. Arm labels,
+        which are the policies when the experiment gives `policies`."""
         if self.baselines:
-            label = self.baselines[0]
-            return next(a for a in self.arm_list() if a.label == label)
-        return next(a for a in self.arm_list() if a.policy == "fair")
+            return self.baselines
+        labels = self.arm_labels()
+        out = tuple(p for p in ("fair",) if p in labels)
+        out = out or tuple(a.label for a in self.arm_list() if a.policy == "fair")[:1]
+        if "srpt" in labels and "srrt" in labels:
+            out += ("srpt",)
+        return out
+
+    def rerun_arm(self) -> Arm:
+        """The baseline `baseline_rerun` runs twice: the weakest of `baseline_labels`."""
+        label = self.baseline_labels()[0]
+        return next(a for a in self.arm_list() if a.label == label)
+
+    def is_overload(self) -> bool:
+        """An overload experiment: setups, load schedules or a load above 1 (its summary is
+        `overload.py`'s)."""
+        c = self.client
+        return bool(self.setups or c.load_schedule or c.load_schedules or max(self.loads) > 1)
 
     def for_run(self, spec: RunSpec) -> Experiment:
         """The experiment a run of the matrix runs under: its setup's, or this one."""

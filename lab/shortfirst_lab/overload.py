@@ -116,7 +116,7 @@ class Run:
 
 def applies(exp: Experiment) -> bool:
     """Whether an experiment is an overload one: load schedules, setups, or a load above 1."""
-    return bool(exp.setups) or any(s.schedule for s in exp.matrix()) or max(exp.loads) > 1
+    return exp.is_overload()
 
 
 # --------------------------------------------------------------------------- per run
@@ -338,12 +338,6 @@ def persistent_entries(runs: list[Run]) -> list[dict[str, Any]]:
     return out
 
 
-def _ratio(num: Any, den: Any) -> float | None:
-    if num is None or den is None or den == 0:
-        return None
-    return float(num) / float(den)
-
-
 def checks(workloads: list[dict[str, Any]], persistent: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The paper's claims against the measured summary (met: None when not measured)."""
     rows: list[dict[str, Any]] = []
@@ -353,22 +347,24 @@ def checks(workloads: list[dict[str, Any]], persistent: list[dict[str, Any]]) ->
 
     base = [w for w in workloads if w["setup"] == BASELINE_SETUP and "fair" in w and "srpt" in w]
     w1 = next((w for w in base if w["name"] == "W1"), None)
-    r = _ratio(w1["fair"]["mean_response_s"], w1["srpt"]["mean_response_s"]) if w1 else None
+    r = analysis.ratio(w1["fair"]["mean_response_s"], w1["srpt"]["mean_response_s"]) if w1 else None
     row(
         "W1 baseline: FAIR/SRPT mean response time >= 5",
         "~8 (1.1 s vs 138 ms)",
         r,
         None if r is None else r >= 5,
     )
-    r = _ratio(w1["fair"]["mean_ttfb_s"], w1["srpt"]["mean_ttfb_s"]) if w1 else None
+    r = analysis.ratio(w1["fair"]["mean_ttfb_s"], w1["srpt"]["mean_ttfb_s"]) if w1 else None
     row("W1 baseline: FAIR/SRPT time to first byte >= 5", "~10", r, None if r is None else r >= 5)
     for w in base:
-        r = _ratio(w["fair"]["mean_response_s"], w["srpt"]["mean_response_s"])
+        r = analysis.ratio(w["fair"]["mean_response_s"], w["srpt"]["mean_response_s"])
         row(f"{w['name']} baseline: FAIR/SRPT mean response time in [1.5, 8]", "2-8 across W1-W10", r,
             None if r is None else 1.5 <= r, workload=w["name"])  # fmt: skip
     for w in workloads:
         if "fair" in w and "srpt" in w:
-            r = _ratio(w["srpt"]["largest_1pct_mean_response_s"], w["fair"]["largest_1pct_mean_response_s"])
+            r = analysis.ratio(
+                w["srpt"]["largest_1pct_mean_response_s"], w["fair"]["largest_1pct_mean_response_s"]
+            )
             row(f"{w['name']} setup {w['setup']}: largest 1% SRPT/FAIR <= 1.1", "<= 1.1", r,
                 None if r is None else r <= 1.1, workload=w["name"], setup=w["setup"])  # fmt: skip
     for rho, duration_s, limit in sorted({(p["rho"], p["duration_s"], _server_key(p)) for p in persistent}):
@@ -388,12 +384,12 @@ def checks(workloads: list[dict[str, Any]], persistent: list[dict[str, Any]]) ->
         elif s is None:
             # SRPT dropped none for the whole run: its first drop is later than the run's end,
             # which shows 10x only when the run lasted 10x FAIR's first drop.
-            measured = _ratio(by["srpt"]["run_s"], f)
+            measured = analysis.ratio(by["srpt"]["run_s"], f)
             met = True if measured is not None and measured >= 10 else None
             note = {"note": f"SRPT dropped no SYN in {by['srpt']['run_s']:.0f} s: at least this much later"
                     + ("" if met else "; the run is too short to show 10x")}  # fmt: skip
         else:
-            measured = _ratio(s, f)
+            measured = analysis.ratio(s, f)
             met = measured is not None and measured >= 10
         row(f"persistent rho={rho:g}{server}: SRPT's first SYN drop >= 10x later than FAIR's",
             "1.2: ~70 s vs ~30 min; 1.4: 18 s vs ~30 min", measured, met, rho=rho,

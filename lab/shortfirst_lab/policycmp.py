@@ -114,17 +114,9 @@ def uplink_label(bits_per_s: int) -> str:
 
 
 def baselines(exp: Experiment) -> tuple[str, ...]:
-    """The experiment's baselines, weakest first (see the module doc for the default): arm
-    labels, which are the policies when the experiment gives `policies`. Without FAIR under the
-    kernel, the first FAIR arm."""
-    if exp.baselines:
-        return exp.baselines
-    labels = exp.arm_labels()
-    out = tuple(p for p in ("fair",) if p in labels)
-    out = out or tuple(a.label for a in exp.arm_list() if a.policy == "fair")[:1]
-    if "srpt" in labels and "srrt" in labels:
-        out += ("srpt",)
-    return out
+    """The experiment's baselines, weakest first (see the module doc for the default):
+    `Experiment.baseline_labels`."""
+    return exp.baseline_labels()
 
 
 def arm_of(run: Any) -> str:
@@ -300,7 +292,11 @@ def rerun_rows(runs: list[Any], reruns: list[Any], exp: Experiment) -> list[dict
             {"baseline": arm_of(b), "load": round(b.load, 2)}
             | ({"path": b.path} if b.path is not None else {})
             | {"repeat": b.repeat, "matched": st["matched"]}
-            | {"mean_response_ratio": _over(b.metrics["mean_response_s"], again.metrics["mean_response_s"])}
+            | {
+                "mean_response_ratio": analysis.ratio(
+                    b.metrics["mean_response_s"], again.metrics["mean_response_s"]
+                )
+            }
             | {k: st.get(k) for k in RERUN_KEYS}
             | {"valid": bool(b.metrics["valid"] and again.metrics["valid"])}
         )
@@ -370,10 +366,6 @@ def arm_comparisons(
                 }  # fmt: skip
             )
     return rows
-
-
-def _over(num: float | None, den: float | None) -> float | None:
-    return None if num is None or not den else float(num) / float(den)
 
 
 def _mean(values: Iterable[float | None]) -> float | None:

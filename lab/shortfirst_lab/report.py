@@ -187,11 +187,9 @@ def analyse_run(
     if groups is not None:
         m["groups"] = wanreport.group_metrics(w, groups)
     write_json(run_dir / "analysis.json", analysis.json_safe(m))
-    ideal = (
-        analysis.window(sims["sim-wire"], exp.run.warmup_s, exp.run.duration_s)
-        if "sim-wire" in sims
-        else None
-    )
+    ideal = None
+    if exp.arms and "sim-wire" in sims:  # compared per arm only (policycmp.ideal_stretch)
+        ideal = analysis.window(sims["sim-wire"], exp.run.warmup_s, exp.run.duration_s)[["id", "response_s"]]
     label = path.label if path else None
     return RunData(run_dir.name, policy, load, repeat, w, h, m, rec, label, scheduler, ideal)
 
