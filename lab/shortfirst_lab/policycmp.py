@@ -261,7 +261,10 @@ def ideal_stretch(run: Any, base: Any, resolution: float) -> dict[str, float | N
     baseline's wire ideal, on their own arrivals (sim-wire/ of each run, matched by request id),
     `ideal_fraction_starved`, `ideal_max_stretch` and their values beyond δ. What a starvation
     target can ask of a scheduler on this trace: no scheduler beats its policy's ideal there.
-    None where either run has no wire ideal."""
+    Each ideal carries its own run's wire fit (`wire.py`), so the plain count also holds
+    sub-millisecond differences of fit (8.9% of requests on one tocs-lan pair, 0.14% beyond
+    δ): read the ideal's stretch beyond δ and its maximum. None where either run has no wire
+    ideal."""
     p, b = getattr(run, "ideal_requests", None), getattr(base, "ideal_requests", None)
     if p is None or b is None:
         return {f"ideal_{k}": None for k in IDEAL_STRETCH_KEYS}
