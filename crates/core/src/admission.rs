@@ -219,12 +219,16 @@
 
 pub mod auto;
 pub mod calibration;
+mod controller;
 mod estimator;
 mod gate;
+pub mod patience;
 mod policy;
 
+pub use controller::{Arrival, ChargeAt, Controller, ControllerConfig, Decision, Grant, Refusal};
 pub use estimator::{Basis, Charge, CostEstimator, EstimatorConfig, Sample, DEFAULT_RESAMPLE_AFTER_US};
 pub use gate::{Admitted, Gate, GateConfig, Rejection, RequestId, Ticket};
+pub use patience::PatienceRule;
 pub use policy::AdmissionPolicy;
 
 /// Smallest charge: a zero cost would let unbounded numbers of requests in.
@@ -276,6 +280,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 mod backend_tests;
 #[cfg(test)]
 mod class_tests;
+#[cfg(test)]
+mod controller_tests;
 #[cfg(test)]
 mod exact_service;
 #[cfg(test)]
