@@ -13,7 +13,7 @@ use hyper::http::uri::PathAndQuery;
 use hyper::Uri;
 use serde::Deserialize;
 use shortfirst_core::admission::auto::AutoConfig;
-use shortfirst_core::admission::{AdmissionPolicy, EstimatorConfig};
+use shortfirst_core::admission::{AdmissionPolicy, EstimatorConfig, PatienceRule};
 
 use crate::classify::Rule;
 use crate::GatekeeperError;
@@ -191,6 +191,9 @@ pub struct ProxyConfig {
     /// keep the estimate it arrived with (`false`, the paper's rule taken literally; for
     /// comparisons). See `core::admission` "Charges".
     pub recharge_at_admission: bool,
+    /// When a request is refused because its client would be gone before it finishes
+    /// (`core::admission::patience`).
+    pub patience: PatienceRule,
     /// Send the upstream's address as `Host` instead of the client's (default: keep the
     /// client's, as reverse proxies do; `Forwarded` and `X-Forwarded-Host` carry it either way).
     pub rewrite_host: bool,
@@ -224,6 +227,7 @@ impl ProxyConfig {
             upstream_pool_idle: 1_024,
             busy_poll: None,
             recharge_at_admission: true,
+            patience: PatienceRule::default(),
             rewrite_host: false,
             shutdown_timeout: Duration::from_secs(30),
         }

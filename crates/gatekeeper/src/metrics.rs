@@ -185,6 +185,9 @@ pub struct Metrics {
     pub admitted: AtomicU64,
     pub rejected_queue_full: AtomicU64,
     pub rejected_queue_wait: AtomicU64,
+    /// Refused because they would not finish before their client gives up.
+    pub rejected_would_not_finish: AtomicU64,
+    pub rejected_shutting_down: AtomicU64,
     pub cancelled_while_queued: AtomicU64,
     /// Requests put in the overflow type because the type table was full.
     pub type_table_overflow: AtomicU64,
@@ -209,6 +212,10 @@ pub struct Snapshot {
     pub queued_by_type: Vec<usize>,
     /// Admitted, unfinished requests per type index.
     pub in_flight_by_type: Vec<usize>,
+    /// The clients' patience per type index, when known (`core::admission::patience`).
+    pub patience_us: Vec<Option<u64>>,
+    /// Clients that left before their response head, queued or in flight.
+    pub give_ups: u64,
     /// Client connections open.
     pub client_connections: usize,
     /// Upstream connections open (in use or idle), and of them idle in the pool.
@@ -232,6 +239,8 @@ impl Metrics {
             admitted: AtomicU64::new(0),
             rejected_queue_full: AtomicU64::new(0),
             rejected_queue_wait: AtomicU64::new(0),
+            rejected_would_not_finish: AtomicU64::new(0),
+            rejected_shutting_down: AtomicU64::new(0),
             cancelled_while_queued: AtomicU64::new(0),
             type_table_overflow: AtomicU64::new(0),
             client_connections: OpenCount::default(),
@@ -247,6 +256,7 @@ impl Metrics {
         self.render_connections(&mut o, snap);
         self.render_admissions(&mut o, snap);
         self.render_type_costs(&mut o, &snap.types);
+        self.render_type_patience(&mut o, snap);
         self.render_type_counts(&mut o, snap);
         self.render_type_histograms(&mut o, &snap.types);
         o
@@ -302,7 +312,12 @@ impl Metrics {
             self.admitted.load(Relaxed) as f64,
         );
         family(o, "gatekeeper_rejected_total", "Requests answered 503 by the gatekeeper.", "counter");
-        for (reason, n) in [("queue_full", &self.rejected_queue_full), ("queue_wait", &self.rejected_queue_wait)] {
+        for (reason, n) in [
+            ("queue_full", &self.rejected_queue_full),
+            ("queue_wait", &self.rejected_queue_wait),
+            ("would_not_finish", &self.rejected_would_not_finish),
+            ("shutting_down", &self.rejected_shutting_down),
+        ] {
             let _ = writeln!(o, "gatekeeper_rejected_total{{reason=\"{reason}\"}} {}", n.load(Relaxed));
         }
         single(
@@ -311,6 +326,13 @@ impl Metrics {
             "Requests whose client went away while they waited.",
             "counter",
             self.cancelled_while_queued.load(Relaxed) as f64,
+        );
+        single(
+            o,
+            "gatekeeper_client_give_ups_total",
+            "Clients that left before their response head, while queued or while the upstream worked: what the patience is learned from.",
+            "counter",
+            snap.give_ups as f64,
         );
         single(
             o,
@@ -346,6 +368,24 @@ impl Metrics {
             "Current cost estimate of a request type.",
             "gauge",
             |&(_, _, est_us, _)| est_us as f64 / 1e6,
+        );
+    }
+
+    /// Per type: how long its clients are taken to wait (absent while unknown).
+    fn render_type_patience(&self, o: &mut String, snap: &Snapshot) {
+        let known: Vec<TypeRow> = snap
+            .types
+            .iter()
+            .filter(|(i, ..)| snap.patience_us.get(*i).copied().flatten().is_some())
+            .cloned()
+            .collect();
+        per_type(
+            o,
+            &known,
+            "gatekeeper_type_patience_seconds",
+            "How long the clients of a request type wait before they give up, learned from their give-ups (or --patience); requests that would finish later are refused. Absent while unknown.",
+            "gauge",
+            |&(i, ..)| snap.patience_us[i].unwrap_or(0) as f64 / 1e6,
         );
     }
 
@@ -494,6 +534,8 @@ mod tests {
             types: vec![(0, "GET /s".into(), 1, 2), (1, "(other)".into(), 1, 0)],
             queued_by_type: vec![0, 0],
             in_flight_by_type: vec![0, 0],
+            patience_us: vec![None, None],
+            give_ups: 0,
             client_connections: 0,
             upstream_connections: 0,
             upstream_idle: 0,
@@ -524,6 +566,8 @@ mod tests {
             types: vec![(0, "GET /a\"b".into(), 2_000, 7), (1, "(other)".into(), 10_000, 0)],
             queued_by_type: vec![3, 0],
             in_flight_by_type: vec![0, 1],
+            patience_us: vec![Some(20_000_000), None],
+            give_ups: 9,
             client_connections: 4,
             upstream_connections: 2,
             upstream_idle: 1,

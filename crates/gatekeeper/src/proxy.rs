@@ -1,12 +1,12 @@
-//! The proxy: HTTP/1.1 in (hyper server), admission through the core [`Gate`], HTTP/1.1 out
+//! The proxy: HTTP/1.1 in (hyper server), admission through the core [`Controller`], HTTP/1.1 out
 //! over kept-alive upstream connections ([`UpstreamPool`]), responses streamed back.
 //!
 //! Lifecycle of a request:
 //! 1. classify → type; the type's current estimate is its charge;
-//! 2. `Gate::arrive`; if not admitted at once, wait on a oneshot for a [`Grant`]. If the
-//!    client goes away meanwhile (hyper drops the handler future, or the request body,
-//!    read ahead while waiting up to [`PREFETCH_LIMIT_BYTES`], fails), the wait guard
-//!    cancels the request in the gate;
+//! 2. `Controller::arrive`; if not admitted at once, wait on a oneshot for a verdict. If
+//!    the client goes away meanwhile (hyper drops the handler future, or the request body,
+//!    read ahead while waiting up to [`PREFETCH_LIMIT_BYTES`], fails), the guard reports
+//!    it (`Controller::client_gone`), which takes the request out of the queue;
 //! 3. admitted: a [`Permit`] owns the ticket. Dropping the permit releases the charge, so it
 //!    is released exactly once on every path (success, 502, 504, client gone mid-body, panic
 //!    unwinding). A grant that can no longer be delivered drops its permit, releasing it;
@@ -14,7 +14,7 @@
 //!    service-time measurement, which feeds the estimator. Failures, timeouts and
 //!    abandoned bodies release the charge without a sample, so they never pollute it.
 //!
-//! Locking: one `std::sync::Mutex` around the gate, estimator and waiters, held only for
+//! Locking: one `std::sync::Mutex` around the controller and the waiters' channels, held only for
 //! the decisions (no I/O, no awaits). Grants are delivered after the lock is dropped.
 //!
 //! Modules: `route` (one request's way: classify, admit, forward), `grant` (the decisions
@@ -22,6 +22,7 @@
 //! (hop-by-hop and forwarding headers), `reply` (the gatekeeper's own answers), `admin`
 //! (`/metrics`, `/healthz`). This file binds the sockets and accepts.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -32,8 +33,7 @@ use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use shortfirst_core::admission::auto::AutoCapacity;
-use shortfirst_core::admission::{AdmissionPolicy, CostEstimator, Gate, GateConfig};
+use shortfirst_core::admission::{AdmissionPolicy, ChargeAt, Controller, ControllerConfig, GateConfig};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
@@ -51,7 +51,7 @@ mod reply;
 mod route;
 mod stream;
 
-use grant::{timer_task, Core, Shared, Waiters};
+use grant::{timer_task, Core, Shared};
 pub use headers::{add_forwarding, strip_hop_by_hop};
 pub use stream::{RequestBody, PREFETCH_LIMIT_BYTES};
 
@@ -86,43 +86,55 @@ impl Handle {
         policy: AdmissionPolicy,
     ) -> Result<(), GatekeeperError> {
         self.shared.classifier.set_rules(rules);
-        let deliveries = {
-            let mut guard = self.shared.lock();
-            let core = &mut *guard;
-            let now = self.shared.now_us();
-            let mut admitted = core.gate.set_policy(now, policy);
-            match capacity {
-                CapacitySetting::Fixed { capacity_us } => {
-                    core.auto = None;
-                    admitted.extend(core.gate.set_capacity(now, *capacity_us)?);
-                }
+        let mut result = Ok(());
+        self.shared.event(|core, now| {
+            let mut decisions = core.ctl.set_policy(now, policy);
+            let more = match capacity {
+                CapacitySetting::Fixed { capacity_us } => core.ctl.set_capacity(now, *capacity_us),
                 // An auto controller already running keeps its learned capacity.
-                CapacitySetting::Auto(a) if core.auto.is_none() => {
-                    core.auto = Some(AutoCapacity::new(a.clone(), self.shared.cfg.max_types, now)?);
-                    admitted.extend(core.gate.set_capacity(now, a.initial_capacity_us)?);
-                }
-                CapacitySetting::Auto(_) => {}
+                CapacitySetting::Auto(a) if !core.ctl.is_auto() => core.ctl.set_auto(now, a.clone()),
+                CapacitySetting::Auto(_) => Ok(Vec::new()),
+            };
+            match more {
+                Ok(more) => decisions.extend(more),
+                Err(e) => result = Err(e.into()),
             }
-            let wake = core.timer_moved_earlier();
-            (self.shared.route(core, admitted, None).1, wake)
-        };
-        let (deliveries, wake) = deliveries;
-        Shared::deliver(deliveries);
-        if wake {
-            self.shared.wake.notify_one();
-        }
-        Ok(())
+            decisions
+        });
+        result
     }
 
+    /// Set a fixed capacity now (calibration); auto capacity, if on, stops.
     pub fn set_capacity_us(&self, capacity_us: u64) -> Result<(), GatekeeperError> {
-        let deliveries = {
-            let mut core = self.shared.lock();
-            let now = self.shared.now_us();
-            let admitted = core.gate.set_capacity(now, capacity_us)?;
-            self.shared.route(&mut core, admitted, None).1
-        };
-        Shared::deliver(deliveries);
-        Ok(())
+        let mut result = Ok(());
+        self.shared.event(|core, now| {
+            core.ctl.set_capacity(now, capacity_us).unwrap_or_else(|e| {
+                result = Err(e.into());
+                Vec::new()
+            })
+        });
+        result
+    }
+}
+
+/// The controller's configuration from the proxy's.
+pub fn controller_config(cfg: &ProxyConfig) -> ControllerConfig {
+    let mut gate = GateConfig::new(cfg.capacity.initial_us(), cfg.policy);
+    gate.max_queue_len = cfg.max_queue_len;
+    gate.max_queue_wait_us = cfg.max_queue_wait.map(|d| d.as_micros() as u64);
+    gate.max_wait_us = cfg.max_wait.map(|d| d.as_micros() as u64);
+    gate.max_in_flight = cfg.max_in_flight;
+    gate.max_charge_share = cfg.max_charge_share;
+    gate.overdue_share = cfg.overdue_share;
+    ControllerConfig {
+        gate,
+        estimator: cfg.estimator.clone(),
+        auto: match &cfg.capacity {
+            CapacitySetting::Auto(a) => Some(a.clone()),
+            CapacitySetting::Fixed { .. } => None,
+        },
+        charge_at: if cfg.recharge_at_admission { ChargeAt::Admission } else { ChargeAt::Arrival },
+        patience: cfg.patience,
     }
 }
 
@@ -136,20 +148,7 @@ impl Gatekeeper {
     /// Validate the configuration and bind the listening sockets.
     pub async fn bind(cfg: ProxyConfig) -> Result<Self, GatekeeperError> {
         let classifier = Classifier::new(cfg.rules.clone(), cfg.max_types, &cfg.declared_types)?;
-        let estimator = CostEstimator::new(cfg.max_types, cfg.estimator.clone())?;
-        let mut gate_cfg = GateConfig::new(cfg.capacity.initial_us(), cfg.policy);
-        gate_cfg.max_queue_len = cfg.max_queue_len;
-        gate_cfg.max_queue_wait_us = cfg.max_queue_wait.map(|d| d.as_micros() as u64);
-        gate_cfg.max_wait_us = cfg.max_wait.map(|d| d.as_micros() as u64);
-        gate_cfg.max_in_flight = cfg.max_in_flight;
-        gate_cfg.max_charge_share = cfg.max_charge_share;
-        gate_cfg.overdue_share = cfg.overdue_share;
-        gate_cfg.serial = cfg.estimator.basis == shortfirst_core::admission::Basis::Serial;
-        let gate = Gate::new(gate_cfg)?;
-        let auto = match &cfg.capacity {
-            CapacitySetting::Auto(a) => Some(AutoCapacity::new(a.clone(), cfg.max_types, 0)?),
-            CapacitySetting::Fixed { .. } => None,
-        };
+        let ctl = Controller::new(controller_config(&cfg), cfg.max_types, 0)?;
         let listener = TcpListener::bind(cfg.listen)
             .await
             .map_err(|e| GatekeeperError::io(format!("binding --listen {}", cfg.listen), e))?;
@@ -164,15 +163,7 @@ impl Gatekeeper {
         let shared = Arc::new(Shared {
             metrics: Metrics::new(cfg.max_types),
             classifier,
-            core: Mutex::new(Core {
-                gate,
-                estimator,
-                auto,
-                waiters: Waiters::new(cfg.max_types),
-                timer_at_us: u64::MAX,
-                in_flight_by_type: vec![0; cfg.max_types],
-                shutting_down: false,
-            }),
+            core: Mutex::new(Core { ctl, waiters: HashMap::new(), timer_at_us: u64::MAX }),
             start: Instant::now(),
             pool,
             wake: Notify::new(),

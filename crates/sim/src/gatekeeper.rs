@@ -1,5 +1,5 @@
 //! A closed-loop model of the gatekeeper in front of a shared backend: the gatekeeper's
-//! own admission code (`core::admission`: [`CostEstimator`] + [`Gate`]) driven by simulated
+//! own admission code (`core::admission::Controller`) driven by simulated
 //! clients and a simulated backend, in virtual time, to study the estimator and the queue
 //! policies without sockets or timing noise (`shortfirst sim gatekeeper`).
 //!
@@ -17,20 +17,27 @@
 //! loses throughput even on one processor.
 //!
 //! **Gate.** With `gate = None` requests go straight to the backend (direct access).
-//! Otherwise each request is charged its type's estimate, queued and admitted by [`Gate`];
-//! at completion the estimator learns the request's [`Sample`] (wall = admission →
-//! completion; share from [`Gate::share_us`]) and the ticket is released. Aging re-picks
-//! happen at [`Gate::next_wakeup_us`].
+//! Otherwise they go through the gatekeeper's own admission controller
+//! (`core::admission::Controller`, the one the proxy runs): each arrives with its type,
+//! is charged, queued and admitted by it; at completion it learns the request's wall time
+//! (admission → completion) and releases the charge; its wake-ups expire waits, refuse
+//! requests that would finish after their client gives up, re-pick aging deadlines and
+//! tick auto capacity.
+//!
+//! **Clients that give up.** With `client_patience_us`, a client leaves that long after
+//! sending: a waiting request is withdrawn (the controller hears of it and learns the
+//! patience), a running one is finished by the backend for no one (`useful_work_per_s`
+//! leaves it out); the client then thinks and sends again.
 //!
 //! **Measurement.** Requests completing in `[warmup_us, duration_us)` count; requests
 //! still outstanding at the end are reported separately (a closed loop's stragglers).
-//! Response time = completion − send (think time excluded). A request that waits the
-//! gate's `max_queue_wait_us` is expired ([`Gate::expire`], the proxy's 503): its client
-//! thinks and sends again; expirations are counted per type.
+//! Response time = completion − send (think time excluded). A request the controller
+//! refuses (its `max_queue_wait_us`, or its patience rule: the proxy's 503) sends its client
+//! back to thinking; expirations and refusals are counted per type.
 //!
 //! **Timeline.** With `timeline_period_us`, the gate's state every period: load against
 //! capacity, requests in flight and queued, the charge of the request the policy looks at
-//! first ([`Gate::head_cost_us`]) and each type's admissions since the previous row, so
+//! first (`Gate::head_cost_us`) and each type's admissions since the previous row, so
 //! the moments the gate drains for one request can be seen.
 //!
 //! Limits: at most [`MAX_CLIENTS`] clients and [`MAX_MODEL_TYPES`] types; a run stops at
@@ -48,8 +55,10 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::Exp;
 use serde::Serialize;
+use shortfirst_core::admission::auto::AutoConfig;
 use shortfirst_core::admission::{
-    AdmissionError, Admitted, CostEstimator, EstimatorConfig, Gate, GateConfig, RequestId, Sample, Ticket,
+    AdmissionError, Arrival, ChargeAt, Controller, ControllerConfig, Decision, EstimatorConfig, GateConfig,
+    PatienceRule, Refusal, Ticket,
 };
 
 pub const MAX_CLIENTS: usize = 1_000_000;
@@ -103,12 +112,25 @@ pub struct ModelConfig {
     /// `None`: direct access (no gate).
     pub gate: Option<GateConfig>,
     pub estimator: EstimatorConfig,
+    /// The gate's capacity follows auto capacity (`gate.capacity_us` is then ignored).
+    pub auto: Option<AutoConfig>,
+    pub charge_at: ChargeAt,
+    /// The controller's patience rule (see `core::admission::patience`).
+    pub patience: PatienceRule,
+    /// Clients give up this long after sending (µs; `None`: they wait for ever). A request
+    /// still waiting is withdrawn; one the backend works on is finished for no one. The
+    /// client then thinks and sends again.
+    pub client_patience_us: Option<f64>,
     pub duration_us: f64,
     pub warmup_us: f64,
     pub seed: u64,
     /// All clients send their first request at time 0 (a load generator starting every
     /// user at once) instead of after a first think time.
     pub start_together: bool,
+    /// Open, scripted arrivals instead of the clients' loop: `(send time µs, type index)`,
+    /// each sent once by a client of its own (`clients` and think times are ignored).
+    /// Such a run records the admission order ([`ModelResult::admissions`]).
+    pub script: Option<Vec<(f64, usize)>>,
     /// Sample the gate's state this often (see "Timeline"); `None`: no timeline.
     pub timeline_period_us: Option<f64>,
 }
@@ -138,6 +160,10 @@ pub struct TypeResult {
     pub final_estimate_us: u64,
     /// Requests of the type expired by the gate's `max_queue_wait_us` in the window.
     pub expired: u64,
+    /// Requests refused because they would not finish before their client gives up.
+    pub refused: u64,
+    /// Requests whose client gave up (waiting, or while the backend worked on them).
+    pub gave_up: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -146,6 +172,8 @@ pub struct ModelResult {
     pub throughput_per_s: f64,
     /// Demand completed per second of the window (µs of demand per µs ≙ busy processors).
     pub work_per_s: f64,
+    /// The part of `work_per_s` that went to requests completed while their client waited.
+    pub useful_work_per_s: f64,
     /// Mean response time of the requests completed in the window.
     pub mean_response_us: f64,
     /// Mean response time by Little's law, (`mean_in_flight` + `mean_queued`) /
@@ -170,10 +198,18 @@ pub struct ModelResult {
     /// See "Timeline" in the module docs; empty without `timeline_period_us`.
     pub timeline: Vec<TimelineRow>,
     pub timeline_capped: bool,
+    /// Admissions of a request sent before one of its type admitted earlier: 0 when every
+    /// type is served first come, first served (the controller's promise).
+    pub out_of_order_admissions: u64,
+    /// Scripted runs: `(arrival index, admission time µs)` in admission order.
+    pub admissions: Vec<(usize, u64)>,
 }
 
 struct Running {
-    client: usize,
+    /// `None` once the client gave up.
+    client: Option<usize>,
+    /// The request's number in sending order.
+    seq: u64,
     type_index: usize,
     remaining_us: f64,
     sent_us: f64,
@@ -183,6 +219,7 @@ struct Running {
 
 struct Pending {
     client: usize,
+    seq: u64,
     type_index: usize,
     sent_us: f64,
 }
@@ -199,6 +236,16 @@ fn validate(cfg: &ModelConfig) -> Result<(), ModelError> {
     }
     if cfg.clients == 0 || cfg.clients > MAX_CLIENTS {
         return bad(format!("clients must be in 1..={MAX_CLIENTS}, got {}", cfg.clients));
+    }
+    if let Some(script) = &cfg.script {
+        if script.len() > MAX_CLIENTS {
+            return bad(format!("a script holds at most {MAX_CLIENTS} arrivals, got {}", script.len()));
+        }
+        if let Some((i, &(t, ty))) =
+            script.iter().enumerate().find(|(_, &(t, ty))| !(t.is_finite() && t >= 0.0) || ty >= cfg.types.len())
+        {
+            return bad(format!("script arrival {i}: time {t} must be >= 0 and type {ty} below {}", cfg.types.len()));
+        }
     }
     let b = cfg.backend;
     if b.cpus == 0
@@ -238,17 +285,39 @@ fn gate_us(t: f64) -> u64 {
 
 /// What the measured window counts (see "Measurement").
 struct Tally {
-    /// Per type: completed requests, their summed response and wait times, expirations.
+    /// Per type: completed requests, their summed response and wait times, expirations,
+    /// refusals for patience, give-ups.
     done: Vec<u64>,
     sum_rt: Vec<f64>,
     sum_wait: Vec<f64>,
     expired: Vec<u64>,
-    /// Demand served, µs.
+    refused: Vec<u64>,
+    gave_up: Vec<u64>,
+    /// Demand served, µs; of it, demand of requests completed while their client waited.
     work: f64,
+    useful: f64,
     /// Integrals over time of the requests running and queued, and the time starved.
     area_running: f64,
     area_queued: f64,
     starved: f64,
+}
+
+impl Tally {
+    fn new(n_types: usize) -> Self {
+        Tally {
+            done: vec![0; n_types],
+            sum_rt: vec![0.0; n_types],
+            sum_wait: vec![0.0; n_types],
+            expired: vec![0; n_types],
+            refused: vec![0; n_types],
+            gave_up: vec![0; n_types],
+            work: 0.0,
+            useful: 0.0,
+            area_running: 0.0,
+            area_queued: 0.0,
+            starved: 0.0,
+        }
+    }
 }
 
 /// The timeline being sampled (see "Timeline").
@@ -261,15 +330,16 @@ struct Timeline {
     admitted_since: Vec<u64>,
 }
 
-/// A run's state: the clock, the clients' random streams, the gate and estimator, the
-/// requests sent and what is measured. One method per event kind.
+/// A run's state: the clock, the clients' random streams, the admission controller, the
+/// requests sent and what is measured. One method per event kind; every admission decision
+/// is the controller's (`core::admission::Controller`), as in the proxy.
 struct Model<'a> {
     cfg: &'a ModelConfig,
     rng: ChaCha8Rng,
     pick: WeightedIndex<f64>,
     think_time: Option<Exp<f64>>,
-    estimator: CostEstimator,
-    gate: Option<Gate>,
+    /// `None`: direct access.
+    ctl: Option<Controller>,
     now: f64,
     /// Clients thinking: (wake time, client). Time in µs as f64, ordered by bits (>= 0).
     thinking: BinaryHeap<Reverse<(u64, usize)>>,
@@ -278,6 +348,24 @@ struct Model<'a> {
     pending: HashMap<u64, Pending>,
     tally: Tally,
     timeline: Timeline,
+    /// Per type, the send time of the request admitted last, and admissions that broke
+    /// the type's arrival order.
+    last_admitted_sent: Vec<f64>,
+    out_of_order: u64,
+    /// Scripted runs: the admission order (see [`ModelResult::admissions`]).
+    admissions: Vec<(usize, u64)>,
+    /// Requests sent so far (the next one's `seq`).
+    sent: u64,
+    /// With `client_patience_us`: `(sent, seq)` of requests whose client may still give
+    /// up, in sending order, and the waiting ones' ids by seq. Entries of requests since
+    /// finished or refused are skipped when met.
+    impatient: std::collections::VecDeque<(f64, u64)>,
+    waiting_seq: HashMap<u64, u64>,
+}
+
+/// Virtual time as the controller counts it: whole µs.
+fn ctl_us(t: f64) -> u64 {
+    gate_us(t)
 }
 
 impl<'a> Model<'a> {
@@ -287,35 +375,51 @@ impl<'a> Model<'a> {
         let pick = WeightedIndex::new(cfg.types.iter().map(|t| t.weight))
             .map_err(|e| ModelError::Config(format!("type weights: {e}")))?;
         let think_time = (cfg.think_mean_us > 0.0).then(|| Exp::new(1.0 / cfg.think_mean_us).expect("rate > 0"));
-        let estimator = CostEstimator::new(cfg.types.len(), cfg.estimator.clone())?;
-        let gate = cfg.gate.clone().map(Gate::new).transpose()?;
         let n_types = cfg.types.len();
+        let ctl = match &cfg.gate {
+            Some(gate) => {
+                let c = ControllerConfig {
+                    gate: gate.clone(),
+                    estimator: cfg.estimator.clone(),
+                    auto: cfg.auto.clone(),
+                    charge_at: cfg.charge_at,
+                    patience: cfg.patience,
+                };
+                Some(Controller::new(c, n_types, 0)?)
+            }
+            None => None,
+        };
         let mut thinking = BinaryHeap::new();
-        for c in 0..cfg.clients {
-            let t = if cfg.start_together { 0.0 } else { think_time.map_or(0.0, |d| d.sample(&mut rng)) };
-            thinking.push(Reverse((t.to_bits(), c)));
+        match &cfg.script {
+            Some(script) => {
+                for (c, &(t, _)) in script.iter().enumerate() {
+                    thinking.push(Reverse((t.to_bits(), c)));
+                }
+            }
+            None => {
+                for c in 0..cfg.clients {
+                    let t = if cfg.start_together { 0.0 } else { think_time.map_or(0.0, |d| d.sample(&mut rng)) };
+                    thinking.push(Reverse((t.to_bits(), c)));
+                }
+            }
         }
         Ok(Model {
             cfg,
             rng,
             pick,
             think_time,
-            estimator,
-            gate,
+            ctl,
             now: 0.0,
             thinking,
             running: Vec::new(),
             pending: HashMap::new(),
-            tally: Tally {
-                done: vec![0; n_types],
-                sum_rt: vec![0.0; n_types],
-                sum_wait: vec![0.0; n_types],
-                expired: vec![0; n_types],
-                work: 0.0,
-                area_running: 0.0,
-                area_queued: 0.0,
-                starved: 0.0,
-            },
+            tally: Tally::new(n_types),
+            last_admitted_sent: vec![f64::NEG_INFINITY; n_types],
+            out_of_order: 0,
+            admissions: Vec::new(),
+            sent: 0,
+            impatient: std::collections::VecDeque::new(),
+            waiting_seq: HashMap::new(),
             timeline: Timeline {
                 rows: Vec::new(),
                 capped: false,
@@ -338,9 +442,13 @@ impl<'a> Model<'a> {
             let rate = if self.running.is_empty() { 0.0 } else { self.cfg.backend.rate(self.running.len()) };
             let next_done = self.next_completion(rate);
             let next_think = self.thinking.peek().map(|Reverse((t, _))| f64::from_bits(*t));
-            let next_wake = self.gate.as_ref().and_then(|g| g.next_wakeup_us()).map(|t| t as f64);
+            let next_wake = self.ctl.as_ref().and_then(Controller::next_wakeup_us).map(|t| t as f64);
+            let next_give_up = self.next_give_up();
             let mut t_next = self.cfg.duration_us;
-            for t in [next_done.map(|d| d.0), next_think, next_wake, self.timeline.next_sample].into_iter().flatten() {
+            for t in [next_done.map(|d| d.0), next_think, next_wake, self.timeline.next_sample, next_give_up]
+                .into_iter()
+                .flatten()
+            {
                 t_next = t_next.min(t.max(self.now));
             }
             self.advance(t_next, rate);
@@ -354,6 +462,9 @@ impl<'a> Model<'a> {
                 }
             }
             self.complete_due()?;
+            if next_give_up.is_some_and(|g| g <= self.now) {
+                self.give_up_due();
+            }
             self.send_due()?;
             if next_wake.is_some_and(|w| w <= self.now) {
                 self.wake_gate();
@@ -370,6 +481,12 @@ impl<'a> Model<'a> {
             .min_by(|a, b| a.0.total_cmp(&b.0))
     }
 
+    /// The first moment a waiting request's or a running one's client gives up.
+    fn next_give_up(&self) -> Option<f64> {
+        let p = self.cfg.client_patience_us?;
+        self.impatient.front().map(|&(sent, _)| sent + p)
+    }
+
     /// Move the clock to `t_next`: serve the running requests at `rate` and integrate the
     /// gauges over the part of the step inside the window.
     fn advance(&mut self, t_next: f64, rate: f64) {
@@ -382,7 +499,7 @@ impl<'a> Model<'a> {
             let lo = self.now.max(self.cfg.warmup_us);
             if t_next > lo {
                 let w = t_next - lo;
-                let queued = self.gate.as_ref().map_or(0, |g| g.queue_len());
+                let queued = self.ctl.as_ref().map_or(0, |c| c.gate().queue_len());
                 let tally = &mut self.tally;
                 tally.area_running += w * n as f64;
                 tally.area_queued += w * queued as f64;
@@ -398,12 +515,13 @@ impl<'a> Model<'a> {
     /// A timeline row, if one is due.
     fn sample_timeline(&mut self) {
         let tl = &mut self.timeline;
-        let (Some(t), Some(period), Some(g)) = (tl.next_sample, self.cfg.timeline_period_us, self.gate.as_ref()) else {
+        let (Some(t), Some(period), Some(c)) = (tl.next_sample, self.cfg.timeline_period_us, self.ctl.as_ref()) else {
             return;
         };
         if t > self.now {
             return;
         }
+        let g = c.gate();
         if tl.rows.len() < MAX_TIMELINE_ROWS {
             tl.rows.push(TimelineRow {
                 t_s: self.now / 1e6,
@@ -435,44 +553,62 @@ impl<'a> Model<'a> {
         Ok(())
     }
 
-    /// A request's completion: counted if in the window, its ticket released, and its
-    /// client thinks before sending again.
+    /// A request's completion: counted if in the window and its client still waits, its
+    /// ticket handed back with its wall time (admission → completion), and its client (if
+    /// still there) thinks before sending again.
     fn complete(&mut self, r: Running) -> Result<(), ModelError> {
-        if self.now >= self.cfg.warmup_us {
+        if self.now >= self.cfg.warmup_us && r.client.is_some() {
             self.tally.done[r.type_index] += 1;
             self.tally.sum_rt[r.type_index] += self.now - r.sent_us;
             self.tally.sum_wait[r.type_index] += r.admitted_us - r.sent_us;
+            self.tally.useful += self.cfg.types[r.type_index].demand_us;
         }
         if let Some(ticket) = r.ticket {
-            self.release(r.type_index, r.admitted_us, ticket)?;
+            let wall_us = gate_us(self.now - r.admitted_us);
+            let c = self.ctl.as_mut().expect("a ticket comes from the controller");
+            let d = c.finish(ctl_us(self.now), ticket, Some(wall_us))?;
+            self.apply(d);
         }
-        self.think_then_send(r.client);
+        if let Some(client) = r.client {
+            self.think_then_send(client);
+        }
         Ok(())
     }
 
-    /// A gated request is done: the estimator learns its [`Sample`], the type's waiting
-    /// requests are re-priced, the ticket is released, and what that admits starts.
-    fn release(&mut self, type_index: usize, admitted_us: f64, ticket: Ticket) -> Result<(), ModelError> {
-        let now_us = gate_us(self.now);
-        let g = self.gate.as_mut().expect("a ticket comes from the gate");
-        let share_us = g.share_us(now_us, &ticket)?;
-        let wall_us = gate_us(self.now - admitted_us);
-        let serial_us = g.serial_us(now_us, wall_us);
-        let sample = Sample { wall_us, share_us, serial_us };
-        self.estimator.observe_request_at(type_index, sample, now_us)?;
-        // The type's queued requests are judged by its new estimate, the charge they get at
-        // admission, as the proxy does (`Gate::reprice_waiting`, every policy).
-        let mut admitted = if g.reprices_waiting() {
-            let est = self.estimator.estimate_us(type_index)?;
-            let ids: Vec<RequestId> =
-                self.pending.iter().filter(|(_, p)| p.type_index == type_index).map(|(&id, _)| RequestId(id)).collect();
-            g.reprice_waiting(now_us, ids, est)
-        } else {
-            Vec::new()
-        };
-        admitted.extend(g.release(now_us, ticket)?);
-        self.start(admitted);
-        Ok(())
+    /// Clients whose patience ran out leave: a waiting request is withdrawn, a running one
+    /// is left to the backend; the client thinks and sends again.
+    fn give_up_due(&mut self) {
+        let Some(p) = self.cfg.client_patience_us else { return };
+        let now = self.now;
+        let in_window = now >= self.cfg.warmup_us;
+        let mut clients = Vec::new();
+        while let Some(&(sent, seq)) = self.impatient.front() {
+            if now - sent < p {
+                break;
+            }
+            self.impatient.pop_front();
+            if let Some(id) = self.waiting_seq.remove(&seq) {
+                let r = self.pending.remove(&id).expect("a waiting seq is pending");
+                if in_window {
+                    self.tally.gave_up[r.type_index] += 1;
+                }
+                clients.push(r.client);
+                let c = self.ctl.as_mut().expect("only the controller keeps requests waiting");
+                let d = c.client_gone(ctl_us(now), shortfirst_core::admission::RequestId(id));
+                self.apply(d);
+            } else if let Some(r) = self.running.iter_mut().find(|r| r.seq == seq && r.client.is_some()) {
+                if in_window {
+                    self.tally.gave_up[r.type_index] += 1;
+                }
+                clients.extend(r.client.take());
+                if let (Some(c), Some(t)) = (self.ctl.as_mut(), r.ticket.as_ref()) {
+                    let _ = c.client_gone(ctl_us(now), t.id());
+                }
+            }
+        }
+        for client in clients {
+            self.think_then_send(client);
+        }
     }
 
     /// Clients whose think time is over send.
@@ -482,77 +618,121 @@ impl<'a> Model<'a> {
                 break;
             }
             self.thinking.pop();
-            let type_index = self.pick.sample(&mut self.rng);
+            let type_index = match &self.cfg.script {
+                Some(script) => script[client].1,
+                None => self.pick.sample(&mut self.rng),
+            };
             self.send(client, type_index)?;
         }
         Ok(())
     }
 
-    /// A client sends a request: straight to the backend without a gate, else charged
-    /// its type's estimate and queued.
+    /// A client sends a request: straight to the backend without a gate, else to the
+    /// controller.
     fn send(&mut self, client: usize, type_index: usize) -> Result<(), ModelError> {
         let now = self.now;
-        let Some(g) = self.gate.as_mut() else {
+        let seq = self.sent;
+        self.sent += 1;
+        if self.cfg.client_patience_us.is_some() {
+            self.impatient.push_back((now, seq));
+        }
+        let Some(c) = self.ctl.as_mut() else {
             let demand_us = self.cfg.types[type_index].demand_us;
-            let r =
-                Running { client, type_index, remaining_us: demand_us, sent_us: now, admitted_us: now, ticket: None };
+            let r = Running {
+                client: Some(client),
+                seq,
+                type_index,
+                remaining_us: demand_us,
+                sent_us: now,
+                admitted_us: now,
+                ticket: None,
+            };
             self.running.push(r);
             return Ok(());
         };
-        let c = self.estimator.charge(type_index, gate_us(now))?;
-        let arrive = if c.probe { Gate::arrive_probe } else { Gate::arrive };
-        let (id, admitted) = arrive(g, gate_us(now), c.cost_us)
-            .map_err(|_| ModelError::Config("gate queue full: raise max_queue_len".into()))?;
-        self.pending.insert(id.0, Pending { client, type_index, sent_us: now });
-        self.start(admitted);
+        let a = c.arrive(ctl_us(now), type_index)?;
+        match a.outcome {
+            Arrival::Admitted(g) => {
+                self.pending.insert(g.ticket.id().0, Pending { client, seq, type_index, sent_us: now });
+                self.apply(vec![Decision::Admit(g)]);
+            }
+            Arrival::Queued(id) => {
+                self.pending.insert(id.0, Pending { client, seq, type_index, sent_us: now });
+                if self.cfg.client_patience_us.is_some() {
+                    self.waiting_seq.insert(seq, id.0);
+                }
+            }
+            Arrival::Refused(Refusal::QueueFull) => {
+                return Err(ModelError::Config("gate queue full: raise max_queue_len".into()));
+            }
+            Arrival::Refused(reason) => {
+                self.count_refusal(type_index, reason);
+                self.think_then_send(client);
+            }
+        }
+        self.apply(a.others);
         Ok(())
     }
 
-    /// The gate's wake-up. Expire before polling: a request past the wait limit keeps the
-    /// wake-up at its limit, so only removing it moves time on (without this a gate with
-    /// `max_queue_wait_us` woke at the same instant until the event cap). An expired
-    /// request's client thinks and sends again.
+    /// The controller's wake-up: expiries, refusals for patience, aging, auto capacity.
     fn wake_gate(&mut self) {
-        let now_us = gate_us(self.now);
-        let (expired, mut admitted) = self.gate.as_mut().expect("a wake-up comes from the gate").expire(now_us);
-        for id in expired {
-            let p = self.pending.remove(&id.0).expect("expired request is pending");
-            if self.now >= self.cfg.warmup_us {
-                self.tally.expired[p.type_index] += 1;
-            }
-            self.think_then_send(p.client);
-        }
-        admitted.extend(self.gate.as_mut().expect("a wake-up comes from the gate").poll(now_us));
-        self.start(admitted);
+        let d = self.ctl.as_mut().expect("a wake-up comes from the controller").poll(ctl_us(self.now));
+        self.apply(d);
     }
 
     /// The client thinks (a sampled think time, or none), then sends.
     fn think_then_send(&mut self, client: usize) {
+        if self.cfg.script.is_some() {
+            return; // a scripted client sends once
+        }
         let t = self.now + self.think_time.map_or(0.0, |d| d.sample(&mut self.rng));
         self.thinking.push(Reverse((t.to_bits(), client)));
     }
 
-    /// Admissions from the gate start in the backend. A request that waited is recharged
-    /// with its type's estimate now, as the proxy does (`Gate::recharge_waited`); what a
-    /// lower charge admits starts too.
-    fn start(&mut self, admitted: Vec<Admitted>) {
-        let g = self.gate.as_mut().expect("admissions come from the gate");
-        let (pending, estimator) = (&mut self.pending, &self.estimator);
-        let cost_of = |id: RequestId| {
-            let p = pending.get(&id.0).expect("admitted request is pending");
-            estimator.estimate_us(p.type_index).ok()
-        };
-        for a in g.recharge_waited(gate_us(self.now), admitted, cost_of) {
-            let p = pending.remove(&a.ticket.id().0).expect("admitted request is pending");
-            self.timeline.admitted_since[p.type_index] += 1;
-            self.running.push(Running {
-                client: p.client,
-                type_index: p.type_index,
-                remaining_us: self.cfg.types[p.type_index].demand_us,
-                sent_us: p.sent_us,
-                admitted_us: self.now,
-                ticket: Some(a.ticket),
-            });
+    fn count_refusal(&mut self, type_index: usize, reason: Refusal) {
+        if self.now < self.cfg.warmup_us {
+            return;
+        }
+        match reason {
+            Refusal::Expired => self.tally.expired[type_index] += 1,
+            _ => self.tally.refused[type_index] += 1,
+        }
+    }
+
+    /// Carry out the controller's decisions: admissions start in the backend; a refused
+    /// request's client thinks and sends again.
+    fn apply(&mut self, decisions: Vec<Decision>) {
+        for d in decisions {
+            match d {
+                Decision::Admit(g) => {
+                    let p = self.pending.remove(&g.ticket.id().0).expect("admitted request is pending");
+                    self.waiting_seq.remove(&p.seq);
+                    self.timeline.admitted_since[p.type_index] += 1;
+                    let last = &mut self.last_admitted_sent[p.type_index];
+                    if p.sent_us < *last {
+                        self.out_of_order += 1;
+                    }
+                    *last = p.sent_us;
+                    if self.cfg.script.is_some() {
+                        self.admissions.push((p.client, ctl_us(self.now)));
+                    }
+                    self.running.push(Running {
+                        client: Some(p.client),
+                        seq: p.seq,
+                        type_index: p.type_index,
+                        remaining_us: self.cfg.types[p.type_index].demand_us,
+                        sent_us: p.sent_us,
+                        admitted_us: self.now,
+                        ticket: Some(g.ticket),
+                    });
+                }
+                Decision::Refuse { id, type_index, reason } => {
+                    let p = self.pending.remove(&id.0).expect("refused request is pending");
+                    self.waiting_seq.remove(&p.seq);
+                    self.count_refusal(type_index, reason);
+                    self.think_then_send(p.client);
+                }
+            }
         }
     }
 
@@ -566,6 +746,7 @@ impl<'a> Model<'a> {
             completed,
             throughput_per_s: completed as f64 / window_s,
             work_per_s: tally.work / window_us,
+            useful_work_per_s: tally.useful / window_us,
             mean_response_us: if completed > 0 { tally.sum_rt.iter().sum::<f64>() / completed as f64 } else { 0.0 },
             // Little: mean number in the system / throughput, over the same window.
             little_response_us: if completed > 0 {
@@ -581,6 +762,8 @@ impl<'a> Model<'a> {
             types: self.type_results(),
             timeline: self.timeline.rows,
             timeline_capped: self.timeline.capped,
+            out_of_order_admissions: self.out_of_order,
+            admissions: self.admissions,
         }
     }
 
@@ -596,8 +779,10 @@ impl<'a> Model<'a> {
                 completed: tally.done[i],
                 mean_response_us: mean(tally.sum_rt[i], tally.done[i]),
                 mean_wait_us: mean(tally.sum_wait[i], tally.done[i]),
-                final_estimate_us: if self.gate.is_some() { self.estimator.estimate_us(i).unwrap_or(0) } else { 0 },
+                final_estimate_us: self.ctl.as_ref().map_or(0, |c| c.estimator().estimate_us(i).unwrap_or(0)),
                 expired: tally.expired[i],
+                refused: tally.refused[i],
+                gave_up: tally.gave_up[i],
             })
             .collect()
     }

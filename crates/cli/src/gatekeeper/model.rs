@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use serde::Serialize;
-use shortfirst_core::admission::{AdmissionPolicy, EstimatorConfig, GateConfig};
+use shortfirst_core::admission::{AdmissionPolicy, ChargeAt, EstimatorConfig, GateConfig};
 use shortfirst_gatekeeper::config;
 
 use super::BackendArgs;
@@ -59,6 +59,15 @@ pub struct ModelArgs {
     /// user thinks and sends again). Default: none.
     #[arg(long, value_name = "DURATION")]
     max_queue_wait: Option<String>,
+    /// Users give up on a request this long after sending it (a client timeout); the
+    /// request is withdrawn if it waits, finished for no one if it runs, and the user thinks
+    /// and sends again. Default: users wait for ever.
+    #[arg(long, value_name = "DURATION")]
+    client_patience: Option<String>,
+    /// The gatekeeper's --patience: refuse a request that would finish after its client
+    /// gives up — `learn` that from the give-ups, a DURATION, or `off`.
+    #[arg(long, default_value = "learn", value_name = "learn|off|DURATION")]
+    patience: String,
     /// Sample the gate's load, queue, head charge and per-type admissions this often into
     /// each run's `timeline` in --out (e.g. 100ms). Default: none.
     #[arg(long, value_name = "DURATION")]
@@ -93,8 +102,14 @@ struct Point {
     mean_in_flight: f64,
     /// Demand served per second over the processors (1: every processor busy).
     work_over_peak: f64,
+    /// The part of it completed while the request's user waited.
+    useful_work_over_peak: f64,
     /// Requests expired by --max-queue-wait per run, mean over seeds.
     expired: f64,
+    /// Requests refused because they would finish after their user gives up, per run.
+    refused: f64,
+    /// Requests whose user gave up, per run.
+    gave_up: f64,
     /// Per type: mean response (ms) and final estimate (ms), means over seeds.
     types: Vec<(String, f64, f64)>,
     runs: Vec<ModelResult>,
@@ -146,7 +161,10 @@ fn point(name: &str, clients: usize, peak: f64, cpus: usize, runs: Vec<ModelResu
         little_response_ms: mean(runs.iter().map(|r| r.little_response_us / 1e3)),
         mean_in_flight: mean(runs.iter().map(|r| r.mean_in_flight)),
         work_over_peak: mean(runs.iter().map(|r| r.work_per_s)) / cpus as f64,
+        useful_work_over_peak: mean(runs.iter().map(|r| r.useful_work_per_s)) / cpus as f64,
         expired: mean(runs.iter().map(|r| r.types.iter().map(|t| t.expired as f64).sum::<f64>())),
+        refused: mean(runs.iter().map(|r| r.types.iter().map(|t| t.refused as f64).sum::<f64>())),
+        gave_up: mean(runs.iter().map(|r| r.types.iter().map(|t| t.gave_up as f64).sum::<f64>())),
         types,
         runs,
     }
@@ -230,10 +248,15 @@ impl Setup {
             think_mean_us: think_us,
             gate: None,
             estimator: EstimatorConfig { basis, ..EstimatorConfig::default() },
+            auto: None,
+            charge_at: ChargeAt::Admission,
+            patience: a.patience.parse().map_err(|e: String| anyhow::anyhow!("--patience: {e}"))?,
+            client_patience_us: a.client_patience.as_deref().map(|t| parse_us(t, "client-patience")).transpose()?,
             duration_us,
             warmup_us,
             seed: a.seed,
             start_together: a.start_together,
+            script: None,
             timeline_period_us: a.timeline.as_deref().map(|t| parse_us(t, "timeline")).transpose()?,
         };
         let max_queue_wait_us = a
@@ -301,15 +324,18 @@ fn print_table(a: &ModelArgs, s: &Setup, capacity_us: u64, calibrated: bool, poi
     for p in points {
         let costliest = p.types.iter().max_by(|x, y| x.2.total_cmp(&y.2));
         eprintln!(
-            "  {:<14} X {:8.1}/s ({:.2} of peak, work {:.2})  mean RT {:8.1} ms completed, {:8.1} ms all (Little)  in flight {:6.1}  expired {:.0}{}",
+            "  {:<14} X {:8.1}/s ({:.2} of peak, work {:.2}, useful {:.2})  mean RT {:8.1} ms completed, {:8.1} ms all (Little)  in flight {:6.1}  expired {:.0} refused {:.0} gave up {:.0}{}",
             p.name,
             p.throughput_per_s,
             p.throughput_over_peak,
             p.work_over_peak,
+            p.useful_work_over_peak,
             p.mean_response_ms,
             p.little_response_ms,
             p.mean_in_flight,
             p.expired,
+            p.refused,
+            p.gave_up,
             costliest
                 .filter(|_| p.name != "direct")
                 .map(|(n, rt, est)| format!("  {n}: RT {rt:.0} ms, estimate {est:.0} ms"))

@@ -1,106 +1,42 @@
-//! Grant and wait: the decisions state under one lock (gate, estimator, waiters), the
-//! [`Permit`] that releases an admitted request's charge exactly once, the guard that
-//! cancels a request whose client left while queued, and the timer task (wait expiry,
-//! aging re-picks, auto-capacity ticks).
+//! Grant and wait: the admission controller under one lock with the channels of the
+//! waiting requests, the [`Permit`] that hands an admitted request's ticket back exactly
+//! once, the guards that report a client that left, and the timer task (wait expiry,
+//! refusals for patience, aging re-picks, auto-capacity ticks). Every decision is the
+//! controller's (`core::admission::Controller`); this file only carries them out.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use shortfirst_core::admission::auto::AutoCapacity;
-use shortfirst_core::admission::{Admitted, CostEstimator, Gate, RequestId, Sample, Ticket};
+use shortfirst_core::admission::{Controller, Decision, Refusal, RequestId, Ticket};
 use tokio::sync::{oneshot, Notify};
 
 use crate::busypoll::BusyPoll;
 use crate::classify::Classifier;
 use crate::config::ProxyConfig;
-use crate::metrics::{Metrics, Snapshot};
+use crate::metrics::{Metrics, ProxyOutcome, Snapshot};
 use crate::upstream::UpstreamPool;
 
 /// Decisions state, under one lock.
 pub(super) struct Core {
-    pub(super) gate: Gate,
-    pub(super) estimator: CostEstimator,
-    pub(super) auto: Option<AutoCapacity>,
-    /// Queued requests: where to send the grant, and the request's type.
-    pub(super) waiters: Waiters,
-    /// When the timer task will next look at the gate (`u64::MAX`: not before it is woken).
+    pub(super) ctl: Controller,
+    /// Where to send each waiting request's verdict; bounded by the controller's queue
+    /// length (an id is here exactly while the controller has it waiting).
+    pub(super) waiters: HashMap<RequestId, oneshot::Sender<Verdict>>,
+    /// When the timer task will next look at the controller (`u64::MAX`: not before it is
+    /// woken).
     pub(super) timer_at_us: u64,
-    /// Admitted, unfinished requests per type index (metrics).
-    pub(super) in_flight_by_type: Vec<usize>,
-    /// Set once shutdown begins: arrivals get 503, nothing waits any more.
-    pub(super) shutting_down: bool,
-}
-
-/// Queued requests by id (where to send the grant, the request's type), and each type's
-/// queued ids, so a type's waiting requests can be re-priced when its estimate changes
-/// (`Gate::reprice_waiting`) without scanning the whole queue. Both are bounded by the
-/// gate's queue length.
-pub(super) struct Waiters {
-    pub(super) map: HashMap<RequestId, (oneshot::Sender<Grant>, usize)>,
-    pub(super) by_type: Vec<BTreeSet<RequestId>>,
-}
-
-impl Waiters {
-    pub(super) fn new(num_types: usize) -> Self {
-        Waiters { map: HashMap::new(), by_type: vec![BTreeSet::new(); num_types] }
-    }
-
-    pub(super) fn insert(&mut self, id: RequestId, waiter: (oneshot::Sender<Grant>, usize)) {
-        if let Some(ids) = self.by_type.get_mut(waiter.1) {
-            ids.insert(id);
-        }
-        self.map.insert(id, waiter);
-    }
-
-    pub(super) fn remove(&mut self, id: &RequestId) -> Option<(oneshot::Sender<Grant>, usize)> {
-        let w = self.map.remove(id)?;
-        if let Some(ids) = self.by_type.get_mut(w.1) {
-            ids.remove(id);
-        }
-        Some(w)
-    }
-
-    pub(super) fn get(&self, id: &RequestId) -> Option<&(oneshot::Sender<Grant>, usize)> {
-        self.map.get(id)
-    }
-
-    pub(super) fn values(&self) -> impl Iterator<Item = &(oneshot::Sender<Grant>, usize)> {
-        self.map.values()
-    }
-
-    /// Every queued request, oldest first.
-    pub(super) fn ids(&self) -> Vec<RequestId> {
-        let mut ids: Vec<RequestId> = self.map.keys().copied().collect();
-        ids.sort_unstable();
-        ids
-    }
-
-    /// The queued requests of one type.
-    pub(super) fn of_type(&self, type_index: usize) -> Vec<RequestId> {
-        self.by_type.get(type_index).map_or_else(Vec::new, |ids| ids.iter().copied().collect())
-    }
 }
 
 impl Core {
-    /// The earliest time the timer task has something to do: a wait expiry, an aging
-    /// deadline or an auto-capacity tick.
-    pub(super) fn next_timer_us(&self) -> Option<u64> {
-        let a = self.gate.next_wakeup_us();
-        let b = self.auto.as_ref().map(|x| x.next_tick_us());
-        match (a, b) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
     /// After an event: whether the timer task must be woken because its next job moved
     /// earlier than it planned. Waking it on every event would cost a task wake-up (and a
     /// thread wake-up) per request for nothing.
     pub(super) fn timer_moved_earlier(&mut self) -> bool {
-        match self.next_timer_us() {
+        match self.ctl.next_wakeup_us() {
             Some(t) if t < self.timer_at_us => {
                 self.timer_at_us = t;
                 true
@@ -110,18 +46,17 @@ impl Core {
     }
 }
 
-/// Grants to send once the lock is released.
-pub(super) type Deliveries = Vec<(oneshot::Sender<Grant>, Grant)>;
+/// Verdicts to send once the lock is released.
+pub(super) type Deliveries = Vec<(oneshot::Sender<Verdict>, Verdict)>;
 
-pub(super) enum Grant {
+/// What a waiting request is told.
+pub(super) enum Verdict {
     Admitted {
         permit: Permit,
         waited_us: u64,
     },
-    /// Waited `max_queue_wait`: answer 503.
-    Expired,
-    /// The gatekeeper is shutting down: answer 503 with `Retry-After`.
-    ShuttingDown,
+    /// Answer 503: the controller refused it (wait limit, patience, shutdown).
+    Refused(Refusal),
 }
 
 pub(super) struct Shared {
@@ -137,7 +72,8 @@ pub(super) struct Shared {
     pub(super) busy: Option<Arc<BusyPoll>>,
 }
 
-/// Owns an admitted request's ticket; releasing happens in `Drop`, exactly once.
+/// Owns an admitted request's ticket; hands it back to the controller in `Drop` (without a
+/// sample) unless [`Permit::finish`] did (with one), so exactly once.
 pub(super) struct Permit {
     pub(super) shared: Arc<Shared>,
     pub(super) ticket: Option<Ticket>,
@@ -145,18 +81,22 @@ pub(super) struct Permit {
 }
 
 impl Permit {
-    /// Release with a successful service-time measurement.
+    /// Hand the ticket back with the measured service time (`None`: failed).
     pub(super) fn finish(mut self, service_us: Option<u64>) {
         if let Some(t) = self.ticket.take() {
-            self.shared.release(t, self.type_index, service_us);
+            self.shared.finish(t, service_us);
         }
+    }
+
+    pub(super) fn id(&self) -> Option<RequestId> {
+        self.ticket.as_ref().map(Ticket::id)
     }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
         if let Some(t) = self.ticket.take() {
-            self.shared.release(t, self.type_index, None);
+            self.shared.finish(t, None);
         }
     }
 }
@@ -168,187 +108,123 @@ impl Shared {
 
     pub(super) fn lock(&self) -> MutexGuard<'_, Core> {
         // A panic while holding the lock leaves consistent state (every mutation is a single
-        // core call), so recover rather than poison the whole proxy.
+        // controller call), so recover rather than poison the whole proxy.
         self.core.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Turn admissions into deliveries (to do after unlocking). `mine` is the id of a caller
-    /// that is not waiting on a channel yet; its permit is returned separately.
-    ///
-    /// A request that waited is recharged with its type's estimate now
-    /// (`Gate::recharge_waited`): the one it arrived with may be stale by its whole wait. A lower
-    /// charge can admit more, which goes through the same loop.
-    pub(super) fn route(
-        self: &Arc<Self>,
-        core: &mut Core,
-        admitted: Vec<Admitted>,
-        mine: Option<(RequestId, usize)>,
-    ) -> (Option<(Permit, u64)>, Deliveries) {
-        let mut own = None;
-        let mut out = Vec::with_capacity(admitted.len());
-        let admitted = if self.cfg.recharge_at_admission {
-            let (waiters, estimator) = (&core.waiters, &core.estimator);
-            let cost_of = |id: RequestId| {
-                let t = match mine {
-                    Some((m, t)) if m == id => Some(t),
-                    _ => waiters.get(&id).map(|w| w.1),
-                }?;
-                Some(estimator.estimate_us(t).unwrap_or(estimator.config().cold_cost_us))
-            };
-            core.gate.recharge_waited(self.now_us(), admitted, cost_of)
-        } else {
-            admitted
-        };
-        for a in admitted {
-            let id = a.ticket.id();
-            let type_index = match mine {
-                Some((m, t)) if m == id => Some(t),
-                _ => core.waiters.get(&id).map(|w| w.1),
-            };
-            if let Some(n) = type_index.and_then(|t| core.in_flight_by_type.get_mut(t)) {
-                *n += 1;
-            }
-            let permit = |type_index| Permit { shared: self.clone(), ticket: Some(a.ticket), type_index };
-            match mine {
-                Some((m, type_index)) if m == id => own = Some((permit(type_index), a.waited_us)),
-                _ => match core.waiters.remove(&id) {
-                    Some((tx, type_index)) => {
-                        out.push((tx, Grant::Admitted { permit: permit(type_index), waited_us: a.waited_us }))
-                    }
-                    None => {
-                        // Cannot happen: a queued id has a waiter until it is cancelled, and a
-                        // cancelled id is no longer in the gate. Never drop a permit under the
-                        // lock (its release would deadlock): hand it to a closed channel, so
-                        // it is dropped, and released, in `deliver`.
+    /// Turn the controller's decisions into verdicts for the waiting requests, to deliver
+    /// after unlocking.
+    pub(super) fn apply(self: &Arc<Self>, core: &mut Core, decisions: Vec<Decision>) -> Deliveries {
+        let mut out = Vec::with_capacity(decisions.len());
+        for d in decisions {
+            match d {
+                Decision::Admit(g) => {
+                    let id = g.ticket.id();
+                    let permit = Permit { shared: self.clone(), ticket: Some(g.ticket), type_index: g.type_index };
+                    let verdict = Verdict::Admitted { permit, waited_us: g.waited_us };
+                    // A waiting id has a channel; should one not (a bug), the permit goes
+                    // to a closed channel and is dropped, so released, in `deliver`: never
+                    // drop a permit under the lock (its release would deadlock).
+                    let tx = core.waiters.remove(&id).unwrap_or_else(|| {
                         debug_assert!(false, "admitted {id} without a waiter");
-                        let grant = Grant::Admitted { permit: permit(usize::MAX), waited_us: 0 };
-                        out.push((oneshot::channel().0, grant));
+                        oneshot::channel().0
+                    });
+                    out.push((tx, verdict));
+                }
+                Decision::Refuse { id, type_index, reason } => {
+                    self.count_refusal(type_index, reason);
+                    if let Some(tx) = core.waiters.remove(&id) {
+                        out.push((tx, Verdict::Refused(reason)));
                     }
-                },
+                }
             }
         }
-        (own, out)
+        out
+    }
+
+    /// A refusal in the metrics: the type's outcome and the counter of its reason.
+    pub(super) fn count_refusal(&self, type_index: usize, reason: Refusal) {
+        if let Some(tm) = self.metrics.types.get(type_index) {
+            tm.count(ProxyOutcome::Rejected);
+        }
+        let m = &self.metrics;
+        match reason {
+            Refusal::QueueFull => m.rejected_queue_full.fetch_add(1, Relaxed),
+            Refusal::Expired => m.rejected_queue_wait.fetch_add(1, Relaxed),
+            Refusal::WouldNotFinish => m.rejected_would_not_finish.fetch_add(1, Relaxed),
+            Refusal::ShuttingDown => m.rejected_shutting_down.fetch_add(1, Relaxed),
+        };
     }
 
     pub(super) fn deliver(deliveries: Deliveries) {
-        for (tx, grant) in deliveries {
-            // If the receiver is gone (the client left as it was admitted) the grant comes
-            // back and is dropped here, outside the lock: its permit releases the charge,
+        for (tx, verdict) in deliveries {
+            // If the receiver is gone (the client left as it was admitted) the verdict comes
+            // back and is dropped here, outside the lock: its permit hands the ticket back,
             // and the request is never started.
-            if let Err(Grant::Admitted { permit, .. }) = tx.send(grant) {
+            if let Err(Verdict::Admitted { permit, .. }) = tx.send(verdict) {
                 if let Some(tm) = permit.shared.metrics.types.get(permit.type_index) {
-                    tm.count(crate::metrics::ProxyOutcome::ClientGone);
+                    tm.count(ProxyOutcome::ClientGone);
                 }
             }
         }
     }
 
-    pub(super) fn release(self: &Arc<Self>, ticket: Ticket, type_index: usize, service_us: Option<u64>) {
-        let deliveries = {
+    /// Run one controller event under the lock, then deliver its verdicts and wake the
+    /// timer task if its next job moved earlier.
+    pub(super) fn event(self: &Arc<Self>, f: impl FnOnce(&mut Core, u64) -> Vec<Decision>) {
+        let (deliveries, wake) = {
             let mut guard = self.lock();
             let core = &mut *guard;
-            let now = self.now_us();
-            let mut repriced = Vec::new();
-            if let Some(wall_us) = service_us {
-                if type_index < core.estimator.num_types() {
-                    let share_us = core.gate.share_us(now, &ticket).unwrap_or(wall_us).min(wall_us);
-                    let serial_us = core.gate.serial_us(now, wall_us);
-                    let sample = Sample { wall_us, share_us, serial_us };
-                    let s = core.estimator.sample_us(sample);
-                    let _ = core.estimator.observe_request_at(type_index, sample, now);
-                    let est = core.estimator.estimate_us(type_index).unwrap_or(s);
-                    if let Some(auto) = core.auto.as_mut() {
-                        let warm = core.estimator.is_warm(type_index);
-                        auto.record(type_index, s, est, warm);
-                    }
-                    if self.cfg.recharge_at_admission && core.gate.reprices_waiting() {
-                        // The type's queued requests will be charged `est` at admission;
-                        // judge whether they fit by it too (`Gate::reprice_waiting`, which
-                        // acts under every policy).
-                        let ids = core.waiters.of_type(type_index);
-                        if !ids.is_empty() {
-                            repriced = core.gate.reprice_waiting(now, ids, est);
-                        }
-                    }
-                }
-            }
-            if let Some(n) = core.in_flight_by_type.get_mut(type_index) {
-                *n = n.saturating_sub(1);
-            }
-            let mut admitted = core.gate.release(now, ticket).unwrap_or_else(|e| {
-                tracing::error!("gatekeeper accounting: {e}");
-                Vec::new()
-            });
-            admitted.splice(0..0, repriced);
-            let wake = core.timer_moved_earlier();
-            (self.route(core, admitted, None).1, wake)
+            let decisions = f(core, self.now_us());
+            (self.apply(core, decisions), core.timer_moved_earlier())
         };
-        let (deliveries, wake) = deliveries;
         Self::deliver(deliveries);
         if wake {
             self.wake.notify_one();
         }
     }
 
-    /// Begin shutting down: from now on arrivals are refused, and every queued request is
-    /// taken out of the gate and answered 503 with `Retry-After`. Admitted requests go on.
-    pub(super) fn begin_shutdown(self: &Arc<Self>) {
-        let (refused, deliveries) = {
-            let mut guard = self.lock();
-            let core = &mut *guard;
-            core.shutting_down = true;
-            let now = self.now_us();
-            let ids: Vec<RequestId> = core.waiters.ids();
-            let mut refused = Vec::with_capacity(ids.len());
-            let mut admitted = Vec::new();
-            for id in ids {
-                if let Some((tx, _)) = core.waiters.remove(&id) {
-                    refused.push(tx);
-                }
-                admitted.extend(core.gate.cancel(now, id).unwrap_or_default());
-            }
-            (refused, self.route(core, admitted, None).1)
-        };
-        for tx in refused {
-            let _ = tx.send(Grant::ShuttingDown);
-        }
-        Self::deliver(deliveries);
+    fn finish(self: &Arc<Self>, ticket: Ticket, service_us: Option<u64>) {
+        self.event(|core, now| {
+            core.ctl.finish(now, ticket, service_us).unwrap_or_else(|e| {
+                tracing::error!("gatekeeper accounting: {e}");
+                Vec::new()
+            })
+        });
     }
 
-    /// Admitted requests whose backend work is not done yet (their charges).
+    /// Begin shutting down: from now on arrivals are refused, and every queued request is
+    /// answered 503 with `Retry-After`. Admitted requests go on.
+    pub(super) fn begin_shutdown(self: &Arc<Self>) {
+        self.event(|core, now| core.ctl.shut_down(now));
+    }
+
+    /// Admitted requests whose backend work is not done yet.
     pub(super) fn in_flight(&self) -> usize {
-        self.lock().gate.in_flight()
+        self.lock().ctl.gate().in_flight()
     }
 
     pub(super) fn snapshot(&self) -> Snapshot {
-        self.metrics.type_table_overflow.store(self.classifier.overflowed(), std::sync::atomic::Ordering::Relaxed);
+        self.metrics.type_table_overflow.store(self.classifier.overflowed(), Relaxed);
         let core = self.lock();
+        let (ctl, est) = (&core.ctl, core.ctl.estimator());
         let types = self
             .classifier
             .types()
             .into_iter()
-            .map(|(i, name)| {
-                let est = core.estimator.estimate_us(i).unwrap_or(0);
-                let n = core.estimator.samples(i).unwrap_or(0);
-                (i, name, est, n)
-            })
+            .map(|(i, name)| (i, name, est.estimate_us(i).unwrap_or(0), est.samples(i).unwrap_or(0)))
             .collect();
-        // Bounded by max_queue_len: read at scrape time, not kept on the request path.
-        let mut queued_by_type = vec![0; core.in_flight_by_type.len()];
-        for &(_, t) in core.waiters.values() {
-            if let Some(n) = queued_by_type.get_mut(t) {
-                *n += 1;
-            }
-        }
         Snapshot {
-            load_us: core.gate.load_us(),
-            capacity_us: core.gate.capacity_us(),
-            queue_len: core.gate.queue_len(),
-            in_flight: core.gate.in_flight(),
-            head_cost_us: core.gate.head_cost_us(),
+            load_us: ctl.gate().load_us(),
+            capacity_us: ctl.gate().capacity_us(),
+            queue_len: ctl.gate().queue_len(),
+            in_flight: ctl.gate().in_flight(),
+            head_cost_us: ctl.gate().head_cost_us(),
             types,
-            queued_by_type,
-            in_flight_by_type: core.in_flight_by_type.clone(),
+            queued_by_type: ctl.queued_by_type(),
+            in_flight_by_type: ctl.in_flight_by_type().to_vec(),
+            patience_us: (0..ctl.in_flight_by_type().len()).map(|t| ctl.patience_us(t)).collect(),
+            give_ups: ctl.give_ups(),
             client_connections: self.metrics.client_connections.get(),
             upstream_connections: self.pool.open_connections(),
             upstream_idle: self.pool.idle_connections(),
@@ -357,51 +233,43 @@ impl Shared {
     }
 }
 
-/// Removes a still-queued request from the gate when its handler is dropped.
-pub(super) struct WaitGuard {
+/// Reports a client that left: dropped while armed (the handler future dropped with the
+/// client's connection), it tells the controller, which takes a waiting request out of the
+/// queue and learns the clients' patience either way.
+pub(super) struct GoneGuard {
     pub(super) shared: Arc<Shared>,
     pub(super) id: RequestId,
     pub(super) armed: bool,
 }
 
-impl Drop for WaitGuard {
+impl Drop for GoneGuard {
     fn drop(&mut self) {
         if !self.armed {
             return;
         }
-        let deliveries = {
-            let mut core = self.shared.lock();
-            core.waiters.remove(&self.id);
-            let now = self.shared.now_us();
-            match core.gate.cancel(now, self.id) {
-                Some(admitted) => {
-                    self.shared.metrics.cancelled_while_queued.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    self.shared.route(&mut core, admitted, None).1
-                }
-                // Already admitted: the grant (if any) is dropped with the channel and its
-                // permit releases the charge.
-                None => Vec::new(),
+        let id = self.id;
+        let metrics = &self.shared.metrics;
+        self.shared.event(|core, now| {
+            if core.waiters.remove(&id).is_some() {
+                metrics.cancelled_while_queued.fetch_add(1, Relaxed);
             }
-        };
-        Shared::deliver(deliveries);
+            core.ctl.client_gone(now, id)
+        });
     }
 }
 
-/// Expiry of waits, aging re-picks and auto-capacity ticks.
+/// Expiry of waits, refusals for patience, aging re-picks and auto-capacity ticks.
 pub(super) async fn timer_task(shared: Arc<Shared>) {
     loop {
         let next_us = {
             let mut core = shared.lock();
-            let next = core.next_timer_us();
+            let next = core.ctl.next_wakeup_us();
             core.timer_at_us = next.unwrap_or(u64::MAX);
             next
         };
         let sleep = async {
             match next_us {
-                Some(t) => {
-                    let at = shared.start + Duration::from_micros(t);
-                    tokio::time::sleep_until(at).await
-                }
+                Some(t) => tokio::time::sleep_until(shared.start + Duration::from_micros(t)).await,
                 None => std::future::pending().await,
             }
         };
@@ -409,27 +277,13 @@ pub(super) async fn timer_task(shared: Arc<Shared>) {
             _ = sleep => {}
             _ = shared.wake.notified() => continue,
         }
-        let (expired, deliveries) = {
-            let mut core = shared.lock();
-            let now = shared.now_us();
-            let (expired_ids, mut admitted) = core.gate.expire(now);
-            admitted.extend(core.gate.poll(now));
-            if let Some(auto) = core.auto.as_mut() {
-                if let Some(decision) = auto.tick(now) {
-                    let cap = auto.capacity_us();
-                    tracing::debug!(?decision, capacity_us = cap, inflation = ?auto.last_inflation(), "auto capacity");
-                    if cap != core.gate.capacity_us() {
-                        admitted.extend(core.gate.set_capacity(now, cap).unwrap_or_default());
-                    }
-                }
+        shared.event(|core, now| {
+            let before = core.ctl.gate().capacity_us();
+            let d = core.ctl.poll(now);
+            if core.ctl.gate().capacity_us() != before {
+                tracing::debug!(capacity_us = core.ctl.gate().capacity_us(), "auto capacity");
             }
-            let expired: Vec<_> =
-                expired_ids.into_iter().filter_map(|id| core.waiters.remove(&id).map(|(tx, _)| tx)).collect();
-            (expired, shared.route(&mut core, admitted, None).1)
-        };
-        for tx in expired {
-            let _ = tx.send(Grant::Expired);
-        }
-        Shared::deliver(deliveries);
+            d
+        });
     }
 }

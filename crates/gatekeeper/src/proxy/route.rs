@@ -12,10 +12,10 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::http::uri::PathAndQuery;
 use hyper::{Request, Response, StatusCode};
-use shortfirst_core::admission::{Charge, RequestId};
+use shortfirst_core::admission::{Arrival, Refusal, RequestId};
 use tokio::sync::oneshot;
 
-use super::grant::{Grant, Permit, Shared, WaitGuard};
+use super::grant::{GoneGuard, Permit, Shared, Verdict};
 use super::headers::{add_forwarding, strip_hop_by_hop};
 use super::reply::{text_response, unavailable};
 use super::stream::{Metered, RequestBody};
@@ -57,103 +57,96 @@ pub(super) async fn handle(
     Ok(resp)
 }
 
-/// Arrive at the gate; if not admitted at once, wait for a grant. `Err`: the answer to
-/// give instead (503 when the queue is full or the wait too long, 400 when the request
-/// body failed while queued).
+/// Arrive at the controller; if not admitted at once, wait for a verdict. `Err`: the answer
+/// to give instead (503 when refused, 400 when the request body failed while queued).
 async fn admit(
     shared: &Arc<Shared>,
     type_index: usize,
     body: &mut RequestBody,
 ) -> Result<(Permit, u64), Response<ProxyBody>> {
-    let tm = &shared.metrics.types[type_index];
-    let (own, deliveries, wake, rx) = {
-        let mut core = shared.lock();
-        if core.shutting_down {
-            drop(core);
-            tm.count(ProxyOutcome::Rejected);
-            return Err(unavailable(shared, "gatekeeper: shutting down"));
-        }
-        let now = shared.now_us();
-        // A probe re-measures a type sjf has not admitted for a while (core::admission,
-        // "Re-sampling").
-        let charge = core
-            .estimator
-            .charge(type_index, now)
-            .unwrap_or(Charge { cost_us: core.estimator.config().cold_cost_us, probe: false });
-        let arrived = if charge.probe {
-            tm.probes.fetch_add(1, Relaxed);
-            core.gate.arrive_probe_in(now, type_index as u64, charge.cost_us)
-        } else {
-            // The type is the request's class: within a type, first come, first served
-            // (core::admission, "Classes").
-            core.gate.arrive_in(now, type_index as u64, charge.cost_us)
-        };
-        let Ok((id, admitted)) = arrived else {
-            drop(core);
-            shared.metrics.rejected_queue_full.fetch_add(1, Relaxed);
-            tm.count(ProxyOutcome::Rejected);
-            return Err(unavailable(shared, "gatekeeper: admission queue full"));
-        };
-        let (own, deliveries) = shared.route(&mut core, admitted, Some((id, type_index)));
-        let rx = if own.is_none() {
-            let (tx, rx) = oneshot::channel();
-            core.waiters.insert(id, (tx, type_index));
-            if let Some(a) = core.auto.as_mut() {
-                a.note_saturated();
+    let (outcome, deliveries, wake) = {
+        let mut guard = shared.lock();
+        let core = &mut *guard;
+        let arrived = match core.ctl.arrive(shared.now_us(), type_index) {
+            Ok(a) => a,
+            Err(e) => {
+                // Cannot happen: the classifier's types are the controller's.
+                drop(guard);
+                tracing::error!("gatekeeper: {e}");
+                return Err(unavailable(shared, "gatekeeper: internal error"));
             }
-            Some((id, rx))
-        } else {
-            None
         };
-        (own, deliveries, core.timer_moved_earlier(), rx)
+        if arrived.probe {
+            // A probe re-measures a type sjf has not admitted for a while (core::admission,
+            // "Re-sampling").
+            shared.metrics.types[type_index].probes.fetch_add(1, Relaxed);
+        }
+        let deliveries = shared.apply(core, arrived.others);
+        let outcome = match arrived.outcome {
+            Arrival::Admitted(g) => {
+                let permit = Permit { shared: shared.clone(), ticket: Some(g.ticket), type_index };
+                Ok((permit, g.waited_us))
+            }
+            Arrival::Queued(id) => {
+                let (tx, rx) = oneshot::channel();
+                core.waiters.insert(id, tx);
+                Err(Ok((id, rx)))
+            }
+            Arrival::Refused(reason) => Err(Err(reason)),
+        };
+        (outcome, deliveries, core.timer_moved_earlier())
     };
     Shared::deliver(deliveries);
     if wake {
         shared.wake.notify_one();
     }
-    match (own, rx) {
-        (Some(p), _) => Ok(p),
-        (None, Some((id, rx))) => wait_for_grant(shared, type_index, id, rx, body).await,
-        (None, None) => unreachable!("either admitted or waiting"),
+    match outcome {
+        Ok(p) => Ok(p),
+        Err(Ok((id, rx))) => wait_for_verdict(shared, id, rx, body).await,
+        Err(Err(reason)) => {
+            shared.count_refusal(type_index, reason);
+            Err(refusal(shared, reason))
+        }
     }
 }
 
-/// Wait in the queue for a grant. While queued, read the request body ahead (bounded): a
+/// The 503 for a refusal.
+fn refusal(shared: &Shared, reason: Refusal) -> Response<ProxyBody> {
+    unavailable(
+        shared,
+        match reason {
+            Refusal::QueueFull => "gatekeeper: admission queue full",
+            Refusal::Expired => "gatekeeper: waited too long for admission",
+            Refusal::WouldNotFinish => "gatekeeper: too busy to answer in time",
+            Refusal::ShuttingDown => "gatekeeper: shutting down",
+        },
+    )
+}
+
+/// Wait in the queue for a verdict. While queued, read the request body ahead (bounded): a
 /// client that goes away mid-body is only noticed by reading it. Returning early (or being
-/// dropped with the client) drops the armed guard, which takes the request out of the queue.
-async fn wait_for_grant(
+/// dropped with the client) drops the armed guard, which reports the client gone.
+async fn wait_for_verdict(
     shared: &Arc<Shared>,
-    type_index: usize,
     id: RequestId,
-    mut rx: oneshot::Receiver<Grant>,
+    mut rx: oneshot::Receiver<Verdict>,
     body: &mut RequestBody,
 ) -> Result<(Permit, u64), Response<ProxyBody>> {
-    let tm = &shared.metrics.types[type_index];
-    let mut guard = WaitGuard { shared: shared.clone(), id, armed: true };
-    let grant = tokio::select! {
-        grant = &mut rx => grant,
+    let mut guard = GoneGuard { shared: shared.clone(), id, armed: true };
+    let verdict = tokio::select! {
+        verdict = &mut rx => verdict,
         e = body.watch() => {
             tracing::debug!("client body failed while queued: {e}");
             return Err(text_response(StatusCode::BAD_REQUEST, "gatekeeper: request body failed while queued"));
         }
     };
     guard.armed = false;
-    match grant {
-        Ok(Grant::Admitted { permit, waited_us }) => Ok((permit, waited_us)),
-        Ok(Grant::ShuttingDown) => {
-            tm.count(ProxyOutcome::Rejected);
-            Err(unavailable(shared, "gatekeeper: shutting down"))
-        }
-        Ok(Grant::Expired) => {
-            shared.metrics.rejected_queue_wait.fetch_add(1, Relaxed);
-            tm.count(ProxyOutcome::Rejected);
-            Err(unavailable(shared, "gatekeeper: waited too long for admission"))
-        }
-        Err(_) => {
-            // The sender was dropped without a grant: only at shutdown.
-            tm.count(ProxyOutcome::Rejected);
-            Err(unavailable(shared, "gatekeeper: shutting down"))
-        }
+    match verdict {
+        Ok(Verdict::Admitted { permit, waited_us }) => Ok((permit, waited_us)),
+        // Counted where the controller refused it.
+        Ok(Verdict::Refused(reason)) => Err(refusal(shared, reason)),
+        // The sender was dropped without a verdict: only at teardown.
+        Err(_) => Err(refusal(shared, Refusal::ShuttingDown)),
     }
 }
 
@@ -190,8 +183,15 @@ async fn forward(
         }
     }
     let (tx, rx) = oneshot::channel();
+    // Until the response head is back, a dropped handler is a client that gave up while the
+    // backend worked: the controller learns its patience from it.
+    let mut gone = permit.id().map(|id| GoneGuard { shared: shared.clone(), id, armed: true });
     tokio::spawn(exchange(shared.clone(), Request::from_parts(parts, body), permit, type_index, tx));
-    rx.await.unwrap_or_else(|_| text_response(StatusCode::BAD_GATEWAY, "gatekeeper: upstream exchange failed"))
+    let resp = rx.await;
+    if let Some(g) = gone.as_mut() {
+        g.armed = false;
+    }
+    resp.unwrap_or_else(|_| text_response(StatusCode::BAD_GATEWAY, "gatekeeper: upstream exchange failed"))
 }
 
 /// One upstream exchange, holding the permit. Not started if the client has already gone

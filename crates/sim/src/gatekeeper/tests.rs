@@ -21,10 +21,15 @@ fn config(gate: Option<GateConfig>, basis: Basis) -> ModelConfig {
         think_mean_us: 500_000.0,
         gate,
         estimator: EstimatorConfig { basis, ..EstimatorConfig::default() },
+        auto: None,
+        charge_at: ChargeAt::Admission,
+        patience: PatienceRule::Off,
+        client_patience_us: None,
         duration_us: 120e6,
         warmup_us: 20e6,
         seed: 7,
         start_together: false,
+        script: None,
         timeline_period_us: None,
     }
 }
@@ -159,10 +164,15 @@ fn foreign(capacity_us: u64, policy: AdmissionPolicy) -> ModelResult {
         think_mean_us: 5e6,
         gate: Some(GateConfig::new(capacity_us, policy)),
         estimator: EstimatorConfig::default(),
+        auto: None,
+        charge_at: ChargeAt::Admission,
+        patience: PatienceRule::Off,
+        client_patience_us: None,
         duration_us: 200e6,
         warmup_us: 40e6,
         seed: 3,
         start_together: false,
+        script: None,
         timeline_period_us: None,
     };
     run(&cfg).unwrap()
@@ -252,4 +262,43 @@ fn calibrate_picks_the_smallest_near_best() {
     assert!(chosen.throughput_per_s >= 0.98 * best);
     assert!(trials.iter().take_while(|t| t.capacity_us < cap).all(|t| t.throughput_per_s < 0.98 * best));
     assert!(calibrate(&config(None, Basis::Wall), 1, 2, 2.0, 0.0).is_err());
+}
+
+/// Within a type, every policy admits in arrival order: the model arrives with the type, so
+/// a drifting estimate cannot let a later request of a type overtake an earlier one.
+#[test]
+fn each_type_is_admitted_in_arrival_order_under_every_policy() {
+    for policy in ["fifo", "sjf", "sjf-aging:2"] {
+        let gate = GateConfig::new(2_000_000, policy.parse().unwrap());
+        let r = run(&ModelConfig { duration_us: 60e6, ..config(Some(gate), Basis::Wall) }).unwrap();
+        assert!(r.completed > 1000, "{policy}: {}", r.completed);
+        assert_eq!(r.out_of_order_admissions, 0, "{policy}");
+    }
+}
+
+/// Clients that give up after 5 s against twice the saturating load and no wait limit:
+/// with the patience rule learned from their give-ups the backend works for clients who
+/// wait; without it much of its work is for clients already gone.
+#[test]
+fn learned_patience_keeps_the_work_useful() {
+    for policy in ["fifo", "sjf", "sjf-aging:2"] {
+        let run_with = |patience| {
+            let gate = GateConfig::new(2_000_000, policy.parse().unwrap());
+            let cfg = ModelConfig {
+                clients: 1000,
+                think_mean_us: 0.0,
+                client_patience_us: Some(5e6),
+                patience,
+                ..config(Some(gate), Basis::Wall)
+            };
+            run(&cfg).unwrap()
+        };
+        let (off, learn) = (run_with(PatienceRule::Off), run_with(PatienceRule::Learn));
+        println!(
+            "{policy}: useful work off {:.2} learn {:.2} of {:.2} served",
+            off.useful_work_per_s, learn.useful_work_per_s, learn.work_per_s
+        );
+        assert!(learn.useful_work_per_s >= 0.9 * learn.work_per_s, "{policy}");
+        assert!(learn.useful_work_per_s >= off.useful_work_per_s, "{policy}");
+    }
 }
