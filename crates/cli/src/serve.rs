@@ -315,8 +315,10 @@ mod tests {
             ("scheduler = \"user\"\nlink-rate = \"10mbps\"\n", "link-rate"),
         ] {
             let file = write(&dir, "bad.toml", text);
-            let msg = format!("{:#}", parse(&["--config", &file]).unwrap().resolve().unwrap_err());
+            // As main prints it: the whole chain, each cause once.
+            let msg = format!("{:#}", anyhow::Error::from(parse(&["--config", &file]).unwrap().resolve().unwrap_err()));
             assert!(msg.contains(key) && msg.contains("bad.toml"), "{text}: {msg}");
+            assert_eq!(msg.matches(&format!("`{key}`")).count().max(1), 1, "{text}: said twice: {msg}");
         }
         // Given by the flag, the fault is the flag's: the file is not blamed.
         let file = write(&dir, "ok.toml", "backlog = 5\n");

@@ -221,9 +221,9 @@ impl ServerConfig {
         let from_file: Vec<String> = file.keys_set().into_iter().filter(|k| !flags.keys_set().contains(k)).collect();
         ServerConfig::from_file(file.overlay(flags)).map_err(|e| match e {
             ConfigError::Invalid { key, .. } if from_file.iter().any(|k| k.as_str() == key) => {
-                ConfigError::InFile { path, source: Box::new(e) }
+                ConfigError::InFile { path, error: Box::new(e) }
             }
-            ConfigError::Missing(_) => ConfigError::InFile { path, source: Box::new(e) },
+            ConfigError::Missing(_) => ConfigError::InFile { path, error: Box::new(e) },
             e => e,
         })
     }
@@ -522,8 +522,9 @@ impl ServerConfig {
 pub enum ConfigError {
     #[error("missing required setting `{0}` (flag --{0}, or `{0}` in the --config file)")]
     Missing(&'static str),
-    #[error("config file {path}: {source}")]
-    InFile { path: PathBuf, source: Box<ConfigError> },
+    /// What is wrong came from this config file (`error` is displayed, not chained).
+    #[error("config file {}: {error}", path.display())]
+    InFile { path: PathBuf, error: Box<ConfigError> },
     #[error("setting `{key}`: {reason}")]
     Invalid { key: &'static str, reason: String },
     #[error("config file {path}")]
