@@ -187,7 +187,7 @@ def machine() -> dict:
 def shortfirst_variants(user_uplink_rate: str) -> dict[str, list[str]]:
     return {
         "shortfirst": [],
-        "shortfirst-user": ["--scheduler", "user", "--uplink-rate", user_uplink_rate, "--policy", "srpt"],
+        "shortfirst-user": ["--scheduler", "user", "--link-rate", user_uplink_rate, "--policy", "srpt"],
         "shortfirst-srrt": ["--policy", "srrt"],
     }
 
@@ -336,7 +336,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument(
         "--user-uplink-rate",
         default="40gbit",
-        help="shortfirst-user's --uplink-rate: above what loopback carries, so the pacer never binds",
+        help="shortfirst-user's --link-rate: above what loopback carries, so the pacer never binds",
     )
     ap.add_argument(
         "--servers",

@@ -2,8 +2,8 @@
 
 use shortfirst_core::admission::auto::AutoConfig;
 use shortfirst_gatekeeper::classify::{route_template, Classifier, Rule, OVERFLOW_TYPE};
-use shortfirst_gatekeeper::config::{parse_cost_us, parse_duration, FileConfig, Upstream};
-use shortfirst_gatekeeper::CapacitySetting;
+use shortfirst_gatekeeper::config::{parse_cost_us, parse_duration, Upstream};
+use shortfirst_gatekeeper::{CapacitySetting, ProxyConfig, ProxySettings};
 
 use crate::{fields, text};
 
@@ -45,9 +45,10 @@ pub fn gatekeeper_classify(data: &[u8]) {
 /// capacity, validated auto settings, an upstream prefix without trailing `/`).
 pub fn gatekeeper_config(data: &[u8]) {
     let [toml_text, capacity, upstream, cost, duration] = fields::<5>(data);
-    if let Ok(file) = toml::from_str::<FileConfig>(&text(toml_text)) {
+    if let Ok(file) = ProxySettings::parse(&text(toml_text), std::path::Path::new("fuzz.toml")) {
         let _ = file.estimator();
         let _ = file.auto(AutoConfig::default());
+        let _ = ProxyConfig::from_settings(&file);
     }
     match CapacitySetting::parse(&text(capacity)) {
         Ok(CapacitySetting::Fixed { capacity_us }) => assert!(capacity_us > 0),

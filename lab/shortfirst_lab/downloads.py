@@ -245,7 +245,7 @@ def run(
     if scheduler not in SCHEDULERS:
         raise ValueError(f"scheduler {scheduler!r}: expected one of {', '.join(SCHEDULERS)}")
     if scheduler != "kernel":
-        server_args = ("--scheduler", scheduler, "--uplink-rate", str(RATE_BITS_PER_S), *server_args)
+        server_args = ("--scheduler", scheduler, "--link-rate", str(RATE_BITS_PER_S), *server_args)
     if send_buffer_bytes:
         server_args = ("--send-buffer-bytes", str(send_buffer_bytes), *server_args)
     result = Result(

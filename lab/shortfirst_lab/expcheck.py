@@ -436,6 +436,7 @@ def _run_timing(r: _Section, client: Client) -> RunTiming:
 #: `serve` flags the runner sets per arm; in `server.extra_args` they would contradict the arm.
 _ARM_FLAGS = (
     "--scheduler",
+    "--link-rate",
     "--uplink-rate",
     "--write-concurrency",
     "--pacer-burst-bytes",

@@ -71,7 +71,7 @@ def scheduler_flags(scheduler: str, u: Uplink, s: Server) -> list[str]:
     limits how many responses write at once."""
     if scheduler == "kernel":
         return []
-    out = ["--scheduler", scheduler, "--uplink-rate", str(u.rate_bits_per_s)]
+    out = ["--scheduler", scheduler, "--link-rate", str(u.rate_bits_per_s)]
     if s.pacer_burst == "link":
         out += ["--pacer-burst-bytes", str(tbf_burst_bytes(u.mtu, u.rate_bits_per_s))]
     if s.pacer_rate_fraction:

@@ -42,7 +42,7 @@ def _run_sim(bin_path: Path, sdir: Path, trace: pd.DataFrame, policy: str, rate:
     out = trace.rename(columns={"scheduled_s": "time_s"})[["time_s", "path", "size_bytes"]]
     write_atomic(sdir / "trace.csv", out.to_csv(index=False))
     argv = [str(bin_path), "sim", "--trace", str(sdir / "trace.csv"), "--policy", policy,
-            "--rate", str(rate), "--out", str(sdir)]  # fmt: skip
+            "--link-rate", str(rate), "--out", str(sdir)]  # fmt: skip
     write_atomic(sdir / "commands.txt", shlex.join(argv) + "\n")
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=SIM_TIMEOUT_S, check=False)

@@ -616,7 +616,7 @@ class Runner:
             exp.client.model,
             "--load",
             f"{spec.load:g}",
-            "--uplink",
+            "--link-rate",
             str(exp.uplink.rate_bits_per_s),
             "--duration",
             f"{exp.run.duration_s:g}",

@@ -65,7 +65,7 @@ def run_sim(
     binary: Path | None = None,
 ) -> dict:
     """Runs ``shortfirst sim`` once; returns the parsed ``summary.json``."""
-    cmd = [str(binary or find_binary()), "sim", "--policy", policy, "--rate", rate, "--out", str(out_dir)]
+    cmd = [str(binary or find_binary()), "sim", "--policy", policy, "--link-rate", rate, "--out", str(out_dir)]
     if trace is not None:
         cmd += ["--trace", str(trace)]
     if workload is not None:

@@ -449,7 +449,7 @@ class Testbed:
                 "setup",
                 "--dev",
                 self.server_dev,
-                "--rate",
+                "--link-rate",
                 str(self.rate_bits_per_s),
                 "--bands",
                 str(self.data_bands),

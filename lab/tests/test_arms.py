@@ -36,8 +36,8 @@ def _doc(arms=None, **sections):
 
 
 FOUR = ["fair", "srpt", "srpt/user", "srpt/crovella"]
-USER = ["--scheduler", "user", "--uplink-rate", "10000000"]
-CROVELLA = ["--scheduler", "crovella", "--uplink-rate", "10000000"]
+USER = ["--scheduler", "user", "--link-rate", "10000000"]
+CROVELLA = ["--scheduler", "crovella", "--link-rate", "10000000"]
 
 
 @pytest.mark.parametrize(
@@ -255,11 +255,11 @@ def test_runner_shapes_and_starts_each_arm(fake_env, tmp_path):  # noqa: F811 - 
     assert FakeTestbed.shapers == ["htb", "htb", "tbf", "tbf"]
     for run, scheduler, flags in (
         ("fair-load0.50-rep1", None, None),
-        ("srpt-user-load0.50-rep1", "user", "--scheduler user --uplink-rate 1000000"),
+        ("srpt-user-load0.50-rep1", "user", "--scheduler user --link-rate 1000000"),
         (
             "srpt-crovella-load0.50-rep1",
             "crovella",
-            "--scheduler crovella --uplink-rate 1000000 --pacer-burst-bytes 6056 --write-concurrency 7",
+            "--scheduler crovella --link-rate 1000000 --pacer-burst-bytes 6056 --write-concurrency 7",
         ),
     ):
         d = out / "runs" / run

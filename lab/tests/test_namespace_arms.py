@@ -61,7 +61,7 @@ def test_both_arms_ran_and_the_summary_compares_them(experiment):
 def test_the_user_arm_runs_under_a_token_bucket_and_paces_itself(experiment):
     out, _ = experiment
     user, fair = out / "runs" / "srpt-user-load0.80-rep1", out / "runs" / "fair-load0.80-rep1"
-    assert "--scheduler user --uplink-rate 10000000" in (user / "commands.txt").read_text()
+    assert "--scheduler user --link-rate 10000000" in (user / "commands.txt").read_text()
     assert "--scheduler" not in (fair / "commands.txt").read_text()
     (band,) = json.loads((user / "uplink.json").read_text())["bands"]
     assert band["class"] == "tbf" and band["bytes"] > 0

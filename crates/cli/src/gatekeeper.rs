@@ -1,7 +1,7 @@
 //! `shortfirst gatekeeper`: the admission-control / SJF reverse proxy, its capacity
 //! calibration (`calibrate`) and the synthetic backend used by tests and benchmarks
-//! (`synthetic-upstream`). Argument parsing and merging with the TOML file only; the work
-//! is in `shortfirst_gatekeeper`.
+//! (`synthetic-upstream`). Argument parsing only; the work is in `shortfirst_gatekeeper`,
+//! the proxy's flags, file keys, merge and checks too (`shortfirst_gatekeeper::settings`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -10,9 +10,9 @@ use anyhow::{bail, Context};
 use shortfirst_core::admission::calibration::{CapacityChoice, ChoiceRule};
 use shortfirst_gatekeeper::calibrate::{self, CalibrateConfig, Trial};
 use shortfirst_gatekeeper::classify::Rule;
-use shortfirst_gatekeeper::config::{self, CapacitySetting, FileConfig, ProxyConfig, Upstream};
+use shortfirst_gatekeeper::config::{self, CapacitySetting, ProxyConfig, Upstream};
 use shortfirst_gatekeeper::synthetic::{self, SyntheticConfig};
-use shortfirst_gatekeeper::Gatekeeper;
+use shortfirst_gatekeeper::{Gatekeeper, ProxySettings};
 
 mod model;
 
@@ -22,7 +22,7 @@ pub struct Args {
     #[command(subcommand)]
     command: Option<Sub>,
     #[command(flatten)]
-    proxy: Box<ProxyArgs>,
+    proxy: Box<ProxySettings>,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -34,120 +34,6 @@ enum Sub {
     /// Simulate the gatekeeper's admission code in a closed loop against the synthetic
     /// backend's service model (virtual time, seeded): calibrate, then direct vs policies.
     Model(Box<model::ModelArgs>),
-}
-
-#[derive(clap::Args, Debug, Clone)]
-struct ProxyArgs {
-    /// Address to accept clients on, e.g. 0.0.0.0:8080.
-    #[arg(long, value_name = "ADDR:PORT")]
-    listen: Option<SocketAddr>,
-    /// The application server, e.g. http://127.0.0.1:9000 (an optional path is a prefix).
-    #[arg(long, value_name = "URL")]
-    upstream: Option<String>,
-    /// Admission capacity in cost units (time of upstream service: 800us, 25ms, 2s; bare
-    /// number = ms), or `auto` to adapt online. Default: auto.
-    #[arg(long, value_name = "UNITS|auto")]
-    capacity: Option<String>,
-    /// Admission queue order. Default: sjf.
-    #[arg(long, value_name = "fifo|sjf|sjf-aging:X")]
-    policy: Option<String>,
-    /// Classification rule, repeatable, first match wins: `route`, `header:NAME`, or
-    /// `NAME=REGEX` (matched against "METHOD /path?query"). Default: route.
-    #[arg(long, value_name = "RULE")]
-    classify: Vec<String>,
-    /// Serve Prometheus metrics at http://ADDR:PORT/metrics and a liveness check at
-    /// http://ADDR:PORT/healthz (200 "ok" while the gatekeeper runs).
-    #[arg(long, value_name = "ADDR:PORT")]
-    admin: Option<SocketAddr>,
-    /// TOML configuration file; flags override its keys, which are the flags' names
-    /// without `--` (crates/gatekeeper/gatekeeper.example.toml lists them all). SIGHUP
-    /// re-reads it and applies classify, capacity and policy without dropping connections.
-    #[arg(long, value_name = "FILE.toml")]
-    config: Option<PathBuf>,
-    /// Most request types tracked, including the shared overflow type. Default: 64.
-    #[arg(long)]
-    max_types: Option<usize>,
-    /// Longest admission queue; arrivals beyond get 503 + Retry-After. Default: 100000.
-    #[arg(long)]
-    max_queue_len: Option<usize>,
-    /// Longest wait for admission before 503 + Retry-After (e.g. 10s). Default: none.
-    #[arg(long, value_name = "DURATION")]
-    max_queue_wait: Option<String>,
-    /// Under sjf, a request that has waited this long is admitted before every other,
-    /// oldest first (a starvation bound on the wait to start, e.g. 5s). Default: none.
-    #[arg(long, value_name = "DURATION")]
-    max_wait: Option<String>,
-    /// Under sjf with --max-wait and under sjf-aging, requests past their bound go first
-    /// only while the requests admitted so have had at most this share of the backend's
-    /// recent busy time; beyond it they wait in cost order, so cheap requests keep the rest in an
-    /// overload (e.g. 0.6). Default: 1 (always first).
-    #[arg(long, value_name = "FRACTION")]
-    overdue_share: Option<f64>,
-    /// Also cap the number of admitted requests (beyond the paper: for backends that
-    /// collapse on concurrency, e.g. their connection or process limit). Default: none.
-    #[arg(long, value_name = "N")]
-    max_in_flight: Option<usize>,
-    /// Time allowed for the upstream's response head before 504 (also the connect
-    /// timeout). Default: 60s.
-    #[arg(long, value_name = "DURATION")]
-    upstream_timeout: Option<String>,
-    /// Longest silence of the upstream within a response body (e.g. 30s): past it the
-    /// response is cut (its status has gone out), the connection closed and the charge
-    /// released. Default: 60s.
-    #[arg(long, value_name = "DURATION")]
-    upstream_body_timeout: Option<String>,
-    /// Time a client has to send a whole request head, and the longest idle time of a
-    /// kept-alive client connection (e.g. 10s): past it the connection is closed
-    /// (slowloris). Default: 30s.
-    #[arg(long, value_name = "DURATION")]
-    header_timeout: Option<String>,
-    /// What a request's cost sample is: `wall` (its upstream service time, the paper),
-    /// `share` (service time divided, moment by moment, by the requests in flight: its
-    /// share of a processor-sharing backend) or `serial` (the time since the later of its
-    /// start and the previous completion: its own time on a backend that serves one request
-    /// at a time in arrival order, e.g. one event loop, at any --max-in-flight).
-    /// Default: wall.
-    #[arg(long, value_name = "wall|share|serial")]
-    estimate_basis: Option<String>,
-    /// Worker threads of the proxy's runtime. One thread serves tens of thousands of
-    /// requests per second and saves the cross-thread wake-ups that dominate a request's
-    /// latency at low load; more add throughput on many cores. Default: 1.
-    #[arg(long, value_name = "N")]
-    threads: Option<usize>,
-    /// Charge no request more than this fraction of the capacity, so a costly request at
-    /// the head of the queue never waits for a full drain (beyond the paper). Default: 1.
-    #[arg(long, value_name = "FRACTION")]
-    max_charge_share: Option<f64>,
-    /// While a request waits for the upstream's response head, keep polling for I/O instead
-    /// of blocking, for at most N µs after it was sent (1..=10000; 0 = off): the thread stays
-    /// on a running CPU, for hosts whose idle CPUs wake late; costs up to N µs of CPU per
-    /// request. Default: off.
-    #[arg(long, value_name = "N")]
-    busy_poll_us: Option<u64>,
-    /// When a request that waited is charged: `admission` (its type's estimate then, so a
-    /// charge is never stale by its wait) or `arrival` (the estimate it arrived with, kept
-    /// while it waits and runs). Default: admission.
-    #[arg(long, value_name = "admission|arrival")]
-    charge_at: Option<String>,
-    /// Send the upstream's address as `Host` instead of the client's (which is kept by
-    /// default; `Forwarded` and `X-Forwarded-Host` carry it either way).
-    #[arg(long)]
-    rewrite_host: bool,
-    /// On SIGTERM or SIGINT: stop accepting, answer queued requests 503 + Retry-After,
-    /// give admitted ones this long to finish, exit. Default: 30s.
-    #[arg(long, value_name = "DURATION")]
-    shutdown_timeout: Option<String>,
-    /// `Retry-After` seconds on 503. Default: 1.
-    #[arg(long, value_name = "SECONDS")]
-    retry_after: Option<u32>,
-    /// Client connections served at once; beyond, a new connection gets 503 +
-    /// Retry-After and is closed. Default: 10000.
-    #[arg(long, value_name = "N")]
-    max_connections: Option<usize>,
-    /// Log one line per request on stderr (as RUST_LOG=access=info). Errors (a 502 and
-    /// why) are logged in any case; RUST_LOG overrides both (e.g. RUST_LOG=debug).
-    #[arg(long)]
-    access_log: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -256,13 +142,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(Sub::Model(m)) = args.command {
         return model::run(*m);
     }
-    let file = match (&args.command, &args.proxy.config) {
-        (None, Some(p)) => FileConfig::load(p)?,
-        _ => FileConfig::default(),
+    let settings = match &args.command {
+        None => args.proxy.clone().with_file()?,
+        Some(_) => ProxySettings::default(),
     };
-    init_logging(args.proxy.access_log || file.access_log.unwrap_or(false));
+    init_logging(settings.access_log.unwrap_or(false));
     let threads = match &args.command {
-        None => args.proxy.threads.or(file.threads).unwrap_or(1),
+        None => settings.threads.unwrap_or(1),
         Some(_) => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     if threads == 0 {
@@ -298,143 +184,6 @@ fn init_logging(access_log: bool) {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).try_init();
 }
 
-/// Merge the flags over the file's keys, validated.
-fn proxy_config(a: ProxyArgs) -> anyhow::Result<ProxyConfig> {
-    let file = match &a.config {
-        Some(p) => FileConfig::load(p)?,
-        None => FileConfig::default(),
-    };
-    let listen: SocketAddr = match (a.listen, &file.listen) {
-        (Some(l), _) => l,
-        (None, Some(s)) => s.parse().with_context(|| format!("config listen {s:?}"))?,
-        (None, None) => bail!("--listen ADDR:PORT is required (or `listen` in --config)"),
-    };
-    let upstream = a
-        .upstream
-        .clone()
-        .or(file.upstream.clone())
-        .context("--upstream URL is required (or `upstream` in --config)")?;
-    let mut cfg = ProxyConfig::new(listen, Upstream::parse(&upstream)?);
-    timeouts(&mut cfg, &a, &file)?;
-    admission(&mut cfg, &a, &file)?;
-    cfg.admin = match (a.admin, &file.admin) {
-        (Some(x), _) => Some(x),
-        (None, Some(s)) => Some(s.parse().with_context(|| format!("config admin {s:?}"))?),
-        (None, None) => None,
-    };
-    cfg.max_types = a.max_types.or(file.max_types).unwrap_or(cfg.max_types);
-    cfg.declared_types = file.types.clone().unwrap_or_default();
-    limits(&mut cfg, &a, &file)?;
-    cfg.rewrite_host = a.rewrite_host || file.rewrite_host.unwrap_or(false);
-    estimation(&mut cfg, &a, &file)?;
-    Ok(cfg)
-}
-
-/// Capacity, policy and classification rules, flag over file key.
-fn admission(cfg: &mut ProxyConfig, a: &ProxyArgs, file: &FileConfig) -> anyhow::Result<()> {
-    if let Some(c) = a.capacity.as_ref().or(file.capacity.as_ref()) {
-        cfg.capacity = CapacitySetting::parse(c)?;
-    }
-    if let CapacitySetting::Auto(auto) = &cfg.capacity {
-        cfg.capacity = CapacitySetting::Auto(file.auto(auto.clone())?);
-    }
-    if let Some(p) = a.policy.as_ref().or(file.policy.as_ref()) {
-        cfg.policy = p.parse()?;
-    }
-    let rules = if a.classify.is_empty() { file.classify.as_deref().unwrap_or_default() } else { &a.classify };
-    cfg.rules = rules.iter().map(|r| Rule::parse(r)).collect::<Result<_, _>>()?;
-    Ok(())
-}
-
-/// Limits on the queue, the requests in flight, the waits and the connections; when a
-/// request is charged; busy polling; a 503's Retry-After. Flag over file key.
-fn limits(cfg: &mut ProxyConfig, a: &ProxyArgs, file: &FileConfig) -> anyhow::Result<()> {
-    if let Some(n) = a.max_queue_len.or(file.max_queue_len) {
-        if n == 0 {
-            bail!("--max-queue-len must be at least 1");
-        }
-        cfg.max_queue_len = n;
-    }
-    if let Some(n) = a.max_in_flight.or(file.max_in_flight) {
-        if n == 0 {
-            bail!("--max-in-flight must be at least 1");
-        }
-        cfg.max_in_flight = Some(n);
-    }
-    match a.charge_at.as_deref().or(file.charge_at.as_deref()) {
-        None | Some("admission") => cfg.recharge_at_admission = true,
-        Some("arrival") => cfg.recharge_at_admission = false,
-        Some(other) => bail!("--charge-at {other:?}: expected admission or arrival"),
-    }
-    if let Some(us) = a.busy_poll_us.or(file.busy_poll_us) {
-        cfg.busy_poll = (us > 0).then(|| std::time::Duration::from_micros(us));
-    }
-    if let Some(w) = a.max_queue_wait.as_ref().or(file.max_queue_wait.as_ref()) {
-        cfg.max_queue_wait = Some(config::parse_duration(w, "max-queue-wait")?);
-    }
-    if let Some(w) = a.max_wait.as_ref().or(file.max_wait.as_ref()) {
-        cfg.max_wait = Some(config::parse_duration(w, "max-wait")?);
-    }
-    if let Some(r) = a.retry_after.or(file.retry_after) {
-        cfg.retry_after_s = r;
-    }
-    if let Some(m) = a.max_connections.or(file.max_connections) {
-        if m == 0 {
-            bail!("--max-connections must be at least 1");
-        }
-        cfg.max_connections = m;
-    }
-    Ok(())
-}
-
-/// The estimator, the largest share of the capacity one charge may take and the share of
-/// busy time overdue requests may have first, flag over file key.
-fn estimation(cfg: &mut ProxyConfig, a: &ProxyArgs, file: &FileConfig) -> anyhow::Result<()> {
-    cfg.estimator = file.estimator()?;
-    if let Some(b) = &a.estimate_basis {
-        cfg.estimator.basis = b.parse().with_context(|| format!("--estimate-basis {b:?}"))?;
-    }
-    if let Some(s) = a.max_charge_share.or(file.max_charge_share) {
-        if !(s > 0.0 && s <= 1.0) {
-            bail!("--max-charge-share must be in (0, 1], got {s}");
-        }
-        cfg.max_charge_share = s;
-    }
-    if let Some(s) = a.overdue_share.or(file.overdue_share) {
-        if !(s > 0.0 && s <= 1.0) {
-            bail!("--overdue-share must be in (0, 1], got {s}");
-        }
-        cfg.overdue_share = s;
-    }
-    Ok(())
-}
-
-/// The timeouts, flag over file key. Those that bound a wait must be above zero: a zero
-/// would fail every request (504, a cut body, a closed connection) rather than disable it.
-fn timeouts(cfg: &mut ProxyConfig, a: &ProxyArgs, file: &FileConfig) -> anyhow::Result<()> {
-    let pick = |flag: &Option<String>, key: &Option<String>, name: &str, positive: bool| {
-        let Some(t) = flag.as_ref().or(key.as_ref()) else { return Ok(None) };
-        let d = config::parse_duration(t, name)?;
-        if positive && d.is_zero() {
-            bail!("--{name} {t:?}: must be above 0");
-        }
-        anyhow::Ok(Some(d))
-    };
-    if let Some(d) = pick(&a.upstream_timeout, &file.upstream_timeout, "upstream-timeout", true)? {
-        cfg.upstream_timeout = d;
-    }
-    if let Some(d) = pick(&a.upstream_body_timeout, &file.upstream_body_timeout, "upstream-body-timeout", true)? {
-        cfg.upstream_body_timeout = d;
-    }
-    if let Some(d) = pick(&a.header_timeout, &file.header_timeout, "header-timeout", true)? {
-        cfg.header_timeout = d;
-    }
-    if let Some(d) = pick(&a.shutdown_timeout, &file.shutdown_timeout, "shutdown-timeout", false)? {
-        cfg.shutdown_timeout = d;
-    }
-    Ok(())
-}
-
 /// Resolves at the first SIGTERM or SIGINT.
 async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
@@ -455,14 +204,15 @@ async fn shutdown_signal() {
 /// On every SIGHUP, re-read the configuration (file and flags, flags winning as at start)
 /// and apply its classifier rules, capacity and policy. A configuration that does not
 /// parse is refused with the reason, and the running one stays.
-async fn reload_on_sighup(args: ProxyArgs, handle: shortfirst_gatekeeper::Handle) {
+async fn reload_on_sighup(args: ProxySettings, handle: shortfirst_gatekeeper::Handle) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         tracing::warn!("cannot watch SIGHUP: no configuration reload");
         return;
     };
     while hup.recv().await.is_some() {
-        let applied = proxy_config(args.clone())
+        let applied = ProxyConfig::from_flags(args.clone())
+            .map_err(anyhow::Error::from)
             .and_then(|cfg| Ok(handle.reload(cfg.rules.clone(), &cfg.capacity, cfg.policy).map(|()| cfg)?));
         match applied {
             Ok(cfg) => tracing::info!("SIGHUP: configuration reloaded ({})", summary(&cfg)),
@@ -488,8 +238,8 @@ fn summary(cfg: &ProxyConfig) -> String {
     )
 }
 
-async fn run_proxy(a: ProxyArgs) -> anyhow::Result<()> {
-    let cfg = proxy_config(a.clone())?;
+async fn run_proxy(a: ProxySettings) -> anyhow::Result<()> {
+    let cfg = ProxyConfig::from_flags(a.clone())?;
     let summary = summary(&cfg);
     let gk = Gatekeeper::bind(cfg).await?;
     eprintln!("shortfirst gatekeeper: listening on {} ({summary})", gk.local_addr());
@@ -669,13 +419,13 @@ mod tests {
     #[derive(clap::Parser)]
     struct Cli {
         #[command(flatten)]
-        args: ProxyArgs,
+        args: ProxySettings,
     }
 
     fn config(extra: &[&str]) -> anyhow::Result<ProxyConfig> {
         let base = ["gatekeeper", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9"];
         let cli = Cli::try_parse_from(base.iter().chain(extra))?;
-        proxy_config(cli.args)
+        Ok(ProxyConfig::from_flags(cli.args)?)
     }
 
     /// Which timeout of the config a case checks.
@@ -701,13 +451,27 @@ mod tests {
     }
 
     #[test]
+    fn waits_take_every_duration_the_units_parser_takes() {
+        for (value, want) in [("2m", 120), ("1m30s", 90), ("45", 45), ("1h", 3600)] {
+            let c = config(&["--max-queue-wait", value, "--max-wait", value]).unwrap();
+            assert_eq!((c.max_queue_wait, c.max_wait), (Some(secs(want)), Some(secs(want))), "{value}");
+        }
+        let c = config(&["--upstream-timeout", "1m30s", "--shutdown-timeout", "2m"]).unwrap();
+        assert_eq!((c.upstream_timeout, c.shutdown_timeout), (secs(90), secs(120)));
+    }
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    #[test]
     fn zero_or_malformed_timeouts_are_errors_naming_the_flag() {
         for (flag, value) in [
             ("--upstream-timeout", "0"),
             ("--upstream-body-timeout", "0s"),
             ("--header-timeout", "0ms"),
             ("--header-timeout", "soon"),
-            ("--upstream-body-timeout", "1h"),
+            ("--upstream-body-timeout", "1d"),
         ] {
             let err = format!("{:#}", config(&[flag, value]).unwrap_err());
             assert!(err.contains(flag.trim_start_matches('-')), "{flag} {value}: {err}");

@@ -36,19 +36,19 @@ pub struct Args {
     /// mean), exp:MEAN, exp:MEAN:MAX, const:S, uniform:A:B).
     #[arg(long, default_value = "open")]
     model: Model,
-    /// Scale interarrival times so requested bits/s = RHO × --uplink.
-    #[arg(long, requires = "uplink", conflicts_with_all = ["speed", "rate"])]
+    /// Scale interarrival times so requested bits/s = RHO × --link-rate.
+    #[arg(long, requires = "link_rate", conflicts_with_all = ["speed", "request_rate"])]
     load: Option<f64>,
-    /// Uplink rate (10mbit, 1gbit, …): for --load, and to report the offered load.
-    #[arg(long, value_parser = crate::units::rate_bits_per_s)]
-    uplink: Option<f64>,
+    /// The link's rate (10mbit, 1gbit, …): for --load, and to report the offered load.
+    #[arg(long, value_name = "RATE", value_parser = crate::units::rate_bits_per_s)]
+    link_rate: Option<f64>,
     /// Replay X times faster than the trace's timestamps.
-    #[arg(long, conflicts_with = "rate")]
+    #[arg(long, conflicts_with = "request_rate")]
     speed: Option<f64>,
-    /// Scale the trace to this mean request rate (requests/s).
-    #[arg(long)]
-    rate: Option<f64>,
-    /// Time-varying load: multiply the rate of --load/--rate/--speed phase by phase,
+    /// Scale the trace to this mean request rate (requests per second).
+    #[arg(long, value_name = "PER_S")]
+    request_rate: Option<f64>,
+    /// Time-varying load: multiply the rate of --load/--request-rate/--speed phase by phase,
     /// repeating the phases (e.g. 25s@0.2,25s@1.2; const@1.4; file:PATH; w1..w10).
     #[arg(long, value_name = "SPEC", value_parser = parse_load_schedule, long_help = load_schedule_help())]
     load_schedule: Option<Box<LoadSchedule>>,
@@ -139,7 +139,7 @@ pub(crate) fn parse_load_schedule(spec: &str) -> Result<Box<LoadSchedule>, Strin
 fn load_schedule_help() -> String {
     let mut h = String::from(
         "Time-varying load (open and partly-open models): multiply the request rate set by \
-         --load/--rate/--speed (or the trace's own rate) phase by phase, repeating the phases until \
+         --load/--request-rate/--speed (or the trace's own rate) phase by phase, repeating the phases until \
          the trace or --duration ends.\n\n\
          SPEC is one of:\n  \
          DURATION@MULT[,DURATION@MULT...]  phases in order, e.g. 25s@0.2,25s@1.2 (25 s at 0.2×, \
@@ -148,7 +148,7 @@ fn load_schedule_help() -> String {
          file:PATH    one `DURATION MULTIPLIER` per line (or DURATION@MULT); `#` starts a comment\n  \
          w1 … w10     the transient-overload workloads of Schroeder & Harchol-Balter, \"Web \
          servers under overload\" (2006), Table 1: a low-load phase, then an overload phase. \
-         Their multipliers are the table's loads ρ, so run them with --load 1 --uplink RATE:\n",
+         Their multipliers are the table's loads ρ, so run them with --load 1 --link-rate RATE:\n",
     );
     for p in &PRESETS {
         h.push_str(&format!(
@@ -177,11 +177,11 @@ fn parse_source_addrs(spec: &str) -> Result<Box<SourceAddrs>, String> {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let uplink = a.uplink;
-    let scaling = match (a.load, a.speed, a.rate) {
+    let uplink = a.link_rate;
+    let scaling = match (a.load, a.speed, a.request_rate) {
         (Some(rho), _, _) => {
             anyhow::ensure!(rho > 0.0, "--load must be positive");
-            Scaling::Load { rho, uplink_bits_per_s: uplink.context("--load needs --uplink")? }
+            Scaling::Load { rho, uplink_bits_per_s: uplink.context("--load needs --link-rate")? }
         }
         (_, Some(x), _) => Scaling::Speed(x),
         (_, _, Some(r)) => Scaling::Rate { req_per_s: r },

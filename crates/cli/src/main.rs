@@ -4,13 +4,14 @@
 //! function that hands over to its library crate. `anyhow` is allowed here and
 //! nowhere else: this is the binary's edge.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 mod gatekeeper;
 mod load;
 mod netem;
 mod serve;
 mod sim;
+mod spelling;
 mod units;
 mod uplink;
 mod workload;
@@ -41,7 +42,12 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let (argv, warnings) = spelling::modernize(std::env::args_os().collect());
+    for w in warnings {
+        eprintln!("shortfirst: {w}");
+    }
+    let command = Cli::command().mut_subcommand("serve", serve::show_defaults);
+    let cli = Cli::from_arg_matches(&command.get_matches_from(argv)).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
         Command::Serve(a) => serve::run(a),
         Command::Uplink(a) => uplink::run(a),

@@ -77,10 +77,10 @@ pub struct Options {
     /// does is `srpt-classes:C`.
     #[arg(long, value_name = "POLICY")]
     policy: String,
-    /// Rate of each server, bits per second: 10mbit, 1gbit, 500kbit or a number.
+    /// The link's rate (of each server), bits per second: 10mbit, 1gbit, 500kbit or a number.
     #[arg(long, value_name = "RATE")]
-    rate: String,
-    /// Number of servers, each of RATE (no job uses more than one).
+    link_rate: String,
+    /// Number of servers, each of --link-rate (no job uses more than one).
     #[arg(long, default_value_t = 1)]
     servers: usize,
     /// Leave the first N jobs out of summary.json (they are still in requests.csv).
@@ -126,7 +126,7 @@ struct SummaryFile<'a> {
 pub fn run(args: Args) -> Result<()> {
     let args = *args.options;
     let policy = Policy::parse(&args.policy)?;
-    let rate_bits_per_s = parse_rate_bits_per_s(&args.rate)?;
+    let rate_bits_per_s = parse_rate_bits_per_s(&args.link_rate)?;
     if let Some(rho) = args.load {
         if !(rho.is_finite() && rho > 0.0) {
             bail!("--load {rho}: must be a number > 0");
@@ -201,7 +201,7 @@ pub fn run(args: Args) -> Result<()> {
 /// shared syntax of every command, without a shaper's range (a simulated link may have
 /// any positive rate).
 fn parse_rate_bits_per_s(text: &str) -> Result<f64> {
-    crate::units::rate_bits_per_s(text).map_err(|e| anyhow::anyhow!("--rate: {e}"))
+    crate::units::rate_bits_per_s(text).map_err(|e| anyhow::anyhow!("--link-rate: {e}"))
 }
 
 fn read_trace(path: &Path, format: Option<TraceFormat>, skip_bad: bool) -> Result<Input> {

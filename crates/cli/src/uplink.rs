@@ -19,16 +19,16 @@ pub struct Args {
 
 #[derive(clap::Subcommand, Debug)]
 enum Command {
-    /// Shape DEV's egress at RATE with one strict-priority HTB class per band
+    /// Shape DEV's egress at --link-rate with one strict-priority HTB class per band
     /// (band 0 = connection set-up, then the data bands). Replaces a tree it
     /// installed before; refuses other root qdiscs. Needs CAP_NET_ADMIN.
     Setup {
         /// Network device whose egress is the uplink, e.g. eth0.
         #[arg(long)]
         dev: String,
-        /// Uplink rate: 10mbit, 100Mbit, 1gbit, 500kbit or bits per second.
-        #[arg(long, value_parser = parse_rate)]
-        rate: u64,
+        /// The link's rate: 10mbit, 100Mbit, 1gbit, 500kbit or bits per second.
+        #[arg(long, value_name = "RATE", value_parser = parse_rate)]
+        link_rate: u64,
         /// Data bands (1 to 7); band 0 for set-up comes on top. `srpt` uses 6.
         #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u8).range(1..=MAX_DATA_BANDS as i64))]
         bands: u8,
@@ -75,7 +75,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let map = BandMap::default();
     let mut runner = SystemRunner;
     match args.command {
-        Command::Setup { dev, rate, bands, queue_packets, offloads } => {
+        Command::Setup { dev, link_rate: rate, bands, queue_packets, offloads } => {
             let offloads = match offloads {
                 OffloadsArg::Off => Offloads::Off,
                 OffloadsArg::Keep => Offloads::Keep,

@@ -65,9 +65,19 @@ fn generate_stats_serve_and_replay() {
     let (_server, port) = serve(&wl.join("docroot"));
     // Durations with units and as plain seconds; the second run has no --quiet, and its
     // stderr is a pipe, so it must not get the terminal's carriage-return progress line.
-    for (name, extra) in [
-        ("one-per-request", vec!["--quiet", "--duration", "150", "--timeout", "30"]),
-        ("persistent", vec!["--persistent", "10", "--duration", "150s", "--timeout", "1m30s"]),
+    // The first run spells the rates as they are now, the second in the older spellings,
+    // which still work and warn.
+    for (name, rates, extra) in [
+        (
+            "one-per-request",
+            ["--request-rate", "1000", "--link-rate", "100mbit"],
+            vec!["--quiet", "--duration", "150", "--timeout", "30"],
+        ),
+        (
+            "persistent",
+            ["--rate", "1000", "--uplink", "100mbit"],
+            vec!["--persistent", "10", "--duration", "150s", "--timeout", "1m30s"],
+        ),
     ] {
         let run = dir.path().join(name);
         let out = shortfirst()
@@ -75,11 +85,16 @@ fn generate_stats_serve_and_replay() {
             .arg(wl.join("trace.csv"))
             .arg("--out")
             .arg(&run)
-            .args(["--rate", "1000", "--uplink", "100mbit", "--seed", "9"])
+            .args(rates)
+            .args(["--seed", "9"])
             .args(&extra)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name}: {stderr}");
+        let warned = stderr.contains("`load --rate` is the older spelling of `--request-rate`")
+            && stderr.contains("`load --uplink` is the older spelling of `--link-rate`");
+        assert_eq!(warned, rates[0] == "--rate", "{name}: {stderr}");
         assert!(!out.stderr.contains(&b'\r'), "{name}: progress line written to a pipe");
         let trace = std::fs::read_to_string(wl.join("trace.csv")).unwrap();
         let sizes: Vec<u64> = trace.lines().skip(1).map(|l| l.split(',').nth(2).unwrap().parse().unwrap()).collect();
@@ -106,7 +121,7 @@ fn generate_stats_serve_and_replay() {
         assert_eq!(summary["completed"], 2000);
         assert_eq!(summary["seed"], 9);
         assert!(summary["offered_load"].as_f64().unwrap() > 0.0);
-        assert!(summary["command_line"].as_array().unwrap().iter().any(|a| a == "--rate"));
+        assert!(summary["command_line"].as_array().unwrap().iter().any(|a| a == rates[0]));
         assert!(run.join("response-times.hlog").exists());
         // Every body byte once in received.csv, in 100 ms buckets.
         let received = std::fs::read_to_string(run.join("received.csv")).unwrap();
@@ -140,14 +155,14 @@ fn load_errors_name_the_input() {
     let err = load_fails(&trace, &out, &[]);
     assert!(err.contains("bad.csv: line 1") && err.contains("time_s,path,size_bytes"), "{err}");
     let err = load_fails(&trace, &out, &["--load", "0.5"]);
-    assert!(err.contains("--uplink"), "{err}");
+    assert!(err.contains("--link-rate"), "{err}");
     let err = load_fails(&trace, &out, &["--retries", "2"]);
     assert!(err.contains("--abort-after"), "{err}");
     let err = load_fails(&trace, &out, &["--duration", "ten"]);
     assert!(err.contains("\"ten\"") && err.contains("150s"), "{err}");
     let err = load_fails(&trace, &out, &["--timeout", "0s"]);
     assert!(err.contains("above 0"), "{err}");
-    let err = load_fails(&trace, &out, &["--uplink", "10mbps"]);
+    let err = load_fails(&trace, &out, &["--link-rate", "10mbps"]);
     assert!(err.contains("10mbit"), "{err}");
 
     let res =
@@ -220,7 +235,7 @@ fn load_schedule_rate_follows_the_phases() {
         .arg(&trace)
         .arg("--out")
         .arg(&run)
-        .args(["--rate", "100", "--load-schedule", "2s@0.5,2s@2,2s@1", "--duration", "6s", "--quiet"])
+        .args(["--request-rate", "100", "--load-schedule", "2s@0.5,2s@2,2s@1", "--duration", "6s", "--quiet"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -1,52 +1,46 @@
-//! Gatekeeper configuration: the TOML file, the value parsers shared with the CLI, and the
-//! validated [`ProxyConfig`] the proxy runs with.
+//! Gatekeeper configuration: the value parsers shared with the CLI and the validated
+//! [`ProxyConfig`] the proxy runs with (its flags and file keys are in [`crate::settings`]).
 //!
 //! Units: *costs* (capacity, cold cost) are time of upstream service, written with a unit
 //! (`800us`, `25ms`, `2s`); a bare number is milliseconds, the paper's unit. *Durations*
-//! (timeouts, waits) take the same suffixes; a bare number is seconds.
+//! (timeouts, waits) take the same units (`2m`, `1m30s` too: `core::units` parses both); a
+//! bare number is seconds.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
 
 use hyper::http::uri::PathAndQuery;
 use hyper::Uri;
-use serde::Deserialize;
 use shortfirst_core::admission::auto::AutoConfig;
 use shortfirst_core::admission::{AdmissionPolicy, EstimatorConfig, PatienceRule};
+use shortfirst_core::units::{self, BareUnit};
 
 use crate::classify::Rule;
 use crate::GatekeeperError;
 
-fn parse_with_unit(s: &str, bare_unit_us: f64, what: &str) -> Result<u64, GatekeeperError> {
-    let t = s.trim();
-    let (num, mult) = if let Some(n) = t.strip_suffix("us") {
-        (n, 1.0)
-    } else if let Some(n) = t.strip_suffix("ms") {
-        (n, 1e3)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1e6)
-    } else {
-        (t, bare_unit_us)
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| GatekeeperError::Config(format!("{what} {s:?}: expected a number with optional unit us/ms/s")))?;
-    if !v.is_finite() || v < 0.0 || v * mult > 1e15 {
+/// Longest cost or duration the gatekeeper takes, in µs (about 31 years: beyond is a typo,
+/// and it keeps every value far inside `u64` and `Duration`).
+const MAX_US: f64 = 1e15;
+
+/// A quantity by `core::units` (the one parser: `800us`, `25ms`, `2s`, `2m`, `1m30s`), in µs;
+/// `what` names the setting in the error.
+fn parse_us(s: &str, bare: BareUnit, what: &str) -> Result<u64, GatekeeperError> {
+    let seconds = units::parse_duration_s(s, bare).map_err(|e| GatekeeperError::Config(format!("{what}: {e}")))?;
+    let us = (seconds * 1e6).round();
+    if us > MAX_US {
         return Err(GatekeeperError::Config(format!("{what} {s:?}: out of range")));
     }
-    Ok((v * mult).round() as u64)
+    Ok(us as u64)
 }
 
 /// A cost in µs; bare numbers are milliseconds.
 pub fn parse_cost_us(s: &str, what: &str) -> Result<u64, GatekeeperError> {
-    parse_with_unit(s, 1e3, what)
+    parse_us(s, BareUnit::Milliseconds, what)
 }
 
 /// A duration; bare numbers are seconds.
 pub fn parse_duration(s: &str, what: &str) -> Result<Duration, GatekeeperError> {
-    parse_with_unit(s, 1e6, what).map(Duration::from_micros)
+    parse_us(s, BareUnit::Seconds, what).map(Duration::from_micros)
 }
 
 /// `--capacity UNITS|auto`.
@@ -234,151 +228,6 @@ impl ProxyConfig {
     }
 }
 
-/// The TOML file. Every key is optional; command-line flags override it. The top-level
-/// keys are the command-line flags' names without `--` (`max-queue-len = 100`; the
-/// snake_case spellings `max_queue_len` are accepted too); `types`, `[estimator]` and
-/// `[auto]` have no flags. `crates/gatekeeper/gatekeeper.example.toml` lists every key.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct FileConfig {
-    pub listen: Option<String>,
-    pub upstream: Option<String>,
-    pub capacity: Option<String>,
-    pub policy: Option<String>,
-    pub classify: Option<Vec<String>>,
-    pub admin: Option<String>,
-    #[serde(alias = "max_types")]
-    pub max_types: Option<usize>,
-    pub types: Option<Vec<String>>,
-    #[serde(alias = "max_queue_len")]
-    pub max_queue_len: Option<usize>,
-    #[serde(alias = "max_queue_wait")]
-    pub max_queue_wait: Option<String>,
-    #[serde(alias = "max_wait")]
-    pub max_wait: Option<String>,
-    #[serde(alias = "max_in_flight")]
-    pub max_in_flight: Option<usize>,
-    #[serde(alias = "max_charge_share")]
-    pub max_charge_share: Option<f64>,
-    #[serde(alias = "overdue_share")]
-    pub overdue_share: Option<f64>,
-    #[serde(alias = "upstream_timeout")]
-    pub upstream_timeout: Option<String>,
-    pub upstream_body_timeout: Option<String>,
-    pub header_timeout: Option<String>,
-    #[serde(alias = "retry_after_s")]
-    pub retry_after: Option<u32>,
-    #[serde(alias = "max_connections")]
-    pub max_connections: Option<usize>,
-    #[serde(alias = "busy_poll_us")]
-    pub busy_poll_us: Option<u64>,
-    #[serde(alias = "charge_at")]
-    pub charge_at: Option<String>,
-    /// Same as `[estimator] basis`; the flag's name.
-    pub estimate_basis: Option<String>,
-    pub threads: Option<usize>,
-    pub rewrite_host: Option<bool>,
-    pub shutdown_timeout: Option<String>,
-    pub access_log: Option<bool>,
-    pub estimator: Option<FileEstimator>,
-    pub auto: Option<FileAuto>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileEstimator {
-    pub alpha: Option<f64>,
-    pub cold_cost: Option<String>,
-    pub max_sample: Option<String>,
-    pub basis: Option<String>,
-    /// Re-sample a type sjf has not admitted for this long (a duration, or "off").
-    pub resample_after: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileAuto {
-    pub initial: Option<String>,
-    pub min: Option<String>,
-    pub max: Option<String>,
-    pub interval: Option<String>,
-    pub min_samples: Option<u64>,
-    pub high_inflation: Option<f64>,
-    pub low_inflation: Option<f64>,
-    pub increase_frac: Option<f64>,
-    pub decrease_factor: Option<f64>,
-}
-
-impl FileConfig {
-    pub fn load(path: &Path) -> Result<Self, GatekeeperError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| GatekeeperError::io(format!("reading config {}", path.display()), e))?;
-        toml::from_str(&text).map_err(|e| GatekeeperError::Config(format!("{}: {e}", path.display())))
-    }
-
-    pub fn estimator(&self) -> Result<EstimatorConfig, GatekeeperError> {
-        let mut e = EstimatorConfig::default();
-        if let Some(f) = &self.estimator {
-            if let Some(a) = f.alpha {
-                e.alpha = a;
-            }
-            if let Some(c) = &f.cold_cost {
-                e.cold_cost_us = parse_cost_us(c, "estimator.cold_cost")?;
-            }
-            if let Some(m) = &f.max_sample {
-                e.max_sample_us = parse_cost_us(m, "estimator.max_sample")?;
-            }
-            if let Some(b) = &f.basis {
-                e.basis = b.parse().map_err(|err| GatekeeperError::Config(format!("estimator.basis: {err}")))?;
-            }
-            if let Some(r) = &f.resample_after {
-                e.resample_after_us = if r.trim() == "off" {
-                    None
-                } else {
-                    let us = parse_duration(r, "estimator.resample_after")?.as_micros() as u64;
-                    if us == 0 {
-                        return Err(GatekeeperError::Config(
-                            "estimator.resample_after: must be above 0 (\"off\" never re-samples)".into(),
-                        ));
-                    }
-                    Some(us)
-                };
-            }
-        }
-        if let Some(b) = &self.estimate_basis {
-            e.basis = b.parse().map_err(|err| GatekeeperError::Config(format!("estimate-basis: {err}")))?;
-        }
-        Ok(e)
-    }
-
-    /// Apply `[auto]` to an auto capacity setting.
-    ///
-    /// (The `estimate-basis` key is applied after `[estimator]`, as the flag is.)
-    pub fn auto(&self, mut a: AutoConfig) -> Result<AutoConfig, GatekeeperError> {
-        if let Some(f) = &self.auto {
-            if let Some(v) = &f.initial {
-                a.initial_capacity_us = parse_cost_us(v, "auto.initial")?;
-            }
-            if let Some(v) = &f.min {
-                a.min_capacity_us = parse_cost_us(v, "auto.min")?;
-            }
-            if let Some(v) = &f.max {
-                a.max_capacity_us = parse_cost_us(v, "auto.max")?;
-            }
-            if let Some(v) = &f.interval {
-                a.interval_us = parse_duration(v, "auto.interval")?.as_micros() as u64;
-            }
-            a.min_samples = f.min_samples.unwrap_or(a.min_samples);
-            a.high_inflation = f.high_inflation.unwrap_or(a.high_inflation);
-            a.low_inflation = f.low_inflation.unwrap_or(a.low_inflation);
-            a.increase_frac = f.increase_frac.unwrap_or(a.increase_frac);
-            a.decrease_factor = f.decrease_factor.unwrap_or(a.decrease_factor);
-        }
-        a.validate()?;
-        Ok(a)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -391,7 +240,11 @@ mod tests {
         }
         assert_eq!(parse_duration("30", "x").unwrap(), Duration::from_secs(30));
         assert_eq!(parse_duration("250ms", "x").unwrap(), Duration::from_millis(250));
-        for bad in ["", "ms", "-1", "1h", "nan"] {
+        // The same parser as every other command: minutes and compound durations too.
+        assert_eq!(parse_duration("2m", "x").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1m30s", "x").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_cost_us("1m", "x").unwrap(), 60_000_000);
+        for bad in ["", "ms", "-1", "1d", "nan", "1e3"] {
             assert!(parse_cost_us(bad, "capacity").unwrap_err().to_string().contains("capacity"), "{bad}");
         }
     }
@@ -422,81 +275,6 @@ mod tests {
         assert_eq!(u.target_for(&PathAndQuery::from_static("/x?y=1")).unwrap().to_string(), "/x?y=1");
         for bad in ["https://a:1", "127.0.0.1:9000", "http://a:1/?q"] {
             assert!(Upstream::parse(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn example_file_parses_with_every_key() {
-        let text = include_str!("../gatekeeper.example.toml");
-        let f: FileConfig = toml::from_str(text).expect("gatekeeper.example.toml parses");
-        f.estimator().unwrap();
-        f.auto(AutoConfig::default()).unwrap();
-        // Every key is set in the example (commented-out keys would go stale unseen).
-        let table: toml::Table = toml::from_str(text).unwrap();
-        for key in [
-            "listen",
-            "upstream",
-            "capacity",
-            "policy",
-            "classify",
-            "admin",
-            "max-types",
-            "types",
-            "max-queue-len",
-            "max-queue-wait",
-            "max-in-flight",
-            "max-charge-share",
-            "overdue-share",
-            "upstream-timeout",
-            "upstream-body-timeout",
-            "header-timeout",
-            "retry-after",
-            "max-connections",
-            "busy-poll-us",
-            "charge-at",
-            "estimate-basis",
-            "threads",
-            "rewrite-host",
-            "shutdown-timeout",
-            "access-log",
-            "estimator",
-            "auto",
-        ] {
-            assert!(table.contains_key(key), "example lacks {key}");
-        }
-        assert_eq!(f.max_queue_len, Some(10_000));
-        assert_eq!(f.rewrite_host, Some(false));
-    }
-
-    #[test]
-    fn snake_case_keys_are_still_accepted() {
-        let f: FileConfig = toml::from_str("max_queue_len = 5\nretry_after_s = 2\nmax-types = 9\n").unwrap();
-        assert_eq!((f.max_queue_len, f.retry_after, f.max_types), (Some(5), Some(2), Some(9)));
-        assert!(toml::from_str::<FileConfig>("max-queue-lenn = 5").is_err());
-    }
-
-    #[test]
-    fn file_config_parses_and_rejects_unknown_keys() {
-        let f: FileConfig = toml::from_str(
-            "capacity = \"auto\"\npolicy = \"sjf-aging:2\"\nclassify = [\"a=^GET /a\"]\n[estimator]\nalpha = 0.2\ncold_cost = \"5ms\"\nbasis = \"share\"\n[auto]\ninitial = \"20ms\"\n",
-        )
-        .unwrap();
-        assert_eq!(f.estimator().unwrap().cold_cost_us, 5_000);
-        assert_eq!(f.estimator().unwrap().basis, shortfirst_core::admission::Basis::Share);
-        let bad: FileConfig = toml::from_str("[estimator]\nbasis = \"demand\"\n").unwrap();
-        assert!(bad.estimator().unwrap_err().to_string().contains("estimator.basis"));
-        assert_eq!(f.auto(AutoConfig::default()).unwrap().initial_capacity_us, 20_000);
-        assert!(toml::from_str::<FileConfig>("capacty = \"1\"").is_err());
-        // Re-sampling: default 5 s, a duration (bare numbers are seconds), or off.
-        let resample = |v: &str| {
-            toml::from_str::<FileConfig>(&format!("[estimator]\nresample_after = \"{v}\"\n")).unwrap().estimator()
-        };
-        assert_eq!(f.estimator().unwrap().resample_after_us, Some(5_000_000));
-        assert_eq!(resample("2").unwrap().resample_after_us, Some(2_000_000));
-        assert_eq!(resample("750ms").unwrap().resample_after_us, Some(750_000));
-        assert_eq!(resample("off").unwrap().resample_after_us, None);
-        for bad in ["0", "soon"] {
-            assert!(resample(bad).unwrap_err().to_string().contains("estimator.resample_after"), "{bad}");
         }
     }
 }

@@ -14,16 +14,24 @@ pub mod classify;
 pub mod config;
 pub mod metrics;
 pub mod proxy;
+pub mod settings;
 pub mod synthetic;
 pub mod upstream;
 
 pub use config::{CapacitySetting, ProxyConfig};
 pub use proxy::{Gatekeeper, Handle};
+pub use settings::ProxySettings;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GatekeeperError {
     #[error("configuration: {0}")]
     Config(String),
+    /// A setting's value is wrong; `key` names it as in a file (`max-queue-wait`).
+    #[error("{error}")]
+    Setting { key: &'static str, error: Box<GatekeeperError> },
+    /// What is wrong came from this config file.
+    #[error("config file {}: {error}", path.display())]
+    InFile { path: std::path::PathBuf, error: Box<GatekeeperError> },
     #[error("{what}: {source}")]
     Io {
         what: String,

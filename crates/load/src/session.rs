@@ -6,8 +6,8 @@
 //! ```toml
 //! start = "INIT"                          # state each session starts in
 //! transitions = "tpcw-shopping-mix.csv"   # CSV `from,to,probability`, path relative to this file
-//! max_requests = 200                      # optional: end a session after this many requests
-//! session_s = "exp:900:3600"              # optional: session length (time distribution)
+//! max-requests = 200                      # optional: end a session after this many requests
+//! session-s = "exp:900:3600"              # optional: session length (time distribution)
 //!
 //! [pages]                                 # page code → URL path template
 //! HOME = "/home?c_id={user}"
@@ -21,14 +21,15 @@
 //! - Each state's outgoing probabilities must sum to 1 within 0.01 (published
 //!   tables are rounded) and are renormalised. A state without outgoing
 //!   transitions ends the session after its page.
-//! - A session also ends after `max_requests` requests or once its drawn
-//!   length `session_s` has elapsed; the user then starts a new one in `start`.
+//! - A session also ends after `max-requests` requests or once its drawn
+//!   length `session-s` has elapsed; the user then starts a new one in `start`.
 //! - Template placeholders: `{user}` (user index), `{session}` (session
 //!   number of this user), `{seq}` (request number within the session, from
 //!   1), `{rand:A:B}` (uniform integer in [A, B], from the user's seeded RNG).
 //!   Anything else in braces is an error at load time.
 //! - Transitions may also be given inline instead of a file:
-//!   `transitions_inline = [["INIT", "HOME", 1.0], ...]`.
+//!   `transitions-inline = [["INIT", "HOME", 1.0], ...]`.
+//! - Keys are kebab-case; the older snake_case spellings (`max_requests`) are still read.
 
 use crate::dist::TimeDist;
 use rand::Rng;
@@ -43,13 +44,17 @@ pub struct SessionError {
     pub message: String,
 }
 
+/// The file; keys are kebab-case (`max-requests`), the older snake_case spellings are still read.
 #[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct FileSpec {
     start: String,
     transitions: Option<String>,
+    #[serde(alias = "transitions_inline")]
     transitions_inline: Option<Vec<(String, String, f64)>>,
+    #[serde(alias = "max_requests")]
     max_requests: Option<u32>,
+    #[serde(alias = "session_s")]
     session_s: Option<String>,
     pages: BTreeMap<String, String>,
 }
@@ -96,7 +101,7 @@ impl SessionModel {
                 read_transitions(&csv_path)?
             }
             (None, Some(rows)) => rows,
-            _ => return Err(err("give exactly one of `transitions` (a CSV file) or `transitions_inline`".into())),
+            _ => return Err(err("give exactly one of `transitions` (a CSV file) or `transitions-inline`".into())),
         };
         Self::build(&spec.start, &rows, &spec.pages, spec.max_requests, spec.session_s.as_deref()).map_err(err)
     }
@@ -169,9 +174,9 @@ impl SessionModel {
                 }
             }
         }
-        let session_s = session_s.map(TimeDist::parse).transpose().map_err(|e| format!("session_s: {e}"))?;
+        let session_s = session_s.map(TimeDist::parse).transpose().map_err(|e| format!("session-s: {e}"))?;
         if max_requests == Some(0) {
-            return Err("max_requests must be ≥ 1".into());
+            return Err("max-requests must be ≥ 1".into());
         }
         Ok(SessionModel { names, start: start_i, next, pages: page_tpl, max_requests, session_s })
     }
@@ -296,7 +301,7 @@ mod tests {
             "ADMC", "ADMR", "BESS", "BUYC", "BUYR", "CREG", "HOME", "NEWP", "ORDD", "ORDI", "PROD", "SREQ", "SRES",
             "SHOP",
         ];
-        let mut toml = String::from("start = \"INIT\"\ntransitions = \"mix.csv\"\nmax_requests = 1000000\n[pages]\n");
+        let mut toml = String::from("start = \"INIT\"\ntransitions = \"mix.csv\"\nmax-requests = 1000000\n[pages]\n");
         for c in codes {
             toml.push_str(&format!("{c} = \"/tpcw/{}?u={{user}}&i={{rand:1:100}}\"\n", c.to_lowercase()));
         }

@@ -188,7 +188,7 @@ fn open_model_one_row_per_request_sizes_match() {
     assert!(hlog.contains("#[StartTime:") && hlog.lines().filter(|l| !l.starts_with('#')).count() >= 1, "{hlog}");
 }
 
-/// --load RHO --uplink RATE: the achieved offered load is the requested one.
+/// --load RHO --link-rate RATE: the achieved offered load is the requested one.
 #[test]
 fn load_scaling_reaches_the_target_offered_load() {
     let dir = tempfile::tempdir().unwrap();

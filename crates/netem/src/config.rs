@@ -1,24 +1,25 @@
 //! The emulator's TOML configuration, checked into [`Config`] before anything
-//! touches the network. Every error names the file and the key.
+//! touches the network. Every error names the file and the key. Keys are kebab-case; the
+//! older snake_case spellings (`rtt_ms`) are still read.
 //!
 //! ```toml
 //! tun = "sfnetem0"          # the TUN device (created if absent, else attached)
 //! seed = 42                 # loss and jitter streams derive from it
-//! jitter_mode = "fifo"      # fifo (never reorders) | reorder (netem's tfifo)
-//! down_fraction = 0.5       # share of rtt_ms and jitter_ms on the server->client side
-//! queue_packets = 20000     # per line (group x direction); beyond it: drop, counted
-//! queue_bytes = 32000000    # per line, bytes of queued packets
+//! jitter-mode = "fifo"      # fifo (never reorders) | reorder (netem's tfifo)
+//! down-fraction = 0.5       # share of rtt-ms and jitter-ms on the server->client side
+//! queue-packets = 20000     # per line (group x direction); beyond it: drop, counted
+//! queue-bytes = 32000000    # per line, bytes of queued packets
 //! txqueuelen = 10000        # TUN transmit queue, so the kernel never drops silently
 //!
 //! [[group]]
 //! name = "far"
 //! subnets = ["10.78.2.0/24"]
-//! rtt_ms = 200.0
-//! jitter_ms = 10.0          # RTT range: rtt_ms +- jitter_ms, split like the delay
-//! jitter_dist = "uniform"   # uniform | normal (jitter_ms is then the RTT's sd)
-//! loss = 0.02               # each direction; loss_down / loss_up override it
-//! rate_bits_per_s = 10000000  # optional, each direction
-//! # gilbert = { p = 0.01, r = 0.3, loss_good = 0.0, loss_bad = 0.5 }  # instead of loss
+//! rtt-ms = 200.0
+//! jitter-ms = 10.0          # RTT range: rtt-ms +- jitter-ms, split like the delay
+//! jitter-dist = "uniform"   # uniform | normal (jitter-ms is then the RTT's sd)
+//! loss = 0.02               # each direction; loss-down / loss-up override it
+//! rate-bits-per-s = 10000000  # optional, each direction
+//! # gilbert = { p = 0.01, r = 0.3, loss-good = 0.0, loss-bad = 0.5 }  # instead of loss
 //! ```
 
 use std::collections::HashSet;
@@ -53,13 +54,17 @@ pub struct ConfigError {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct RawConfig {
     tun: Option<String>,
     seed: Option<u64>,
+    #[serde(alias = "jitter_mode")]
     jitter_mode: Option<String>,
+    #[serde(alias = "down_fraction")]
     down_fraction: Option<f64>,
+    #[serde(alias = "queue_packets")]
     queue_packets: Option<u64>,
+    #[serde(alias = "queue_bytes")]
     queue_bytes: Option<u64>,
     txqueuelen: Option<u32>,
     #[serde(default)]
@@ -67,27 +72,36 @@ struct RawConfig {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct RawGroup {
     name: String,
     subnets: Vec<String>,
+    #[serde(alias = "rtt_ms")]
     rtt_ms: f64,
+    #[serde(alias = "jitter_ms")]
     jitter_ms: Option<f64>,
+    #[serde(alias = "jitter_dist")]
     jitter_dist: Option<String>,
+    #[serde(alias = "down_fraction")]
     down_fraction: Option<f64>,
     loss: Option<f64>,
+    #[serde(alias = "loss_down")]
     loss_down: Option<f64>,
+    #[serde(alias = "loss_up")]
     loss_up: Option<f64>,
     gilbert: Option<RawGilbert>,
+    #[serde(alias = "rate_bits_per_s")]
     rate_bits_per_s: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct RawGilbert {
     p: f64,
     r: f64,
+    #[serde(alias = "loss_good")]
     loss_good: Option<f64>,
+    #[serde(alias = "loss_bad")]
     loss_bad: Option<f64>,
 }
 
@@ -175,17 +189,17 @@ impl LineDefaults {
         let jitter_mode = match raw.jitter_mode.as_deref().unwrap_or("fifo") {
             "fifo" => JitterMode::Fifo,
             "reorder" => JitterMode::Reorder,
-            other => return Err(err("jitter_mode", format!("{other:?}: expected \"fifo\" or \"reorder\""))),
+            other => return Err(err("jitter-mode", format!("{other:?}: expected \"fifo\" or \"reorder\""))),
         };
         let down_fraction = raw.down_fraction.unwrap_or(0.5);
-        check_fraction(down_fraction).map_err(|m| err("down_fraction", m))?;
+        check_fraction(down_fraction).map_err(|m| err("down-fraction", m))?;
         let queue_packets = raw.queue_packets.unwrap_or(DEFAULT_QUEUE_PACKETS);
         if !(1..=MAX_QUEUE_PACKETS).contains(&queue_packets) {
-            return Err(err("queue_packets", format!("{queue_packets}: expected 1..={MAX_QUEUE_PACKETS}")));
+            return Err(err("queue-packets", format!("{queue_packets}: expected 1..={MAX_QUEUE_PACKETS}")));
         }
         let queue_bytes = raw.queue_bytes.unwrap_or(DEFAULT_QUEUE_BYTES);
         if !(65_536..=MAX_QUEUE_BYTES).contains(&queue_bytes) {
-            return Err(err("queue_bytes", format!("{queue_bytes}: expected 65536..={MAX_QUEUE_BYTES}")));
+            return Err(err("queue-bytes", format!("{queue_bytes}: expected 65536..={MAX_QUEUE_BYTES}")));
         }
         Ok(LineDefaults { jitter_mode, down_fraction, queue_packets, queue_bytes })
     }
@@ -238,23 +252,23 @@ fn check_group(
     }
     let subnets = taken.claim_subnets(&g, err)?;
     if !(0.0..=MAX_RTT_MS).contains(&g.rtt_ms) {
-        return Err(err("rtt_ms", format!("{}: expected 0..={MAX_RTT_MS}", g.rtt_ms)));
+        return Err(err("rtt-ms", format!("{}: expected 0..={MAX_RTT_MS}", g.rtt_ms)));
     }
     let jitter_ms = g.jitter_ms.unwrap_or(0.0);
     if !(0.0..=g.rtt_ms).contains(&jitter_ms) {
-        return Err(err("jitter_ms", format!("{jitter_ms}: expected 0..=rtt_ms ({})", g.rtt_ms)));
+        return Err(err("jitter-ms", format!("{jitter_ms}: expected 0..=rtt-ms ({})", g.rtt_ms)));
     }
     let jitter_dist = match g.jitter_dist.as_deref().unwrap_or("uniform") {
         "uniform" => JitterDist::Uniform,
         "normal" => JitterDist::Normal,
-        other => return Err(err("jitter_dist", format!("{other:?}: expected \"uniform\" or \"normal\""))),
+        other => return Err(err("jitter-dist", format!("{other:?}: expected \"uniform\" or \"normal\""))),
     };
     let frac = g.down_fraction.unwrap_or(defaults.down_fraction);
-    check_fraction(frac).map_err(|m| err("down_fraction", m))?;
+    check_fraction(frac).map_err(|m| err("down-fraction", m))?;
     let (loss_down, loss_up) = loss_models(&g, err)?;
     if let Some(rate) = g.rate_bits_per_s {
         if rate < MIN_RATE_BITS_PER_S {
-            return Err(err("rate_bits_per_s", format!("{rate}: expected >= {MIN_RATE_BITS_PER_S}")));
+            return Err(err("rate-bits-per-s", format!("{rate}: expected >= {MIN_RATE_BITS_PER_S}")));
         }
     }
     let line = |share: f64, loss: LossModel| LineParams {
@@ -279,14 +293,14 @@ fn loss_models(g: &RawGroup, err: &dyn Fn(&str, String) -> ConfigError) -> Resul
             let model = gilbert(ge).map_err(|(f, m)| err(&format!("gilbert.{f}"), m))?;
             Ok((model, model))
         }
-        (Some(_), ..) => Err(err("gilbert", "give either gilbert or loss/loss_down/loss_up, not both".into())),
+        (Some(_), ..) => Err(err("gilbert", "give either gilbert or loss/loss-down/loss-up, not both".into())),
         (None, loss, down, up) => {
             let base = loss.unwrap_or(0.0);
             check_probability(base, false).map_err(|m| err("loss", m))?;
             let d = down.unwrap_or(base);
-            check_probability(d, false).map_err(|m| err("loss_down", m))?;
+            check_probability(d, false).map_err(|m| err("loss-down", m))?;
             let u = up.unwrap_or(base);
-            check_probability(u, false).map_err(|m| err("loss_up", m))?;
+            check_probability(u, false).map_err(|m| err("loss-up", m))?;
             Ok((LossModel::bernoulli(d), LossModel::bernoulli(u)))
         }
     }
@@ -303,9 +317,9 @@ fn gilbert(g: &RawGilbert) -> Result<LossModel, (&'static str, String)> {
         return Err(("r", "p and r are both 0: the chain never moves".into()));
     }
     let loss_good = g.loss_good.unwrap_or(0.0);
-    check_probability(loss_good, false).map_err(|m| ("loss_good", m))?;
+    check_probability(loss_good, false).map_err(|m| ("loss-good", m))?;
     let loss_bad = g.loss_bad.unwrap_or(1.0);
-    check_probability(loss_bad, true).map_err(|m| ("loss_bad", m))?;
+    check_probability(loss_bad, true).map_err(|m| ("loss-bad", m))?;
     Ok(LossModel::Gilbert { p: g.p, r: g.r, loss_good, loss_bad })
 }
 
@@ -406,22 +420,22 @@ mod tests {
         let g = "[[group]]\nname='a'\nsubnets=['10.0.0.0/8']\nrtt_ms=10\n";
         let table: &[(&str, &str)] = &[
             ("seed = 1\n", "group"),
-            (&format!("jitter_mode='x'\n{g}"), "jitter_mode"),
-            (&format!("down_fraction=1.5\n{g}"), "down_fraction"),
-            (&format!("queue_packets=0\n{g}"), "queue_packets"),
-            (&format!("queue_bytes=10\n{g}"), "queue_bytes"),
+            (&format!("jitter_mode='x'\n{g}"), "jitter-mode"),
+            (&format!("down_fraction=1.5\n{g}"), "down-fraction"),
+            (&format!("queue_packets=0\n{g}"), "queue-packets"),
+            (&format!("queue_bytes=10\n{g}"), "queue-bytes"),
             (&format!("tun='a/b'\n{g}"), "tun"),
             (&format!("{g}loss=1.0\n"), "group[0].loss"),
-            (&format!("{g}loss_down=-0.1\n"), "group[0].loss_down"),
-            (&format!("{g}jitter_ms=11\n"), "group[0].jitter_ms"),
-            (&format!("{g}jitter_dist='pareto'\n"), "group[0].jitter_dist"),
-            (&format!("{g}rate_bits_per_s=10\n"), "group[0].rate_bits_per_s"),
+            (&format!("{g}loss_down=-0.1\n"), "group[0].loss-down"),
+            (&format!("{g}jitter_ms=11\n"), "group[0].jitter-ms"),
+            (&format!("{g}jitter_dist='pareto'\n"), "group[0].jitter-dist"),
+            (&format!("{g}rate_bits_per_s=10\n"), "group[0].rate-bits-per-s"),
             (&format!("{g}loss=0.1\ngilbert={{p=0.1,r=0.1}}\n"), "group[0].gilbert"),
             (&format!("{g}gilbert={{p=2.0,r=0.1}}\n"), "group[0].gilbert.p"),
             ("[[group]]\nname='a'\nsubnets=['10.0.0.0/33']\nrtt_ms=1\n", "group[0].subnets"),
             ("[[group]]\nname='a'\nsubnets=[]\nrtt_ms=1\n", "group[0].subnets"),
             ("[[group]]\nname=''\nsubnets=['10.0.0.0/8']\nrtt_ms=1\n", "group[0].name"),
-            ("[[group]]\nname='a'\nsubnets=['10.0.0.0/8']\nrtt_ms=-1\n", "group[0].rtt_ms"),
+            ("[[group]]\nname='a'\nsubnets=['10.0.0.0/8']\nrtt_ms=-1\n", "group[0].rtt-ms"),
             (&format!("{g}[[group]]\nname='a'\nsubnets=['11.0.0.0/8']\nrtt_ms=1\n"), "group[1].name"),
             (&format!("{g}[[group]]\nname='b'\nsubnets=['10.0.0.0/8']\nrtt_ms=1\n"), "group[1].subnets"),
         ];
@@ -430,6 +444,20 @@ mod tests {
             assert_eq!(&e.key, key, "{text}: {e}");
             assert!(e.to_string().starts_with("netem config wan.toml: "), "{e}");
         }
+    }
+
+    #[test]
+    fn kebab_case_keys_and_the_older_snake_case_ones_read_the_same() {
+        let kebab = "jitter-mode='reorder'\ndown-fraction=0.25\nqueue-packets=50\nqueue-bytes=70000\n\
+            [[group]]\nname='a'\nsubnets=['10.0.0.0/8']\nrtt-ms=10\njitter-ms=2\njitter-dist='normal'\n\
+            rate-bits-per-s=1000000\ngilbert={p=0.1,r=0.2,loss-good=0.01,loss-bad=0.5}\n";
+        let snake = kebab.replace("-mode", "_mode").replace("-fraction", "_fraction").replace("-packets", "_packets");
+        let snake = snake.replace("-bytes", "_bytes").replace("-ms", "_ms").replace("-dist", "_dist");
+        let snake = snake.replace("rate-bits-per-s", "rate_bits_per_s").replace("loss-", "loss_");
+        assert!(snake.contains("rtt_ms") && snake.contains("loss_good") && !snake.contains("-ms"), "{snake}");
+        let (a, b) = (parse(kebab).unwrap(), parse(&snake).unwrap());
+        assert_eq!(format!("{:?}", a.groups), format!("{:?}", b.groups));
+        assert_eq!((a.jitter_mode, a.groups[0].down.queue_packets), (b.jitter_mode, 50));
     }
 
     #[test]

@@ -48,7 +48,7 @@ use crate::io;
 use crate::resolve::{self, Refusal, Resolved};
 use crate::sched::{BandSocket, CutoffsCache};
 use crate::server::Shared;
-use crate::srrt::Progress;
+use crate::srrt::BandTracker;
 
 /// After the last response of a closing connection, how long unread client
 /// bytes are drained so the close does not reset the response away (lingering close).
@@ -125,11 +125,11 @@ impl Conn {
     ) -> Conn {
         let socket_band = BandSocket::accepted(
             &stream,
-            shared.scheduler.band_map(),
+            shared.cutoff_chooser.band_map(),
             shared.config.socket_priority,
             shared.observer.clone(),
         );
-        let cutoffs = CutoffsCache::new(&shared.scheduler);
+        let cutoffs = CutoffsCache::new(&shared.cutoff_chooser);
         let rbuf = vec![0u8; shared.config.max_header_bytes].into_boxed_slice();
         shared.metrics.connection_opened();
         Conn {
@@ -430,8 +430,8 @@ impl Conn {
         };
         let total = self.head.len() as u64 + file_part.map_or(0, |(_, _, len)| len);
 
-        shared.scheduler.refresh(&mut self.cutoffs);
-        let mut progress = Progress::start(&shared, &self.cutoffs, &self.stream, self.socket_band.band(), total);
+        shared.cutoff_chooser.refresh(&mut self.cutoffs);
+        let mut progress = BandTracker::start(&shared, &self.cutoffs, &self.stream, self.socket_band.band(), total);
         let first_band = progress.band();
         self.set_band(first_band);
         // User-space scheduling: every write waits for a grant (see `usched`).

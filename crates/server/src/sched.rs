@@ -36,8 +36,9 @@ struct Auto {
     since_recompute: usize,
 }
 
-/// Which cutoffs responses start with, per policy.
-pub struct Scheduler {
+/// The cutoff chooser: which cutoffs responses start with, per policy (fixed, or learned
+/// from the sizes or estimates seen).
+pub struct CutoffChooser {
     policy: Policy,
     band_map: BandMap,
     current: RwLock<Arc<Cutoffs>>,
@@ -46,8 +47,8 @@ pub struct Scheduler {
     recompute_every: usize,
 }
 
-impl Scheduler {
-    pub fn new(config: &ServerConfig) -> Scheduler {
+impl CutoffChooser {
+    pub fn new(config: &ServerConfig) -> CutoffChooser {
         let (initial, auto_bands) = match (&config.policy, &config.cutoffs) {
             (Policy::Fair | Policy::Las, _) => (Cutoffs::fair(), None),
             (Policy::Srpt, CutoffsSpec::List(c)) => (c.clone(), None),
@@ -60,7 +61,7 @@ impl Scheduler {
                 RrtCutoffsSpec::Auto => (RrtCutoffs::default_list().as_cutoffs_us().clone(), Some(AUTO_DATA_BANDS)),
             },
         };
-        Scheduler {
+        CutoffChooser {
             policy: config.policy,
             band_map: BandMap::default(),
             current: RwLock::new(Arc::new(initial)),
@@ -128,7 +129,7 @@ impl Scheduler {
     }
 }
 
-/// A connection's copy of the cutoffs, refreshed by [`Scheduler::refresh`].
+/// A connection's copy of the cutoffs, refreshed by [`CutoffChooser::refresh`].
 pub struct CutoffsCache {
     pub cutoffs: Arc<Cutoffs>,
     /// The same cutoffs as durations, under `srrt` only.
@@ -137,10 +138,10 @@ pub struct CutoffsCache {
 }
 
 impl CutoffsCache {
-    pub fn new(scheduler: &Scheduler) -> CutoffsCache {
-        let generation = scheduler.generation.load(Ordering::Acquire);
-        let cutoffs = scheduler.cutoffs();
-        CutoffsCache { rrt: scheduler.rrt_view(&cutoffs), cutoffs, generation }
+    pub fn new(chooser: &CutoffChooser) -> CutoffsCache {
+        let generation = chooser.generation.load(Ordering::Acquire);
+        let cutoffs = chooser.cutoffs();
+        CutoffsCache { rrt: chooser.rrt_view(&cutoffs), cutoffs, generation }
     }
 }
 
@@ -240,11 +241,11 @@ mod tests {
     fn policies_pick_their_cutoffs() {
         let mut c = ServerConfig::new("/");
         c.policy = Policy::Fair;
-        assert_eq!(*Scheduler::new(&c).cutoffs(), Cutoffs::fair());
+        assert_eq!(*CutoffChooser::new(&c).cutoffs(), Cutoffs::fair());
         c.policy = Policy::Srpt;
-        assert_eq!(*Scheduler::new(&c).cutoffs(), Cutoffs::paper_default());
+        assert_eq!(*CutoffChooser::new(&c).cutoffs(), Cutoffs::paper_default());
         c.policy = Policy::Srpt2;
-        assert_eq!(Scheduler::new(&c).cutoffs().as_slice(), &[1_000]);
+        assert_eq!(CutoffChooser::new(&c).cutoffs().as_slice(), &[1_000]);
     }
 
     #[test]
@@ -253,7 +254,7 @@ mod tests {
         c.policy = Policy::Srpt2;
         c.auto_window = 1_000;
         c.auto_recompute_every = 500;
-        let s = Scheduler::new(&c);
+        let s = CutoffChooser::new(&c);
         let mut cache = CutoffsCache::new(&s);
         for i in 0..499u64 {
             s.observe(10_000 + i % 3);
@@ -271,7 +272,7 @@ mod tests {
         c.cutoffs = CutoffsSpec::Auto;
         c.auto_window = 1_000;
         c.auto_recompute_every = 1_000;
-        let s = Scheduler::new(&c);
+        let s = CutoffChooser::new(&c);
         assert_eq!(*s.cutoffs(), Cutoffs::paper_default());
         // 1..=1000 bytes: median 500, 99th percentile 990.
         for size in 1..=1_000u64 {

@@ -48,7 +48,7 @@ use crate::http::{response, Status};
 use crate::limit::{Admit, ConnectionLimit};
 use crate::metrics::Metrics;
 use crate::resolve::Root;
-use crate::sched::{set_so_priority, setsockopt_int, PriorityObserver, Scheduler};
+use crate::sched::{set_so_priority, setsockopt_int, CutoffChooser, PriorityObserver};
 use crate::usched::{PacerThread, UserScheduler};
 
 /// The admin listener's backlog (the kernel caps it at `net.core.somaxconn`).
@@ -92,7 +92,7 @@ pub(crate) struct Shared {
     pub config: ServerConfig,
     pub limits: Limits,
     pub root: Root,
-    pub scheduler: Scheduler,
+    pub cutoff_chooser: CutoffChooser,
     pub metrics: Metrics,
     pub access_log: Option<AccessLog>,
     pub observer: Option<PriorityObserver>,
@@ -103,9 +103,9 @@ pub(crate) struct Shared {
 impl Shared {
     fn render_metrics(&self) -> String {
         let mut out = String::with_capacity(8 * 1024);
-        let cutoffs = self.scheduler.cutoffs();
+        let cutoffs = self.cutoff_chooser.cutoffs();
         let dropped = self.access_log.as_ref().map_or(0, |l| l.dropped());
-        let policy = self.scheduler.policy().to_string();
+        let policy = self.cutoff_chooser.policy().to_string();
         self.metrics.render(&mut out, &cutoffs, &policy, dropped);
         if let Some(user) = &self.user {
             user.render(&mut out, &cutoffs);
@@ -150,9 +150,9 @@ impl Server {
         ensure_fd_limit(config.max_connections);
         let root = Root::open(&config.root, !config.follow_symlinks_outside_root)
             .map_err(|source| ServerError::Root { path: config.root.clone(), source })?;
-        let scheduler = Scheduler::new(&config);
+        let cutoff_chooser = CutoffChooser::new(&config);
         let user = UserScheduler::new(&config)?;
-        let setup_priority = config.socket_priority.then(|| scheduler.band_map().so_priority(Band::SETUP));
+        let setup_priority = config.socket_priority.then(|| cutoff_chooser.band_map().so_priority(Band::SETUP));
         let listener = listen(config.listen, setup_priority, config.backlog)?;
         let listener = TcpListener::from_std(listener).map_err(ServerError::Runtime)?;
         let admin = match config.admin {
@@ -177,7 +177,7 @@ impl Server {
             config,
             limits,
             root,
-            scheduler,
+            cutoff_chooser,
             metrics: Metrics::default(),
             access_log,
             observer,
@@ -222,9 +222,9 @@ impl Server {
             listen = %listener.local_addr().map_err(ServerError::Runtime)?,
             root = %shared.root.path().display(),
             policy = %config.policy,
-            cutoffs = %shared.scheduler.cutoffs(),
+            cutoffs = %shared.cutoff_chooser.cutoffs(),
             scheduler = %config.scheduler,
-            uplink_rate_bits_per_s = config.uplink_rate_bits_per_s.unwrap_or(0),
+            link_rate_bits_per_s = config.link_rate_bits_per_s.unwrap_or(0),
             max_connections = config.max_connections,
             at_max_connections = %config.at_max_connections,
             "serving"
@@ -380,7 +380,7 @@ fn refuse(shared: &Shared, stream: TcpStream) {
     shared.metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
     if shared.config.socket_priority {
         // Not even an error page goes out in the set-up band.
-        let _ = set_so_priority(stream.as_raw_fd(), shared.scheduler.band_map().so_priority(Band::FIRST_DATA));
+        let _ = set_so_priority(stream.as_raw_fd(), shared.cutoff_chooser.band_map().so_priority(Band::FIRST_DATA));
     }
     let mut buf = Vec::with_capacity(256);
     response::error(&mut buf, Status::SERVICE_UNAVAILABLE, false, 1, true);

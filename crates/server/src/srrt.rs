@@ -122,16 +122,17 @@ impl SrrtMetrics {
     }
 }
 
-/// One response's band bookkeeping while it is written. It lives in the
+/// The band tracker: one response's band as it is written (by bytes sent, or under srrt
+/// by re-estimated remaining time). It lives in the
 /// connection's future for one response; boxing the larger variant would cost an
 /// allocation per response to save a couple of hundred bytes of stack.
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum Progress<'a> {
+pub(crate) enum BandTracker<'a> {
     Size { response: Response, cutoffs: Arc<Cutoffs> },
-    Rrt(RrtProgress<'a>),
+    Rrt(RrtBandTracker<'a>),
 }
 
-pub(crate) struct RrtProgress<'a> {
+pub(crate) struct RrtBandTracker<'a> {
     response: RrtResponse,
     cutoffs: Arc<RrtCutoffs>,
     fd: RawFd,
@@ -167,7 +168,7 @@ fn read_snapshot(shared: &Shared, fd: RawFd) -> Option<TcpSnapshot> {
     }
 }
 
-impl<'a> Progress<'a> {
+impl<'a> BandTracker<'a> {
     /// A response of `total_bytes` (head + body) about to be written on `socket`,
     /// whose band is `socket_band` now. Feeds the auto cutoffs what it ranks by.
     pub(crate) fn start(
@@ -176,10 +177,10 @@ impl<'a> Progress<'a> {
         socket: &impl AsRawFd,
         socket_band: Band,
         total_bytes: u64,
-    ) -> Progress<'a> {
+    ) -> BandTracker<'a> {
         let Some(rrt) = &cache.rrt else {
-            shared.scheduler.observe(total_bytes);
-            return Progress::Size {
+            shared.cutoff_chooser.observe(total_bytes);
+            return BandTracker::Size {
                 response: Response::start(&cache.cutoffs, total_bytes),
                 cutoffs: cache.cutoffs.clone(),
             };
@@ -190,17 +191,17 @@ impl<'a> Progress<'a> {
         let tcp = read_snapshot(shared, fd).unwrap_or_default();
         let config = &shared.config;
         let response = RrtResponse::start(rrt, config.rrt_estimator, total_bytes, config.rrt_step_bytes, tcp);
-        shared.scheduler.observe(response.start_estimate().remaining_us);
+        shared.cutoff_chooser.observe(response.start_estimate().remaining_us);
         if response.band() != socket_band {
             shared.metrics.srrt.band_change(Cause::Start);
         }
-        Progress::Rrt(RrtProgress { response, cutoffs: rrt.clone(), fd, shared, started: Instant::now() })
+        BandTracker::Rrt(RrtBandTracker { response, cutoffs: rrt.clone(), fd, shared, started: Instant::now() })
     }
 
     pub(crate) fn band(&self) -> Band {
         match self {
-            Progress::Size { response, .. } => response.band(),
-            Progress::Rrt(p) => p.response.band(),
+            BandTracker::Size { response, .. } => response.band(),
+            BandTracker::Rrt(p) => p.response.band(),
         }
     }
 
@@ -208,8 +209,8 @@ impl<'a> Progress<'a> {
     /// better band (the caller sets the socket's priority).
     pub(crate) fn sent(&mut self, sent_bytes: u64) -> Option<Band> {
         match self {
-            Progress::Size { response, cutoffs } => response.sent(cutoffs, sent_bytes),
-            Progress::Rrt(p) => {
+            BandTracker::Size { response, cutoffs } => response.sent(cutoffs, sent_bytes),
+            BandTracker::Rrt(p) => {
                 if !p.response.sent(sent_bytes) {
                     return None;
                 }
@@ -231,7 +232,7 @@ impl<'a> Progress<'a> {
 
     /// The response's last byte is written: records the estimate's error.
     pub(crate) fn finish(&self) {
-        if let Progress::Rrt(p) = self {
+        if let BandTracker::Rrt(p) = self {
             let one_way_us = u64::from(p.response.last_tcp().path_rtt_us()) / 2;
             let measured_us = u64::try_from(p.started.elapsed().as_micros()).unwrap_or(u64::MAX);
             let estimated_us = p.response.start_estimate().remaining_us;

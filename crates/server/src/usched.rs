@@ -86,7 +86,7 @@ impl UserScheduler {
             Scheduling::Crovella => Mode::LimitedConcurrency { writers: config.write_concurrency },
         };
         let policy = config.user_policy()?;
-        let rate_bits_per_s = config.uplink_rate_bits_per_s.unwrap_or(0);
+        let rate_bits_per_s = config.link_rate_bits_per_s.unwrap_or(0);
         let pacer = PacerConfig {
             rate_bits_per_s,
             rate_fraction: config.pacer_rate_fraction,
@@ -103,7 +103,7 @@ impl UserScheduler {
         };
         let policy_name = policy.to_string();
         let core = UplinkScheduler::new(policy, sched_config)
-            .map_err(|e| ConfigError::Invalid { key: "uplink-rate", reason: e.to_string() })?;
+            .map_err(|e| ConfigError::Invalid { key: "link-rate", reason: e.to_string() })?;
         Ok(Some(Arc::new(UserScheduler {
             state: Mutex::new(State { core, slots: Vec::new(), pacer_idle: false, pacer_stop: false }),
             wake_pacer: Condvar::new(),

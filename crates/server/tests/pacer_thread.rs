@@ -23,7 +23,7 @@ async fn the_pacer_thread_runs_with_the_server_and_shows_its_look_ahead() {
     assert_eq!(threads_named("sf-pacer"), 0);
     let mut s = TestServer::start(|c| {
         c.scheduler = Scheduling::User;
-        c.uplink_rate_bits_per_s = Some(10_000_000);
+        c.link_rate_bits_per_s = Some(10_000_000);
         c.policy = Policy::Srpt;
         c.srpt_exact = true;
         c.socket_priority = false;

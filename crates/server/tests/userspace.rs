@@ -16,7 +16,7 @@ const LARGE_BYTES: usize = 1_000_000;
 
 fn user(c: &mut ServerConfig, scheduler: Scheduling, rate_bits_per_s: u64, policy: Policy, exact: bool) {
     c.scheduler = scheduler;
-    c.uplink_rate_bits_per_s = Some(rate_bits_per_s);
+    c.link_rate_bits_per_s = Some(rate_bits_per_s);
     c.policy = policy;
     c.srpt_exact = exact;
     c.socket_priority = false;

@@ -118,7 +118,7 @@ def main() -> int:
         "--send-buffer-bytes",
         "--max-connections",
         "--scheduler",
-        "--uplink-rate",
+        "--link-rate",
         "--write-concurrency",
         "--pacer-burst-bytes",
         "--pacer-rate-fraction",
@@ -129,7 +129,7 @@ def main() -> int:
     for k in ("--target", "--trace", "--out", "--model"):
         ld.add_argument(k)
     ld.add_argument("--load", type=float)
-    ld.add_argument("--uplink", type=float)
+    ld.add_argument("--link-rate", "--uplink", dest="uplink", type=float)
     ld.add_argument("--duration", type=float)
     ld.add_argument("--speed", type=float)
     ld.add_argument("--seed", type=int)

@@ -1,13 +1,33 @@
-//! The partial configuration: the TOML file form and the command-line flags, both every key
-//! optional; [`ConfigFile::overlay`] lets the flags win over the file.
+//! The partial configuration of `shortfirst serve`: one struct that is both the command-line
+//! flags (clap) and the TOML file's keys (serde), every setting optional. A setting is
+//! defined here once: its flag, its key (the flag's name without `--`), its help text; its
+//! default lives in [`super::ServerConfig::new`] and `--help` shows it from there.
+//! [`ConfigFile::overlay`] lets the flags win over the file.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use shortfirst_core::srrt::Estimator;
+use shortfirst_core::units::{self, BareUnit};
 
 use super::{AccessLogFormat, AtMaxConnections, ConfigError, Dotfiles, PolicySpec, Scheduling};
+
+/// A duration flag in seconds (`10s`, `500ms`, `1m30s`; a plain number is seconds), above 0.
+pub fn duration_flag_s(text: &str) -> Result<f64, String> {
+    match units::parse_duration_s(text, BareUnit::Seconds).map_err(|e| e.to_string())? {
+        s if s > 0.0 => Ok(s),
+        _ => Err(format!("duration {text:?}: must be above 0")),
+    }
+}
+
+/// A rate flag in bits per second (`10mbit`, `1gbit`, a plain number), above 0.
+pub fn rate_flag_bits_per_s(text: &str) -> Result<u64, String> {
+    match units::parse_rate_bits_per_s(text).map_err(|e| e.to_string())? {
+        0 => Err(format!("rate {text:?}: must be above 0 bit/s")),
+        r => Ok(r),
+    }
+}
 
 /// A timeout from the config file: a unit string (`"10s"`, `"500ms"`, `"1m"`) or a plain
 /// number of seconds, as on the command line. Kept in seconds until validated.
@@ -20,13 +40,11 @@ fn duration_s<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::
     }
     match Text::deserialize(d)? {
         Text::Number(v) => Ok(Some(v)),
-        Text::Text(t) => shortfirst_core::units::parse_duration_s(&t, shortfirst_core::units::BareUnit::Seconds)
-            .map(Some)
-            .map_err(serde::de::Error::custom),
+        Text::Text(t) => units::parse_duration_s(&t, BareUnit::Seconds).map(Some).map_err(serde::de::Error::custom),
     }
 }
 
-/// An uplink rate from the config file: a unit string (`"10mbit"`) or a plain number of bits/s.
+/// A link rate from the config file: a unit string (`"10mbit"`) or a plain number of bits/s.
 fn rate_bits_per_s<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
@@ -36,68 +54,213 @@ fn rate_bits_per_s<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>
     }
     match Text::deserialize(d)? {
         Text::Number(v) => Ok(Some(v)),
-        Text::Text(t) => shortfirst_core::units::parse_rate_bits_per_s(&t).map(Some).map_err(serde::de::Error::custom),
+        Text::Text(t) => units::parse_rate_bits_per_s(&t).map(Some).map_err(serde::de::Error::custom),
     }
 }
 
-/// The partial configuration: a TOML file or the command-line flags. Keys are the
-/// flag names (`max-connections = 100`); an unknown key is an error naming it.
-#[derive(Clone, Debug, Default, Deserialize)]
+/// Defines the partial struct and, from the same field list, what every setting needs
+/// beyond its own definition: [`ConfigFile::overlay`] and [`ConfigFile::keys_set`].
+macro_rules! partial {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident { $( $(#[$field_meta:meta])* pub $field:ident : Option<$ty:ty>, )* }
+    ) => {
+        $(#[$meta])*
+        pub struct $name { $( $(#[$field_meta])* pub $field: Option<$ty>, )* }
+
+        impl $name {
+            /// Every setting `over` gives replaces `self`'s.
+            fn overlay_each(&mut self, over: $name) {
+                $( if over.$field.is_some() { self.$field = over.$field; } )*
+            }
+
+            /// The keys this partial configuration sets, as spelt in a file (`max-connections`).
+            pub fn keys_set(&self) -> Vec<String> {
+                let mut keys = Vec::new();
+                $( if self.$field.is_some() { keys.push(stringify!($field).replace('_', "-")); } )*
+                keys
+            }
+        }
+    };
+}
+
+partial! {
+/// The partial configuration: the flags of `shortfirst serve` and the keys of its TOML file,
+/// the same names (`--max-connections 100`, `max-connections = 100`). An unknown key is an
+/// error naming it and the file.
+#[derive(Clone, Debug, Default, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[command(after_help = "Config file keys are the long flag names without dashes in front \
+    (e.g. `max-connections = 100`); flags override the file; an unknown key is an error.\n\
+    SO_PRIORITY values above 6 need CAP_NET_ADMIN (root). SIGTERM/SIGINT: graceful shutdown; \
+    SIGHUP: reopen the access log.")]
 pub struct ConfigFile {
+    /// Directory to serve (required).
+    #[arg(long, value_name = "DIR")]
     pub root: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long)]
     pub listen: Option<SocketAddr>,
+    /// fair: one data band (user space: round robin by bytes); srpt-classes:CUTOFFS: size
+    /// bands with those cutoffs, as in `sim` (e.g. `srpt-classes:1K,2K,5K,20K,50K`);
+    /// srpt-classes: the cutoffs of --cutoffs; srpt: exact SRPT with --scheduler user, else
+    /// = srpt-classes; srpt2: two bands split at the median (kernel); las: least attained
+    /// service (user); srrt: bands by estimated remaining response time from TCP_INFO
+    /// (--rrt-cutoffs, kernel).
+    #[arg(long, value_name = "POLICY")]
     pub policy: Option<PolicySpec>,
+    /// Cutoffs of srpt-classes / srpt, e.g. `1K,2K,5K,20K,50K`, or `auto` (learned from
+    /// observed sizes). Not with --policy srpt-classes:CUTOFFS.
+    #[arg(long, value_name = "LIST|auto")]
     pub cutoffs: Option<String>,
+    /// Response-time cutoffs of srrt, e.g. `50ms,100ms,200ms,500ms,1s` (a plain number is
+    /// milliseconds), or `auto` (learned from the estimates at response start).
+    #[arg(long, value_name = "LIST|auto")]
     pub rrt_cutoffs: Option<String>,
+    /// srrt's estimate: path (min_rtt, slow start, loss and timeout terms) or paper
+    /// (srtt·(1 + remaining/(cwnd·mss)), Al-Sadeh and Yahya 2008).
+    #[arg(long, value_name = "ESTIMATOR")]
     pub rrt_estimator: Option<Estimator>,
+    /// srrt: re-estimate (one getsockopt(TCP_INFO)) after a write crossing a multiple of
+    /// this many bytes written.
+    #[arg(long, value_name = "BYTES")]
     pub rrt_step_bytes: Option<u64>,
+    /// Admin listener serving Prometheus metrics at /metrics. Default: none.
+    #[arg(long)]
     pub admin: Option<SocketAddr>,
+    /// TOML file with the same keys as these flags.
+    #[arg(long, value_name = "FILE.toml")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Worker threads; 0 = one per CPU.
+    #[arg(long)]
     pub threads: Option<usize>,
+    /// Open connections at most; beyond, see --at-max-connections.
+    #[arg(long)]
     pub max_connections: Option<usize>,
+    /// At --max-connections: refuse (accept, answer 503 with Retry-After: 1, close) or wait
+    /// (stop accepting until a connection closes: new connections wait in the kernel's accept
+    /// queue, then the kernel drops their SYNs, as Apache at MaxClients).
+    #[arg(long, value_name = "refuse|wait")]
     pub at_max_connections: Option<AtMaxConnections>,
+    /// Listen backlog: connections the kernel completes and holds until accepted (capped at
+    /// net.core.somaxconn).
+    #[arg(long, value_name = "N")]
     pub backlog: Option<u32>,
+    /// Longest request line; longer → 414.
+    #[arg(long)]
     pub max_request_line_bytes: Option<usize>,
+    /// Largest request head; larger → 431.
+    #[arg(long)]
     pub max_header_bytes: Option<usize>,
+    /// Most header fields per request (at most 128); more → 431.
+    #[arg(long)]
     pub max_headers: Option<usize>,
+    /// Largest request body (read and discarded); larger → 413.
+    #[arg(long)]
     pub max_body_bytes: Option<u64>,
-    /// Timeouts in seconds (`header-timeout = "10s"`); the `-ms` keys are the older
-    /// spelling in plain milliseconds. Giving both forms of one timeout is an error.
+    /// First byte to end of request head; exceeded → 408 and close. A new connection
+    /// that sends nothing is closed after it too. Units: `10s`, `500ms`, `1m30s`; plain =
+    /// seconds (every timeout takes them).
+    #[arg(long, value_name = "DURATION", value_parser = duration_flag_s, conflicts_with = "header_timeout_ms")]
     #[serde(default, deserialize_with = "duration_s")]
     pub header_timeout: Option<f64>,
+    /// Keep-alive idle time before closing.
+    #[arg(long, value_name = "DURATION", value_parser = duration_flag_s, conflicts_with = "idle_timeout_ms")]
     #[serde(default, deserialize_with = "duration_s")]
     pub idle_timeout: Option<f64>,
+    /// Longest time a write may make no progress before closing.
+    #[arg(long, value_name = "DURATION", value_parser = duration_flag_s, conflicts_with = "send_timeout_ms")]
     #[serde(default, deserialize_with = "duration_s")]
     pub send_timeout: Option<f64>,
+    /// On SIGTERM/SIGINT, time given to in-flight responses.
+    #[arg(long, value_name = "DURATION", value_parser = duration_flag_s, conflicts_with = "drain_timeout_ms")]
     #[serde(default, deserialize_with = "duration_s")]
     pub drain_timeout: Option<f64>,
+    /// --header-timeout in plain milliseconds (older spelling).
+    #[arg(long, value_name = "MS")]
     pub header_timeout_ms: Option<u64>,
+    /// --idle-timeout in plain milliseconds (older spelling).
+    #[arg(long, value_name = "MS")]
     pub idle_timeout_ms: Option<u64>,
+    /// --send-timeout in plain milliseconds (older spelling).
+    #[arg(long, value_name = "MS")]
     pub send_timeout_ms: Option<u64>,
+    /// --drain-timeout in plain milliseconds (older spelling).
+    #[arg(long, value_name = "MS")]
     pub drain_timeout_ms: Option<u64>,
+    /// Requests per connection before closing it.
+    #[arg(long)]
     pub max_requests_per_connection: Option<u64>,
+    /// Largest sendfile call, so band crossings are noticed at least this often.
+    #[arg(long)]
     pub sendfile_chunk_bytes: Option<usize>,
+    /// SO_SNDBUF of client sockets. Default: kernel autotuning.
+    #[arg(long)]
     pub send_buffer_bytes: Option<usize>,
+    /// TCP_NOTSENT_LOWAT of client sockets: unsent bytes the kernel may hold, so
+    /// bands track what is really left to transmit; 0 = kernel default.
+    #[arg(long)]
     pub notsent_lowat_bytes: Option<u32>,
+    /// Access log file (`-` for stdout). Default: none.
+    #[arg(long)]
     pub access_log: Option<PathBuf>,
+    /// combined (CLF + rt= band=) or json.
+    #[arg(long)]
     pub access_log_format: Option<AccessLogFormat>,
+    /// Set SO_PRIORITY per band (needs CAP_NET_ADMIN); false disables kernel scheduling.
+    /// Default: true with --scheduler kernel, else false.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub socket_priority: Option<bool>,
+    /// Serve through symlinks that lead outside the root.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub follow_symlinks_outside_root: Option<bool>,
+    /// Requests for dotfiles (`/.git/config`, `/.env`; not `/.well-known/`): ignore answers 404,
+    /// deny 403, allow serves them.
+    #[arg(long)]
     pub dotfiles: Option<Dotfiles>,
+    /// Auto cutoffs: response sizes remembered.
+    #[arg(long)]
     pub auto_window: Option<usize>,
+    /// Auto cutoffs: recompute every this many responses.
+    #[arg(long)]
     pub auto_recompute_every: Option<usize>,
+    /// Who orders the link: kernel (SO_PRIORITY bands under `shortfirst uplink setup`'s HTB,
+    /// needs CAP_NET_ADMIN), user (the server's own pacer and scheduler: no qdisc, no
+    /// capability; needs --link-rate) or crovella (user, but only --write-concurrency
+    /// connections may write: Crovella 1999's baseline).
+    #[arg(long, value_name = "SCHEDULER")]
     pub scheduler: Option<Scheduling>,
-    /// Bits per second: `"10mbit"` or a plain number.
-    #[serde(default, deserialize_with = "rate_bits_per_s")]
-    pub uplink_rate: Option<u64>,
+    /// The link's rate on the wire, e.g. `10mbit`, `1gbit`: the user-space pacer releases
+    /// bytes at just under it. Required by --scheduler user and crovella. In a file,
+    /// `uplink-rate` (the older key) is read as `link-rate`.
+    #[arg(long, value_name = "RATE", value_parser = rate_flag_bits_per_s)]
+    #[serde(default, alias = "uplink-rate", deserialize_with = "rate_bits_per_s")]
+    pub link_rate: Option<u64>,
+    /// --scheduler crovella: connections that may write at once.
+    #[arg(long, value_name = "N")]
     pub write_concurrency: Option<usize>,
+    /// User-space schedulers: link time granted ahead of now; covers the pacer's wake-up
+    /// lateness, bounds a new short response's wait behind granted bytes. Default: one
+    /// segment of link time + 1ms, at least two segments (2.5ms at 10mbit, 1.1ms at 100mbit).
+    #[arg(long, value_name = "DURATION", value_parser = duration_flag_s)]
     #[serde(default, deserialize_with = "duration_s")]
     pub pacer_lookahead: Option<f64>,
+    /// User-space schedulers: the pacer releases wire bytes at this fraction of --link-rate,
+    /// 0.5 to 1; below 1 the queue forms in the application rather than in a FIFO under it,
+    /// at the price of that much of the link when it is saturated.
+    #[arg(long, value_name = "FRACTION")]
     pub pacer_rate_fraction: Option<f64>,
+    /// User-space schedulers: wire bytes of credit an idle link banks, granted at once after an
+    /// idle spell. Give the burst of the token bucket that shapes the link below (HTB/TBF
+    /// `burst`), which lets such a burst out at line rate; 0 on a link with no bucket.
+    #[arg(long, value_name = "BYTES")]
     pub pacer_burst_bytes: Option<u32>,
+}
 }
 
 impl ConfigFile {
+    /// Parses a file's text; `path` names the file in errors.
     pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigError> {
         let file: ConfigFile = toml::from_str(text)
             .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string() })?;
@@ -132,15 +295,12 @@ impl ConfigFile {
 
     /// `self` with every key set in `over` replaced by `over`'s value (flags over file).
     pub fn overlay(mut self, over: ConfigFile) -> ConfigFile {
-        macro_rules! over {
-            ($($field:ident),*) => { $( if over.$field.is_some() { self.$field = over.$field; } )* };
-        }
         // A timeout given in either spelling replaces both of the file's spellings.
         macro_rules! over_pair {
             ($(($secs:ident, $millis:ident)),*) => { $(
                 if over.$secs.is_some() || over.$millis.is_some() {
-                    self.$secs = over.$secs;
-                    self.$millis = over.$millis;
+                    self.$secs = None;
+                    self.$millis = None;
                 }
             )* };
         }
@@ -150,41 +310,7 @@ impl ConfigFile {
             (send_timeout, send_timeout_ms),
             (drain_timeout, drain_timeout_ms)
         );
-        over!(
-            root,
-            listen,
-            policy,
-            cutoffs,
-            rrt_cutoffs,
-            rrt_estimator,
-            rrt_step_bytes,
-            admin,
-            threads,
-            max_connections,
-            at_max_connections,
-            backlog,
-            max_request_line_bytes,
-            max_header_bytes,
-            max_headers,
-            max_body_bytes,
-            max_requests_per_connection,
-            sendfile_chunk_bytes,
-            send_buffer_bytes,
-            notsent_lowat_bytes,
-            access_log,
-            access_log_format,
-            socket_priority,
-            follow_symlinks_outside_root,
-            dotfiles,
-            auto_window,
-            auto_recompute_every,
-            scheduler,
-            uplink_rate,
-            write_concurrency,
-            pacer_lookahead,
-            pacer_rate_fraction,
-            pacer_burst_bytes
-        );
+        self.overlay_each(over);
         self
     }
 }

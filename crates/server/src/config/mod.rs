@@ -1,16 +1,19 @@
-//! Server configuration: every knob of `shortfirst serve`, its default, and the
-//! TOML file form whose keys mirror the command-line flags.
+//! Server configuration: every setting of `shortfirst serve`, its default, and how the
+//! flags and the TOML file become one validated [`ServerConfig`].
 //!
-//! [`ConfigFile`] is the partial form (every key optional) used both for a
-//! `--config FILE.toml` and for the flags; [`ConfigFile::overlay`] lets flags win
-//! over the file, and [`ServerConfig::from_file`] validates the result.
-
+//! [`ConfigFile`] is the partial form (every key optional), one struct for both the file and
+//! the flags (it derives clap's `Args` and serde's `Deserialize`); [`ServerConfig::from_flags`]
+//! reads the `--config` file the flags name, lets the flags win over it and validates the
+//! result, so a library caller gets the same checks as the command line. A new setting is
+//! written in the partial struct, in [`ServerConfig`] (its field and its default in
+//! [`ServerConfig::new`]), in `take_plain!`'s list if it needs no conversion, in
+//! `serve.example.toml` and in docs/serve.md.
 mod file;
 #[cfg(test)]
 mod tests;
 mod values;
 
-pub use file::ConfigFile;
+pub use file::{duration_flag_s, rate_flag_bits_per_s, ConfigFile};
 pub use values::{
     AccessLogFormat, AtMaxConnections, CutoffsSpec, Dotfiles, Policy, PolicySpec, RrtCutoffsSpec, Scheduling,
     MAX_HEADERS_LIMIT,
@@ -31,11 +34,45 @@ fn timeout(key: &'static str, seconds: f64) -> Result<Duration, ConfigError> {
     }
 }
 
-/// Highest `uplink-rate` accepted (the pacer's arithmetic is exact well beyond).
-pub const MAX_UPLINK_RATE_BITS_PER_S: u64 = 400_000_000_000;
+/// Highest `link-rate` accepted (the pacer's arithmetic is exact well beyond).
+pub const MAX_LINK_RATE_BITS_PER_S: u64 = 400_000_000_000;
 
 /// Highest `backlog` accepted: `listen(2)` takes an `int`.
 pub const MAX_BACKLOG: u32 = i32::MAX as u32;
+
+/// The settings whose partial form and validated form have the same name and type: taken
+/// from the partial struct as they are, their defaults shown in `--help` as they are.
+/// `$apply` is a macro applied to the list.
+macro_rules! take_plain {
+    ($apply:ident) => {
+        $apply!(
+            listen,
+            threads,
+            max_connections,
+            at_max_connections,
+            backlog,
+            max_request_line_bytes,
+            max_header_bytes,
+            max_headers,
+            max_body_bytes,
+            max_requests_per_connection,
+            sendfile_chunk_bytes,
+            notsent_lowat_bytes,
+            access_log_format,
+            socket_priority,
+            follow_symlinks_outside_root,
+            dotfiles,
+            auto_window,
+            auto_recompute_every,
+            scheduler,
+            write_concurrency,
+            rrt_estimator,
+            rrt_step_bytes,
+            pacer_rate_fraction,
+            pacer_burst_bytes
+        )
+    };
+}
 
 /// The validated configuration the server runs with.
 #[derive(Clone, Debug)]
@@ -50,9 +87,9 @@ pub struct ServerConfig {
     pub srpt_exact: bool,
     /// Kernel bands, or the server's own uplink scheduler.
     pub scheduler: Scheduling,
-    /// The uplink's rate (bits/s, on the wire): required by the user-space
+    /// The link's rate (bits/s, on the wire): required by the user-space
     /// schedulers, whose pacer runs at just under it.
-    pub uplink_rate_bits_per_s: Option<u64>,
+    pub link_rate_bits_per_s: Option<u64>,
     /// `crovella` only: connections that may write at once.
     pub write_concurrency: usize,
     /// User-space schedulers: link time granted ahead of now. It must cover the
@@ -61,7 +98,7 @@ pub struct ServerConfig {
     /// release quantum (0.6 ms of link time, at least one segment) plus 1 ms of
     /// lateness, at least two segments (`PacerConfig::with_defaults`).
     pub pacer_lookahead: Option<Duration>,
-    /// User-space schedulers: the pacer's rate as a fraction of the uplink's
+    /// User-space schedulers: the pacer's rate as a fraction of the link's
     /// (0.5..=1). Below 1 the queue forms in the application, not below it; on a
     /// saturated link the server then carries this fraction of the link.
     pub pacer_rate_fraction: f64,
@@ -141,7 +178,7 @@ impl ServerConfig {
             cutoffs: CutoffsSpec::List(Cutoffs::paper_default()),
             srpt_exact: false,
             scheduler: Scheduling::Kernel,
-            uplink_rate_bits_per_s: None,
+            link_rate_bits_per_s: None,
             write_concurrency: 35,
             pacer_lookahead: None,
             pacer_rate_fraction: shortfirst_core::uplink_sched::PacerConfig::default().rate_fraction,
@@ -176,6 +213,21 @@ impl ServerConfig {
         }
     }
 
+    /// The configuration the flags describe: the `--config` file they name (if any), the
+    /// flags over it, validated. An invalid setting that came from the file names the file.
+    pub fn from_flags(flags: ConfigFile) -> Result<ServerConfig, ConfigError> {
+        let Some(path) = flags.config.clone() else { return ServerConfig::from_file(flags) };
+        let file = ConfigFile::load(&path)?;
+        let from_file: Vec<String> = file.keys_set().into_iter().filter(|k| !flags.keys_set().contains(k)).collect();
+        ServerConfig::from_file(file.overlay(flags)).map_err(|e| match e {
+            ConfigError::Invalid { key, .. } if from_file.iter().any(|k| k.as_str() == key) => {
+                ConfigError::InFile { path, error: Box::new(e) }
+            }
+            ConfigError::Missing(_) => ConfigError::InFile { path, error: Box::new(e) },
+            e => e,
+        })
+    }
+
     /// Builds and validates a configuration from its partial form; `root` is required.
     pub fn from_file(mut file: ConfigFile) -> Result<ServerConfig, ConfigError> {
         file.check_pairs()?;
@@ -191,43 +243,54 @@ impl ServerConfig {
         Ok(c)
     }
 
-    /// The file's settings taken as they are, one per key.
+    /// The settings taken as they are (same name and type in the partial struct and here).
     fn take_settings(&mut self, file: &ConfigFile) {
         macro_rules! take {
             ($($field:ident),*) => { $( if let Some(v) = file.$field { self.$field = v; } )* };
         }
-        take!(
-            listen,
-            threads,
-            max_connections,
-            at_max_connections,
-            backlog,
-            max_request_line_bytes,
-            max_header_bytes,
-            max_headers,
-            max_body_bytes,
-            max_requests_per_connection,
-            sendfile_chunk_bytes,
-            notsent_lowat_bytes,
-            access_log_format,
-            socket_priority,
-            follow_symlinks_outside_root,
-            dotfiles,
-            auto_window,
-            auto_recompute_every,
-            scheduler,
-            write_concurrency,
-            rrt_estimator,
-            rrt_step_bytes
-        );
+        take_plain!(take);
         self.admin = file.admin;
         self.send_buffer_bytes = file.send_buffer_bytes;
     }
 
-    /// What the scheduler (already taken) implies: the uplink's rate, whether
+    /// Each setting's default as `--help` shows it, by key (`max-connections` → `4096`).
+    /// Settings whose default is not a value (derived, or none) say so in their help.
+    pub fn defaults_shown() -> Vec<(String, String)> {
+        let d = ServerConfig::new("");
+        let mut shown = Vec::new();
+        macro_rules! show {
+            ($($field:ident),*) => { $( shown.push((stringify!($field).replace('_', "-"), d.$field.to_string())); )* };
+        }
+        take_plain!(show);
+        let duration = |t: Duration| format!("{t:?}");
+        shown.extend([
+            ("policy".to_string(), PolicySpec { policy: d.policy, cutoffs: None, exact: d.srpt_exact }.to_string()),
+            (
+                "cutoffs".into(),
+                match &d.cutoffs {
+                    CutoffsSpec::List(c) => c.to_string(),
+                    CutoffsSpec::Auto => "auto".into(),
+                },
+            ),
+            (
+                "rrt-cutoffs".into(),
+                match &d.rrt_cutoffs {
+                    RrtCutoffsSpec::List(c) => c.to_string(),
+                    RrtCutoffsSpec::Auto => "auto".into(),
+                },
+            ),
+            ("header-timeout".into(), duration(d.header_timeout)),
+            ("idle-timeout".into(), duration(d.idle_timeout)),
+            ("send-timeout".into(), duration(d.send_timeout)),
+            ("drain-timeout".into(), duration(d.drain_timeout)),
+        ]);
+        shown
+    }
+
+    /// What the scheduler (already taken) implies: the link's rate, whether
     /// `write-concurrency` may be given, and the default of `socket-priority`.
     fn take_scheduler(&mut self, file: &ConfigFile) -> Result<(), ConfigError> {
-        self.uplink_rate_bits_per_s = file.uplink_rate;
+        self.link_rate_bits_per_s = file.link_rate;
         if file.write_concurrency.is_some() && self.scheduler != Scheduling::Crovella {
             return Err(ConfigError::Invalid {
                 key: "write-concurrency",
@@ -261,16 +324,10 @@ impl ServerConfig {
         Ok(())
     }
 
-    /// The user-space schedulers' pacer settings.
+    /// The user-space schedulers' pacer look-ahead (a duration; its default is derived).
     fn take_pacer(&mut self, file: &ConfigFile) -> Result<(), ConfigError> {
         if let Some(s) = file.pacer_lookahead {
             self.pacer_lookahead = Some(timeout("pacer-lookahead", s)?);
-        }
-        if let Some(f) = file.pacer_rate_fraction {
-            self.pacer_rate_fraction = f;
-        }
-        if let Some(b) = file.pacer_burst_bytes {
-            self.pacer_burst_bytes = b;
         }
         Ok(())
     }
@@ -383,12 +440,12 @@ impl ServerConfig {
 
     fn validate_scheduler(&self) -> Result<(), ConfigError> {
         let invalid = |key: &'static str, reason: String| Err(ConfigError::Invalid { key, reason });
-        match (self.scheduler, self.uplink_rate_bits_per_s) {
+        match (self.scheduler, self.link_rate_bits_per_s) {
             (Scheduling::Kernel, Some(_)) => {
                 return invalid(
-                    "uplink-rate",
+                    "link-rate",
                     "only the user-space schedulers (--scheduler user or crovella) pace to a rate; kernel mode \
-                     takes its rate from `shortfirst uplink setup --rate`"
+                     takes its rate from `shortfirst uplink setup --link-rate`"
                         .into(),
                 )
             }
@@ -400,14 +457,14 @@ impl ServerConfig {
             }
             (s, None) => {
                 return invalid(
-                    "uplink-rate",
+                    "link-rate",
                     format!(
-                    "--scheduler {s} needs the uplink's rate (e.g. --uplink-rate 10mbit): its pacer runs just under it"
-                ),
+                        "--scheduler {s} needs the link's rate (e.g. --link-rate 10mbit): its pacer runs just under it"
+                    ),
                 )
             }
-            (_, Some(r)) if r == 0 || r > MAX_UPLINK_RATE_BITS_PER_S => {
-                return invalid("uplink-rate", format!("{r} bit/s: must be in 1..={MAX_UPLINK_RATE_BITS_PER_S}"))
+            (_, Some(r)) if r == 0 || r > MAX_LINK_RATE_BITS_PER_S => {
+                return invalid("link-rate", format!("{r} bit/s: must be in 1..={MAX_LINK_RATE_BITS_PER_S}"))
             }
             _ => {}
         }
@@ -463,8 +520,11 @@ impl ServerConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("missing required setting `{0}`")]
+    #[error("missing required setting `{0}` (flag --{0}, or `{0}` in the --config file)")]
     Missing(&'static str),
+    /// What is wrong came from this config file (`error` is displayed, not chained).
+    #[error("config file {}: {error}", path.display())]
+    InFile { path: PathBuf, error: Box<ConfigError> },
     #[error("setting `{key}`: {reason}")]
     Invalid { key: &'static str, reason: String },
     #[error("config file {path}")]

@@ -134,6 +134,30 @@ fn a_flag_in_either_spelling_replaces_the_files_timeout() {
 }
 
 #[test]
+fn every_plain_default_is_shown_once() {
+    let shown = ServerConfig::defaults_shown();
+    let d = ServerConfig::new("/srv");
+    let get = |k: &str| shown.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+    assert_eq!(get("max-connections"), Some("4096"));
+    assert_eq!(get("listen"), Some("127.0.0.1:8080"));
+    assert_eq!(get("idle-timeout"), Some("60s"));
+    assert_eq!(get("access-log-format"), Some("combined"));
+    assert_eq!(get("dotfiles"), Some("ignore"));
+    assert_eq!(get("pacer-rate-fraction"), Some(d.pacer_rate_fraction.to_string().as_str()));
+    let mut keys: Vec<&str> = shown.iter().map(|(k, _)| k.as_str()).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    assert_eq!(keys.len(), shown.len(), "a key shown twice");
+    // Every key shown is a key of the file.
+    let all = ConfigFile::parse("", Path::new("t.toml")).unwrap();
+    assert!(all.keys_set().is_empty());
+    for k in keys {
+        let err = ConfigFile::parse(&format!("{k} = []\n"), Path::new("t.toml")).unwrap_err().to_string();
+        assert!(!err.contains("unknown field"), "{k}: {err}");
+    }
+}
+
+#[test]
 fn policy_names_match_sim() {
     let paper = CutoffsSpec::List(Cutoffs::paper_default());
     let list = |t: &str| CutoffsSpec::List(Cutoffs::parse(t).unwrap());
@@ -161,18 +185,18 @@ fn policy_names_match_sim() {
 
 #[test]
 fn scheduler_keys_in_the_file() {
-    let c = parse_ok("scheduler = \"user\"\nuplink-rate = \"10mbit\"\npolicy = \"srpt\"");
-    assert_eq!((c.scheduler, c.uplink_rate_bits_per_s, c.socket_priority), (Scheduling::User, Some(10_000_000), false));
+    let c = parse_ok("scheduler = \"user\"\nlink-rate = \"10mbit\"\npolicy = \"srpt\"");
+    assert_eq!((c.scheduler, c.link_rate_bits_per_s, c.socket_priority), (Scheduling::User, Some(10_000_000), false));
     assert_eq!(c.user_policy().unwrap(), shortfirst_core::policy::Policy::Srpt);
     let c = parse_ok("scheduler = \"crovella\"\nuplink-rate = 2500000\nwrite-concurrency = 4\npolicy = \"las\"");
-    assert_eq!((c.uplink_rate_bits_per_s, c.write_concurrency), (Some(2_500_000), 4));
+    assert_eq!((c.link_rate_bits_per_s, c.write_concurrency), (Some(2_500_000), 4));
     assert_eq!(c.user_policy().unwrap(), shortfirst_core::policy::Policy::Las);
-    let c = parse_ok("scheduler = \"user\"\nuplink-rate = \"1gbit\"\npolicy = \"srpt-classes\"\ncutoffs = \"3K\"");
+    let c = parse_ok("scheduler = \"user\"\nlink-rate = \"1gbit\"\npolicy = \"srpt-classes\"\ncutoffs = \"3K\"");
     assert_eq!(c.user_policy().unwrap().to_string(), "srpt-classes:3000");
     assert_eq!(parse_ok("policy = \"fair\"").scheduler, Scheduling::Kernel);
     // (file text, what the error must mention)
     for (text, needles) in [
-        ("uplink-rate = \"10mbps\"", &["uplink-rate", "bits", "t.toml"][..]),
+        ("link-rate = \"10mbps\"", &["link-rate", "bits", "t.toml"][..]),
         ("scheduler = \"usr\"", &["scheduler", "usr"]),
     ] {
         let msg =
@@ -182,13 +206,13 @@ fn scheduler_keys_in_the_file() {
         }
     }
     for (text, needles) in [
-        ("scheduler = \"user\"", &["uplink-rate", "10mbit"][..]),
-        ("uplink-rate = \"10mbit\"", &["uplink-rate", "uplink setup"]),
-        ("scheduler = \"user\"\nuplink-rate = \"600gbit\"", &["uplink-rate", "must be in"]),
+        ("scheduler = \"user\"", &["link-rate", "10mbit"][..]),
+        ("link-rate = \"10mbit\"", &["link-rate", "uplink setup"]),
+        ("scheduler = \"user\"\nlink-rate = \"600gbit\"", &["link-rate", "must be in"]),
         ("write-concurrency = 3", &["write-concurrency", "crovella"]),
         ("policy = \"las\"", &["las", "--scheduler user"]),
-        ("scheduler = \"user\"\nuplink-rate = \"1mbit\"\npolicy = \"srpt2\"", &["srpt2"]),
-        ("scheduler = \"user\"\nuplink-rate = \"1mbit\"\npolicy = \"srrt\"", &["srrt", "kernel"]),
+        ("scheduler = \"user\"\nlink-rate = \"1mbit\"\npolicy = \"srpt2\"", &["srpt2"]),
+        ("scheduler = \"user\"\nlink-rate = \"1mbit\"\npolicy = \"srrt\"", &["srrt", "kernel"]),
     ] {
         let file = ConfigFile::parse(&format!("root = \"/srv\"\n{text}\n"), Path::new("t.toml")).unwrap();
         let msg = ServerConfig::from_file(file).unwrap_err().to_string();

@@ -166,6 +166,15 @@ pub enum AccessLogFormat {
     Json,
 }
 
+impl std::fmt::Display for AccessLogFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AccessLogFormat::Combined => "combined",
+            AccessLogFormat::Json => "json",
+        })
+    }
+}
+
 impl std::str::FromStr for AccessLogFormat {
     type Err = String;
     fn from_str(s: &str) -> Result<AccessLogFormat, String> {
@@ -187,6 +196,16 @@ pub enum Dotfiles {
     Allow,
 }
 
+impl std::fmt::Display for Dotfiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Dotfiles::Ignore => "ignore",
+            Dotfiles::Deny => "deny",
+            Dotfiles::Allow => "allow",
+        })
+    }
+}
+
 impl std::str::FromStr for Dotfiles {
     type Err = String;
     fn from_str(s: &str) -> Result<Dotfiles, String> {
@@ -201,7 +220,7 @@ pub enum Scheduling {
     /// Kernel priority bands: `SO_PRIORITY` per band under the HTB tree of
     /// `shortfirst uplink setup` (needs CAP_NET_ADMIN).
     Kernel,
-    /// The server's own uplink scheduler: a pacer at just under `uplink-rate`
+    /// The server's own uplink scheduler: a pacer at just under `link-rate`
     /// and a work-conserving pick among writable connections. No qdisc, no
     /// capability.
     User,
