@@ -89,7 +89,8 @@ pub struct Options {
     /// POLICY, each job sent on arrival by RULE: random, round-robin, least-connections,
     /// least-work (fewest bytes left), sita:CUTOFFS (host i takes sizes up to the i-th
     /// cutoff, e.g. sita:20K,1M for 3 hosts) or sita-e (cutoffs giving every host the
-    /// same load, from the jobs' sizes). Without it, --servers is one shared queue.
+    /// same load, from the jobs' sizes; sita-e:N from the last N sizes dispatched, as a
+    /// live server would). Without it, --servers is one shared queue.
     /// requests.csv gains a `host` column; summary.json a `farm` section per host.
     #[arg(long, value_name = "RULE")]
     dispatch: Option<String>,

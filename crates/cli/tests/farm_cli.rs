@@ -25,7 +25,7 @@ fn workload(dir: &Path) -> std::path::PathBuf {
 fn sim_farm_writes_hosts() {
     let dir = tempfile::tempdir().unwrap();
     let wl = workload(dir.path());
-    for rule in ["sita-e", "least-connections", "least-work", "round-robin", "random", "sita:10K,100K"] {
+    for rule in ["sita-e", "sita-e:500", "least-connections", "least-work", "round-robin", "random", "sita:10K,100K"] {
         let out_dir = dir.path().join(format!("sim-{}", rule.replace([':', ','], "_")));
         let hosts = if rule.starts_with("sita:") { "3" } else { "2" };
         let out = shortfirst()

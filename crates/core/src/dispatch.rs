@@ -11,7 +11,8 @@
 //!
 //! SITA-E's cutoffs come from a sample of sizes ([`sita_e_cutoffs`], weighted by how
 //! often each size is requested) or from a bounded window of live sizes
-//! ([`LiveSitaE`]). Pure: the driver passes the hosts' load in; no clock, no I/O.
+//! ([`LiveSitaE`]; the rule `sita-e:N` re-derives them as requests arrive, from the
+//! last N sizes). Pure: the driver passes the hosts' load in; no clock, no I/O.
 
 use std::collections::VecDeque;
 
@@ -26,7 +27,7 @@ pub const MAX_HOSTS: usize = 4_096;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum DispatchError {
     #[error(
-        "dispatch rule {0:?}: expected random, round-robin, least-connections, least-work, sita:CUTOFFS or sita-e"
+        "dispatch rule {0:?}: expected random, round-robin, least-connections, least-work, sita:CUTOFFS, sita-e or sita-e:N"
     )]
     UnknownRule(String),
     #[error("sita cutoff {text:?}: {reason}")]
@@ -41,6 +42,8 @@ pub enum DispatchError {
     NoSizes,
     #[error("sita-e: a rule that needs cutoffs from sizes; compute them with sita_e_cutoffs first")]
     Unresolved,
+    #[error("sita-e window {0:?}: expected a number of sizes from 1 to {MAX_LIVE_WINDOW}")]
+    BadWindow(String),
     #[error("{got} host loads given for {hosts} hosts")]
     LoadCount { got: usize, hosts: usize },
 }
@@ -56,6 +59,9 @@ pub enum DispatchRule {
     Sita(Vec<u64>),
     /// SITA with cutoffs that equalise the load: resolved to `Sita` from a sample of sizes.
     SitaE,
+    /// SITA-E from the last N sizes dispatched, re-derived as requests arrive
+    /// ([`LIVE_RECOMPUTE_FRACTION`]); until the first size, everything to host 0.
+    SitaELive(usize),
 }
 
 impl DispatchRule {
@@ -67,6 +73,12 @@ impl DispatchRule {
             "least-work" => return Ok(DispatchRule::LeastWork),
             "sita-e" => return Ok(DispatchRule::SitaE),
             _ => {}
+        }
+        if let Some(window) = text.strip_prefix("sita-e:") {
+            return match window.parse::<usize>() {
+                Ok(n) if (1..=MAX_LIVE_WINDOW).contains(&n) => Ok(DispatchRule::SitaELive(n)),
+                _ => Err(DispatchError::BadWindow(window.to_string())),
+            };
         }
         let Some(list) = text.strip_prefix("sita:") else {
             return Err(DispatchError::UnknownRule(text.to_string()));
@@ -89,6 +101,7 @@ impl std::fmt::Display for DispatchRule {
             DispatchRule::LeastConnections => f.write_str("least-connections"),
             DispatchRule::LeastWork => f.write_str("least-work"),
             DispatchRule::SitaE => f.write_str("sita-e"),
+            DispatchRule::SitaELive(n) => write!(f, "sita-e:{n}"),
             DispatchRule::Sita(c) => {
                 let list: Vec<String> = c.iter().map(u64::to_string).collect();
                 write!(f, "sita:{}", list.join(","))
@@ -131,6 +144,36 @@ pub struct Dispatcher {
     hosts: usize,
     next_rr: usize,
     rng: ChaCha8Rng,
+    /// `sita-e:N`: the window and the cutoffs in force.
+    live: Option<Live>,
+}
+
+/// Share of the window between two derivations of `sita-e:N`'s cutoffs (each costs
+/// O(N log N)): every N/16 requests, and at 1, 2, 4, ... requests before that.
+pub const LIVE_RECOMPUTE_FRACTION: usize = 16;
+
+#[derive(Debug, Clone)]
+struct Live {
+    window: LiveSitaE,
+    cutoffs: Vec<u64>,
+    since: usize,
+    next_at: usize,
+    every: usize,
+}
+
+impl Live {
+    fn observe(&mut self, size_bytes: u64) {
+        self.window.observe(size_bytes);
+        self.since += 1;
+        if self.since >= self.next_at {
+            // All sizes zero: no load to split; the old cutoffs stay.
+            if let Ok(c) = self.window.cutoffs() {
+                self.cutoffs = c;
+            }
+            self.since = 0;
+            self.next_at = (self.next_at * 2).min(self.every);
+        }
+    }
 }
 
 impl Dispatcher {
@@ -144,7 +187,17 @@ impl Dispatcher {
             }
             _ => {}
         }
-        Ok(Dispatcher { rule, hosts, next_rr: 0, rng: ChaCha8Rng::seed_from_u64(seed) })
+        let live = match rule {
+            DispatchRule::SitaELive(window) => Some(Live {
+                window: LiveSitaE::new(hosts, window)?,
+                cutoffs: Vec::new(),
+                since: 0,
+                next_at: 1,
+                every: (window / LIVE_RECOMPUTE_FRACTION).max(1),
+            }),
+            _ => None,
+        };
+        Ok(Dispatcher { rule, hosts, next_rr: 0, rng: ChaCha8Rng::seed_from_u64(seed), live })
     }
 
     pub fn rule(&self) -> &DispatchRule {
@@ -165,6 +218,12 @@ impl Dispatcher {
             }
             DispatchRule::LeastWork => self.rotate(argmin_from(load.iter().map(|l| l.remaining_bytes), self.next_rr)),
             DispatchRule::Sita(cutoffs) => sita_host(cutoffs, size_bytes),
+            DispatchRule::SitaELive(_) => {
+                let live = self.live.as_mut().expect("built with the rule");
+                let host = sita_host(&live.cutoffs, size_bytes);
+                live.observe(size_bytes);
+                host
+            }
             DispatchRule::SitaE => unreachable!("refused by Dispatcher::new"),
         })
     }

@@ -14,12 +14,14 @@ fn parse_table() {
         ("sita-e", DispatchRule::SitaE),
         ("sita:10K", DispatchRule::Sita(vec![10_000])),
         ("sita:1000,1M", DispatchRule::Sita(vec![1000, 1_000_000])),
+        ("sita-e:5000", DispatchRule::SitaELive(5000)),
     ] {
         let got = DispatchRule::parse(text).unwrap();
         assert_eq!(got, want, "{text}");
         assert_eq!(DispatchRule::parse(&got.to_string()).unwrap(), want, "{text} round trip");
     }
-    for bad in ["", "rr", "sita", "sita:", "sita:10K,x", "sita:1M,10K", "least_work"] {
+    for bad in ["", "rr", "sita", "sita:", "sita:10K,x", "sita:1M,10K", "least_work", "sita-e:0", "sita-e:x", "sita-e:"]
+    {
         assert!(DispatchRule::parse(bad).is_err(), "{bad:?}");
     }
     assert!(matches!(DispatchRule::parse("sita:1M,10K"), Err(DispatchError::Decreasing(_))));
@@ -169,4 +171,25 @@ fn live_window_forgets_old_sizes() {
     assert_eq!(live.observations(), 100);
     // Half the load (75): all the 1s (50) or 1s and 2s (150): 50 is closer.
     assert_eq!(live.cutoffs().unwrap(), [1]);
+}
+
+#[test]
+fn live_sita_e_follows_the_window() {
+    // Window 32, 2 hosts: cutoffs re-derived at 1, 2 (every 32/16 = 2 requests after).
+    let mut d = Dispatcher::new(DispatchRule::SitaELive(32), 2, 1).unwrap();
+    assert_eq!(d.choose(10, &[]).unwrap(), 0, "no cutoffs yet: host 0");
+    // The window holds 10 only: cutoff 10, so larger sizes go to host 1.
+    assert_eq!(d.choose(11, &[]).unwrap(), 1);
+    for _ in 0..64 {
+        d.choose(1_000, &[]).unwrap();
+    }
+    // Only 1000s in the window now: cutoff 1000 (sizes above it alone on host 1).
+    assert_eq!(d.choose(1_000, &[]).unwrap(), 0);
+    assert_eq!(d.choose(1_001, &[]).unwrap(), 1);
+    assert_eq!(d.choose(11, &[]).unwrap(), 0, "the old small sizes have left the window");
+    // Alternating 1 and 3 (load 1 + 3 per pair): half the load is the 3s alone.
+    for i in 0..64 {
+        d.choose(if i % 2 == 0 { 1 } else { 3 }, &[]).unwrap();
+    }
+    assert_eq!((d.choose(1, &[]).unwrap(), d.choose(3, &[]).unwrap()), (0, 1));
 }
