@@ -6,6 +6,7 @@
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+mod farm;
 mod gatekeeper;
 mod load;
 mod netem;
@@ -39,6 +40,8 @@ enum Command {
     Sim(sim::Args),
     /// User-space WAN emulator: per-client-group delay, jitter, loss, rate on a TUN.
     Netem(netem::Args),
+    /// HAProxy map and configurations for a farm dispatched by response size.
+    Farm(farm::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -56,6 +59,7 @@ fn main() -> std::process::ExitCode {
         Command::Workload(a) => workload::run(a),
         Command::Sim(a) => sim::run(a),
         Command::Netem(a) => netem::run(a),
+        Command::Farm(a) => farm::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -22,6 +22,8 @@ use shortfirst_load::trace::{self, TraceFormat};
 use shortfirst_sim::report::{summarize, Summary};
 use shortfirst_sim::{simulate, Job, Link};
 
+mod farm;
+
 /// Most jobs `--jobs` may ask for (memory: about 60 bytes per job with the paths).
 const MAX_GENERATED_JOBS: u64 = shortfirst_sim::engine::MAX_JOBS as u64;
 
@@ -83,6 +85,18 @@ pub struct Options {
     /// Number of servers, each of --link-rate (no job uses more than one).
     #[arg(long, default_value_t = 1)]
     servers: usize,
+    /// A farm: each of the --servers hosts its own link of RATE and its own queue under
+    /// POLICY, each job sent on arrival by RULE: random, round-robin, least-connections,
+    /// least-work (fewest bytes left), sita:CUTOFFS (host i takes sizes up to the i-th
+    /// cutoff, e.g. sita:20K,1M for 3 hosts) or sita-e (cutoffs giving every host the
+    /// same load, from the jobs' sizes; sita-e:N from the last N sizes dispatched, as a
+    /// live server would). Without it, --servers is one shared queue.
+    /// requests.csv gains a `host` column; summary.json a `farm` section per host.
+    #[arg(long, value_name = "RULE")]
+    dispatch: Option<String>,
+    /// Seed for --dispatch random.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    dispatch_seed: u64,
     /// Leave the first N jobs out of summary.json (they are still in requests.csv).
     #[arg(long, value_name = "N", default_value_t = 0)]
     warmup_jobs: usize,
@@ -114,6 +128,8 @@ struct SummaryFile<'a> {
     seed: Option<u64>,
     load_target: Option<f64>,
     load_schedule: Option<ScheduleSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    farm: Option<farm::FarmSummary>,
     arrival_rate_per_s: Option<f64>,
     warmup_jobs: usize,
     skipped_trace_lines: u64,
@@ -154,12 +170,17 @@ pub fn run(args: Args) -> Result<()> {
     }
 
     let started = Instant::now();
-    let outcomes = simulate(&input.jobs, &policy, link).context("simulation")?;
+    let farm = farm::Farm::run(args.dispatch.as_deref(), args.dispatch_seed, &input.jobs, &policy, link)?;
+    let outcomes = match &farm {
+        Some(f) => f.outcome.times.clone(),
+        None => simulate(&input.jobs, &policy, link).context("simulation")?,
+    };
     let simulate_wall_s = started.elapsed().as_secs_f64();
 
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     if !args.summary_only {
-        write_records(&args.out.join("requests.csv"), &input, &outcomes, args.load_schedule.as_deref())?;
+        let hosts = farm.as_ref().map(|f| &f.outcome.host[..]);
+        write_records(&args.out.join("requests.csv"), &input, &outcomes, args.load_schedule.as_deref(), hosts)?;
     }
     let w = args.warmup_jobs;
     let summary = summarize(&input.jobs, &outcomes, link, w);
@@ -173,6 +194,7 @@ pub fn run(args: Args) -> Result<()> {
         seed: args.workload.as_ref().map(|_| args.seed),
         load_target: args.load,
         load_schedule: args.load_schedule.as_ref().map(|s| schedule_summary(&input.jobs, s)),
+        farm: farm.as_ref().zip(args.dispatch.as_deref()).map(|(f, d)| f.summary(d, &input.jobs, link, w)),
         arrival_rate_per_s: args.arrival_rate,
         warmup_jobs: w,
         skipped_trace_lines: input.skipped,
@@ -194,6 +216,9 @@ pub fn run(args: Args) -> Result<()> {
         simulate_wall_s,
         file.jobs_per_s
     );
+    if let Some(f) = &file.farm {
+        farm::print_hosts(f);
+    }
     Ok(())
 }
 
@@ -303,12 +328,10 @@ fn write_records(
     input: &Input,
     outcomes: &[shortfirst_sim::JobTimes],
     schedule: Option<&LoadSchedule>,
+    hosts: Option<&[u32]>,
 ) -> Result<()> {
-    let mut w = match schedule {
-        Some(_) => RecordWriter::create_with_phase_columns(path),
-        None => RecordWriter::create(path),
-    }
-    .with_context(|| format!("creating {}", path.display()))?;
+    let mut w = RecordWriter::create_with_columns(path, schedule.is_some(), hosts.is_some())
+        .with_context(|| format!("creating {}", path.display()))?;
     for (i, (job, o)) in input.jobs.iter().zip(outcomes).enumerate() {
         let record = RequestRecord {
             id: i as u64,
@@ -325,14 +348,11 @@ fn write_records(
             first_byte_s: Some(o.first_service_s),
             done_s: Some(o.done_s),
         };
-        match schedule {
-            Some(s) => {
-                let (phase, multiplier) = s.phase_at(job.arrival_s);
-                w.write_in_phase(&record, PhaseTag { phase, multiplier })
-            }
-            None => w.write(&record),
-        }
-        .with_context(|| format!("writing {}", path.display()))?;
+        let tag = schedule.map(|s| {
+            let (phase, multiplier) = s.phase_at(job.arrival_s);
+            PhaseTag { phase, multiplier }
+        });
+        w.write_tagged(&record, tag, hosts.map(|h| h[i])).with_context(|| format!("writing {}", path.display()))?;
     }
     w.finish().with_context(|| format!("finishing {}", path.display()))?;
     Ok(())

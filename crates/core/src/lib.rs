@@ -8,6 +8,7 @@
 
 pub mod admission;
 pub mod bands;
+pub mod dispatch;
 pub mod policy;
 pub mod srrt;
 pub mod units;

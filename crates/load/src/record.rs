@@ -12,7 +12,9 @@
 //! schedule's phase in force at the request's `scheduled_s`, and
 //! `load_multiplier`, that phase's multiplier. Without a schedule the file
 //! has the 13 columns above only, byte for byte as before; readers that
-//! select columns by name read both.
+//! select columns by name read both. A simulated farm (`shortfirst sim
+//! --dispatch`) adds [`HOST_COLUMN`] last: the index (from 0) of the host
+//! that served the request.
 //!
 //! [`RecordWriter`] streams rows to `<final>.tmp` and renames it onto the final
 //! name in [`RecordWriter::finish`], so a crashed run never leaves a
@@ -42,6 +44,9 @@ pub const COLUMNS: [&str; 13] = [
 
 /// The trailing columns of a run with a load schedule.
 pub const PHASE_COLUMNS: [&str; 2] = ["phase", "load_multiplier"];
+
+/// The trailing column of a simulated farm: the host that served the request.
+pub const HOST_COLUMN: &str = "host";
 
 /// A request's phase of the load schedule (the [`PHASE_COLUMNS`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -195,6 +200,8 @@ pub struct RecordWriter {
     rows: u64,
     /// Whether the file has the [`PHASE_COLUMNS`].
     phase_columns: bool,
+    /// Whether the file ends with the [`HOST_COLUMN`].
+    host_column: bool,
 }
 
 impl RecordWriter {
@@ -209,15 +216,36 @@ impl RecordWriter {
         Self::create_with(path, true)
     }
 
+    /// As [`create`](Self::create), with the [`PHASE_COLUMNS`] and/or the
+    /// [`HOST_COLUMN`] at the end of each row (see [`write_tagged`](Self::write_tagged)).
+    pub fn create_with_columns(path: &Path, phase_columns: bool, host_column: bool) -> Result<Self, RecordError> {
+        Self::create_with_header(path, phase_columns, host_column)
+    }
+
     fn create_with(path: &Path, phase_columns: bool) -> Result<Self, RecordError> {
+        Self::create_with_header(path, phase_columns, false)
+    }
+
+    fn create_with_header(path: &Path, phase_columns: bool, host_column: bool) -> Result<Self, RecordError> {
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".tmp");
         let tmp_path = PathBuf::from(tmp);
         let file = File::create(&tmp_path).map_err(|source| RecordError::Io { path: tmp_path.clone(), source })?;
         let mut writer = csv::WriterBuilder::new().from_writer(BufWriter::with_capacity(1 << 16, file));
-        let header = COLUMNS.iter().chain(if phase_columns { &PHASE_COLUMNS[..] } else { &[] });
+        let header = COLUMNS.iter().chain(if phase_columns { &PHASE_COLUMNS[..] } else { &[] }).chain(if host_column {
+            &[HOST_COLUMN][..]
+        } else {
+            &[]
+        });
         writer.write_record(header).map_err(|source| RecordError::Csv { path: tmp_path.clone(), source })?;
-        Ok(RecordWriter { writer: Some(writer), tmp_path, final_path: path.to_path_buf(), rows: 0, phase_columns })
+        Ok(RecordWriter {
+            writer: Some(writer),
+            tmp_path,
+            final_path: path.to_path_buf(),
+            rows: 0,
+            phase_columns,
+            host_column,
+        })
     }
 
     /// Appends one row (with the phase columns, if the file has them, empty).
@@ -231,7 +259,27 @@ impl RecordWriter {
         self.write_row(r, Some(tag))
     }
 
+    /// Appends one row with its phase and its host (each written only if the file
+    /// has its column; a missing one is written empty).
+    pub fn write_tagged(
+        &mut self,
+        r: &RequestRecord,
+        tag: Option<PhaseTag>,
+        host: Option<u32>,
+    ) -> Result<(), RecordError> {
+        self.write_full_row(r, tag, host)
+    }
+
     fn write_row(&mut self, r: &RequestRecord, tag: Option<PhaseTag>) -> Result<(), RecordError> {
+        self.write_full_row(r, tag, None)
+    }
+
+    fn write_full_row(
+        &mut self,
+        r: &RequestRecord,
+        tag: Option<PhaseTag>,
+        host: Option<u32>,
+    ) -> Result<(), RecordError> {
         let w = self.writer.as_mut().expect("write after finish");
         let mut row = vec![
             r.id.to_string(),
@@ -251,6 +299,9 @@ impl RecordWriter {
         if self.phase_columns {
             row.push(tag.map(|t| t.phase.to_string()).unwrap_or_default());
             row.push(tag.map(|t| t.multiplier.to_string()).unwrap_or_default());
+        }
+        if self.host_column {
+            row.push(host.map(|h| h.to_string()).unwrap_or_default());
         }
         w.write_record(&row).map_err(|source| RecordError::Csv { path: self.tmp_path.clone(), source })?;
         self.rows += 1;
@@ -291,17 +342,19 @@ pub fn read_records(path: &Path) -> Result<impl Iterator<Item = Result<RequestRe
         .from_path(path)
         .map_err(|source| RecordError::Csv { path: path.to_path_buf(), source })?;
     let header = rdr.headers().map_err(|source| RecordError::Csv { path: path.to_path_buf(), source })?;
-    let with_phase = COLUMNS.iter().chain(&PHASE_COLUMNS).copied();
-    let width = if header.iter().eq(COLUMNS.iter().copied()) {
-        COLUMNS.len()
-    } else if header.iter().eq(with_phase) {
-        COLUMNS.len() + PHASE_COLUMNS.len()
+    // The trailing columns are optional: the phase pair, then the host.
+    let base_ok = header.iter().take(COLUMNS.len()).eq(COLUMNS.iter().copied());
+    let rest: Vec<&str> = header.iter().skip(COLUMNS.len()).collect();
+    let known_rest =
+        [&[][..], &PHASE_COLUMNS[..], &[HOST_COLUMN][..], &[PHASE_COLUMNS[0], PHASE_COLUMNS[1], HOST_COLUMN][..]];
+    let width = if base_ok && known_rest.contains(&rest.as_slice()) {
+        header.len()
     } else {
         return Err(RecordError::Malformed {
             path: path.to_path_buf(),
             line: 1,
             message: format!(
-                "expected header `{}` (optionally with `,{}`)",
+                "expected header `{}` (optionally with `,{}`, then `,{HOST_COLUMN}`)",
                 COLUMNS.join(","),
                 PHASE_COLUMNS.join(",")
             ),
@@ -432,6 +485,30 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().nth(1).unwrap().split(',').count(), COLUMNS.len() + 1, "the path has a comma");
         assert!(text.lines().nth(1).unwrap().ends_with(",1.234568"));
+    }
+
+    #[test]
+    fn host_column_last() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("requests.csv");
+        for (phase, want_header) in [
+            (false, format!("{},host", COLUMNS.join(","))),
+            (true, format!("{},phase,load_multiplier,host", COLUMNS.join(","))),
+        ] {
+            let mut w = RecordWriter::create_with_columns(&path, phase, true).unwrap();
+            w.write_tagged(&sample(0), Some(PhaseTag { phase: 1, multiplier: 1.2 }), Some(3)).unwrap();
+            w.write_tagged(&sample(1), None, None).unwrap();
+            w.finish().unwrap();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let lines: Vec<_> = text.lines().collect();
+            assert_eq!(lines[0], want_header);
+            assert!(lines[1].ends_with(if phase { ",1.234568,1,1.2,3" } else { ",1.234568,3" }), "{}", lines[1]);
+            assert!(lines[2].ends_with(if phase { ",1.234568,,," } else { ",1.234568," }), "{}", lines[2]);
+            let back: Vec<_> = read_records(&path).unwrap().collect::<Result<_, _>>().unwrap();
+            assert_eq!(back.len(), 2);
+        }
+        std::fs::write(&path, format!("{},host,phase,load_multiplier\n", COLUMNS.join(","))).unwrap();
+        assert!(read_records(&path).is_err(), "the host column goes last");
     }
 
     #[test]

@@ -93,7 +93,8 @@ pub fn simulate(jobs: &[Job], policy: &Policy, link: Link) -> Result<Vec<JobTime
     Ok(out)
 }
 
-fn validate(jobs: &[Job], link: Link) -> Result<(), SimError> {
+/// Checks the rate, the server count and the jobs (count, finite sorted arrivals).
+pub(crate) fn validate(jobs: &[Job], link: Link) -> Result<(), SimError> {
     if !(link.rate_bytes_per_s.is_finite() && link.rate_bytes_per_s > 0.0) {
         return Err(SimError::BadRate(link.rate_bytes_per_s));
     }
