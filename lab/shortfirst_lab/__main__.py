@@ -20,7 +20,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from .experiment import ExperimentError, load_experiment
+from .experiment import load_experiment
+from .kit import LabError, error_line
 
 
 def _add_run(p: argparse.ArgumentParser) -> None:
@@ -179,25 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         return a.func(a)
-    except ExperimentError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except LabError as e:  # the lab's own errors name what and where in their message
+        print(error_line(e), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted (testbed torn down)", file=sys.stderr)
         return 130
-    except Exception as e:  # the lab's own errors carry their context in the message
-        from .analysis import LogError
-        from .overload import OverloadError
-        from .placement import PlacementError
-        from .report import ReportError
-        from .runner import RunnerError
-        from .stage import StageError
-
-        if isinstance(e, RunnerError | ReportError | LogError | OverloadError | StageError | PlacementError):
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-        raise
-
 
 if __name__ == "__main__":
     sys.exit(main())

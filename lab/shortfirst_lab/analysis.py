@@ -66,6 +66,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from .kit import LabError
+
 REQUEST_COLUMNS = (
     "id",
     "client",
@@ -91,7 +93,7 @@ RECEIVED_COLUMNS = ("t_s", "bytes")
 RECEIVED_BUCKET_S = 0.1
 
 
-class LogError(ValueError):
+class LogError(LabError, ValueError):
     """A per-request log that cannot be analysed (names the file and what is wrong)."""
 
 

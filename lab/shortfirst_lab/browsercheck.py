@@ -18,6 +18,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .kit import LabError
+
 CHROMIUM_FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -48,7 +50,7 @@ window.addEventListener('load', function () {{
 _MARKER_RE = re.compile(rf'<pre id="{MARKER_ID}">(.*?)</pre>', re.S)
 
 
-class BrowserError(RuntimeError):
+class BrowserError(LabError, RuntimeError):
     """Chromium is missing, failed, or did not run the page."""
 
 

@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .kit import write_json
+from .kit import LabError, write_json
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 #: Where `reserve` remembers the CPUs of the top-level cpusets it narrowed.
@@ -47,7 +47,7 @@ MOVE_PASSES = 3
 MAX_CPUS = 4096
 
 
-class CpusError(RuntimeError):
+class CpusError(LabError, RuntimeError):
     """No usable cpuset hierarchy, a bad CPU list, or a reservation in the way."""
 
 

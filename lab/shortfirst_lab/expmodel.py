@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .kit import LabError
 from .schedules import schedule_label
 
 POLICIES = ("fair", "srpt", "srpt2", "srrt")
@@ -39,7 +40,7 @@ MAX_PACER_RATE_BITS_PER_S = 400_000_000_000
 MAX_ARMS = 16
 
 
-class ExperimentError(ValueError):
+class ExperimentError(LabError, ValueError):
     """A bad experiment file: names the file, the dotted key and what was expected."""
 
     def __init__(self, path: str | Path, key: str, expected: str, got: Any = None):

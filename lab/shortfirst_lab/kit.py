@@ -36,7 +36,21 @@ REPO = Path(__file__).resolve().parents[2]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-class KitError(RuntimeError):
+class LabError(Exception):
+    """The base of every error the lab raises on purpose: bad input (a file, a key, an
+    argument) or a step that failed (a child, a run, a page). Its message names what failed
+    and where; the command line (`shortfirst_lab.__main__`) prints it as one line, `error:
+    MESSAGE`, and exits with code 2, without a traceback. Every exception class of the lab
+    derives from it (lab/tests/test_errors.py checks)."""
+
+
+def error_line(e: BaseException) -> str:
+    """`e` as the command line prints it: `error: ` and its message on one line."""
+    text = " ".join(str(e).split()) or type(e).__name__
+    return f"error: {text}"
+
+
+class KitError(LabError, RuntimeError):
     """A child did not come up, or a counter file could not be read as expected."""
 
 

@@ -19,13 +19,15 @@ import signal
 import subprocess
 from pathlib import Path
 
+from .kit import LabError
+
 PREFIX = "sf"
 LOCK_DIR = Path("/run/shortfirst-testbed")
 #: Seconds any single ``ip``/``tc``/``ethtool`` command may take.
 COMMAND_TIMEOUT_S = 30.0
 
 
-class TestbedError(RuntimeError):
+class TestbedError(LabError, RuntimeError):
     """A testbed could not be built, used or removed; the message says which step."""
 
     __test__ = False  # not a pytest test class

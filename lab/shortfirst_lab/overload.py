@@ -58,7 +58,7 @@ import pandas as pd
 
 from . import analysis, schedules, series
 from .experiment import Experiment, ExperimentError, RunSpec, load_experiment
-from .kit import write_atomic, write_json
+from .kit import LabError, write_atomic, write_json
 
 #: The per-policy fields of a summary entry, in order.
 FIELDS = (
@@ -79,7 +79,7 @@ RSS_REFERENCE_S = 60.0
 RSS_MAX_GROWTH = 1.5
 
 
-class OverloadError(RuntimeError):
+class OverloadError(LabError, RuntimeError):
     """An input the summary cannot use (names the file)."""
 
 

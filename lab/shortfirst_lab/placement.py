@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .cpus import CpusError, format_cpulist, parse_cpulist
+from .kit import LabError
 
 
-class PlacementError(ValueError):
+class PlacementError(LabError, ValueError):
     """A CPU list that cannot be parsed or is not available to this process."""
 
 

@@ -37,7 +37,7 @@ from scipy import stats
 
 from . import analysis, figures, models, policycmp, policytables, wanreport, wanrun, wire
 from .experiment import Arm, Experiment, RunSpec, load_experiment
-from .kit import write_atomic, write_json
+from .kit import LabError, write_atomic, write_json
 
 LATENESS_LIMIT_MS = 5.0
 RUN_KEYS = (
@@ -86,7 +86,7 @@ TCP_COUNTERS = (
 )
 
 
-class ReportError(RuntimeError):
+class ReportError(LabError, RuntimeError):
     """The experiment directory lacks what a report needs (names the file)."""
 
 

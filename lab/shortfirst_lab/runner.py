@@ -58,7 +58,7 @@ from tqdm import tqdm
 from . import factors, idealsim, models, overload, report, schedules, series, synrto, wanrun
 from .experiment import Experiment, RunSpec, load_experiment
 from .health import HealthSampler, counter_delta
-from .kit import load_argv, parse_proc_pairs, utc_now, write_atomic, write_json
+from .kit import LabError, load_argv, parse_proc_pairs, utc_now, write_atomic, write_json
 from .kit import provenance as collect
 from .placement import Placement
 from .stage import make_stage, touch_docroot, unstage
@@ -72,7 +72,7 @@ CAL_GAP_FACTOR = 1.6
 CAL_GAP_S = 0.15
 
 
-class RunnerError(RuntimeError):
+class RunnerError(LabError, RuntimeError):
     """The experiment cannot proceed (names what failed and where its log is)."""
 
 

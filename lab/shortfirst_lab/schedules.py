@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .kit import LabError
+
 MAX_PHASES = 10_000
 MIN_PHASE_S = 0.001
 MAX_MULTIPLIER = 1e6
@@ -47,7 +49,7 @@ _UNITS_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0}
 _DURATION_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
 
 
-class ScheduleError(ValueError):
+class ScheduleError(LabError, ValueError):
     """A schedule spec the generator would refuse; the message names the phase or file line."""
 
 

@@ -30,12 +30,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from .kit import LabError
 from .theory import BoundedPareto, Exponential, Queue, SizeDist, slowdown_by_percentile
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-class SimError(RuntimeError):
+class SimError(LabError, RuntimeError):
     """``shortfirst sim`` failed or could not be found."""
 
 

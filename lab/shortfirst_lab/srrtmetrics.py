@@ -35,7 +35,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .kit import KitError, parse_prometheus
+from .kit import KitError, LabError, parse_prometheus
 
 RATIO_METRIC = "shortfirst_srrt_estimate_ratio"
 #: Error factors whose fraction is exact with the server's bounds.
@@ -48,7 +48,7 @@ LIMITS = (
 )
 
 
-class MetricsError(ValueError):
+class MetricsError(LabError, ValueError):
     """A server_metrics.txt whose srrt series cannot be read (names the file and why)."""
 
 

@@ -14,10 +14,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .kit import write_atomic
+from .kit import LabError, write_atomic
 
 
-class StageError(RuntimeError):
+class StageError(LabError, RuntimeError):
     """A stage directory that cannot be used, or a docroot too large to prepare."""
 
 

@@ -28,6 +28,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from .kit import LabError
+
 #: bpf(2) on x86_64 and aarch64.
 _SYS_BPF = {"x86_64": 321, "aarch64": 280}
 _BPF_PROG_LOAD, _BPF_PROG_ATTACH, _BPF_PROG_DETACH = 5, 8, 9
@@ -41,7 +43,7 @@ _CGROUP2_FALLBACK = Path("/run/shortfirst-cgroup2")
 _seq = itertools.count()
 
 
-class SynRtoError(RuntimeError):
+class SynRtoError(LabError, RuntimeError):
     """The program could not be built, loaded or attached; the message says which step."""
 
 

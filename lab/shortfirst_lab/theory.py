@@ -70,6 +70,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, special
 
+from .kit import LabError
+
 GRID_PER_DECADE = 4
 GL_NODES = 16
 REL_TOL = 1e-9
@@ -78,7 +80,7 @@ MAX_REFINE = 30
 POLICIES = ("ps", "fifo", "srpt", "classes-ps", "classes-fifo")
 
 
-class TheoryError(ValueError):
+class TheoryError(LabError, ValueError):
     """Bad parameters, or a quadrature whose error estimate is too large."""
 
 

@@ -108,5 +108,5 @@ def test_cli_report_rebuilds_from_raw_logs(experiment_dir, capsys):
 
 
 def test_cli_report_on_non_experiment_dir(tmp_path, capsys):
-    assert main(["report", str(tmp_path)]) == 1
+    assert main(["report", str(tmp_path)]) == 2
     assert "experiment.toml: missing" in capsys.readouterr().err

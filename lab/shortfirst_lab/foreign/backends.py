@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+from ..kit import LabError
+
 #: Words the text columns are made of; searches look for ones that are rare on purpose
 #: (a LIKE or `q=` scan that finds few rows still reads them all).
 WORDS = [f"w{i:03d}" for i in range(400)]
@@ -30,7 +32,7 @@ RARE = ["zq1", "zq2", "zq3", "zq4"]
 MAX_ROWS = 5_000_000
 
 
-class ForeignError(RuntimeError):
+class ForeignError(LabError, RuntimeError):
     """A backend that is not installed, bad settings, or a backend that did not come up."""
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..kit import REPO
+from ..kit import REPO, LabError
 
 PG_SH = REPO / "examples" / "bookstore" / "pg.sh"
 
@@ -61,7 +61,7 @@ CALIBRATION_MIX = {
 }
 
 
-class TpcwError(RuntimeError):
+class TpcwError(LabError, RuntimeError):
     """A component failed to start or a run produced no usable result."""
 
 
