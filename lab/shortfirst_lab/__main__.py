@@ -8,7 +8,8 @@ Subcommands (one function each; add a new one by writing `_cmd_x(args)` and regi
                                                       (overload experiments: shortfirst_lab.overload);
                                                       --resimulate first redoes each run's ideals
                                                       (sim/, sim-wire/: idealsim.py)
-    validate EXP.toml...                              check experiment files, print the run matrix
+    validate EXP.toml...                              check experiment files of any kind (static serving,
+                                                      gatekeeper: tpcw, foreign), print what each runs
     check-report DIR/report.html                      open the page in headless Chromium, check images
 """
 
@@ -121,22 +122,37 @@ def _resimulate(out: Path, bin_path: Path | None) -> None:
 
 
 def _add_validate(p: argparse.ArgumentParser) -> None:
-    p.add_argument("experiments", type=Path, nargs="+", help="experiment TOML files")
+    p.add_argument("experiments", type=Path, nargs="+", help="experiment files of any kind (TOML)")
     _add_set(p)
 
 
 def _cmd_validate(a: argparse.Namespace) -> int:
+    from .spec.reader import read_spec
+
     for path in a.experiments:
-        exp = load_experiment(path, a.overrides)
-        runs = exp.matrix()
-        per_run = exp.run.duration_s
-        print(
-            f"{path}: ok — {exp.name}: {len(runs)} runs × {per_run:g} s schedule "
-            f"(+ drain up to {exp.run.drain_timeout_s:g} s each)"
-        )
-        for r in runs:
-            print(f"  {r.run_id}  seed={r.seed}")
+        spec = read_spec(path, a.overrides)
+        print(f"{path}: ok — {spec.kind}: {_plan(spec)}")
+        if spec.kind == "static":
+            for r in spec.value.matrix():
+                print(f"  {r.run_id}  seed={r.seed}")
     return 0
+
+
+def _plan(spec) -> str:
+    """One line on what a validated experiment file would run."""
+    v = spec.value
+    if spec.kind == "static":
+        return (
+            f"{v.name}: {len(v.matrix())} runs × {v.run.duration_s:g} s schedule "
+            f"(+ drain up to {v.run.drain_timeout_s:g} s each)"
+        )
+    if spec.kind == "tpcw":
+        from .tpcw.config import browsers_for
+
+        points = sum(len(browsers_for(v, m)) for m in v["modes"]["list"])
+        return f"{points} points (mode × browsers) × {v['load']['duration_s']:g} s"
+    runs = len(v.backends) * len(v.modes) * len(v.models)
+    return f"{runs} runs (backend × mode × model) × {v.duration_s:g} s, backends {', '.join(v.backends)}"
 
 
 def _add_check(p: argparse.ArgumentParser) -> None:
@@ -186,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted (testbed torn down)", file=sys.stderr)
         return 130
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,8 +8,8 @@ an unknown key.
 
 from __future__ import annotations
 
+import difflib
 import re
-import tomllib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,6 @@ from .expmodel import (
     WanPathSpec,
     Workload,
 )
-from .kit import to_toml
 from .schedules import check_spec, specs_of
 
 _GROUP_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
@@ -92,6 +91,10 @@ class _Section:
         self.used.add(k)
         if k not in self.table:
             if default is ...:
+                # A misspelt required key: name the key the file has, not only the missing one.
+                typo = difflib.get_close_matches(k, [x for x in self.table if x not in self.used], n=1)
+                if typo:
+                    raise self.err(typo[0], f"{k} (unknown key; {self.key(k)} is required)")
                 raise ExperimentError(self.path, self.key(k), "this key (it is required)")
             return default
         return self.table[k]
@@ -130,46 +133,6 @@ class _Section:
 
 
 _SECTIONS = ("experiment", "uplink", "workload", "client", "server", "run", "calibration", "wan", "setups")
-
-
-def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
-    """Read and validate an experiment file. Raises ExperimentError on any problem.
-
-    `overrides` are `SECTION.KEY=VALUE` strings (VALUE in TOML syntax, e.g. `run.duration_s=60`
-    or `experiment.loads=[0.8]`), applied before validation; the experiment's `source` is then
-    the effective file, with the overrides noted in a header comment, so what is stored beside
-    the results is exactly what ran.
-    """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ExperimentError(path, "", f"a readable file ({e.strerror})") from e
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ExperimentError(path, "", f"valid TOML ({e})") from e
-    if overrides:
-        for ov in overrides:
-            apply_override(doc, ov, path)
-        text = f"# {path} with overrides: {' '.join(overrides)}\n" + to_toml(doc)
-    return experiment_from_dict(doc, path, text)
-
-
-def apply_override(doc: dict[str, Any], override: str, path: str | Path = "<override>") -> None:
-    """Set `SECTION.KEY=VALUE` (VALUE parsed as TOML) in `doc`, in place."""
-    key, sep, raw = override.partition("=")
-    parts = key.strip().split(".")
-    if not sep or len(parts) != 2 or not all(parts):
-        raise ExperimentError(path, key.strip(), "an override SECTION.KEY=VALUE", override)
-    try:
-        value = tomllib.loads(f"v = {raw.strip()}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw.strip()  # a bare word is taken as a string: model=open
-    section = doc.setdefault(parts[0], {})
-    if not isinstance(section, dict):
-        raise ExperimentError(path, parts[0], "a table", section)
-    section[parts[1]] = value
 
 
 def experiment_from_dict(

@@ -175,7 +175,7 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
 
 from __future__ import annotations
 
-from .expcheck import apply_override, experiment_from_dict, load_experiment, parse_rate
+from .expcheck import experiment_from_dict, parse_rate
 from .expmodel import (
     AT_MAX_CONNECTIONS,
     MAX_ARMS,
@@ -202,6 +202,8 @@ from .expmodel import (
     Workload,
     run_dir_name,
 )
+from .spec.reader import load_experiment
+from .spec.schema import apply_override
 
 __all__ = [
     "AT_MAX_CONNECTIONS",

@@ -7,11 +7,10 @@ classes. Nothing here reads files: an `Experiment` is built only by `expcheck`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
-from .kit import LabError
 from .schedules import schedule_label
+from .spec.schema import SpecError
 
 POLICIES = ("fair", "srpt", "srpt2", "srrt")
 #: Most client groups (each gets a /24 of 10.78.0.0/16 in the testbed).
@@ -40,19 +39,8 @@ MAX_PACER_RATE_BITS_PER_S = 400_000_000_000
 MAX_ARMS = 16
 
 
-class ExperimentError(LabError, ValueError):
-    """A bad experiment file: names the file, the dotted key and what was expected."""
-
-    def __init__(self, path: str | Path, key: str, expected: str, got: Any = None):
-        self.path = str(path)
-        self.key = key
-        self.expected = expected
-        self.got = got
-        where = f"{self.path}: {key}" if key else self.path
-        msg = f"{where}: expected {expected}"
-        if got is not None:
-            msg += f", got {got!r}"
-        super().__init__(msg)
+class ExperimentError(SpecError):
+    """A bad static serving experiment file: names the file, the dotted key and what was expected."""
 
 
 @dataclass(frozen=True)

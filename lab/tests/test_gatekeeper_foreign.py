@@ -31,6 +31,7 @@ from shortfirst_lab.foreign.bench import (
 )
 from shortfirst_lab.foreign.verdict import checks, table
 from shortfirst_lab.kit import Child, fetch_text, free_port, wait_port
+from shortfirst_lab.spec.schema import SpecError
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = REPO / ".make" / "foreign"
@@ -179,10 +180,10 @@ def test_settings_read_the_peak_repeats_and_the_starvation_bound(tmp_path):
     assert s.peak_repeats >= 2 and s.max_wait_s and 0 < s.overdue_share < 1
     bad = tmp_path / "bad.toml"
     bad.write_text(CONFIG.read_text().replace("peak_repeats = 2", "peak_repeats = 0"))
-    with pytest.raises(ForeignError, match="peak_repeats"):
+    with pytest.raises(SpecError, match=r"bad\.toml: run\.peak_repeats: expected a value >= 1"):
         Settings.load(bad)
     bad.write_text(CONFIG.read_text().replace("peak_clients = [2, 4, 8, 16, 32]", "peak_clients = [8, 4]"))
-    with pytest.raises(ForeignError, match="peak_clients"):
+    with pytest.raises(SpecError, match=r"run\.peak_clients: expected a rising ladder"):
         Settings.load(bad)
 
 

@@ -25,15 +25,24 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..cpus import CpuReservation, CpusError, detect
 from ..gkbench.summary import summarize
 from ..gkbench.timeline import Sampler
-from ..kit import Child, free_port, load_argv, provenance, wait_http, wait_port, write_json
+from ..kit import (
+    Child,
+    LabError,
+    error_line,
+    free_port,
+    load_argv,
+    provenance,
+    wait_http,
+    wait_port,
+    write_json,
+)
+from ..spec.foreign import Settings
 from .backends import Backend, ForeignError, prepare
 from .verdict import checks, table
 
@@ -43,77 +52,6 @@ ALONE_SAMPLES = (40, 6)
 MAX_TRACE_ROWS = 2_000_000
 #: The gate's timeline: its admin metrics sampled this often during a gatekeeper run.
 SAMPLE_S = 0.5
-
-
-@dataclass
-class Settings:
-    """The experiment file's [run] and [calibrate] tables (see the file for each key)."""
-
-    duration_s: float
-    warmup_s: float
-    timeout_s: float
-    load_factor: float
-    think_s: float
-    max_queue_wait_s: float
-    seed: int
-    modes: list[str]
-    models: list[str]
-    peak_clients: list[int]
-    peak_s: float
-    peak_warmup_s: float
-    calibrate: dict
-    backends: dict
-    #: Peak runs per client count, each on its own trace (seed + repeat).
-    peak_repeats: int = 1
-    #: The peak ladder (`peak_clients`, ascending) stops early once this many counts in a
-    #: row have a median below (1 - `peak_stop_drop`) x the best median so far.
-    peak_stop_after: int = 2
-    peak_stop_drop: float = 0.15
-    #: The gatekeeper's --max-wait (sjf's wait bound) and --overdue-share, if set.
-    max_wait_s: float | None = None
-    overdue_share: float | None = None
-
-    @classmethod
-    def load(cls, path: Path, overrides: dict | None = None) -> Settings:
-        with open(path, "rb") as f:
-            cfg = tomllib.load(f)
-        run = {**cfg.get("run", {}), **(overrides or {})}
-        try:
-            s = cls(
-                duration_s=float(run["duration_s"]),
-                warmup_s=float(run["warmup_s"]),
-                timeout_s=float(run["timeout_s"]),
-                load_factor=float(run["load_factor"]),
-                think_s=float(run["think_s"]),
-                max_queue_wait_s=float(run["max_queue_wait_s"]),
-                seed=int(run.get("seed", 1)),
-                modes=list(run["modes"]),
-                models=list(run["models"]),
-                peak_clients=[int(c) for c in run["peak_clients"]],
-                peak_s=float(run["peak_s"]),
-                peak_warmup_s=float(run["peak_warmup_s"]),
-                calibrate=dict(cfg["calibrate"]),
-                backends=dict(cfg["backend"]),
-                peak_repeats=int(run.get("peak_repeats", 1)),
-                peak_stop_after=int(run.get("peak_stop_after", 2)),
-                peak_stop_drop=float(run.get("peak_stop_drop", 0.15)),
-                max_wait_s=float(run["max_wait_s"]) if "max_wait_s" in run else None,
-                overdue_share=float(run["overdue_share"]) if "overdue_share" in run else None,
-            )
-        except KeyError as e:
-            raise ForeignError(f"{path}: missing key {e}") from None
-        if not 0 <= s.warmup_s < s.duration_s or not 0 <= s.peak_warmup_s < s.peak_s:
-            raise ForeignError(f"{path}: need 0 <= warmup_s < duration_s and 0 <= peak_warmup_s < peak_s")
-        if s.peak_repeats < 1:
-            raise ForeignError(f"{path}: peak_repeats must be at least 1")
-        c = s.peak_clients
-        if not c or c[0] < 1 or any(a >= b for a, b in zip(c, c[1:], strict=False)):
-            raise ForeignError(f"{path}: peak_clients must be a rising ladder of client counts >= 1")
-        if s.peak_stop_after < 1 or not 0 < s.peak_stop_drop < 1:
-            raise ForeignError(f"{path}: need peak_stop_after >= 1 and 0 < peak_stop_drop < 1")
-        if not set(s.models) <= {"open", "closed"}:
-            raise ForeignError(f"{path}: models must be among open, closed")
-        return s
 
 
 def pinned_prefix(pin: bool | None) -> list[str]:
@@ -525,9 +463,9 @@ def main(argv: list[str] | None = None) -> int:
         write_json(a.out / "summary.json", result)
         for name, b in result["backends"].items():
             print(table(name, b), file=sys.stderr)
-    except ForeignError as e:
-        print(f"gatekeeper-foreign: error: {e}", file=sys.stderr)
-        return 1
+    except LabError as e:
+        print(error_line(e), file=sys.stderr)
+        return 2
     failed = [f"{n} {c['name']}" for n, b in result["backends"].items() for c in b["checks"] if not c["ok"]]
     print(f"wrote {a.out / 'summary.json'}; checks failed: {failed or 'none'}", file=sys.stderr)
     return 0

@@ -8,6 +8,7 @@ an experiment file), ``report`` (figures and tables), ``cli`` (``python -m short
 The names below are the package's API, used by the lab's tests and scripts.
 """
 
+from ..spec.tpcw import SweepConfigError, load_config, parse_capacity_us, validate
 from .calibration import calibrate, calibrate_with_browsers, choose_capacity
 from .cli import main
 from .config import (
@@ -17,14 +18,10 @@ from .config import (
     SESSION_FILE,
     Binaries,
     PgSettings,
-    SweepConfigError,
     TpcwError,
     best_sellers_repeat_of,
     browsers_for,
-    load_config,
-    parse_capacity_us,
     think_max_s,
-    validate,
 )
 from .database import Postgres, generate, postgres, shop
 from .join import apply_join, join_requests, timeline_stats

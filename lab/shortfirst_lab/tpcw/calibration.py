@@ -8,7 +8,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from .config import CALIBRATION_MIX, PAGES, Binaries, TpcwError, parse_capacity_us
+from ..spec.tpcw import parse_capacity_us
+from .config import CALIBRATION_MIX, PAGES, Binaries, TpcwError
 
 
 def calibrate(

@@ -27,8 +27,8 @@ import signal
 import sys
 from pathlib import Path
 
-from ..kit import KitError
-from .config import Binaries, TpcwError
+from ..kit import LabError, error_line
+from .config import Binaries
 from .report import report
 from .sweep import sweep
 
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         sweep(a.config, a.out, Binaries.default(a.profile), overrides)
         report(a.out / "summary.json")
-    except (TpcwError, KitError) as e:
-        print(f"tpcw: error: {e}")
-        return 1
+    except LabError as e:
+        print(error_line(e), file=sys.stderr)
+        return 2
     return 0

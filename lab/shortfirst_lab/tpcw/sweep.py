@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..kit import git, write_json
+from ..spec.tpcw import load_config
 from .calibration import calibrate, calibrate_with_browsers
 from .config import (
     Binaries,
@@ -21,7 +22,6 @@ from .config import (
     TpcwError,
     best_sellers_repeat_of,
     browsers_for,
-    load_config,
     think_max_s,
 )
 from .database import Postgres, shop, snapshot_delta
