@@ -79,7 +79,7 @@ lint: venv ## rustfmt, clippy -D warnings, ruff and the history check, all as ch
 	$(PY) scripts/unused_deps.py
 	cd lab && ../$(VENV)/bin/ruff check --config pyproject.toml $(PY_SOURCES)
 	cd lab && ../$(VENV)/bin/ruff format --config pyproject.toml --check $(PY_SOURCES)
-	cd lab && ../$(PY) -m shortfirst_lab.depcheck --pyproject pyproject.toml --lock requirements.lock $(PY_SOURCES)
+	cd lab && ../$(PY) -m shortfirst_lab depcheck --pyproject pyproject.toml --lock requirements.lock $(PY_SOURCES)
 	$(PYTHON) scripts/check_history.py
 
 fmt: venv ## format Rust and Python in place, apply ruff's fixes

@@ -1,16 +1,19 @@
-"""`python -m shortfirst_lab`: the lab's command line.
+"""`python -m shortfirst_lab VERB ...`: the lab's one command line.
 
-Subcommands (one function each; add a new one by writing `_cmd_x(args)` and registering it in
+Verbs parsed here (one function each; add one by writing `_cmd_x(args)` and registering it in
 `SUBCOMMANDS` with a function that adds its arguments):
 
+    validate FILE...                                  check experiment files of any kind (static serving,
+                                                      gatekeeper: tpcw, foreign), print what each runs
     run EXP.toml --out DIR [--resume] [--bin PATH]   run an experiment, then build its report
     report DIR [--resimulate [--bin PATH]]            rebuild summary.json and report.html from raw logs
-                                                      (overload experiments: shortfirst_lab.overload);
-                                                      --resimulate first redoes each run's ideals
-                                                      (sim/, sim-wire/: idealsim.py)
-    validate EXP.toml...                              check experiment files of any kind (static serving,
-                                                      gatekeeper: tpcw, foreign), print what each runs
+                                                      (overload experiments: `overload`); --resimulate
+                                                      first redoes each run's ideals (idealsim.py)
     check-report DIR/report.html                      open the page in headless Chromium, check images
+
+Verbs whose module parses its own arguments (`MODULE_VERBS`: `VERB --help` shows them): bench
+(`BENCHES`: every benchmark), theory, tpcw, overload, series, inflight, downloads, cpus, probe,
+depcheck. Every verb's errors end here: a `LabError` is printed as one line, exit code 2.
 """
 
 from __future__ import annotations
@@ -179,22 +182,96 @@ SUBCOMMANDS: dict[
 }
 
 
+#: Verbs whose module parses its own arguments: VERB → (module, what it does).
+MODULE_VERBS: dict[str, tuple[str, str]] = {
+    "theory": ("theory_cli", "M/G/1 theory: mean response times, Crovella's figures"),
+    "tpcw": ("tpcw.cli", "the gatekeeper on the TPC-W bookstore: sweep an experiment file, report"),
+    "overload": ("overload", "the overload summary and figures across experiment directories"),
+    "series": ("series", "a run's per-second client-side series"),
+    "inflight": ("inflight", "long responses in transfer at once, per run"),
+    "downloads": ("downloads", "the two-sizes downloads experiment on a shaped uplink"),
+    "cpus": ("cpus", "reserve, use and release CPUs for a long run (cpusets)"),
+    "probe": ("probe", "network probes run inside testbed namespaces (wanprobe's too)"),
+    "depcheck": ("depcheck", "declared Python dependencies = imports"),
+}
+#: `bench NAME`: the benchmarks (`make bench-NAME`), a lab module or a script of the repository.
+BENCHES: dict[str, tuple[str, str]] = {
+    "netem": ("netembench", "packets/s and CPU per packet through shortfirst netem (root)"),
+    "gatekeeper-synthetic": ("gkbench.cli", "the gatekeeper vs direct on the synthetic upstream"),
+    "gatekeeper-foreign": ("foreign.bench", "the gatekeeper in front of datasette and json-server"),
+    "serve": ("bench/serve.py", "shortfirst serve against nginx, driven by wrk (root)"),
+    "load": ("crates/load/bench/bench_load.py", "the load generator's highest rate, beside wrk"),
+}
+
+
+def _run_module(target: str, argv: list[str]) -> int:
+    """Runs a verb's module (`main(argv)`) or a repository script (as `__main__`, with argv)."""
+    if target.endswith(".py"):
+        import runpy
+
+        from .kit import REPO
+
+        script = REPO / target
+        saved = sys.argv
+        sys.argv = [str(script), *argv]
+        try:
+            runpy.run_path(str(script), run_name="__main__")
+        finally:
+            sys.argv = saved
+        return 0
+    import importlib
+
+    if target == "probe" and argv and argv[0] in _wan_probe_commands():
+        target = "wanprobe"
+    rc = importlib.import_module(f"{__package__}.{target}").main(argv)
+    return 0 if rc is None else rc
+
+
+def _wan_probe_commands() -> tuple[str, ...]:
+    from .wanprobe import COMMANDS
+
+    return COMMANDS
+
+
+def _delegate(argv: list[str]) -> int | None:
+    """A module verb's exit code, or None when `argv` is not one."""
+    if not argv or argv[0] not in (*MODULE_VERBS, "bench"):
+        return None
+    verb, rest = argv[0], argv[1:]
+    if verb != "bench":
+        return _run_module(MODULE_VERBS[verb][0], rest)
+    if not rest or rest[0] not in BENCHES:
+        names = "\n".join(f"  {n:22} {h}" for n, (_, h) in BENCHES.items())
+        print(
+            f"usage: python -m shortfirst_lab bench NAME [ARGS...]\n\nbenchmarks:\n{names}", file=sys.stderr
+        )
+        return 0 if rest and rest[0] in ("-h", "--help") else 2
+    return _run_module(BENCHES[rest[0]][0], rest[1:])
+
+
 def _interrupt(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="python -m shortfirst_lab", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="VERB")
     for name, (help_, add, fn) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_, description=help_)
         add(p)
         p.set_defaults(func=fn)
-    a = parser.parse_args(argv)
-    # SIGTERM (a job scheduler, `kill`) unwinds like Ctrl-C: the testbed's server, generator and
-    # namespaces are torn down and the interrupted run's logs kept, instead of left running.
-    signal.signal(signal.SIGTERM, _interrupt)
+    for name, (_, help_) in MODULE_VERBS.items():
+        sub.add_parser(name, help=help_, add_help=False)
+    sub.add_parser("bench", help="a benchmark: " + ", ".join(BENCHES), add_help=False)
     try:
+        rc = _delegate(argv)  # a module verb keeps its own signal handling
+        if rc is not None:
+            return rc
+        a = parser.parse_args(argv)
+        # SIGTERM (a job scheduler, `kill`) unwinds like Ctrl-C: the testbed's server, generator
+        # and namespaces are torn down and the interrupted run's logs kept, not left running.
+        signal.signal(signal.SIGTERM, _interrupt)
         return a.func(a)
     except LabError as e:  # the lab's own errors name what and where in their message
         print(error_line(e), file=sys.stderr)

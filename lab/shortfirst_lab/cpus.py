@@ -6,10 +6,10 @@ throughout; on a shared machine the other jobs' load moves from CPU to CPU and c
 one point measures. `taskset` pins the experiment but not the others; a cpuset reservation
 keeps the others off its CPU too.
 
-    python -m shortfirst_lab.cpus status
-    python -m shortfirst_lab.cpus reserve 1 [--dry-run]   # CPU 1 for the experiment
-    python -m shortfirst_lab.cpus run -- CMD ARGS...       # run CMD on the reserved CPU(s)
-    python -m shortfirst_lab.cpus release [--dry-run]
+    python -m shortfirst_lab cpus status
+    python -m shortfirst_lab cpus reserve 1 [--dry-run]   # CPU 1 for the experiment
+    python -m shortfirst_lab cpus run -- CMD ARGS...       # run CMD on the reserved CPU(s)
+    python -m shortfirst_lab cpus release [--dry-run]
 
 `reserve` creates two cpusets under the cpuset hierarchy's root, NAME-reserved (the CPUs
 given) and NAME-rest (every other CPU), and moves every process of the root cpuset into
@@ -282,7 +282,7 @@ class CpuReservation:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m shortfirst_lab.cpus", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m shortfirst_lab cpus", description=__doc__.split("\n")[0])
     ap.add_argument("--name", default="shortfirst", help="prefix of the two cpusets (default shortfirst)")
     ap.add_argument("--cgroup-root", type=Path, default=CGROUP_ROOT)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -317,7 +317,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cpus: error: {e}", file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -6,7 +6,7 @@ et al. 2003, §2): under ``fair`` the short response shares the uplink with
 every long one; under ``srpt`` its packets sit in a better HTB band and go
 first. It backs the namespace test (tests/test_namespace_srpt.py) and ``make demo-downloads``:
 
-    python -m shortfirst_lab.downloads [--bin target/release/shortfirst] [--trials 3] [--out FILE.json]
+    python -m shortfirst_lab downloads [--bin target/release/shortfirst] [--trials 3] [--out FILE.json]
         [--scheduler kernel|user]
 
 With ``--scheduler user`` the server orders its own writes (``serve --scheduler
@@ -134,7 +134,7 @@ def make_files(root: Path, seed: int = 1) -> None:
 
 
 def _probe(*args: str) -> list[str]:
-    return [sys.executable, "-m", "shortfirst_lab.probe", *args]
+    return [sys.executable, "-m", "shortfirst_lab", "probe", *args]
 
 
 def _band_counters(bed: Testbed) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
@@ -303,7 +303,7 @@ def render(result: Result) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m shortfirst_lab.downloads", description=__doc__.split("\n\n")[0]
+        prog="python -m shortfirst_lab downloads", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--bin", default="target/release/shortfirst", help="the shortfirst binary")
     parser.add_argument("--trials", type=int, default=3, help="fair/srpt pairs to run (1..=20)")
@@ -356,7 +356,3 @@ def main(argv: list[str] | None = None) -> int:
         tmp.replace(args.out)
         print(f"\nwritten: {args.out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

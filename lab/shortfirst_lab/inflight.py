@@ -25,7 +25,7 @@ The window defaults to the experiment's `[warmup_s, duration_s)` read from the r
 directory's `experiment.toml` (two levels above the run). Requests are selected by the time
 they were scheduled, as `analysis.window` does.
 
-    python -m shortfirst_lab.inflight results/crovella-saturated/runs/* --tail-s 0.5
+    python -m shortfirst_lab inflight results/crovella-saturated/runs/* --tail-s 0.5
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def time_weighted(
     """The number of intervals [start, end) open at a time in [lo_s, hi_s): time-weighted
     mean, median, p90, max and the fraction of time at or above `limit`."""
     if not hi_s > lo_s:
-        raise ValueError(f"window [{lo_s}, {hi_s}) is empty")
+        raise LogError(f"window [{lo_s}, {hi_s}) is empty")
     s = np.clip(starts, lo_s, hi_s)
     e = np.clip(ends, lo_s, hi_s)
     keep = e > s
@@ -139,7 +139,7 @@ def _window(run_dir: Path) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m shortfirst_lab.inflight", description=__doc__.split("\n\n")[0]
+        prog="python -m shortfirst_lab inflight", description=__doc__.split("\n\n")[0]
     )
     ap.add_argument("runs", nargs="+", type=Path, help="run directories (each with requests.csv)")
     ap.add_argument(
@@ -157,19 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     if (a.from_s is None) != (a.to_s is None):
         ap.error("--from-s and --to-s go together (neither: the experiment's window)")
     out = {}
-    try:
-        for r in a.runs:
-            lo, hi = (a.from_s, a.to_s) if a.from_s is not None else _window(r)
-            out[r.name] = run_inflight(
-                read_requests(r / "requests.csv"), lo, hi, a.min_bytes, a.tail_s, a.limit
-            )
-    except (LogError, ValueError) as e:
-        print(f"inflight: {e}", file=sys.stderr)
-        return 1
+    for r in a.runs:
+        lo, hi = (a.from_s, a.to_s) if a.from_s is not None else _window(r)
+        out[r.name] = run_inflight(read_requests(r / "requests.csv"), lo, hi, a.min_bytes, a.tail_s, a.limit)
     json.dump(out, sys.stdout, indent=2)
     print()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -14,7 +14,6 @@ Run under ``flock /run/shortfirst-bench.lock`` (the make target does).
 from __future__ import annotations
 
 import argparse
-import sys
 import threading
 import time
 from pathlib import Path
@@ -84,7 +83,9 @@ def measure(bin_path: Path, rate_bits_per_s: int, seconds: float, flows: int, wo
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m shortfirst_lab bench netem", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("--bin", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seconds", type=float, default=20.0, help="measured window per rate")
@@ -113,7 +114,3 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.out, doc)
     print(f"wrote {args.out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

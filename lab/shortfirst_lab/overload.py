@@ -1,6 +1,6 @@
 """Overload results (Schroeder & Harchol-Balter 2006) from raw run directories alone.
 
-    python -m shortfirst_lab.overload DIR [DIR...] --out OUT     # e.g. OUT = results/overload
+    python -m shortfirst_lab overload DIR [DIR...] --out OUT     # e.g. OUT = results/overload
     python -m shortfirst_lab report DIR                         # one experiment with schedules
 
 reads the experiment directories the runner leaves (`experiment.toml`, and per run
@@ -48,7 +48,6 @@ import argparse
 import html
 import json
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,7 +56,7 @@ import numpy as np
 import pandas as pd
 
 from . import analysis, schedules, series
-from .experiment import Experiment, ExperimentError, RunSpec, load_experiment
+from .experiment import Experiment, RunSpec, load_experiment
 from .kit import LabError, write_atomic, write_json
 
 #: The per-policy fields of a summary entry, in order.
@@ -564,7 +563,7 @@ def render_html(summary: dict[str, Any], figs: list[tuple[str, Path]], out: Path
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m shortfirst_lab.overload",
+        prog="python -m shortfirst_lab overload",
         description="The overload summary (workloads W1-W10 x setups, persistent overload) and its "
         "figures from experiment directories' raw logs.",
     )
@@ -581,15 +580,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.out is None and len(a.dirs) > 1:
         ap.error("several DIRs need --out")
-    try:
-        summary = build(a.dirs, a.out, carry=a.carry)
-    except (OverloadError, analysis.LogError, ExperimentError) as e:
-        print(f"overload: {e}", file=sys.stderr)
-        return 2
+    summary = build(a.dirs, a.out, carry=a.carry)
     print(format_table(summary))
     print(f"\nsummary: {((a.out or a.dirs[0]) / 'summary.json').resolve()}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,7 +6,7 @@ shows as generator lateness, not as a slower server, and makes every point inval
 is a property of the machine, not of the experiment, so it is given on the command line
 (``shortfirst_lab run --server-cpus 1 --generator-cpus 0``) and recorded in provenance.json.
 A CPU the lab process may not use (outside its cpuset or affinity) is an error before
-anything is built; ``shortfirst_lab.cpus run`` confines a run to the reserved CPUs, so a
+anything is built; ``python -m shortfirst_lab cpus run`` confines a run to the reserved CPUs, so a
 placement across CPUs is run without it, on an otherwise quiet machine.
 """
 
@@ -60,7 +60,7 @@ def _cpus(flag: str, text: str | None) -> frozenset[int] | None:
     if not cpus <= allowed:
         raise PlacementError(
             f"{flag} {text!r}: CPU {format_cpulist(cpus - allowed)} is not available to this process "
-            f"(allowed: {format_cpulist(set(allowed))}; `shortfirst_lab.cpus run` confines it "
+            f"(allowed: {format_cpulist(set(allowed))}; `python -m shortfirst_lab cpus run` confines it "
             "to the reserved CPUs)"
         )
     return frozenset(cpus)

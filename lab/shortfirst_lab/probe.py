@@ -1,4 +1,4 @@
-"""Small network probes run inside testbed namespaces (``python -m shortfirst_lab.probe``).
+"""Small network probes run inside testbed namespaces (``python -m shortfirst_lab probe``).
 
 ``probe sink PORT``
     Accepts TCP connections on PORT and reads them to EOF; prints ``ready``
@@ -131,7 +131,3 @@ def main(argv: list[str]) -> None:
         fetch(argv[1:])
     else:
         raise SystemExit(f"unknown mode {mode!r}")
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

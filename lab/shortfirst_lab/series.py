@@ -1,6 +1,6 @@
 """Per-second client-side series of a run, from its raw `requests.csv` alone.
 
-    python -m shortfirst_lab.series RUN_DIR [--out PATH]
+    python -m shortfirst_lab series RUN_DIR [--out PATH]
 
 writes `RUN_DIR/series.csv` (atomically): one row per second of the run, from second 0 to
 the last second in which anything happened, empty seconds included, with the columns
@@ -26,7 +26,6 @@ byte over time, averaged over 1 s intervals), from the client's side.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -124,21 +123,12 @@ def write_series(run_dir: str | Path, out: str | Path | None = None) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m shortfirst_lab.series",
+        prog="python -m shortfirst_lab series",
         description="Per-second client-side series of a run (started, completed, mean response "
         "time and time to first byte of the requests completed each second) from its requests.csv.",
     )
     ap.add_argument("run_dir", metavar="RUN_DIR", help="a directory with a requests.csv")
     ap.add_argument("--out", help="where to write the series (default: RUN_DIR/series.csv)")
     args = ap.parse_args(argv)
-    try:
-        out = write_series(args.run_dir, args.out)
-    except LogError as e:
-        print(f"series: {e}", file=sys.stderr)
-        return 2
-    print(out)
+    print(write_series(args.run_dir, args.out))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

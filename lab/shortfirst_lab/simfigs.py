@@ -13,7 +13,7 @@
   formulas), theory and simulator side by side, writing PNGs and a JSON of the
   numbers.
 
-Command line: ``python -m shortfirst_lab.theory_cli fig7 --out DIR``.
+Command line: ``python -m shortfirst_lab theory fig7 --out DIR``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Command line for the queueing theory and the simulator figures.
 
-    python -m shortfirst_lab.theory_cli means --dist bpareto:1.1,1000,1e7 --load 0.9
-    python -m shortfirst_lab.theory_cli means --trace-sizes requests.csv --load 0.8 --cutoffs 1000,2000,5000
-    python -m shortfirst_lab.theory_cli fig7 --out results/theory [--jobs 1000000]
+    python -m shortfirst_lab theory means --dist bpareto:1.1,1000,1e7 --load 0.9
+    python -m shortfirst_lab theory means --trace-sizes requests.csv --load 0.8 --cutoffs 1000,2000,5000
+    python -m shortfirst_lab theory fig7 --out results/theory [--jobs 1000000]
 
 ``means`` prints mean response time (in size units: bytes at a rate of 1 byte/s; divide
 by the rate in bytes/s for seconds) and mean slowdown per policy as JSON. ``fig7`` writes
@@ -43,9 +43,7 @@ def _means(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m shortfirst_lab.theory_cli", description=__doc__.split("\n\n")[0]
-    )
+    ap = argparse.ArgumentParser(prog="python -m shortfirst_lab theory", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("means", help="M/G/1 mean response time and slowdown per policy")
     src = m.add_mutually_exclusive_group(required=True)
@@ -78,7 +76,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"theory_cli: error: {e}", file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

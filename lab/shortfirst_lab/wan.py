@@ -407,9 +407,9 @@ class WanPath:
         return proc
 
     def probe(self, ns: str, *args, timeout: float = 120.0) -> dict:
-        """Runs ``python -m shortfirst_lab.wanprobe ARGS`` in ``ns``; its stdout is one JSON value."""
+        """Runs ``python -m shortfirst_lab probe ARGS`` in ``ns``; its stdout is one JSON value."""
         out = subprocess.run(
-            ["ip", "netns", "exec", ns, sys.executable, "-m", "shortfirst_lab.wanprobe", *map(str, args)],
+            ["ip", "netns", "exec", ns, sys.executable, "-m", "shortfirst_lab", "probe", *map(str, args)],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -420,8 +420,8 @@ class WanPath:
         return json.loads(out.stdout)
 
     def probe_popen(self, ns: str, *args, **kw) -> subprocess.Popen:
-        """Starts ``python -m shortfirst_lab.wanprobe ARGS`` in ``ns`` (stopped at close)."""
-        return self.popen(ns, [sys.executable, "-m", "shortfirst_lab.wanprobe", *map(str, args)], **kw)
+        """Starts ``python -m shortfirst_lab probe ARGS`` in ``ns`` (stopped at close)."""
+        return self.popen(ns, [sys.executable, "-m", "shortfirst_lab", "probe", *map(str, args)], **kw)
 
     def wait_listening(self, ns: str, port: int, timeout_s: float = 10.0) -> None:
         """Waits until a TCP socket listens on ``port`` in ``ns``."""

@@ -1,7 +1,7 @@
 """Small probes run inside namespaces to measure a WAN path from outside the
 emulator (independent physics: kernel TCP and UDP, wall-clock time).
 
-``python -m shortfirst_lab.wanprobe COMMAND ...``; each client-side command
+``python -m shortfirst_lab probe COMMAND ...``; each client-side command
 prints one JSON object on stdout.
 
 - ``accept-loop PORT``: accept and close connections forever (RTT probes).
@@ -151,6 +151,10 @@ def udp_send(host: str, port: int, src: str, n: int, pps: float) -> dict:
     return {"sent": n}
 
 
+#: The commands `main` runs (`python -m shortfirst_lab probe COMMAND` sends these here).
+COMMANDS = ("accept-loop", "connect-times", "bulk-server", "bulk-client", "udp-count", "udp-send")
+
+
 def main(argv: list[str]) -> int:
     cmd, *a = argv
     if cmd == "accept-loop":
@@ -169,7 +173,3 @@ def main(argv: list[str]) -> int:
         print(f"unknown command {cmd!r}", file=sys.stderr)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -76,7 +76,7 @@ def measure_rtts(tb: Any, port: int) -> dict[str, dict[str, Any]]:
     """Per group: RTT_PROBES sequential TCP connects from its address to the server."""
     out: dict[str, dict[str, Any]] = {}
     for name, addr in tb.group_addrs.items():
-        argv = [sys.executable, "-m", "shortfirst_lab.wanprobe", "connect-times"]
+        argv = [sys.executable, "-m", "shortfirst_lab", "probe", "connect-times"]
         argv += [tb.server_addr, str(port), addr, str(RTT_PROBES), "1", "0.02"]
         try:
             r = tb.client_run(argv, capture_output=True, text=True, timeout=RTT_PROBE_TIMEOUT_S)

@@ -1,5 +1,5 @@
 """The synthetic gatekeeper bench's diagnosis helpers (shortfirst_lab.gkbench, run by
-crates/gatekeeper/bench/bench_synthetic.py): how `timeline_summary` classifies moments
+python -m shortfirst_lab bench gatekeeper-synthetic): how `timeline_summary` classifies moments
 with idle backend processors, and the `--max-charge-share` specs, as tables."""
 
 import pytest

@@ -150,7 +150,8 @@ def test_the_kernel_keeps_a_moved_process_on_the_reserved_cpu(tmp_path):
             [
                 sys.executable,
                 "-m",
-                "shortfirst_lab.cpus",
+                "shortfirst_lab",
+                "cpus",
                 "--name",
                 res.reserved.name[: -len("-reserved")],
                 "run",

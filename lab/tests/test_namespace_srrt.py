@@ -53,7 +53,7 @@ _LOG_LINE = re.compile(
 
 
 def _probe(*args: str) -> list[str]:
-    return [sys.executable, "-m", "shortfirst_lab.probe", *args]
+    return [sys.executable, "-m", "shortfirst_lab", "probe", *args]
 
 
 def _bands(log: Path, path: str) -> dict[str, int]:

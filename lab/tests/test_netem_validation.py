@@ -205,7 +205,7 @@ def test_emulator_counters_show_no_hidden_drops(path, final_stats):
 def _probe_argv() -> list[str]:
     import sys
 
-    return [sys.executable, "-m", "shortfirst_lab.wanprobe"]
+    return [sys.executable, "-m", "shortfirst_lab", "probe"]
 
 
 def _line(stats: dict, group: str, direction: str) -> dict:

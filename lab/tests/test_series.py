@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from sim_fixtures import loopback_server, require_binary
 
 from shortfirst_lab import kit, series
+from shortfirst_lab.__main__ import main as lab_main
 from shortfirst_lab.analysis import REQUEST_COLUMNS, LogError, with_response_times
 
 NAN = math.nan
@@ -132,9 +133,9 @@ def test_command_writes_series_csv_atomically(tmp_path, capsys, phase):
 
 
 def test_errors_name_the_file(tmp_path, capsys):
-    assert series.main([str(tmp_path / "nowhere")]) == 2
+    assert lab_main(["series", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("series: ") and "nowhere/requests.csv" in err
+    assert err.startswith("error: ") and "nowhere/requests.csv" in err
     run = tmp_path / "far"
     write_requests(run, [(0.0, 0.0, 0.1, 2e7, "ok", 1)])
     with pytest.raises(LogError, match=r"far/requests.csv: a time of 20000000 s is beyond"):
@@ -143,7 +144,7 @@ def test_errors_name_the_file(tmp_path, capsys):
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "requests.csv").write_text("id,path\n1,/x\n")
-    assert series.main([str(bad)]) == 2
+    assert lab_main(["series", str(bad)]) == 2
     assert "missing columns" in capsys.readouterr().err
 
 

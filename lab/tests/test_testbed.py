@@ -59,7 +59,7 @@ def traces_of(run_id: str) -> list[str]:
 
 
 def probe(*args: str) -> list[str]:
-    return [sys.executable, "-m", "shortfirst_lab.probe", *args]
+    return [sys.executable, "-m", "shortfirst_lab", "probe", *args]
 
 
 def test_build_and_teardown_leave_nothing(shortfirst_bin):

@@ -36,7 +36,7 @@ def test_wan_testbed_gives_each_group_its_rtt(tmp_path):
         netem_dir=tmp_path,
     ) as tb:  # fmt: skip
         assert set(tb.group_addrs) == {"near", "far"}
-        tb.server_popen([sys.executable, "-m", "shortfirst_lab.wanprobe", "accept-loop", "5001"])
+        tb.server_popen([sys.executable, "-m", "shortfirst_lab", "probe", "accept-loop", "5001"])
         rtts = wanrun.measure_rtts(_WaitForListener(tb, 5001), 5001)
         for g in groups:
             got = rtts[g.name]["rtt_ms"]

@@ -9,8 +9,8 @@ alone (median of sequential requests on the idle backend), so the work rate is t
 backend's useful busy time per second; its ratio to the peak is what admission control
 keeps or loses. Response times count a request that timed out at the client timeout.
 
-With `--pin` (the default when a `shortfirst_lab.cpus` reservation exists) the backend runs
-on the reserved CPU through `python -m shortfirst_lab.cpus run`. Run under that wrapper as a
+With `--pin` (the default when a `python -m shortfirst_lab cpus` reservation exists) the backend runs
+on the reserved CPU through `python -m shortfirst_lab cpus run`. Run under that wrapper as a
 whole (the experiment file says how), the gatekeeper and the load generator share the CPU
 with the backend: a few percent of it, and no wait behind the other CPU's jobs.
 """
@@ -33,8 +33,6 @@ from ..gkbench.summary import summarize
 from ..gkbench.timeline import Sampler
 from ..kit import (
     Child,
-    LabError,
-    error_line,
     free_port,
     load_argv,
     provenance,
@@ -65,9 +63,9 @@ def pinned_prefix(pin: bool | None) -> list[str]:
         reserved = False
     if not reserved:
         if pin:
-            raise ForeignError("--pin: no cpuset reservation (python -m shortfirst_lab.cpus reserve 1)")
+            raise ForeignError("--pin: no cpuset reservation (python -m shortfirst_lab cpus reserve 1)")
         return []
-    return [sys.executable, "-m", "shortfirst_lab.cpus", "run", "--"]
+    return [sys.executable, "-m", "shortfirst_lab", "cpus", "run", "--"]
 
 
 class Point:
@@ -426,7 +424,9 @@ def run_backend(
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m shortfirst_lab.foreign", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m shortfirst_lab bench gatekeeper-foreign", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("config", type=Path, help="experiment file, e.g. lab/experiments/gatekeeper-foreign.toml")
     ap.add_argument("--bin", default="target/release/shortfirst")
     ap.add_argument(
@@ -440,32 +440,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     a = ap.parse_args(argv)
     overrides = {} if a.duration is None else {"duration_s": a.duration}
-    try:
-        s = Settings.load(a.config, overrides)
-        names = a.backends.split(",") if a.backends else list(s.backends)
-        prefix = pinned_prefix({"auto": None, "yes": True, "no": False}[a.pin])
-        binary = str(Path(a.bin).resolve())
-        result = {
-            "provenance": provenance(extra={"config": str(a.config)}),
-            "settings": vars(s) | {"backends": s.backends},
-        }
-        result["backends"] = {}
-        timelines = {}
-        with tempfile.TemporaryDirectory(prefix="gk-foreign-") as scratch:
-            for name in names:
-                if name not in s.backends:
-                    raise ForeignError(f"{a.config}: no [backend.{name}]")
-                result["backends"][name], timelines[name] = run_backend(
-                    s, name, binary, a.tools, Path(scratch), prefix
-                )
-        a.out.mkdir(parents=True, exist_ok=True)
-        write_json(a.out / "timelines.json", {"sample_s": SAMPLE_S, "backends": timelines}, allow_nan=True)
-        write_json(a.out / "summary.json", result)
-        for name, b in result["backends"].items():
-            print(table(name, b), file=sys.stderr)
-    except LabError as e:
-        print(error_line(e), file=sys.stderr)
-        return 2
+    s = Settings.load(a.config, overrides)
+    names = a.backends.split(",") if a.backends else list(s.backends)
+    prefix = pinned_prefix({"auto": None, "yes": True, "no": False}[a.pin])
+    binary = str(Path(a.bin).resolve())
+    result = {
+        "provenance": provenance(extra={"config": str(a.config)}),
+        "settings": vars(s) | {"backends": s.backends},
+    }
+    result["backends"] = {}
+    timelines = {}
+    with tempfile.TemporaryDirectory(prefix="gk-foreign-") as scratch:
+        for name in names:
+            if name not in s.backends:
+                raise ForeignError(f"{a.config}: no [backend.{name}]")
+            result["backends"][name], timelines[name] = run_backend(
+                s, name, binary, a.tools, Path(scratch), prefix
+            )
+    a.out.mkdir(parents=True, exist_ok=True)
+    write_json(a.out / "timelines.json", {"sample_s": SAMPLE_S, "backends": timelines}, allow_nan=True)
+    write_json(a.out / "summary.json", result)
+    for name, b in result["backends"].items():
+        print(table(name, b), file=sys.stderr)
     failed = [f"{n} {c['name']}" for n, b in result["backends"].items() for c in b["checks"] if not c["ok"]]
     print(f"wrote {a.out / 'summary.json'}; checks failed: {failed or 'none'}", file=sys.stderr)
     return 0

@@ -1,5 +1,5 @@
 """The gatekeeper's synthetic benchmark (`make bench-gatekeeper-synthetic`, driven by
-crates/gatekeeper/bench/bench_synthetic.py): the synthetic TPC-W-like upstream, the
+python -m shortfirst_lab bench gatekeeper-synthetic): the synthetic TPC-W-like upstream, the
 gatekeeper's policies in front of it under closed and open load, and the proxy's overhead.
 
 Modules, in the order a run goes through them: `workload` (the request types and traces),

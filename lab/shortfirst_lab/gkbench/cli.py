@@ -37,7 +37,11 @@ from .workload import POLICIES
 def parser() -> argparse.ArgumentParser:
     """The bench's options, in groups: the backend, the runs, the gatekeeper and the
     overhead rounds."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m shortfirst_lab bench gatekeeper-synthetic",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     for add in (_backend_options, _run_options, _gate_options, _overhead_options):
         add(ap)
     return ap
@@ -254,9 +258,9 @@ def result(
     return out
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = parser()
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     # Terminating the bench unwinds the `with` blocks, which stop the child processes.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     check(ap, a)

@@ -4,7 +4,7 @@ One module a job: ``config`` (the experiment file's schema, pages, binaries), ``
 private PostgreSQL and its counters), ``services`` (bookstore, gatekeeper, browsers, the learned-cost
 sampler), ``calibration`` (the gatekeeper's capacity), ``measure`` (a point's figures and the
 targets), ``join`` (the browsers' and the bookstore's logs joined per request), ``sweep`` (running
-an experiment file), ``report`` (figures and tables), ``cli`` (``python -m shortfirst_lab.tpcw``).
+an experiment file), ``report`` (figures and tables), ``cli`` (``python -m shortfirst_lab tpcw``).
 The names below are the package's API, used by the lab's tests and scripts.
 """
 

@@ -17,7 +17,7 @@ whose browser gave up. Every gatekeeper point also samples the learned costs onc
 
 Usage::
 
-    python -m shortfirst_lab.tpcw sweep lab/experiments/gatekeeper-tpcw.toml --out results/gatekeeper-tpcw
+    python -m shortfirst_lab tpcw sweep lab/experiments/gatekeeper-tpcw.toml --out results/gatekeeper-tpcw
 """
 
 from __future__ import annotations
@@ -27,14 +27,13 @@ import signal
 import sys
 from pathlib import Path
 
-from ..kit import LabError, error_line
 from .config import Binaries
 from .report import report
 from .sweep import sweep
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m shortfirst_lab.tpcw", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m shortfirst_lab tpcw", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("sweep", help="run an experiment file and write summary.json")
     s.add_argument("config", type=Path)
@@ -78,30 +77,26 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM (the lead stopping a sweep, a CI timeout) unwinds like Ctrl-C, so every context
     # manager stops what it started: gatekeeper, bookstore, load generator, PostgreSQL and its groups.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    try:
-        overrides = {
-            "capacity": a.capacity,
-            "modes": a.modes,
-            "browsers": a.browsers,
-            "think": a.think,
-            "duration_s": a.duration,
-            "warmup_s": a.warmup,
-            "client_timeout_s": a.client_timeout,
-            "max_queue_wait_s": a.max_queue_wait,
-            "calibrate_with": a.calibrate_with,
-            "items": a.items,
-            "customers": a.customers,
-            "best_sellers_repeat": a.best_sellers_repeat,
-            "postgres": {
-                "memory_limit_mb": a.memory_limit_mb,
-                "shared_buffers": a.shared_buffers,
-                "work_mem": a.work_mem,
-                "read_iops_limit": a.read_iops_limit,
-            },
-        }
-        sweep(a.config, a.out, Binaries.default(a.profile), overrides)
-        report(a.out / "summary.json")
-    except LabError as e:
-        print(error_line(e), file=sys.stderr)
-        return 2
+    overrides = {
+        "capacity": a.capacity,
+        "modes": a.modes,
+        "browsers": a.browsers,
+        "think": a.think,
+        "duration_s": a.duration,
+        "warmup_s": a.warmup,
+        "client_timeout_s": a.client_timeout,
+        "max_queue_wait_s": a.max_queue_wait,
+        "calibrate_with": a.calibrate_with,
+        "items": a.items,
+        "customers": a.customers,
+        "best_sellers_repeat": a.best_sellers_repeat,
+        "postgres": {
+            "memory_limit_mb": a.memory_limit_mb,
+            "shared_buffers": a.shared_buffers,
+            "work_mem": a.work_mem,
+            "read_iops_limit": a.read_iops_limit,
+        },
+    }
+    sweep(a.config, a.out, Binaries.default(a.profile), overrides)
+    report(a.out / "summary.json")
     return 0
