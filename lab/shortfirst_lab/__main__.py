@@ -24,8 +24,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from .experiment import load_experiment
 from .kit import LabError, error_line
+from .spec.experiment import load_experiment
 
 
 def _add_run(p: argparse.ArgumentParser) -> None:
@@ -59,8 +59,8 @@ def _add_set(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_run(a: argparse.Namespace) -> int:
-    from . import runner
-    from .placement import Placement
+    from .runners import static as runner
+    from .testbed.placement import Placement
 
     placement = Placement.parse(a.server_cpus, a.generator_cpus)
     bin_path = a.bin or runner.repo_root() / "target" / "release" / "shortfirst"
@@ -93,13 +93,13 @@ def _add_report(p: argparse.ArgumentParser) -> None:
 
 def _format(summary: dict) -> str:
     """The terminal table of either summary: an overload one has workloads."""
-    from . import overload, report
+    from .analysis import overload, report
 
     return overload.format_table(summary) if "workloads" in summary else report.format_table(summary)
 
 
 def _cmd_report(a: argparse.Namespace) -> int:
-    from . import overload, report
+    from .analysis import overload, report
 
     exp_path = a.dir / "experiment.toml"
     if a.resimulate:
@@ -114,7 +114,8 @@ def _cmd_report(a: argparse.Namespace) -> int:
 
 
 def _resimulate(out: Path, bin_path: Path | None) -> None:
-    from . import idealsim, runner
+    from .analysis import idealsim
+    from .runners import static as runner
 
     exp_path = out / "experiment.toml"
     if not exp_path.exists():
@@ -150,7 +151,7 @@ def _plan(spec) -> str:
             f"(+ drain up to {v.run.drain_timeout_s:g} s each)"
         )
     if spec.kind == "tpcw":
-        from .tpcw.config import browsers_for
+        from .runners.tpcw.config import browsers_for
 
         points = sum(len(browsers_for(v, m)) for m in v["modes"]["list"])
         return f"{points} points (mode × browsers) × {v['load']['duration_s']:g} s"
@@ -163,7 +164,7 @@ def _add_check(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_check(a: argparse.Namespace) -> int:
-    from .browsercheck import check_images
+    from .analysis.browsercheck import check_images
 
     res = check_images(a.html)
     print(f"{a.html}: {res.loaded}/{res.total} images rendered")
@@ -184,21 +185,21 @@ SUBCOMMANDS: dict[
 
 #: Verbs whose module parses its own arguments: VERB → (module, what it does).
 MODULE_VERBS: dict[str, tuple[str, str]] = {
-    "theory": ("theory_cli", "M/G/1 theory: mean response times, Crovella's figures"),
-    "tpcw": ("tpcw.cli", "the gatekeeper on the TPC-W bookstore: sweep an experiment file, report"),
-    "overload": ("overload", "the overload summary and figures across experiment directories"),
-    "series": ("series", "a run's per-second client-side series"),
-    "inflight": ("inflight", "long responses in transfer at once, per run"),
-    "downloads": ("downloads", "the two-sizes downloads experiment on a shaped uplink"),
-    "cpus": ("cpus", "reserve, use and release CPUs for a long run (cpusets)"),
-    "probe": ("probe", "network probes run inside testbed namespaces (wanprobe's too)"),
+    "theory": ("theory.cli", "M/G/1 theory: mean response times, Crovella's figures"),
+    "tpcw": ("runners.tpcw.cli", "the gatekeeper on the TPC-W bookstore: sweep an experiment file, report"),
+    "overload": ("analysis.overload", "the overload summary and figures across experiment directories"),
+    "series": ("analysis.series", "a run's per-second client-side series"),
+    "inflight": ("analysis.inflight", "long responses in transfer at once, per run"),
+    "downloads": ("runners.downloads", "the two-sizes downloads experiment on a shaped uplink"),
+    "cpus": ("testbed.cpus", "reserve, use and release CPUs for a long run (cpusets)"),
+    "probe": ("testbed.probe", "network probes run inside testbed namespaces (wanprobe's too)"),
     "depcheck": ("depcheck", "declared Python dependencies = imports"),
 }
 #: `bench NAME`: the benchmarks (`make bench-NAME`), a lab module or a script of the repository.
 BENCHES: dict[str, tuple[str, str]] = {
-    "netem": ("netembench", "packets/s and CPU per packet through shortfirst netem (root)"),
-    "gatekeeper-synthetic": ("gkbench.cli", "the gatekeeper vs direct on the synthetic upstream"),
-    "gatekeeper-foreign": ("foreign.bench", "the gatekeeper in front of datasette and json-server"),
+    "netem": ("runners.netembench", "packets/s and CPU per packet through shortfirst netem (root)"),
+    "gatekeeper-synthetic": ("runners.gkbench.cli", "the gatekeeper vs direct on the synthetic upstream"),
+    "gatekeeper-foreign": ("runners.foreign.bench", "the gatekeeper in front of datasette and json-server"),
     "serve": ("bench/serve.py", "shortfirst serve against nginx, driven by wrk (root)"),
     "load": ("crates/load/bench/bench_load.py", "the load generator's highest rate, beside wrk"),
 }
@@ -221,14 +222,14 @@ def _run_module(target: str, argv: list[str]) -> int:
         return 0
     import importlib
 
-    if target == "probe" and argv and argv[0] in _wan_probe_commands():
-        target = "wanprobe"
+    if target == "testbed.probe" and argv and argv[0] in _wan_probe_commands():
+        target = "testbed.wanprobe"
     rc = importlib.import_module(f"{__package__}.{target}").main(argv)
     return 0 if rc is None else rc
 
 
 def _wan_probe_commands() -> tuple[str, ...]:
-    from .wanprobe import COMMANDS
+    from .testbed.wanprobe import COMMANDS
 
     return COMMANDS
 

@@ -32,7 +32,7 @@ def _exception_classes() -> dict[str, type]:
 
 def test_every_exception_class_of_the_lab_derives_from_lab_error():
     classes = _exception_classes()
-    assert "shortfirst_lab.expmodel.ExperimentError" in classes and len(classes) >= 19
+    assert "shortfirst_lab.spec.expmodel.ExperimentError" in classes and len(classes) >= 19
     assert [n for n, c in classes.items() if c is not LabError and not issubclass(c, LabError)] == []
 
 

@@ -9,9 +9,9 @@ import pytest
 from conftest import EXPERIMENT_TOML
 
 from shortfirst_lab.__main__ import main
-from shortfirst_lab.experiment import ExperimentError, load_experiment, parse_rate
-from shortfirst_lab.placement import Placement
+from shortfirst_lab.spec.experiment import ExperimentError, load_experiment, parse_rate
 from shortfirst_lab.spec.schema import SpecError
+from shortfirst_lab.testbed.placement import Placement
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
@@ -153,7 +153,7 @@ def test_cli_validate_reports_error_with_exit_2(tmp_path, capsys):
 
 
 def test_cli_run_passes_overrides(tmp_path, monkeypatch, capsys):
-    from shortfirst_lab import runner
+    from shortfirst_lab.runners import static as runner
 
     seen = {}
 

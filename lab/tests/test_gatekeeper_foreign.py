@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 from conftest import RELEASE_BIN
 
-from shortfirst_lab.foreign.backends import (
+from shortfirst_lab import commands
+from shortfirst_lab.kit import Child, fetch_text, free_port, wait_port
+from shortfirst_lab.runners.foreign.backends import (
     ForeignError,
     datasette,
     json_server,
@@ -21,7 +23,7 @@ from shortfirst_lab.foreign.backends import (
     make_sqlite,
     prepare,
 )
-from shortfirst_lab.foreign.bench import (
+from shortfirst_lab.runners.foreign.bench import (
     Point,
     Settings,
     cpu_summary,
@@ -29,8 +31,7 @@ from shortfirst_lab.foreign.bench import (
     peak_of,
     response_time_law,
 )
-from shortfirst_lab.foreign.verdict import checks, table
-from shortfirst_lab.kit import Child, fetch_text, free_port, wait_port
+from shortfirst_lab.runners.foreign.verdict import checks, table
 from shortfirst_lab.spec.schema import SpecError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -194,9 +195,16 @@ def test_json_server_is_charged_its_own_time_with_room_beside_the_running_reques
     s = Settings.load(CONFIG)
     js = s.backends["json-server"]
     assert js["max_in_flight"] >= 2 and js["estimate_basis"] == "serial"
-    args = Point(s, json_server(1_000), [], "shortfirst", tmp_path, prefix=[]).classify_args()
+    kw = Point(s, json_server(1_000), [], "shortfirst", tmp_path, prefix=[]).classify_args()
+    args = commands.gatekeeper("shortfirst", listen="l", upstream="u", **kw)
     assert args[-4:] == ["--max-in-flight", str(js["max_in_flight"]), "--estimate-basis", "serial"]
-    args = Point(s, datasette(1_000), [], "shortfirst", tmp_path, prefix=[]).classify_args()
+    cal = commands.calibrate(
+        "shortfirst", upstream="u", out="o", clients=1, warmup="1s", measure="1s",
+        min_capacity="1ms", max_capacity="2ms", **kw,
+    )  # fmt: skip
+    assert cal[-4:] == args[-4:] and cal.count("--classify") == len(json_server(1_000).types)
+    kw = Point(s, datasette(1_000), [], "shortfirst", tmp_path, prefix=[]).classify_args()
+    args = commands.gatekeeper("shortfirst", listen="l", upstream="u", **kw)
     assert "--estimate-basis" not in args and args[-2:] == ["--max-in-flight", "4"]
 
 

@@ -1,4 +1,4 @@
-"""Responses in transfer at once (`shortfirst_lab.inflight`): exact time weights, the window,
+"""Responses in transfer at once (`shortfirst_lab.analysis.inflight`): exact time weights, the window,
 the size threshold and the tail, and the command's errors."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shortfirst_lab import inflight
 from shortfirst_lab.__main__ import main as lab_main
-from shortfirst_lab.analysis import REQUEST_COLUMNS
+from shortfirst_lab.analysis import inflight
+from shortfirst_lab.analysis.metrics import REQUEST_COLUMNS
 
 
 @pytest.mark.parametrize(

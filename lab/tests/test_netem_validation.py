@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from shortfirst_lab import testbed, wan
+from shortfirst_lab.testbed import bed as testbed
+from shortfirst_lab.testbed import wan
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / "target" / "release" / "shortfirst"

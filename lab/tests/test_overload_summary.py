@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 from conftest import requests_frame, write_run_dir
 
-from shortfirst_lab import overload, overloadfigs
 from shortfirst_lab.__main__ import main as lab_main
+from shortfirst_lab.analysis import overload, overloadfigs
 
 NAN = math.nan
 PNG = b"\x89PNG\r\n\x1a\n"

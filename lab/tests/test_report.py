@@ -8,8 +8,8 @@ import re
 import pytest
 from conftest import BASE_A_S, BASE_RATE
 
-from shortfirst_lab import report
 from shortfirst_lab.__main__ import main
+from shortfirst_lab.analysis import report
 
 RUN_KEYS = {
     "policy", "load", "mean_response_s", "p50_response_s", "p90_response_s", "p99_response_s",

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from shortfirst_lab import tpcw
+from shortfirst_lab.runners import tpcw
+from shortfirst_lab.runners.tpcw import database as tpcw_database
 from shortfirst_lab.spec.schema import SpecError
-from shortfirst_lab.tpcw import database as tpcw_database
 
 
 def test_parse_metrics_keeps_per_type_series():

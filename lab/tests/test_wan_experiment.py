@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 from conftest import EXPERIMENT_TOML
 
-from shortfirst_lab import wanreport, wanrun
-from shortfirst_lab.experiment import ExperimentError, load_experiment
+from shortfirst_lab.analysis import wanreport
+from shortfirst_lab.runners import wanrun
+from shortfirst_lab.spec.experiment import ExperimentError, load_experiment
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 

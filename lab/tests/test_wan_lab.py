@@ -22,7 +22,8 @@ import pytest
 from conftest import NEEDS_ROOT
 from conftest import RELEASE_BIN as BIN
 
-from shortfirst_lab import testbed, wanrun
+from shortfirst_lab.runners import wanrun
+from shortfirst_lab.testbed import bed as testbed
 
 REPO = Path(__file__).resolve().parents[2]
 

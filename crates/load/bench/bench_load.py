@@ -65,13 +65,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from shortfirst_lab import commands
 from shortfirst_lab.kit import (
     CLK_TCK,
     HALT_POLL,
     free_port,
     git_commit,
     halt_poll_ns,
-    load_argv,
     machine,
     per_cpu_ticks,
     process_cpu_s,
@@ -173,7 +173,7 @@ def generator_argv(
 ) -> list[str]:
     """One generator thread replaying `trace` at `rate` requests/s against the local server
     (SCHED_FIFO unless --no-realtime)."""
-    return load_argv(
+    return commands.load(
         binary,
         f"http://127.0.0.1:{port}",
         trace=trace,

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..expcheck import experiment_from_dict
-from ..expmodel import Experiment
 from ..kit import to_toml
 from . import foreign, tpcw
+from .expcheck import experiment_from_dict
+from .expmodel import Experiment
 from .schema import SpecError, apply_override, read_toml
 
 #: Each kind: the section that marks it, what it is, and every section it may have.
