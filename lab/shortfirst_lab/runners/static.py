@@ -463,7 +463,8 @@ class Runner:
         live.gen = gen = tb.client_popen(l_argv, stdout=llog, stderr=subprocess.STDOUT)
         deadline = t0 + wait_s
         while gen.poll() is None and time.monotonic() < deadline:
-            time.sleep(1.0)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                gen.wait(timeout=1.0)  # a tick a second, or at once when the generator is done
             if srv.poll() is not None:
                 break
             if on_tick:
