@@ -36,6 +36,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..spec.vocabulary import SCHEDULERS
 from ..testbed.bed import Testbed, TestbedError, cleanup_leftovers, new_run_id
 
 RATE_BITS_PER_S = 10_000_000
@@ -69,11 +70,6 @@ SEND_BUFFER_BYTES = 0
 #: queue. With reno the FIFO holds the long flows' bursts: 4.0x (0.081 s vs
 #: 0.020 s). "" keeps the namespace's default.
 CONGESTION_CONTROL = "reno"
-#: ``kernel``: SO_PRIORITY bands under ``shortfirst uplink setup``'s HTB tree.
-#: ``user``: the server's own uplink scheduler under a plain TBF (no bands).
-#: ``crovella``: as user, but only ``--write-concurrency`` responses may write
-#: (Crovella 1999's baseline; pass it with ``--server-arg``).
-SCHEDULERS = ("kernel", "user", "crovella")
 
 
 @dataclass

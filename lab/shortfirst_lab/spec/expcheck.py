@@ -15,17 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from .expmodel import (
-    AT_MAX_CONNECTIONS,
     MAX_ARMS,
     MAX_GROUPS,
-    MAX_PACER_RATE_BITS_PER_S,
     MAX_PATHS,
     MAX_SCHEDULES,
     PACER_BURSTS,
-    POLICIES,
-    SCHEDULERS,
     SYNCOOKIES,
-    USER_POLICIES,
     Arm,
     Calibration,
     Client,
@@ -40,6 +35,8 @@ from .expmodel import (
     Workload,
 )
 from .schedules import check_spec, specs_of
+from .vocabulary import AT_MAX_CONNECTIONS, MAX_PACER_RATE_BITS_PER_S, SCHEDULERS, USER_POLICIES
+from .vocabulary import SERVE_POLICIES as POLICIES
 
 _GROUP_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")

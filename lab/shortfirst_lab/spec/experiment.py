@@ -177,16 +177,11 @@ from __future__ import annotations
 
 from .expcheck import experiment_from_dict, parse_rate
 from .expmodel import (
-    AT_MAX_CONNECTIONS,
     MAX_ARMS,
     MAX_GROUPS,
-    MAX_PACER_RATE_BITS_PER_S,
     MAX_PATHS,
     MAX_SCHEDULES,
-    POLICIES,
-    SCHEDULERS,
     SYNCOOKIES,
-    USER_POLICIES,
     Arm,
     Calibration,
     Client,
@@ -204,6 +199,8 @@ from .expmodel import (
 )
 from .reader import load_experiment
 from .schema import apply_override
+from .vocabulary import AT_MAX_CONNECTIONS, MAX_PACER_RATE_BITS_PER_S, SCHEDULERS, USER_POLICIES
+from .vocabulary import SERVE_POLICIES as POLICIES
 
 __all__ = [
     "AT_MAX_CONNECTIONS",

@@ -12,7 +12,6 @@ from typing import Any
 from .schedules import schedule_label
 from .schema import SpecError
 
-POLICIES = ("fair", "srpt", "srpt2", "srrt")
 #: Most client groups (each gets a /24 of 10.78.0.0/16 in the testbed).
 MAX_GROUPS = 200
 #: Most points of a WAN path sweep.
@@ -21,20 +20,8 @@ MAX_PATHS = 64
 MAX_SCHEDULES = 64
 #: `uplink.syncookies` → net.ipv4.tcp_syncookies.
 SYNCOOKIES = {"off": 0, "on": 1, "always": 2}
-#: Who orders the uplink's bytes (`serve --scheduler`): kernel priority bands under the HTB tree,
-#: the server's own pacer under a plain token bucket, or that pacer with Crovella 1999's limit
-#: on how many responses may write at once.
-SCHEDULERS = ("kernel", "user", "crovella")
-#: What `serve` does at `--max-connections` (`--at-max-connections`): refuse = accept and answer
-#: 503; wait = stop accepting until a connection closes (the accept queue, then SYN drops).
-AT_MAX_CONNECTIONS = ("refuse", "wait")
 #: `server.pacer_burst`: a user-space arm's idle burst, the shaping token bucket's or none.
 PACER_BURSTS = ("link", "none")
-#: Policies a user-space scheduler ranks by: `serve` refuses srpt2 (learned cutoffs) and srrt
-#: (kernel bands by TCP_INFO) with them, and runs las (least attained service) with them only.
-USER_POLICIES = ("fair", "srpt", "las")
-#: Highest `serve --uplink-rate` (the pacer's limit, crates/server config.rs).
-MAX_PACER_RATE_BITS_PER_S = 400_000_000_000
 #: Most arms of a matrix.
 MAX_ARMS = 16
 

@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from .schema import Field, SpecError, check_field, check_sections, check_table, positive, read_toml
+from .vocabulary import ESTIMATE_BASES, GATEKEEPER_POLICY, GATEKEEPER_POLICY_FORM
 
 #: The backends a `[backend.NAME]` table may name (each a plug-in of `foreign.backends`).
 BACKENDS = ("datasette", "json-server")
-#: A run's modes: direct (no gatekeeper) or a gatekeeper policy.
-_MODE = re.compile(r"^(direct|fifo|sjf|sjf-aging:[0-9]*\.?[0-9]+)$")
 _DURATION = re.compile(r"^[0-9]*\.?[0-9]+(us|ms|s)$")
 
 RUN: dict[str, Field] = {
@@ -29,7 +28,7 @@ RUN: dict[str, Field] = {
     "load_factor": positive("number", True),
     "think_s": positive("number", True),
     "seed": Field("int", lo=0),
-    "modes": Field("strs", True, what="direct, fifo, sjf or sjf-aging:X"),
+    "modes": Field("strs", True, what=f"direct, {GATEKEEPER_POLICY_FORM}"),
     "models": Field("strs", True, choices=("open", "closed")),
     "peak_clients": Field("ints", True, lo=1),
     "peak_s": positive("number", True),
@@ -51,7 +50,7 @@ CALIBRATE: dict[str, Field] = {
 BACKEND: dict[str, Field] = {
     "rows": Field("int", True, lo=1),
     "max_in_flight": Field("int", lo=1),
-    "estimate_basis": Field("str", what="the gatekeeper's --estimate-basis, e.g. serial"),
+    "estimate_basis": Field("str", choices=ESTIMATE_BASES),
 }
 SECTIONS = ("run", "calibrate", "backend")
 
@@ -134,5 +133,5 @@ def _check_run(path: Path, run: dict[str, Any]) -> None:
     if any(a >= b for a, b in zip(c, c[1:], strict=False)):
         raise SpecError(path, "run.peak_clients", "a rising ladder of client counts", c)
     for i, mode in enumerate(run["modes"]):
-        if not _MODE.match(mode):
-            raise SpecError(path, f"run.modes[{i}]", "direct, fifo, sjf or sjf-aging:X", mode)
+        if mode != "direct" and not GATEKEEPER_POLICY.match(mode):
+            raise SpecError(path, f"run.modes[{i}]", f"direct, {GATEKEEPER_POLICY_FORM}", mode)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .schema import Field, SpecError, check_field, check_sections, check_table, positive, read_toml
+from .vocabulary import GATEKEEPER_POLICY, GATEKEEPER_POLICY_FORM
 
 #: The bookstore's own bound (`BEST_SELLERS_REPEAT_MAX`), checked here too so that a bad value
 #: stops the sweep before the database is generated, naming the setting.
@@ -79,7 +80,6 @@ SCHEMA: dict[str, dict[str, Field]] = {
     },
 }
 REQUIRED_SECTIONS = ("bookstore", "load", "modes")
-_POLICY = re.compile(r"^(fifo|sjf|sjf-aging:[0-9]*\.?[0-9]+)$")
 
 
 def _check_capacity(path: Path, key: str, text: str, words: tuple[str, ...]) -> None:
@@ -98,9 +98,9 @@ def _check_modes(path: Path, modes: dict, load: dict) -> None:
         policy, at, capacity = mode.partition("@")
         if mode == "direct":
             continue
-        if not _POLICY.match(policy):
+        if not GATEKEEPER_POLICY.match(policy):
             raise SweepConfigError(
-                path, f"modes.list[{i}]", "direct, fifo, sjf or sjf-aging:X (optionally @CAPACITY)", mode
+                path, f"modes.list[{i}]", f"direct, {GATEKEEPER_POLICY_FORM} (optionally @CAPACITY)", mode
             )
         if at:
             _check_capacity(path, f"modes.list[{i}]", capacity, ("auto",))
