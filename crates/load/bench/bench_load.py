@@ -459,7 +459,7 @@ def memory_check(args, binary: str, tmp: Path) -> None:
 
 def parser() -> argparse.ArgumentParser:
     """The bench's options: one flat list, each with its help text."""
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m shortfirst_lab bench load", description=__doc__)
     ap.add_argument("--bin", default="target/release/shortfirst")
     ap.add_argument("--out", default="results/bench-load.json")
     # The search starts at the target, not below it: lateness is not monotonic in the
