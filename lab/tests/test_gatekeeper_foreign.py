@@ -14,6 +14,7 @@ import pytest
 from conftest import RELEASE_BIN
 
 from shortfirst_lab import commands
+from shortfirst_lab.__main__ import main as lab_main
 from shortfirst_lab.kit import Child, fetch_text, free_port, wait_port
 from shortfirst_lab.runners.foreign.backends import (
     ForeignError,
@@ -245,3 +246,10 @@ def test_backend_behind_the_gatekeeper(name, tmp_path):
     for t in r["per_type"]:
         assert f'type="{t}"' in metrics, t
     assert r["work_per_s"] > 0
+
+
+def test_an_unknown_backend_is_refused_before_anything_runs(tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["bench", "gatekeeper-foreign", str(CONFIG), "--backends", "datasette,jsonserver"]
+    assert lab_main([*argv, "--out", str(out), "--pin", "no", "--tools", str(tmp_path)]) == 2
+    assert "no [backend.jsonserver]" in capsys.readouterr().err and not out.exists()

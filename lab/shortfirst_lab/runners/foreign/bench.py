@@ -447,6 +447,9 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {} if a.duration is None else {"duration_s": a.duration}
     s = Settings.load(a.config, overrides)
     names = a.backends.split(",") if a.backends else list(s.backends)
+    missing = [n for n in names if n not in s.backends]
+    if missing:  # before anything runs, not after the backends before it
+        raise ForeignError(f"--backends {a.backends}: no [backend.{missing[0]}] in {a.config}")
     prefix = pinned_prefix({"auto": None, "yes": True, "no": False}[a.pin])
     binary = str(Path(a.bin).resolve())
     result = {
@@ -457,8 +460,6 @@ def main(argv: list[str] | None = None) -> int:
     timelines = {}
     with tempfile.TemporaryDirectory(prefix="gk-foreign-") as scratch:
         for name in names:
-            if name not in s.backends:
-                raise ForeignError(f"{a.config}: no [backend.{name}]")
             result["backends"][name], timelines[name] = run_backend(
                 s, name, binary, a.tools, Path(scratch), prefix
             )
