@@ -155,6 +155,13 @@ def _plan(spec) -> str:
 
         points = sum(len(browsers_for(v, m)) for m in v["modes"]["list"])
         return f"{points} points (mode × browsers) × {v['load']['duration_s']:g} s"
+    if spec.kind == "synthetic":
+        n = {
+            k: len(str(v.get(k, "")).split(","))
+            for k in ("configs", "closed_factors", "open_configs", "open_factors")
+        }
+        runs = n["configs"] * n["closed_factors"] + n["open_configs"] * n["open_factors"]
+        return f"{runs} runs (closed and open configuration × load factor), then the overhead rounds"
     runs = len(v.backends) * len(v.modes) * len(v.models)
     return f"{runs} runs (backend × mode × model) × {v.duration_s:g} s, backends {', '.join(v.backends)}"
 

@@ -31,6 +31,8 @@ MISSPELT = [
         "backend.json-server.estimate_bassis",
     ),
     ("gatekeeper-foreign.toml", "[backend.datasette]", "[backend.datasete]", "backend.datasete"),
+    ("gatekeeper-synthetic.toml", "slots = 32", "slot = 32", "synthetic.slot"),
+    ("gatekeeper-synthetic.toml", "[overhead]", "[overhed]", "overhed"),
 ]
 
 
@@ -95,3 +97,16 @@ def test_a_file_of_no_kind_is_refused(tmp_path):
         read_spec(p)
     with pytest.raises(SpecError, match=r"expected a static serving experiment file"):
         read_spec(EXPERIMENTS / "gatekeeper-foreign.toml", kind="static")
+
+
+def test_the_synthetic_file_holds_the_bench_s_settings_and_flags_override_it():
+    """`make bench-gatekeeper-synthetic` passes the file: it must give the bench exactly the
+    settings it ran with before it had one (its flags' defaults), and a flag still wins."""
+    from shortfirst_lab.runners.gkbench.cli import parse
+
+    path = str(EXPERIMENTS / "gatekeeper-synthetic.toml")
+    defaults, from_file = vars(parse([])[1]), vars(parse([path])[1])
+    assert from_file.pop("experiment") == path and defaults.pop("experiment") is None
+    assert from_file == defaults
+    a = parse([path, "--duration", "7", "--configs", "fifo"])[1]
+    assert (a.duration, a.configs, a.closed_factors) == (7.0, "fifo", "0.5,1,2,3")

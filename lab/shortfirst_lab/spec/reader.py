@@ -7,6 +7,7 @@ Kinds, told apart by the section only that kind has:
                                  (tocs, userspace, WAN, SRRT, overload, demo; `expcheck`)
     tpcw       [bookstore]       the gatekeeper in front of the TPC-W bookstore (`spec.tpcw`)
     foreign    [backend.NAME]    the gatekeeper in front of datasette, json-server (`spec.foreign`)
+    synthetic  [synthetic]       the gatekeeper in front of the synthetic upstream (`spec.synthetic`)
 
 `SECTION.KEY=VALUE` overrides (the command line's `--set`) apply to the document before it is
 validated, the same way for every kind.
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..kit import to_toml
-from . import foreign, tpcw
+from . import foreign, synthetic, tpcw
 from .expcheck import experiment_from_dict
 from .expmodel import Experiment
 from .schema import SpecError, apply_override, read_toml
@@ -33,13 +34,14 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
     "tpcw": ("bookstore", "gatekeeper on the TPC-W bookstore", tuple(tpcw.SCHEMA)),
     "foreign": ("backend", "gatekeeper on foreign backends", foreign.SECTIONS),
+    "synthetic": ("synthetic", "gatekeeper on the synthetic upstream", synthetic.SECTIONS),
 }
 
 
 @dataclass(frozen=True)
 class Spec:
     """A validated experiment file: its kind and its value (an `Experiment`, the TPC-W
-    configuration dict, or the foreign bench's `Settings`)."""
+    configuration dict, the foreign bench's `Settings`, or the synthetic bench's options)."""
 
     path: Path
     kind: str
@@ -77,6 +79,8 @@ def read_spec(path: str | Path, overrides: list[str] | None = None, kind: str | 
         return Spec(path, found, experiment_from_dict(doc, path, text))
     if found == "tpcw":
         return Spec(path, found, tpcw.validate(doc, path))
+    if found == "synthetic":
+        return Spec(path, found, synthetic.from_dict(doc, path))
     return Spec(path, found, foreign.from_dict(doc, path))
 
 

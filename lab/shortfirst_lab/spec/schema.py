@@ -63,8 +63,9 @@ def apply_override(doc: dict[str, Any], override: str, path: str | Path = "<over
 
 @dataclass(frozen=True)
 class Field:
-    """One key of a schema: its kind (`int`, `number`, `str`, `bool`, `ints`, `numbers`, `strs`,
-    `table`), bounds and choices; `required` keys must be present after the overrides."""
+    """One key of a schema: its kind (`int`, `number`, `str`, `bool`, `text` (a word or a
+    number), `ints`, `numbers`, `strs`, `table`), bounds and choices; `required` keys must be
+    present after the overrides."""
 
     kind: str
     required: bool = False
@@ -81,7 +82,13 @@ def positive(kind: str, required: bool = False) -> Field:
     return Field(kind, required, lo=0, lo_open=True)
 
 
-_KIND_NAMES = {"int": "an integer", "number": "a number", "str": "a string", "bool": "true or false"}
+_KIND_NAMES = {
+    "int": "an integer",
+    "number": "a number",
+    "str": "a string",
+    "bool": "true or false",
+    "text": "a word or a number",
+}
 
 
 def check_field(path: Path, key: str, f: Field, v: Any) -> None:
@@ -102,12 +109,13 @@ def check_field(path: Path, key: str, f: Field, v: Any) -> None:
         "number": isinstance(v, int | float) and not isinstance(v, bool),
         "str": isinstance(v, str),
         "bool": isinstance(v, bool),
+        "text": isinstance(v, str | int | float) and not isinstance(v, bool),
     }[f.kind]
     if not ok:
         raise SpecError(path, key, _KIND_NAMES[f.kind] + (f" ({f.what})" if f.what else ""), v)
     if f.choices and v not in f.choices:
         raise SpecError(path, key, f"one of {list(f.choices)}", v)
-    if isinstance(v, str | bool):
+    if isinstance(v, str | bool) or f.kind == "text":
         return
     if not math.isfinite(v):
         raise SpecError(path, key, "a finite number", v)

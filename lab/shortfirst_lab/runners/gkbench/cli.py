@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from ...kit import HALT_POLL, git_commit, machine, write_json
+from ...spec.reader import read_spec
 from .harness import Bench
 from .models import run_models
 from .overhead import ONLY_OVERHEAD_CAPACITY, measure_overhead
@@ -42,9 +43,27 @@ def parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    ap.add_argument(
+        "experiment",
+        nargs="?",
+        default=None,
+        help="experiment file (lab/experiments/gatekeeper-synthetic.toml): its settings, which the "
+        "flags below override; without one, the flags' defaults",
+    )
     for add in (_backend_options, _run_options, _gate_options, _overhead_options):
         add(ap)
     return ap
+
+
+def parse(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The parser and the options: the experiment file's settings (read strictly, see
+    `spec.synthetic`), then the command line's flags over them."""
+    ap = parser()
+    a = ap.parse_args(argv)
+    if a.experiment is not None:
+        ap.set_defaults(**read_spec(a.experiment, kind="synthetic").value)
+        a = ap.parse_args(argv)
+    return ap, a
 
 
 def _backend_options(ap: argparse.ArgumentParser) -> None:
@@ -259,8 +278,7 @@ def result(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser()
-    a = ap.parse_args(argv)
+    ap, a = parse(argv)
     # Terminating the bench unwinds the `with` blocks, which stop the child processes.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     check(ap, a)
