@@ -24,9 +24,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from .kit import LabError, error_line
-from .spec.experiment import load_experiment
-
 
 def _add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("experiment", type=Path, help="experiment TOML file")
@@ -100,6 +97,7 @@ def _format(summary: dict) -> str:
 
 def _cmd_report(a: argparse.Namespace) -> int:
     from .analysis import overload, report
+    from .spec.reader import load_experiment
 
     exp_path = a.dir / "experiment.toml"
     if a.resimulate:
@@ -116,6 +114,7 @@ def _cmd_report(a: argparse.Namespace) -> int:
 def _resimulate(out: Path, bin_path: Path | None) -> None:
     from .analysis import idealsim
     from .runners import static as runner
+    from .spec.reader import load_experiment
 
     exp_path = out / "experiment.toml"
     if not exp_path.exists():
@@ -263,6 +262,10 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["probe"]:  # runs inside the namespaces while a run waits: starts at once
+        return _run_module(MODULE_VERBS["probe"][0], argv[1:])
+    from .kit import LabError, error_line
+
     parser = argparse.ArgumentParser(prog="python -m shortfirst_lab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="VERB")
     for name, (help_, add, fn) in SUBCOMMANDS.items():
