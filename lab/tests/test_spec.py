@@ -110,3 +110,10 @@ def test_the_synthetic_file_holds_the_bench_s_settings_and_flags_override_it():
     assert from_file == defaults
     a = parse([path, "--duration", "7", "--configs", "fifo"])[1]
     assert (a.duration, a.configs, a.closed_factors) == (7.0, "fifo", "0.5,1,2,3")
+
+
+def test_optional_keys_take_their_defaults(tmp_path):
+    """A key the schema marks optional may be left out (the foreign bench's seed is 1)."""
+    p = tmp_path / "foreign.toml"
+    p.write_text((EXPERIMENTS / "gatekeeper-foreign.toml").read_text().replace("seed = 1\n", "", 1))
+    assert read_spec(p).value.seed == 1

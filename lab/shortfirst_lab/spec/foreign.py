@@ -66,7 +66,6 @@ class Settings:
     load_factor: float
     think_s: float
     max_queue_wait_s: float
-    seed: int
     modes: list[str]
     models: list[str]
     peak_clients: list[int]
@@ -74,6 +73,7 @@ class Settings:
     peak_warmup_s: float
     calibrate: dict
     backends: dict = field(default_factory=dict)
+    seed: int = 1
     #: Peak runs per client count, each on its own trace (seed + repeat).
     peak_repeats: int = 1
     #: The peak ladder (`peak_clients`, ascending) stops early once this many counts in a
