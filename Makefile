@@ -71,7 +71,7 @@ test-lab: venv apt build ## the lab's pytest suite (needs the release build; roo
 
 # Every Python file we ship: the lab, the bench drivers and scripts/ (one ruff configuration, lab's).
 # Run from lab/ so that lab's own packages are first-party for import sorting.
-PY_SOURCES := . ../bench ../crates/gatekeeper/bench ../crates/load/bench ../scripts
+PY_SOURCES := . ../bench ../crates/load/bench ../scripts
 
 lint: venv ## rustfmt, clippy -D warnings, ruff and the history check, all as checks
 	$(CARGO) fmt --all --check
@@ -79,7 +79,7 @@ lint: venv ## rustfmt, clippy -D warnings, ruff and the history check, all as ch
 	$(PY) scripts/unused_deps.py
 	cd lab && ../$(VENV)/bin/ruff check --config pyproject.toml $(PY_SOURCES)
 	cd lab && ../$(VENV)/bin/ruff format --config pyproject.toml --check $(PY_SOURCES)
-	cd lab && ../$(PY) -m shortfirst_lab.depcheck --pyproject pyproject.toml --lock requirements.lock $(PY_SOURCES)
+	cd lab && ../$(PY) -m shortfirst_lab depcheck --pyproject pyproject.toml --lock requirements.lock $(PY_SOURCES)
 	$(PYTHON) scripts/check_history.py
 
 fmt: venv ## format Rust and Python in place, apply ruff's fixes

@@ -325,7 +325,11 @@ def ratios(per: dict, name: str, base: str = "nginx") -> tuple[float, float, flo
 
 def parse_args() -> argparse.Namespace:
     """The command line."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m shortfirst_lab bench serve",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--bin", default="target/release/shortfirst")
     ap.add_argument("--out", default="results/bench-serve.json")
     ap.add_argument("--duration", type=int, default=10, help="seconds per wrk run")

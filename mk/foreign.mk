@@ -7,7 +7,7 @@
 #                                  each, open and closed load at about twice the peak; writes
 #                                  results/gatekeeper-foreign/summary.json (~25 min; run it under
 #                                  the bench lock; each backend is pinned to the reserved CPU when
-#                                  a `shortfirst_lab.cpus` reservation exists)
+#                                  a `python -m shortfirst_lab cpus` reservation exists)
 
 # nodejs (with npm) is on the machine image; Debian's own npm package would conflict with it.
 APT_PACKAGES += nodejs
@@ -37,5 +37,5 @@ $(FOREIGN_DIR)/node.stamp: lab/foreign/package.json lab/foreign/package-lock.jso
 	@touch $@
 
 bench-gatekeeper-foreign: build venv foreign-backends ## gatekeeper in front of datasette and json-server (FOREIGN_ARGS)
-	$(PY) -m shortfirst_lab.foreign lab/experiments/gatekeeper-foreign.toml --bin $(BIN) \
+	$(PY) -m shortfirst_lab bench gatekeeper-foreign lab/experiments/gatekeeper-foreign.toml --bin $(BIN) \
 	  --tools $(FOREIGN_DIR) --out results/gatekeeper-foreign $(FOREIGN_ARGS)

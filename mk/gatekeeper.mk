@@ -5,7 +5,8 @@
 #   calibrated with `shortfirst gatekeeper calibrate`, load driven by `shortfirst load`
 #   (closed and open models): direct vs fifo / sjf / sjf-aging:{1,2,5}, plus proxy
 #   overhead at low load. Writes results/bench-gatekeeper-synthetic.json.
-#   Knobs: GK_BENCH_ARGS (e.g. "--duration 20 --scale 0.5"), see --help of the script.
+#   Settings in lab/experiments/gatekeeper-synthetic.toml; flags override them: GK_BENCH_ARGS
+#   (e.g. "--duration 20 --scale 0.5"), see `python -m shortfirst_lab bench gatekeeper-synthetic --help`.
 
 GK_BENCH_ARGS ?=
 BENCH_TARGETS += bench-gatekeeper-synthetic
@@ -13,7 +14,7 @@ BENCH_TARGETS += bench-gatekeeper-synthetic
 .PHONY: bench-gatekeeper-synthetic
 bench-gatekeeper-synthetic: build venv ## gatekeeper vs direct on the synthetic backend (GK_BENCH_ARGS)
 	@mkdir -p results
-	$(PY) crates/gatekeeper/bench/bench_synthetic.py --bin $(BIN) \
+	$(PY) -m shortfirst_lab bench gatekeeper-synthetic lab/experiments/gatekeeper-synthetic.toml --bin $(BIN) \
 	  --out results/bench-gatekeeper-synthetic.json $(GK_BENCH_ARGS)
 
 # make bench-gatekeeper-overhead
@@ -26,5 +27,5 @@ GK_OVERHEAD_ARGS ?=
 .PHONY: bench-gatekeeper-overhead
 bench-gatekeeper-overhead: build venv ## only the gatekeeper's low-load overhead, a few minutes (GK_OVERHEAD_ARGS)
 	@mkdir -p results
-	$(PY) crates/gatekeeper/bench/bench_synthetic.py --bin $(BIN) --only-overhead \
+	$(PY) -m shortfirst_lab bench gatekeeper-synthetic lab/experiments/gatekeeper-synthetic.toml --bin $(BIN) --only-overhead \
 	  --out results/bench-gatekeeper-overhead.json $(GK_OVERHEAD_ARGS)

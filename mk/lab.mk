@@ -28,7 +28,7 @@ lab-overload: apt venv build ## Schroeder 2006 overload: W1-W10, Table 2 setups,
 	@for e in $(OVERLOAD_EXPS); do \
 	  $(PY) -m shortfirst_lab run $(LAB_EXP)/overload-$$e.toml --out results/overload-$$e --bin $(BIN) $(LAB_SET) $(LAB_RESUME) || exit 1; \
 	done
-	$(PY) -m shortfirst_lab.overload $(foreach e,$(OVERLOAD_EXPS),results/overload-$(e)) --out results/overload
+	$(PY) -m shortfirst_lab overload $(foreach e,$(OVERLOAD_EXPS),results/overload-$(e)) --out results/overload
 
 # Rebuild summary.json and report.html of an experiment directory from its raw logs.
 LAB_DIR ?= results/demo

@@ -9,9 +9,9 @@ LOAD_BENCH_ARGS ?=
 
 .PHONY: bench-load
 bench-load: apt venv $(BIN) ## highest rate the load generator sustains, beside wrk (LOAD_BENCH_ARGS)
-	$(PY) crates/load/bench/bench_load.py --bin $(BIN) --out results/bench-load.json $(LOAD_BENCH_ARGS)
+	$(PY) -m shortfirst_lab bench load --bin $(BIN) --out results/bench-load.json $(LOAD_BENCH_ARGS)
 
 # Bounded memory: a 1 M-request trace at 2,000 requests/s (~9 minutes).
 .PHONY: bench-load-memory
 bench-load-memory: apt venv $(BIN) ## peak memory of the load generator on a 1 M-request trace (~9 min)
-	$(PY) crates/load/bench/bench_load.py --bin $(BIN) --memory --out results/bench-load-memory.json
+	$(PY) -m shortfirst_lab bench load --bin $(BIN) --memory --out results/bench-load-memory.json

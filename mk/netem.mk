@@ -19,5 +19,5 @@ NETEM_BENCH_ARGS ?=
 .PHONY: bench-netem
 bench-netem: apt venv build ## packets/s and CPU per packet through shortfirst netem at 10 and 100 Mbit (root)
 	@if [ "$$(id -u)" != 0 ]; then echo "make bench-netem: needs root (network namespaces, TUN)" >&2; exit 1; fi
-	cd lab && flock /run/shortfirst-bench.lock ../$(PY) -m shortfirst_lab.netembench --bin ../$(BIN) \
+	cd lab && flock /run/shortfirst-bench.lock ../$(PY) -m shortfirst_lab bench netem --bin ../$(BIN) \
 	  --seconds $(NETEM_BENCH_SECONDS) --out ../results/bench-netem.json $(NETEM_BENCH_ARGS)

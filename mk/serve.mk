@@ -9,4 +9,4 @@ BENCH_TARGETS += bench-serve
 # Needs root: nginx runs its workers as root to read the temporary directory,
 # and shortfirst sets SO_PRIORITY above 6.
 bench-serve: apt venv $(BIN) ## shortfirst serve (kernel bands: srpt and srrt; --scheduler user) against nginx, driven by wrk (root)
-	$(PY) bench/serve.py --bin $(BIN) --out results/bench-serve.json
+	$(PY) -m shortfirst_lab bench serve --bin $(BIN) --out results/bench-serve.json

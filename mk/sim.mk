@@ -15,4 +15,4 @@ bench-sim: ## simulator speed per policy (BENCH_SIM_JOBS)
 .PHONY: theory-figures
 THEORY_FIG_JOBS ?= 1000000
 theory-figures: venv build ## Crovella Figs. 7/8 from the formulas and the simulator
-	cd lab && ../$(PY) -m shortfirst_lab.theory_cli fig7 --out ../results/theory --jobs $(THEORY_FIG_JOBS)
+	cd lab && ../$(PY) -m shortfirst_lab theory fig7 --out ../results/theory --jobs $(THEORY_FIG_JOBS)

@@ -17,5 +17,5 @@ DEMO_DOWNLOADS_TRIALS ?= 3
 .PHONY: demo-downloads
 demo-downloads: apt venv build ## one 20 KB response during eight 1 MB downloads, fair vs srpt (root, ~1 min)
 	@if [ "$$(id -u)" != 0 ]; then echo "make demo-downloads: needs root (network namespaces, tc)" >&2; exit 1; fi
-	cd lab && ../$(PY) -m shortfirst_lab.downloads --bin ../$(BIN) --trials $(DEMO_DOWNLOADS_TRIALS) \
+	cd lab && ../$(PY) -m shortfirst_lab downloads --bin ../$(BIN) --trials $(DEMO_DOWNLOADS_TRIALS) \
 	  --out ../results/demo-downloads/result.json

@@ -1,15 +1,19 @@
-"""`python -m shortfirst_lab`: the lab's command line.
+"""`python -m shortfirst_lab VERB ...`: the lab's one command line.
 
-Subcommands (one function each; add a new one by writing `_cmd_x(args)` and registering it in
+Verbs parsed here (one function each; add one by writing `_cmd_x(args)` and registering it in
 `SUBCOMMANDS` with a function that adds its arguments):
 
+    validate FILE...                                  check experiment files of any kind (static serving,
+                                                      gatekeeper: tpcw, foreign), print what each runs
     run EXP.toml --out DIR [--resume] [--bin PATH]   run an experiment, then build its report
     report DIR [--resimulate [--bin PATH]]            rebuild summary.json and report.html from raw logs
-                                                      (overload experiments: shortfirst_lab.overload);
-                                                      --resimulate first redoes each run's ideals
-                                                      (sim/, sim-wire/: idealsim.py)
-    validate EXP.toml...                              check experiment files, print the run matrix
+                                                      (overload experiments: `overload`); --resimulate
+                                                      first redoes each run's ideals (idealsim.py)
     check-report DIR/report.html                      open the page in headless Chromium, check images
+
+Verbs whose module parses its own arguments (`MODULE_VERBS`: `VERB --help` shows them): bench
+(`BENCHES`: every benchmark), theory, tpcw, overload, series, inflight, downloads, cpus, probe,
+depcheck. Every verb's errors end here: a `LabError` is printed as one line, exit code 2.
 """
 
 from __future__ import annotations
@@ -19,8 +23,6 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-
-from .experiment import ExperimentError, load_experiment
 
 
 def _add_run(p: argparse.ArgumentParser) -> None:
@@ -54,8 +56,8 @@ def _add_set(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_run(a: argparse.Namespace) -> int:
-    from . import runner
-    from .placement import Placement
+    from .runners import static as runner
+    from .testbed.placement import Placement
 
     placement = Placement.parse(a.server_cpus, a.generator_cpus)
     bin_path = a.bin or runner.repo_root() / "target" / "release" / "shortfirst"
@@ -88,13 +90,14 @@ def _add_report(p: argparse.ArgumentParser) -> None:
 
 def _format(summary: dict) -> str:
     """The terminal table of either summary: an overload one has workloads."""
-    from . import overload, report
+    from .analysis import overload, report
 
     return overload.format_table(summary) if "workloads" in summary else report.format_table(summary)
 
 
 def _cmd_report(a: argparse.Namespace) -> int:
-    from . import overload, report
+    from .analysis import overload, report
+    from .spec.reader import load_experiment
 
     exp_path = a.dir / "experiment.toml"
     if a.resimulate:
@@ -109,7 +112,9 @@ def _cmd_report(a: argparse.Namespace) -> int:
 
 
 def _resimulate(out: Path, bin_path: Path | None) -> None:
-    from . import idealsim, runner
+    from .analysis import idealsim
+    from .runners import static as runner
+    from .spec.reader import load_experiment
 
     exp_path = out / "experiment.toml"
     if not exp_path.exists():
@@ -120,22 +125,44 @@ def _resimulate(out: Path, bin_path: Path | None) -> None:
 
 
 def _add_validate(p: argparse.ArgumentParser) -> None:
-    p.add_argument("experiments", type=Path, nargs="+", help="experiment TOML files")
+    p.add_argument("experiments", type=Path, nargs="+", help="experiment files of any kind (TOML)")
     _add_set(p)
 
 
 def _cmd_validate(a: argparse.Namespace) -> int:
+    from .spec.reader import read_spec
+
     for path in a.experiments:
-        exp = load_experiment(path, a.overrides)
-        runs = exp.matrix()
-        per_run = exp.run.duration_s
-        print(
-            f"{path}: ok — {exp.name}: {len(runs)} runs × {per_run:g} s schedule "
-            f"(+ drain up to {exp.run.drain_timeout_s:g} s each)"
-        )
-        for r in runs:
-            print(f"  {r.run_id}  seed={r.seed}")
+        spec = read_spec(path, a.overrides)
+        print(f"{path}: ok — {spec.kind}: {_plan(spec)}")
+        if spec.kind == "static":
+            for r in spec.value.matrix():
+                print(f"  {r.run_id}  seed={r.seed}")
     return 0
+
+
+def _plan(spec) -> str:
+    """One line on what a validated experiment file would run."""
+    v = spec.value
+    if spec.kind == "static":
+        return (
+            f"{v.name}: {len(v.matrix())} runs × {v.run.duration_s:g} s schedule "
+            f"(+ drain up to {v.run.drain_timeout_s:g} s each)"
+        )
+    if spec.kind == "tpcw":
+        from .runners.tpcw.config import browsers_for
+
+        points = sum(len(browsers_for(v, m)) for m in v["modes"]["list"])
+        return f"{points} points (mode × browsers) × {v['load']['duration_s']:g} s"
+    if spec.kind == "synthetic":
+        n = {
+            k: len(str(v.get(k, "")).split(","))
+            for k in ("configs", "closed_factors", "open_configs", "open_factors")
+        }
+        runs = n["configs"] * n["closed_factors"] + n["open_configs"] * n["open_factors"]
+        return f"{runs} runs (closed and open configuration × load factor), then the overhead rounds"
+    runs = len(v.backends) * len(v.modes) * len(v.models)
+    return f"{runs} runs (backend × mode × model) × {v.duration_s:g} s, backends {', '.join(v.backends)}"
 
 
 def _add_check(p: argparse.ArgumentParser) -> None:
@@ -143,7 +170,7 @@ def _add_check(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_check(a: argparse.Namespace) -> int:
-    from .browsercheck import check_images
+    from .analysis.browsercheck import check_images
 
     res = check_images(a.html)
     print(f"{a.html}: {res.loaded}/{res.total} images rendered")
@@ -162,41 +189,107 @@ SUBCOMMANDS: dict[
 }
 
 
+#: Verbs whose module parses its own arguments: VERB → (module, what it does).
+MODULE_VERBS: dict[str, tuple[str, str]] = {
+    "theory": ("theory.cli", "M/G/1 theory: mean response times, Crovella's figures"),
+    "tpcw": ("runners.tpcw.cli", "the gatekeeper on the TPC-W bookstore: sweep an experiment file, report"),
+    "overload": ("analysis.overload", "the overload summary and figures across experiment directories"),
+    "series": ("analysis.series", "a run's per-second client-side series"),
+    "inflight": ("analysis.inflight", "long responses in transfer at once, per run"),
+    "downloads": ("runners.downloads", "the two-sizes downloads experiment on a shaped uplink"),
+    "cpus": ("testbed.cpus", "reserve, use and release CPUs for a long run (cpusets)"),
+    "probe": ("testbed.probe", "network probes run inside testbed namespaces (wanprobe's too)"),
+    "depcheck": ("depcheck", "declared Python dependencies = imports"),
+}
+#: `bench NAME`: the benchmarks (`make bench-NAME`), a lab module or a script of the repository.
+BENCHES: dict[str, tuple[str, str]] = {
+    "netem": ("runners.netembench", "packets/s and CPU per packet through shortfirst netem (root)"),
+    "gatekeeper-synthetic": ("runners.gkbench.cli", "the gatekeeper vs direct on the synthetic upstream"),
+    "gatekeeper-foreign": ("runners.foreign.bench", "the gatekeeper in front of datasette and json-server"),
+    "serve": ("bench/serve.py", "shortfirst serve against nginx, driven by wrk (root)"),
+    "load": ("crates/load/bench/bench_load.py", "the load generator's highest rate, beside wrk"),
+}
+
+
+def _run_module(target: str, argv: list[str]) -> int:
+    """Runs a verb's module (`main(argv)`) or a repository script (as `__main__`, with argv)."""
+    if target.endswith(".py"):
+        import runpy
+
+        from .kit import REPO
+
+        script = REPO / target
+        saved = sys.argv
+        sys.argv = [str(script), *argv]
+        try:
+            runpy.run_path(str(script), run_name="__main__")
+        finally:
+            sys.argv = saved
+        return 0
+    import importlib
+
+    if target == "testbed.probe" and argv and argv[0] in _wan_probe_commands():
+        target = "testbed.wanprobe"
+    rc = importlib.import_module(f"{__package__}.{target}").main(argv)
+    return 0 if rc is None else rc
+
+
+def _wan_probe_commands() -> tuple[str, ...]:
+    from .testbed.wanprobe import COMMANDS
+
+    return COMMANDS
+
+
+def _delegate(argv: list[str]) -> int | None:
+    """A module verb's exit code, or None when `argv` is not one."""
+    if not argv or argv[0] not in (*MODULE_VERBS, "bench"):
+        return None
+    verb, rest = argv[0], argv[1:]
+    if verb != "bench":
+        return _run_module(MODULE_VERBS[verb][0], rest)
+    if not rest or rest[0] not in BENCHES:
+        names = "\n".join(f"  {n:22} {h}" for n, (_, h) in BENCHES.items())
+        print(
+            f"usage: python -m shortfirst_lab bench NAME [ARGS...]\n\nbenchmarks:\n{names}", file=sys.stderr
+        )
+        return 0 if rest and rest[0] in ("-h", "--help") else 2
+    return _run_module(BENCHES[rest[0]][0], rest[1:])
+
+
 def _interrupt(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["probe"]:  # runs inside the namespaces while a run waits: starts at once
+        return _run_module(MODULE_VERBS["probe"][0], argv[1:])
+    from .kit import LabError, error_line
+
     parser = argparse.ArgumentParser(prog="python -m shortfirst_lab", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="VERB")
     for name, (help_, add, fn) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_, description=help_)
         add(p)
         p.set_defaults(func=fn)
-    a = parser.parse_args(argv)
-    # SIGTERM (a job scheduler, `kill`) unwinds like Ctrl-C: the testbed's server, generator and
-    # namespaces are torn down and the interrupted run's logs kept, instead of left running.
-    signal.signal(signal.SIGTERM, _interrupt)
+    for name, (_, help_) in MODULE_VERBS.items():
+        sub.add_parser(name, help=help_, add_help=False)
+    sub.add_parser("bench", help="a benchmark: " + ", ".join(BENCHES), add_help=False)
     try:
+        rc = _delegate(argv)  # a module verb keeps its own signal handling
+        if rc is not None:
+            return rc
+        a = parser.parse_args(argv)
+        # SIGTERM (a job scheduler, `kill`) unwinds like Ctrl-C: the testbed's server, generator
+        # and namespaces are torn down and the interrupted run's logs kept, not left running.
+        signal.signal(signal.SIGTERM, _interrupt)
         return a.func(a)
-    except ExperimentError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except LabError as e:  # the lab's own errors name what and where in their message
+        print(error_line(e), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted (testbed torn down)", file=sys.stderr)
         return 130
-    except Exception as e:  # the lab's own errors carry their context in the message
-        from .analysis import LogError
-        from .overload import OverloadError
-        from .placement import PlacementError
-        from .report import ReportError
-        from .runner import RunnerError
-        from .stage import StageError
-
-        if isinstance(e, RunnerError | ReportError | LogError | OverloadError | StageError | PlacementError):
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-        raise
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ Three checks, each an error naming the package:
 Standard library only. Import names come from the installed distributions' metadata
 (``importlib.metadata.packages_distributions``), so run it with the venv's python.
 
-    python -m shortfirst_lab.depcheck --pyproject pyproject.toml --lock requirements.lock DIR...
+    python -m shortfirst_lab depcheck --pyproject pyproject.toml --lock requirements.lock DIR...
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def check(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m shortfirst_lab.depcheck", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m shortfirst_lab depcheck", description=__doc__.split("\n")[0])
     ap.add_argument("--pyproject", type=Path, required=True)
     ap.add_argument("--lock", type=Path, help="requirements.lock to compare with pyproject.toml")
     ap.add_argument("roots", type=Path, nargs="+", help="directories (or files) of Python sources")
@@ -156,7 +156,3 @@ def main(argv: list[str] | None = None) -> int:
     if not problems:
         print(f"depcheck: {len(files)} files, dependencies as declared")
     return 1 if problems else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -2,8 +2,8 @@
 
 Everything a measurement must do the same way wherever it runs — pick a free port, wait
 for a child to listen, record the commit and the machine, read the kernel's counters,
-parse the Prometheus text our binaries serve, build a `shortfirst load` command line,
-write a result so that no reader sees half of it — lives here once. The benches import
+parse the Prometheus text our binaries serve, write a result so that no reader sees half
+of it — lives here once (the binaries' command lines are in `commands`). The benches import
 it from the installed lab package (`pip install -e lab`, the Makefile's `venv`), so the
 same code records an experiment's provenance and a benchmark's machine.
 """
@@ -36,7 +36,21 @@ REPO = Path(__file__).resolve().parents[2]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-class KitError(RuntimeError):
+class LabError(Exception):
+    """The base of every error the lab raises on purpose: bad input (a file, a key, an
+    argument) or a step that failed (a child, a run, a page). Its message names what failed
+    and where; the command line (`shortfirst_lab.__main__`) prints it as one line, `error:
+    MESSAGE`, and exits with code 2, without a traceback. Every exception class of the lab
+    derives from it (lab/tests/test_errors.py checks)."""
+
+
+def error_line(e: BaseException) -> str:
+    """`e` as the command line prints it: `error: ` and its message on one line."""
+    text = " ".join(str(e).split()) or type(e).__name__
+    return f"error: {text}"
+
+
+class KitError(LabError, RuntimeError):
     """A child did not come up, or a counter file could not be read as expected."""
 
 
@@ -361,55 +375,6 @@ def prometheus_series(text: str) -> dict[str, float]:
 def fetch_text(url: str, timeout_s: float = 5.0) -> str:
     with urllib.request.urlopen(url, timeout=timeout_s) as r:
         return r.read().decode()
-
-
-# -- the load generator's command line ---------------------------------------------------
-
-
-def load_argv(
-    binary: str | Path,
-    target: str,
-    *,
-    trace: str | Path | None = None,
-    session: str | Path | None = None,
-    out: str | Path | None = None,
-    model: str | None = None,
-    speed: float | None = None,
-    duration_s: float | str | None = None,
-    persistent: int | None = None,
-    timeout_s: float | str | None = None,
-    seed: int | None = None,
-    threads: int | None = None,
-    quiet: bool = False,
-    realtime: bool = False,
-    extra: Sequence[str] = (),
-) -> list[str]:
-    """`shortfirst load` with the options every caller spells the same way, in one order:
-    target, trace or session, out, model, speed, duration, persistent, timeout, seed,
-    threads, quiet, realtime, then `extra` as given. Numbers are written with str(): what
-    the caller passes is what the generator reads."""
-    if trace is not None and session is not None:
-        raise ValueError("load_argv: give a trace or a session, not both")
-    argv = [str(binary), "load", "--target", target]
-    for flag, value in (
-        ("--trace", trace),
-        ("--session", session),
-        ("--out", out),
-        ("--model", model),
-        ("--speed", speed),
-        ("--duration", duration_s),
-        ("--persistent", persistent),
-        ("--timeout", timeout_s),
-        ("--seed", seed),
-        ("--threads", threads),
-    ):
-        if value is not None:
-            argv += [flag, str(value)]
-    if quiet:
-        argv.append("--quiet")
-    if realtime:
-        argv.append("--realtime")
-    return argv + list(extra)
 
 
 # -- benchmarks on a shared machine ------------------------------------------------------

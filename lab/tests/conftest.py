@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from shortfirst_lab.analysis import REQUEST_COLUMNS, fit_baseline
+from shortfirst_lab.analysis.metrics import REQUEST_COLUMNS, fit_baseline
 
 #: The release build the namespace tests run (`make test` builds it first).
 REPO = Path(__file__).resolve().parents[2]

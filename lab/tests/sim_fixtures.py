@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from shortfirst_lab import kit
-from shortfirst_lab.simfigs import SimError, find_binary
+from shortfirst_lab.theory.simfigs import SimError, find_binary
 
 
 def require_binary():

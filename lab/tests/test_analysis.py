@@ -11,7 +11,7 @@ from conftest import requests_frame
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shortfirst_lab import analysis
+from shortfirst_lab.analysis import metrics as analysis
 
 
 def _df(sizes, rts, **kw):

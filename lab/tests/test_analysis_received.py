@@ -12,7 +12,9 @@ import pytest
 from conftest import requests_frame, write_run_dir
 from sim_fixtures import loopback_server, require_binary
 
-from shortfirst_lab import analysis, kit, overload, report
+from shortfirst_lab import commands
+from shortfirst_lab.analysis import metrics as analysis
+from shortfirst_lab.analysis import overload, report
 
 BUCKET_S = 0.1
 
@@ -126,7 +128,7 @@ def test_the_generators_received_csv_reads_back_and_sums_to_the_bodies(tmp_path)
         "time_s,path,size_bytes\n" + "".join(f"{i / 40:.3f},/{s}.bin,{s}\n" for i, s in enumerate(sizes))
     )
     with loopback_server(binary, root, tmp_path / "serve.log") as url:
-        argv = kit.load_argv(binary, url, trace=trace, out=tmp_path / "run", quiet=True, persistent=3)
+        argv = commands.load(binary, url, trace=trace, out=tmp_path / "run", quiet=True, persistent=3)
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     df = analysis.read_requests(tmp_path / "run" / "requests.csv")

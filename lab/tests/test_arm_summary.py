@@ -14,8 +14,10 @@ import pytest
 from conftest import requests_frame, write_run_dir
 from test_runner import FakeTestbed, fake_env  # noqa: F401 - the fixture, shared
 
-from shortfirst_lab import analysis, report, runner
-from shortfirst_lab.experiment import Arm, load_experiment, run_dir_name
+from shortfirst_lab.analysis import metrics as analysis
+from shortfirst_lab.analysis import report
+from shortfirst_lab.runners import static as runner
+from shortfirst_lab.spec.experiment import Arm, load_experiment, run_dir_name
 
 #: What every per-arm comparison carries.
 ARM_KEYS = {"policy", "scheduler", "load", "mean_response_ratio", "throughput_ratio", "link_throughput_ratio",
@@ -228,7 +230,7 @@ def test_the_runner_summarises_a_fake_experiment_per_arm(fake_env, tmp_path):  #
 
 
 def test_a_wan_sweep_names_each_arm():
-    from shortfirst_lab import wanreport
+    from shortfirst_lab.analysis import wanreport
 
     row = {"load": 0.8, "rtt_ms": 100, "loss": 0.01, "mean_response_ratio": 1.1, "throughput_ratio": 1.0,
            "largest_1pct_ratio": 1.0, "valid": True, "path": "rtt100ms-loss1pct"}  # fmt: skip

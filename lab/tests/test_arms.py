@@ -9,15 +9,16 @@ from pathlib import Path
 import pytest
 from test_runner import FakeTestbed, fake_env  # noqa: F401 - the fixture, shared
 
-from shortfirst_lab import factors, runner
-from shortfirst_lab.experiment import (
+from shortfirst_lab.runners import factors
+from shortfirst_lab.runners import static as runner
+from shortfirst_lab.spec.experiment import (
     Arm,
     ExperimentError,
     experiment_from_dict,
     load_experiment,
     run_dir_name,
 )
-from shortfirst_lab.testbed import tbf_burst_bytes
+from shortfirst_lab.testbed.bed import tbf_burst_bytes
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
@@ -271,7 +272,7 @@ def test_runner_shapes_and_starts_each_arm(fake_env, tmp_path):  # noqa: F811 - 
 
 
 def test_the_testbed_knows_its_shapers():
-    from shortfirst_lab.testbed import SHAPERS, Testbed
+    from shortfirst_lab.testbed.bed import SHAPERS, Testbed
 
     assert SHAPERS == ("htb", "tbf")
     with pytest.raises(ValueError, match="shaper 'cbq': expected one of htb, tbf"):

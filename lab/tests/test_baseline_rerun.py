@@ -12,8 +12,10 @@ import pytest
 from conftest import requests_frame, write_run_dir
 from test_runner import fake_env  # noqa: F401 - the fixture, shared
 
-from shortfirst_lab import analysis, report, runner
-from shortfirst_lab.experiment import (
+from shortfirst_lab.analysis import metrics as analysis
+from shortfirst_lab.analysis import report
+from shortfirst_lab.runners import static as runner
+from shortfirst_lab.spec.experiment import (
     Arm,
     ExperimentError,
     experiment_from_dict,

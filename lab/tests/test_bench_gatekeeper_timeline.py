@@ -1,10 +1,10 @@
-"""The synthetic gatekeeper bench's diagnosis helpers (shortfirst_lab.gkbench, run by
-crates/gatekeeper/bench/bench_synthetic.py): how `timeline_summary` classifies moments
+"""The synthetic gatekeeper bench's diagnosis helpers (shortfirst_lab.runners.gkbench, run by
+python -m shortfirst_lab bench gatekeeper-synthetic): how `timeline_summary` classifies moments
 with idle backend processors, and the `--max-charge-share` specs, as tables."""
 
 import pytest
 
-from shortfirst_lab import gkbench
+from shortfirst_lab.runners import gkbench
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ import io
 
 import pytest
 
-from shortfirst_lab import report
-from shortfirst_lab.browsercheck import check_images, find_chromium
+from shortfirst_lab.analysis import report
+from shortfirst_lab.analysis.browsercheck import check_images, find_chromium
 
 pytestmark = pytest.mark.skipif(
     find_chromium() is None, reason="chromium not installed (Debian package chromium)"

@@ -1,4 +1,4 @@
-"""CPU reservation with cpusets (shortfirst_lab.cpus): CPU lists and hierarchy detection as
+"""CPU reservation with cpusets (shortfirst_lab.testbed.cpus): CPU lists and hierarchy detection as
 tables, reserve/release against a fake cgroup tree, and, as root on a machine with a cpuset
 hierarchy and two CPUs, the real kernel moving one process of ours (never the machine's)."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from shortfirst_lab import cpus
-from shortfirst_lab.cpus import CpuReservation, CpusError, Hierarchy
+from shortfirst_lab.testbed import cpus
+from shortfirst_lab.testbed.cpus import CpuReservation, CpusError, Hierarchy
 
 
 @pytest.mark.parametrize(
@@ -150,7 +150,8 @@ def test_the_kernel_keeps_a_moved_process_on_the_reserved_cpu(tmp_path):
             [
                 sys.executable,
                 "-m",
-                "shortfirst_lab.cpus",
+                "shortfirst_lab",
+                "cpus",
                 "--name",
                 res.reserved.name[: -len("-reserved")],
                 "run",

@@ -96,7 +96,8 @@ def test_the_project_declares_what_it_imports():
         [
             sys.executable,
             "-m",
-            "shortfirst_lab.depcheck",
+            "shortfirst_lab",
+            "depcheck",
             "--pyproject",
             str(LAB / "pyproject.toml"),
             "--lock",

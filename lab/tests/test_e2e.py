@@ -14,9 +14,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from shortfirst_lab import runner
-from shortfirst_lab.browsercheck import check_images, find_chromium
-from shortfirst_lab.experiment import load_experiment
+from shortfirst_lab.analysis.browsercheck import check_images, find_chromium
+from shortfirst_lab.runners import static as runner
+from shortfirst_lab.spec.experiment import load_experiment
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / "target" / "release" / "shortfirst"
@@ -98,7 +98,7 @@ def test_rto_min_set_on_server_route():
         pytest.skip("needs root: network namespaces")
     if not BIN.exists():
         pytest.skip(f"{BIN} not built (make build)")
-    from shortfirst_lab.testbed import Testbed, new_run_id
+    from shortfirst_lab.testbed.bed import Testbed, new_run_id
 
     with Testbed(new_run_id(), 10_000_000, shortfirst_bin=BIN) as tb:
         cmds = runner.Runner.set_rto_min(tb, 1500)

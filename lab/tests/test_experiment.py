@@ -9,8 +9,9 @@ import pytest
 from conftest import EXPERIMENT_TOML
 
 from shortfirst_lab.__main__ import main
-from shortfirst_lab.experiment import ExperimentError, load_experiment, parse_rate
-from shortfirst_lab.placement import Placement
+from shortfirst_lab.spec.experiment import ExperimentError, load_experiment, parse_rate
+from shortfirst_lab.spec.schema import SpecError
+from shortfirst_lab.testbed.placement import Placement
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
@@ -120,12 +121,12 @@ def test_validation_errors_name_file_key_and_expectation(tmp_path, edit, key, ex
 
 def test_toml_syntax_error_names_file_and_position(tmp_path):
     p = _write(tmp_path, "[experiment\nname = 1\n")
-    with pytest.raises(ExperimentError, match=r"exp\.toml: expected valid TOML \(.*line 1"):
+    with pytest.raises(SpecError, match=r"exp\.toml: expected valid TOML \(.*line 1"):
         load_experiment(p)
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(ExperimentError, match="expected a readable file"):
+    with pytest.raises(SpecError, match="expected a readable file"):
         load_experiment(tmp_path / "nope.toml")
 
 
@@ -152,7 +153,7 @@ def test_cli_validate_reports_error_with_exit_2(tmp_path, capsys):
 
 
 def test_cli_run_passes_overrides(tmp_path, monkeypatch, capsys):
-    from shortfirst_lab import runner
+    from shortfirst_lab.runners import static as runner
 
     seen = {}
 

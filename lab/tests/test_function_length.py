@@ -12,7 +12,6 @@ SOURCES = (
     "lab/shortfirst_lab",
     "lab/tests",
     "bench",
-    "crates/gatekeeper/bench",
     "crates/load/bench",
     "scripts",
 )

@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 from conftest import RELEASE_BIN
 
-from shortfirst_lab.foreign.backends import (
+from shortfirst_lab import commands
+from shortfirst_lab.__main__ import main as lab_main
+from shortfirst_lab.kit import Child, fetch_text, free_port, wait_port
+from shortfirst_lab.runners.foreign.backends import (
     ForeignError,
     datasette,
     json_server,
@@ -21,7 +24,7 @@ from shortfirst_lab.foreign.backends import (
     make_sqlite,
     prepare,
 )
-from shortfirst_lab.foreign.bench import (
+from shortfirst_lab.runners.foreign.bench import (
     Point,
     Settings,
     cpu_summary,
@@ -29,8 +32,8 @@ from shortfirst_lab.foreign.bench import (
     peak_of,
     response_time_law,
 )
-from shortfirst_lab.foreign.verdict import checks, table
-from shortfirst_lab.kit import Child, fetch_text, free_port, wait_port
+from shortfirst_lab.runners.foreign.verdict import checks, table
+from shortfirst_lab.spec.schema import SpecError
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = REPO / ".make" / "foreign"
@@ -179,10 +182,10 @@ def test_settings_read_the_peak_repeats_and_the_starvation_bound(tmp_path):
     assert s.peak_repeats >= 2 and s.max_wait_s and 0 < s.overdue_share < 1
     bad = tmp_path / "bad.toml"
     bad.write_text(CONFIG.read_text().replace("peak_repeats = 2", "peak_repeats = 0"))
-    with pytest.raises(ForeignError, match="peak_repeats"):
+    with pytest.raises(SpecError, match=r"bad\.toml: run\.peak_repeats: expected a value >= 1"):
         Settings.load(bad)
     bad.write_text(CONFIG.read_text().replace("peak_clients = [2, 4, 8, 16, 32]", "peak_clients = [8, 4]"))
-    with pytest.raises(ForeignError, match="peak_clients"):
+    with pytest.raises(SpecError, match=r"run\.peak_clients: expected a rising ladder"):
         Settings.load(bad)
 
 
@@ -193,9 +196,16 @@ def test_json_server_is_charged_its_own_time_with_room_beside_the_running_reques
     s = Settings.load(CONFIG)
     js = s.backends["json-server"]
     assert js["max_in_flight"] >= 2 and js["estimate_basis"] == "serial"
-    args = Point(s, json_server(1_000), [], "shortfirst", tmp_path, prefix=[]).classify_args()
+    kw = Point(s, json_server(1_000), [], "shortfirst", tmp_path, prefix=[]).classify_args()
+    args = commands.gatekeeper("shortfirst", listen="l", upstream="u", **kw)
     assert args[-4:] == ["--max-in-flight", str(js["max_in_flight"]), "--estimate-basis", "serial"]
-    args = Point(s, datasette(1_000), [], "shortfirst", tmp_path, prefix=[]).classify_args()
+    cal = commands.calibrate(
+        "shortfirst", upstream="u", out="o", clients=1, warmup="1s", measure="1s",
+        min_capacity="1ms", max_capacity="2ms", **kw,
+    )  # fmt: skip
+    assert cal[-4:] == args[-4:] and cal.count("--classify") == len(json_server(1_000).types)
+    kw = Point(s, datasette(1_000), [], "shortfirst", tmp_path, prefix=[]).classify_args()
+    args = commands.gatekeeper("shortfirst", listen="l", upstream="u", **kw)
     assert "--estimate-basis" not in args and args[-2:] == ["--max-in-flight", "4"]
 
 
@@ -236,3 +246,10 @@ def test_backend_behind_the_gatekeeper(name, tmp_path):
     for t in r["per_type"]:
         assert f'type="{t}"' in metrics, t
     assert r["work_per_s"] > 0
+
+
+def test_an_unknown_backend_is_refused_before_anything_runs(tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["bench", "gatekeeper-foreign", str(CONFIG), "--backends", "datasette,jsonserver"]
+    assert lab_main([*argv, "--out", str(out), "--pin", "no", "--tools", str(tmp_path)]) == 2
+    assert "no [backend.jsonserver]" in capsys.readouterr().err and not out.exists()

@@ -1,4 +1,4 @@
-"""Responses in transfer at once (`shortfirst_lab.inflight`): exact time weights, the window,
+"""Responses in transfer at once (`shortfirst_lab.analysis.inflight`): exact time weights, the window,
 the size threshold and the tail, and the command's errors."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shortfirst_lab import inflight
-from shortfirst_lab.analysis import REQUEST_COLUMNS
+from shortfirst_lab.__main__ import main as lab_main
+from shortfirst_lab.analysis import inflight
+from shortfirst_lab.analysis.metrics import REQUEST_COLUMNS
 
 
 @pytest.mark.parametrize(
@@ -117,9 +118,9 @@ def test_errors_name_the_file(tmp_path, capsys):
     run = tmp_path / "exp" / "runs" / "r1"
     run.mkdir(parents=True)
     _requests([(0, 1_000, "ok", 1.0, 1.0, 2.0)]).to_csv(run / "requests.csv", index=False)
-    assert inflight.main([str(run)]) == 1
+    assert lab_main(["inflight", str(run)]) == 2
     assert "experiment.toml" in capsys.readouterr().err
-    assert inflight.main([str(run), "--from-s", "5", "--to-s", "9"]) == 1
+    assert lab_main(["inflight", str(run), "--from-s", "5", "--to-s", "9"]) == 2
     assert "no completed request" in capsys.readouterr().err
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from sim_fixtures import loopback_server, require_binary
 
-from shortfirst_lab import kit
+from shortfirst_lab import commands
 
 BASE_RATE = 120  # requests/s at multiplier 1
 # A period of 4.5 s: 180, 450 and 90 requests. Phases long enough that a few milliseconds of
@@ -39,7 +39,7 @@ def test_sent_rate_follows_the_schedule_per_phase(tmp_path):
         "time_s,path,size_bytes\n" + "".join(f"{i / BASE_RATE:.4f},/x.bin,300\n" for i in range(n))
     )
     with loopback_server(binary, root, tmp_path / "serve.log") as url:
-        argv = kit.load_argv(binary, url, trace=trace, out=tmp_path / "run", quiet=True)
+        argv = commands.load(binary, url, trace=trace, out=tmp_path / "run", quiet=True)
         argv += [
             "--rate",
             str(BASE_RATE),

@@ -16,8 +16,8 @@ import pytest
 from conftest import NEEDS_ROOT
 from conftest import RELEASE_BIN as BIN
 
-from shortfirst_lab import runner
-from shortfirst_lab.experiment import load_experiment
+from shortfirst_lab.runners import static as runner
+from shortfirst_lab.spec.experiment import load_experiment
 
 pytestmark = NEEDS_ROOT
 

@@ -19,8 +19,9 @@ import pandas as pd
 import pytest
 from conftest import NEEDS_ROOT, RELEASE_BIN
 
-from shortfirst_lab import runner, synrto
-from shortfirst_lab.experiment import load_experiment
+from shortfirst_lab.runners import static as runner
+from shortfirst_lab.spec.experiment import load_experiment
+from shortfirst_lab.testbed import synrto
 
 pytestmark = NEEDS_ROOT
 
@@ -97,7 +98,7 @@ def test_factor_keys_reach_the_namespaces(tmp_path):
 
 
 def test_admin_check_sees_the_server_come_and_go(tmp_path):
-    from shortfirst_lab.testbed import Testbed, new_run_id
+    from shortfirst_lab.testbed.bed import Testbed, new_run_id
 
     if not RELEASE_BIN.exists():
         pytest.fail(f"{RELEASE_BIN} is missing: run `make build` (make test does it)")

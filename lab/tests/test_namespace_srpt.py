@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from shortfirst_lab import downloads
+from shortfirst_lab.runners import downloads
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / "target" / "release" / "shortfirst"

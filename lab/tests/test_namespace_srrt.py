@@ -29,7 +29,8 @@ from pathlib import Path
 import pytest
 from conftest import NEEDS_ROOT
 
-from shortfirst_lab import downloads, testbed
+from shortfirst_lab.runners import downloads
+from shortfirst_lab.testbed import bed as testbed
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("SHORTFIRST_BIN", REPO / "target" / "release" / "shortfirst"))
@@ -53,7 +54,7 @@ _LOG_LINE = re.compile(
 
 
 def _probe(*args: str) -> list[str]:
-    return [sys.executable, "-m", "shortfirst_lab.probe", *args]
+    return [sys.executable, "-m", "shortfirst_lab", "probe", *args]
 
 
 def _bands(log: Path, path: str) -> dict[str, int]:

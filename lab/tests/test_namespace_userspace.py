@@ -17,7 +17,7 @@ import pytest
 from conftest import NEEDS_ROOT
 from conftest import RELEASE_BIN as BIN
 
-from shortfirst_lab import downloads
+from shortfirst_lab.runners import downloads
 
 TRIALS = 2
 

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from shortfirst_lab import testbed, wan
+from shortfirst_lab.testbed import bed as testbed
+from shortfirst_lab.testbed import wan
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / "target" / "release" / "shortfirst"
@@ -205,7 +206,7 @@ def test_emulator_counters_show_no_hidden_drops(path, final_stats):
 def _probe_argv() -> list[str]:
     import sys
 
-    return [sys.executable, "-m", "shortfirst_lab.wanprobe"]
+    return [sys.executable, "-m", "shortfirst_lab", "probe"]
 
 
 def _line(stats: dict, group: str, direction: str) -> dict:

@@ -12,8 +12,11 @@ import pytest
 from conftest import EXPERIMENT_TOML
 from sim_fixtures import require_binary
 
-from shortfirst_lab import factors, overload, runner, schedules
-from shortfirst_lab.experiment import ExperimentError, load_experiment
+from shortfirst_lab.analysis import overload
+from shortfirst_lab.runners import factors
+from shortfirst_lab.runners import static as runner
+from shortfirst_lab.spec import schedules
+from shortfirst_lab.spec.experiment import ExperimentError, load_experiment
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 

@@ -8,8 +8,8 @@ import json
 
 from test_runner import FakeTestbed, fake_env  # noqa: F401 - the fixture, shared
 
-from shortfirst_lab import runner
-from shortfirst_lab.experiment import load_experiment
+from shortfirst_lab.runners import static as runner
+from shortfirst_lab.spec.experiment import load_experiment
 
 OVERLOAD_KEYS = """
 load_schedules = ["w1"]

@@ -1,4 +1,4 @@
-"""The overload summary (shortfirst_lab.overload) on hand-made run directories with known
+"""The overload summary (`python -m shortfirst_lab overload`) on hand-made run directories with known
 answers: the summary's schema, every per-policy field, persistent entries with the first SYN
 drop, the memory check, the paper's checks, the figures and the `report` hook."""
 
@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 from conftest import requests_frame, write_run_dir
 
-from shortfirst_lab import overload, overloadfigs
 from shortfirst_lab.__main__ import main as lab_main
+from shortfirst_lab.analysis import overload, overloadfigs
 
 NAN = math.nan
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -302,7 +302,7 @@ def test_command_line_and_the_report_hook(tmp_path, capsys):
     p = persistent_dir(tmp_path, "persistent", "1.2", "", "load1.20")
     assert overload.main([str(t), str(p), "--out", str(tmp_path / "all")]) == 0
     assert len(json.loads((tmp_path / "all" / "summary.json").read_text())["persistent"]) == 2
-    assert overload.main([str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")]) == 2
+    assert lab_main(["overload", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")]) == 2
     assert "experiment.toml: missing" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         overload.main([str(t), str(p)])  # several directories need --out

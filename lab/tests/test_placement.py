@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from shortfirst_lab import placement as pl
-from shortfirst_lab.testbed import Testbed, new_run_id
+from shortfirst_lab.testbed import placement as pl
+from shortfirst_lab.testbed.bed import Testbed, new_run_id
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / "target" / "release" / "shortfirst"

@@ -13,9 +13,10 @@ import pandas as pd
 import pytest
 from conftest import SRRT_FACTORS, SRRT_LARGEST_FACTOR, SRRT_METRICS_TEXT, requests_frame, srrt_requests
 
-from shortfirst_lab import analysis, policycmp, report
 from shortfirst_lab.__main__ import main
-from shortfirst_lab.experiment import ExperimentError, experiment_from_dict
+from shortfirst_lab.analysis import metrics as analysis
+from shortfirst_lab.analysis import policycmp, report
+from shortfirst_lab.spec.experiment import ExperimentError, experiment_from_dict
 
 #: What every comparison row carries (the issue's keys, then what the existing consumers read).
 ISSUE_KEYS = {
@@ -363,7 +364,7 @@ def test_report_with_no_valid_point_shows_values_flagged(srrt_experiment_dir: Pa
 
 
 def test_wan_sweep_table_names_a_baseline_other_than_fair():
-    from shortfirst_lab import wanreport
+    from shortfirst_lab.analysis import wanreport
 
     row = {"load": 0.8, "rtt_ms": 100, "loss": 0.01, "mean_response_ratio": 1.1, "throughput_ratio": 1.0,
            "largest_1pct_ratio": 1.0, "valid": True, "path": "rtt100-loss0.01"}  # fmt: skip

@@ -8,8 +8,8 @@ import re
 import pytest
 from conftest import BASE_A_S, BASE_RATE
 
-from shortfirst_lab import report
 from shortfirst_lab.__main__ import main
+from shortfirst_lab.analysis import report
 
 RUN_KEYS = {
     "policy", "load", "mean_response_s", "p50_response_s", "p90_response_s", "p99_response_s",
@@ -108,5 +108,5 @@ def test_cli_report_rebuilds_from_raw_logs(experiment_dir, capsys):
 
 
 def test_cli_report_on_non_experiment_dir(tmp_path, capsys):
-    assert main(["report", str(tmp_path)]) == 1
+    assert main(["report", str(tmp_path)]) == 2
     assert "experiment.toml: missing" in capsys.readouterr().err

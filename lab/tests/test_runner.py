@@ -19,9 +19,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from shortfirst_lab import health, runner
-from shortfirst_lab import stage as stagemod
-from shortfirst_lab.experiment import load_experiment
+from shortfirst_lab.runners import health
+from shortfirst_lab.runners import stage as stagemod
+from shortfirst_lab.runners import static as runner
+from shortfirst_lab.spec.experiment import load_experiment
 
 FAKE = Path(__file__).parent / "fakes" / "fake_shortfirst.py"
 

@@ -1,4 +1,4 @@
-"""Per-second client-side series (shortfirst_lab.series): hand-checked tables, the file and
+"""Per-second client-side series (shortfirst_lab.analysis.series): hand-checked tables, the file and
 command-line forms, and properties of the counts on random logs."""
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_fixtures import loopback_server, require_binary
 
-from shortfirst_lab import kit, series
-from shortfirst_lab.analysis import REQUEST_COLUMNS, LogError, with_response_times
+from shortfirst_lab import commands
+from shortfirst_lab.__main__ import main as lab_main
+from shortfirst_lab.analysis import series
+from shortfirst_lab.analysis.metrics import REQUEST_COLUMNS, LogError, with_response_times
 
 NAN = math.nan
 
@@ -132,9 +134,9 @@ def test_command_writes_series_csv_atomically(tmp_path, capsys, phase):
 
 
 def test_errors_name_the_file(tmp_path, capsys):
-    assert series.main([str(tmp_path / "nowhere")]) == 2
+    assert lab_main(["series", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("series: ") and "nowhere/requests.csv" in err
+    assert err.startswith("error: ") and "nowhere/requests.csv" in err
     run = tmp_path / "far"
     write_requests(run, [(0.0, 0.0, 0.1, 2e7, "ok", 1)])
     with pytest.raises(LogError, match=r"far/requests.csv: a time of 20000000 s is beyond"):
@@ -143,7 +145,7 @@ def test_errors_name_the_file(tmp_path, capsys):
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "requests.csv").write_text("id,path\n1,/x\n")
-    assert series.main([str(bad)]) == 2
+    assert lab_main(["series", str(bad)]) == 2
     assert "missing columns" in capsys.readouterr().err
 
 
@@ -203,7 +205,7 @@ def test_series_of_a_scheduled_load_run(tmp_path):
     trace = tmp_path / "t.csv"
     trace.write_text("time_s,path,size_bytes\n" + "".join(f"{i / 40:.3f},/x.bin,500\n" for i in range(400)))
     with loopback_server(binary, root, tmp_path / "serve.log") as url:
-        argv = kit.load_argv(binary, url, trace=trace, out=tmp_path / "run", quiet=True)
+        argv = commands.load(binary, url, trace=trace, out=tmp_path / "run", quiet=True)
         argv += ["--rate", "40", "--load-schedule", "1s@1,1s@3", "--duration", "4s"]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from sim_fixtures import require_binary
 
-from shortfirst_lab.simfigs import mean_ci, replicate, run_sim
-from shortfirst_lab.theory import Exponential
+from shortfirst_lab.theory.mg1 import Exponential
+from shortfirst_lab.theory.simfigs import mean_ci, replicate, run_sim
 
 COLUMNS = (
     "id,client,path,size_bytes,bytes_received,status,outcome,attempts,"

@@ -25,8 +25,8 @@ below ±3%; the whole module takes about a minute on one core.
 import pytest
 from sim_fixtures import require_binary
 
-from shortfirst_lab.simfigs import mean_ci, replicate
-from shortfirst_lab.theory import BoundedPareto, Exponential, Queue
+from shortfirst_lab.theory.mg1 import BoundedPareto, Exponential, Queue
+from shortfirst_lab.theory.simfigs import mean_ci, replicate
 
 RATE_BITS_PER_S = 8e6  # 1e6 bytes/s: theory's size units are bytes, so seconds = bytes / 1e6
 EXP = Exponential(10_000.0)

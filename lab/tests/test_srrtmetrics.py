@@ -7,7 +7,7 @@ import math
 import pytest
 from conftest import SRRT_METRICS_TEXT
 
-from shortfirst_lab import srrtmetrics
+from shortfirst_lab.analysis import srrtmetrics
 
 BOUNDS = ("0.125", "0.25", "0.5", "0.8", "1", "1.25", "2", "4", "8", "+Inf")
 

@@ -7,8 +7,8 @@ import struct
 
 import pytest
 
-from shortfirst_lab import synrto
-from shortfirst_lab.experiment import ExperimentError, experiment_from_dict
+from shortfirst_lab.spec.experiment import ExperimentError, experiment_from_dict
+from shortfirst_lab.testbed import synrto
 
 
 @pytest.mark.parametrize(

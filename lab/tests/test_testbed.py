@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from shortfirst_lab import testbed as tb
-from shortfirst_lab.testbed import Testbed, TestbedError, cleanup_leftovers, new_run_id
+from shortfirst_lab.testbed import bed as tb
+from shortfirst_lab.testbed.bed import Testbed, TestbedError, cleanup_leftovers, new_run_id
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / "target" / "release" / "shortfirst"
@@ -59,7 +59,7 @@ def traces_of(run_id: str) -> list[str]:
 
 
 def probe(*args: str) -> list[str]:
-    return [sys.executable, "-m", "shortfirst_lab.probe", *args]
+    return [sys.executable, "-m", "shortfirst_lab", "probe", *args]
 
 
 def test_build_and_teardown_leave_nothing(shortfirst_bin):
@@ -130,7 +130,7 @@ def test_cleanup_after_a_crash_and_sparing_live_runs(shortfirst_bin, tmp_path):
         textwrap.dedent(
             f"""
             import time
-            from shortfirst_lab.testbed import Testbed
+            from shortfirst_lab.testbed.bed import Testbed
             bed = Testbed({crashed_id!r}, {RATE_10_MBIT}, shortfirst_bin={str(shortfirst_bin)!r})
             bed.server_popen(["sleep", "300"])
             print("ready", flush=True)

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import integrate
 
-from shortfirst_lab.theory import (
+from shortfirst_lab.theory.mg1 import (
     BoundedPareto,
     Empirical,
     Exponential,

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from shortfirst_lab import tpcw
-from shortfirst_lab.tpcw import database as tpcw_database
+from shortfirst_lab.runners import tpcw
+from shortfirst_lab.runners.tpcw import database as tpcw_database
+from shortfirst_lab.spec.schema import SpecError
 
 
 def test_parse_metrics_keeps_per_type_series():
@@ -345,7 +346,7 @@ def test_calibration_with_the_experiments_browsers():
     tpcw.calibrate_with_browsers(measure, 50, "800ms", "6400ms", max_trials=2)
     assert [s[0] for s in seen] == ["800ms", "1600ms"]
     assert tpcw.parse_capacity_us("2s") == 2_000_000 and tpcw.parse_capacity_us("750") == 750_000
-    with pytest.raises(tpcw.TpcwError):
+    with pytest.raises(SpecError, match="capacity: expected e.g. 800ms"):
         tpcw.parse_capacity_us("fast")
     with pytest.raises(tpcw.TpcwError):
         tpcw.calibrate_with_browsers(measure, 50, "1600ms", "800ms")

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from shortfirst_lab import tpcw
+from shortfirst_lab.runners import tpcw
+from shortfirst_lab.spec.schema import SpecError
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
@@ -90,7 +91,7 @@ def test_bad_values_name_the_file_and_the_key(tmp_path, edit, key, expected):
     old, new = edit
     assert old in BASE
     p = write(tmp_path, BASE.replace(old, new, 1))
-    with pytest.raises(tpcw.SweepConfigError) as e:
+    with pytest.raises(SpecError) as e:
         tpcw.load_config(p)
     msg = str(e.value)
     assert msg.startswith(f"{p}: ") and expected in msg
@@ -100,7 +101,9 @@ def test_bad_values_name_the_file_and_the_key(tmp_path, edit, key, expected):
 
 def test_a_mode_s_own_load_points_must_name_a_listed_mode(tmp_path):
     p = write(tmp_path, BASE + '\n[modes.browsers]\n"sjf-aging:5" = [20]\n')
-    with pytest.raises(tpcw.SweepConfigError, match=r"modes\.browsers\.sjf-aging:5: a mode of modes\.list"):
+    with pytest.raises(
+        tpcw.SweepConfigError, match=r"modes\.browsers\.sjf-aging:5: expected a mode of modes\.list"
+    ):
         tpcw.load_config(p)
     ok = write(tmp_path, BASE + '\n[modes.browsers]\n"sjf-aging:2" = [20]\n')
     assert tpcw.browsers_for(tpcw.load_config(ok), "sjf-aging:2") == [20]
@@ -112,5 +115,7 @@ def test_overrides_are_validated_like_the_file(tmp_path):
     assert cfg["load"]["browsers"] == [5] and cfg["load"]["duration_s"] == 60.0
     with pytest.raises(tpcw.SweepConfigError, match="load.warmup_s"):
         tpcw.load_config(p, {"warmup_s": 90.0})
-    with pytest.raises(tpcw.SweepConfigError, match=r"bookstore.best_sellers_repeat: a value <= 100"):
+    with pytest.raises(
+        tpcw.SweepConfigError, match=r"bookstore.best_sellers_repeat: expected a value <= 100"
+    ):
         tpcw.load_config(p, {"best_sellers_repeat": 101})

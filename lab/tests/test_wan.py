@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shortfirst_lab import wan
+from shortfirst_lab.testbed import wan
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / "target" / "release" / "shortfirst"

@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 from conftest import EXPERIMENT_TOML
 
-from shortfirst_lab import wanreport, wanrun
-from shortfirst_lab.experiment import ExperimentError, load_experiment
+from shortfirst_lab.analysis import wanreport
+from shortfirst_lab.runners import wanrun
+from shortfirst_lab.spec.experiment import ExperimentError, load_experiment
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
@@ -93,7 +94,7 @@ def test_path_sweep_is_a_matrix_dimension(tmp_path):
         (GROUPS.replace("loss = 0.02", "loss = 0.7"), "client.groups[1].loss", "[0, 0.5]"),
         (GROUPS.replace("jitter_ms = 10", "jitter_ms = 150"), "client.groups[1].jitter_ms", "rtt_ms / 2"),
         (GROUPS.replace("rtt_ms = 40", "rtt_ms = -1"), "client.groups[0].rtt_ms", ">= 0"),
-        (GROUPS.replace("rtt_ms = 40", "rtt = 40"), "client.groups[0].rtt_ms", "it is required"),
+        (GROUPS.replace("rtt_ms = 40", "rtt = 40"), "client.groups[0].rtt", "groups[0].rtt_ms is required"),
         (
             GROUPS.replace("rtt_ms = 40", "rtt_ms = 40\nlatency = 3"),
             "client.groups[0].latency",

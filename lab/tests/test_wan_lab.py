@@ -22,7 +22,8 @@ import pytest
 from conftest import NEEDS_ROOT
 from conftest import RELEASE_BIN as BIN
 
-from shortfirst_lab import testbed, wanrun
+from shortfirst_lab.runners import wanrun
+from shortfirst_lab.testbed import bed as testbed
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,7 +37,7 @@ def test_wan_testbed_gives_each_group_its_rtt(tmp_path):
         netem_dir=tmp_path,
     ) as tb:  # fmt: skip
         assert set(tb.group_addrs) == {"near", "far"}
-        tb.server_popen([sys.executable, "-m", "shortfirst_lab.wanprobe", "accept-loop", "5001"])
+        tb.server_popen([sys.executable, "-m", "shortfirst_lab", "probe", "accept-loop", "5001"])
         rtts = wanrun.measure_rtts(_WaitForListener(tb, 5001), 5001)
         for g in groups:
             got = rtts[g.name]["rtt_ms"]

@@ -14,8 +14,8 @@ import pytest
 from conftest import requests_frame, write_run_dir
 
 from shortfirst_lab import __main__ as cli
-from shortfirst_lab import wire
-from shortfirst_lab.experiment import Arm, load_experiment, run_dir_name
+from shortfirst_lab.analysis import wire
+from shortfirst_lab.spec.experiment import Arm, load_experiment, run_dir_name
 
 FAKE_SIM = Path(__file__).parent / "fakes" / "fake_sim.py"
 H, SEG, C = 260, 66, 250  # head, per-segment header, per-connection control bytes

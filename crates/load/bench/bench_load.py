@@ -65,13 +65,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from shortfirst_lab import commands
 from shortfirst_lab.kit import (
     CLK_TCK,
     HALT_POLL,
     free_port,
     git_commit,
     halt_poll_ns,
-    load_argv,
     machine,
     per_cpu_ticks,
     process_cpu_s,
@@ -173,7 +173,7 @@ def generator_argv(
 ) -> list[str]:
     """One generator thread replaying `trace` at `rate` requests/s against the local server
     (SCHED_FIFO unless --no-realtime)."""
-    return load_argv(
+    return commands.load(
         binary,
         f"http://127.0.0.1:{port}",
         trace=trace,
@@ -459,7 +459,7 @@ def memory_check(args, binary: str, tmp: Path) -> None:
 
 def parser() -> argparse.ArgumentParser:
     """The bench's options: one flat list, each with its help text."""
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m shortfirst_lab bench load", description=__doc__)
     ap.add_argument("--bin", default="target/release/shortfirst")
     ap.add_argument("--out", default="results/bench-load.json")
     # The search starts at the target, not below it: lateness is not monotonic in the

@@ -1,3 +1,0 @@
-from .bench import main
-
-raise SystemExit(main())

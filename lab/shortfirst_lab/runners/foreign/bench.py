@@ -1,0 +1,473 @@
+"""The gatekeeper in front of backends the project did not write (`make
+bench-gatekeeper-foreign`): for each backend of the experiment file, its per-type cost
+alone, its peak work rate (direct, closed loops), `shortfirst gatekeeper calibrate`, then
+every mode (direct, fifo, sjf, sjf-aging:X) under open and closed load at about twice the
+peak, each run on a freshly started backend.
+
+Work is measured as in the issue that asked for it: a completion counts its type's cost
+alone (median of sequential requests on the idle backend), so the work rate is the
+backend's useful busy time per second; its ratio to the peak is what admission control
+keeps or loses. Response times count a request that timed out at the client timeout.
+
+With `--pin` (the default when a `python -m shortfirst_lab cpus` reservation exists) the backend runs
+on the reserved CPU through `python -m shortfirst_lab cpus run`. Run under that wrapper as a
+whole (the experiment file says how), the gatekeeper and the load generator share the CPU
+with the backend: a few percent of it, and no wait behind the other CPU's jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from ... import commands
+from ...kit import Child, free_port, provenance, wait_http, wait_port, write_json
+from ...spec.foreign import Settings
+from ...testbed.cpus import CpuReservation, CpusError, detect
+from ..gkbench.summary import summarize
+from ..gkbench.timeline import Sampler
+from .backends import Backend, ForeignError, prepare
+from .verdict import checks, table
+
+#: Sequential requests per type when measuring its cost alone (cheap, costly).
+ALONE_SAMPLES = (40, 6)
+#: Bound on the trace a run replays (requests).
+MAX_TRACE_ROWS = 2_000_000
+#: The gate's timeline: its admin metrics sampled this often during a gatekeeper run.
+SAMPLE_S = 0.5
+
+
+def pinned_prefix(pin: bool | None) -> list[str]:
+    """The argv prefix that runs a command on the reserved CPU, or [] (no reservation, or
+    `pin` False). `pin` True without a reservation is an error."""
+    if pin is False:
+        return []
+    try:
+        reserved = CpuReservation(detect()).reserved.exists()
+    except (CpusError, OSError):
+        reserved = False
+    if not reserved:
+        if pin:
+            raise ForeignError("--pin: no cpuset reservation (python -m shortfirst_lab cpus reserve 1)")
+        return []
+    return [sys.executable, "-m", "shortfirst_lab", "cpus", "run", "--"]
+
+
+class Point:
+    """One backend's runs: its argv, types, the gatekeeper binary and the scratch directory."""
+
+    def __init__(
+        self, s: Settings, backend: Backend, argv: list[str], binary: str, work: Path, prefix: list[str]
+    ):
+        self.s, self.backend, self.argv, self.bin, self.work, self.prefix = (
+            s,
+            backend,
+            argv,
+            binary,
+            work,
+            prefix,
+        )
+        self.counter = 0
+        self.cost_ms: dict[str, float] = {}
+        #: Per gatekeeper run (tag): the gate's samples (`gkbench.timeline.Sampler` rows).
+        self.timelines: dict[str, list[dict]] = {}
+        self.patterns = [(t.name, re.compile(t.pattern)) for t in backend.types]
+
+    def start(self) -> tuple[Child, str]:
+        port = free_port()
+        self.counter += 1
+        argv = self.prefix + [a.replace("{port}", str(port)) for a in self.argv]
+        child = Child(argv, self.work / f"backend-{self.counter}.log")
+        try:
+            wait_http(f"http://127.0.0.1:{port}{self.backend.ready_path}", child.proc, timeout_s=60)
+        except Exception:
+            child.stop()
+            raise
+        return child, f"http://127.0.0.1:{port}"
+
+    def classify_args(self) -> dict:
+        """The gatekeeper's (and calibrate's) classification and, if set, concurrency cap and
+        cost-sample basis, as keyword arguments of `commands.gatekeeper` and `calibrate`."""
+        b = self.s.backends[self.backend.name]
+        return {
+            "classify": [(t.name, t.pattern) for t in self.backend.types],
+            "max_in_flight": b.get("max_in_flight") or None,
+            "estimate_basis": b.get("estimate_basis") or None,
+        }
+
+    def type_of(self, path: str) -> str:
+        line = f"GET {path}"
+        return next((name for name, rx in self.patterns if rx.search(line)), "other")
+
+    def measure_alone(self, url: str) -> None:
+        """Each type's cost alone: the median of sequential requests on the idle backend."""
+        rng = random.Random(self.s.seed)
+        cheap = min(self.backend.types, key=lambda t: -t.weight)
+        for t in self.backend.types:
+            n = ALONE_SAMPLES[0] if t is cheap else ALONE_SAMPLES[1]
+            times = []
+            for _ in range(n + 1):
+                t0 = time.perf_counter()
+                with urllib.request.urlopen(url + t.sample(rng, self.backend.rows), timeout=60) as r:
+                    r.read()
+                times.append(1e3 * (time.perf_counter() - t0))
+            self.cost_ms[t.name] = statistics.median(times[1:])  # the first warms caches
+
+    def mean_cost_ms(self) -> float:
+        total = sum(t.weight for t in self.backend.types)
+        return sum(t.weight * self.cost_ms[t.name] for t in self.backend.types) / total
+
+    def trace(self, path: Path, rate_per_s: float, duration_s: float, seed: int | None = None) -> None:
+        """Poisson arrivals at `rate_per_s`, each a sampled path of a type drawn by weight
+        (`seed`: the experiment's unless given)."""
+        rng = random.Random(self.s.seed if seed is None else seed)
+        types = list(self.backend.types)
+        weights = [t.weight for t in types]
+        t, n = 0.0, 0
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            f.write("time_s,path,size_bytes\n")
+            while n < MAX_TRACE_ROWS:
+                t += rng.expovariate(rate_per_s)
+                if t >= duration_s:
+                    break
+                f.write(f"{t:.6f},{rng.choices(types, weights)[0].sample(rng, self.backend.rows)},0\n")
+                n += 1
+        tmp.replace(path)
+
+    def load(self, url: str, model: str, trace: Path, tag: str, duration_s: float) -> tuple[Path, float]:
+        out = self.work / tag
+        argv = commands.load(
+            self.bin,
+            url,
+            trace=trace,
+            out=out,
+            model=model,
+            duration_s=duration_s,
+            timeout_s=self.s.timeout_s,
+            seed=self.s.seed,
+            quiet=True,
+        )
+        t0 = time.monotonic()
+        r = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=duration_s + 300)
+        if r.returncode != 0:
+            raise ForeignError(f"shortfirst load failed ({' '.join(argv)}):\n{r.stderr[-3000:]}")
+        return out, time.monotonic() - t0
+
+    def summary(self, out: Path, warmup_s: float, duration_s: float, wall_s: float) -> dict:
+        def cost(path: str) -> float:
+            return self.cost_ms.get(self.type_of(path), 0.0)
+
+        s = summarize(
+            out, warmup_s, duration_s, wall_s, 1.0, self.s.timeout_s, cost_ms=cost, type_of=self.type_of
+        )
+        for name, t in s["per_type"].items():
+            t["completed_fraction"] = t["completed"] / t["n"] if t["n"] else None
+            t["cost_alone_ms"] = self.cost_ms.get(name)
+        return s
+
+    def peak(self) -> dict:
+        """The backend's peak work rate alone, under closed loops without think time: up
+        the ladder of client counts, per count the median of `peak_repeats` runs (each on
+        its own trace), until the ladder ends or the medians have clearly fallen past the
+        best (`ladder_done`); then the best client count. The best single run would be
+        the noise's maximum: a window of a few seconds holds a few dozen costly requests,
+        and which of them complete in it moves the work rate by about 10% run to run."""
+        traces = []
+        for repeat in range(self.s.peak_repeats):
+            traces.append(self.work / f"peak-trace-{repeat}.csv")
+            self.trace(traces[-1], 1000.0, 3600.0, seed=self.s.seed + repeat)
+        runs: list[dict] = []
+        medians: list[float] = []
+        for clients in self.s.peak_clients:
+            for repeat, trace in enumerate(traces):
+                be, url = self.start()
+                with be:
+                    out, wall = self.load(
+                        url, f"closed:{clients}", trace, f"peak-{clients}-{repeat}", self.s.peak_s
+                    )
+                s = self.summary(out, self.s.peak_warmup_s, self.s.peak_s, wall)
+                runs.append(
+                    {
+                        "clients": clients,
+                        "repeat": repeat,
+                        "work_per_s": s["work_per_s"],
+                        "throughput_per_s": s["throughput_per_s"],
+                    }
+                )
+                print(
+                    f"  peak {clients} clients #{repeat}: {s['work_per_s']:.3f} work/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            medians.append(statistics.median(r["work_per_s"] for r in runs if r["clients"] == clients))
+            if ladder_done(medians, self.s.peak_stop_after, self.s.peak_stop_drop):
+                break
+        return peak_of(runs)
+
+    def calibrate(self, url: str) -> dict:
+        c = self.s.calibrate
+        rng = random.Random(self.s.seed)
+        out = self.work / "calibration.json"
+        argv = commands.calibrate(
+            self.bin,
+            upstream=url,
+            out=out,
+            clients=c["clients"],
+            warmup=c["warmup"],
+            measure=c["measure"],
+            min_capacity=c["min"],
+            max_capacity=c["max"],
+            max_trials=c["max_trials"],
+            refine_steps=c["refine_steps"],
+            repeats=c["repeats"],
+            paths=[(t.sample(rng, self.backend.rows), t.weight) for t in self.backend.types],
+            **self.classify_args(),
+        )
+        r = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=1800)
+        if r.returncode != 0:
+            raise ForeignError(f"calibrate failed:\n{r.stderr[-3000:]}")
+        return json.loads(out.read_text())
+
+    def run(self, mode: str, model: str, capacity_us: int, peak: dict) -> dict:
+        s = self.s
+        peak_rps = peak["work_per_s"] / (self.mean_cost_ms() / 1e3)
+        rate = s.load_factor * peak_rps
+        if model == "open":
+            trace = self.work / "open-trace.csv"
+            if not trace.exists():
+                self.trace(trace, rate, s.duration_s)
+            load_model, users = "open", None
+        else:
+            trace = self.work / "closed-trace.csv"
+            if not trace.exists():
+                self.trace(trace, 1000.0, 4 * s.duration_s)
+            users = max(1, round(rate * s.think_s))
+            load_model = f"closed:{users},think=exp:{s.think_s}"
+        tag = f"{model}-{mode.replace(':', '-')}"
+        be, url = self.start()
+        with be:
+            if mode == "direct":
+                with Sampler(None, None, SAMPLE_S, pids={"backend": be.pid}) as sampler:
+                    out, wall = self.load(url, load_model, trace, tag, s.duration_s)
+                self.timelines[tag] = sampler.rows
+            else:
+                port, admin = free_port(), free_port()
+                argv = commands.gatekeeper(
+                    self.bin,
+                    listen=f"127.0.0.1:{port}",
+                    upstream=url,
+                    policy=mode,
+                    capacity=f"{capacity_us}us",
+                    admin=f"127.0.0.1:{admin}",
+                    max_queue_wait_s=s.max_queue_wait_s,
+                    max_wait_s=s.max_wait_s,
+                    overdue_share=s.overdue_share,
+                    **self.classify_args(),
+                )
+                gatekeeper = Child(argv, self.work / f"gatekeeper-{tag}.log")
+                pids = {"backend": be.pid, "gatekeeper": gatekeeper.pid}
+                with gatekeeper, Sampler(None, admin, SAMPLE_S, pids=pids) as sampler:
+                    wait_port(port)
+                    out, wall = self.load(f"http://127.0.0.1:{port}", load_model, trace, tag, s.duration_s)
+                self.timelines[tag] = sampler.rows
+        r = self.summary(out, s.warmup_s, s.duration_s, wall)
+        r["gate"] = gate_summary(self.timelines.get(tag, []), s.warmup_s, s.duration_s)
+        r["cpu"] = cpu_summary(self.timelines.get(tag, []), s.warmup_s, s.duration_s, r["work_per_s"])
+        r.update(
+            {"mode": mode, "model": model, "rate_per_s": rate if model == "open" else None, "users": users}
+        )
+        r["work_over_peak"] = r["work_per_s"] / peak["work_per_s"] if peak["work_per_s"] else None
+        if model == "closed" and r["mean_response_ms"] is not None:
+            r["response_time_law"] = response_time_law(
+                users, r["requests"] / (s.duration_s - s.warmup_s), r["mean_response_ms"] / 1e3, s.think_s
+            )
+        r.pop("littles_law", None) if model == "open" else None
+        mean = r["mean_response_ms"] or float("nan")
+        print(
+            f"  {tag:<28} {r['throughput_per_s']:7.1f} req/s  {r['work_over_peak']:.2f} of peak  "
+            f"mean {mean:8.1f} ms",
+            file=sys.stderr,
+            flush=True,
+        )
+        return r
+
+
+def response_time_law(users: int, requests_per_s: float, mean_response_s: float, think_s: float) -> dict:
+    """A closed loop's interactive response time law, R = N / X − Z: N users, X requests
+    finished per second (errors included), Z the mean think time. With every request
+    answered, X is the backend's work rate over the mean cost of the mix the users draw,
+    the same under every policy that keeps the work rate and completes each type as often;
+    so is R. A policy's lower mean in a saturated closed loop comes from a higher work rate
+    or from completing fewer costly requests (their users leave the loop while they wait)."""
+    return {
+        "users": users,
+        "requests_per_s": requests_per_s,
+        "predicted_mean_response_s": users / requests_per_s - think_s if requests_per_s else None,
+        "measured_mean_response_s": mean_response_s,
+    }
+
+
+def ladder_done(medians: list[float], stop_after: int, stop_drop: float) -> bool:
+    """Whether the peak ladder may stop: its last `stop_after` medians (one per client count,
+    in ladder order) are all below (1 - `stop_drop`) x the best median before them. A
+    single low count is noise (datasette: 0.92, 0.75, 0.91 work/s at 2, 4, 8 clients), and
+    stopping at the first median that does not rise left the peak at 2-8 clients, where
+    the gated runs then served 1.2-1.4 times it."""
+    if len(medians) <= stop_after:
+        return False
+    best = max(medians[:-stop_after])
+    return all(m < (1.0 - stop_drop) * best for m in medians[-stop_after:])
+
+
+def peak_of(runs: list[dict]) -> dict:
+    """The peak from the peak runs (`clients`, `work_per_s` each): per client count the
+    median work rate of its repeats, and the best of those medians, with every run and the
+    spread (max − min) of the chosen count's repeats."""
+    by_clients: dict[int, list[float]] = {}
+    for r in runs:
+        by_clients.setdefault(r["clients"], []).append(r["work_per_s"])
+    medians = {c: statistics.median(v) for c, v in by_clients.items()}
+    best = max(medians, key=lambda c: medians[c])
+    return {
+        "work_per_s": medians[best],
+        "clients": best,
+        "statistic": "best client count by the median of its repeats",
+        "median_by_clients": medians,
+        "spread_work_per_s": max(by_clients[best]) - min(by_clients[best]),
+        "best_single_run_work_per_s": max(r["work_per_s"] for r in runs),
+        "runs": runs,
+    }
+
+
+def gate_summary(rows: list[dict], warmup_s: float, duration_s: float) -> dict | None:
+    """The gate over the measurement window: mean load over capacity, queue and in flight,
+    and the fraction of samples where the request the policy looks at first did not fit
+    (the gate holding capacity back for it)."""
+    g = [r["gate"] for r in rows if "gate" in r and warmup_s <= r["t_s"] <= duration_s]
+    if not g:
+        return None
+    n = len(g)
+    return {
+        "samples": n,
+        "mean_load_over_capacity": sum(x["load_s"] / x["capacity_s"] for x in g) / n,
+        "mean_queue": sum(x["queue"] for x in g) / n,
+        "mean_in_flight": sum(x["in_flight"] for x in g) / n,
+        "head_blocked_fraction": sum(
+            x["queue"] > 0 and x["load_s"] + x["head_cost_s"] > x["capacity_s"] + 1e-9 for x in g
+        )
+        / n,
+    }
+
+
+def cpu_summary(rows: list[dict], warmup_s: float, duration_s: float, work_per_s: float) -> dict | None:
+    """Each sampled process's share of one CPU over the measurement window (its CPU seconds
+    between the window's first and last samples over the time between them), and the work
+    per second of backend CPU. On the bench's one CPU the backend, the gatekeeper and the
+    load generator share it: a gate that leaves the backend idle lowers the backend's share,
+    one that only changes what is served moves the work per backend CPU second, and more
+    requests per second give the gatekeeper and the generator more of the CPU."""
+    w = [r for r in rows if "cpu_s" in r and warmup_s <= r["t_s"] <= duration_s]
+    if len(w) < 2 or w[-1]["t_s"] <= w[0]["t_s"]:
+        return None
+    span = w[-1]["t_s"] - w[0]["t_s"]
+    shares = {k: (w[-1]["cpu_s"].get(k, 0.0) - v) / span for k, v in w[0]["cpu_s"].items()}
+    backend = shares.get("backend")
+    return {
+        "cpu_fraction": shares,
+        "work_per_backend_cpu_s": work_per_s / backend if backend else None,
+    }
+
+
+def run_backend(
+    s: Settings, name: str, binary: str, tools: Path, scratch: Path, prefix: list[str]
+) -> tuple[dict, dict[str, list[dict]]]:
+    """One backend's measurements, and the gate's timelines of its gatekeeper runs."""
+    b = s.backends[name]
+    work = scratch / name
+    work.mkdir(parents=True, exist_ok=True)
+    backend, argv = prepare(name, int(b["rows"]), s.seed, work, tools)
+    p = Point(s, backend, argv, binary, work, prefix)
+    be, url = p.start()
+    with be:
+        p.measure_alone(url)
+        print(f"{name}: cost alone (ms) {json.dumps(p.cost_ms)}", file=sys.stderr, flush=True)
+    peak = p.peak()
+    be, url = p.start()
+    with be:
+        calibration = p.calibrate(url)
+    capacity_us = int(calibration["best_capacity_us"])
+    print(f"{name}: capacity {capacity_us} us", file=sys.stderr, flush=True)
+    runs: dict[str, dict[str, dict]] = {m: {} for m in s.models}
+    for model in s.models:
+        for mode in s.modes:
+            runs[model][mode] = p.run(mode, model, capacity_us, peak)
+    costliest = max(p.cost_ms, key=lambda k: p.cost_ms[k])
+    out = {
+        "rows": backend.rows,
+        "types": [{"name": t.name, "weight": t.weight, "path": t.path} for t in backend.types],
+        "cost_alone_ms": p.cost_ms,
+        "costliest_type": costliest,
+        "peak": peak,
+        "capacity_us": capacity_us,
+        "calibration": calibration,
+        "pinned": bool(prefix),
+        "runs": runs,
+    }
+    out["checks"] = checks(out, s.modes)
+    return out, p.timelines
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        prog="python -m shortfirst_lab bench gatekeeper-foreign", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument("config", type=Path, help="experiment file, e.g. lab/experiments/gatekeeper-foreign.toml")
+    ap.add_argument("--bin", default="target/release/shortfirst")
+    ap.add_argument(
+        "--tools", type=Path, default=Path(".make/foreign"), help="where make foreign-backends installs"
+    )
+    ap.add_argument("--out", type=Path, default=Path("results/gatekeeper-foreign"))
+    ap.add_argument("--backends", default=None, help="comma-separated subset of the file's backends")
+    ap.add_argument("--duration", type=float, default=None, help="seconds per run (overrides the file)")
+    ap.add_argument(
+        "--pin", default="auto", choices=["auto", "yes", "no"], help="backend on the reserved CPU"
+    )
+    a = ap.parse_args(argv)
+    overrides = {} if a.duration is None else {"duration_s": a.duration}
+    s = Settings.load(a.config, overrides)
+    names = a.backends.split(",") if a.backends else list(s.backends)
+    missing = [n for n in names if n not in s.backends]
+    if missing:  # before anything runs, not after the backends before it
+        raise ForeignError(f"--backends {a.backends}: no [backend.{missing[0]}] in {a.config}")
+    prefix = pinned_prefix({"auto": None, "yes": True, "no": False}[a.pin])
+    binary = str(Path(a.bin).resolve())
+    result = {
+        "provenance": provenance(extra={"config": str(a.config)}),
+        "settings": vars(s) | {"backends": s.backends},
+    }
+    result["backends"] = {}
+    timelines = {}
+    with tempfile.TemporaryDirectory(prefix="gk-foreign-") as scratch:
+        for name in names:
+            result["backends"][name], timelines[name] = run_backend(
+                s, name, binary, a.tools, Path(scratch), prefix
+            )
+    a.out.mkdir(parents=True, exist_ok=True)
+    write_json(a.out / "timelines.json", {"sample_s": SAMPLE_S, "backends": timelines}, allow_nan=True)
+    write_json(a.out / "summary.json", result)
+    for name, b in result["backends"].items():
+        print(table(name, b), file=sys.stderr)
+    failed = [f"{n} {c['name']}" for n, b in result["backends"].items() for c in b["checks"] if not c["ok"]]
+    print(f"wrote {a.out / 'summary.json'}; checks failed: {failed or 'none'}", file=sys.stderr)
+    return 0

@@ -1,0 +1,184 @@
+"""The schema of a gatekeeper experiment on the TPC-W bookstore (`lab/experiments/
+gatekeeper-tpcw*.toml`): sections `[bookstore]`, `[postgres]`, `[load]`, `[modes]` (with
+`[modes.browsers]`, a mode's own load points) and `[gatekeeper]`, and the command line's
+replacements of its settings. What the keys mean is documented in the experiment files and
+in `tpcw/`, which runs them.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from .schema import Field, SpecError, check_field, check_sections, check_table, positive, read_toml
+from .vocabulary import GATEKEEPER_POLICY, GATEKEEPER_POLICY_FORM
+
+#: The bookstore's own bound (`BEST_SELLERS_REPEAT_MAX`), checked here too so that a bad value
+#: stops the sweep before the database is generated, naming the setting.
+BEST_SELLERS_REPEAT_MAX = 100
+
+
+class SweepConfigError(SpecError):
+    """A bad TPC-W experiment file: names the file, the key (`section.key`) and what was expected."""
+
+
+def parse_capacity_us(text: str) -> int:
+    """`800ms`, `2s`, `500us` or a bare number of ms → microseconds (the gatekeeper's units)."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(us|ms|s)?\s*", text)
+    if not m:
+        raise SpecError("capacity", "", "e.g. 800ms, 2s or 500us", text)
+    scale = {"us": 1, "ms": 1_000, "s": 1_000_000, None: 1_000}[m.group(2)]
+    return round(float(m.group(1)) * scale)
+
+
+#: The experiment file's schema, section by section. `[modes.browsers]` (a mode's own load
+#: points) and the cross-key rules are checked in `validate`.
+SCHEMA: dict[str, dict[str, Field]] = {
+    "bookstore": {
+        "items": Field("int", True, lo=1),
+        "customers": Field("int", True, lo=1),
+        "seed": Field("int", lo=0),
+        "pool": Field("int", lo=1, hi=10_000),
+        "best_sellers_repeat": Field("int", lo=1, hi=BEST_SELLERS_REPEAT_MAX),
+    },
+    "postgres": {
+        "shared_buffers": Field("str", what="a PostgreSQL size such as 32MB"),
+        "work_mem": Field("str", what="a PostgreSQL size such as 4MB"),
+        "memory_limit_mb": Field("int", lo=1),
+        "read_iops_limit": Field("int", lo=1),
+    },
+    "load": {
+        "think": Field("str", what="a load-generator distribution such as exp:0.7:7 or const:0"),
+        "think_mean_s": positive("number"),
+        "think_max_s": positive("number"),
+        "duration_s": positive("number", True),
+        "warmup_s": Field("number", True, lo=0),
+        "browsers": Field("ints", True, lo=1),
+        "seed": Field("int", lo=0),
+        "client_timeout_s": positive("number"),
+    },
+    "modes": {
+        "list": Field("strs", True),
+        "browsers": Field("table"),
+    },
+    "gatekeeper": {
+        "capacity": Field("str", what="calibrate, auto or a capacity such as 2000ms"),
+        "max_queue_wait_s": positive("number"),
+        "calibrate_with": Field("str", choices=("closed-loop", "browsers")),
+        "calibrate_browsers": Field("int", lo=1),
+        "calibrate_browsers_duration_s": positive("number"),
+        "calibrate_browsers_warmup_s": Field("number", lo=0),
+        "calibrate_clients": Field("int", lo=1),
+        "calibrate_warmup_s": Field("number", lo=0),
+        "calibrate_measure_s": positive("number"),
+        "calibrate_min": Field("str", what="a capacity such as 800ms"),
+        "calibrate_max": Field("str", what="a capacity such as 12800ms"),
+        "calibrate_growth": Field("number", lo=1, lo_open=True),
+        "calibrate_within": Field("number", lo=0, hi=1, hi_open=True),
+        "calibrate_max_trials": Field("int", lo=1, hi=100),
+    },
+}
+REQUIRED_SECTIONS = ("bookstore", "load", "modes")
+
+
+def _check_capacity(path: Path, key: str, text: str, words: tuple[str, ...]) -> None:
+    if text in words:
+        return
+    try:
+        parse_capacity_us(text)
+    except SpecError:
+        raise SweepConfigError(path, key, f"one of {list(words)} or a capacity such as 800ms", text) from None
+
+
+def _check_modes(path: Path, modes: dict, load: dict) -> None:
+    """Each mode is `direct` or a gatekeeper policy (fifo, sjf, sjf-aging:X), a policy with an
+    optional capacity after `@`; `[modes.browsers]` names listed modes only."""
+    for i, mode in enumerate(modes["list"]):
+        policy, at, capacity = mode.partition("@")
+        if mode == "direct":
+            continue
+        if not GATEKEEPER_POLICY.match(policy):
+            raise SweepConfigError(
+                path, f"modes.list[{i}]", f"direct, {GATEKEEPER_POLICY_FORM} (optionally @CAPACITY)", mode
+            )
+        if at:
+            _check_capacity(path, f"modes.list[{i}]", capacity, ("auto",))
+    for mode, points in modes.get("browsers", {}).items():
+        if mode not in modes["list"]:
+            raise SweepConfigError(path, f"modes.browsers.{mode}", f"a mode of modes.list {modes['list']}")
+        check_field(path, f"modes.browsers.{mode}", SCHEMA["load"]["browsers"], points)
+
+
+def validate(cfg: dict, path: Path) -> dict:
+    """Checks an experiment file's contents against `SCHEMA`: unknown sections and keys, wrong
+    types and out-of-range values are errors naming the file and the key. Returns `cfg`."""
+    try:
+        check_sections(path, cfg, tuple(SCHEMA), REQUIRED_SECTIONS)
+        for name, fields in SCHEMA.items():
+            check_table(path, name, cfg.get(name, {}), fields)
+    except SpecError as e:
+        raise SweepConfigError(e.path, e.key, e.expected, e.got) from None
+    load, gk = cfg["load"], cfg.get("gatekeeper", {})
+    if "think" not in load and not ("think_mean_s" in load and "think_max_s" in load):
+        raise SweepConfigError(path, "load.think_mean_s", "think_mean_s and think_max_s, or think (required)")
+    if load["warmup_s"] >= load["duration_s"]:
+        raise SweepConfigError(
+            path, "load.warmup_s", f"less than load.duration_s ({load['duration_s']})", load["warmup_s"]
+        )
+    _check_modes(path, cfg["modes"], load)
+    if "capacity" in gk:
+        _check_capacity(path, "gatekeeper.capacity", gk["capacity"], ("calibrate", "auto"))
+    for key in ("calibrate_min", "calibrate_max"):
+        if key in gk:
+            _check_capacity(path, f"gatekeeper.{key}", gk[key], ())
+    return cfg
+
+
+#: The command line's overrides (`python -m shortfirst_lab tpcw sweep --modes ...`) and the
+#: section each sets; `modes`, `browsers`, `max_queue_wait_s` and `postgres` are handled apart.
+_OVERRIDE_SECTION = {
+    "capacity": "gatekeeper",
+    "calibrate_with": "gatekeeper",
+    "think": "load",
+    "duration_s": "load",
+    "warmup_s": "load",
+    "client_timeout_s": "load",
+    "items": "bookstore",
+    "customers": "bookstore",
+    "best_sellers_repeat": "bookstore",
+}
+
+
+def apply_overrides(cfg: dict, overrides: dict[str, Any]) -> dict:
+    """The command line's replacements of the file's settings (None: keep the file's). A list of
+    browsers replaces every mode's own load points too."""
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key == "modes":
+            cfg.setdefault("modes", {})["list"] = value
+        elif key == "browsers":
+            cfg.setdefault("load", {})["browsers"] = value
+            cfg.setdefault("modes", {}).pop("browsers", None)
+        elif key == "max_queue_wait_s":
+            # 0 on the command line: no limit.
+            if value:
+                cfg.setdefault("gatekeeper", {})[key] = value
+            else:
+                cfg.setdefault("gatekeeper", {}).pop(key, None)
+        elif key == "postgres":
+            cfg.setdefault("postgres", {}).update({k: v for k, v in value.items() if v is not None})
+        elif key in _OVERRIDE_SECTION:
+            cfg.setdefault(_OVERRIDE_SECTION[key], {})[key] = value
+        else:
+            raise SpecError("<command line>", key, "a known override", value)
+    return cfg
+
+
+def load_config(path: Path, overrides: dict | None = None) -> dict:
+    """Reads an experiment file, applies the command line's `overrides` and validates the
+    result (`validate`): a bad file stops the sweep before anything starts."""
+    path = Path(path)
+    cfg, _ = read_toml(path)
+    return validate(apply_overrides(cfg, overrides or {}), path)
