@@ -155,7 +155,7 @@ def test_calibrate_takes_a_mix_file_or_weighted_paths():
 
 def test_sim_and_the_synthetic_upstream():
     assert commands.sim("sf", policy="srpt", rate=10_000_000, out="d", trace="t.csv") == [
-        "sf", "sim", "--policy", "srpt", "--rate", "10000000", "--out", "d", "--trace", "t.csv",
+        "sf", "sim", "--policy", "srpt", "--link-rate", "10000000", "--out", "d", "--trace", "t.csv",
     ]  # fmt: skip
     argv = commands.sim("sf", policy="fair", rate="10mbit", out="d", workload="w", jobs=5, seed=1, load=0.9,
                         servers=1, warmup_jobs=0, summary_only=True)  # fmt: skip

@@ -41,7 +41,7 @@ def test_sent_rate_follows_the_schedule_per_phase(tmp_path):
     with loopback_server(binary, root, tmp_path / "serve.log") as url:
         argv = commands.load(binary, url, trace=trace, out=tmp_path / "run", quiet=True)
         argv += [
-            "--rate",
+            "--request-rate",
             str(BASE_RATE),
             "--load-schedule",
             SCHEDULE,

@@ -206,7 +206,7 @@ def test_series_of_a_scheduled_load_run(tmp_path):
     trace.write_text("time_s,path,size_bytes\n" + "".join(f"{i / 40:.3f},/x.bin,500\n" for i in range(400)))
     with loopback_server(binary, root, tmp_path / "serve.log") as url:
         argv = commands.load(binary, url, trace=trace, out=tmp_path / "run", quiet=True)
-        argv += ["--rate", "40", "--load-schedule", "1s@1,1s@3", "--duration", "4s"]
+        argv += ["--request-rate", "40", "--load-schedule", "1s@1,1s@3", "--duration", "4s"]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert series.main([str(tmp_path / "run")]) == 0

@@ -93,13 +93,13 @@ def test_load_scaling_and_servers(binary, tmp_path):
     [
         (["--policy", "lifo"], "unknown policy"),
         (["--policy", "srpt-classes:5K,1K"], "strictly increasing"),
-        (["--rate", "10mbps"], "bits"),
+        (["--link-rate", "10mbps"], "bits"),
         (["--policy", "sjf-aging:2", "--servers", "2"], "one server"),
     ],
 )
 def test_bad_arguments_are_explained(binary, tmp_path, args, needle):
     trace = write_trace(tmp_path / "t.csv", TRACE)
-    base = {"--policy": "srpt", "--rate": "10mbit"}
+    base = {"--policy": "srpt", "--link-rate": "10mbit"}
     for k, v in zip(args[::2], args[1::2], strict=True):
         base[k] = v
     cmd = [str(binary), "sim", "--trace", str(trace), "--out", str(tmp_path / "o")]
@@ -122,7 +122,7 @@ def test_malformed_trace_names_the_line(binary, tmp_path):
             str(bad),
             "--policy",
             "ps",
-            "--rate",
+            "--link-rate",
             "1mbit",
             "--out",
             str(tmp_path / "o"),
