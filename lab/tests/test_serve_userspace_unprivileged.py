@@ -164,7 +164,7 @@ def test_user_scheduler_serves_without_cap_net_admin_or_qdisc(place, world_tmp):
     port, admin = kit.free_port(), kit.free_port()
     base = f"http://127.0.0.1:{port}"
     argv = [str(binary), "serve", "--root", str(root), "--listen", f"127.0.0.1:{port}", "--admin"]
-    argv += [f"127.0.0.1:{admin}", "--scheduler", "user", "--uplink-rate", "20mbit", "--policy", "srpt"]
+    argv += [f"127.0.0.1:{admin}", "--scheduler", "user", "--link-rate", "20mbit", "--policy", "srpt"]
     server = subprocess.Popen([*place.unprivileged(), *argv], stderr=subprocess.PIPE, text=True)
     try:
         _wait_ready(place, server, f"{base}/index.html")
