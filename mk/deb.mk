@@ -1,8 +1,22 @@
-# deploy: what runs shortfirst on a Linux box (deploy/).
+# deb: the Debian package of the release binary (deploy/build-deb.sh, with dpkg-deb).
 #
-# lab/tests/test_deploy_metrics.py (in the lab's pytest run and so in `make test`) checks
-# the Grafana dashboard and the Prometheus rules with promtool and every metric name they
+# make deb   target/deb/shortfirst_<version>_<arch>.deb: /usr/bin/shortfirst, the systemd
+#            units (deploy/systemd), the example configurations as conffiles under
+#            /etc/shortfirst (deploy/etc), the Grafana dashboard and the Prometheus rules
+#            (deploy/grafana, deploy/prometheus) and docs/deploy.md. Packs the binary that
+#            `make build` made; rebuilds nothing.
+#
+# The tests (lab/tests/test_deb.py, test_deploy_metrics.py, in the lab's pytest run and so
+# in `make test`) build the package the same way, verify the units offline with
+# systemd-analyze (no running systemd needed), install and remove it with dpkg (root),
+# check the rules with promtool, and check every metric name the dashboard and the rules
 # use against /metrics of a running serve and gatekeeper.
 
-# prometheus: promtool.
-APT_PACKAGES += prometheus
+# systemd: systemd-analyze; prometheus: promtool; binutils: objdump, readelf, strip.
+APT_PACKAGES += systemd prometheus binutils adduser
+
+DEB_DIR := target/deb
+
+.PHONY: deb
+deb: apt build ## Debian package of the release binary with systemd units, configs, dashboard, alerts (target/deb/)
+	deploy/build-deb.sh $(BIN) $(DEB_DIR)
