@@ -8,12 +8,14 @@
 #
 # The tests (lab/tests/test_deb.py, test_deploy_metrics.py, in the lab's pytest run and so
 # in `make test`) build the package the same way, verify the units offline with
-# systemd-analyze (no running systemd needed), install and remove it with dpkg (root),
-# check the rules with promtool, and check every metric name the dashboard and the rules
-# use against /metrics of a running serve and gatekeeper.
+# systemd-analyze (no running systemd needed), install it with dpkg, run each installed
+# unit's commands as its user with its capabilities in a network namespace, remove it
+# (root), check the rules with promtool, and check every metric name the dashboard and the
+# rules use against /metrics of a running serve and gatekeeper.
 
-# systemd: systemd-analyze; prometheus: promtool; binutils: objdump, readelf, strip.
-APT_PACKAGES += systemd prometheus binutils adduser
+# systemd: systemd-analyze; prometheus: promtool; binutils: objdump, readelf, strip;
+# curl: requests inside the test's namespace.
+APT_PACKAGES += systemd prometheus binutils adduser curl
 
 DEB_DIR := target/deb
 

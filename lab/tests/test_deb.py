@@ -4,6 +4,8 @@ The package is built from the release binary as ``make deb`` builds it. The unit
 checked offline with ``systemd-analyze`` (no running systemd: ``verify`` on the installed
 files, ``security --offline`` with a ceiling on the exposure score); as root the package is
 installed into this machine with ``dpkg -i``, every path the units name is checked there,
+each unit's commands run as systemd would run them (its user, its capabilities, in a
+network namespace: serve on port 80, the band tree set up and torn down, the gatekeeper),
 and ``dpkg -r`` then ``dpkg -P`` must leave nothing of it behind. A machine that already has
 a shortfirst package or a ``/usr/bin/shortfirst`` is left alone (the test skips, saying so).
 """
@@ -15,7 +17,10 @@ import pwd
 import re
 import shlex
 import shutil
+import signal
 import subprocess
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -165,6 +170,7 @@ def test_package_installs_verifies_and_removes_cleanly(deb):
                 if path.startswith("/etc/shortfirst/"):
                     assert path in owned, f"{path} is not the package's"
         run(["systemd-analyze", "verify", *(str(INSTALLED_UNITS / u) for u in UNITS)])
+        start_and_stop_installed_units()
         run(["dpkg", "-r", "shortfirst"])
         assert installed_state().startswith("deinstall ok config-files"), installed_state()
         left = [p for p in owned if Path(p).is_file()]
@@ -174,3 +180,137 @@ def test_package_installs_verifies_and_removes_cleanly(deb):
     assert installed_state() is None
     assert not [p for p in owned if Path(p).is_file()]
     assert not Path("/etc/shortfirst").exists()
+
+
+# -- the installed units, started as systemd would (there is none running here) -------------
+#
+# Each unit's commands run as written in the installed file, as its User and Group with
+# exactly its AmbientCapabilities (setpriv, no new privileges), in a network namespace
+# whose uplink device is called eth0 as in the installed /etc/shortfirst/uplink.env.
+# Only the document root is given on the command line (`--root`; flags win over the
+# configuration file), since /srv/www is the operator's; LogsDirectory is made as systemd
+# makes it.
+
+NETNS = "sf-deb-test"
+
+
+def unit_environment(text: str) -> dict[str, str]:
+    env = {}
+    for key, value in unit_settings(text):
+        if key == "EnvironmentFile":
+            for line in Path(value.lstrip("-")).read_text().splitlines():
+                name, sep, val = line.partition("=")
+                if sep and not line.lstrip().startswith("#"):
+                    env[name.strip()] = val.strip()
+    return env
+
+
+def unit_argv(text: str, key: str) -> list[str]:
+    """The command of `key`, expanded as systemd does: ``${NAME}`` one word, ``$NAME`` split."""
+    env = unit_environment(text)
+    (value,) = [v for k, v in unit_settings(text) if k == key]
+    argv = []
+    for word in shlex.split(value):
+        if re.fullmatch(r"\$\w+", word):
+            argv += env.get(word[1:], "").split()
+        else:
+            argv.append(re.sub(r"\$\{(\w+)\}", lambda m: env[m.group(1)], word))
+    return argv
+
+
+def as_unit(text: str, argv: list[str]) -> list[str]:
+    """`argv` in the namespace as the unit's user with only the unit's capabilities."""
+    settings = dict(unit_settings(text))
+    caps = "".join(
+        f",+{c.removeprefix('CAP_').lower()}" for c in settings.get("AmbientCapabilities", "").split()
+    )
+    return [
+        *("ip", "netns", "exec", NETNS, "setpriv", "--reuid", settings["User"], "--regid", settings["Group"]),
+        *("--clear-groups", "--no-new-privs", f"--inh-caps=-all{caps}", f"--ambient-caps=-all{caps}"),
+        *(f"--bounding-set=-all{caps}", "--", *argv),
+    ]
+
+
+def ns_get(url: str) -> tuple[int, str]:
+    """(status, body) of a GET inside the namespace; status 0: no answer."""
+    argv = ["ip", "netns", "exec", NETNS, "curl", "-s", "-m", "5", "-o", "-", "-w", "\n%{http_code}", url]
+    out = subprocess.run(argv, capture_output=True, text=True).stdout
+    body, _, status = out.rpartition("\n")
+    return int(status or 0), body
+
+
+def wait_answer(url: str, proc: subprocess.Popen) -> None:
+    for _ in range(100):
+        assert proc.poll() is None, f"{proc.args[-4:]} exited with {proc.returncode}: {proc.stderr.read()}"
+        if ns_get(url)[0]:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"nothing answers {url}")
+
+
+def start_unit(unit: str, *extra: str) -> tuple[str, subprocess.Popen]:
+    text = (INSTALLED_UNITS / unit).read_text()
+    proc = subprocess.Popen(
+        as_unit(text, unit_argv(text, "ExecStart") + list(extra)), stderr=subprocess.PIPE, text=True
+    )
+    return text, proc
+
+
+def stop_unit(proc: subprocess.Popen) -> None:
+    """ExecReload (SIGHUP) must leave it serving; SIGTERM, systemd's stop, must end it cleanly."""
+    proc.send_signal(signal.SIGHUP)
+    time.sleep(0.3)
+    assert proc.poll() is None, f"{proc.args[-4:]} died on SIGHUP: {proc.stderr.read()}"
+    proc.terminate()
+    assert proc.wait(timeout=30) == 0, f"{proc.args[-4:]}: exit {proc.returncode}: {proc.stderr.read()}"
+
+
+def check_serve_unit(unit: str, docroot: Path) -> None:
+    text, proc = start_unit(unit, "--root", str(docroot))
+    try:
+        wait_answer("http://127.0.0.1:80/", proc)
+        assert ns_get("http://127.0.0.1:80/index.html") == (200, "hello\n")
+        status, metrics = ns_get("http://127.0.0.1:9181/metrics")
+        assert status == 200 and "shortfirst_requests_total" in metrics
+        stop_unit(proc)
+    finally:
+        proc.kill()
+        proc.wait()
+    log = Path("/var/log/shortfirst/access.log").read_text()
+    assert "GET /index.html" in log, log
+
+
+def start_and_stop_installed_units() -> None:
+    # Not under pytest's tmp_path: its parents are closed to other users.
+    docroot = Path(tempfile.mkdtemp(prefix="shortfirst-deb-www-"))
+    docroot.chmod(0o755)
+    (docroot / "index.html").write_text("hello\n")
+    logs = Path("/var/log/shortfirst")  # LogsDirectory=shortfirst; `dpkg -P` removes it
+    logs.mkdir(mode=0o750, exist_ok=True)
+    shutil.chown(logs, "shortfirst", "shortfirst")
+    subprocess.run(["ip", "netns", "del", NETNS], capture_output=True)
+    run(["ip", "netns", "add", NETNS])
+    try:
+        run(["ip", "-n", NETNS, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1"])
+        for dev in ("lo", "eth0", "eth1"):
+            run(["ip", "-n", NETNS, "link", "set", dev, "up"])
+        check_serve_unit("shortfirst-serve.service", docroot)
+        # The bands: shortfirst-uplink.service's ExecStart, the server, then its ExecStop.
+        uplink = (INSTALLED_UNITS / "shortfirst-uplink.service").read_text()
+        run(as_unit(uplink, unit_argv(uplink, "ExecStart")))
+        assert "htb" in run(["ip", "netns", "exec", NETNS, "tc", "qdisc", "show", "dev", "eth0"])
+        check_serve_unit("shortfirst-serve-bands.service", docroot)
+        run(as_unit(uplink, unit_argv(uplink, "ExecStop")))
+        assert "htb" not in run(["ip", "netns", "exec", NETNS, "tc", "qdisc", "show", "dev", "eth0"])
+        text, proc = start_unit("shortfirst-gatekeeper.service")
+        try:
+            wait_answer("http://127.0.0.1:9182/healthz", proc)
+            # Nothing listens on the configured upstream: the gatekeeper itself answers.
+            assert ns_get("http://127.0.0.1:8000/")[0] == 502
+            stop_unit(proc)
+        finally:
+            proc.kill()
+            proc.wait()
+    finally:
+        subprocess.run(["ip", "netns", "del", NETNS], capture_output=True)
+        shutil.rmtree(docroot)
