@@ -34,8 +34,9 @@ for lib in $(readelf -d "$bin" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p'); 
     esac
 done
 
+deb=$out_dir/shortfirst_${version}_${arch}.deb
 stage=$(mktemp -d)
-trap 'rm -rf "$stage"' EXIT
+trap 'rm -rf "$stage" "$deb.tmp"' EXIT
 root=$stage/root
 install -d "$root/DEBIAN"
 install -D -m 755 "$bin" "$root/usr/bin/shortfirst"
@@ -66,7 +67,6 @@ sed -e "s/@VERSION@/$version/" -e "s/@ARCH@/$arch/" -e "s/@SHLIBS@/$shlibs/" \
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct 2>/dev/null || echo 0)}
 find "$root" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 mkdir -p "$out_dir"
-deb=$out_dir/shortfirst_${version}_${arch}.deb
 dpkg-deb --root-owner-group -Zxz --build "$root" "$deb.tmp" >/dev/null
 mv "$deb.tmp" "$deb"
 echo "$deb"
