@@ -291,6 +291,7 @@ impl Server {
         let config = &shared.config;
         tracing::info!(
             listen = %listener.local_addr().map_err(ServerError::Runtime)?,
+            tls_listen = ?tls_listener.as_ref().and_then(|l| l.local_addr().ok()),
             root = %shared.root.path().display(),
             policy = %config.policy,
             cutoffs = %shared.cutoff_chooser.cutoffs(),

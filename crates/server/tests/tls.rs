@@ -85,8 +85,16 @@ fn config(dir: &Path, certs: Vec<TlsEntry>) -> ServerConfig {
 }
 
 async fn start(dir: tempfile::TempDir, config: ServerConfig) -> Running {
+    start_observed(dir, config, None).await
+}
+
+async fn start_observed(
+    dir: tempfile::TempDir,
+    config: ServerConfig,
+    observer: Option<shortfirst_server::PriorityObserver>,
+) -> Running {
     let root = config.root.clone();
-    let server = Server::bind(config).expect("bind");
+    let server = Server::bind_with_observer(config, observer).expect("bind");
     let (plain, tls) = (server.local_addr(), server.tls_addr().expect("a TLS listener"));
     let reload = Box::new(server.cert_reloader());
     let (tx, rx) = oneshot::channel();
@@ -156,8 +164,7 @@ fn client(
 ) -> tokio_rustls::TlsConnector {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(CertificateDer::from(ca.der().to_vec())).unwrap();
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut c = rustls::ClientConfig::builder_with_provider(provider)
+    let mut c = rustls::ClientConfig::builder_with_provider(shortfirst_server::tls::provider())
         .with_protocol_versions(versions)
         .unwrap()
         .with_root_certificates(roots)
@@ -544,4 +551,40 @@ async fn at_max_connections_a_tls_connection_is_closed_and_shutdown_drains() {
     let mut rest = Vec::new();
     let n = first.read_to_end(&mut rest).await.expect("a clean TLS close (close_notify)");
     assert_eq!(n, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kernel_bands_step_down_over_tls() {
+    if !common::can_set_priority() {
+        eprintln!("skipping: SO_PRIORITY above 6 needs CAP_NET_ADMIN (run as root)");
+        return;
+    }
+    use shortfirst_core::bands::{Band, BandMap};
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s_seen = seen.clone();
+    let observer: shortfirst_server::PriorityObserver = Arc::new(move |_fd, p| s_seen.lock().unwrap().push(p));
+    let dir = tempfile::tempdir().unwrap();
+    let ca = ca();
+    let (entry, _) = leaf(&ca, dir.path(), "ec", &["localhost"], false);
+    let mut c = config(dir.path(), vec![entry]);
+    // Small socket buffers so the crossings are seen one by one.
+    c.send_buffer_bytes = Some(4096);
+    let s = start_observed(dir, c, Some(observer)).await;
+    let conn = client(&ca, &[b"http/1.1"], &all_versions());
+    let mut t = connect(&conn, s.tls, "localhost").await.unwrap();
+    t.write_all(get("/medium.bin", "").as_bytes()).await.unwrap();
+    assert_eq!(read_response(&mut t, &mut Vec::new(), false).await.body, pattern(100_000));
+    let map = BandMap::default();
+    let bands: Vec<u8> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|&p| (1..=7).map(|b| Band::new(b).unwrap()).find(|&b| map.so_priority(b) == p).unwrap().index())
+        .collect();
+    // 100 KB of plaintext, ~100.2 KB of ciphertext: above the 50K cutoff (band 6), then
+    // better bands as it drains, never worse, the last records in band 3 or better.
+    assert_eq!(bands.first(), Some(&6), "{bands:?}");
+    assert!(bands.windows(2).all(|w| w[1] < w[0]), "{bands:?}");
+    assert!(bands.last().is_some_and(|&b| b <= 3), "{bands:?}");
+    s.stop().await;
 }

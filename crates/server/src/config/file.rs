@@ -93,7 +93,7 @@ partial! {
 #[command(after_help = "Config file keys are the long flag names without dashes in front \
     (e.g. `max-connections = 100`); flags override the file; an unknown key is an error.\n\
     SO_PRIORITY values above 6 need CAP_NET_ADMIN (root). SIGTERM/SIGINT: graceful shutdown; \
-    SIGHUP: reopen the access log.")]
+    SIGHUP: reopen the access log and re-read the TLS certificates.")]
 pub struct ConfigFile {
     /// Directory to serve (required).
     #[arg(long, value_name = "DIR")]
