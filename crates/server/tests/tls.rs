@@ -588,3 +588,56 @@ async fn kernel_bands_step_down_over_tls() {
     assert!(bands.last().is_some_and(|&b| b <= 3), "{bands:?}");
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_a_tls_download_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = ca();
+    let (entry, _) = leaf(&ca, dir.path(), "ec", &["localhost"], false);
+    let c = config(dir.path(), vec![entry]);
+    let s = start(dir, c).await;
+    let conn = client(&ca, &[b"http/1.1"], &all_versions());
+    let mut long = connect(&conn, s.tls, "localhost").await.unwrap();
+    long.write_all(get("/huge.bin", "").as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    while buf.len() < 1 << 20 {
+        let n = long.read(&mut chunk).await.unwrap();
+        assert!(n > 0);
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    // Shutdown begins mid-response: the response is finished within the drain timeout,
+    // then the connection ends cleanly.
+    let stopping = tokio::spawn(s.stop());
+    let r = read_response(&mut long, &mut buf, false).await;
+    assert_eq!(r.status, 200);
+    assert!(r.body == pattern(16 << 20), "the download is intact");
+    let mut rest = Vec::new();
+    assert_eq!(long.read_to_end(&mut rest).await.expect("close_notify after the response"), 0);
+    stopping.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srrt_ranks_tls_responses_from_tcp_info() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = ca();
+    let (entry, _) = leaf(&ca, dir.path(), "ec", &["localhost"], false);
+    let mut c = config(dir.path(), vec![entry]);
+    c.policy = shortfirst_server::Policy::Srrt;
+    c.rrt_step_bytes = 16 * 1024;
+    c.admin = Some("127.0.0.1:0".parse().unwrap());
+    let s = start(dir, c).await;
+    let conn = client(&ca, &[b"http/1.1"], &all_versions());
+    let mut t = connect(&conn, s.tls, "localhost").await.unwrap();
+    let mut buf = Vec::new();
+    for (path, len) in [("/big.bin", 300_000), ("/small.txt", 100)] {
+        t.write_all(get(path, "").as_bytes()).await.unwrap();
+        assert_eq!(read_response(&mut t, &mut buf, false).await.body, pattern(len), "{path}");
+    }
+    let page = wait_for_metric(&s, "shortfirst_srrt_estimate_ratio_count 2").await;
+    assert!(page.contains("shortfirst_srrt_estimate_ratio_count 2"), "{page}");
+    // The 300 KB response is re-estimated as its ciphertext drains: more than one read.
+    assert!(metric_sum(&page, "shortfirst_srrt_tcp_info_reads_total") > 2.0, "{page}");
+    assert_eq!(metric_sum(&page, "shortfirst_srrt_tcp_info_errors_total"), 0.0);
+    s.stop().await;
+}
