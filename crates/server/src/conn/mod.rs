@@ -25,9 +25,9 @@
 //! nothing. Every response's band is set before its first byte is written,
 //! from its own size (head + body): no response data ever leaves in band 0.
 //!
-//! Over TLS ([`Transport::Tls`], after the handshake) the same machine runs; a
+//! Over TLS (`Transport::Tls`, after the handshake) the same machine runs; a
 //! response is then ranked by its ciphertext bytes (`tls::ciphertext_bytes`) and
-//! written by [`tls_send`] instead of `send`/`sendfile`.
+//! written by `tls_send` instead of `send`/`sendfile`.
 
 mod heads;
 mod tls_send;
