@@ -222,12 +222,14 @@ pub mod calibration;
 mod controller;
 mod estimator;
 mod gate;
+mod one_at_a_time;
 pub mod patience;
 mod policy;
 
 pub use controller::{Arrival, ChargeAt, Controller, ControllerConfig, Decision, Grant, Refusal};
 pub use estimator::{Basis, Charge, CostEstimator, EstimatorConfig, Sample, DEFAULT_RESAMPLE_AFTER_US};
 pub use gate::{Admitted, Gate, GateConfig, Rejection, RequestId, Ticket};
+pub use one_at_a_time::OneAtATime;
 pub use patience::PatienceRule;
 pub use policy::AdmissionPolicy;
 

@@ -9,7 +9,7 @@
 //!
 //! - *exclusive* (fifo, srpt, sjf, sjf-aging, fsp): up to C jobs in service, one
 //!   server each; the rest in a heap by rank (O(log n + C) per event), or for
-//!   sjf-aging in the gatekeeper's admission queue (`shortfirst_core::admission::Gate`).
+//!   sjf-aging in the gatekeeper's admission queue run as a single server (`shortfirst_core::admission::OneAtATime`).
 //! - *bands* (ps, srpt-classes, size-classes): one [`FairQueue`] per band, virtual
 //!   time per band; under srpt-classes a job leaving band b with work left enters
 //!   band b−1 (size-classes: it stays in its band to the end). O(log n + k) per event.
@@ -32,7 +32,7 @@ use std::collections::BinaryHeap;
 
 use shortfirst_core::policy::{per_job_rates, FairQueue, JobState, OrdF64, Policy, TieShare};
 
-use shortfirst_core::admission::{self, Gate, GateConfig, Ticket};
+use shortfirst_core::admission::{OneAtATime, Ticket};
 
 /// The most jobs one simulation takes: 40 bytes of state per job keep this under 4 GB.
 pub const MAX_JOBS: usize = 100_000_000;
@@ -127,12 +127,12 @@ struct Running {
 }
 
 /// Waiting jobs of an exclusive policy: a heap by (rank, arrival order), or, for
-/// sjf-aging, the gatekeeper's own admission queue ([`Gate`]) with capacity for one
-/// job at a time. The gate counts time and cost in integer units: the simulator
-/// feeds it nanoseconds ([`GATE_UNITS_PER_S`]).
+/// sjf-aging, the gatekeeper's own admission queue run as a single server
+/// ([`OneAtATime`]). It counts time and cost in integer units: the simulator feeds it
+/// nanoseconds ([`GATE_UNITS_PER_S`]).
 enum Waiting {
     Heap(BinaryHeap<Reverse<(OrdF64, u32)>>),
-    Aging(Box<Gate>),
+    Aging(Box<OneAtATime>),
 }
 
 /// Gate time units per simulated second: nanoseconds, so ties and bounds are exact to 1 ns.
@@ -210,10 +210,8 @@ impl<'a> Exclusive<'a> {
     fn run(mut self, out: &mut [JobTimes]) {
         let mut waiting = match self.policy {
             Policy::SjfAging { factor } => {
-                // Capacity 1 unit, every charge >= 1: exactly one job admitted at a time.
-                let mut cfg = GateConfig::new(1, admission::AdmissionPolicy::SjfAging { factor: *factor });
-                cfg.max_queue_len = self.jobs.len().max(1);
-                Waiting::Aging(Box::new(Gate::new(cfg).expect("capacity 1 and a queue bound >= 1 are valid")))
+                let policy = shortfirst_core::admission::AdmissionPolicy::SjfAging { factor: *factor };
+                Waiting::Aging(Box::new(OneAtATime::new(policy, self.jobs.len()).expect("a valid policy")))
             }
             _ => Waiting::Heap(BinaryHeap::new()),
         };
@@ -246,8 +244,8 @@ impl<'a> Exclusive<'a> {
                     out[finished.idx as usize].done_s = now;
                     self.remaining[finished.idx as usize] = 0.0;
                     if let (Waiting::Aging(gate), Some(ticket)) = (&mut waiting, finished.ticket) {
-                        let admitted = gate.release(gate_units(now), ticket).expect("ticket from this gate");
-                        self.admit(admitted, now, &mut running, out);
+                        let next = gate.finish(gate_units(now), ticket).expect("ticket from this queue");
+                        self.admit(next, now, &mut running, out);
                     }
                     self.fill(&mut running, &mut waiting, now, out);
                 }
@@ -283,9 +281,9 @@ impl<'a> Exclusive<'a> {
         }
         if let Waiting::Aging(gate) = waiting {
             let cost = gate_units(size / self.rate);
-            let (id, admitted) = gate.arrive(gate_units(now), cost).expect("the queue holds every job");
+            let (id, started) = gate.arrive(gate_units(now), cost).expect("the queue holds every job");
             debug_assert_eq!(id.0, u64::from(idx), "gate ids follow arrival order");
-            self.admit(admitted, now, running, out);
+            self.admit(started, now, running, out);
             return;
         }
         if running.len() < self.servers {
@@ -327,11 +325,11 @@ impl<'a> Exclusive<'a> {
     }
 
     /// Starts the jobs the gate admitted.
-    fn admit(&self, admitted: Vec<admission::Admitted>, now: f64, running: &mut Vec<Running>, out: &mut [JobTimes]) {
-        for a in admitted {
-            let idx = u32::try_from(a.ticket.id().0).expect("job index fits u32");
+    fn admit(&self, started: Option<Ticket>, now: f64, running: &mut Vec<Running>, out: &mut [JobTimes]) {
+        if let Some(ticket) = started {
+            let idx = u32::try_from(ticket.id().0).expect("job index fits u32");
             self.start(idx, self.remaining[idx as usize], now, running, out);
-            running.last_mut().expect("just started").ticket = Some(a.ticket);
+            running.last_mut().expect("just started").ticket = Some(ticket);
         }
         debug_assert!(running.len() <= self.servers, "the gate admits one job at a time");
     }

@@ -276,7 +276,8 @@ fn each_type_is_admitted_in_arrival_order_under_every_policy() {
     }
 }
 
-/// Clients that give up after 5 s against five times the saturating load and no wait
+/// 500 users without think time who give up after 1.5 s (the queue alone holds them
+/// about 2.4 s), no wait
 /// limit, on a backend that does not thrash: without the patience rule much of the
 /// backend's work is for clients already gone (the scenario is checked to be one where
 /// that happens); with the rule, learned from their give-ups, it works for clients who
@@ -288,11 +289,11 @@ fn learned_patience_keeps_the_work_useful() {
         let run_with = |patience| {
             let base = config(Some(GateConfig::new(2_000_000, policy.parse().unwrap())), Basis::Wall);
             let cfg = ModelConfig {
-                clients: 1000,
+                clients: 500,
                 think_mean_us: 0.0,
-                client_patience_us: Some(5e6),
-                duration_us: 45e6,
-                warmup_us: 15e6,
+                client_patience_us: Some(1.5e6),
+                duration_us: 30e6,
+                warmup_us: 10e6,
                 patience,
                 backend: BackendModel { thrash: 0.0, ..base.backend },
                 ..base
