@@ -30,7 +30,8 @@
 //! Before the first message of a transaction is forwarded, the driver awaits
 //! [`TxnGate::admit`] with the transaction's type; the permit is handed back through
 //! [`TxnGate::finish`] when the server reports idle with nothing outstanding, or dropped
-//! when the connection ends first. [`AdmitAll`] admits at once (pass-through mode). A
+//! when the connection ends first. [`AdmitAll`] admits at once (pass-through mode);
+//! [`CountLimit`] admits N at a time, first come first served. A
 //! deferred `BEGIN` means `now()` inside the transaction is taken after the wait.
 //! Parse, Describe and Sync sent outside a transaction (preparing a statement) are not
 //! admitted.
@@ -76,7 +77,7 @@ pub mod reqtype;
 pub mod txn;
 
 pub use cancel::CancelKeys;
-pub use gate::{AdmitAll, AdmitAllPermit, TxnGate};
+pub use gate::{AdmitAll, AdmitAllPermit, CountLimit, CountLimitPermit, TxnGate};
 pub use reqtype::{RequestType, TypeSource};
 
 use frame::FrameError;

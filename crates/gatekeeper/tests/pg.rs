@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::{SinkExt, StreamExt};
 use pgsupport::*;
 use postgres_protocol::message::frontend;
-use shortfirst_gatekeeper::pg::Limits;
+use shortfirst_gatekeeper::pg::{CountLimit, Limits};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -238,6 +238,46 @@ async fn ssl_request_refused_and_psql_falls_back_to_plaintext() {
     let mut n = [0u8; 1];
     s.read_exact(&mut n).await.unwrap();
     assert_eq!(&n, b"N");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_gate_delays_only_transaction_starts_and_a_leaving_client_abandons_its_wait() {
+    let pg = pg_or_skip!();
+    let gk = proxy_with(pg.addr(), Limits::default(), CountLimit::new(1)).await;
+    let mut a = gk.client().await;
+    let b = gk.client().await;
+    let ta = a.transaction().await.unwrap();
+    ta.query_one("SELECT 1", &[]).await.unwrap();
+    assert_eq!(gk.gate.in_flight(), 1);
+    let queued = tokio::spawn(async move { b.query_one("SELECT 2", &[]).await.map(|r| r.get::<_, i32>(0)) });
+    eventually(|| gk.gate.waiting() == 1, "the second transaction queued").await;
+    // Inside the admitted transaction nothing waits, whatever the gate's state.
+    for i in 0..3 {
+        assert_eq!(ta.query_one("SELECT $1::int", &[&i]).await.unwrap().get::<_, i32>(0), i);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!queued.is_finished(), "admitted while the only slot is held");
+    ta.commit().await.unwrap();
+    assert_eq!(tokio::time::timeout(Duration::from_secs(10), queued).await.unwrap().unwrap().unwrap(), 2);
+    gk.settled().await;
+
+    // A client that leaves while queued: its wait is abandoned, the slot stays whole.
+    let ta = a.transaction().await.unwrap();
+    ta.query_one("SELECT 1", &[]).await.unwrap();
+    let (c, conn) = tokio_postgres::connect(&gk.conninfo("bookstore"), tokio_postgres::NoTls).await.unwrap();
+    let socket = tokio::spawn(conn);
+    let leaving = tokio::spawn(async move { c.query_one("SELECT pg_sleep(0)", &[]).await.map(|_| ()) });
+    eventually(|| gk.gate.waiting() == 1, "the third transaction queued").await;
+    // The client process goes away: its socket closes with the query unanswered.
+    leaving.abort();
+    socket.abort();
+    eventually(|| gk.gate.waiting() == 0, "the abandoned wait dropped").await;
+    ta.commit().await.unwrap();
+    gk.settled().await;
+    let d = gk.client().await;
+    assert_eq!(d.query_one("SELECT 4", &[]).await.unwrap().get::<_, i32>(0), 4);
+    gk.settled().await;
+    assert_eq!(gk.gate.admitted(), gk.gate.finished());
 }
 
 /// Sends `bytes` on a new connection and returns everything the gatekeeper answers.

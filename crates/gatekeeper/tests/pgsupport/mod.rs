@@ -10,7 +10,8 @@ use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use shortfirst_gatekeeper::pg::{self, AdmitAll, Limits, PgConfig, ServeStats, TypeSource};
+use shortfirst_gatekeeper::pg::gate::Counts;
+use shortfirst_gatekeeper::pg::{self, AdmitAll, Limits, PgConfig, ServeStats, TxnGate, TypeSource};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -122,14 +123,14 @@ pub async fn connect(conninfo: &str) -> Result<tokio_postgres::Client, tokio_pos
 }
 
 /// A running gatekeeper in front of `upstream`, stopped when dropped.
-pub struct Proxy {
+pub struct Proxy<G = AdmitAll> {
     pub addr: SocketAddr,
-    pub gate: Arc<AdmitAll>,
+    pub gate: Arc<G>,
     pub stats: Arc<ServeStats>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
-impl Drop for Proxy {
+impl<G> Drop for Proxy<G> {
     fn drop(&mut self) {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
@@ -137,13 +138,16 @@ impl Drop for Proxy {
     }
 }
 
-impl Proxy {
+impl<G> Proxy<G> {
     pub fn conninfo(&self, user: &str) -> String {
         format!("host=127.0.0.1 port={} user={user} dbname=bookstore", self.addr.port())
     }
     pub async fn client(&self) -> tokio_postgres::Client {
         connect(&self.conninfo("bookstore")).await.expect("connect through the gatekeeper")
     }
+}
+
+impl<G: std::ops::Deref<Target = Counts>> Proxy<G> {
     /// Waits (up to 10 s) until no transaction is in flight.
     pub async fn settled(&self) {
         eventually(|| self.gate.in_flight() == 0, "no transaction in flight").await;
@@ -151,9 +155,13 @@ impl Proxy {
 }
 
 pub async fn proxy(upstream: String, limits: Limits) -> Proxy {
+    proxy_with(upstream, limits, AdmitAll::new()).await
+}
+
+pub async fn proxy_with<G: TxnGate>(upstream: String, limits: Limits, gate: G) -> Proxy<G> {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().unwrap();
-    let gate = Arc::new(AdmitAll::new());
+    let gate = Arc::new(gate);
     let stats = Arc::new(ServeStats::default());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let config = PgConfig { upstream_addr: upstream, limits, types: TypeSource::default() };
