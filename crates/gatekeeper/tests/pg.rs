@@ -186,14 +186,23 @@ async fn listen_notify() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_request_stops_a_running_query() {
-    pg_or_skip!();
-    let (_pg, gk) = gatekeeper().await;
+    let pg = pg_or_skip!();
+    // client → gatekeeper → tee → PostgreSQL: the tee shows what reaches the server.
+    let (tee_addr, seen) = tee(pg.addr()).await;
+    let gk = proxy(tee_addr.to_string(), Limits::default()).await;
     let c = gk.client().await;
     let token = c.cancel_token();
     let t0 = std::time::Instant::now();
     let sleeper = tokio::spawn(async move { c.batch_execute("SELECT pg_sleep(30)").await });
     eventually(|| gk.gate.in_flight() == 1, "the sleep admitted").await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A cancel with a key no client holds is dropped: it never reaches the server.
+    let mut forged = BytesMut::new();
+    frontend::cancel_request(12345, 678, &mut forged);
+    raw_exchange(&gk, &forged).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!sleeper.is_finished());
+    let reached = |b: &[u8]| seen.lock().unwrap().client_to_server.windows(b.len()).any(|w| w == b);
+    assert!(!reached(&forged), "a forged cancel was forwarded");
     token.cancel_query(tokio_postgres::NoTls).await.unwrap();
     let e = sleeper.await.unwrap().unwrap_err();
     assert_eq!(code(&e), "57014");

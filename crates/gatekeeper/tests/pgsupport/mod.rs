@@ -188,8 +188,8 @@ pub struct Recording {
     pub server_to_client: Vec<u8>,
 }
 
-/// A TCP tee on an ephemeral port: relays one connection at a time to `upstream` and
-/// records the bytes of each direction.
+/// A TCP tee on an ephemeral port: relays every connection to `upstream` and records the
+/// bytes of each direction (all connections appended to one recording).
 pub async fn tee(upstream: String) -> (SocketAddr, Arc<Mutex<Recording>>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind tee");
     let addr = listener.local_addr().unwrap();
