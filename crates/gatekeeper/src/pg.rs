@@ -41,9 +41,11 @@
 //! - `max_clients` connections at once; the next one is answered `FATAL 53300` (too many
 //!   connections) at once, without reading its startup message, and closed.
 //! - `max_message_bytes` per client message, `max_server_message_bytes` per server
-//!   message: checked from the length header, before the body is buffered; a longer
-//!   message ends the connection with `FATAL 08P01` naming the message and the limit.
-//!   Per connection the proxy buffers at most one message (plus one read) per direction.
+//!   message: checked from the length header, before the body is buffered. A longer
+//!   client message ends the connection with `FATAL 08P01` naming the message and the
+//!   limit; a longer server message with `FATAL 08006` (the upstream's fault). Per
+//!   connection the proxy buffers at most one message (plus one read) per direction, and
+//!   while a transaction waits for admission it reads ahead at most one message's limit.
 //! - `startup_timeout`: the startup phase (and a forwarded cancel) must finish within it.
 //! - `idle_in_transaction`: a client inside a transaction (admitted or a deferred BEGIN)
 //!   that sends nothing for this long while the server owes nothing is told `FATAL 25P03`
