@@ -48,6 +48,10 @@ async fn simple_extended_and_prepared_queries() {
     // Seven statements ran; the prepare (Parse, Describe, Sync) alone was not admitted.
     assert_eq!(gk.gate.admitted(), 7);
     assert_eq!(gk.gate.finished(), 7);
+    // A client that says Terminate ends cleanly, whichever side notices the close first.
+    drop(c);
+    eventually(|| gk.stats.active.load(std::sync::atomic::Ordering::Relaxed) == 0, "the connection closed").await;
+    assert_eq!(gk.stats.failed.load(std::sync::atomic::Ordering::Relaxed), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

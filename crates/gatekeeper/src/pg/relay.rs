@@ -34,6 +34,8 @@ struct Conn<G: TxnGate> {
     key: Mutex<Option<KeyGuard>>,
     /// Signalled after each batch of server messages (the idle-in-transaction timer).
     server_progress: tokio::sync::Notify,
+    /// The client sent Terminate: the server closing is the expected end, not a failure.
+    terminated: std::sync::atomic::AtomicBool,
 }
 
 struct State<P> {
@@ -71,6 +73,7 @@ pub(crate) async fn relay<G: TxnGate>(
         client_wr: tokio::sync::Mutex::new(client_wr),
         key: Mutex::new(None),
         server_progress: tokio::sync::Notify::new(),
+        terminated: std::sync::atomic::AtomicBool::new(false),
     });
     let result = tokio::select! {
         r = client_to_server(&conn, client_rd, client_buf, up_wr) => r,
@@ -117,6 +120,7 @@ async fn client_to_server<G: TxnGate>(
                 }
             }
             if frame.tag() == super::message::client::TERMINATE {
+                conn.terminated.store(true, std::sync::atomic::Ordering::Relaxed);
                 flush(&mut up, &mut out).await?;
                 return Ok(());
             }
@@ -213,6 +217,9 @@ async fn server_to_client<G: TxnGate>(conn: &Conn<G>, mut rd: OwnedReadHalf) -> 
         conn.server_progress.notify_one();
         let n = rd.read_buf(&mut buf).await.map_err(|e| ConnError::io("read from the upstream", e))?;
         if n == 0 {
+            if conn.terminated.load(std::sync::atomic::Ordering::Relaxed) {
+                return Ok(());
+            }
             let in_txn = conn.state().tracker.in_transaction();
             let state = if in_txn { "inside a transaction" } else { "outside a transaction" };
             return Err(ConnError::UpstreamClosed { state });
