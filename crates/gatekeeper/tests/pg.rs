@@ -354,12 +354,12 @@ async fn the_upstream_dying_mid_transaction_gives_the_client_an_error() {
 async fn idle_in_transaction_and_client_limits() {
     pg_or_skip!();
     let pg = pg().unwrap();
-    let limits = Limits { idle_in_transaction: Some(Duration::from_millis(300)), max_clients: 2, ..Limits::default() };
+    let limits = Limits { idle_in_transaction: Some(Duration::from_secs(1)), max_clients: 2, ..Limits::default() };
     let gk = proxy(pg.addr(), limits).await;
     let mut c = gk.client().await;
     let tx = c.transaction().await.unwrap();
     tx.query_one("SELECT 1", &[]).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     let e = tx.query_one("SELECT 2", &[]).await.unwrap_err();
     assert!(e.is_closed() || code(&e) == "25P03", "{e}");
     drop(tx);
