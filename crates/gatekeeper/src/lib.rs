@@ -13,6 +13,7 @@ pub mod calibrate;
 pub mod classify;
 pub mod config;
 pub mod metrics;
+pub mod pg;
 pub mod proxy;
 pub mod settings;
 pub mod synthetic;

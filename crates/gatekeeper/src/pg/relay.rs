@@ -1,0 +1,228 @@
+//! The relay of one client connection to its upstream connection, after the startup
+//! message: two loops, one per direction, run together until either ends. Each frames
+//! its input, asks the connection's [`Tracker`] what to do with every message, and
+//! forwards the frames as received (batched into one write when several are ready).
+//!
+//! The directions run independently (a client pipelining queries while the server sends
+//! large results must not deadlock the proxy); they share the tracker (a `std` mutex held
+//! only for a step, never across an await), the permit of the open transaction, and the
+//! client's write half (the gatekeeper's own answers go to the client too).
+
+use std::sync::{Arc, Mutex};
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+use super::cancel::KeyGuard;
+use super::frame::next_frame;
+use super::gate::TxnGate;
+use super::message::{backend_key_data, encode_error, server};
+use super::txn::{ClientStep, ServerStep, Tracker};
+use super::{ConnError, Shared};
+
+/// What both directions share.
+struct Conn<G: TxnGate> {
+    shared: Arc<Shared<G>>,
+    conn_id: u64,
+    /// The tracker and the open transaction's permit, under one lock: the step that ends a
+    /// transaction takes its permit before a new transaction can store its own.
+    state: Mutex<State<G::Permit>>,
+    client_wr: tokio::sync::Mutex<OwnedWriteHalf>,
+    /// The client's cancel key while connected.
+    key: Mutex<Option<KeyGuard>>,
+    /// Signalled after each batch of server messages (the idle-in-transaction timer).
+    server_progress: tokio::sync::Notify,
+    /// The client sent Terminate: the server closing is the expected end, not a failure.
+    terminated: std::sync::atomic::AtomicBool,
+}
+
+struct State<P> {
+    tracker: Tracker,
+    permit: Option<P>,
+}
+
+impl<G: TxnGate> Conn<G> {
+    fn state(&self) -> std::sync::MutexGuard<'_, State<G::Permit>> {
+        // Every step is one call that either completes or panics (ending the connection):
+        // a poisoned lock is never observed by a live connection.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    async fn to_client(&self, bytes: &[u8]) -> Result<(), ConnError> {
+        self.client_wr.lock().await.write_all(bytes).await.map_err(|e| ConnError::io("write to the client", e))
+    }
+}
+
+pub(crate) async fn relay<G: TxnGate>(
+    client: TcpStream,
+    upstream: TcpStream,
+    client_buf: BytesMut,
+    shared: Arc<Shared<G>>,
+    conn_id: u64,
+    app_name: Option<String>,
+) -> Result<(), ConnError> {
+    let (client_rd, client_wr) = client.into_split();
+    let (up_rd, up_wr) = upstream.into_split();
+    let limits = &shared.config.limits;
+    let tracker = Tracker::new(shared.config.types.clone(), app_name, limits.max_prepared);
+    let conn = Arc::new(Conn {
+        shared: shared.clone(),
+        conn_id,
+        state: Mutex::new(State { tracker, permit: None }),
+        client_wr: tokio::sync::Mutex::new(client_wr),
+        key: Mutex::new(None),
+        server_progress: tokio::sync::Notify::new(),
+        terminated: std::sync::atomic::AtomicBool::new(false),
+    });
+    let result = tokio::select! {
+        r = client_to_server(&conn, client_rd, client_buf, up_wr) => r,
+        r = server_to_client(&conn, up_rd) => r,
+    };
+    if let Err(e) = &result {
+        if e.tell_client() {
+            let (code, hint) = e.sqlstate();
+            let _ = conn.to_client(&encode_error("FATAL", code, &format!("gatekeeper: {e}"), hint)).await;
+        }
+    }
+    let _ = conn.client_wr.lock().await.shutdown().await;
+    // The permit of a transaction cut short is dropped here, with the connection.
+    result
+}
+
+async fn client_to_server<G: TxnGate>(
+    conn: &Conn<G>,
+    mut rd: OwnedReadHalf,
+    mut buf: BytesMut,
+    mut up: OwnedWriteHalf,
+) -> Result<(), ConnError> {
+    let limits = &conn.shared.config.limits;
+    let mut out = BytesMut::new();
+    loop {
+        while let Some(frame) = next_frame(&mut buf, limits.max_message_bytes)? {
+            let step = conn.state().tracker.on_client(frame.tag(), frame.body(), &frame.bytes)?;
+            match step {
+                ClientStep::Forward => out.extend_from_slice(&frame.bytes),
+                ClientStep::Answer(bytes) => {
+                    flush(&mut up, &mut out).await?;
+                    conn.to_client(&bytes).await?;
+                }
+                ClientStep::Start { ty, held } => {
+                    flush(&mut up, &mut out).await?;
+                    let Some(permit) = admit_watching(conn, &ty, &mut rd, &mut buf).await? else {
+                        return Ok(());
+                    };
+                    conn.state().permit = Some(permit);
+                    if let Some(h) = held {
+                        out.extend_from_slice(&h);
+                    }
+                    out.extend_from_slice(&frame.bytes);
+                }
+            }
+            if frame.tag() == super::message::client::TERMINATE {
+                conn.terminated.store(true, std::sync::atomic::Ordering::Relaxed);
+                flush(&mut up, &mut out).await?;
+                return Ok(());
+            }
+        }
+        flush(&mut up, &mut out).await?;
+        if read_client(conn, &mut rd, &mut buf).await? == 0 {
+            return Ok(());
+        }
+    }
+}
+
+/// Reads from the client; while the client owes the next move inside a transaction, for
+/// at most the idle-in-transaction limit. The limit is re-armed whenever the server side
+/// reports progress (the tracker's state may have changed).
+async fn read_client<G: TxnGate>(
+    conn: &Conn<G>,
+    rd: &mut OwnedReadHalf,
+    buf: &mut BytesMut,
+) -> Result<usize, ConnError> {
+    loop {
+        let idle = conn.state().tracker.waiting_on_client();
+        let limit = conn.shared.config.limits.idle_in_transaction.filter(|_| idle);
+        tokio::select! {
+            r = rd.read_buf(buf) => return r.map_err(|e| ConnError::io("read from the client", e)),
+            _ = conn.server_progress.notified() => {}
+            _ = tokio::time::sleep(limit.unwrap_or_default()), if limit.is_some() => {
+                return Err(ConnError::IdleInTransaction(limit.unwrap_or_default()));
+            }
+        }
+    }
+}
+
+/// Awaits admission while watching the client: bytes it sends meanwhile are buffered
+/// (up to one message's limit), and its going away abandons the wait (`None`).
+async fn admit_watching<G: TxnGate>(
+    conn: &Conn<G>,
+    ty: &super::RequestType,
+    rd: &mut OwnedReadHalf,
+    buf: &mut BytesMut,
+) -> Result<Option<G::Permit>, ConnError> {
+    let max = conn.shared.config.limits.max_message_bytes;
+    let admit = conn.shared.gate.admit(ty);
+    tokio::pin!(admit);
+    loop {
+        tokio::select! {
+            p = &mut admit => return Ok(Some(p)),
+            r = rd.read_buf(buf), if buf.len() < max => {
+                if r.map_err(|e| ConnError::io("read from the client", e))? == 0 {
+                    tracing::debug!(conn = conn.conn_id, "client left while waiting for admission");
+                    return Ok(None);
+                }
+            }
+        }
+    }
+}
+
+async fn flush(w: &mut OwnedWriteHalf, out: &mut BytesMut) -> Result<(), ConnError> {
+    if !out.is_empty() {
+        w.write_all(out).await.map_err(|e| ConnError::io("write upstream", e))?;
+        out.clear();
+    }
+    Ok(())
+}
+
+async fn server_to_client<G: TxnGate>(conn: &Conn<G>, mut rd: OwnedReadHalf) -> Result<(), ConnError> {
+    let max = conn.shared.config.limits.max_server_message_bytes;
+    let mut buf = BytesMut::with_capacity(16 * 1024);
+    let mut out = BytesMut::new();
+    let mut ended = Vec::new();
+    loop {
+        while let Some(frame) = next_frame(&mut buf, max).map_err(ConnError::UpstreamFrame)? {
+            if frame.tag() == server::BACKEND_KEY_DATA {
+                let (pid, secret) = backend_key_data(frame.body())?;
+                let guard = conn.shared.keys.insert(pid, secret, conn.conn_id);
+                *conn.key.lock().unwrap_or_else(|e| e.into_inner()) = Some(guard);
+            }
+            let mut st = conn.state();
+            match st.tracker.on_server(frame.tag(), frame.body())? {
+                ServerStep::Forward => out.extend_from_slice(&frame.bytes),
+                ServerStep::Swallow => {}
+                ServerStep::ForwardAndEnd => {
+                    out.extend_from_slice(&frame.bytes);
+                    ended.extend(st.permit.take());
+                }
+            }
+        }
+        if !out.is_empty() {
+            conn.to_client(&out).await?;
+            out.clear();
+        }
+        for p in ended.drain(..) {
+            conn.shared.gate.finish(p);
+        }
+        conn.server_progress.notify_one();
+        let n = rd.read_buf(&mut buf).await.map_err(|e| ConnError::io("read from the upstream", e))?;
+        if n == 0 {
+            if conn.terminated.load(std::sync::atomic::Ordering::Relaxed) {
+                return Ok(());
+            }
+            let in_txn = conn.state().tracker.in_transaction();
+            let state = if in_txn { "inside a transaction" } else { "outside a transaction" };
+            return Err(ConnError::UpstreamClosed { state });
+        }
+    }
+}
