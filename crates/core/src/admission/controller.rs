@@ -41,8 +41,8 @@
 //!
 //! # Patience
 //! Once the clients' patience is known ([`PatienceRule`]: learned from give-ups, or fixed),
-//! a request that would be admitted although now + its type's estimate is past its arrival
-//! + the patience is refused instead ([`Refusal::WouldNotFinish`]) and its charge freed for
+//! a request that would be admitted although now plus its type's estimate is past its
+//! arrival plus the patience is refused instead ([`Refusal::WouldNotFinish`]) and its charge freed for
 //! a request that can still be served in time; a waiting request is refused as soon as that
 //! becomes true ([`Controller::poll`]). Exempt: a probe (its type must be measured) and a
 //! request that would run alone (the backend would otherwise idle). The operator's

@@ -44,20 +44,15 @@ pub const QUANTILE: f64 = 0.25;
 pub const MEMORY_US: u64 = 600_000_000;
 
 /// How the controller decides whether a request would still find its client.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 pub enum PatienceRule {
     /// Never refuse for patience (the paper's gatekeeper).
     Off,
     /// Learn the clients' patience from their give-ups (the default).
+    #[default]
     Learn,
     /// The clients wait this long (an operator who knows their timeout).
     Fixed { patience_us: u64 },
-}
-
-impl Default for PatienceRule {
-    fn default() -> Self {
-        PatienceRule::Learn
-    }
 }
 
 impl std::str::FromStr for PatienceRule {
