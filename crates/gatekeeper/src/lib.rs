@@ -8,6 +8,7 @@
 //!
 //! Must not know: how the decision logic picks (it only feeds events and applies results).
 
+mod admit;
 pub mod busypoll;
 pub mod calibrate;
 pub mod classify;

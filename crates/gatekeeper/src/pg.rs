@@ -31,7 +31,12 @@
 //! [`TxnGate::admit`] with the transaction's type; the permit is handed back through
 //! [`TxnGate::finish`] when the server reports idle with nothing outstanding, or dropped
 //! when the connection ends first. [`AdmitAll`] admits at once (pass-through mode);
-//! [`CountLimit`] admits N at a time, first come first served. A
+//! [`CountLimit`] admits N at a time, first come first served; [`ControllerGate`] admits
+//! through the admission controller the HTTP proxy drives (costs learned per type from
+//! admission to idle, sjf and the other policies, the queue and wait limits). A refused
+//! transaction (queue full, waited too long, would not finish in time, shutting down)
+//! ends the connection with `FATAL` 53300 or 53400 and a hint naming the reason; nothing
+//! of it reached the server. A
 //! deferred `BEGIN` means `now()` inside the transaction is taken after the wait.
 //! Parse, Describe and Sync sent outside a transaction (preparing a statement) are not
 //! admitted.
@@ -65,11 +70,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use shortfirst_core::admission::Refusal;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 pub mod cancel;
 mod conn;
+pub mod controlled;
 pub mod frame;
 pub mod gate;
 pub mod lexer;
@@ -79,6 +86,7 @@ pub mod reqtype;
 pub mod txn;
 
 pub use cancel::CancelKeys;
+pub use controlled::{ControllerGate, ControllerPermit};
 pub use gate::{AdmitAll, AdmitAllPermit, CountLimit, CountLimitPermit, TxnGate};
 pub use reqtype::{RequestType, TypeSource};
 
@@ -129,6 +137,8 @@ pub enum ConnError {
     ClientMessage(#[from] MessageError),
     #[error("upstream sent a bad message: {0}")]
     UpstreamFrame(FrameError),
+    #[error("{}", refusal_message(*.0))]
+    Refused(Refusal),
     #[error("too many clients (the limit is {0})")]
     TooManyClients(usize),
     #[error("no startup message within {0:?}")]
@@ -163,6 +173,7 @@ impl ConnError {
                 ("53300", Some("raise the gatekeeper's client limit or pool in the client"))
             }
             ConnError::IdleInTransaction(_) => ("25P03", None),
+            ConnError::Refused(r) => refusal_sqlstate(*r),
             ConnError::Upstream { .. } => ("08001", None),
             ConnError::UpstreamFrame(_) | ConnError::UpstreamClosed { .. } => ("08006", None),
             ConnError::StartupTimeout(_) | ConnError::Io { .. } => ("08006", None),
@@ -172,6 +183,29 @@ impl ConnError {
     /// Whether the client can still be told (its side of the socket is not the problem).
     fn tell_client(&self) -> bool {
         !matches!(self, ConnError::Io { what: "read from the client" | "write to the client", .. })
+    }
+}
+
+/// What a client whose transaction the gate refused is told.
+fn refusal_message(r: Refusal) -> &'static str {
+    match r {
+        Refusal::QueueFull => "the admission queue is full",
+        Refusal::Expired => "the transaction waited too long for admission",
+        Refusal::WouldNotFinish => "the transaction would not finish before the client gives up",
+        Refusal::ShuttingDown => "the gatekeeper is shutting down",
+    }
+}
+
+/// The SQLSTATE and hint of a refusal: 53300 when the gate cannot take more work now,
+/// 53400 when a configured wait limit ran out.
+fn refusal_sqlstate(r: Refusal) -> (&'static str, Option<&'static str>) {
+    match r {
+        Refusal::QueueFull => ("53300", Some("the database is busy; retry later or raise --max-queue-len")),
+        Refusal::Expired => ("53400", Some("the queue wait passed --max-queue-wait; retry later")),
+        Refusal::WouldNotFinish => {
+            ("53400", Some("the wait plus the expected run time exceeds what clients of this type wait"))
+        }
+        Refusal::ShuttingDown => ("53300", Some("the gatekeeper is shutting down; reconnect to another")),
     }
 }
 

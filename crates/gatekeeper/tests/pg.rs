@@ -494,3 +494,6 @@ mod framer_property {
         }
     }
 }
+
+#[path = "pgtests/controlled.rs"]
+mod controlled;

@@ -3,7 +3,10 @@
 //! admits at once (the pass-through mode), [`CountLimit`] admits at most N transactions
 //! at once, first come first served (what a connection pool in transaction mode does).
 //!
-//! Contract: `admit` resolves to a permit when the transaction may start; the driver
+//! The gate over the admission controller, [`ControllerGate`], is in [`super::controlled`].
+//!
+//! Contract: `admit` resolves to a permit when the transaction may start (or to the
+//! [`Refusal`] that ends its wait: the driver then answers the client); the driver
 //! stores it and, at the transaction's end (ReadyForQuery `I` with nothing outstanding),
 //! hands it back through [`TxnGate::finish`]. A transaction cut short (the client or the
 //! upstream closes, a limit ends the connection) never reaches `finish`: its permit is
@@ -15,6 +18,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use shortfirst_core::admission::Refusal;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::reqtype::RequestType;
@@ -22,8 +26,8 @@ use super::reqtype::RequestType;
 /// The admission hook of the PostgreSQL driver (see the module doc for the contract).
 pub trait TxnGate: Send + Sync + 'static {
     type Permit: Send + 'static;
-    /// Admit a transaction of type `ty`; resolves when it may start.
-    fn admit(&self, ty: &RequestType) -> impl Future<Output = Self::Permit> + Send;
+    /// Admit a transaction of type `ty`; resolves when it may start, or with why it may not.
+    fn admit(&self, ty: &RequestType) -> impl Future<Output = Result<Self::Permit, Refusal>> + Send;
     /// The transaction admitted with `permit` is over: the server reported idle with
     /// nothing outstanding.
     fn finish(&self, permit: Self::Permit) {
@@ -113,8 +117,8 @@ impl std::ops::Deref for AdmitAll {
 impl TxnGate for AdmitAll {
     type Permit = AdmitAllPermit;
 
-    fn admit(&self, _ty: &RequestType) -> impl Future<Output = AdmitAllPermit> + Send {
-        std::future::ready(AdmitAllPermit { _in_flight: self.counts.admit() })
+    fn admit(&self, _ty: &RequestType) -> impl Future<Output = Result<AdmitAllPermit, Refusal>> + Send {
+        std::future::ready(Ok(AdmitAllPermit { _in_flight: self.counts.admit() }))
     }
 
     fn finish(&self, permit: AdmitAllPermit) {
@@ -154,7 +158,7 @@ impl std::ops::Deref for CountLimit {
 impl TxnGate for CountLimit {
     type Permit = CountLimitPermit;
 
-    fn admit(&self, _ty: &RequestType) -> impl Future<Output = CountLimitPermit> + Send {
+    fn admit(&self, _ty: &RequestType) -> impl Future<Output = Result<CountLimitPermit, Refusal>> + Send {
         let (slots, counts) = (self.slots.clone(), self.counts.clone());
         counts.waiting.fetch_add(1, Ordering::Relaxed);
         let waiting = Waiting(counts.clone());
@@ -162,7 +166,7 @@ impl TxnGate for CountLimit {
             // The semaphore lives as long as the gate and is never closed.
             let slot = slots.acquire_owned().await.expect("the gate's semaphore is never closed");
             drop(waiting);
-            CountLimitPermit { _slot: slot, _in_flight: counts.admit() }
+            Ok(CountLimitPermit { _slot: slot, _in_flight: counts.admit() })
         }
     }
 
@@ -180,7 +184,7 @@ mod tests {
     async fn count_limit_admits_in_order_and_an_abandoned_wait_leaks_nothing() {
         let gate = CountLimit::new(1);
         let ty = RequestType::Unknown;
-        let first = gate.admit(&ty).await;
+        let first = gate.admit(&ty).await.unwrap();
         let mut second = Box::pin(gate.admit(&ty));
         assert!(futures_util::FutureExt::now_or_never(&mut second).is_none());
         let third = gate.admit(&ty);
@@ -188,7 +192,7 @@ mod tests {
         drop(third);
         assert_eq!(gate.waiting(), 1);
         gate.finish(first);
-        let second = second.await;
+        let second = second.await.unwrap();
         assert_eq!((gate.admitted(), gate.finished(), gate.in_flight(), gate.waiting()), (2, 1, 1, 0));
         drop(second);
         assert_eq!(gate.in_flight(), 0);

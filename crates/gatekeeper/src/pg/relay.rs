@@ -154,7 +154,8 @@ async fn read_client<G: TxnGate>(
 }
 
 /// Awaits admission while watching the client: bytes it sends meanwhile are buffered
-/// (up to one message's limit), and its going away abandons the wait (`None`).
+/// (up to one message's limit), and its going away abandons the wait (`None`). A refusal
+/// ends the connection with an error naming the reason.
 async fn admit_watching<G: TxnGate>(
     conn: &Conn<G>,
     ty: &super::RequestType,
@@ -166,7 +167,7 @@ async fn admit_watching<G: TxnGate>(
     tokio::pin!(admit);
     loop {
         tokio::select! {
-            p = &mut admit => return Ok(Some(p)),
+            p = &mut admit => return p.map(Some).map_err(ConnError::Refused),
             r = rd.read_buf(buf), if buf.len() < max => {
                 if r.map_err(|e| ConnError::io("read from the client", e))? == 0 {
                     tracing::debug!(conn = conn.conn_id, "client left while waiting for admission");

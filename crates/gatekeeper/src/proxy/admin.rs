@@ -12,8 +12,8 @@ use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use super::grant::Shared;
 use super::reply::text_response;
+use super::Shared;
 
 pub(super) async fn admin_loop(listener: TcpListener, shared: Arc<Shared>) {
     loop {
@@ -29,7 +29,7 @@ pub(super) async fn admin_loop(listener: TcpListener, shared: Arc<Shared>) {
                     let r = match req.uri().path() {
                         "/metrics" => {
                             let mut r = text_response(StatusCode::OK, "");
-                            *r.body_mut() = Full::new(Bytes::from(shared.metrics.render(&shared.snapshot())))
+                            *r.body_mut() = Full::new(Bytes::from(shared.adm.metrics.render(&shared.snapshot())))
                                 .map_err(|e| match e {})
                                 .boxed_unsync();
                             r.headers_mut()
