@@ -33,10 +33,15 @@
 //! when the connection ends first. [`AdmitAll`] admits at once (pass-through mode);
 //! [`CountLimit`] admits N at a time, first come first served; [`ControllerGate`] admits
 //! through the admission controller the HTTP proxy drives (costs learned per type from
-//! admission to idle, sjf and the other policies, the queue and wait limits). A refused
-//! transaction (queue full, waited too long, would not finish in time, shutting down)
-//! ends the connection with `FATAL` 53300 or 53400 and a hint naming the reason; nothing
-//! of it reached the server. A
+//! admission to idle, sjf and the other policies, the queue and wait limits).
+//!
+//! Nothing of a refused transaction reaches the server: outside a transaction, an
+//! extended-protocol batch (Parse, Bind, Execute, Describe, Close) is held back up to its
+//! `Sync` (or a `Flush`, or one message's size limit) and admitted as a whole; a Query or
+//! FunctionCall is one batch. A refusal (queue full, waited too long, would not finish
+//! before the client gives up, shutting down) is answered `ERROR` 53300 or 53400 with a
+//! hint naming the reason, then `ReadyForQuery`; the session stays usable (after a
+//! deferred `BEGIN` the block is failed, as after any error in it: see [`txn`]). A
 //! deferred `BEGIN` means `now()` inside the transaction is taken after the wait.
 //! Parse, Describe and Sync sent outside a transaction (preparing a statement) are not
 //! admitted.
@@ -137,8 +142,6 @@ pub enum ConnError {
     ClientMessage(#[from] MessageError),
     #[error("upstream sent a bad message: {0}")]
     UpstreamFrame(FrameError),
-    #[error("{}", refusal_message(*.0))]
-    Refused(Refusal),
     #[error("too many clients (the limit is {0})")]
     TooManyClients(usize),
     #[error("no startup message within {0:?}")]
@@ -173,7 +176,6 @@ impl ConnError {
                 ("53300", Some("raise the gatekeeper's client limit or pool in the client"))
             }
             ConnError::IdleInTransaction(_) => ("25P03", None),
-            ConnError::Refused(r) => refusal_sqlstate(*r),
             ConnError::Upstream { .. } => ("08001", None),
             ConnError::UpstreamFrame(_) | ConnError::UpstreamClosed { .. } => ("08006", None),
             ConnError::StartupTimeout(_) | ConnError::Io { .. } => ("08006", None),
@@ -187,7 +189,7 @@ impl ConnError {
 }
 
 /// What a client whose transaction the gate refused is told.
-fn refusal_message(r: Refusal) -> &'static str {
+pub(crate) fn refusal_message(r: Refusal) -> &'static str {
     match r {
         Refusal::QueueFull => "the admission queue is full",
         Refusal::Expired => "the transaction waited too long for admission",
@@ -198,7 +200,7 @@ fn refusal_message(r: Refusal) -> &'static str {
 
 /// The SQLSTATE and hint of a refusal: 53300 when the gate cannot take more work now,
 /// 53400 when a configured wait limit ran out.
-fn refusal_sqlstate(r: Refusal) -> (&'static str, Option<&'static str>) {
+pub(crate) fn refusal_sqlstate(r: Refusal) -> (&'static str, Option<&'static str>) {
     match r {
         Refusal::QueueFull => ("53300", Some("the database is busy; retry later or raise --max-queue-len")),
         Refusal::Expired => ("53400", Some("the queue wait passed --max-queue-wait; retry later")),

@@ -10,7 +10,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
+use shortfirst_core::admission::Refusal;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -18,9 +19,10 @@ use tokio::net::TcpStream;
 use super::cancel::KeyGuard;
 use super::frame::next_frame;
 use super::gate::TxnGate;
-use super::message::{backend_key_data, encode_error, server};
-use super::txn::{ClientStep, ServerStep, Tracker};
-use super::{ConnError, Shared};
+use super::message::{backend_key_data, client, encode_error, server};
+use super::reqtype::RequestType;
+use super::txn::{ClientStep, Mark, ServerStep, Tracker};
+use super::{refusal_message, refusal_sqlstate, ConnError, Shared};
 
 /// What both directions share.
 struct Conn<G: TxnGate> {
@@ -90,6 +92,24 @@ pub(crate) async fn relay<G: TxnGate>(
     result
 }
 
+/// An extended-protocol batch outside a transaction, held back until its `Sync` (or a
+/// `Flush`, or past one message's size limit): it is admitted as a whole before any of it
+/// is forwarded, so nothing of a refused batch reaches the server.
+struct Batch {
+    /// The tracker before the batch (restored if it is refused).
+    mark: Mark,
+    /// The transaction the batch starts: its type and a deferred BEGIN to send first.
+    start: Option<(RequestType, Option<Bytes>)>,
+    bytes: BytesMut,
+}
+
+/// Where the client-to-server loop goes on after a step.
+enum Flow {
+    Go,
+    /// The client left while its transaction waited.
+    Gone,
+}
+
 async fn client_to_server<G: TxnGate>(
     conn: &Conn<G>,
     mut rd: OwnedReadHalf,
@@ -98,28 +118,56 @@ async fn client_to_server<G: TxnGate>(
 ) -> Result<(), ConnError> {
     let limits = &conn.shared.config.limits;
     let mut out = BytesMut::new();
+    let mut batch: Option<Batch> = None;
     loop {
         while let Some(frame) = next_frame(&mut buf, limits.max_message_bytes)? {
-            let step = conn.state().tracker.on_client(frame.tag(), frame.body(), &frame.bytes)?;
+            let tag = frame.tag();
+            let (mark, step) = {
+                let mut st = conn.state();
+                let mark = st.tracker.mark();
+                if batch.is_none() && !st.tracker.in_transaction() && EXTENDED.contains(&tag) {
+                    batch = Some(Batch { mark: mark.clone(), start: None, bytes: BytesMut::new() });
+                }
+                (mark, st.tracker.on_client(tag, frame.body(), &frame.bytes)?)
+            };
+            let step = match (batch.as_mut(), step) {
+                (Some(b), ClientStep::Forward) => {
+                    b.bytes.extend_from_slice(&frame.bytes);
+                    None
+                }
+                (Some(b), ClientStep::Start { ty, held }) => {
+                    b.start = Some((ty, held));
+                    b.bytes.extend_from_slice(&frame.bytes);
+                    None
+                }
+                (_, step) => Some(step),
+            };
+            let ends_batch = step.is_some()
+                || tag == client::SYNC
+                || tag == client::FLUSH
+                || batch.as_ref().is_some_and(|b| b.bytes.len() > limits.max_message_bytes);
+            if let Some(b) = batch.take_if(|_| ends_batch) {
+                let to_sync = tag == client::SYNC && step.is_none();
+                if let Flow::Gone = end_batch(conn, b, to_sync, &mut rd, &mut buf, &mut up, &mut out).await? {
+                    return Ok(());
+                }
+            }
             match step {
-                ClientStep::Forward => out.extend_from_slice(&frame.bytes),
-                ClientStep::Answer(bytes) => {
+                None | Some(ClientStep::Drop) => {}
+                Some(ClientStep::Forward) => out.extend_from_slice(&frame.bytes),
+                Some(ClientStep::Answer(bytes)) => {
                     flush(&mut up, &mut out).await?;
                     conn.to_client(&bytes).await?;
                 }
-                ClientStep::Start { ty, held } => {
+                Some(ClientStep::Start { ty, held }) => {
                     flush(&mut up, &mut out).await?;
-                    let Some(permit) = admit_watching(conn, &ty, &mut rd, &mut buf).await? else {
+                    let b = Batch { mark, start: Some((ty, held)), bytes: BytesMut::from(&frame.bytes[..]) };
+                    if let Flow::Gone = end_batch(conn, b, true, &mut rd, &mut buf, &mut up, &mut out).await? {
                         return Ok(());
-                    };
-                    conn.state().permit = Some(permit);
-                    if let Some(h) = held {
-                        out.extend_from_slice(&h);
                     }
-                    out.extend_from_slice(&frame.bytes);
                 }
             }
-            if frame.tag() == super::message::client::TERMINATE {
+            if tag == client::TERMINATE {
                 conn.terminated.store(true, std::sync::atomic::Ordering::Relaxed);
                 flush(&mut up, &mut out).await?;
                 return Ok(());
@@ -130,6 +178,46 @@ async fn client_to_server<G: TxnGate>(
             return Ok(());
         }
     }
+}
+
+/// The extended-protocol messages that open a batch outside a transaction.
+const EXTENDED: [u8; 5] = [client::PARSE, client::BIND, client::EXECUTE, client::DESCRIBE, client::CLOSE];
+
+/// A held batch (or one Query or FunctionCall) is complete: forward it, after admission if
+/// it starts a transaction; refused, answer the client instead (`to_sync`: the batch ends
+/// with its Sync, or is one message answered with ReadyForQuery).
+async fn end_batch<G: TxnGate>(
+    conn: &Conn<G>,
+    batch: Batch,
+    to_sync: bool,
+    rd: &mut OwnedReadHalf,
+    buf: &mut BytesMut,
+    up: &mut OwnedWriteHalf,
+    out: &mut BytesMut,
+) -> Result<Flow, ConnError> {
+    let Some((ty, held)) = batch.start else {
+        out.extend_from_slice(&batch.bytes);
+        return Ok(Flow::Go);
+    };
+    flush(up, out).await?;
+    match admit_watching(conn, &ty, rd, buf).await? {
+        Admitted::Permit(permit) => {
+            conn.state().permit = Some(permit);
+            if let Some(h) = held {
+                out.extend_from_slice(&h);
+            }
+            out.extend_from_slice(&batch.bytes);
+        }
+        Admitted::Gone => return Ok(Flow::Gone),
+        Admitted::Refused(reason) => {
+            tracing::info!(conn = conn.conn_id, ty = %ty.name(), "transaction refused: {}", refusal_message(reason));
+            let (code, hint) = refusal_sqlstate(reason);
+            let error = encode_error("ERROR", code, &format!("gatekeeper: {}", refusal_message(reason)), hint);
+            let answer = conn.state().tracker.refuse(batch.mark, error, to_sync);
+            conn.to_client(&answer).await?;
+        }
+    }
+    Ok(Flow::Go)
 }
 
 /// Reads from the client; while the client owes the next move inside a transaction, for
@@ -153,25 +241,32 @@ async fn read_client<G: TxnGate>(
     }
 }
 
+/// What came of a wait for admission.
+enum Admitted<P> {
+    Permit(P),
+    Refused(Refusal),
+    /// The client went away meanwhile (the wait is abandoned).
+    Gone,
+}
+
 /// Awaits admission while watching the client: bytes it sends meanwhile are buffered
-/// (up to one message's limit), and its going away abandons the wait (`None`). A refusal
-/// ends the connection with an error naming the reason.
+/// (up to one message's limit), and its going away abandons the wait.
 async fn admit_watching<G: TxnGate>(
     conn: &Conn<G>,
-    ty: &super::RequestType,
+    ty: &RequestType,
     rd: &mut OwnedReadHalf,
     buf: &mut BytesMut,
-) -> Result<Option<G::Permit>, ConnError> {
+) -> Result<Admitted<G::Permit>, ConnError> {
     let max = conn.shared.config.limits.max_message_bytes;
     let admit = conn.shared.gate.admit(ty);
     tokio::pin!(admit);
     loop {
         tokio::select! {
-            p = &mut admit => return p.map(Some).map_err(ConnError::Refused),
+            p = &mut admit => return Ok(p.map_or_else(Admitted::Refused, Admitted::Permit)),
             r = rd.read_buf(buf), if buf.len() < max => {
                 if r.map_err(|e| ConnError::io("read from the client", e))? == 0 {
                     tracing::debug!(conn = conn.conn_id, "client left while waiting for admission");
-                    return Ok(None);
+                    return Ok(Admitted::Gone);
                 }
             }
         }

@@ -23,6 +23,9 @@
 //!   ends a copy (CopyDone/CopyFail) after the server's CopyInResponse, the Syncs it sent
 //!   since the COPY's Execute are no longer outstanding.
 //!
+//! - A refused transaction (nothing of it forwarded) is undone and answered as an error:
+//!   see [`refuse`].
+//!
 //! Statement names are mapped to their type at Parse (and portals at Bind) in tables of at
 //! most `max_prepared` entries each; names past the bound are not recorded, and a Bind of
 //! one gets type [`RequestType::Unknown`]. The unnamed statement and portal always are.
@@ -33,6 +36,9 @@ use bytes::Bytes;
 
 use super::message::{self, client, encode_command_complete, encode_ready_for_query, server, MessageError, TxStatus};
 use super::reqtype::{classify, lone_begin, lone_end, RequestType, TypeSource};
+
+mod refuse;
+pub use refuse::Mark;
 
 /// What to do with a client message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +52,8 @@ pub enum ClientStep {
     },
     /// Do not forward; send these bytes to the client instead.
     Answer(Bytes),
+    /// Do not forward, answer nothing (skipping to a `Sync` after a refusal).
+    Drop,
 }
 
 /// What to do with a server message.
@@ -79,6 +87,15 @@ pub struct Tracker {
     swallowing: bool,
     statements: HashMap<String, RequestType>,
     portals: HashMap<String, RequestType>,
+    /// The transaction after a deferred BEGIN was refused: the block is failed, locally
+    /// (see [`refuse`]).
+    aborted: bool,
+    /// Client messages are dropped up to the next Sync (see [`refuse`]).
+    skipping: bool,
+    /// What client messages have added to `outstanding`, in total (wrapping): a refusal
+    /// takes back its batch's share while the server's answers to earlier work go on
+    /// counting down.
+    client_added: u32,
 }
 
 impl Tracker {
@@ -96,6 +113,9 @@ impl Tracker {
             swallowing: false,
             statements: HashMap::new(),
             portals: HashMap::new(),
+            aborted: false,
+            skipping: false,
+            client_added: 0,
         }
     }
 
@@ -107,7 +127,11 @@ impl Tracker {
     /// The client is inside a transaction (admitted or deferred) and owes the next move:
     /// nothing is outstanding. This is the time the idle-in-transaction bound measures.
     pub fn waiting_on_client(&self) -> bool {
-        (self.open || self.deferred.is_some()) && self.outstanding == 0 && !self.batch_open && !self.swallowing
+        (self.open || self.deferred.is_some())
+            && self.outstanding == 0
+            && !self.batch_open
+            && !self.swallowing
+            && !self.skipping
     }
 
     fn classify(&self, sql: &str) -> RequestType {
@@ -122,6 +146,18 @@ impl Tracker {
 
     /// The step for one client message (`tag`, `body`).
     pub fn on_client(&mut self, tag: u8, body: &[u8], frame: &Bytes) -> Result<ClientStep, MessageError> {
+        let before = self.outstanding;
+        let step = self.client_step(tag, body, frame);
+        self.client_added = self.client_added.wrapping_add(self.outstanding.wrapping_sub(before));
+        step
+    }
+
+    fn client_step(&mut self, tag: u8, body: &[u8], frame: &Bytes) -> Result<ClientStep, MessageError> {
+        if self.aborted || self.skipping {
+            if let Some(step) = self.after_refusal(tag, || message::query_text(body).ok()) {
+                return Ok(step);
+            }
+        }
         if self.deferred.is_some() {
             if let Some(step) = self.while_deferred(tag, body)? {
                 return Ok(step);

@@ -75,7 +75,7 @@ async fn types_and_costs_from_admission_to_idle_and_the_charge_back_to_zero() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_transaction_waits_behind_a_full_gate_and_a_long_wait_is_refused() {
+async fn a_transaction_waits_behind_a_full_gate_and_a_refusal_keeps_the_session() {
     let pg = pg_or_skip!();
     let cfg = config(|c| {
         c.max_in_flight = Some(1);
@@ -97,7 +97,9 @@ async fn a_transaction_waits_behind_a_full_gate_and_a_long_wait_is_refused() {
     assert_eq!(r.unwrap(), 2);
     idle(&gk.gate).await;
 
-    // Held past --max-queue-wait: refused with 53400 and the reason; no charge left over.
+    // Held past --max-queue-wait: refused with 53400, the reason and a hint, nothing of
+    // it run; the session stays usable. Extended protocol (the Bind..Sync batch held back),
+    // simple protocol, and a statement after a deferred BEGIN (the block then fails).
     let ta = a.transaction().await.unwrap();
     ta.query_one("SELECT 1", &[]).await.unwrap();
     let e = b.query_one("SELECT 3", &[]).await.unwrap_err();
@@ -105,11 +107,27 @@ async fn a_transaction_waits_behind_a_full_gate_and_a_long_wait_is_refused() {
     let db = e.as_db_error().unwrap();
     assert!(db.message().contains("waited too long"), "{}", db.message());
     assert!(db.hint().is_some_and(|h| h.contains("--max-queue-wait")), "{:?}", db.hint());
+    let e = b.simple_query("INSERT INTO refused_never_created VALUES (1)").await.unwrap_err();
+    assert_eq!(code(&e), "53400", "{e}");
+    // A round trip to the server that needs no admission (a prepare, kept so its Close is
+    // not pipelined): tokio-postgres's Close of its last statement is answered, so the
+    // BEGIN finds nothing outstanding and is deferred.
+    let _kept = b.prepare("SELECT 1").await.unwrap();
+    b.batch_execute("BEGIN").await.unwrap();
+    let e = b.simple_query("SELECT 4").await.unwrap_err();
+    assert_eq!(code(&e), "53400", "{e}");
+    let e = b.simple_query("SELECT 5").await.unwrap_err();
+    assert_eq!(code(&e), "25P02", "{e}");
+    b.batch_execute("ROLLBACK").await.unwrap();
     ta.commit().await.unwrap();
     idle(&gk.gate).await;
-    assert!(gk.gate.metrics_text().contains("gatekeeper_rejected_total{reason=\"queue_wait\"} 1"));
-    assert_eq!(a.query_one("SELECT 4", &[]).await.unwrap().get::<_, i32>(0), 4);
+    assert!(gk.gate.metrics_text().contains("gatekeeper_rejected_total{reason=\"queue_wait\"} 3"));
+    assert_eq!(b.query_one("SELECT 6", &[]).await.unwrap().get::<_, i32>(0), 6);
+    let rows = b.simple_query("SELECT 7").await.unwrap();
+    assert!(matches!(&rows[1], tokio_postgres::SimpleQueryMessage::Row(r) if r.get(0) == Some("7")));
+    assert_eq!(a.query_one("SELECT 8", &[]).await.unwrap().get::<_, i32>(0), 8);
     idle(&gk.gate).await;
+    assert_eq!(gk.stats.failed.load(std::sync::atomic::Ordering::Relaxed), 0, "no connection ended");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -79,6 +79,7 @@ fn run(t: &mut Tracker, script: &[M]) -> Vec<String> {
                     ClientStep::Start { held: None, .. } => "start".to_owned(),
                     ClientStep::Start { held: Some(_), .. } => "start+begin".to_owned(),
                     ClientStep::Answer(_) => "answer".to_owned(),
+                    ClientStep::Drop => "drop".to_owned(),
                 }
             }
             None => {
@@ -259,4 +260,75 @@ proptest! {
         prop_assert_eq!(steps.iter().filter(|s| *s == "end").count(), 1);
         prop_assert_eq!(steps.last().map(String::as_str), Some("end"));
     }
+}
+
+/// The step words of `script` after `refuse` with the tracker marked before `batch`.
+fn refused(before: &[M], batch: &[M], to_sync: bool, after: &[M]) -> (Tracker, String, Vec<u8>, String) {
+    let mut t = tracker();
+    run(&mut t, before);
+    let mark = t.mark();
+    run(&mut t, batch);
+    let answer = t.refuse(mark, Bytes::from_static(b"E..."), to_sync);
+    let tail = answer.last().copied().filter(|_| to_sync).map_or(String::new(), |z| (z as char).to_string());
+    let words = run(&mut t, after).join(" ");
+    (t, tail, answer.to_vec(), words)
+}
+
+#[test]
+fn a_refused_autocommit_batch_leaves_the_session_idle() {
+    let batch = [M::P("", "SELECT 1"), M::B("", ""), M::E(""), M::S];
+    let (t, status, _, words) = refused(&[], &batch, true, &[M::Q("SELECT 2"), M::C, M::Z(b'I')]);
+    assert_eq!(status, "I");
+    assert_eq!(words, "start fwd end");
+    assert!(!t.in_transaction());
+    let (_, status, _, words) = refused(&[], &[M::Q("SELECT 1")], true, &batch);
+    assert_eq!((status.as_str(), words.as_str()), ("I", "fwd start fwd fwd"));
+}
+
+#[test]
+fn a_refused_transaction_after_a_deferred_begin_fails_the_block_until_its_end() {
+    let (mut t, status, _, words) = refused(
+        &[M::Q("BEGIN")],
+        &[M::Q("SELECT 1")],
+        true,
+        &[M::Q("SELECT 2"), M::P("", "SELECT 3"), M::B("", ""), M::S, M::Q("COMMIT")],
+    );
+    assert_eq!(status, "E");
+    // In the failed block: an error per statement, the extended batch skipped to its Sync
+    // (answered 'E'), COMMIT answered ROLLBACK; all locally.
+    assert_eq!(words, "answer answer drop answer answer");
+    assert!(!t.in_transaction() && !t.waiting_on_client());
+    assert_eq!(run(&mut t, &[M::Q("SELECT 4"), M::C, M::Z(b'I')]).join(" "), "start fwd end");
+    run(&mut t, &[M::Q("BEGIN")]);
+    let mark = t.mark();
+    run(&mut t, &[M::Q("SELECT 5")]);
+    t.refuse(mark, Bytes::new(), true);
+    let f = client_frame(&M::Q("COMMIT")).unwrap();
+    match t.on_client(b'Q', &f[5..], &f).unwrap() {
+        ClientStep::Answer(a) => assert!(a.windows(9).any(|w| w == b"ROLLBACK\0") && a.ends_with(b"I")),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_batch_refused_at_a_flush_skips_to_its_sync() {
+    let (t, _, answer, words) =
+        refused(&[], &[M::P("", "SELECT 1"), M::B("", ""), M::H], false, &[M::E(""), M::S, M::Q("SELECT 2")]);
+    assert_eq!(answer, b"E...", "the error alone, ReadyForQuery at the Sync");
+    assert_eq!(words, "drop answer start");
+    assert!(t.in_transaction());
+}
+
+#[test]
+fn the_server_answering_earlier_work_during_the_wait_still_counts() {
+    let mut t = tracker();
+    // A prepare forwarded, its ReadyForQuery still owed.
+    assert_eq!(run(&mut t, &[M::P("s", "SELECT 1"), M::S]).join(" "), "fwd fwd");
+    let mark = t.mark();
+    assert_eq!(run(&mut t, &[M::Q("SELECT 2")]).join(" "), "start");
+    // While the Query waits for admission, the server answers the prepare.
+    assert_eq!(run(&mut t, &[M::Z(b'I')]).join(" "), "fwd");
+    t.refuse(mark, Bytes::new(), true);
+    // Nothing is owed now: a bare BEGIN is deferred again.
+    assert_eq!(run(&mut t, &[M::Q("BEGIN")]).join(" "), "answer");
 }
