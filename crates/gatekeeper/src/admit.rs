@@ -358,21 +358,45 @@ pub(crate) fn arrive(shared: &Arc<Admission>, type_index: usize) -> Result<Arriv
     Ok(arrived)
 }
 
-/// Await a queued request's verdict. Dropped before it resolves (the client left), it
-/// reports the client gone, which takes the request out of the queue.
+/// Why a request was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotAdmitted {
+    /// The controller refused it (counted in the metrics).
+    Refused(Refusal),
+    /// Its client withdrew it while it waited and stays (a PostgreSQL CancelRequest).
+    Cancelled,
+}
+
+/// Await a queued request's verdict, or `cancel` (the client withdrew it: the controller's
+/// `cancel`, no give-up). Dropped before it resolves (the client left), it reports the
+/// client gone, which takes the request out of the queue.
 pub(crate) async fn wait(
     shared: &Arc<Admission>,
     id: RequestId,
-    rx: oneshot::Receiver<Verdict>,
-) -> Result<(Permit, u64), Refusal> {
+    mut rx: oneshot::Receiver<Verdict>,
+    cancel: impl std::future::Future<Output = ()>,
+) -> Result<(Permit, u64), NotAdmitted> {
     let mut guard = GoneGuard { shared: shared.clone(), id, armed: true };
-    let verdict = rx.await;
+    let verdict = tokio::select! {
+        biased;
+        v = &mut rx => v,
+        () = cancel => {
+            guard.armed = false;
+            shared.event(|core, now| match core.waiters.remove(&id) {
+                Some(_) => core.ctl.cancel(now, id),
+                None => Vec::new(),
+            });
+            // A verdict sent meanwhile is dropped with `rx`, after the lock: an admission's
+            // permit hands its ticket back unused.
+            return Err(NotAdmitted::Cancelled);
+        }
+    };
     guard.armed = false;
     match verdict {
         Ok(Verdict::Admitted { permit, waited_us }) => Ok((permit, waited_us)),
         // Counted where the controller refused it.
-        Ok(Verdict::Refused(reason)) => Err(reason),
+        Ok(Verdict::Refused(reason)) => Err(NotAdmitted::Refused(reason)),
         // The sender was dropped without a verdict: only at teardown.
-        Err(_) => Err(Refusal::ShuttingDown),
+        Err(_) => Err(NotAdmitted::Refused(Refusal::ShuttingDown)),
     }
 }

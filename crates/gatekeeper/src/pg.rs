@@ -12,8 +12,11 @@
 //! - Startup phase ([`frame::next_startup`]): `SSLRequest` and `GSSENCRequest` are answered
 //!   `N` (no TLS yet; the client goes on in plaintext or gives up, by its `sslmode`).
 //!   A `CancelRequest` whose (pid, key) belongs to a connected client (recorded from the
-//!   server's `BackendKeyData`, see [`cancel`]) is forwarded to the upstream as received;
-//!   an unknown key is dropped. A StartupMessage of protocol 3.x is forwarded as received
+//!   server's `BackendKeyData`, see [`cancel`]) is forwarded to the upstream as received,
+//!   unless that client's transaction is waiting for admission: then the wait is
+//!   withdrawn (the controller's `cancel`, which is not a give-up) and the client answered
+//!   `ERROR 57014` as the server would; nothing of it was forwarded. An unknown key is
+//!   dropped. A StartupMessage of protocol 3.x is forwarded as received
 //!   (a server that does not support the minor version answers NegotiateProtocolVersion);
 //!   any other version is refused with `0A000`. The only parameter read is
 //!   `application_name` (a type source, see [`reqtype`]).

@@ -80,10 +80,14 @@ async fn startup_phase<G: TxnGate>(
 }
 
 async fn forward_cancel<G: TxnGate>(shared: &Shared<G>, bytes: Bytes, pid: i32, secret: &Bytes) {
-    let Some(owner) = shared.keys.find(pid, secret) else {
+    let Some((owner, slot)) = shared.keys.find(pid, secret) else {
         tracing::info!(pid, "cancel request with an unknown key dropped");
         return;
     };
+    if slot.fire() {
+        tracing::info!(pid, owner, "cancel request withdrew a transaction waiting for admission");
+        return;
+    }
     tracing::debug!(pid, owner, "cancel request forwarded");
     match connect(shared).await {
         Ok(mut up) => {

@@ -13,10 +13,11 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use shortfirst_core::admission::Refusal;
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::gate::TxnGate;
+use super::gate::{NotAdmitted, TxnGate};
 use super::reqtype::RequestType;
 use crate::admit::{self, timer_task, Admission, Arrived, Permit};
 use crate::config::ProxyConfig;
@@ -88,17 +89,29 @@ impl Drop for ControllerPermit {
 impl TxnGate for ControllerGate {
     type Permit = ControllerPermit;
 
-    fn admit(&self, ty: &RequestType) -> impl Future<Output = Result<ControllerPermit, Refusal>> + Send {
+    fn admit(
+        &self,
+        ty: &RequestType,
+        cancel: oneshot::Receiver<()>,
+    ) -> impl Future<Output = Result<ControllerPermit, NotAdmitted>> + Send {
         let type_index = self.adm.classifier.intern(&ty.name());
         async move {
             let (permit, waited_us) = match admit::arrive(&self.adm, type_index) {
                 Ok(Arrived::Admitted { permit, waited_us }) => (permit, waited_us),
-                Ok(Arrived::Queued(id, rx)) => admit::wait(&self.adm, id, rx).await?,
-                Ok(Arrived::Refused(reason)) => return Err(reason),
+                Ok(Arrived::Queued(id, rx)) => {
+                    // A sender dropped without sending is no cancel.
+                    let cancel = async {
+                        if cancel.await.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                    };
+                    admit::wait(&self.adm, id, rx, cancel).await?
+                }
+                Ok(Arrived::Refused(reason)) => return Err(NotAdmitted::Refused(reason)),
                 Err(e) => {
                     // Cannot happen: the registry's types are the controller's.
                     tracing::error!("gatekeeper: {e}");
-                    return Err(Refusal::ShuttingDown);
+                    return Err(NotAdmitted::Refused(Refusal::ShuttingDown));
                 }
             };
             Ok(self.admitted(permit, waited_us))

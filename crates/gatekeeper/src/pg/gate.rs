@@ -5,8 +5,9 @@
 //!
 //! The gate over the admission controller, [`ControllerGate`], is in [`super::controlled`].
 //!
-//! Contract: `admit` resolves to a permit when the transaction may start (or to the
-//! [`Refusal`] that ends its wait: the driver then answers the client); the driver
+//! Contract: `admit` resolves to a permit when the transaction may start (or to why it
+//! may not: refused, or withdrawn by a CancelRequest; the driver then answers the
+//! client); the driver
 //! stores it and, at the transaction's end (ReadyForQuery `I` with nothing outstanding),
 //! hands it back through [`TxnGate::finish`]. A transaction cut short (the client or the
 //! upstream closes, a limit ends the connection) never reaches `finish`: its permit is
@@ -18,8 +19,9 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use shortfirst_core::admission::Refusal;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+
+pub use crate::admit::NotAdmitted;
 
 use super::reqtype::RequestType;
 
@@ -27,7 +29,12 @@ use super::reqtype::RequestType;
 pub trait TxnGate: Send + Sync + 'static {
     type Permit: Send + 'static;
     /// Admit a transaction of type `ty`; resolves when it may start, or with why it may not.
-    fn admit(&self, ty: &RequestType) -> impl Future<Output = Result<Self::Permit, Refusal>> + Send;
+    /// `cancel` resolving (its sender sending) withdraws a wait: `NotAdmitted::Cancelled`.
+    fn admit(
+        &self,
+        ty: &RequestType,
+        cancel: oneshot::Receiver<()>,
+    ) -> impl Future<Output = Result<Self::Permit, NotAdmitted>> + Send;
     /// The transaction admitted with `permit` is over: the server reported idle with
     /// nothing outstanding.
     fn finish(&self, permit: Self::Permit) {
@@ -117,7 +124,11 @@ impl std::ops::Deref for AdmitAll {
 impl TxnGate for AdmitAll {
     type Permit = AdmitAllPermit;
 
-    fn admit(&self, _ty: &RequestType) -> impl Future<Output = Result<AdmitAllPermit, Refusal>> + Send {
+    fn admit(
+        &self,
+        _ty: &RequestType,
+        _cancel: oneshot::Receiver<()>,
+    ) -> impl Future<Output = Result<AdmitAllPermit, NotAdmitted>> + Send {
         std::future::ready(Ok(AdmitAllPermit { _in_flight: self.counts.admit() }))
     }
 
@@ -158,13 +169,20 @@ impl std::ops::Deref for CountLimit {
 impl TxnGate for CountLimit {
     type Permit = CountLimitPermit;
 
-    fn admit(&self, _ty: &RequestType) -> impl Future<Output = Result<CountLimitPermit, Refusal>> + Send {
+    fn admit(
+        &self,
+        _ty: &RequestType,
+        cancel: oneshot::Receiver<()>,
+    ) -> impl Future<Output = Result<CountLimitPermit, NotAdmitted>> + Send {
         let (slots, counts) = (self.slots.clone(), self.counts.clone());
         counts.waiting.fetch_add(1, Ordering::Relaxed);
         let waiting = Waiting(counts.clone());
         async move {
-            // The semaphore lives as long as the gate and is never closed.
-            let slot = slots.acquire_owned().await.expect("the gate's semaphore is never closed");
+            let slot = tokio::select! {
+                // The semaphore lives as long as the gate and is never closed.
+                slot = slots.acquire_owned() => slot.expect("the gate's semaphore is never closed"),
+                Ok(()) = cancel => return Err(NotAdmitted::Cancelled),
+            };
             drop(waiting);
             Ok(CountLimitPermit { _slot: slot, _in_flight: counts.admit() })
         }
@@ -184,10 +202,11 @@ mod tests {
     async fn count_limit_admits_in_order_and_an_abandoned_wait_leaks_nothing() {
         let gate = CountLimit::new(1);
         let ty = RequestType::Unknown;
-        let first = gate.admit(&ty).await.unwrap();
-        let mut second = Box::pin(gate.admit(&ty));
+        let none = || oneshot::channel().1;
+        let first = gate.admit(&ty, none()).await.unwrap();
+        let mut second = Box::pin(gate.admit(&ty, none()));
         assert!(futures_util::FutureExt::now_or_never(&mut second).is_none());
-        let third = gate.admit(&ty);
+        let third = gate.admit(&ty, none());
         assert_eq!((gate.in_flight(), gate.waiting()), (1, 2));
         drop(third);
         assert_eq!(gate.waiting(), 1);
@@ -196,6 +215,6 @@ mod tests {
         assert_eq!((gate.admitted(), gate.finished(), gate.in_flight(), gate.waiting()), (2, 1, 1, 0));
         drop(second);
         assert_eq!(gate.in_flight(), 0);
-        let _again = gate.admit(&ty).await;
+        let _again = gate.admit(&ty, none()).await;
     }
 }

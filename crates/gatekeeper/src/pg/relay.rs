@@ -16,9 +16,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
-use super::cancel::KeyGuard;
+use super::cancel::{CancelSlot, KeyGuard};
 use super::frame::next_frame;
-use super::gate::TxnGate;
+use super::gate::{NotAdmitted, TxnGate};
 use super::message::{backend_key_data, client, encode_error, server};
 use super::reqtype::RequestType;
 use super::txn::{ClientStep, Mark, ServerStep, Tracker};
@@ -34,6 +34,8 @@ struct Conn<G: TxnGate> {
     client_wr: tokio::sync::Mutex<OwnedWriteHalf>,
     /// The client's cancel key while connected.
     key: Mutex<Option<KeyGuard>>,
+    /// Armed while a transaction waits for admission: a CancelRequest withdraws it.
+    cancel: Arc<CancelSlot>,
     /// Signalled after each batch of server messages (the idle-in-transaction timer).
     server_progress: tokio::sync::Notify,
     /// The client sent Terminate: the server closing is the expected end, not a failure.
@@ -74,6 +76,7 @@ pub(crate) async fn relay<G: TxnGate>(
         state: Mutex::new(State { tracker, permit: None }),
         client_wr: tokio::sync::Mutex::new(client_wr),
         key: Mutex::new(None),
+        cancel: Arc::default(),
         server_progress: tokio::sync::Notify::new(),
         terminated: std::sync::atomic::AtomicBool::new(false),
     });
@@ -216,6 +219,12 @@ async fn end_batch<G: TxnGate>(
             let answer = conn.state().tracker.refuse(batch.mark, error, to_sync);
             conn.to_client(&answer).await?;
         }
+        Admitted::Cancelled => {
+            tracing::info!(conn = conn.conn_id, ty = %ty.name(), "transaction cancelled while waiting for admission");
+            let error = encode_error("ERROR", "57014", "canceling statement due to user request", None);
+            let answer = conn.state().tracker.refuse(batch.mark, error, to_sync);
+            conn.to_client(&answer).await?;
+        }
     }
     Ok(Flow::Go)
 }
@@ -245,6 +254,8 @@ async fn read_client<G: TxnGate>(
 enum Admitted<P> {
     Permit(P),
     Refused(Refusal),
+    /// A CancelRequest withdrew the wait.
+    Cancelled,
     /// The client went away meanwhile (the wait is abandoned).
     Gone,
 }
@@ -258,11 +269,19 @@ async fn admit_watching<G: TxnGate>(
     buf: &mut BytesMut,
 ) -> Result<Admitted<G::Permit>, ConnError> {
     let max = conn.shared.config.limits.max_message_bytes;
-    let admit = conn.shared.gate.admit(ty);
+    let admit = conn.shared.gate.admit(ty, conn.cancel.arm());
     tokio::pin!(admit);
     loop {
         tokio::select! {
-            p = &mut admit => return Ok(p.map_or_else(Admitted::Refused, Admitted::Permit)),
+            p = &mut admit => {
+                // A cancel that fired as the wait ended still withdraws the transaction
+                // (the client was told nothing yet; nothing of it was forwarded).
+                return Ok(match (p, conn.cancel.disarm()) {
+                    (Ok(_), true) | (Err(NotAdmitted::Cancelled), _) => Admitted::Cancelled,
+                    (Ok(permit), false) => Admitted::Permit(permit),
+                    (Err(NotAdmitted::Refused(r)), _) => Admitted::Refused(r),
+                });
+            }
             r = rd.read_buf(buf), if buf.len() < max => {
                 if r.map_err(|e| ConnError::io("read from the client", e))? == 0 {
                     tracing::debug!(conn = conn.conn_id, "client left while waiting for admission");
@@ -290,7 +309,7 @@ async fn server_to_client<G: TxnGate>(conn: &Conn<G>, mut rd: OwnedReadHalf) -> 
         while let Some(frame) = next_frame(&mut buf, max).map_err(ConnError::UpstreamFrame)? {
             if frame.tag() == server::BACKEND_KEY_DATA {
                 let (pid, secret) = backend_key_data(frame.body())?;
-                let guard = conn.shared.keys.insert(pid, secret, conn.conn_id);
+                let guard = conn.shared.keys.insert(pid, secret, conn.conn_id, conn.cancel.clone());
                 *conn.key.lock().unwrap_or_else(|e| e.into_inner()) = Some(guard);
             }
             let mut st = conn.state();

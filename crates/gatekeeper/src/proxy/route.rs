@@ -100,13 +100,17 @@ async fn wait_for_verdict(
     body: &mut RequestBody,
 ) -> Result<(Permit, u64), Response<ProxyBody>> {
     let verdict = tokio::select! {
-        verdict = admit::wait(&shared.adm, id, rx) => verdict,
+        verdict = admit::wait(&shared.adm, id, rx, std::future::pending()) => verdict,
         e = body.watch() => {
             tracing::debug!("client body failed while queued: {e}");
             return Err(text_response(StatusCode::BAD_REQUEST, "gatekeeper: request body failed while queued"));
         }
     };
-    verdict.map_err(|reason| refusal(shared, reason))
+    verdict.map_err(|n| match n {
+        admit::NotAdmitted::Refused(reason) => refusal(shared, reason),
+        // Not given a cancel, the wait is never cancelled.
+        admit::NotAdmitted::Cancelled => refusal(shared, Refusal::ShuttingDown),
+    })
 }
 
 /// Send the admitted request upstream and hand back its response, metered: the permit

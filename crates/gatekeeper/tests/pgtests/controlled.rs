@@ -149,3 +149,42 @@ async fn a_client_that_leaves_while_queued_is_taken_out_of_the_queue() {
     idle(&gk.gate).await;
     assert!(gk.gate.metrics_text().contains("gatekeeper_cancelled_while_queued_total 1"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_withdraws_a_queued_transaction_and_reaches_a_running_one() {
+    let pg = pg_or_skip!();
+    let cfg = config(|c| c.max_in_flight = Some(1));
+    let gk = proxy_with(pg.addr(), Limits::default(), ControllerGate::new(&cfg).unwrap()).await;
+    let mut a = gk.client().await;
+    let b = std::sync::Arc::new(gk.client().await);
+    let ta = a.transaction().await.unwrap();
+    ta.query_one("SELECT 1", &[]).await.unwrap();
+    let queued = tokio::spawn({
+        let b = b.clone();
+        async move { b.simple_query("INSERT INTO cancelled_never_created VALUES (1)").await.map(|_| ()) }
+    });
+    eventually(|| gk.gate.snapshot().queue_len == 1, "queued").await;
+    b.cancel_token().cancel_query(tokio_postgres::NoTls).await.unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(10), queued).await.unwrap().unwrap().unwrap_err();
+    // Answered by the gatekeeper (the statement never ran: no 42P01), and not a give-up.
+    assert_eq!(code(&e), "57014", "{e}");
+    assert_eq!(gk.gate.snapshot().queue_len, 0);
+    assert_eq!(gk.gate.snapshot().give_ups, 0, "a cancel is not a give-up");
+    ta.commit().await.unwrap();
+    idle(&gk.gate).await;
+
+    // Running: the cancel goes to the server, which stops the statement.
+    let running = tokio::spawn({
+        let b = b.clone();
+        async move { b.simple_query("SELECT pg_sleep(30)").await.map(|_| ()) }
+    });
+    eventually(|| gk.gate.snapshot().in_flight == 1, "running").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    b.cancel_token().cancel_query(tokio_postgres::NoTls).await.unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap().unwrap_err();
+    assert_eq!(code(&e), "57014", "{e}");
+    assert!(e.as_db_error().unwrap().routine().is_some(), "the server's own error: {e:?}");
+    idle(&gk.gate).await;
+    assert_eq!(b.query_one("SELECT 9", &[]).await.unwrap().get::<_, i32>(0), 9);
+    idle(&gk.gate).await;
+}
