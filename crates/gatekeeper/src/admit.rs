@@ -18,11 +18,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use shortfirst_core::admission::{Arrival, Controller, Decision, Refusal, RequestId, Ticket};
+use shortfirst_core::admission::{AdmissionPolicy, Arrival, Controller, Decision, Refusal, RequestId, Ticket};
 use tokio::sync::{oneshot, Notify};
 
 use crate::classify::Classifier;
-use crate::config::ProxyConfig;
+use crate::config::{CapacitySetting, ProxyConfig};
 use crate::metrics::{Metrics, ProxyOutcome, Snapshot};
 use crate::proxy::controller_config;
 use crate::GatekeeperError;
@@ -119,6 +119,32 @@ impl Admission {
             start: Instant::now(),
             wake: Notify::new(),
         }))
+    }
+
+    /// Apply a reloaded configuration's rules, capacity and policy (see `Handle::reload`).
+    pub(crate) fn reload(
+        self: &Arc<Self>,
+        rules: Vec<crate::classify::Rule>,
+        capacity: &CapacitySetting,
+        policy: AdmissionPolicy,
+    ) -> Result<(), GatekeeperError> {
+        self.classifier.set_rules(rules);
+        let mut result = Ok(());
+        self.event(|core, now| {
+            let mut decisions = core.ctl.set_policy(now, policy);
+            let more = match capacity {
+                CapacitySetting::Fixed { capacity_us } => core.ctl.set_capacity(now, *capacity_us),
+                // An auto controller already running keeps its learned capacity.
+                CapacitySetting::Auto(a) if !core.ctl.is_auto() => core.ctl.set_auto(now, a.clone()),
+                CapacitySetting::Auto(_) => Ok(Vec::new()),
+            };
+            match more {
+                Ok(more) => decisions.extend(more),
+                Err(e) => result = Err(e.into()),
+            }
+            decisions
+        });
+        result
     }
 
     pub(crate) fn now_us(&self) -> u64 {

@@ -87,6 +87,7 @@ mod conn;
 pub mod controlled;
 pub mod frame;
 pub mod gate;
+mod gatekeeper;
 pub mod lexer;
 pub mod message;
 mod relay;
@@ -96,6 +97,7 @@ pub mod txn;
 pub use cancel::CancelKeys;
 pub use controlled::{ControllerGate, ControllerPermit};
 pub use gate::{AdmitAll, AdmitAllPermit, CountLimit, CountLimitPermit, TxnGate};
+pub use gatekeeper::PgGatekeeper;
 pub use reqtype::{RequestType, TypeSource};
 
 use frame::FrameError;

@@ -43,7 +43,7 @@ use crate::metrics::Snapshot;
 use crate::upstream::UpstreamPool;
 use crate::GatekeeperError;
 
-mod admin;
+pub(crate) mod admin;
 mod headers;
 mod reply;
 mod route;
@@ -102,23 +102,7 @@ impl Handle {
         capacity: &CapacitySetting,
         policy: AdmissionPolicy,
     ) -> Result<(), GatekeeperError> {
-        self.shared.adm.classifier.set_rules(rules);
-        let mut result = Ok(());
-        self.shared.adm.event(|core, now| {
-            let mut decisions = core.ctl.set_policy(now, policy);
-            let more = match capacity {
-                CapacitySetting::Fixed { capacity_us } => core.ctl.set_capacity(now, *capacity_us),
-                // An auto controller already running keeps its learned capacity.
-                CapacitySetting::Auto(a) if !core.ctl.is_auto() => core.ctl.set_auto(now, a.clone()),
-                CapacitySetting::Auto(_) => Ok(Vec::new()),
-            };
-            match more {
-                Ok(more) => decisions.extend(more),
-                Err(e) => result = Err(e.into()),
-            }
-            decisions
-        });
-        result
+        self.shared.adm.reload(rules, capacity, policy)
     }
 
     /// Set a fixed capacity now (calibration); auto capacity, if on, stops.
@@ -164,6 +148,11 @@ pub struct Gatekeeper {
 impl Gatekeeper {
     /// Validate the configuration and bind the listening sockets.
     pub async fn bind(cfg: ProxyConfig) -> Result<Self, GatekeeperError> {
+        if cfg.upstream.protocol != crate::config::Protocol::Http {
+            return Err(GatekeeperError::Config(
+                "the HTTP proxy needs an http:// upstream (postgres:// is pg::PgGatekeeper's)".into(),
+            ));
+        }
         let adm = Admission::new(&cfg)?;
         let listener = TcpListener::bind(cfg.listen)
             .await
@@ -199,7 +188,9 @@ impl Gatekeeper {
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), GatekeeperError> {
         let timer = tokio::spawn(timer_task(self.shared.adm.clone()));
         let poller = self.shared.busy.clone().map(|b| tokio::spawn(b.run()));
-        let admin = self.admin.map(|l| tokio::spawn(admin::admin_loop(l, self.shared.clone())));
+        let shared = self.shared.clone();
+        let render: admin::Render = Arc::new(move || shared.adm.metrics.render(&shared.snapshot()));
+        let admin = self.admin.map(|l| tokio::spawn(admin::admin_loop(l, render)));
         let graceful = GracefulShutdown::new();
         let listener = self.listener;
         tokio::select! {

@@ -497,3 +497,6 @@ mod framer_property {
 
 #[path = "pgtests/controlled.rs"]
 mod controlled;
+
+#[path = "pgtests/command.rs"]
+mod command;

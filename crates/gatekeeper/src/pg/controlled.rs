@@ -56,6 +56,17 @@ impl ControllerGate {
         self.adm.metrics.render(&self.adm.snapshot())
     }
 
+    /// The Prometheus text of `/metrics` for a snapshot the driver completed.
+    pub fn render(&self, snap: &Snapshot) -> String {
+        self.adm.metrics.render(snap)
+    }
+
+    /// Apply a reloaded configuration's capacity and policy without dropping anything:
+    /// known types keep their estimates, queued transactions their places.
+    pub fn reload(&self, cfg: &ProxyConfig) -> Result<(), GatekeeperError> {
+        self.adm.reload(cfg.rules.clone(), &cfg.capacity, cfg.policy)
+    }
+
     /// Begin shutting down: every queued transaction is refused, and so is every later one;
     /// admitted transactions run on.
     pub fn shut_down(&self) {
