@@ -500,3 +500,6 @@ mod controlled;
 
 #[path = "pgtests/command.rs"]
 mod command;
+
+#[path = "pgtests/pgbouncer.rs"]
+mod pgbouncer;
