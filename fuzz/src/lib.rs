@@ -7,10 +7,12 @@
 mod gatekeeper;
 mod http;
 mod load;
+mod tls;
 
 pub use gatekeeper::{gatekeeper_classify, gatekeeper_config};
 pub use http::{http_head, range_conditions, resolve_target};
 pub use load::{load_schedule, session_toml, trace_clf, trace_csv, trace_wc98};
+pub use tls::tls_names;
 
 /// Every target by name, for the replay test.
 pub const TARGETS: &[(&str, fn(&[u8]))] = &[
@@ -24,6 +26,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("load_schedule", load_schedule),
     ("gatekeeper_classify", gatekeeper_classify),
     ("gatekeeper_config", gatekeeper_config),
+    ("tls_names", tls_names),
 ];
 
 /// Splits an input into up to `N` fields at NUL bytes (the last takes the rest),

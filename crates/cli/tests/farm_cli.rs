@@ -31,7 +31,18 @@ fn sim_farm_writes_hosts() {
         let out = shortfirst()
             .args(["sim", "--trace"])
             .arg(wl.join("trace.csv"))
-            .args(["--load", "0.7", "--policy", "srpt", "--link-rate", "10mbit", "--servers", hosts, "--dispatch", rule])
+            .args([
+                "--load",
+                "0.7",
+                "--policy",
+                "srpt",
+                "--link-rate",
+                "10mbit",
+                "--servers",
+                hosts,
+                "--dispatch",
+                rule,
+            ])
             .arg("--out")
             .arg(&out_dir)
             .output()
@@ -61,7 +72,18 @@ fn sim_farm_writes_hosts() {
         let out = shortfirst()
             .args(["sim", "--trace"])
             .arg(wl.join("trace.csv"))
-            .args(["--load", "0.5", "--policy", "ps", "--link-rate", "10mbit", "--servers", servers, "--dispatch", rule])
+            .args([
+                "--load",
+                "0.5",
+                "--policy",
+                "ps",
+                "--link-rate",
+                "10mbit",
+                "--servers",
+                servers,
+                "--dispatch",
+                rule,
+            ])
             .arg("--out")
             .arg(dir.path().join("bad"))
             .output()

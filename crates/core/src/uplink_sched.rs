@@ -407,6 +407,16 @@ impl UplinkScheduler {
         }
     }
 
+    /// Payload bytes a connection sent outside any grant (a TLS handshake's
+    /// flights, before its first response) went out at `now_ns`: charged like
+    /// control packets, counted in `control_bytes`.
+    pub fn charge_handshake(&mut self, now_ns: u64, payload_bytes: u64) {
+        if payload_bytes > 0 {
+            self.pacer.charge_payload(now_ns, payload_bytes);
+            self.stats.control_bytes += payload_bytes;
+        }
+    }
+
     /// The next grant at `now_ns`, if a connection is ready and the pacer has
     /// budget for at least a release quantum (or for all the best one has left).
     pub fn next_grant(&mut self, now_ns: u64) -> Option<Grant> {

@@ -37,7 +37,12 @@ pub struct Entry<'a> {
     pub user_agent: Option<&'a [u8]>,
     pub response_time: Duration,
     pub band: Band,
+    /// `TLSv1.2`, `TLSv1.3`; `None` in plaintext.
+    pub tls: Option<&'a str>,
 }
+
+/// The application protocol of every response (ALPN's name for it).
+const PROTOCOL: &[u8] = b"http/1.1";
 
 struct Inner {
     buf: Mutex<Vec<u8>>,
@@ -173,7 +178,7 @@ pub fn format_line(out: &mut Vec<u8>, format: AccessLogFormat, e: &Entry<'_>) {
     out.push(b'\n');
 }
 
-/// `host - - [time] "request" status bytes "referer" "agent" rt=seconds band=n`
+/// `host - - [time] "request" status bytes "referer" "agent" rt=seconds band=n proto=http/1.1 tls=TLSv1.3|-`
 fn combined(out: &mut Vec<u8>, e: &Entry<'_>) {
     out.extend_from_slice(e.remote);
     out.extend_from_slice(b" - - [");
@@ -204,6 +209,10 @@ fn combined(out: &mut Vec<u8>, e: &Entry<'_>) {
     push_seconds(out, e.response_time);
     out.extend_from_slice(b" band=");
     push_u64(out, u64::from(e.band.index()));
+    out.extend_from_slice(b" proto=");
+    out.extend_from_slice(PROTOCOL);
+    out.extend_from_slice(b" tls=");
+    out.extend_from_slice(e.tls.map_or(&b"-"[..], str::as_bytes));
 }
 
 fn json(out: &mut Vec<u8>, e: &Entry<'_>) {
@@ -234,6 +243,17 @@ fn json(out: &mut Vec<u8>, e: &Entry<'_>) {
     push_u64(out, e.response_time.as_micros() as u64);
     out.extend_from_slice(b",\"band\":");
     push_u64(out, u64::from(e.band.index()));
+    out.extend_from_slice(b",\"protocol\":\"");
+    out.extend_from_slice(PROTOCOL);
+    out.extend_from_slice(b"\",\"tls\":");
+    match e.tls {
+        Some(v) => {
+            out.push(b'"');
+            json_escape(out, v.as_bytes());
+            out.push(b'"');
+        }
+        None => out.extend_from_slice(b"null"),
+    }
     out.push(b'}');
 }
 
@@ -291,6 +311,7 @@ mod tests {
             user_agent: Some(b"curl/8\x01"),
             response_time: Duration::from_micros(1_234_567),
             band: Band::new(3).unwrap(),
+            tls: None,
         }
     }
 
@@ -302,7 +323,10 @@ mod tests {
         let (head, tail) = line.split_once(" [").unwrap();
         assert_eq!(head, "127.0.0.1 - -");
         let (_time, rest) = tail.split_once("] ").unwrap();
-        assert_eq!(rest, "\"GET /a\\x22b HTTP/1.1\" 200 1234 \"-\" \"curl/8\\x01\" rt=1.234567 band=3\n");
+        assert_eq!(
+            rest,
+            "\"GET /a\\x22b HTTP/1.1\" 200 1234 \"-\" \"curl/8\\x01\" rt=1.234567 band=3 proto=http/1.1 tls=-\n"
+        );
     }
 
     #[test]
@@ -316,6 +340,7 @@ mod tests {
         assert_eq!(v["band"], 3);
         assert_eq!(v["response_time_us"], 1_234_567);
         assert_eq!(v["referer"], serde_json::Value::Null);
+        assert_eq!((v["protocol"].as_str(), v["tls"].as_str()), (Some("http/1.1"), None));
         assert_eq!(v["request"], "GET /\u{ff} HTTP/1.1");
     }
 

@@ -14,7 +14,9 @@ use std::time::Duration;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-async fn with_writable<F>(stream: &TcpStream, timeout: Duration, mut op: F) -> io::Result<usize>
+/// Calls `op` (one non-blocking write on `stream`) until it does not return
+/// `WouldBlock`, waiting for writability in between, at most `timeout` each time.
+pub async fn write_with<F>(stream: &TcpStream, timeout: Duration, mut op: F) -> io::Result<usize>
 where
     F: FnMut() -> io::Result<usize>,
 {
@@ -74,7 +76,7 @@ pub fn unsent_bytes(fd: RawFd) -> io::Result<u64> {
 pub async fn send(stream: &TcpStream, buf: &[u8], more: bool, timeout: Duration) -> io::Result<usize> {
     let fd = stream.as_raw_fd();
     let flags = libc::MSG_NOSIGNAL | if more { libc::MSG_MORE } else { 0 };
-    with_writable(stream, timeout, || {
+    write_with(stream, timeout, || {
         // SAFETY: `fd` is the stream's open socket; `buf` is valid for `buf.len()` bytes.
         let n = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), flags) };
         if n < 0 {
@@ -96,7 +98,7 @@ pub async fn sendfile(
     timeout: Duration,
 ) -> io::Result<usize> {
     let (out_fd, in_fd) = (stream.as_raw_fd(), file.as_raw_fd());
-    with_writable(stream, timeout, || {
+    write_with(stream, timeout, || {
         // SAFETY: both fds are open for the duration of the call; `offset` is a
         // valid off_t the kernel updates.
         let n = unsafe { libc::sendfile(out_fd, in_fd, offset as *mut i64, count) };

@@ -8,7 +8,8 @@
 //! the wire format, [`resolve`] maps targets to files without ever leaving the
 //! root, [`io`] does the zero-copy writes, [`server`] accepts, limits (what to
 //! do at the connection limit: [`limit`]) and shuts down, [`metrics`] and
-//! [`access_log`] observe. Under `srrt`, [`srrt`] re-ranks a
+//! [`access_log`] observe. [`tls`] puts HTTPS (rustls) in front of the same
+//! state machine. Under `srrt`, [`srrt`] re-ranks a
 //! response from [`tcpinfo`] (`getsockopt(TCP_INFO)`) as its bytes drain.
 //!
 //! Must not know: tc/HTB (that is `shortfirst uplink`), how cutoffs are chosen.
@@ -25,11 +26,12 @@ pub mod sched;
 pub mod server;
 pub mod srrt;
 pub mod tcpinfo;
+pub mod tls;
 pub mod usched;
 
 pub use config::{
     AccessLogFormat, AtMaxConnections, ConfigError, ConfigFile, CutoffsSpec, Dotfiles, Policy, PolicySpec,
-    RrtCutoffsSpec, Scheduling, ServerConfig,
+    RrtCutoffsSpec, Scheduling, ServerConfig, TlsEntry, TlsSettings,
 };
 pub use sched::{so_priority, PriorityObserver};
 pub use server::{run_until_signal, Server, ServerError};

@@ -19,6 +19,13 @@
 //!   `ListenDrops`). Nothing spins: the loop sleeps on shutdown and on its
 //!   connections. The admin listener has its own task and is never paused.
 //!
+//! HTTPS (`tls-listen`): a second listener beside the plaintext one, under the same
+//! connection limit; its connections do the TLS handshake in their own task (within the
+//! header timeout) before the HTTP state machine runs. At the limit under `refuse` a TLS
+//! connection is closed at once (a 503 in plaintext would mean nothing to a TLS client).
+//! The certificates are re-read on SIGHUP and when their files change (polled every
+//! [`TLS_POLL_INTERVAL`]), see [`crate::tls::certs`].
+//!
 //! Shutdown: stop accepting (connections still in the accept queue are reset
 //! when the listener closes), tell every connection (idle ones close at once;
 //! busy ones finish their current response, with `Connection: close`), wait up
@@ -42,13 +49,14 @@ use tokio::task::JoinSet;
 
 use crate::access_log::AccessLog;
 use crate::config::{ConfigError, ServerConfig};
-use crate::conn::Conn;
+use crate::conn::{Conn, Transport};
 use crate::http::parse::Limits;
 use crate::http::{response, Status};
 use crate::limit::{Admit, ConnectionLimit};
 use crate::metrics::Metrics;
 use crate::resolve::Root;
 use crate::sched::{set_so_priority, setsockopt_int, CutoffChooser, PriorityObserver};
+use crate::tls::{CertStore, TlsError, TlsMetrics};
 use crate::usched::{PacerThread, UserScheduler};
 
 /// The admin listener's backlog (the kernel caps it at `net.core.somaxconn`).
@@ -66,6 +74,8 @@ const ACCEPT_PAUSE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// An admin request must arrive within this, and fit in [`ADMIN_MAX_REQUEST_BYTES`].
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
 const ADMIN_MAX_REQUEST_BYTES: usize = 8 * 1024;
+/// How often the certificate and key files are checked for a change.
+pub const TLS_POLL_INTERVAL: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -83,6 +93,8 @@ pub enum ServerError {
     PriorityNotPermitted { priority: u32, source: std::io::Error },
     #[error("access log {path}")]
     AccessLog { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     #[error("tokio runtime")]
     Runtime(#[source] std::io::Error),
 }
@@ -98,6 +110,36 @@ pub(crate) struct Shared {
     pub observer: Option<PriorityObserver>,
     /// The user-space uplink scheduler; `None` in kernel mode.
     pub user: Option<Arc<UserScheduler>>,
+    /// HTTPS; `None` without `tls-listen`.
+    pub tls: Option<TlsState>,
+    pub tls_metrics: TlsMetrics,
+    /// TLS record payload: a whole record, or about one grant under the user-space scheduler.
+    pub record_payload_bytes: usize,
+}
+
+/// HTTPS: the certificates and the handshake's configuration.
+pub(crate) struct TlsState {
+    pub store: Arc<CertStore>,
+    pub acceptor: tokio_rustls::TlsAcceptor,
+    /// The HTTPS listener's port, for redirects to it.
+    pub port: u16,
+}
+
+impl Shared {
+    /// Re-reads the certificates (SIGHUP, a file changed); the old set stays on failure.
+    fn reload_certs(&self, why: &str) {
+        let Some(tls) = &self.tls else { return };
+        match tls.store.reload() {
+            Ok(()) => {
+                self.tls_metrics.reloads.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(why, "TLS certificates reloaded");
+            }
+            Err(e) => {
+                self.tls_metrics.reload_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(why, error = %e, "TLS certificates not reloaded: the previous ones stay in force");
+            }
+        }
+    }
 }
 
 impl Shared {
@@ -107,6 +149,7 @@ impl Shared {
         let dropped = self.access_log.as_ref().map_or(0, |l| l.dropped());
         let policy = self.cutoff_chooser.policy().to_string();
         self.metrics.render(&mut out, &cutoffs, &policy, dropped);
+        self.tls_metrics.render(&mut out, self.tls.is_some());
         if let Some(user) = &self.user {
             user.render(&mut out, &cutoffs);
         }
@@ -118,6 +161,7 @@ impl Shared {
 pub struct Server {
     shared: Arc<Shared>,
     listener: TcpListener,
+    tls_listener: Option<TcpListener>,
     admin: Option<TcpListener>,
 }
 
@@ -155,6 +199,19 @@ impl Server {
         let setup_priority = config.socket_priority.then(|| cutoff_chooser.band_map().so_priority(Band::SETUP));
         let listener = listen(config.listen, setup_priority, config.backlog)?;
         let listener = TcpListener::from_std(listener).map_err(ServerError::Runtime)?;
+        let record_payload_bytes = crate::tls::record_payload_bytes(user.as_ref().map(|u| u.quantum_bytes()));
+        let (tls, tls_listener) = match &config.tls {
+            Some(settings) => {
+                let store = CertStore::load(settings.certs.clone(), crate::tls::provider())?;
+                let server_config = crate::tls::server_config(&store, record_payload_bytes)?;
+                let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config));
+                let l = listen(settings.listen, setup_priority, config.backlog)?;
+                let port = l.local_addr().map_err(ServerError::Runtime)?.port();
+                let l = TcpListener::from_std(l).map_err(ServerError::Runtime)?;
+                (Some(TlsState { store, acceptor, port }), Some(l))
+            }
+            None => (None, None),
+        };
         let admin = match config.admin {
             Some(addr) => {
                 Some(TcpListener::from_std(listen(addr, None, ADMIN_BACKLOG)?).map_err(ServerError::Runtime)?)
@@ -182,12 +239,26 @@ impl Server {
             access_log,
             observer,
             user,
+            tls,
+            tls_metrics: TlsMetrics::default(),
+            record_payload_bytes,
         });
-        Ok(Server { shared, listener, admin })
+        Ok(Server { shared, listener, tls_listener, admin })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.listener.local_addr().expect("bound listener has an address")
+    }
+
+    /// The HTTPS listener's address (`tls-listen`).
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls_listener.as_ref().map(|l| l.local_addr().expect("bound listener has an address"))
+    }
+
+    /// A handle that re-reads the TLS certificates (SIGHUP); nothing without TLS.
+    pub fn cert_reloader(&self) -> impl Fn() + Send + Sync + 'static {
+        let shared = self.shared.clone();
+        move || shared.reload_certs("SIGHUP")
     }
 
     pub fn admin_addr(&self) -> Option<SocketAddr> {
@@ -216,10 +287,11 @@ impl Server {
 
     /// Serves until `shutdown` completes, then drains (see the module docs).
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
-        let Server { shared, listener, admin } = self;
+        let Server { shared, listener, tls_listener, admin } = self;
         let config = &shared.config;
         tracing::info!(
             listen = %listener.local_addr().map_err(ServerError::Runtime)?,
+            tls_listen = ?tls_listener.as_ref().and_then(|l| l.local_addr().ok()),
             root = %shared.root.path().display(),
             policy = %config.policy,
             cutoffs = %shared.cutoff_chooser.cutoffs(),
@@ -230,12 +302,15 @@ impl Server {
             "serving"
         );
         let admin_task = admin.map(|l| tokio::spawn(admin_loop(l, shared.clone())));
+        let poll_task = shared.tls.is_some().then(|| tokio::spawn(poll_certs(shared.clone())));
         // Stopped and joined when dropped, on every way out of this function.
         let pacer = shared.user.clone().map(PacerThread::spawn).transpose().map_err(ServerError::Runtime)?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut connections = JoinSet::new();
-        accept_until(&shared, &listener, &mut connections, &stop_rx, shutdown).await;
+        let listeners = Listeners { plain: &listener, tls: tls_listener.as_ref() };
+        accept_until(&shared, listeners, &mut connections, &stop_rx, shutdown).await;
         drop(listener);
+        drop(tls_listener);
         let _ = stop_tx.send(true);
         let in_flight = connections.len();
         tracing::info!(
@@ -250,7 +325,7 @@ impl Server {
             tracing::warn!(connections = connections.len(), "drain timeout: closing connections still open");
             connections.shutdown().await;
         }
-        if let Some(task) = admin_task {
+        for task in [admin_task, poll_task].into_iter().flatten() {
             task.abort();
         }
         drop(pacer);
@@ -261,11 +336,78 @@ impl Server {
     }
 }
 
+/// Checks the certificate files every [`TLS_POLL_INTERVAL`]; reloads when one changed.
+async fn poll_certs(shared: Arc<Shared>) {
+    let Some(tls) = &shared.tls else { return };
+    let mut tick = tokio::time::interval(TLS_POLL_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if tls.store.changed() {
+            shared.reload_certs("a certificate or key file changed");
+        }
+    }
+}
+
+/// The listeners connections are accepted from.
+#[derive(Clone, Copy)]
+struct Listeners<'l> {
+    plain: &'l TcpListener,
+    tls: Option<&'l TcpListener>,
+}
+
+impl Listeners<'_> {
+    /// The next connection from either listener; `true` if it came from the TLS one.
+    async fn accept(&self) -> (std::io::Result<(TcpStream, SocketAddr)>, bool) {
+        match self.tls {
+            None => (self.plain.accept().await, false),
+            Some(tls) => tokio::select! {
+                r = self.plain.accept() => (r, false),
+                r = tls.accept() => (r, true),
+            },
+        }
+    }
+}
+
+/// One TLS connection: the handshake (within the header timeout; abandoned at shutdown),
+/// its bytes charged to the user-space pacer, then the HTTP state machine.
+async fn serve_tls(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, mut stop: watch::Receiver<bool>) {
+    let Some(tls) = &shared.tls else { return };
+    let handshake = tokio::time::timeout(shared.config.header_timeout, tls.acceptor.accept(stream));
+    let result = tokio::select! {
+        r = handshake => r,
+        _ = stop.changed() => return,
+    };
+    let m = &shared.tls_metrics;
+    let stream = match result {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            m.handshake_failures.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_elapsed) => {
+            m.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    match stream.get_ref().1.protocol_version() {
+        Some(rustls::ProtocolVersion::TLSv1_2) => m.handshakes_tls12.fetch_add(1, Ordering::Relaxed),
+        _ => m.handshakes_tls13.fetch_add(1, Ordering::Relaxed),
+    };
+    if let Some(user) = &shared.user {
+        // What the handshake put on the wire, as the kernel counted it.
+        let sent = crate::tcpinfo::read(stream.get_ref().0.as_raw_fd()).ok().and_then(|i| i.snapshot().bytes_sent);
+        user.charge_handshake(sent.unwrap_or(0));
+    }
+    Conn::new(shared.clone(), Transport::Tls(Box::new(stream)), peer, stop).run().await;
+}
+
 /// Accepts connections into `connections` until `shutdown` completes, within
 /// the connection limit (see the module docs).
 async fn accept_until(
     shared: &Arc<Shared>,
-    listener: &TcpListener,
+    listeners: Listeners<'_>,
     connections: &mut JoinSet<()>,
     stop_rx: &watch::Receiver<bool>,
     shutdown: impl Future<Output = ()>,
@@ -285,18 +427,23 @@ async fn accept_until(
         tokio::select! {
             _ = &mut shutdown => break,
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            accepted = listener.accept(), if accepting => match accepted {
+            (accepted, is_tls) = listeners.accept(), if accepting => match accepted {
                 Ok((stream, peer)) => {
                     shared.metrics.connections_accepted.fetch_add(1, Ordering::Relaxed);
                     if limit.admit(connections.len()) == Admit::Refuse {
-                        refuse(shared, stream);
+                        refuse(shared, stream, is_tls);
                         continue;
                     }
                     if let Err(e) = prepare(&stream, config) {
                         tracing::debug!(error = %e, "accepted socket set-up failed");
                         continue;
                     }
-                    connections.spawn(Conn::new(shared.clone(), stream, peer, stop_rx.clone()).run());
+                    if is_tls {
+                        connections.spawn(serve_tls(shared.clone(), stream, peer, stop_rx.clone()));
+                    } else {
+                        let conn = Conn::new(shared.clone(), Transport::Plain(stream), peer, stop_rx.clone());
+                        connections.spawn(conn.run());
+                    }
                 }
                 Err(e) => {
                     // EMFILE/ENFILE and friends: back off instead of spinning.
@@ -375,9 +522,12 @@ fn prepare(stream: &TcpStream, config: &ServerConfig) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Answers 503 without waiting and closes (see the module docs).
-fn refuse(shared: &Shared, stream: TcpStream) {
+/// Answers 503 without waiting and closes; a TLS connection is closed (see the module docs).
+fn refuse(shared: &Shared, stream: TcpStream, is_tls: bool) {
     shared.metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
+    if is_tls {
+        return;
+    }
     if shared.config.socket_priority {
         // Not even an error page goes out in the set-up band.
         let _ = set_so_priority(stream.as_raw_fd(), shared.cutoff_chooser.band_map().so_priority(Band::FIRST_DATA));
@@ -493,7 +643,7 @@ async fn admin_request(mut stream: TcpStream, shared: &Shared, answering: &Atomi
 }
 
 /// Runs the server on its own multi-thread runtime until SIGTERM or SIGINT;
-/// SIGHUP reopens the access log (log rotation).
+/// SIGHUP reopens the access log (log rotation) and re-reads the TLS certificates.
 pub fn run_until_signal(config: ServerConfig) -> Result<(), ServerError> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all().thread_name("shortfirst-serve");
@@ -504,12 +654,14 @@ pub fn run_until_signal(config: ServerConfig) -> Result<(), ServerError> {
     runtime.block_on(async move {
         let server = Server::bind(config)?;
         let reopen = server.access_log_reopener();
+        let reload_certs = server.cert_reloader();
         let mut hup =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).map_err(ServerError::Runtime)?;
         tokio::spawn(async move {
             while hup.recv().await.is_some() {
-                tracing::info!("SIGHUP received: reopening the access log");
+                tracing::info!("SIGHUP received: reopening the access log, re-reading TLS certificates");
                 reopen();
+                reload_certs();
             }
         });
         let mut term =

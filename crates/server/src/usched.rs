@@ -145,6 +145,20 @@ impl UserScheduler {
         Ok(Registration { sched: self.clone(), id, slot, left_bytes: size_bytes, held: None })
     }
 
+    /// Bytes of one grant (the quantum): TLS records are sized to fit in one.
+    pub(crate) fn quantum_bytes(&self) -> u64 {
+        self.lock().core.quantum_bytes()
+    }
+
+    /// A TLS handshake put `payload_bytes` on the wire outside any grant: charged to
+    /// the pacer like a connection's control packets.
+    pub(crate) fn charge_handshake(&self, payload_bytes: u64) {
+        let now_ns = self.now_ns();
+        let mut st = self.lock();
+        st.core.charge_handshake(now_ns, payload_bytes);
+        self.dispatch(&mut st, now_ns);
+    }
+
     /// Hands out every grant the pacer allows now; wakes the pacer if
     /// connections are left waiting while it sleeps with nothing to do.
     fn dispatch(&self, st: &mut State, now_ns: u64) {

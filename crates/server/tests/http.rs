@@ -343,6 +343,7 @@ async fn metrics_and_access_log() {
     let first = line("GET /small.txt ");
     assert!(first.starts_with("127.0.0.1 - - ["), "{first}");
     let after_time = first.split_once("] ").unwrap().1;
+    let after_time = after_time.strip_suffix(" proto=http/1.1 tls=-").expect("protocol and TLS version last");
     let (rest, band) = after_time.rsplit_once(" band=").unwrap();
     assert_eq!(band, "1");
     let (rest, rt) = rest.rsplit_once(" rt=").unwrap();
@@ -350,7 +351,8 @@ async fn metrics_and_access_log() {
     assert_eq!(rest, "\"GET /small.txt HTTP/1.1\" 200 100 \"http://r/\" \"t\\x22ua\"");
     let medium = line("GET /medium.bin ");
     assert!(
-        medium.contains("\"GET /medium.bin HTTP/1.1\" 200 100000 \"-\" \"-\"") && medium.ends_with("band=6"),
+        medium.contains("\"GET /medium.bin HTTP/1.1\" 200 100000 \"-\" \"-\"")
+            && medium.ends_with("band=6 proto=http/1.1 tls=-"),
         "{medium}"
     );
     assert!(line("GET /missing ").contains("\" 404 "), "{log}");

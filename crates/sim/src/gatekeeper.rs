@@ -583,7 +583,8 @@ impl<'a> Model<'a> {
         let in_window = now >= self.cfg.warmup_us;
         let mut clients = Vec::new();
         while let Some(&(sent, seq)) = self.impatient.front() {
-            if now - sent < p {
+            // The same sum as `next_give_up`'s, so a time it returns is never short of it.
+            if sent + p > now {
                 break;
             }
             self.impatient.pop_front();

@@ -82,6 +82,8 @@ struct Outcome {
     completed: Vec<u64>,
     arrived: Vec<u64>,
     wait_sum_us: Vec<f64>,
+    /// Per type: requests completed after their client gave up.
+    abandoned: Vec<u64>,
     /// Share of the demand served in the window that went to requests admitted as overdue.
     overdue_work_share: f64,
 }
@@ -196,7 +198,8 @@ impl Model {
     /// running one is marked (the backend finishes it for no one).
     fn give_up(&mut self, now: f64, patience_us: f64) {
         while let Some(&(arrival_us, id)) = self.clients.front() {
-            if now - arrival_us < patience_us {
+            // The same sum as `next_give_up`'s, so a time it returns is never short of it.
+            if arrival_us + patience_us > now {
                 break;
             }
             self.clients.pop_front();
@@ -250,6 +253,7 @@ fn simulate(s: Scenario, kinds: &[Kind]) -> Outcome {
         completed: vec![0; kinds.len()],
         arrived: vec![0; kinds.len()],
         wait_sum_us: vec![0.0; kinds.len()],
+        abandoned: vec![0; kinds.len()],
         ..Outcome::default()
     };
     let mut tally = Tally::default();
@@ -273,10 +277,16 @@ fn simulate(s: Scenario, kinds: &[Kind]) -> Outcome {
             m.running[i].remaining_us = 0.0; // exact, whatever the rounding of rate × dt
         }
         for r in m.take_completed() {
+            if r.arrival_us >= s.warmup_us && r.abandoned {
+                out.abandoned[r.ty] += 1;
+            }
             if r.arrival_us >= s.warmup_us && !r.abandoned {
                 out.completed[r.ty] += 1;
                 out.wait_sum_us[r.ty] += r.admitted_us - r.arrival_us;
                 tally.response_sum_us += now - r.arrival_us;
+            }
+            // Useful work is counted as work is, by when it is done: in the window.
+            if now >= s.warmup_us && !r.abandoned {
                 tally.useful_us += kinds[r.ty].demand_us;
             }
             m.finish(now, r);
@@ -588,13 +598,15 @@ fn learned_patience_turns_the_backend_to_clients_who_wait_table() {
         };
         let (off, learn) = (run(PatienceRule::Off), run(PatienceRule::Learn));
         let row = format!(
-            "{policy}: useful work off {:.3} learn {:.3} (busy {:.3}, {:.3}); mean ms (refused at their wait) off {:.0} learn {:.0}",
+            "{policy}: useful work off {:.3} learn {:.3} (busy {:.3}, {:.3}); mean ms (refused at their wait) off {:.0} learn {:.0}; finished for no one off {:?} learn {:?}",
             off.useful_work_rate,
             learn.useful_work_rate,
             off.work_rate,
             learn.work_rate,
             off.mean_response_all_us / 1e3,
             learn.mean_response_all_us / 1e3,
+            off.abandoned,
+            learn.abandoned,
         );
         println!("{row}");
         if !(learn.useful_work_rate >= 0.9 && learn.useful_work_rate >= off.useful_work_rate) {

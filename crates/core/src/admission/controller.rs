@@ -46,8 +46,9 @@
 //!
 //! # Patience
 //! Once the clients' patience is known ([`PatienceRule`]: learned from give-ups, or fixed),
-//! a request that would be admitted although now plus its type's estimate is past its
-//! arrival plus the patience is refused instead ([`Refusal::WouldNotFinish`]) and its charge freed for
+//! a request that would be admitted although now + its type's estimate is past its arrival
+//! plus its budget (a fraction of the patience, `patience::BUDGET_FRACTION`: estimates are
+//! means) is refused instead ([`Refusal::WouldNotFinish`]) and its charge freed for
 //! a request that can still be served in time; a waiting request is refused as soon as that
 //! becomes true ([`Controller::poll`]). Exempt: a probe (its type must be measured) and a
 //! request that would run alone (the backend would otherwise idle). The operator's
@@ -514,9 +515,9 @@ impl Controller {
 
     /// Started now, would the request finish after its client has given up?
     fn too_late(&self, now_us: u64, k: &Known) -> bool {
-        let Some(patience_us) = self.patience.patience_us(k.type_index) else { return false };
+        let Some(budget_us) = self.patience.budget_us(k.type_index) else { return false };
         let estimate_us = self.estimator.estimate_us(k.type_index).unwrap_or(0);
-        now_us.saturating_add(estimate_us) > k.arrival_us.saturating_add(patience_us)
+        now_us.saturating_add(estimate_us) > k.arrival_us.saturating_add(budget_us)
     }
 
     fn is_doomed(&self, now_us: u64, id: RequestId) -> bool {
@@ -530,10 +531,10 @@ impl Controller {
         if k.probe {
             return;
         }
-        let Some(patience_us) = self.patience.patience_us(k.type_index) else { return };
+        let Some(budget_us) = self.patience.budget_us(k.type_index) else { return };
         let estimate_us = self.estimator.estimate_us(k.type_index).unwrap_or(0);
-        // The first µs at which now + estimate > arrival + patience.
-        let at = k.arrival_us.saturating_add(patience_us).saturating_sub(estimate_us).saturating_add(1);
+        // The first µs at which now + estimate > arrival + budget.
+        let at = k.arrival_us.saturating_add(budget_us).saturating_sub(estimate_us).saturating_add(1);
         let at = at.max(now_us.saturating_add(1));
         if let Some(old) = old {
             self.doomed_at.remove(&(old, id));

@@ -119,7 +119,8 @@ fn learned_patience_refuses_what_would_finish_too_late() {
     // One arrives now; it can still finish in time if admitted within patience - 10 ms.
     let late = queued(c.arrive(t, 0).unwrap().outcome);
     let watch = c.next_wakeup_us().expect("the waiting request is watched");
-    assert_eq!(watch, t + patience_us - 10_000 + 1);
+    let budget_us = (patience_us as f64 * super::patience::BUDGET_FRACTION) as u64;
+    assert_eq!(watch, t + budget_us - 10_000 + 1);
     // The backend is stuck on `g` past that moment: the waiter is refused at once.
     let d = c.poll(watch);
     assert_eq!(d, vec![Decision::Refuse { id: late, type_index: 0, reason: Refusal::WouldNotFinish }]);

@@ -17,8 +17,9 @@
 //! instead of left waiting for nothing.
 //!
 //! **What it is used for** ([`Controller`]): a request whose expected completion (now + its
-//! type's estimate) falls after its arrival + the patience is refused instead of admitted,
-//! and a waiting request is refused the moment that becomes true while it waits.
+//! type's estimate) falls after its arrival + [`BUDGET_FRACTION`] of the patience is
+//! refused instead of admitted, and a waiting request is refused the moment that becomes
+//! true while it waits.
 //!
 //! **Memory.** Give-ups older than [`MEMORY_US`] are forgotten, so that a burst of early
 //! give-ups (a client crash, a deploy) does not lower the patience for ever; while the rule
@@ -42,6 +43,11 @@ pub const MIN_GIVE_UPS: usize = 8;
 pub const QUANTILE: f64 = 0.25;
 /// Give-ups older than this are forgotten (10 minutes).
 pub const MEMORY_US: u64 = 600_000_000;
+/// A request must be expected to finish within this fraction of its client's patience.
+/// Estimates are means: a request admitted to finish right at the edge overruns it about
+/// half the time, and its work is lost. With 0.8 a request may overrun its estimate by a
+/// fifth of the patience (4 s of 20 s) and still find its client.
+pub const BUDGET_FRACTION: f64 = 0.8;
 
 /// How the controller decides whether a request would still find its client.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
@@ -157,6 +163,12 @@ impl Patience {
             w.forget_before(cutoff);
             *c = w.quantile_us();
         }
+    }
+
+    /// By when, after its arrival, a request of this type should be done: the patience's
+    /// [`BUDGET_FRACTION`]. `None` while the patience is unknown.
+    pub fn budget_us(&self, type_index: usize) -> Option<u64> {
+        self.patience_us(type_index).map(|p| (p as f64 * BUDGET_FRACTION) as u64)
     }
 
     /// How long a client of this type waits, if known.

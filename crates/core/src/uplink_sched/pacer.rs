@@ -252,6 +252,13 @@ impl Pacer {
         self.link_free_at_ns = self.clock_ns(now_ns) + self.wire_bytes_ns(wire_bytes);
     }
 
+    /// Charges `payload_bytes` of TCP payload sent outside any grant (a TLS
+    /// handshake's flights) at `now_ns`, in segments like a grant's bytes; like
+    /// [`Pacer::charge_wire`], past the look-ahead if need be.
+    pub fn charge_payload(&mut self, now_ns: u64, payload_bytes: u64) {
+        self.link_free_at_ns = self.clock_ns(now_ns) + self.wire_ns(payload_bytes);
+    }
+
     /// Gives back the link time of bytes granted but not written (`granted` →
     /// `written`). Never moves the clock before `now_ns` less the idle burst:
     /// link time already past is not handed out again beyond the burst.

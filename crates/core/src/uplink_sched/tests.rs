@@ -541,3 +541,23 @@ fn connections_control_packets_take_link_time_from_grants() {
         assert_eq!(s.stats().control_bytes, counted);
     }
 }
+
+/// A TLS handshake's payload bytes, charged outside any grant, take their link time in
+/// segments (payload + 66 header bytes each) from the look-ahead, and count as control
+/// bytes; none charged, nothing taken.
+#[test]
+fn handshake_bytes_take_link_time_in_segments() {
+    // (handshake payload bytes) → budget left at t = 0 of the 4,000 wire bytes of look-ahead
+    let table: &[(u64, u64)] = &[
+        (0, 2 * 1448 + 906),
+        // 2,000 payload bytes in two segments: 2,132 wire bytes; 1,868 left = 1,514 + 288 + 66
+        (2_000, 1448 + 288),
+        (4_000, 0), // 4,000 + 3 × 66 wire bytes: the look-ahead and more
+    ];
+    for &(payload, budget) in table {
+        let mut s = UplinkScheduler::new(Policy::Srpt, config(Mode::WorkConserving)).unwrap();
+        s.charge_handshake(0, payload);
+        assert_eq!(s.pacer().budget_bytes(0), budget, "{payload} B");
+        assert_eq!(s.stats().control_bytes, payload);
+    }
+}

@@ -93,7 +93,7 @@ partial! {
 #[command(after_help = "Config file keys are the long flag names without dashes in front \
     (e.g. `max-connections = 100`); flags override the file; an unknown key is an error.\n\
     SO_PRIORITY values above 6 need CAP_NET_ADMIN (root). SIGTERM/SIGINT: graceful shutdown; \
-    SIGHUP: reopen the access log.")]
+    SIGHUP: reopen the access log and re-read the TLS certificates.")]
 pub struct ConfigFile {
     /// Directory to serve (required).
     #[arg(long, value_name = "DIR")]
@@ -256,7 +256,34 @@ pub struct ConfigFile {
     /// `burst`), which lets such a burst out at line rate; 0 on a link with no bucket.
     #[arg(long, value_name = "BYTES")]
     pub pacer_burst_bytes: Option<u32>,
+    /// Address of the HTTPS listener (HTTP/1.1 over TLS 1.2 or 1.3, ALPN `http/1.1`), beside
+    /// --listen; needs a certificate (--tls-cert and --tls-key, or `[[tls]]` tables in the file).
+    #[arg(long, value_name = "ADDR")]
+    pub tls_listen: Option<SocketAddr>,
+    /// PEM certificate chain (leaf first) for --tls-listen; re-read on SIGHUP and when it changes.
+    #[arg(long, value_name = "FILE.pem", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of --tls-cert.
+    #[arg(long, value_name = "FILE.pem", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Answer every request on --listen with a 308 redirect to the same target on --tls-listen.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub redirect_https: Option<bool>,
+    /// File only: `[[tls]]` tables, one certificate each (`cert`, `key`, `names`: the server
+    /// names it is chosen for, `*.example.com` for one label; none: the default certificate).
+    #[arg(skip)]
+    pub tls: Option<Vec<TlsEntry>>,
 }
+}
+
+/// One `[[tls]]` table of the config file (`--tls-cert/--tls-key` make one without names).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TlsEntry {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    #[serde(default)]
+    pub names: Vec<String>,
 }
 
 impl ConfigFile {

@@ -13,7 +13,7 @@ mod file;
 mod tests;
 mod values;
 
-pub use file::{duration_flag_s, rate_flag_bits_per_s, ConfigFile};
+pub use file::{duration_flag_s, rate_flag_bits_per_s, ConfigFile, TlsEntry};
 pub use values::{
     AccessLogFormat, AtMaxConnections, CutoffsSpec, Dotfiles, Policy, PolicySpec, RrtCutoffsSpec, Scheduling,
     MAX_HEADERS_LIMIT,
@@ -166,6 +166,22 @@ pub struct ServerConfig {
     pub auto_window: usize,
     /// Auto cutoffs: recompute after this many responses.
     pub auto_recompute_every: usize,
+    /// The HTTPS listener and its certificates; `None`: plaintext only.
+    pub tls: Option<TlsSettings>,
+    /// Answer every request on the plaintext listener with a `308` to the HTTPS one.
+    pub redirect_https: bool,
+}
+
+/// Most certificates (`[[tls]]` tables) one server loads: each is held in memory and
+/// scanned per handshake.
+pub const MAX_TLS_CERTS: usize = 64;
+
+/// HTTPS: where it listens and the certificates it chooses from by server name (SNI).
+#[derive(Clone, Debug)]
+pub struct TlsSettings {
+    pub listen: SocketAddr,
+    /// At least one, at most [`MAX_TLS_CERTS`]; `--tls-cert/--tls-key` first.
+    pub certs: Vec<TlsEntry>,
 }
 
 impl ServerConfig {
@@ -210,6 +226,8 @@ impl ServerConfig {
             dotfiles: Dotfiles::Ignore,
             auto_window: 10_000,
             auto_recompute_every: 1_000,
+            tls: None,
+            redirect_https: false,
         }
     }
 
@@ -239,6 +257,7 @@ impl ServerConfig {
         c.take_timeouts(&file)?;
         c.take_pacer(&file)?;
         c.take_policy(file.policy.take(), file.cutoffs.take(), file.rrt_cutoffs.take())?;
+        c.take_tls(&mut file)?;
         c.validate()?;
         Ok(c)
     }
@@ -321,6 +340,30 @@ impl ServerConfig {
                 *field = Duration::from_millis(v);
             }
         }
+        Ok(())
+    }
+
+    /// HTTPS: `--tls-cert/--tls-key` (one certificate without names, the default) and the
+    /// file's `[[tls]]` tables, for `--tls-listen`.
+    fn take_tls(&mut self, file: &mut ConfigFile) -> Result<(), ConfigError> {
+        let mut certs = file.tls.take().unwrap_or_default();
+        match (file.tls_cert.take(), file.tls_key.take()) {
+            (Some(cert), Some(key)) => certs.insert(0, TlsEntry { cert, key, names: Vec::new() }),
+            (None, None) => {}
+            (Some(_), None) => return Err(ConfigError::Missing("tls-key")),
+            (None, Some(_)) => return Err(ConfigError::Missing("tls-cert")),
+        }
+        self.redirect_https = file.redirect_https.unwrap_or(false);
+        self.tls = match file.tls_listen {
+            Some(listen) => Some(TlsSettings { listen, certs }),
+            None if certs.is_empty() => None,
+            None => {
+                return Err(ConfigError::Invalid {
+                    key: "tls-listen",
+                    reason: "certificates are given but no HTTPS listener (--tls-listen ADDR)".into(),
+                })
+            }
+        };
         Ok(())
     }
 
@@ -435,7 +478,36 @@ impl ServerConfig {
         if !(1024..=1 << 30).contains(&self.rrt_step_bytes) {
             return invalid("rrt-step-bytes", "must be in 1024..=1073741824 (1 KiB to 1 GiB)".into());
         }
+        self.validate_tls()?;
         self.validate_scheduler()
+    }
+
+    fn validate_tls(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &'static str, reason: String| Err(ConfigError::Invalid { key, reason });
+        let Some(tls) = &self.tls else {
+            if self.redirect_https {
+                return invalid("redirect-https", "needs an HTTPS listener (--tls-listen ADDR)".into());
+            }
+            return Ok(());
+        };
+        if tls.certs.is_empty() {
+            return invalid("tls-listen", "needs a certificate: --tls-cert and --tls-key, or [[tls]] tables".into());
+        }
+        if tls.certs.len() > MAX_TLS_CERTS {
+            return invalid("tls", format!("{} certificates: at most {MAX_TLS_CERTS}", tls.certs.len()));
+        }
+        if tls.listen == self.listen && tls.listen.port() != 0 {
+            return invalid("tls-listen", format!("{} is also --listen: give each its own address", tls.listen));
+        }
+        for entry in &tls.certs {
+            for name in &entry.names {
+                crate::tls::names::NamePattern::parse(name).map_err(|e| ConfigError::Invalid {
+                    key: "tls",
+                    reason: format!("certificate {}: name {name:?}: {e}", entry.cert.display()),
+                })?;
+            }
+        }
+        Ok(())
     }
 
     fn validate_scheduler(&self) -> Result<(), ConfigError> {

@@ -291,3 +291,43 @@ fn at_max_connections_and_backlog_from_the_file() {
     assert_eq!("wait".parse::<AtMaxConnections>(), Ok(AtMaxConnections::Wait));
     assert_eq!(AtMaxConnections::Refuse.to_string(), "refuse");
 }
+
+#[test]
+fn tls_from_flags_and_tables() {
+    let text = "root = \"/srv\"\ntls-listen = \"127.0.0.1:8443\"\nredirect-https = true\n\
+        [[tls]]\ncert = \"a.crt\"\nkey = \"a.key\"\nnames = [\"a.example\", \"*.a.example\"]\n";
+    let file = ConfigFile::parse(text, Path::new("t.toml")).unwrap();
+    let flags = ConfigFile { tls_cert: Some("d.crt".into()), tls_key: Some("d.key".into()), ..Default::default() };
+    let c = ServerConfig::from_file(file.overlay(flags)).unwrap();
+    let tls = c.tls.unwrap();
+    assert_eq!(tls.listen, "127.0.0.1:8443".parse().unwrap());
+    // The flags' certificate first, without names (the default), then the tables.
+    let certs: Vec<_> = tls.certs.iter().map(|e| (e.cert.to_str().unwrap(), e.names.len())).collect();
+    assert_eq!(certs, [("d.crt", 0), ("a.crt", 2)]);
+    assert!(c.redirect_https);
+}
+
+#[test]
+fn tls_mistakes_are_named() {
+    let cases: &[(&str, &str)] = &[
+        ("tls-cert = \"a.crt\"", "tls-key"),
+        ("tls-cert = \"a.crt\"\ntls-key = \"a.key\"", "tls-listen"),
+        ("tls-listen = \"127.0.0.1:8443\"", "tls-listen"),
+        ("redirect-https = true", "redirect-https"),
+        (
+            "listen = \"127.0.0.1:8443\"\ntls-listen = \"127.0.0.1:8443\"\n[[tls]]\ncert = \"a\"\nkey = \"b\"",
+            "tls-listen",
+        ),
+        ("tls-listen = \"127.0.0.1:8443\"\n[[tls]]\ncert = \"a\"\nkey = \"b\"\nnames = [\"a..b\"]", "a..b"),
+    ];
+    for (text, named) in cases {
+        let file = ConfigFile::parse(&format!("root = \"/srv\"\n{text}\n"), Path::new("t.toml")).unwrap();
+        let msg = ServerConfig::from_file(file).unwrap_err().to_string();
+        assert!(msg.contains(named), "{text}: {msg}");
+    }
+    let err =
+        ConfigFile::parse("root = \"/srv\"\n[[tls]]\ncert = \"a\"\nkey = \"b\"\nname = [\"x\"]\n", Path::new("t.toml"))
+            .unwrap_err()
+            .to_string();
+    assert!(err.contains("name") && err.contains("t.toml"), "{err}");
+}

@@ -21,6 +21,7 @@ impl Status {
     pub const PARTIAL_CONTENT: Status = Status { code: 206, reason: "Partial Content" };
     pub const MOVED_PERMANENTLY: Status = Status { code: 301, reason: "Moved Permanently" };
     pub const NOT_MODIFIED: Status = Status { code: 304, reason: "Not Modified" };
+    pub const PERMANENT_REDIRECT: Status = Status { code: 308, reason: "Permanent Redirect" };
     pub const BAD_REQUEST: Status = Status { code: 400, reason: "Bad Request" };
     pub const FORBIDDEN: Status = Status { code: 403, reason: "Forbidden" };
     pub const NOT_FOUND: Status = Status { code: 404, reason: "Not Found" };

@@ -113,6 +113,8 @@ pub struct Request {
     /// Bytes of the head, blank line included.
     pub head_len: usize,
     pub host_count: u8,
+    /// The (valid) `Host` value, for a redirect to HTTPS.
+    pub host: Option<Range<usize>>,
     pub connection_close: bool,
     pub connection_keep_alive: bool,
     pub if_match: FieldLines,
@@ -296,6 +298,7 @@ impl Request {
             if !valid_host(value) {
                 return Err(Status::BAD_REQUEST); // RFC 9112 §3.2: an invalid Host value
             }
+            self.host = Some(r);
         } else if name.eq_ignore_ascii_case(b"connection") {
             self.add_connection_options(value);
         } else if name.eq_ignore_ascii_case(b"if-match") {

@@ -24,6 +24,18 @@
 //! the head, path and log buffers are reused too, so a request allocates
 //! nothing. Every response's band is set before its first byte is written,
 //! from its own size (head + body): no response data ever leaves in band 0.
+//!
+//! Over TLS (`Transport::Tls`, after the handshake) the same machine runs; a
+//! response is then ranked by its ciphertext bytes (`tls::ciphertext_bytes`) and
+//! written by `tls_send` instead of `send`/`sendfile`.
+
+mod heads;
+mod tls_send;
+mod transport;
+
+use heads::{redirect_head, FileHead, HttpsTarget};
+
+pub(crate) use transport::Transport;
 
 use std::fs::File;
 use std::net::SocketAddr;
@@ -34,8 +46,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shortfirst_core::bands::Band;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::access_log::{self, Entry};
@@ -65,6 +75,39 @@ struct Outcome_ {
     band: Band,
 }
 
+/// A response being written: its band as it drains, its user-space registration.
+struct Sending<'a> {
+    progress: BandTracker<'a>,
+    user: Option<crate::usched::Registration>,
+}
+
+/// The connection's band, borrowed apart from its transport while a response is written.
+struct BandState<'c> {
+    shared: &'c Shared,
+    socket: &'c mut BandSocket,
+    /// Band shown in `shortfirst_open_connections`.
+    gauge: &'c mut Band,
+}
+
+impl BandState<'_> {
+    fn set(&mut self, band: Band) {
+        if band != self.socket.band() && self.shared.config.socket_priority {
+            self.shared.metrics.priority_changes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.socket.set(band);
+        self.shared.metrics.connection_moved(*self.gauge, band);
+        *self.gauge = band;
+    }
+
+    /// `n` bytes more are on the socket: counted, and the band follows.
+    fn account(&mut self, out: &mut Sending<'_>, n: u64) {
+        self.shared.metrics.bytes(self.socket.band(), n);
+        if let Some(band) = out.progress.sent(n) {
+            self.set(band);
+        }
+    }
+}
+
 /// The body of a response.
 enum Body {
     None,
@@ -81,7 +124,9 @@ enum Body {
 
 pub(crate) struct Conn {
     shared: Arc<Shared>,
-    stream: TcpStream,
+    transport: Transport,
+    /// TLS: one record's plaintext read from the file (allocated on the first body).
+    tls_buf: Vec<u8>,
     remote: Vec<u8>,
     shutdown: watch::Receiver<bool>,
     rbuf: Box<[u8]>,
@@ -119,12 +164,12 @@ enum Next {
 impl Conn {
     pub(crate) fn new(
         shared: Arc<Shared>,
-        stream: TcpStream,
+        transport: Transport,
         peer: SocketAddr,
         shutdown: watch::Receiver<bool>,
     ) -> Conn {
         let socket_band = BandSocket::accepted(
-            &stream,
+            transport.tcp(),
             shared.cutoff_chooser.band_map(),
             shared.config.socket_priority,
             shared.observer.clone(),
@@ -135,7 +180,8 @@ impl Conn {
         Conn {
             remote: peer.ip().to_string().into_bytes(),
             shared,
-            stream,
+            transport,
+            tls_buf: Vec::new(),
             shutdown,
             rbuf,
             rstart: 0,
@@ -166,7 +212,11 @@ impl Conn {
                     Next::Continue => {}
                     Next::Close => break,
                 },
-                Ok(None) => return, // closed, idle or shutting down: nothing owed
+                Ok(None) => {
+                    // Closed, idle or shutting down: nothing owed but, over TLS, a close_notify.
+                    self.transport.close_quietly(LINGER_SHUTDOWN).await;
+                    return;
+                }
                 Err(status) => {
                     let started = Instant::now();
                     if let Ok(o) = self.send_error(status, None, false).await {
@@ -217,7 +267,7 @@ impl Conn {
             if idle && self.shutting_down() {
                 return Ok(None);
             }
-            let read = self.stream.read(&mut self.rbuf[self.rend..]);
+            let read = self.transport.read(&mut self.rbuf[self.rend..]);
             let result = if idle {
                 // Before the first request, silence is held to the header timeout.
                 let deadline = if self.served == 0 {
@@ -307,6 +357,14 @@ impl Conn {
     /// order, top to bottom: method, resolution, preconditions, range.
     async fn respond(&mut self, req: &Request, keep_alive: bool) -> std::io::Result<Outcome_> {
         let base = self.rstart;
+        if let (true, Transport::Plain(_), Some(tls)) =
+            (self.shared.config.redirect_https, &self.transport, &self.shared.tls)
+        {
+            let field = |r: &Range<usize>| &self.rbuf[base + r.start..base + r.end];
+            let https = HttpsTarget { host: req.host.as_ref().map(field), target: field(&req.target), port: tls.port };
+            https.redirect_head(&mut self.head, &mut self.scratch, keep_alive, req.version_minor);
+            return self.send(Status::PERMANENT_REDIRECT, Body::None).await;
+        }
         let method = req.method();
         match method {
             Method::Get | Method::Head => {}
@@ -389,7 +447,7 @@ impl Conn {
         }
         let deadline = tokio::time::Instant::now() + config.header_timeout;
         loop {
-            let n = match tokio::time::timeout_at(deadline, self.stream.read(&mut self.body_buf)).await {
+            let n = match tokio::time::timeout_at(deadline, self.transport.read(&mut self.body_buf)).await {
                 Err(_elapsed) => return Err(Status::REQUEST_TIMEOUT),
                 Ok(Ok(0) | Err(_)) => return Err(Status::BAD_REQUEST), // cut off inside the body
                 Ok(Ok(n)) => n,
@@ -422,88 +480,98 @@ impl Conn {
     /// response's size, moving to better bands as cutoffs are crossed.
     async fn send(&mut self, status: Status, body: Body) -> std::io::Result<Outcome_> {
         let shared = self.shared.clone();
-        let timeout = shared.config.send_timeout;
         let (head_only_len, file_part) = match &body {
             Body::None => (self.head.len(), None),
             Body::InHead { len } => (self.head.len() - len, None),
             Body::File { file, offset, len } => (self.head.len(), Some((file, *offset, *len))),
         };
-        let total = self.head.len() as u64 + file_part.map_or(0, |(_, _, len)| len);
+        let plain_bytes = self.head.len() as u64 + file_part.map_or(0, |(_, _, len)| len);
+        // Over TLS the response is ranked by what crosses the wire: its ciphertext.
+        let total = match self.transport {
+            Transport::Plain(_) => plain_bytes,
+            Transport::Tls(_) => crate::tls::ciphertext_bytes(plain_bytes, shared.record_payload_bytes),
+        };
 
         shared.cutoff_chooser.refresh(&mut self.cutoffs);
-        let mut progress = BandTracker::start(&shared, &self.cutoffs, &self.stream, self.socket_band.band(), total);
+        let progress = BandTracker::start(&shared, &self.cutoffs, self.transport.tcp(), self.socket_band.band(), total);
         let first_band = progress.band();
         self.set_band(first_band);
         // User-space scheduling: every write waits for a grant (see `usched`).
-        let mut user = match &shared.user {
+        let user = match &shared.user {
             Some(u) => Some(u.register(total, self.served == 1)?),
             None => None,
         };
-
-        let mut sent_total = 0u64;
-        let mut written = 0;
-        while written < self.head.len() {
-            let more = file_part.is_some();
-            let n = match &mut user {
-                None => io::send(&self.stream, &self.head[written..], more, timeout).await?,
-                Some(reg) => {
-                    let (fd, head) = (self.stream.as_raw_fd(), &self.head[written..]);
-                    let band = self.socket_band.band();
-                    reg.write(&self.stream, timeout, band, head.len(), |n| io::raw_send(fd, &head[..n], more)).await?
-                }
-            };
-            written += n;
-            sent_total += n as u64;
-            shared.metrics.bytes(self.socket_band.band(), n as u64);
-            if let Some(band) = progress.sent(n as u64) {
-                self.set_band(band);
-            }
-        }
-        if let Some((file, offset, len)) = file_part {
-            let mut off = offset as i64;
-            let end = (offset + len) as i64;
-            let chunk = shared.config.sendfile_chunk_bytes;
-            while off < end {
-                let want = ((end - off) as usize).min(chunk);
-                let n = match &mut user {
-                    None => io::sendfile(&self.stream, file, &mut off, want, timeout).await?,
-                    Some(reg) => {
-                        let (out_fd, in_fd) = (self.stream.as_raw_fd(), file.as_raw_fd());
-                        let band = self.socket_band.band();
-                        reg.write(&self.stream, timeout, band, want, |n| io::raw_sendfile(out_fd, in_fd, &mut off, n))
-                            .await?
-                    }
-                };
-                if n == 0 {
-                    // The file shrank under us: the promised length cannot be kept.
-                    return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "file shrank while sending"));
-                }
-                sent_total += n as u64;
-                shared.metrics.bytes(self.socket_band.band(), n as u64);
-                if let Some(band) = progress.sent(n as u64) {
-                    self.set_band(band);
-                }
-            }
-        }
-        progress.finish();
-        let body_bytes = sent_total.saturating_sub(head_only_len as u64);
+        let mut out = Sending { progress, user };
+        let sent_plain = match self.transport {
+            Transport::Plain(_) => self.write_plain(&mut out, file_part).await?,
+            Transport::Tls(_) => self.write_tls(&mut out, file_part).await?,
+        };
+        out.progress.finish();
+        let body_bytes = sent_plain.saturating_sub(head_only_len as u64);
         shared.metrics.connection_moved(self.gauge_band, Band::SETUP);
         self.gauge_band = Band::SETUP;
         Ok(Outcome_ { status, body_bytes, band: first_band })
     }
 
-    fn set_band(&mut self, band: Band) {
-        if band != self.socket_band.band() && self.shared.config.socket_priority {
-            self.shared.metrics.priority_changes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    /// Plaintext: the head by `send(MSG_MORE)`, the body by `sendfile`. Returns the bytes written.
+    async fn write_plain(
+        &mut self,
+        out: &mut Sending<'_>,
+        file_part: Option<(&File, u64, u64)>,
+    ) -> std::io::Result<u64> {
+        let timeout = self.shared.config.send_timeout;
+        let Conn { transport, head, socket_band, gauge_band, shared, .. } = self;
+        let mut bands = BandState { shared, socket: socket_band, gauge: gauge_band };
+        let Transport::Plain(stream) = transport else { unreachable!("write_plain on a TLS connection") };
+        let stream = &*stream;
+        let mut sent_total = 0u64;
+        let mut written = 0;
+        while written < head.len() {
+            let more = file_part.is_some();
+            let n = match &mut out.user {
+                None => io::send(stream, &head[written..], more, timeout).await?,
+                Some(reg) => {
+                    let (fd, head) = (stream.as_raw_fd(), &head[written..]);
+                    let band = bands.socket.band();
+                    reg.write(stream, timeout, band, head.len(), |n| io::raw_send(fd, &head[..n], more)).await?
+                }
+            };
+            written += n;
+            sent_total += n as u64;
+            bands.account(out, n as u64);
         }
-        self.socket_band.set(band);
-        self.shared.metrics.connection_moved(self.gauge_band, band);
-        self.gauge_band = band;
+        let Some((file, offset, len)) = file_part else { return Ok(sent_total) };
+        let mut off = offset as i64;
+        let end = (offset + len) as i64;
+        let chunk = bands.shared.config.sendfile_chunk_bytes;
+        while off < end {
+            let want = ((end - off) as usize).min(chunk);
+            let n = match &mut out.user {
+                None => io::sendfile(stream, file, &mut off, want, timeout).await?,
+                Some(reg) => {
+                    let (out_fd, in_fd) = (stream.as_raw_fd(), file.as_raw_fd());
+                    let band = bands.socket.band();
+                    reg.write(stream, timeout, band, want, |n| io::raw_sendfile(out_fd, in_fd, &mut off, n)).await?
+                }
+            };
+            if n == 0 {
+                // The file shrank under us: the promised length cannot be kept.
+                return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "file shrank while sending"));
+            }
+            sent_total += n as u64;
+            bands.account(out, n as u64);
+        }
+        Ok(sent_total)
+    }
+
+    fn set_band(&mut self, band: Band) {
+        BandState { shared: &self.shared, socket: &mut self.socket_band, gauge: &mut self.gauge_band }.set(band);
     }
 
     fn log(&mut self, req: &Request, base: usize, o: &Outcome_, started: Instant) {
         let elapsed = started.elapsed();
         self.shared.metrics.response(o.band, o.status.code, elapsed);
+        self.shared.tls_metrics.response(self.transport.tls_version());
         let Some(log) = &self.shared.access_log else { return };
         let buf = &self.rbuf[base..];
         let field = |r: &Option<std::ops::Range<usize>>| r.as_ref().map(|r| &buf[r.clone()]);
@@ -516,6 +584,7 @@ impl Conn {
             user_agent: field(&req.user_agent),
             response_time: elapsed,
             band: o.band,
+            tls: self.transport.tls_version(),
         };
         access_log::format_line(&mut self.log_line, log.format(), &entry);
         log.push(&self.log_line);
@@ -525,6 +594,7 @@ impl Conn {
     fn log_unparsed(&mut self, o: &Outcome_, started: Instant) {
         let elapsed = started.elapsed();
         self.shared.metrics.response(o.band, o.status.code, elapsed);
+        self.shared.tls_metrics.response(self.transport.tls_version());
         let Some(log) = &self.shared.access_log else { return };
         let entry = Entry {
             remote: &self.remote,
@@ -535,6 +605,7 @@ impl Conn {
             user_agent: None,
             response_time: elapsed,
             band: o.band,
+            tls: self.transport.tls_version(),
         };
         access_log::format_line(&mut self.log_line, log.format(), &entry);
         log.push(&self.log_line);
@@ -544,7 +615,7 @@ impl Conn {
     /// the kernel does not answer unread bytes with a reset that destroys the
     /// response in flight.
     async fn linger(&mut self) {
-        if self.stream.shutdown().await.is_err() {
+        if self.transport.shutdown().await.is_err() {
             return;
         }
         // Shutting down: the response is out; do not hold the drain up for long.
@@ -553,7 +624,7 @@ impl Conn {
         let mut drained = 0;
         while drained < LINGER_MAX_BYTES {
             tokio::select! {
-                r = tokio::time::timeout_at(deadline, self.stream.read(&mut self.rbuf[..])) => match r {
+                r = tokio::time::timeout_at(deadline, self.transport.read(&mut self.rbuf[..])) => match r {
                     Ok(Ok(n)) if n > 0 => drained += n,
                     _ => break,
                 },
@@ -567,33 +638,6 @@ impl Drop for Conn {
     fn drop(&mut self) {
         self.shared.metrics.connection_closed(self.gauge_band);
     }
-}
-
-/// The head of a `301` adding the slash to a directory's path: `Location` is the
-/// normalised `path` plus "/", `query` kept, built in `location` (a scratch buffer).
-/// Never the raw target: `//host/dir` must not become `Location: //host/dir/`, a
-/// redirect to another host. The normalised path has no empty segment, so the
-/// value starts with exactly one slash.
-fn redirect_head(
-    head: &mut Vec<u8>,
-    location: &mut Vec<u8>,
-    path: &[u8],
-    query: Option<&[u8]>,
-    keep_alive: bool,
-    version_minor: u8,
-) {
-    location.clear();
-    location.push(b'/');
-    response::push_path_encoded(location, path);
-    location.push(b'/');
-    if let Some(q) = query {
-        location.push(b'?');
-        location.extend_from_slice(q);
-    }
-    response::begin(head, Status::MOVED_PERMANENTLY);
-    response::header(head, b"Location", location);
-    response::header(head, b"Content-Length", b"0");
-    response::end(head, keep_alive, version_minor);
 }
 
 fn refusal_status(refusal: Refusal) -> Status {
@@ -636,51 +680,6 @@ fn evaluate_conditions(buf: &[u8], req: &Request, validators: &Validators<'_>, l
         is_get: req.method() == Method::Get,
     };
     precondition::evaluate(&conditions, validators, len)
-}
-
-/// The head of a response from a file (or of its `304` or `416`).
-struct FileHead<'a> {
-    status: Status,
-    /// The name the content type is taken from.
-    name: &'a [u8],
-    /// The body: `body_len` bytes from `offset`.
-    offset: u64,
-    body_len: u64,
-    file_len: u64,
-    mtime_secs: u64,
-    etag: &'a [u8],
-}
-
-impl FileHead<'_> {
-    fn write(&self, h: &mut Vec<u8>, keep_alive: bool, version_minor: u8) {
-        let status = self.status;
-        response::begin(h, status);
-        if status != Status::NOT_MODIFIED && status != Status::RANGE_NOT_SATISFIABLE {
-            response::header(h, b"Content-Type", response::content_type(self.name).as_bytes());
-            response::header_u64(h, b"Content-Length", self.body_len);
-        }
-        if status == Status::RANGE_NOT_SATISFIABLE {
-            response::header(h, b"Content-Length", b"0");
-            h.extend_from_slice(b"Content-Range: bytes */");
-            response::push_u64(h, self.file_len);
-            h.extend_from_slice(b"\r\n");
-        }
-        if status == Status::PARTIAL_CONTENT {
-            h.extend_from_slice(b"Content-Range: bytes ");
-            response::push_u64(h, self.offset);
-            h.push(b'-');
-            response::push_u64(h, self.offset + self.body_len - 1);
-            h.push(b'/');
-            response::push_u64(h, self.file_len);
-            h.extend_from_slice(b"\r\n");
-        }
-        h.extend_from_slice(b"Last-Modified: ");
-        h.extend_from_slice(&crate::http::date::http_date(self.mtime_secs));
-        h.extend_from_slice(b"\r\n");
-        response::header(h, b"ETag", self.etag);
-        response::header(h, b"Accept-Ranges", b"bytes");
-        response::end(h, keep_alive, version_minor);
-    }
 }
 
 /// The values of a list header's lines, into `out`; returns how many.
