@@ -219,6 +219,8 @@ pub struct ProxyConfig {
     pub idle_in_transaction_timeout: Option<Duration>,
     /// PostgreSQL only: the longest client message (its length header is checked first).
     pub max_message_bytes: usize,
+    /// PostgreSQL only: the PEM certificate chain and key for clients that ask for TLS.
+    pub tls_cert_key: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 impl ProxyConfig {
@@ -253,6 +255,7 @@ impl ProxyConfig {
             pg_types: crate::pg::TypeSource::default(),
             idle_in_transaction_timeout: crate::pg::Limits::default().idle_in_transaction,
             max_message_bytes: crate::pg::Limits::default().max_message_bytes,
+            tls_cert_key: None,
         }
     }
 }

@@ -9,8 +9,11 @@
 //! *start* of a transaction, never a statement inside one.
 //!
 //! # What is parsed, what is passed through
-//! - Startup phase ([`frame::next_startup`]): `SSLRequest` and `GSSENCRequest` are answered
-//!   `N` (no TLS yet; the client goes on in plaintext or gives up, by its `sslmode`).
+//! - Startup phase ([`frame::next_startup`]): with a certificate ([`PgConfig::tls`]), an
+//!   `SSLRequest` is answered `S` and the session goes on inside TLS (bytes sent after the
+//!   request, before the handshake, are refused); without one, and for `GSSENCRequest`,
+//!   the answer is `N` (the client goes on in plaintext or gives up, by its `sslmode`). The
+//!   upstream connection is plain TCP (the gatekeeper sits next to the server).
 //!   A `CancelRequest` whose (pid, key) belongs to a connected client (recorded from the
 //!   server's `BackendKeyData`, see [`cancel`]) is forwarded to the upstream as received,
 //!   unless that client's transaction is waiting for admission: then the wait is
@@ -136,6 +139,44 @@ pub struct PgConfig {
     pub upstream_addr: String,
     pub limits: Limits,
     pub types: TypeSource,
+    /// Answer SSLRequest `S` and wrap the session in TLS with this; `None`: answer `N`.
+    pub tls: Option<PgTls>,
+}
+
+/// The TLS acceptor of the client side (from `--tls-cert`/`--tls-key`).
+#[derive(Clone)]
+pub struct PgTls(pub tokio_rustls::TlsAcceptor);
+
+impl std::fmt::Debug for PgTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PgTls")
+    }
+}
+
+impl PgTls {
+    /// The acceptor of a PEM certificate chain and private key, each error naming the file.
+    pub fn from_pem_files(cert: &std::path::Path, key: &std::path::Path) -> Result<Self, crate::GatekeeperError> {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let bad = |what: &str, path: &std::path::Path, e: &dyn std::fmt::Display| {
+            crate::GatekeeperError::Config(format!("{what} {}: {e}", path.display()))
+        };
+        let certs = CertificateDer::pem_file_iter(cert)
+            .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| bad("--tls-cert", cert, &e))?;
+        if certs.is_empty() {
+            return Err(bad("--tls-cert", cert, &"no certificate in the file"));
+        }
+        let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| bad("--tls-key", key, &e))?;
+        let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| bad("--tls-cert", cert, &e))?
+            .with_no_client_auth()
+            .with_single_cert(certs, key_der)
+            .map_err(|e| bad("--tls-key", key, &format!("does not go with the certificate: {e}")))?;
+        Ok(PgTls(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config))))
+    }
 }
 
 /// Why a client connection ended early. Each says whose fault it was.

@@ -153,6 +153,9 @@ impl Gatekeeper {
                 "the HTTP proxy needs an http:// upstream (postgres:// is pg::PgGatekeeper's)".into(),
             ));
         }
+        if cfg.tls_cert_key.is_some() {
+            return Err(GatekeeperError::Config("--tls-cert/--tls-key are for a postgres:// upstream".into()));
+        }
         let adm = Admission::new(&cfg)?;
         let listener = TcpListener::bind(cfg.listen)
             .await

@@ -213,6 +213,13 @@ pub struct ProxySettings {
     /// FATAL 08P01. Default: 16777216.
     #[arg(long, value_name = "N")]
     pub max_message_bytes: Option<usize>,
+    /// PostgreSQL: the PEM certificate chain to offer clients that ask for TLS (with
+    /// --tls-key); without both, an SSLRequest is answered N (no TLS).
+    #[arg(long, value_name = "FILE.pem")]
+    pub tls_cert: Option<PathBuf>,
+    /// PostgreSQL: the PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE.pem")]
+    pub tls_key: Option<PathBuf>,
     /// The cost estimator (file only).
     #[arg(skip)]
     pub estimator: Option<FileEstimator>,
@@ -413,6 +420,12 @@ impl ProxyConfig {
                 self.idle_in_transaction_timeout = Some(d);
             }
         }
+        self.tls_cert_key = match (&s.tls_cert, &s.tls_key) {
+            (Some(c), Some(k)) => Some((c.clone(), k.clone())),
+            (None, None) => None,
+            (Some(_), None) => return invalid("tls-key", "--tls-cert needs --tls-key".into()),
+            (None, Some(_)) => return invalid("tls-cert", "--tls-key needs --tls-cert".into()),
+        };
         match s.max_message_bytes {
             Some(n) if n < 1024 => return invalid("max-message-bytes", format!("{n}: must be at least 1024")),
             Some(n) => self.max_message_bytes = n,

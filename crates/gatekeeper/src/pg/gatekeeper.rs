@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
-use super::{serve, ControllerGate, Limits, PgConfig, ServeStats};
+use super::{serve, ControllerGate, Limits, PgConfig, PgTls, ServeStats};
 use crate::config::{Protocol, ProxyConfig};
 use crate::proxy::admin::{admin_loop, Render};
 use crate::GatekeeperError;
@@ -18,9 +18,14 @@ use crate::GatekeeperError;
 impl PgConfig {
     /// The PostgreSQL side of a gatekeeper configuration: its upstream, its client and
     /// message limits, its timeouts (`header-timeout` bounds the startup phase,
-    /// `upstream-timeout` the upstream connection) and where types come from.
-    pub fn from_proxy(cfg: &ProxyConfig) -> Self {
-        PgConfig {
+    /// `upstream-timeout` the upstream connection), where types come from, and TLS (the
+    /// certificate and key read now: an unreadable or mismatched pair is an error).
+    pub fn from_proxy(cfg: &ProxyConfig) -> Result<Self, GatekeeperError> {
+        let tls = match &cfg.tls_cert_key {
+            Some((cert, key)) => Some(PgTls::from_pem_files(cert, key)?),
+            None => None,
+        };
+        Ok(PgConfig {
             upstream_addr: cfg.upstream.authority.to_string(),
             limits: Limits {
                 max_clients: cfg.max_connections,
@@ -31,7 +36,8 @@ impl PgConfig {
                 ..Limits::default()
             },
             types: cfg.pg_types.clone(),
-        }
+            tls,
+        })
     }
 }
 
@@ -52,6 +58,7 @@ impl PgGatekeeper {
         if cfg.upstream.protocol != Protocol::Postgres {
             return Err(GatekeeperError::Config("the PostgreSQL gatekeeper needs a postgres:// upstream".into()));
         }
+        let config = PgConfig::from_proxy(cfg)?;
         let gate = Arc::new(ControllerGate::new(cfg)?);
         let listener = TcpListener::bind(cfg.listen)
             .await
@@ -67,7 +74,7 @@ impl PgGatekeeper {
             admin,
             gate,
             stats: Arc::default(),
-            config: PgConfig::from_proxy(cfg),
+            config,
             shutdown_timeout: cfg.shutdown_timeout,
         })
     }

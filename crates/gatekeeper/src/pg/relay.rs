@@ -13,8 +13,15 @@ use std::sync::{Arc, Mutex};
 use bytes::{Bytes, BytesMut};
 use shortfirst_core::admission::Refusal;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{ReadHalf, WriteHalf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
+
+use super::conn::ClientStream;
+
+/// The client's side: plain TCP or TLS over it.
+type ClientRd = ReadHalf<ClientStream>;
+type ClientWr = WriteHalf<ClientStream>;
 
 use super::cancel::{CancelSlot, KeyGuard};
 use super::frame::next_frame;
@@ -31,7 +38,7 @@ struct Conn<G: TxnGate> {
     /// The tracker and the open transaction's permit, under one lock: the step that ends a
     /// transaction takes its permit before a new transaction can store its own.
     state: Mutex<State<G::Permit>>,
-    client_wr: tokio::sync::Mutex<OwnedWriteHalf>,
+    client_wr: tokio::sync::Mutex<ClientWr>,
     /// The client's cancel key while connected.
     key: Mutex<Option<KeyGuard>>,
     /// Armed while a transaction waits for admission: a CancelRequest withdraws it.
@@ -59,14 +66,14 @@ impl<G: TxnGate> Conn<G> {
 }
 
 pub(crate) async fn relay<G: TxnGate>(
-    client: TcpStream,
+    client: ClientStream,
     upstream: TcpStream,
     client_buf: BytesMut,
     shared: Arc<Shared<G>>,
     conn_id: u64,
     app_name: Option<String>,
 ) -> Result<(), ConnError> {
-    let (client_rd, client_wr) = client.into_split();
+    let (client_rd, client_wr) = tokio::io::split(client);
     let (up_rd, up_wr) = upstream.into_split();
     let limits = &shared.config.limits;
     let tracker = Tracker::new(shared.config.types.clone(), app_name, limits.max_prepared);
@@ -115,7 +122,7 @@ enum Flow {
 
 async fn client_to_server<G: TxnGate>(
     conn: &Conn<G>,
-    mut rd: OwnedReadHalf,
+    mut rd: ClientRd,
     mut buf: BytesMut,
     mut up: OwnedWriteHalf,
 ) -> Result<(), ConnError> {
@@ -193,7 +200,7 @@ async fn end_batch<G: TxnGate>(
     conn: &Conn<G>,
     batch: Batch,
     to_sync: bool,
-    rd: &mut OwnedReadHalf,
+    rd: &mut ClientRd,
     buf: &mut BytesMut,
     up: &mut OwnedWriteHalf,
     out: &mut BytesMut,
@@ -232,11 +239,7 @@ async fn end_batch<G: TxnGate>(
 /// Reads from the client; while the client owes the next move inside a transaction, for
 /// at most the idle-in-transaction limit. The limit is re-armed whenever the server side
 /// reports progress (the tracker's state may have changed).
-async fn read_client<G: TxnGate>(
-    conn: &Conn<G>,
-    rd: &mut OwnedReadHalf,
-    buf: &mut BytesMut,
-) -> Result<usize, ConnError> {
+async fn read_client<G: TxnGate>(conn: &Conn<G>, rd: &mut ClientRd, buf: &mut BytesMut) -> Result<usize, ConnError> {
     loop {
         let idle = conn.state().tracker.waiting_on_client();
         let limit = conn.shared.config.limits.idle_in_transaction.filter(|_| idle);
@@ -265,7 +268,7 @@ enum Admitted<P> {
 async fn admit_watching<G: TxnGate>(
     conn: &Conn<G>,
     ty: &RequestType,
-    rd: &mut OwnedReadHalf,
+    rd: &mut ClientRd,
     buf: &mut BytesMut,
 ) -> Result<Admitted<G::Permit>, ConnError> {
     let max = conn.shared.config.limits.max_message_bytes;

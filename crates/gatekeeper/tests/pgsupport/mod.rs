@@ -164,7 +164,7 @@ pub async fn proxy_with<G: TxnGate>(upstream: String, limits: Limits, gate: G) -
     let gate = Arc::new(gate);
     let stats = Arc::new(ServeStats::default());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let config = PgConfig { upstream_addr: upstream, limits, types: TypeSource::default() };
+    let config = PgConfig { upstream_addr: upstream, limits, types: TypeSource::default(), tls: None };
     tokio::spawn(pg::serve(listener, config, gate.clone(), stats.clone(), async {
         let _ = rx.await;
     }));

@@ -112,3 +112,66 @@ fn a_postgres_upstream_is_checked_by_name() {
         assert!(e.contains(key), "{key}: {e}");
     }
 }
+
+/// psql's `\conninfo` and a query, with `sslmode` as given, through the gatekeeper at `port`.
+async fn psql_ssl(pg: &Pg, port: u16, sslmode: &'static str) -> std::process::Output {
+    let psql = pg.psql().expect("psql next to the server binaries");
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new(psql)
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "bookstore", "-d", "bookstore", "-tA"])
+            .args(["-c", "\\conninfo", "-c", "SELECT 40 + 2"])
+            .env("PGSSLMODE", sslmode)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_a_certificate_and_psql_requiring_it() {
+    let pg = pg_or_skip!();
+    let dir = tempfile::tempdir().unwrap();
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, ck.cert.pem()).unwrap();
+    std::fs::write(&key, ck.key_pair.serialize_pem()).unwrap();
+    let settings = |tls: bool| ProxySettings {
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        upstream: Some(format!("postgres://{}", pg.addr())),
+        tls_cert: tls.then(|| cert.clone()),
+        tls_key: tls.then(|| key.clone()),
+        ..ProxySettings::default()
+    };
+    let gk = PgGatekeeper::bind(&ProxyConfig::from_flags(settings(true)).unwrap()).await.unwrap();
+    let port = gk.local_addr().port();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(gk.run(async {
+        let _ = stopped.await;
+    }));
+    let out = psql_ssl(pg, port, "require").await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("SSL connection (protocol: TLSv1."), "{text}");
+    assert!(text.contains("\n42"), "{text}");
+    // A client that does not ask for TLS still gets in, in plaintext.
+    let out = psql_ssl(pg, port, "disable").await;
+    assert!(out.status.success() && !String::from_utf8_lossy(&out.stdout).contains("SSL connection"));
+    stop.send(()).unwrap();
+    run.await.unwrap().unwrap();
+
+    // Without a certificate, a client that requires TLS is refused by its own sslmode.
+    let gk = PgGatekeeper::bind(&ProxyConfig::from_flags(settings(false)).unwrap()).await.unwrap();
+    let port = gk.local_addr().port();
+    let run = tokio::spawn(gk.run(std::future::pending()));
+    let out = psql_ssl(pg, port, "require").await;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not support SSL"), "{out:?}");
+    run.abort();
+
+    // A key that does not go with the certificate is an error naming the file.
+    let other = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    std::fs::write(&key, other.key_pair.serialize_pem()).unwrap();
+    let e = PgGatekeeper::bind(&ProxyConfig::from_flags(settings(true)).unwrap()).await.err().unwrap().to_string();
+    assert!(e.contains("--tls-key") && e.contains("key.pem"), "{e}");
+}
