@@ -7,9 +7,10 @@
 #   make bookstore-pg-stop   stop the private PostgreSQL (rm -rf .make/pg removes it)
 #
 # The integration tests (cargo test) start and remove their own PostgreSQL;
-# they only need the Debian package, which `make apt` installs.
+# they only need the Debian package, which `make apt` installs; the gatekeeper's
+# chain test in front of PgBouncer needs `pgbouncer` too.
 
-APT_PACKAGES += postgresql
+APT_PACKAGES += postgresql pgbouncer
 # The lab's end-to-end TPC-W test (lab/tests/test_tpcw.py) runs the release binary.
 TEST_TARGETS += bookstore-build
 

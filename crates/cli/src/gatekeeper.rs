@@ -11,6 +11,7 @@ use shortfirst_core::admission::calibration::{CapacityChoice, ChoiceRule};
 use shortfirst_gatekeeper::calibrate::{self, CalibrateConfig, Trial};
 use shortfirst_gatekeeper::classify::Rule;
 use shortfirst_gatekeeper::config::{self, CapacitySetting, ProxyConfig, Upstream};
+use shortfirst_gatekeeper::pg::PgGatekeeper;
 use shortfirst_gatekeeper::synthetic::{self, SyntheticConfig};
 use shortfirst_gatekeeper::{Gatekeeper, ProxySettings};
 
@@ -204,7 +205,10 @@ async fn shutdown_signal() {
 /// On every SIGHUP, re-read the configuration (file and flags, flags winning as at start)
 /// and apply its classifier rules, capacity and policy. A configuration that does not
 /// parse is refused with the reason, and the running one stays.
-async fn reload_on_sighup(args: ProxySettings, handle: shortfirst_gatekeeper::Handle) {
+async fn reload_on_sighup(
+    args: ProxySettings,
+    apply: impl Fn(&ProxyConfig) -> Result<(), shortfirst_gatekeeper::GatekeeperError>,
+) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         tracing::warn!("cannot watch SIGHUP: no configuration reload");
@@ -213,7 +217,7 @@ async fn reload_on_sighup(args: ProxySettings, handle: shortfirst_gatekeeper::Ha
     while hup.recv().await.is_some() {
         let applied = ProxyConfig::from_flags(args.clone())
             .map_err(anyhow::Error::from)
-            .and_then(|cfg| Ok(handle.reload(cfg.rules.clone(), &cfg.capacity, cfg.policy).map(|()| cfg)?));
+            .and_then(|cfg| Ok(apply(&cfg).map(|()| cfg)?));
         match applied {
             Ok(cfg) => tracing::info!("SIGHUP: configuration reloaded ({})", summary(&cfg)),
             Err(e) => tracing::error!("SIGHUP: configuration refused, keeping the running one: {e:#}"),
@@ -226,6 +230,12 @@ fn summary(cfg: &ProxyConfig) -> String {
     let mut rules: Vec<String> = cfg.rules.iter().map(ToString::to_string).collect();
     if rules.is_empty() {
         rules.push("route".into()); // the classifier's default
+    }
+    if cfg.upstream.protocol == config::Protocol::Postgres {
+        return format!(
+            "upstream postgres://{}, capacity {}, policy {}",
+            cfg.upstream.authority, cfg.capacity, cfg.policy
+        );
     }
     format!(
         "upstream http://{}{}, capacity {}, policy {}, classify [{}]{}",
@@ -240,13 +250,34 @@ fn summary(cfg: &ProxyConfig) -> String {
 
 async fn run_proxy(a: ProxySettings) -> anyhow::Result<()> {
     let cfg = ProxyConfig::from_flags(a.clone())?;
+    if cfg.upstream.protocol == config::Protocol::Postgres {
+        return run_pg(a, cfg).await;
+    }
     let summary = summary(&cfg);
     let gk = Gatekeeper::bind(cfg).await?;
     eprintln!("shortfirst gatekeeper: listening on {} ({summary})", gk.local_addr());
     if let Some(a) = gk.admin_addr() {
         eprintln!("shortfirst gatekeeper: metrics at http://{a}/metrics, health at http://{a}/healthz");
     }
-    let reload = tokio::spawn(reload_on_sighup(a, gk.handle()));
+    let handle = gk.handle();
+    let reload =
+        tokio::spawn(reload_on_sighup(a, move |cfg| handle.reload(cfg.rules.clone(), &cfg.capacity, cfg.policy)));
+    gk.run(shutdown_signal()).await?;
+    reload.abort();
+    eprintln!("shortfirst gatekeeper: stopped");
+    Ok(())
+}
+
+/// The PostgreSQL gatekeeper (a postgres:// upstream): the same lifecycle as the proxy's.
+async fn run_pg(a: ProxySettings, cfg: ProxyConfig) -> anyhow::Result<()> {
+    let summary = summary(&cfg);
+    let gk = PgGatekeeper::bind(&cfg).await?;
+    eprintln!("shortfirst gatekeeper: listening on {} ({summary})", gk.local_addr());
+    if let Some(a) = gk.admin_addr() {
+        eprintln!("shortfirst gatekeeper: metrics at http://{a}/metrics, health at http://{a}/healthz");
+    }
+    let gate = gk.gate();
+    let reload = tokio::spawn(reload_on_sighup(a, move |cfg| gate.reload(cfg)));
     gk.run(shutdown_signal()).await?;
     reload.abort();
     eprintln!("shortfirst gatekeeper: stopped");

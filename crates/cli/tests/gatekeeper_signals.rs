@@ -210,3 +210,37 @@ fn sighup_applies_a_changed_rule_without_dropping_connections() {
     }
     assert!(metrics(admin).contains("gatekeeper_type_requests_total{type=\"alpha\",outcome=\"ok\"} "));
 }
+
+/// A postgres:// upstream runs the PostgreSQL gatekeeper with the same lifecycle: the
+/// admin port, SIGHUP applying a changed capacity from the file, SIGTERM exiting cleanly.
+/// (The upstream is not contacted until a client connects; the protocol itself is tested
+/// against a real server in the gatekeeper crate.)
+#[test]
+fn a_postgres_upstream_runs_the_postgres_gatekeeper_with_the_same_signals() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, admin) = (free_port(), free_port());
+    let file = dir.path().join("gk.toml");
+    let write = |capacity: &str| {
+        let text = format!(
+            "listen = \"127.0.0.1:{port}\"\nupstream = \"postgres://127.0.0.1:9\"\nadmin = \"127.0.0.1:{admin}\"\ncapacity = \"{capacity}\"\npg-tag-key = \"route\"\n"
+        );
+        std::fs::write(&file, text).unwrap();
+    };
+    write("2s");
+    let g = start(&["--config", file.to_str().unwrap()], port);
+    wait_metric(admin, "gatekeeper_capacity_seconds 2\n");
+    write("3s");
+    signal(&g, "-HUP");
+    wait_metric(admin, "gatekeeper_capacity_seconds 3\n");
+    signal(&g, "-TERM");
+    let mut g = g;
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = g.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "did not exit on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+}

@@ -96,9 +96,19 @@ impl std::fmt::Display for CapacitySetting {
     }
 }
 
-/// The upstream: `http://host:port[/prefix]`.
+/// What the gatekeeper speaks, picked by the upstream URL's scheme.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// `http://`: the HTTP/1.1 reverse proxy (`proxy`).
+    Http,
+    /// `postgres://` or `postgresql://`: the PostgreSQL wire-protocol gate (`pg`).
+    Postgres,
+}
+
+/// The upstream: `http://host:port[/prefix]` or `postgres://host:port`.
 #[derive(Debug, Clone)]
 pub struct Upstream {
+    pub protocol: Protocol,
     pub authority: hyper::http::uri::Authority,
     /// Prepended to every forwarded path ("" for none; never ends with '/').
     pub prefix: String,
@@ -108,17 +118,26 @@ impl Upstream {
     pub fn parse(s: &str) -> Result<Self, GatekeeperError> {
         let bad = |why: &str| GatekeeperError::Config(format!("upstream {s:?}: {why}"));
         let uri: Uri = s.parse().map_err(|_| bad("not a URL"))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some(_) => return Err(bad("only http:// upstreams are supported")),
-            None => return Err(bad("expected http://HOST:PORT")),
-        }
+        let protocol = match uri.scheme_str() {
+            Some("http") => Protocol::Http,
+            Some("postgres" | "postgresql") => Protocol::Postgres,
+            Some(_) => return Err(bad("only http:// and postgres:// upstreams are supported")),
+            None => return Err(bad("expected http://HOST:PORT or postgres://HOST:PORT")),
+        };
         let authority = uri.authority().cloned().ok_or_else(|| bad("missing host"))?;
         if uri.query().is_some() {
             return Err(bad("must not have a query string"));
         }
         let prefix = uri.path().trim_end_matches('/').to_string();
-        Ok(Upstream { authority, prefix })
+        if protocol == Protocol::Postgres {
+            if authority.port().is_none() || authority.as_str().contains('@') {
+                return Err(bad("expected postgres://HOST:PORT (no user: clients log in through the gatekeeper)"));
+            }
+            if !prefix.is_empty() {
+                return Err(bad("a postgres:// upstream takes no database: each client names its own"));
+            }
+        }
+        Ok(Upstream { protocol, authority, prefix })
     }
 
     /// The request target to send upstream, in origin form (`/prefix/path?query`; the
@@ -193,6 +212,15 @@ pub struct ProxyConfig {
     pub rewrite_host: bool,
     /// At shutdown, how long admitted requests may take to finish before they are abandoned.
     pub shutdown_timeout: Duration,
+    /// PostgreSQL only: where a transaction's type tag comes from.
+    pub pg_types: crate::pg::TypeSource,
+    /// PostgreSQL only: a client inside a transaction that sends nothing this long (while
+    /// the server owes nothing) is disconnected and its charge released. `None`: never.
+    pub idle_in_transaction_timeout: Option<Duration>,
+    /// PostgreSQL only: the longest client message (its length header is checked first).
+    pub max_message_bytes: usize,
+    /// PostgreSQL only: the PEM certificate chain and key for clients that ask for TLS.
+    pub tls_cert_key: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 impl ProxyConfig {
@@ -224,6 +252,10 @@ impl ProxyConfig {
             patience: PatienceRule::default(),
             rewrite_host: false,
             shutdown_timeout: Duration::from_secs(30),
+            pg_types: crate::pg::TypeSource::default(),
+            idle_in_transaction_timeout: crate::pg::Limits::default().idle_in_transaction,
+            max_message_bytes: crate::pg::Limits::default().max_message_bytes,
+            tls_cert_key: None,
         }
     }
 }

@@ -8,11 +8,13 @@
 //!
 //! Must not know: how the decision logic picks (it only feeds events and applies results).
 
+mod admit;
 pub mod busypoll;
 pub mod calibrate;
 pub mod classify;
 pub mod config;
 pub mod metrics;
+pub mod pg;
 pub mod proxy;
 pub mod settings;
 pub mod synthetic;

@@ -14,17 +14,16 @@
 //!    service-time measurement, which feeds the estimator. Failures, timeouts and
 //!    abandoned bodies release the charge without a sample, so they never pollute it.
 //!
-//! Locking: one `std::sync::Mutex` around the controller and the waiters' channels, held only for
-//! the decisions (no I/O, no awaits). Grants are delivered after the lock is dropped.
+//! The decisions state, permits, waiting and the timer are [`crate::admit`]'s, shared with
+//! the PostgreSQL gate.
 //!
-//! Modules: `route` (one request's way: classify, admit, forward), `grant` (the decisions
-//! state, permits, waiting, the timer), `stream` (request and response bodies), `headers`
+//! Modules: `route` (one request's way: classify, admit, forward), `stream` (request and
+//! response bodies), `headers`
 //! (hop-by-hop and forwarding headers), `reply` (the gatekeeper's own answers), `admin`
 //! (`/metrics`, `/healthz`). This file binds the sockets and accepts.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -33,25 +32,23 @@ use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use shortfirst_core::admission::{AdmissionPolicy, ChargeAt, Controller, ControllerConfig, GateConfig};
+use shortfirst_core::admission::{AdmissionPolicy, ChargeAt, ControllerConfig, GateConfig};
 use tokio::net::TcpListener;
-use tokio::sync::Notify;
 
+use crate::admit::{timer_task, Admission};
 use crate::busypoll::BusyPoll;
-use crate::classify::{Classifier, Rule};
+use crate::classify::Rule;
 use crate::config::{CapacitySetting, ProxyConfig};
-use crate::metrics::{Metrics, Snapshot};
+use crate::metrics::Snapshot;
 use crate::upstream::UpstreamPool;
 use crate::GatekeeperError;
 
-mod admin;
-mod grant;
+pub(crate) mod admin;
 mod headers;
 mod reply;
 mod route;
 mod stream;
 
-use grant::{timer_task, Core, Shared};
 pub use headers::{add_forwarding, strip_hop_by_hop};
 pub use stream::{RequestBody, PREFETCH_LIMIT_BYTES};
 
@@ -60,6 +57,26 @@ pub use stream::{RequestBody, PREFETCH_LIMIT_BYTES};
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// What every request of the HTTP proxy shares: the admission state and the upstream side.
+pub(crate) struct Shared {
+    pub(crate) adm: Arc<Admission>,
+    pub(crate) cfg: ProxyConfig,
+    pub(crate) pool: UpstreamPool,
+    /// `--busy-poll-us`: polls while requests wait for the upstream.
+    pub(crate) busy: Option<Arc<BusyPoll>>,
+}
+
+impl Shared {
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            upstream_connections: self.pool.open_connections(),
+            upstream_idle: self.pool.idle_connections(),
+            upstream_retries: self.pool.retries(),
+            ..self.adm.snapshot()
+        }
+    }
+}
 
 /// Read-only view and control of a running gatekeeper (tests, calibration, admin).
 #[derive(Clone)]
@@ -72,7 +89,7 @@ impl Handle {
         self.shared.snapshot()
     }
     pub fn metrics_text(&self) -> String {
-        self.shared.metrics.render(&self.shared.snapshot())
+        self.shared.adm.metrics.render(&self.shared.snapshot())
     }
     /// Set a fixed capacity now (calibration). Ignored in auto mode's next tick only if
     /// auto is off; with auto on, the controller continues from this value.
@@ -85,29 +102,13 @@ impl Handle {
         capacity: &CapacitySetting,
         policy: AdmissionPolicy,
     ) -> Result<(), GatekeeperError> {
-        self.shared.classifier.set_rules(rules);
-        let mut result = Ok(());
-        self.shared.event(|core, now| {
-            let mut decisions = core.ctl.set_policy(now, policy);
-            let more = match capacity {
-                CapacitySetting::Fixed { capacity_us } => core.ctl.set_capacity(now, *capacity_us),
-                // An auto controller already running keeps its learned capacity.
-                CapacitySetting::Auto(a) if !core.ctl.is_auto() => core.ctl.set_auto(now, a.clone()),
-                CapacitySetting::Auto(_) => Ok(Vec::new()),
-            };
-            match more {
-                Ok(more) => decisions.extend(more),
-                Err(e) => result = Err(e.into()),
-            }
-            decisions
-        });
-        result
+        self.shared.adm.reload(rules, capacity, policy)
     }
 
     /// Set a fixed capacity now (calibration); auto capacity, if on, stops.
     pub fn set_capacity_us(&self, capacity_us: u64) -> Result<(), GatekeeperError> {
         let mut result = Ok(());
-        self.shared.event(|core, now| {
+        self.shared.adm.event(|core, now| {
             core.ctl.set_capacity(now, capacity_us).unwrap_or_else(|e| {
                 result = Err(e.into());
                 Vec::new()
@@ -147,8 +148,15 @@ pub struct Gatekeeper {
 impl Gatekeeper {
     /// Validate the configuration and bind the listening sockets.
     pub async fn bind(cfg: ProxyConfig) -> Result<Self, GatekeeperError> {
-        let classifier = Classifier::new(cfg.rules.clone(), cfg.max_types, &cfg.declared_types)?;
-        let ctl = Controller::new(controller_config(&cfg), cfg.max_types, 0)?;
+        if cfg.upstream.protocol != crate::config::Protocol::Http {
+            return Err(GatekeeperError::Config(
+                "the HTTP proxy needs an http:// upstream (postgres:// is pg::PgGatekeeper's)".into(),
+            ));
+        }
+        if cfg.tls_cert_key.is_some() {
+            return Err(GatekeeperError::Config("--tls-cert/--tls-key are for a postgres:// upstream".into()));
+        }
+        let adm = Admission::new(&cfg)?;
         let listener = TcpListener::bind(cfg.listen)
             .await
             .map_err(|e| GatekeeperError::io(format!("binding --listen {}", cfg.listen), e))?;
@@ -160,16 +168,7 @@ impl Gatekeeper {
         };
         let pool = UpstreamPool::new(cfg.upstream.authority.clone(), cfg.upstream_timeout, cfg.upstream_pool_idle);
         let busy = cfg.busy_poll.map(BusyPoll::new).transpose()?;
-        let shared = Arc::new(Shared {
-            metrics: Metrics::new(cfg.max_types),
-            classifier,
-            core: Mutex::new(Core { ctl, waiters: HashMap::new(), timer_at_us: u64::MAX }),
-            start: Instant::now(),
-            pool,
-            wake: Notify::new(),
-            busy,
-            cfg,
-        });
+        let shared = Arc::new(Shared { adm, pool, busy, cfg });
         Ok(Gatekeeper { listener, admin, shared })
     }
 
@@ -190,9 +189,11 @@ impl Gatekeeper {
     /// connections too), let the admitted ones finish (their responses relayed, the
     /// backend done with them) for at most `shutdown_timeout`, close the connections.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), GatekeeperError> {
-        let timer = tokio::spawn(timer_task(self.shared.clone()));
+        let timer = tokio::spawn(timer_task(self.shared.adm.clone()));
         let poller = self.shared.busy.clone().map(|b| tokio::spawn(b.run()));
-        let admin = self.admin.map(|l| tokio::spawn(admin::admin_loop(l, self.shared.clone())));
+        let shared = self.shared.clone();
+        let render: admin::Render = Arc::new(move || shared.adm.metrics.render(&shared.snapshot()));
+        let admin = self.admin.map(|l| tokio::spawn(admin::admin_loop(l, render)));
         let graceful = GracefulShutdown::new();
         let listener = self.listener;
         tokio::select! {
@@ -203,11 +204,11 @@ impl Gatekeeper {
         let bound = self.shared.cfg.shutdown_timeout;
         let deadline = Instant::now() + bound;
         tracing::info!("shutting down: queued requests get 503, admitted ones have {bound:?} to finish");
-        self.shared.begin_shutdown();
+        self.shared.adm.begin_shutdown();
         let finished = tokio::time::timeout_at(deadline, async {
             graceful.shutdown().await;
             // Responses whose client left still drain from the backend.
-            while self.shared.in_flight() > 0 {
+            while self.shared.adm.in_flight() > 0 {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         })
@@ -215,7 +216,7 @@ impl Gatekeeper {
         if finished.is_err() {
             tracing::warn!(
                 "shutdown: {} admitted requests still unfinished after {bound:?} (--shutdown-timeout); abandoning them",
-                self.shared.in_flight()
+                self.shared.adm.in_flight()
             );
         }
         timer.abort();
@@ -245,11 +246,11 @@ async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, graceful: &Gr
             }
         };
         // Only this loop opens: the count cannot grow between the check and the open.
-        if shared.metrics.client_connections.get() >= shared.cfg.max_connections {
+        if shared.adm.metrics.client_connections.get() >= shared.cfg.max_connections {
             refuse(shared, &stream);
             continue;
         }
-        let open = shared.metrics.client_connections.open();
+        let open = shared.adm.metrics.client_connections.open();
         let _ = stream.set_nodelay(true);
         let shared = shared.clone();
         let header_timeout = shared.cfg.header_timeout;
@@ -271,7 +272,7 @@ async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, graceful: &Gr
 /// Answer 503 without waiting (a fresh socket's send buffer is empty) and close. Best
 /// effort: a client that already sent its request may see a reset instead.
 fn refuse(shared: &Shared, stream: &tokio::net::TcpStream) {
-    shared.metrics.connections_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    shared.adm.metrics.connections_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let body = "gatekeeper: too many connections\n";
     let head = format!(
         "HTTP/1.1 503 Service Unavailable\r\nretry-after: {}\r\nconnection: close\r\n\

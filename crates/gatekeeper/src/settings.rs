@@ -197,6 +197,29 @@ pub struct ProxySettings {
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     #[serde(alias = "access_log")]
     pub access_log: Option<bool>,
+    /// PostgreSQL: the sqlcommenter key whose value types a transaction
+    /// (`/*route='checkout'*/`), or `none` to ignore comments. Default: route.
+    #[arg(long, value_name = "KEY|none")]
+    pub pg_tag_key: Option<String>,
+    /// PostgreSQL: type a transaction by the connection's `application_name` when it has
+    /// one and its statement carries no tag. Default: false (the statement's fingerprint).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub pg_application_name_tag: Option<bool>,
+    /// PostgreSQL: disconnect a client idle inside a transaction this long (FATAL 25P03;
+    /// the server rolls back, the charge is released), or `off`. Default: 10m.
+    #[arg(long, value_name = "DURATION|off")]
+    pub idle_in_transaction_timeout: Option<String>,
+    /// PostgreSQL: the longest client message; a longer one ends its connection with
+    /// FATAL 08P01. Default: 16777216.
+    #[arg(long, value_name = "N")]
+    pub max_message_bytes: Option<usize>,
+    /// PostgreSQL: the PEM certificate chain to offer clients that ask for TLS (with
+    /// --tls-key); without both, an SSLRequest is answered N (no TLS).
+    #[arg(long, value_name = "FILE.pem")]
+    pub tls_cert: Option<PathBuf>,
+    /// PostgreSQL: the PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE.pem")]
+    pub tls_key: Option<PathBuf>,
     /// The cost estimator (file only).
     #[arg(skip)]
     pub estimator: Option<FileEstimator>,
@@ -373,7 +396,42 @@ impl ProxyConfig {
         cfg.take_limits(s)?;
         cfg.rewrite_host = s.rewrite_host.unwrap_or(cfg.rewrite_host);
         cfg.take_estimation(s)?;
+        cfg.take_postgres(s)?;
         Ok(cfg)
+    }
+
+    /// The PostgreSQL-only settings.
+    fn take_postgres(&mut self, s: &ProxySettings) -> Result<(), GatekeeperError> {
+        match s.pg_tag_key.as_deref().map(str::trim) {
+            None => {}
+            Some("") => return invalid("pg-tag-key", "empty: give a key, or none".into()),
+            Some("none") => self.pg_types.comment_key = None,
+            Some(k) => self.pg_types.comment_key = Some(k.to_string()),
+        }
+        self.pg_types.application_name = s.pg_application_name_tag.unwrap_or(self.pg_types.application_name);
+        match s.idle_in_transaction_timeout.as_deref().map(str::trim) {
+            None => {}
+            Some("off") => self.idle_in_transaction_timeout = None,
+            Some(t) => {
+                let d = at("idle-in-transaction-timeout", parse_duration(t, "idle-in-transaction-timeout"))?;
+                if d.is_zero() {
+                    return invalid("idle-in-transaction-timeout", format!("{t:?}: must be above 0 (or off)"));
+                }
+                self.idle_in_transaction_timeout = Some(d);
+            }
+        }
+        self.tls_cert_key = match (&s.tls_cert, &s.tls_key) {
+            (Some(c), Some(k)) => Some((c.clone(), k.clone())),
+            (None, None) => None,
+            (Some(_), None) => return invalid("tls-key", "--tls-cert needs --tls-key".into()),
+            (None, Some(_)) => return invalid("tls-cert", "--tls-key needs --tls-cert".into()),
+        };
+        match s.max_message_bytes {
+            Some(n) if n < 1024 => return invalid("max-message-bytes", format!("{n}: must be at least 1024")),
+            Some(n) => self.max_message_bytes = n,
+            None => {}
+        }
+        Ok(())
     }
 
     /// Capacity, policy and classification rules.

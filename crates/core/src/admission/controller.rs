@@ -22,6 +22,11 @@
 //!   out of the queue: never started) or while the backend worked on it (the charge stays
 //!   until [`Controller::finish`]: the backend is still busy with it). Either way the time
 //!   the client waited teaches the [`Patience`].
+//! - [`Controller::cancel`]: the client withdrew a waiting request and stays (a
+//!   PostgreSQL CancelRequest of a queued transaction): taken out of the queue like a
+//!   client that left, but it is not a give-up, so the [`Patience`] learns nothing. A
+//!   running request is not the controller's to cancel (the backend ends it early; it
+//!   finishes as usual).
 //! - [`Controller::poll`] at [`Controller::next_wakeup_us`]: waits past
 //!   `max_queue_wait` expire, waiting requests that can no longer finish before their
 //!   client gives up are refused, sjf-aging deadlines are re-picked, auto capacity ticks.
@@ -321,6 +326,16 @@ impl Controller {
             for w in ids {
                 self.watch_doom(now_us, w);
             }
+        }
+        let admitted = self.gate.cancel(now_us, id).unwrap_or_default();
+        self.settle(now_us, admitted)
+    }
+
+    /// The client withdrew waiting request `id` (see "Events"). Running and unknown ids
+    /// (already admitted, refused or finished) are ignored.
+    pub fn cancel(&mut self, now_us: u64, id: RequestId) -> Vec<Decision> {
+        if self.forget_waiting(id).is_none() {
+            return Vec::new();
         }
         let admitted = self.gate.cancel(now_us, id).unwrap_or_default();
         self.settle(now_us, admitted)

@@ -68,6 +68,24 @@ fn a_waiting_request_whose_client_leaves_is_never_admitted() {
 }
 
 #[test]
+fn a_cancelled_waiting_request_leaves_the_queue_and_is_no_give_up() {
+    let mut c = Controller::new(cfg(10_000, "fifo"), 1, 0).unwrap();
+    let g0 = grant(c.arrive(0, 0).unwrap().outcome);
+    let w1 = queued(c.arrive(1, 0).unwrap().outcome);
+    let w2 = queued(c.arrive(2, 0).unwrap().outcome);
+    assert!(c.cancel(3, w1).is_empty());
+    assert!(!c.is_waiting(w1));
+    assert_eq!(c.queued_by_type(), vec![1]);
+    // A running request is not the controller's to cancel; an unknown one is ignored.
+    assert!(c.cancel(4, g0.ticket.id()).is_empty());
+    assert!(c.cancel(5, w1).is_empty());
+    assert_eq!(c.gate().in_flight(), 1);
+    let d = c.finish(6, g0.ticket, Some(6)).unwrap();
+    assert_eq!(admitted(&d), vec![w2.0]);
+    assert_eq!(c.give_ups(), 0, "a cancel teaches the patience nothing");
+}
+
+#[test]
 fn max_queue_wait_refuses_at_the_poll() {
     let mut gc = GateConfig::new(10_000, AdmissionPolicy::Fifo);
     gc.max_queue_wait_us = Some(1_000);

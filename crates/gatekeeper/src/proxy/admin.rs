@@ -1,4 +1,5 @@
-//! The admin listener: `/metrics` (Prometheus text) and `/healthz`.
+//! The admin listener: `/metrics` (Prometheus text) and `/healthz`, for every protocol
+//! (the caller renders the metrics).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -12,26 +13,26 @@ use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use super::grant::Shared;
 use super::reply::text_response;
 
-pub(super) async fn admin_loop(listener: TcpListener, shared: Arc<Shared>) {
+/// Renders `/metrics` at each request.
+pub(crate) type Render = Arc<dyn Fn() -> String + Send + Sync>;
+
+pub(crate) async fn admin_loop(listener: TcpListener, render: Render) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let shared = shared.clone();
+        let render = render.clone();
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let shared = shared.clone();
+                let render = render.clone();
                 async move {
                     let r = match req.uri().path() {
                         "/metrics" => {
                             let mut r = text_response(StatusCode::OK, "");
-                            *r.body_mut() = Full::new(Bytes::from(shared.metrics.render(&shared.snapshot())))
-                                .map_err(|e| match e {})
-                                .boxed_unsync();
+                            *r.body_mut() = Full::new(Bytes::from(render())).map_err(|e| match e {}).boxed_unsync();
                             r.headers_mut()
                                 .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
                             r

@@ -5,8 +5,8 @@ use http_body_util::{BodyExt, Full};
 use hyper::header::{self, HeaderValue};
 use hyper::{Response, StatusCode};
 
-use super::grant::Shared;
 use super::ProxyBody;
+use super::Shared;
 
 pub(super) fn text_response(status: StatusCode, msg: &str) -> Response<ProxyBody> {
     let mut r = Response::new(Full::new(Bytes::from(format!("{msg}\n"))).map_err(|e| match e {}).boxed_unsync());

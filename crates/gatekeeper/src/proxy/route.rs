@@ -12,14 +12,15 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::http::uri::PathAndQuery;
 use hyper::{Request, Response, StatusCode};
-use shortfirst_core::admission::{Arrival, Refusal, RequestId};
+use shortfirst_core::admission::{Refusal, RequestId};
 use tokio::sync::oneshot;
 
-use super::grant::{GoneGuard, Permit, Shared, Verdict};
 use super::headers::{add_forwarding, strip_hop_by_hop};
 use super::reply::{text_response, unavailable};
 use super::stream::{Metered, RequestBody};
 use super::ProxyBody;
+use super::Shared;
+use crate::admit::{self, Arrived, GoneGuard, Permit, Verdict};
 use crate::busypoll::BusyPoll;
 use crate::metrics::ProxyOutcome;
 use crate::upstream::UpstreamError;
@@ -32,7 +33,7 @@ pub(super) async fn handle(
 ) -> Result<Response<ProxyBody>, Infallible> {
     // A shared-buffer clone, not a copy: it becomes the upstream URI's path as it is.
     let pq = req.uri().path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
-    let type_index = shared.classifier.classify(req.method().as_str(), pq.as_str(), req.headers());
+    let type_index = shared.adm.classifier.classify(req.method().as_str(), pq.as_str(), req.headers());
     let arrived = Instant::now();
     let (parts, body) = req.into_parts();
     let method = parts.method.clone();
@@ -40,8 +41,8 @@ pub(super) async fn handle(
     let (resp, waited_us) = match admit(&shared, type_index, &mut body).await {
         Err(refusal) => (refusal, None),
         Ok((permit, waited_us)) => {
-            shared.metrics.admitted.fetch_add(1, Relaxed);
-            shared.metrics.types[type_index].queue_wait.observe_us(waited_us);
+            shared.adm.metrics.admitted.fetch_add(1, Relaxed);
+            shared.adm.metrics.types[type_index].queue_wait.observe_us(waited_us);
             (forward(&shared, peer, &pq, parts, body, permit, type_index).await, Some(waited_us))
         }
     };
@@ -50,7 +51,7 @@ pub(super) async fn handle(
         target: "access",
         "{peer} \"{method} {pq}\" {} type={:?} wait_ms={} head_ms={:.1}",
         resp.status().as_u16(),
-        shared.classifier.type_name(type_index).unwrap_or_default(),
+        shared.adm.classifier.type_name(type_index).unwrap_or_default(),
         waited_us.map_or_else(|| "-".to_string(), |w| format!("{:.1}", w as f64 / 1e3)),
         arrived.elapsed().as_secs_f64() * 1e3,
     );
@@ -64,48 +65,14 @@ async fn admit(
     type_index: usize,
     body: &mut RequestBody,
 ) -> Result<(Permit, u64), Response<ProxyBody>> {
-    let (outcome, deliveries, wake) = {
-        let mut guard = shared.lock();
-        let core = &mut *guard;
-        let arrived = match core.ctl.arrive(shared.now_us(), type_index) {
-            Ok(a) => a,
-            Err(e) => {
-                // Cannot happen: the classifier's types are the controller's.
-                drop(guard);
-                tracing::error!("gatekeeper: {e}");
-                return Err(unavailable(shared, "gatekeeper: internal error"));
-            }
-        };
-        if arrived.probe {
-            // A probe re-measures a type sjf has not admitted for a while (core::admission,
-            // "Re-sampling").
-            shared.metrics.types[type_index].probes.fetch_add(1, Relaxed);
-        }
-        let deliveries = shared.apply(core, arrived.others);
-        let outcome = match arrived.outcome {
-            Arrival::Admitted(g) => {
-                let permit = Permit { shared: shared.clone(), ticket: Some(g.ticket), type_index };
-                Ok((permit, g.waited_us))
-            }
-            Arrival::Queued(id) => {
-                let (tx, rx) = oneshot::channel();
-                core.waiters.insert(id, tx);
-                Err(Ok((id, rx)))
-            }
-            Arrival::Refused(reason) => Err(Err(reason)),
-        };
-        (outcome, deliveries, core.timer_moved_earlier())
-    };
-    Shared::deliver(deliveries);
-    if wake {
-        shared.wake.notify_one();
-    }
-    match outcome {
-        Ok(p) => Ok(p),
-        Err(Ok((id, rx))) => wait_for_verdict(shared, id, rx, body).await,
-        Err(Err(reason)) => {
-            shared.count_refusal(type_index, reason);
-            Err(refusal(shared, reason))
+    match admit::arrive(&shared.adm, type_index) {
+        Ok(Arrived::Admitted { permit, waited_us }) => Ok((permit, waited_us)),
+        Ok(Arrived::Queued(id, rx)) => wait_for_verdict(shared, id, rx, body).await,
+        Ok(Arrived::Refused(reason)) => Err(refusal(shared, reason)),
+        Err(e) => {
+            // Cannot happen: the classifier's types are the controller's.
+            tracing::error!("gatekeeper: {e}");
+            Err(unavailable(shared, "gatekeeper: internal error"))
         }
     }
 }
@@ -125,29 +92,25 @@ fn refusal(shared: &Shared, reason: Refusal) -> Response<ProxyBody> {
 
 /// Wait in the queue for a verdict. While queued, read the request body ahead (bounded): a
 /// client that goes away mid-body is only noticed by reading it. Returning early (or being
-/// dropped with the client) drops the armed guard, which reports the client gone.
+/// dropped with the client) drops the wait, which reports the client gone.
 async fn wait_for_verdict(
     shared: &Arc<Shared>,
     id: RequestId,
-    mut rx: oneshot::Receiver<Verdict>,
+    rx: oneshot::Receiver<Verdict>,
     body: &mut RequestBody,
 ) -> Result<(Permit, u64), Response<ProxyBody>> {
-    let mut guard = GoneGuard { shared: shared.clone(), id, armed: true };
     let verdict = tokio::select! {
-        verdict = &mut rx => verdict,
+        verdict = admit::wait(&shared.adm, id, rx, std::future::pending()) => verdict,
         e = body.watch() => {
             tracing::debug!("client body failed while queued: {e}");
             return Err(text_response(StatusCode::BAD_REQUEST, "gatekeeper: request body failed while queued"));
         }
     };
-    guard.armed = false;
-    match verdict {
-        Ok(Verdict::Admitted { permit, waited_us }) => Ok((permit, waited_us)),
-        // Counted where the controller refused it.
-        Ok(Verdict::Refused(reason)) => Err(refusal(shared, reason)),
-        // The sender was dropped without a verdict: only at teardown.
-        Err(_) => Err(refusal(shared, Refusal::ShuttingDown)),
-    }
+    verdict.map_err(|n| match n {
+        admit::NotAdmitted::Refused(reason) => refusal(shared, reason),
+        // Not given a cancel, the wait is never cancelled.
+        admit::NotAdmitted::Cancelled => refusal(shared, Refusal::ShuttingDown),
+    })
 }
 
 /// Send the admitted request upstream and hand back its response, metered: the permit
@@ -167,7 +130,7 @@ async fn forward(
         Ok(u) => u,
         Err(e) => {
             tracing::warn!("400 {pq}: cannot be forwarded under the upstream's prefix: {e}");
-            shared.metrics.types[type_index].count(ProxyOutcome::UpstreamError);
+            shared.adm.metrics.types[type_index].count(ProxyOutcome::UpstreamError);
             return text_response(StatusCode::BAD_REQUEST, "gatekeeper: bad request target");
         }
     };
@@ -185,7 +148,7 @@ async fn forward(
     let (tx, rx) = oneshot::channel();
     // Until the response head is back, a dropped handler is a client that gave up while the
     // backend worked: the controller learns its patience from it.
-    let mut gone = permit.id().map(|id| GoneGuard { shared: shared.clone(), id, armed: true });
+    let mut gone = permit.id().map(|id| GoneGuard { shared: shared.adm.clone(), id, armed: true });
     tokio::spawn(exchange(shared.clone(), Request::from_parts(parts, body), permit, type_index, tx));
     let resp = rx.await;
     if let Some(g) = gone.as_mut() {
@@ -204,7 +167,7 @@ async fn exchange(
     type_index: usize,
     reply: oneshot::Sender<Response<ProxyBody>>,
 ) {
-    let tm = &shared.metrics.types[type_index];
+    let tm = &shared.adm.metrics.types[type_index];
     if reply.is_closed() {
         tm.count(ProxyOutcome::ClientGone);
         tracing::debug!("{} {}: client gone before it was sent upstream; not started", req.method(), req.uri());

@@ -13,8 +13,9 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
-use super::grant::{Permit, Shared};
 use super::BoxError;
+use super::Shared;
+use crate::admit::Permit;
 use crate::metrics::ProxyOutcome;
 use crate::upstream::Conn;
 
@@ -158,7 +159,7 @@ impl Metered {
         }
         if let Some(p) = self.permit.take() {
             let us = self.sent.elapsed().as_micros() as u64;
-            let tm = &self.shared.metrics.types[self.type_index];
+            let tm = &self.shared.adm.metrics.types[self.type_index];
             tm.observe_upstream_us(us);
             tm.count(outcome);
             p.finish(Some(us));
@@ -168,7 +169,7 @@ impl Metered {
     pub(super) fn fail(&mut self, outcome: ProxyOutcome) {
         self.conn = None;
         if let Some(p) = self.permit.take() {
-            self.shared.metrics.types[self.type_index].count(outcome);
+            self.shared.adm.metrics.types[self.type_index].count(outcome);
             drop(p);
         }
     }

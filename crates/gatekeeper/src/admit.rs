@@ -1,8 +1,15 @@
-//! Grant and wait: the admission controller under one lock with the channels of the
-//! waiting requests, the [`Permit`] that hands an admitted request's ticket back exactly
-//! once, the guards that report a client that left, and the timer task (wait expiry,
-//! refusals for patience, aging re-picks, auto-capacity ticks). Every decision is the
-//! controller's (`core::admission::Controller`); this file only carries them out.
+//! Grant and wait, for every protocol the gatekeeper speaks (the HTTP proxy and the
+//! PostgreSQL gate drive the same code): the admission controller under one lock with the
+//! channels of the waiting requests, the bounded type registry and the metrics, [`arrive`]
+//! and [`wait`] (a request's way to a verdict), the [`Permit`] that hands an admitted
+//! request's ticket back exactly once, the guard that reports a client that left, and the
+//! timer task (wait expiry, refusals for patience, aging re-picks, auto-capacity ticks).
+//! Every decision is the controller's (`core::admission::Controller`); this file only
+//! carries them out.
+//!
+//! Locking: one `std::sync::Mutex` around the controller and the waiters' channels, held
+//! only for the decisions (no I/O, no awaits). Verdicts are delivered after the lock is
+//! dropped.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -11,31 +18,31 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use shortfirst_core::admission::{Controller, Decision, Refusal, RequestId, Ticket};
+use shortfirst_core::admission::{AdmissionPolicy, Arrival, Controller, Decision, Refusal, RequestId, Ticket};
 use tokio::sync::{oneshot, Notify};
 
-use crate::busypoll::BusyPoll;
 use crate::classify::Classifier;
-use crate::config::ProxyConfig;
+use crate::config::{CapacitySetting, ProxyConfig};
 use crate::metrics::{Metrics, ProxyOutcome, Snapshot};
-use crate::upstream::UpstreamPool;
+use crate::proxy::controller_config;
+use crate::GatekeeperError;
 
 /// Decisions state, under one lock.
-pub(super) struct Core {
-    pub(super) ctl: Controller,
+pub(crate) struct Core {
+    pub(crate) ctl: Controller,
     /// Where to send each waiting request's verdict; bounded by the controller's queue
     /// length (an id is here exactly while the controller has it waiting).
-    pub(super) waiters: HashMap<RequestId, oneshot::Sender<Verdict>>,
+    pub(crate) waiters: HashMap<RequestId, oneshot::Sender<Verdict>>,
     /// When the timer task will next look at the controller (`u64::MAX`: not before it is
     /// woken).
-    pub(super) timer_at_us: u64,
+    pub(crate) timer_at_us: u64,
 }
 
 impl Core {
     /// After an event: whether the timer task must be woken because its next job moved
     /// earlier than it planned. Waking it on every event would cost a task wake-up (and a
     /// thread wake-up) per request for nothing.
-    pub(super) fn timer_moved_earlier(&mut self) -> bool {
+    pub(crate) fn timer_moved_earlier(&mut self) -> bool {
         match self.ctl.next_wakeup_us() {
             Some(t) if t < self.timer_at_us => {
                 self.timer_at_us = t;
@@ -47,10 +54,10 @@ impl Core {
 }
 
 /// Verdicts to send once the lock is released.
-pub(super) type Deliveries = Vec<(oneshot::Sender<Verdict>, Verdict)>;
+pub(crate) type Deliveries = Vec<(oneshot::Sender<Verdict>, Verdict)>;
 
 /// What a waiting request is told.
-pub(super) enum Verdict {
+pub(crate) enum Verdict {
     Admitted {
         permit: Permit,
         waited_us: u64,
@@ -59,36 +66,34 @@ pub(super) enum Verdict {
     Refused(Refusal),
 }
 
-pub(super) struct Shared {
-    pub(super) cfg: ProxyConfig,
-    pub(super) classifier: Classifier,
-    pub(super) metrics: Metrics,
-    pub(super) core: Mutex<Core>,
-    pub(super) start: Instant,
-    pub(super) pool: UpstreamPool,
+/// The decisions state and what goes with it: one per gatekeeper, whatever its protocol.
+pub(crate) struct Admission {
+    /// The bounded type registry: a type's name to its index in the controller.
+    pub(crate) classifier: Classifier,
+    pub(crate) metrics: Metrics,
+    pub(crate) core: Mutex<Core>,
+    pub(crate) start: Instant,
     /// Wakes the timer task when the next wakeup may have moved earlier.
-    pub(super) wake: Notify,
-    /// `--busy-poll-us`: polls while requests wait for the upstream.
-    pub(super) busy: Option<Arc<BusyPoll>>,
+    pub(crate) wake: Notify,
 }
 
 /// Owns an admitted request's ticket; hands it back to the controller in `Drop` (without a
 /// sample) unless [`Permit::finish`] did (with one), so exactly once.
-pub(super) struct Permit {
-    pub(super) shared: Arc<Shared>,
-    pub(super) ticket: Option<Ticket>,
-    pub(super) type_index: usize,
+pub(crate) struct Permit {
+    pub(crate) shared: Arc<Admission>,
+    pub(crate) ticket: Option<Ticket>,
+    pub(crate) type_index: usize,
 }
 
 impl Permit {
     /// Hand the ticket back with the measured service time (`None`: failed).
-    pub(super) fn finish(mut self, service_us: Option<u64>) {
+    pub(crate) fn finish(mut self, service_us: Option<u64>) {
         if let Some(t) = self.ticket.take() {
             self.shared.finish(t, service_us);
         }
     }
 
-    pub(super) fn id(&self) -> Option<RequestId> {
+    pub(crate) fn id(&self) -> Option<RequestId> {
         self.ticket.as_ref().map(Ticket::id)
     }
 }
@@ -101,12 +106,52 @@ impl Drop for Permit {
     }
 }
 
-impl Shared {
-    pub(super) fn now_us(&self) -> u64 {
+impl Admission {
+    /// The controller, type registry and metrics of `cfg` (its rules, type bound, capacity,
+    /// policy and limits).
+    pub(crate) fn new(cfg: &ProxyConfig) -> Result<Arc<Self>, GatekeeperError> {
+        let classifier = Classifier::new(cfg.rules.clone(), cfg.max_types, &cfg.declared_types)?;
+        let ctl = Controller::new(controller_config(cfg), cfg.max_types, 0)?;
+        Ok(Arc::new(Admission {
+            metrics: Metrics::new(cfg.max_types),
+            classifier,
+            core: Mutex::new(Core { ctl, waiters: HashMap::new(), timer_at_us: u64::MAX }),
+            start: Instant::now(),
+            wake: Notify::new(),
+        }))
+    }
+
+    /// Apply a reloaded configuration's rules, capacity and policy (see `Handle::reload`).
+    pub(crate) fn reload(
+        self: &Arc<Self>,
+        rules: Vec<crate::classify::Rule>,
+        capacity: &CapacitySetting,
+        policy: AdmissionPolicy,
+    ) -> Result<(), GatekeeperError> {
+        self.classifier.set_rules(rules);
+        let mut result = Ok(());
+        self.event(|core, now| {
+            let mut decisions = core.ctl.set_policy(now, policy);
+            let more = match capacity {
+                CapacitySetting::Fixed { capacity_us } => core.ctl.set_capacity(now, *capacity_us),
+                // An auto controller already running keeps its learned capacity.
+                CapacitySetting::Auto(a) if !core.ctl.is_auto() => core.ctl.set_auto(now, a.clone()),
+                CapacitySetting::Auto(_) => Ok(Vec::new()),
+            };
+            match more {
+                Ok(more) => decisions.extend(more),
+                Err(e) => result = Err(e.into()),
+            }
+            decisions
+        });
+        result
+    }
+
+    pub(crate) fn now_us(&self) -> u64 {
         self.start.elapsed().as_micros() as u64
     }
 
-    pub(super) fn lock(&self) -> MutexGuard<'_, Core> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
         // A panic while holding the lock leaves consistent state (every mutation is a single
         // controller call), so recover rather than poison the whole proxy.
         self.core.lock().unwrap_or_else(|p| p.into_inner())
@@ -114,7 +159,7 @@ impl Shared {
 
     /// Turn the controller's decisions into verdicts for the waiting requests, to deliver
     /// after unlocking.
-    pub(super) fn apply(self: &Arc<Self>, core: &mut Core, decisions: Vec<Decision>) -> Deliveries {
+    pub(crate) fn apply(self: &Arc<Self>, core: &mut Core, decisions: Vec<Decision>) -> Deliveries {
         let mut out = Vec::with_capacity(decisions.len());
         for d in decisions {
             match d {
@@ -143,7 +188,7 @@ impl Shared {
     }
 
     /// A refusal in the metrics: the type's outcome and the counter of its reason.
-    pub(super) fn count_refusal(&self, type_index: usize, reason: Refusal) {
+    pub(crate) fn count_refusal(&self, type_index: usize, reason: Refusal) {
         if let Some(tm) = self.metrics.types.get(type_index) {
             tm.count(ProxyOutcome::Rejected);
         }
@@ -156,7 +201,7 @@ impl Shared {
         };
     }
 
-    pub(super) fn deliver(deliveries: Deliveries) {
+    pub(crate) fn deliver(deliveries: Deliveries) {
         for (tx, verdict) in deliveries {
             // If the receiver is gone (the client left as it was admitted) the verdict comes
             // back and is dropped here, outside the lock: its permit hands the ticket back,
@@ -171,7 +216,7 @@ impl Shared {
 
     /// Run one controller event under the lock, then deliver its verdicts and wake the
     /// timer task if its next job moved earlier.
-    pub(super) fn event(self: &Arc<Self>, f: impl FnOnce(&mut Core, u64) -> Vec<Decision>) {
+    pub(crate) fn event(self: &Arc<Self>, f: impl FnOnce(&mut Core, u64) -> Vec<Decision>) {
         let (deliveries, wake) = {
             let mut guard = self.lock();
             let core = &mut *guard;
@@ -195,16 +240,18 @@ impl Shared {
 
     /// Begin shutting down: from now on arrivals are refused, and every queued request is
     /// answered 503 with `Retry-After`. Admitted requests go on.
-    pub(super) fn begin_shutdown(self: &Arc<Self>) {
+    pub(crate) fn begin_shutdown(self: &Arc<Self>) {
         self.event(|core, now| core.ctl.shut_down(now));
     }
 
     /// Admitted requests whose backend work is not done yet.
-    pub(super) fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.lock().ctl.gate().in_flight()
     }
 
-    pub(super) fn snapshot(&self) -> Snapshot {
+    /// The admission side of a snapshot; the upstream side (connections, pool) is the
+    /// driver's to fill in.
+    pub(crate) fn snapshot(&self) -> Snapshot {
         self.metrics.type_table_overflow.store(self.classifier.overflowed(), Relaxed);
         let core = self.lock();
         let (ctl, est) = (&core.ctl, core.ctl.estimator());
@@ -226,9 +273,9 @@ impl Shared {
             patience_us: (0..ctl.in_flight_by_type().len()).map(|t| ctl.patience_us(t)).collect(),
             give_ups: ctl.give_ups(),
             client_connections: self.metrics.client_connections.get(),
-            upstream_connections: self.pool.open_connections(),
-            upstream_idle: self.pool.idle_connections(),
-            upstream_retries: self.pool.retries(),
+            upstream_connections: 0,
+            upstream_idle: 0,
+            upstream_retries: 0,
         }
     }
 }
@@ -236,10 +283,10 @@ impl Shared {
 /// Reports a client that left: dropped while armed (the handler future dropped with the
 /// client's connection), it tells the controller, which takes a waiting request out of the
 /// queue and learns the clients' patience either way.
-pub(super) struct GoneGuard {
-    pub(super) shared: Arc<Shared>,
-    pub(super) id: RequestId,
-    pub(super) armed: bool,
+pub(crate) struct GoneGuard {
+    pub(crate) shared: Arc<Admission>,
+    pub(crate) id: RequestId,
+    pub(crate) armed: bool,
 }
 
 impl Drop for GoneGuard {
@@ -259,7 +306,7 @@ impl Drop for GoneGuard {
 }
 
 /// Expiry of waits, refusals for patience, aging re-picks and auto-capacity ticks.
-pub(super) async fn timer_task(shared: Arc<Shared>) {
+pub(crate) async fn timer_task(shared: Arc<Admission>) {
     loop {
         let next_us = {
             let mut core = shared.lock();
@@ -285,5 +332,97 @@ pub(super) async fn timer_task(shared: Arc<Shared>) {
             }
             d
         });
+    }
+}
+
+/// Where an arrival stands after [`arrive`].
+pub(crate) enum Arrived {
+    Admitted {
+        permit: Permit,
+        waited_us: u64,
+    },
+    /// Waiting: await the verdict with [`wait`].
+    Queued(RequestId, oneshot::Receiver<Verdict>),
+    /// Refused at once (counted in the metrics already).
+    Refused(Refusal),
+}
+
+/// A request of type `type_index` arrives at the controller: admitted at once, queued, or
+/// refused. `Err`: the type is not the controller's (a bug: the registry's types are).
+pub(crate) fn arrive(shared: &Arc<Admission>, type_index: usize) -> Result<Arrived, GatekeeperError> {
+    let (arrived, deliveries, wake) = {
+        let mut guard = shared.lock();
+        let core = &mut *guard;
+        let arrival = core.ctl.arrive(shared.now_us(), type_index)?;
+        if arrival.probe {
+            // A probe re-measures a type sjf has not admitted for a while (core::admission,
+            // "Re-sampling").
+            shared.metrics.types[type_index].probes.fetch_add(1, Relaxed);
+        }
+        let deliveries = shared.apply(core, arrival.others);
+        let arrived = match arrival.outcome {
+            Arrival::Admitted(g) => {
+                let permit = Permit { shared: shared.clone(), ticket: Some(g.ticket), type_index };
+                Arrived::Admitted { permit, waited_us: g.waited_us }
+            }
+            Arrival::Queued(id) => {
+                let (tx, rx) = oneshot::channel();
+                core.waiters.insert(id, tx);
+                Arrived::Queued(id, rx)
+            }
+            Arrival::Refused(reason) => Arrived::Refused(reason),
+        };
+        (arrived, deliveries, core.timer_moved_earlier())
+    };
+    Admission::deliver(deliveries);
+    if wake {
+        shared.wake.notify_one();
+    }
+    if let Arrived::Refused(reason) = &arrived {
+        shared.count_refusal(type_index, *reason);
+    }
+    Ok(arrived)
+}
+
+/// Why a request was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotAdmitted {
+    /// The controller refused it (counted in the metrics).
+    Refused(Refusal),
+    /// Its client withdrew it while it waited and stays (a PostgreSQL CancelRequest).
+    Cancelled,
+}
+
+/// Await a queued request's verdict, or `cancel` (the client withdrew it: the controller's
+/// `cancel`, no give-up). Dropped before it resolves (the client left), it reports the
+/// client gone, which takes the request out of the queue.
+pub(crate) async fn wait(
+    shared: &Arc<Admission>,
+    id: RequestId,
+    mut rx: oneshot::Receiver<Verdict>,
+    cancel: impl std::future::Future<Output = ()>,
+) -> Result<(Permit, u64), NotAdmitted> {
+    let mut guard = GoneGuard { shared: shared.clone(), id, armed: true };
+    let verdict = tokio::select! {
+        biased;
+        v = &mut rx => v,
+        () = cancel => {
+            guard.armed = false;
+            shared.event(|core, now| match core.waiters.remove(&id) {
+                Some(_) => core.ctl.cancel(now, id),
+                None => Vec::new(),
+            });
+            // A verdict sent meanwhile is dropped with `rx`, after the lock: an admission's
+            // permit hands its ticket back unused.
+            return Err(NotAdmitted::Cancelled);
+        }
+    };
+    guard.armed = false;
+    match verdict {
+        Ok(Verdict::Admitted { permit, waited_us }) => Ok((permit, waited_us)),
+        // Counted where the controller refused it.
+        Ok(Verdict::Refused(reason)) => Err(NotAdmitted::Refused(reason)),
+        // The sender was dropped without a verdict: only at teardown.
+        Err(_) => Err(NotAdmitted::Refused(Refusal::ShuttingDown)),
     }
 }

@@ -1,0 +1,346 @@
+//! The relay of one client connection to its upstream connection, after the startup
+//! message: two loops, one per direction, run together until either ends. Each frames
+//! its input, asks the connection's [`Tracker`] what to do with every message, and
+//! forwards the frames as received (batched into one write when several are ready).
+//!
+//! The directions run independently (a client pipelining queries while the server sends
+//! large results must not deadlock the proxy); they share the tracker (a `std` mutex held
+//! only for a step, never across an await), the permit of the open transaction, and the
+//! client's write half (the gatekeeper's own answers go to the client too).
+
+use std::sync::{Arc, Mutex};
+
+use bytes::{Bytes, BytesMut};
+use shortfirst_core::admission::Refusal;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{ReadHalf, WriteHalf};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+use super::conn::ClientStream;
+
+/// The client's side: plain TCP or TLS over it.
+type ClientRd = ReadHalf<ClientStream>;
+type ClientWr = WriteHalf<ClientStream>;
+
+use super::cancel::{CancelSlot, KeyGuard};
+use super::frame::next_frame;
+use super::gate::{NotAdmitted, TxnGate};
+use super::message::{backend_key_data, client, encode_error, server};
+use super::reqtype::RequestType;
+use super::txn::{ClientStep, Mark, ServerStep, Tracker};
+use super::{refusal_message, refusal_sqlstate, ConnError, Shared};
+
+/// What both directions share.
+struct Conn<G: TxnGate> {
+    shared: Arc<Shared<G>>,
+    conn_id: u64,
+    /// The tracker and the open transaction's permit, under one lock: the step that ends a
+    /// transaction takes its permit before a new transaction can store its own.
+    state: Mutex<State<G::Permit>>,
+    client_wr: tokio::sync::Mutex<ClientWr>,
+    /// The client's cancel key while connected.
+    key: Mutex<Option<KeyGuard>>,
+    /// Armed while a transaction waits for admission: a CancelRequest withdraws it.
+    cancel: Arc<CancelSlot>,
+    /// Signalled after each batch of server messages (the idle-in-transaction timer).
+    server_progress: tokio::sync::Notify,
+    /// The client sent Terminate: the server closing is the expected end, not a failure.
+    terminated: std::sync::atomic::AtomicBool,
+}
+
+struct State<P> {
+    tracker: Tracker,
+    permit: Option<P>,
+}
+
+impl<G: TxnGate> Conn<G> {
+    fn state(&self) -> std::sync::MutexGuard<'_, State<G::Permit>> {
+        // Every step is one call that either completes or panics (ending the connection):
+        // a poisoned lock is never observed by a live connection.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    async fn to_client(&self, bytes: &[u8]) -> Result<(), ConnError> {
+        self.client_wr.lock().await.write_all(bytes).await.map_err(|e| ConnError::io("write to the client", e))
+    }
+}
+
+pub(crate) async fn relay<G: TxnGate>(
+    client: ClientStream,
+    upstream: TcpStream,
+    client_buf: BytesMut,
+    shared: Arc<Shared<G>>,
+    conn_id: u64,
+    app_name: Option<String>,
+) -> Result<(), ConnError> {
+    let (client_rd, client_wr) = tokio::io::split(client);
+    let (up_rd, up_wr) = upstream.into_split();
+    let limits = &shared.config.limits;
+    let tracker = Tracker::new(shared.config.types.clone(), app_name, limits.max_prepared);
+    let conn = Arc::new(Conn {
+        shared: shared.clone(),
+        conn_id,
+        state: Mutex::new(State { tracker, permit: None }),
+        client_wr: tokio::sync::Mutex::new(client_wr),
+        key: Mutex::new(None),
+        cancel: Arc::default(),
+        server_progress: tokio::sync::Notify::new(),
+        terminated: std::sync::atomic::AtomicBool::new(false),
+    });
+    let result = tokio::select! {
+        r = client_to_server(&conn, client_rd, client_buf, up_wr) => r,
+        r = server_to_client(&conn, up_rd) => r,
+    };
+    if let Err(e) = &result {
+        if e.tell_client() {
+            let (code, hint) = e.sqlstate();
+            let _ = conn.to_client(&encode_error("FATAL", code, &format!("gatekeeper: {e}"), hint)).await;
+        }
+    }
+    let _ = conn.client_wr.lock().await.shutdown().await;
+    // The permit of a transaction cut short is dropped here, with the connection.
+    result
+}
+
+/// An extended-protocol batch outside a transaction, held back until its `Sync` (or a
+/// `Flush`, or past one message's size limit): it is admitted as a whole before any of it
+/// is forwarded, so nothing of a refused batch reaches the server.
+struct Batch {
+    /// The tracker before the batch (restored if it is refused).
+    mark: Mark,
+    /// The transaction the batch starts: its type and a deferred BEGIN to send first.
+    start: Option<(RequestType, Option<Bytes>)>,
+    bytes: BytesMut,
+}
+
+/// Where the client-to-server loop goes on after a step.
+enum Flow {
+    Go,
+    /// The client left while its transaction waited.
+    Gone,
+}
+
+async fn client_to_server<G: TxnGate>(
+    conn: &Conn<G>,
+    mut rd: ClientRd,
+    mut buf: BytesMut,
+    mut up: OwnedWriteHalf,
+) -> Result<(), ConnError> {
+    let limits = &conn.shared.config.limits;
+    let mut out = BytesMut::new();
+    let mut batch: Option<Batch> = None;
+    loop {
+        while let Some(frame) = next_frame(&mut buf, limits.max_message_bytes)? {
+            let tag = frame.tag();
+            let (mark, step) = {
+                let mut st = conn.state();
+                let mark = st.tracker.mark();
+                if batch.is_none() && !st.tracker.in_transaction() && EXTENDED.contains(&tag) {
+                    batch = Some(Batch { mark: mark.clone(), start: None, bytes: BytesMut::new() });
+                }
+                (mark, st.tracker.on_client(tag, frame.body(), &frame.bytes)?)
+            };
+            let step = match (batch.as_mut(), step) {
+                (Some(b), ClientStep::Forward) => {
+                    b.bytes.extend_from_slice(&frame.bytes);
+                    None
+                }
+                (Some(b), ClientStep::Start { ty, held }) => {
+                    b.start = Some((ty, held));
+                    b.bytes.extend_from_slice(&frame.bytes);
+                    None
+                }
+                (_, step) => Some(step),
+            };
+            let ends_batch = step.is_some()
+                || tag == client::SYNC
+                || tag == client::FLUSH
+                || batch.as_ref().is_some_and(|b| b.bytes.len() > limits.max_message_bytes);
+            if let Some(b) = batch.take_if(|_| ends_batch) {
+                let to_sync = tag == client::SYNC && step.is_none();
+                if let Flow::Gone = end_batch(conn, b, to_sync, &mut rd, &mut buf, &mut up, &mut out).await? {
+                    return Ok(());
+                }
+            }
+            match step {
+                None | Some(ClientStep::Drop) => {}
+                Some(ClientStep::Forward) => out.extend_from_slice(&frame.bytes),
+                Some(ClientStep::Answer(bytes)) => {
+                    flush(&mut up, &mut out).await?;
+                    conn.to_client(&bytes).await?;
+                }
+                Some(ClientStep::Start { ty, held }) => {
+                    flush(&mut up, &mut out).await?;
+                    let b = Batch { mark, start: Some((ty, held)), bytes: BytesMut::from(&frame.bytes[..]) };
+                    if let Flow::Gone = end_batch(conn, b, true, &mut rd, &mut buf, &mut up, &mut out).await? {
+                        return Ok(());
+                    }
+                }
+            }
+            if tag == client::TERMINATE {
+                conn.terminated.store(true, std::sync::atomic::Ordering::Relaxed);
+                flush(&mut up, &mut out).await?;
+                return Ok(());
+            }
+        }
+        flush(&mut up, &mut out).await?;
+        if read_client(conn, &mut rd, &mut buf).await? == 0 {
+            return Ok(());
+        }
+    }
+}
+
+/// The extended-protocol messages that open a batch outside a transaction.
+const EXTENDED: [u8; 5] = [client::PARSE, client::BIND, client::EXECUTE, client::DESCRIBE, client::CLOSE];
+
+/// A held batch (or one Query or FunctionCall) is complete: forward it, after admission if
+/// it starts a transaction; refused, answer the client instead (`to_sync`: the batch ends
+/// with its Sync, or is one message answered with ReadyForQuery).
+async fn end_batch<G: TxnGate>(
+    conn: &Conn<G>,
+    batch: Batch,
+    to_sync: bool,
+    rd: &mut ClientRd,
+    buf: &mut BytesMut,
+    up: &mut OwnedWriteHalf,
+    out: &mut BytesMut,
+) -> Result<Flow, ConnError> {
+    let Some((ty, held)) = batch.start else {
+        out.extend_from_slice(&batch.bytes);
+        return Ok(Flow::Go);
+    };
+    flush(up, out).await?;
+    match admit_watching(conn, &ty, rd, buf).await? {
+        Admitted::Permit(permit) => {
+            conn.state().permit = Some(permit);
+            if let Some(h) = held {
+                out.extend_from_slice(&h);
+            }
+            out.extend_from_slice(&batch.bytes);
+        }
+        Admitted::Gone => return Ok(Flow::Gone),
+        Admitted::Refused(reason) => {
+            tracing::info!(conn = conn.conn_id, ty = %ty.name(), "transaction refused: {}", refusal_message(reason));
+            let (code, hint) = refusal_sqlstate(reason);
+            let error = encode_error("ERROR", code, &format!("gatekeeper: {}", refusal_message(reason)), hint);
+            let answer = conn.state().tracker.refuse(batch.mark, error, to_sync);
+            conn.to_client(&answer).await?;
+        }
+        Admitted::Cancelled => {
+            tracing::info!(conn = conn.conn_id, ty = %ty.name(), "transaction cancelled while waiting for admission");
+            let error = encode_error("ERROR", "57014", "canceling statement due to user request", None);
+            let answer = conn.state().tracker.refuse(batch.mark, error, to_sync);
+            conn.to_client(&answer).await?;
+        }
+    }
+    Ok(Flow::Go)
+}
+
+/// Reads from the client; while the client owes the next move inside a transaction, for
+/// at most the idle-in-transaction limit. The limit is re-armed whenever the server side
+/// reports progress (the tracker's state may have changed).
+async fn read_client<G: TxnGate>(conn: &Conn<G>, rd: &mut ClientRd, buf: &mut BytesMut) -> Result<usize, ConnError> {
+    loop {
+        let idle = conn.state().tracker.waiting_on_client();
+        let limit = conn.shared.config.limits.idle_in_transaction.filter(|_| idle);
+        tokio::select! {
+            r = rd.read_buf(buf) => return r.map_err(|e| ConnError::io("read from the client", e)),
+            _ = conn.server_progress.notified() => {}
+            _ = tokio::time::sleep(limit.unwrap_or_default()), if limit.is_some() => {
+                return Err(ConnError::IdleInTransaction(limit.unwrap_or_default()));
+            }
+        }
+    }
+}
+
+/// What came of a wait for admission.
+enum Admitted<P> {
+    Permit(P),
+    Refused(Refusal),
+    /// A CancelRequest withdrew the wait.
+    Cancelled,
+    /// The client went away meanwhile (the wait is abandoned).
+    Gone,
+}
+
+/// Awaits admission while watching the client: bytes it sends meanwhile are buffered
+/// (up to one message's limit), and its going away abandons the wait.
+async fn admit_watching<G: TxnGate>(
+    conn: &Conn<G>,
+    ty: &RequestType,
+    rd: &mut ClientRd,
+    buf: &mut BytesMut,
+) -> Result<Admitted<G::Permit>, ConnError> {
+    let max = conn.shared.config.limits.max_message_bytes;
+    let admit = conn.shared.gate.admit(ty, conn.cancel.arm());
+    tokio::pin!(admit);
+    loop {
+        tokio::select! {
+            p = &mut admit => {
+                // A cancel that fired as the wait ended still withdraws the transaction
+                // (the client was told nothing yet; nothing of it was forwarded).
+                return Ok(match (p, conn.cancel.disarm()) {
+                    (Ok(_), true) | (Err(NotAdmitted::Cancelled), _) => Admitted::Cancelled,
+                    (Ok(permit), false) => Admitted::Permit(permit),
+                    (Err(NotAdmitted::Refused(r)), _) => Admitted::Refused(r),
+                });
+            }
+            r = rd.read_buf(buf), if buf.len() < max => {
+                if r.map_err(|e| ConnError::io("read from the client", e))? == 0 {
+                    tracing::debug!(conn = conn.conn_id, "client left while waiting for admission");
+                    return Ok(Admitted::Gone);
+                }
+            }
+        }
+    }
+}
+
+async fn flush(w: &mut OwnedWriteHalf, out: &mut BytesMut) -> Result<(), ConnError> {
+    if !out.is_empty() {
+        w.write_all(out).await.map_err(|e| ConnError::io("write upstream", e))?;
+        out.clear();
+    }
+    Ok(())
+}
+
+async fn server_to_client<G: TxnGate>(conn: &Conn<G>, mut rd: OwnedReadHalf) -> Result<(), ConnError> {
+    let max = conn.shared.config.limits.max_server_message_bytes;
+    let mut buf = BytesMut::with_capacity(16 * 1024);
+    let mut out = BytesMut::new();
+    let mut ended = Vec::new();
+    loop {
+        while let Some(frame) = next_frame(&mut buf, max).map_err(ConnError::UpstreamFrame)? {
+            if frame.tag() == server::BACKEND_KEY_DATA {
+                let (pid, secret) = backend_key_data(frame.body())?;
+                let guard = conn.shared.keys.insert(pid, secret, conn.conn_id, conn.cancel.clone());
+                *conn.key.lock().unwrap_or_else(|e| e.into_inner()) = Some(guard);
+            }
+            let mut st = conn.state();
+            match st.tracker.on_server(frame.tag(), frame.body())? {
+                ServerStep::Forward => out.extend_from_slice(&frame.bytes),
+                ServerStep::Swallow => {}
+                ServerStep::ForwardAndEnd => {
+                    out.extend_from_slice(&frame.bytes);
+                    ended.extend(st.permit.take());
+                }
+            }
+        }
+        if !out.is_empty() {
+            conn.to_client(&out).await?;
+            out.clear();
+        }
+        for p in ended.drain(..) {
+            conn.shared.gate.finish(p);
+        }
+        conn.server_progress.notify_one();
+        let n = rd.read_buf(&mut buf).await.map_err(|e| ConnError::io("read from the upstream", e))?;
+        if n == 0 {
+            if conn.terminated.load(std::sync::atomic::Ordering::Relaxed) {
+                return Ok(());
+            }
+            let in_txn = conn.state().tracker.in_transaction();
+            let state = if in_txn { "inside a transaction" } else { "outside a transaction" };
+            return Err(ConnError::UpstreamClosed { state });
+        }
+    }
+}
