@@ -85,11 +85,13 @@ def gatekeeper(
     max_charge_share: float | None = None,
     classify: Sequence[tuple[str, str]] = (),
     estimate_basis: str | None = None,
+    patience: str | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """`shortfirst gatekeeper` (the proxy): where it listens and forwards, its policy and
-    capacity (`800ms`, `2500us`, `calibrate`, `auto`), its admin address, its limits and the
-    request types (`classify`: NAME=REGEX pairs)."""
+    capacity (`800ms`, `2500us`, `calibrate`, `auto`), its admin address, its limits, the
+    request types (`classify`: NAME=REGEX pairs) and its patience rule (`learn`, `off`, a
+    duration)."""
     argv = [str(binary), "gatekeeper", "--listen", listen, "--upstream", upstream]
     argv += _flags([("--policy", policy), ("--capacity", capacity), ("--admin", admin)])
     argv += _classify(classify, max_in_flight, estimate_basis)
@@ -99,6 +101,7 @@ def gatekeeper(
             ("--max-wait", ms(max_wait_s)),
             ("--overdue-share", None if overdue_share is None else f"{overdue_share:g}"),
             ("--max-charge-share", None if max_charge_share is None else f"{max_charge_share:g}"),
+            ("--patience", patience),
         ]
     )
     return argv + list(extra)

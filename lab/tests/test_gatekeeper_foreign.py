@@ -225,16 +225,15 @@ def test_backend_behind_the_gatekeeper(name, tmp_path):
         trace = tmp_path / "trace.csv"
         p.trace(trace, 40.0, 4.0)
         port, admin = free_port(), free_port()
-        gk = [str(RELEASE_BIN), "gatekeeper", "--listen", f"127.0.0.1:{port}", "--upstream", url]
-        gk += [
-            "--capacity",
-            "2s",
-            "--policy",
-            "sjf-aging:2",
-            "--admin",
-            f"127.0.0.1:{admin}",
-            *p.classify_args(),
-        ]
+        gk = commands.gatekeeper(
+            RELEASE_BIN,
+            listen=f"127.0.0.1:{port}",
+            upstream=url,
+            capacity="2s",
+            policy="sjf-aging:2",
+            admin=f"127.0.0.1:{admin}",
+            **p.classify_args(),
+        )
         with Child(gk, tmp_path / "gatekeeper.log"):
             wait_port(port)
             out, wall = p.load(f"http://127.0.0.1:{port}", "open", trace, "run", 4.0)

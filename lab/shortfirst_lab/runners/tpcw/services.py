@@ -69,9 +69,11 @@ def gatekeeper(
     capacity: str,
     workdir: Path,
     max_queue_wait_s: float | None = None,
+    patience: str | None = None,
 ) -> Iterator[tuple[str, str]]:
     """Yields (proxy URL, metrics URL). ``max_queue_wait_s``: ``--max-queue-wait`` (503 after
-    waiting that long for admission); ``None``: no limit."""
+    waiting that long for admission); ``None``: no limit. ``patience``: ``--patience``
+    (``None``: the gatekeeper's default)."""
     port, admin = free_port(), free_port()
     args = commands.gatekeeper(
         bins.shortfirst,
@@ -81,6 +83,7 @@ def gatekeeper(
         capacity=capacity,
         admin=f"127.0.0.1:{admin}",
         max_queue_wait_s=max_queue_wait_s,
+        patience=patience,
     )
     with process(args, workdir / "gatekeeper.log") as p:
         wait_http(f"http://127.0.0.1:{admin}/metrics", p)

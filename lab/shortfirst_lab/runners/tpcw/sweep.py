@@ -45,6 +45,7 @@ def run_point(
     pg: Postgres | None = None,
     name: str | None = None,
     max_queue_wait_s: float | None = None,
+    patience: str | None = None,
 ) -> dict:
     """One measurement: ``mode`` is ``direct`` or a gatekeeper policy (``fifo``, ``sjf``, ``sjf-aging:X``),
     optionally with its own capacity after ``@`` (``sjf@auto``) instead of ``capacity``. Its logs go to
@@ -64,7 +65,7 @@ def run_point(
     if mode == "direct":
         summary = run_load(bins, app_url, out, browsers, think, duration_s, seed, timeout_s)
     else:
-        with gatekeeper(bins, app_url, policy, capacity, workdir / name, max_queue_wait_s) as (
+        with gatekeeper(bins, app_url, policy, capacity, workdir / name, max_queue_wait_s, patience) as (
             proxy,
             metrics_url,
         ):
