@@ -402,12 +402,13 @@ impl Controller {
         ids.sort_unstable();
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
-            let k = self.forget_waiting(id).expect("listed as waiting");
-            // Nothing waits any more, so cancelling admits nothing.
+            // Taking an older request out can let a younger one in (fifo: the head that did
+            // not fit leaves, the next one fits); that one was admitted and runs on, so it is
+            // no longer waiting here.
+            let Some(k) = self.forget_waiting(id) else { continue };
             let admitted = self.gate.cancel(now_us, id).unwrap_or_default();
-            debug_assert!(admitted.is_empty() || self.waiting.is_empty());
-            out.extend(self.settle(now_us, admitted));
             out.push(Decision::Refuse { id, type_index: k.type_index, reason: Refusal::ShuttingDown });
+            out.extend(self.settle(now_us, admitted));
         }
         out
     }

@@ -167,6 +167,26 @@ fn shut_down_refuses_every_waiter_and_later_arrivals() {
     assert_eq!(c.gate().load_us(), 0);
 }
 
+/// Shutting down takes the waiting requests out oldest first; under fifo the head that did
+/// not fit leaving lets the next one in, which is admitted, not refused twice or lost.
+#[test]
+fn shut_down_survives_a_cancel_that_admits() {
+    let mut c = Controller::new(cfg(20_000, "fifo"), 2, 0).unwrap();
+    // Teach type 0 a cost of 15 ms and type 1 of 2 ms.
+    let g = grant(c.arrive(0, 0).unwrap().outcome);
+    c.finish(15_000, g.ticket, Some(15_000)).unwrap();
+    let g = grant(c.arrive(15_000, 1).unwrap().outcome);
+    c.finish(17_000, g.ticket, Some(2_000)).unwrap();
+    let _running = grant(c.arrive(20_000, 0).unwrap().outcome);
+    let b = queued(c.arrive(20_001, 0).unwrap().outcome); // 15 + 15 > 20: waits
+    let small = queued(c.arrive(20_002, 1).unwrap().outcome); // fits, but behind b
+    let d = c.shut_down(20_003);
+    assert_eq!(d.len(), 2, "{d:?}");
+    assert_eq!(d[0], Decision::Refuse { id: b, type_index: 0, reason: Refusal::ShuttingDown });
+    assert!(matches!(&d[1], Decision::Admit(g) if g.ticket.id() == small), "{d:?}");
+    assert_eq!(c.gate().queue_len(), 0);
+}
+
 /// One event of a random script.
 #[derive(Debug, Clone)]
 enum Ev {
