@@ -32,7 +32,7 @@ struct Pending {
     sent_us: f64,
 }
 
-/// Virtual time as the gate counts it: whole µs.
+/// Virtual time as the controller counts it: whole µs.
 fn gate_us(t: f64) -> u64 {
     t.round() as u64
 }
@@ -115,11 +115,6 @@ pub(super) struct Model<'a> {
     /// finished or refused are skipped when met.
     impatient: std::collections::VecDeque<(f64, u64)>,
     waiting_seq: HashMap<u64, u64>,
-}
-
-/// Virtual time as the controller counts it: whole µs.
-fn ctl_us(t: f64) -> u64 {
-    gate_us(t)
 }
 
 impl<'a> Model<'a> {
@@ -320,7 +315,7 @@ impl<'a> Model<'a> {
         if let Some(ticket) = r.ticket {
             let wall_us = gate_us(self.now - r.admitted_us);
             let c = self.ctl.as_mut().expect("a ticket comes from the controller");
-            let d = c.finish(ctl_us(self.now), ticket, Some(wall_us))?;
+            let d = c.finish(gate_us(self.now), ticket, Some(wall_us))?;
             self.apply(d);
         }
         if let Some(client) = r.client {
@@ -349,7 +344,7 @@ impl<'a> Model<'a> {
                 }
                 clients.push(r.client);
                 let c = self.ctl.as_mut().expect("only the controller keeps requests waiting");
-                let d = c.client_gone(ctl_us(now), shortfirst_core::admission::RequestId(id));
+                let d = c.client_gone(gate_us(now), shortfirst_core::admission::RequestId(id));
                 self.apply(d);
             } else if let Some(r) = self.running.iter_mut().find(|r| r.seq == seq && r.client.is_some()) {
                 if in_window {
@@ -357,7 +352,7 @@ impl<'a> Model<'a> {
                 }
                 clients.extend(r.client.take());
                 if let (Some(c), Some(t)) = (self.ctl.as_mut(), r.ticket.as_ref()) {
-                    let _ = c.client_gone(ctl_us(now), t.id());
+                    let _ = c.client_gone(gate_us(now), t.id());
                 }
             }
         }
@@ -405,7 +400,7 @@ impl<'a> Model<'a> {
             self.running.push(r);
             return Ok(());
         };
-        let a = c.arrive(ctl_us(now), type_index)?;
+        let a = c.arrive(gate_us(now), type_index)?;
         match a.outcome {
             Arrival::Admitted(g) => {
                 self.pending.insert(g.ticket.id().0, Pending { client, seq, type_index, sent_us: now });
@@ -431,7 +426,7 @@ impl<'a> Model<'a> {
 
     /// The controller's wake-up: expiries, refusals for patience, aging, auto capacity.
     fn wake_gate(&mut self) {
-        let d = self.ctl.as_mut().expect("a wake-up comes from the controller").poll(ctl_us(self.now));
+        let d = self.ctl.as_mut().expect("a wake-up comes from the controller").poll(gate_us(self.now));
         self.apply(d);
     }
 
@@ -469,7 +464,7 @@ impl<'a> Model<'a> {
                     }
                     *last = p.sent_us;
                     if self.cfg.script.is_some() {
-                        self.admissions.push((p.client, ctl_us(self.now)));
+                        self.admissions.push((p.client, gate_us(self.now)));
                     }
                     self.running.push(Running {
                         client: Some(p.client),
