@@ -3,9 +3,9 @@
 #
 #   make foreign-backends          datasette (PyPI, SQLite) in its own venv and json-server
 #                                  (npm) in .make/foreign, at the versions pinned in lab/foreign/
-#   make bench-gatekeeper-foreign  calibrate, then direct / fifo / sjf / sjf-aging:2 in front of
-#                                  each, open and closed load at about twice the peak; writes
-#                                  results/gatekeeper-foreign/summary.json (~25 min; run it under
+#   make bench-gatekeeper-foreign  calibrate, then direct, and fifo / sjf / sjf-aging:2 with each
+#                                  patience rule, in front of each, open and closed load at about twice the peak; writes
+#                                  results/gatekeeper-foreign/summary.json (~50 min; run it under
 #                                  the bench lock; each backend is pinned to the reserved CPU when
 #                                  a `python -m shortfirst_lab cpus` reservation exists)
 

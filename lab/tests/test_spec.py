@@ -80,8 +80,8 @@ def test_the_cli_refuses_a_misspelt_key_with_one_line(tmp_path):
 
 
 def test_overrides_apply_to_every_kind_before_validation(tmp_path):
-    spec = read_spec(EXPERIMENTS / "gatekeeper-foreign.toml", ["run.duration_s=30"])
-    assert spec.value.duration_s == 30.0
+    spec = read_spec(EXPERIMENTS / "gatekeeper-foreign.toml", ["run.duration_s=40"])
+    assert spec.value.duration_s == 40.0
     spec = read_spec(EXPERIMENTS / "gatekeeper-tpcw-short.toml", ["load.browsers=[5]"])
     assert spec.value["load"]["browsers"] == [5]
     with pytest.raises(SpecError, match=r"load\.browser: expected one of the known keys"):

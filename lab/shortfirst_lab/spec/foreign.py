@@ -17,12 +17,15 @@ from .vocabulary import ESTIMATE_BASES, GATEKEEPER_POLICY, GATEKEEPER_POLICY_FOR
 #: The backends a `[backend.NAME]` table may name (each a plug-in of `foreign.backends`).
 BACKENDS = ("datasette", "json-server")
 _DURATION = re.compile(r"^[0-9]*\.?[0-9]+(us|ms|s)$")
+#: A patience rule of the gatekeeper's `--patience`: learn, off or a duration.
+_PATIENCE = re.compile(r"^(learn|off|[0-9]*\.?[0-9]+(us|ms|s|m))$")
 
 RUN: dict[str, Field] = {
     "duration_s": positive("number", True),
     "warmup_s": Field("number", True, lo=0),
     "timeout_s": positive("number", True),
-    "max_queue_wait_s": positive("number", True),
+    "max_queue_wait_s": positive("number"),
+    "patience": Field("strs", what="patience rules: learn, off or a duration such as 20s"),
     "max_wait_s": positive("number"),
     "overdue_share": Field("number", lo=0, lo_open=True, hi=1, hi_open=True),
     "load_factor": positive("number", True),
@@ -65,7 +68,6 @@ class Settings:
     timeout_s: float
     load_factor: float
     think_s: float
-    max_queue_wait_s: float
     modes: list[str]
     models: list[str]
     peak_clients: list[int]
@@ -80,6 +82,10 @@ class Settings:
     #: row have a median below (1 - `peak_stop_drop`) x the best median so far.
     peak_stop_after: int = 2
     peak_stop_drop: float = 0.15
+    #: The gatekeeper's --max-queue-wait, if set (none: the proxy's default, no bound).
+    max_queue_wait_s: float | None = None
+    #: The gatekeeper's patience rules: every gated mode runs once with each.
+    patience: list[str] = field(default_factory=lambda: ["learn"])
     #: The gatekeeper's --max-wait (sjf's wait bound) and --overdue-share, if set.
     max_wait_s: float | None = None
     overdue_share: float | None = None
@@ -132,6 +138,11 @@ def _check_run(path: Path, run: dict[str, Any]) -> None:
     c = run["peak_clients"]
     if any(a >= b for a, b in zip(c, c[1:], strict=False)):
         raise SpecError(path, "run.peak_clients", "a rising ladder of client counts", c)
+    for i, rule in enumerate(run.get("patience", [])):
+        if not _PATIENCE.match(rule):
+            raise SpecError(path, f"run.patience[{i}]", "learn, off or a duration such as 20s", rule)
+    if len(set(run.get("patience", []))) != len(run.get("patience", [])):
+        raise SpecError(path, "run.patience", "each rule once", run["patience"])
     for i, mode in enumerate(run["modes"]):
         if mode != "direct" and not GATEKEEPER_POLICY.match(mode):
             raise SpecError(path, f"run.modes[{i}]", f"direct, {GATEKEEPER_POLICY_FORM}", mode)

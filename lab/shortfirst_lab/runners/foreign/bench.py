@@ -237,7 +237,8 @@ class Point:
             raise ForeignError(f"calibrate failed:\n{r.stderr[-3000:]}")
         return json.loads(out.read_text())
 
-    def run(self, mode: str, model: str, capacity_us: int, peak: dict) -> dict:
+    def run(self, mode: str, model: str, capacity_us: int, peak: dict, patience: str | None = None) -> dict:
+        """One run of `mode` (direct, or a gatekeeper policy with the `patience` rule)."""
         s = self.s
         peak_rps = peak["work_per_s"] / (self.mean_cost_ms() / 1e3)
         rate = s.load_factor * peak_rps
@@ -252,7 +253,7 @@ class Point:
                 self.trace(trace, 1000.0, 4 * s.duration_s)
             users = max(1, round(rate * s.think_s))
             load_model = f"closed:{users},think=exp:{s.think_s}"
-        tag = f"{model}-{mode.replace(':', '-')}"
+        tag = f"{model}-{run_label(mode, patience).replace(':', '-').replace(' ', '-')}"
         be, url = self.start()
         with be:
             if mode == "direct":
@@ -271,6 +272,7 @@ class Point:
                     max_queue_wait_s=s.max_queue_wait_s,
                     max_wait_s=s.max_wait_s,
                     overdue_share=s.overdue_share,
+                    patience=patience,
                     **self.classify_args(),
                 )
                 gatekeeper = Child(argv, self.work / f"gatekeeper-{tag}.log")
@@ -283,7 +285,13 @@ class Point:
         r["gate"] = gate_summary(self.timelines.get(tag, []), s.warmup_s, s.duration_s)
         r["cpu"] = cpu_summary(self.timelines.get(tag, []), s.warmup_s, s.duration_s, r["work_per_s"])
         r.update(
-            {"mode": mode, "model": model, "rate_per_s": rate if model == "open" else None, "users": users}
+            {
+                "mode": mode,
+                "patience": patience,
+                "model": model,
+                "rate_per_s": rate if model == "open" else None,
+                "users": users,
+            }
         )
         r["work_over_peak"] = r["work_per_s"] / peak["work_per_s"] if peak["work_per_s"] else None
         if model == "closed" and r["mean_response_ms"] is not None:
@@ -299,6 +307,12 @@ class Point:
             flush=True,
         )
         return r
+
+
+def run_label(mode: str, patience: str | None) -> str:
+    """The key of a run in the summary: `direct`, or the policy and its patience rule
+    (`sjf patience=learn`)."""
+    return mode if mode == "direct" else f"{mode} patience={patience}"
 
 
 def response_time_law(users: int, requests_per_s: float, mean_response_s: float, think_s: float) -> dict:
@@ -409,7 +423,8 @@ def run_backend(
     runs: dict[str, dict[str, dict]] = {m: {} for m in s.models}
     for model in s.models:
         for mode in s.modes:
-            runs[model][mode] = p.run(mode, model, capacity_us, peak)
+            for rule in [None] if mode == "direct" else s.patience:
+                runs[model][run_label(mode, rule)] = p.run(mode, model, capacity_us, peak, rule)
     costliest = max(p.cost_ms, key=lambda k: p.cost_ms[k])
     out = {
         "rows": backend.rows,
@@ -422,7 +437,7 @@ def run_backend(
         "pinned": bool(prefix),
         "runs": runs,
     }
-    out["checks"] = checks(out, s.modes)
+    out["checks"] = checks(out, s.modes, s.patience)
     return out, p.timelines
 
 

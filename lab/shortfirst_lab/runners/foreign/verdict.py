@@ -5,7 +5,9 @@ the costliest type's completed fraction).
 
 from __future__ import annotations
 
-#: Work rate over the backend's peak that fifo, and sjf and sjf-aging, must keep.
+#: Work rate over the backend's peak that fifo, and sjf and sjf-aging, must keep; with a
+#: patience rule (clients who give up are not served work they will not receive) fifo too
+#: must keep SJF_WORK_MIN.
 FIFO_WORK_MIN = 0.85
 SJF_WORK_MIN = 0.9
 #: sjf's mean response time at least this many times below fifo's.
@@ -21,22 +23,31 @@ def _num(v: float | None) -> float:
     return float("nan") if v is None else v
 
 
-def checks(backend: dict, modes: list[str]) -> list[dict]:
-    """Every target for every model that ran fifo and sjf (and sjf-aging modes if any)."""
+def checks(backend: dict, modes: list[str], patience: list[str]) -> list[dict]:
+    """Every target for every model and patience rule that ran fifo and sjf (and sjf-aging
+    modes if any); each check names its rule."""
     out = []
-    costliest = backend["costliest_type"]
     for model, runs in backend["runs"].items():
-        fifo, sjf = runs.get("fifo"), runs.get("sjf")
-        if fifo is None or sjf is None:
-            continue
+        for rule in patience:
+            by_mode = {m: runs[f"{m} patience={rule}"] for m in modes if f"{m} patience={rule}" in runs}
+            out += _checks(backend["costliest_type"], model, rule, by_mode, modes)
+    return out
+
+
+def _checks(costliest: str, model: str, rule: str, runs: dict, modes: list[str]) -> list[dict]:
+    """The targets of one model's runs under one patience rule (`runs` keyed by mode)."""
+    out: list[dict] = []
+    fifo, sjf = runs.get("fifo"), runs.get("sjf")
+    if fifo is not None and sjf is not None:
         agings = [m for m in modes if m.startswith("sjf-aging:") and m in runs]
 
-        def add(name: str, ok: bool, model: str = model, **figures) -> None:
-            out.append({"model": model, "name": name, "ok": bool(ok), **figures})
+        def add(name: str, ok: bool, **figures) -> None:
+            out.append({"model": model, "patience": rule, "name": name, "ok": bool(ok), **figures})
 
+        fifo_min = FIFO_WORK_MIN if rule == "off" else SJF_WORK_MIN
         add(
-            "fifo work >= 0.85 of peak",
-            _num(fifo["work_over_peak"]) >= FIFO_WORK_MIN,
+            f"fifo work >= {fifo_min} of peak",
+            _num(fifo["work_over_peak"]) >= fifo_min,
             fifo=fifo["work_over_peak"],
         )
         add("sjf work >= 0.9 of peak", _num(sjf["work_over_peak"]) >= SJF_WORK_MIN, sjf=sjf["work_over_peak"])
