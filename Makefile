@@ -26,7 +26,7 @@ BENCH_TARGETS :=
 
 include $(sort $(wildcard mk/*.mk))
 
-.PHONY: help setup apt build venv test test-rust test-lab lint fmt bench clean
+.PHONY: help setup apt build venv test test-rust test-lab test-lab-quick test-lab-slow lint fmt bench clean
 
 help: ## list every target with one line each (this list)
 	@echo "make TARGET — every target, from its '## ' comment in Makefile and mk/*.mk:"
@@ -66,8 +66,16 @@ test: lint $(TEST_TARGETS) test-rust test-lab ## every test: lint, Rust, Python,
 test-rust: apt ## cargo test of the whole workspace
 	$(CARGO) test --workspace --locked
 
-test-lab: venv apt build ## the lab's pytest suite (needs the release build; root for namespaces)
-	cd lab && ../$(PY) -m pytest -q -ra
+# The lab's tests in two parts: the quick ones (seconds each, no root), then those marked
+# `slow` or `root` (real namespaces, qdiscs, PostgreSQL, browsers; each skips with a message
+# where it cannot run). Both print their slowest tests, so a test that grows shows up in CI.
+test-lab: test-lab-quick test-lab-slow ## the lab's pytest suite (needs the release build; root for namespaces)
+
+test-lab-quick: venv apt build ## the lab's tests not marked slow or root (a few minutes)
+	cd lab && ../$(PY) -m pytest -q -ra -m "not slow and not root" --durations=10
+
+test-lab-slow: venv apt build ## the lab's tests marked slow or root (namespaces, qdiscs, real services)
+	cd lab && ../$(PY) -m pytest -q -ra -m "slow or root" --durations=15
 
 # Every Python file we ship: the lab, the bench drivers and scripts/ (one ruff configuration, lab's).
 # Run from lab/ so that lab's own packages are first-party for import sorting.
