@@ -281,8 +281,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 #[cfg(test)]
 mod backend_tests;
 #[cfg(test)]
-mod class_tests;
-#[cfg(test)]
 mod controller_tests;
 #[cfg(test)]
 mod exact_service;
@@ -290,3 +288,5 @@ mod exact_service;
 mod invariant_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod type_order_tests;

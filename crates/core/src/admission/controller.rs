@@ -10,7 +10,7 @@
 //! # Events
 //! - [`Controller::arrive`]: a request of a type arrives. It is charged its type's
 //!   estimate (a probe when its type has gone unsampled, see "Re-sampling" in the
-//!   [module docs](super)), queued in its type's class (first come, first served within a
+//!   [module docs](super)), queued behind its type's earlier requests (first come, first served within a
 //!   type, under every policy) and admitted at once if the policy picks it and it fits.
 //! - [`Controller::finish`]: an admitted request is done with the backend, with its
 //!   measured service time (admission → last byte) when it succeeded, or none when it
@@ -247,11 +247,11 @@ impl Controller {
             return Ok(refused(Refusal::ShuttingDown));
         }
         let charge = self.estimator.charge(type_index, now_us)?;
-        let class = type_index as u64;
+        let request_type = type_index as u64;
         let arrived = if charge.probe {
-            self.gate.arrive_probe_in(now_us, class, charge.cost_us)
+            self.gate.arrive_probe_in(now_us, request_type, charge.cost_us)
         } else {
-            self.gate.arrive_in(now_us, class, charge.cost_us)
+            self.gate.arrive_in(now_us, request_type, charge.cost_us)
         };
         let Ok((id, admitted)) = arrived else {
             return Ok(refused(Refusal::QueueFull));

@@ -141,8 +141,8 @@ struct Waiting {
     cost_us: u64,
     arrival_us: u64,
     deadline_us: u64,
-    /// The request's class (its type, for the proxy), `None` for a class of its own.
-    class: Option<u64>,
+    /// The request's type (`None`: a type of its own).
+    request_type: Option<u64>,
 }
 
 /// Admission accounting plus the admission queue. See the module docs.
@@ -170,12 +170,12 @@ pub struct Gate {
     by_finish: BTreeSet<(u64, u64)>,
     /// Waiting requests by arrival order.
     queue: BTreeMap<u64, Waiting>,
-    /// `(cost, seq)` of the waiting requests that are the oldest of their class (every
-    /// classless request is): the SJF order, whose picks are always first in their class.
+    /// `(cost, seq)` of the waiting requests that are the oldest of their type (every
+    /// request without a type is): the SJF order, whose picks are always first in their type.
     by_cost: BTreeSet<(u64, u64)>,
-    /// Waiting requests by class, in arrival order; bounded by the queue length (a class
+    /// Waiting requests by type, in arrival order; bounded by the queue length (a type
     /// leaves the map with its last waiting request).
-    classes: HashMap<u64, BTreeSet<u64>>,
+    by_type: HashMap<u64, BTreeSet<u64>>,
     /// `(deadline, seq)` of waiting requests (sjf-aging only).
     by_deadline: BTreeSet<(u64, u64)>,
     /// Waiting probes, by arrival (sjf only): ahead of every other waiting request.
@@ -213,7 +213,7 @@ impl Gate {
             by_finish: BTreeSet::new(),
             queue: BTreeMap::new(),
             by_cost: BTreeSet::new(),
-            classes: HashMap::new(),
+            by_type: HashMap::new(),
             by_deadline: BTreeSet::new(),
             probes: BTreeSet::new(),
         })
@@ -452,13 +452,13 @@ impl Gate {
         let mut out = Vec::new();
         while let Some((seq, overdue)) = self.next_admission(now_us) {
             let w = self.remove_waiting(seq).expect("picked request is waiting");
-            if let Some(class) = w.class.filter(|_| !self.probes.is_empty()) {
-                // A probe asks for one fresh sample of its type; its class's head, admitted
+            if let Some(request_type) = w.request_type.filter(|_| !self.probes.is_empty()) {
+                // A probe asks for one fresh sample of its type; its type's head, admitted
                 // now, gives it. Left waiting, the probe would take every older request of
-                // its class ahead of all others, one after another: in front of json-server
+                // its type ahead of all others, one after another: in front of json-server
                 // a backlog of 18 full-text searches went before 135 lookups for 6 s.
                 let answered: Vec<u64> =
-                    self.probes.iter().copied().filter(|p| self.queue[p].class == Some(class)).collect();
+                    self.probes.iter().copied().filter(|p| self.queue[p].request_type == Some(request_type)).collect();
                 for p in answered {
                     self.probes.remove(&p);
                 }

@@ -674,7 +674,7 @@ fn reprice_waiting_table() {
     let adm = g.release(4, adm.remove(0).ticket).unwrap();
     assert_eq!((ids(&adm), g.load_us()), (vec![c.0], 45));
 
-    // sjf: the class heads are ordered by their new charges; what then fits is admitted.
+    // sjf: the type heads are ordered by their new charges; what then fits is admitted.
     let mut g = gate(100, "sjf");
     let (_, mut adm) = g.arrive(0, 90).unwrap();
     let (b, _) = g.arrive(1, 30).unwrap();

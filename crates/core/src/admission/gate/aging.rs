@@ -31,7 +31,7 @@ impl Gate {
             // Past its bound with the overdue share taken: it waits in cost order, and
             // holding younger requests back for it would only turn an overload into fifo.
             let due_first = due && self.overdue_room();
-            // Only the oldest of a class is a candidate (the class rule).
+            // Only the oldest of a type is a candidate (the type rule).
             if w.cost_us <= allow_us && self.fits(w.cost_us) && self.is_class_head(seq) {
                 let (best, key) =
                     if due_first { (&mut best_due, (w.deadline_us, seq)) } else { (&mut best_cost, (w.cost_us, seq)) };

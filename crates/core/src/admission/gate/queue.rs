@@ -34,28 +34,28 @@ impl Gate {
         self.arrive_as(now_us, cost_us, false, None)
     }
 
-    /// [`Gate::arrive`] for a request of a class (the proxy's request type): within a
-    /// class every policy admits in arrival order, whatever the charges (the class rule in
+    /// [`Gate::arrive`] for a request of a request type: within a type every policy
+    /// admits in arrival order, whatever the charges (the type rule in
     /// the module docs). A type's estimate drifts, so charges taken at arrival would
     /// otherwise let later requests of a type overtake earlier ones for ever.
     pub fn arrive_in(
         &mut self,
         now_us: u64,
-        class: u64,
+        request_type: u64,
         cost_us: u64,
     ) -> Result<(RequestId, Vec<Admitted>), Rejection> {
-        self.arrive_as(now_us, cost_us, false, Some(class))
+        self.arrive_as(now_us, cost_us, false, Some(request_type))
     }
 
-    /// [`Gate::arrive_probe`] for a request of a class ([`Gate::arrive_in`]): under `sjf`
-    /// the probe's class goes ahead of every other, its requests in arrival order.
+    /// [`Gate::arrive_probe`] for a request of a type ([`Gate::arrive_in`]): under `sjf`
+    /// the probe's type goes ahead of every other, its requests in arrival order.
     pub fn arrive_probe_in(
         &mut self,
         now_us: u64,
-        class: u64,
+        request_type: u64,
         cost_us: u64,
     ) -> Result<(RequestId, Vec<Admitted>), Rejection> {
-        self.arrive_as(now_us, cost_us, true, Some(class))
+        self.arrive_as(now_us, cost_us, true, Some(request_type))
     }
 
     /// [`Gate::arrive`] for a probe ([`Charge::probe`]): under `sjf` it waits ahead of every
@@ -75,7 +75,7 @@ impl Gate {
         now_us: u64,
         cost_us: u64,
         probe: bool,
-        class: Option<u64>,
+        request_type: Option<u64>,
     ) -> Result<(RequestId, Vec<Admitted>), Rejection> {
         let now_us = self.clock(now_us);
         if self.queue.len() >= self.cfg.max_queue_len {
@@ -88,16 +88,16 @@ impl Gate {
             AdmissionPolicy::SjfAging { factor } => aging_deadline_us(now_us, factor, cost_us),
             _ => u64::MAX,
         };
-        self.queue.insert(seq, Waiting { cost_us, arrival_us: now_us, deadline_us, class });
-        let first_of_class = match class {
+        self.queue.insert(seq, Waiting { cost_us, arrival_us: now_us, deadline_us, request_type });
+        let first_of_type = match request_type {
             None => true,
             Some(c) => {
-                let members = self.classes.entry(c).or_default();
+                let members = self.by_type.entry(c).or_default();
                 members.insert(seq);
                 members.len() == 1
             }
         };
-        if first_of_class {
+        if first_of_type {
             self.by_cost.insert((cost_us, seq));
         }
         if matches!(self.cfg.policy, AdmissionPolicy::SjfAging { .. }) {
@@ -135,7 +135,7 @@ impl Gate {
     /// response time from 14.9 s to 0.21 s. `sjf` used to skip re-pricing because it made a type's requests
     /// leave in arrival order among themselves, where the small differences of their
     /// arrival charges had mixed them (measured with the Best Sellers queue of TPC-W, which
-    /// became a fifo behind the wait limit); the class rule now imposes that order anyway,
+    /// became a fifo behind the wait limit); the type rule now imposes that order anyway,
     /// so re-pricing changes only the fit test and the order among types. Bounded:
     /// `O(k log n)` for `k` ids, then one dispatch.
     pub fn reprice_waiting(
@@ -175,7 +175,7 @@ impl Gate {
     }
 
     /// Change the policy (configuration reload). Waiting requests keep their arrival
-    /// order, charges and classes; their sjf-aging deadlines are computed from their
+    /// order, charges and types; their sjf-aging deadlines are computed from their
     /// arrival and charge under the new factor, probes stay probes only under `sjf`. Then
     /// the gate dispatches (returned admissions). Bounded: `O(n log n)` for `n` waiting.
     pub fn set_policy(&mut self, now_us: u64, policy: AdmissionPolicy) -> Vec<Admitted> {
@@ -261,7 +261,7 @@ impl Gate {
     }
 
     /// `sjf` with a wait bound: the oldest waiting request once it has waited
-    /// `max_wait_us` (the oldest request is always the oldest of its class).
+    /// `max_wait_us` (the oldest request is always the oldest of its type).
     pub(super) fn overdue_head(&self, now_us: u64) -> Option<u64> {
         let max = self.cfg.max_wait_us.filter(|_| self.cfg.policy == AdmissionPolicy::Sjf)?;
         let (&seq, w) = self.queue.first_key_value()?;
@@ -273,14 +273,14 @@ impl Gate {
         let was_head = self.by_cost.remove(&(w.cost_us, seq));
         self.by_deadline.remove(&(w.deadline_us, seq));
         self.probes.remove(&seq);
-        if let Some(c) = w.class {
-            if let Some(members) = self.classes.get_mut(&c) {
+        if let Some(c) = w.request_type {
+            if let Some(members) = self.by_type.get_mut(&c) {
                 members.remove(&seq);
                 match members.first().copied() {
                     None => {
-                        self.classes.remove(&c);
+                        self.by_type.remove(&c);
                     }
-                    // The class's next oldest becomes its candidate.
+                    // The type's next oldest becomes its candidate.
                     Some(next) if was_head => {
                         self.by_cost.insert((self.queue[&next].cost_us, next));
                     }
@@ -291,24 +291,24 @@ impl Gate {
         Some(w)
     }
 
-    /// The oldest waiting request of `seq`'s class (`seq` itself when it has none).
+    /// The oldest waiting request of `seq`'s type (`seq` itself when it has none).
     pub(super) fn class_head(&self, seq: u64) -> u64 {
         self.queue
             .get(&seq)
-            .and_then(|w| w.class)
-            .and_then(|c| self.classes.get(&c))
+            .and_then(|w| w.request_type)
+            .and_then(|c| self.by_type.get(&c))
             .and_then(|m| m.first().copied())
             .unwrap_or(seq)
     }
 
-    /// Whether `seq` is the oldest waiting request of its class (a candidate of sjf and
+    /// Whether `seq` is the oldest waiting request of its type (a candidate of sjf and
     /// sjf-aging).
     pub(super) fn is_class_head(&self, seq: u64) -> bool {
         self.class_head(seq) == seq
     }
 
-    /// sjf's pick before the fit test: the oldest of the oldest probe's class, or else the
-    /// cheapest class head.
+    /// sjf's pick before the fit test: the oldest of the oldest probe's type, or else the
+    /// cheapest type head.
     pub(super) fn sjf_head(&self) -> Option<u64> {
         match self.probes.first() {
             Some(&p) => Some(self.class_head(p)),

@@ -1,6 +1,6 @@
-//! The class rule: within a class (the proxy's request type) every policy admits in
-//! arrival order, whatever the charges; across classes the policy's order holds among
-//! each class's oldest waiting request. Tables, then a property over random event sequences.
+//! The type rule: within a request type every policy admits in
+//! arrival order, whatever the charges; across types the policy's order holds among
+//! each type's oldest waiting request. Tables, then a property over random event sequences.
 
 use std::collections::HashMap;
 
@@ -13,17 +13,17 @@ fn gate(capacity_us: u64, policy: &str) -> Gate {
     Gate::new(GateConfig::new(capacity_us, policy.parse().unwrap())).unwrap()
 }
 
-/// One arrival per `(class, cost)` while request 0 (class 99) holds the whole capacity,
+/// One arrival per `(request_type, cost)` while request 0 (type 99) holds the whole capacity,
 /// then releases one at a time; returns the admission order (ids).
 fn order(policy: &str, arrivals: &[(u64, u64)], probe_at: Option<usize>) -> Vec<u64> {
     let mut g = gate(100, policy);
     let (_, adm) = g.arrive_in(0, 99, 100).unwrap();
     let mut running: Vec<Ticket> = adm.into_iter().map(|a| a.ticket).collect();
-    for (i, &(class, cost)) in arrivals.iter().enumerate() {
+    for (i, &(request_type, cost)) in arrivals.iter().enumerate() {
         let (_, adm) = if probe_at == Some(i) {
-            g.arrive_probe_in(1 + i as u64, class, cost).unwrap()
+            g.arrive_probe_in(1 + i as u64, request_type, cost).unwrap()
         } else {
-            g.arrive_in(1 + i as u64, class, cost).unwrap()
+            g.arrive_in(1 + i as u64, request_type, cost).unwrap()
         };
         assert!(adm.is_empty(), "capacity is held");
     }
@@ -41,7 +41,7 @@ fn order(policy: &str, arrivals: &[(u64, u64)], probe_at: Option<usize>) -> Vec<
 
 #[test]
 fn class_order_table() {
-    // (policy, arrivals as (class, cost), probe index, admission order)
+    // (policy, arrivals as (request_type, cost), probe index, admission order)
     type Row<'a> = (&'a str, &'a [(u64, u64)], Option<usize>, &'a [u64]);
     let table: &[Row] = &[
         // One type whose estimate drifts down: still first come, first served.
@@ -53,7 +53,7 @@ fn class_order_table() {
         ("sjf-aging:1000", &[(1, 90), (1, 60), (1, 30)], None, &[1, 2, 3]),
         ("sjf-aging:1000", &[(1, 90), (2, 50), (1, 10), (2, 60)], None, &[2, 4, 1, 3]),
         ("fifo", &[(1, 90), (2, 50), (1, 10)], None, &[1, 2, 3]),
-        // A probe takes its class's head ahead of every other; that admission answers it
+        // A probe takes its type's head ahead of every other; that admission answers it
         // (one sample), and the order is sjf's again.
         ("sjf", &[(2, 5), (1, 90), (1, 80)], Some(2), &[2, 1, 3]),
         ("sjf", &[(1, 90), (1, 80), (2, 5), (1, 70)], Some(3), &[1, 3, 2, 4]),
@@ -96,7 +96,7 @@ fn set_policy_reorders_the_waiting_requests() {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Arrive { class: u64, cost: u64, probe: bool },
+    Arrive { request_type: u64, cost: u64, probe: bool },
     Release(usize),
     Cancel(usize),
     Advance(u64),
@@ -105,7 +105,7 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0u64..4, 1u64..400, prop::bool::weighted(0.1))
-            .prop_map(|(class, cost, probe)| Op::Arrive { class, cost, probe }),
+            .prop_map(|(request_type, cost, probe)| Op::Arrive { request_type, cost, probe }),
         3 => any::<usize>().prop_map(Op::Release),
         1 => any::<usize>().prop_map(Op::Cancel),
         1 => (1u64..500).prop_map(Op::Advance),
@@ -119,7 +119,7 @@ fn policy() -> impl Strategy<Value = &'static str> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
-    /// Whatever the charges, cancellations and policy, the requests of one class are
+    /// Whatever the charges, cancellations and policy, the requests of one type are
     /// admitted in arrival order, and every admission leaves the load within the
     /// capacity or runs alone.
     #[test]
@@ -130,18 +130,18 @@ proptest! {
     ) {
         let mut g = gate(capacity, policy);
         let mut now = 0;
-        let mut class_of: HashMap<u64, u64> = HashMap::new();
+        let mut type_of: HashMap<u64, u64> = HashMap::new();
         let mut last_admitted: HashMap<u64, u64> = HashMap::new();
         let mut waiting: Vec<RequestId> = Vec::new();
         let mut running: Vec<Ticket> = Vec::new();
-        let mut check = |adm: Vec<Admitted>, class_of: &HashMap<u64, u64>, waiting: &mut Vec<RequestId>, running: &mut Vec<Ticket>| -> Result<(), TestCaseError> {
+        let mut check = |adm: Vec<Admitted>, type_of: &HashMap<u64, u64>, waiting: &mut Vec<RequestId>, running: &mut Vec<Ticket>| -> Result<(), TestCaseError> {
             for a in adm {
                 let id = a.ticket.id();
-                let class = class_of[&id.0];
-                if let Some(&prev) = last_admitted.get(&class) {
-                    prop_assert!(prev < id.0, "class {class}: {id} admitted after #{prev}");
+                let request_type = type_of[&id.0];
+                if let Some(&prev) = last_admitted.get(&request_type) {
+                    prop_assert!(prev < id.0, "type {request_type}: {id} admitted after #{prev}");
                 }
-                last_admitted.insert(class, id.0);
+                last_admitted.insert(request_type, id.0);
                 waiting.retain(|w| *w != id);
                 running.push(a.ticket);
             }
@@ -149,27 +149,27 @@ proptest! {
         };
         for op in ops {
             match op {
-                Op::Arrive { class, cost, probe } => {
-                    let r = if probe { g.arrive_probe_in(now, class, cost) } else { g.arrive_in(now, class, cost) };
+                Op::Arrive { request_type, cost, probe } => {
+                    let r = if probe { g.arrive_probe_in(now, request_type, cost) } else { g.arrive_in(now, request_type, cost) };
                     let (id, adm) = r.expect("queue has room");
-                    class_of.insert(id.0, class);
+                    type_of.insert(id.0, request_type);
                     waiting.push(id);
-                    check(adm, &class_of, &mut waiting, &mut running)?;
+                    check(adm, &type_of, &mut waiting, &mut running)?;
                 }
                 Op::Release(i) if !running.is_empty() => {
                     let t = running.swap_remove(i % running.len());
                     let adm = g.release(now, t).unwrap();
-                    check(adm, &class_of, &mut waiting, &mut running)?;
+                    check(adm, &type_of, &mut waiting, &mut running)?;
                 }
                 Op::Cancel(i) if !waiting.is_empty() => {
                     let id = waiting.remove(i % waiting.len());
                     let adm = g.cancel(now, id).expect("was waiting");
-                    check(adm, &class_of, &mut waiting, &mut running)?;
+                    check(adm, &type_of, &mut waiting, &mut running)?;
                 }
                 Op::Advance(dt) => {
                     now += dt;
                     let adm = g.poll(now);
-                    check(adm, &class_of, &mut waiting, &mut running)?;
+                    check(adm, &type_of, &mut waiting, &mut running)?;
                 }
                 _ => {}
             }
