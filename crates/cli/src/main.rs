@@ -46,9 +46,9 @@ enum Command {
 }
 
 /// The command line as users get it: the derived command with each setting's default shown
-/// in `serve --help` (its flags are optional, see `help`).
+/// in `serve --help` and `gatekeeper --help` (their flags are optional, see `help`).
 fn command() -> clap::Command {
-    Cli::command().mut_subcommand("serve", serve::show_defaults)
+    Cli::command().mut_subcommand("serve", serve::show_defaults).mut_subcommand("gatekeeper", gatekeeper::show_defaults)
 }
 
 fn main() -> std::process::ExitCode {
