@@ -13,7 +13,7 @@ use shortfirst_gatekeeper::classify::Rule;
 use shortfirst_gatekeeper::config::{self, CapacitySetting, ProxyConfig, Upstream};
 use shortfirst_gatekeeper::pg::PgGatekeeper;
 use shortfirst_gatekeeper::synthetic::{self, SyntheticConfig};
-use shortfirst_gatekeeper::{Gatekeeper, ProxySettings};
+use shortfirst_gatekeeper::{settings, Gatekeeper, ProxySettings};
 
 mod model;
 
@@ -139,6 +139,12 @@ struct SyntheticArgs {
     write_mix: Option<PathBuf>,
 }
 
+/// `gatekeeper`'s command with each proxy setting's default (from `ProxyConfig::new`, the
+/// one place defaults are written) appended to its help, as clap shows `default_value`s.
+pub fn show_defaults(cmd: clap::Command) -> clap::Command {
+    crate::help::show_defaults(cmd, ProxyConfig::defaults_shown())
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(Sub::Model(m)) = args.command {
         return model::run(*m);
@@ -147,9 +153,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => args.proxy.clone().with_file()?,
         Some(_) => ProxySettings::default(),
     };
-    init_logging(settings.access_log.unwrap_or(false));
+    init_logging(settings.access_log.unwrap_or(settings::DEFAULT_ACCESS_LOG));
     let threads = match &args.command {
-        None => settings.threads.unwrap_or(1),
+        None => settings.threads.unwrap_or(settings::DEFAULT_THREADS),
         Some(_) => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     if threads == 0 {
@@ -493,6 +499,36 @@ mod tests {
 
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)
+    }
+
+    /// What `gatekeeper --help` says a setting defaults to is what `ProxyConfig::new` sets
+    /// (`shortfirst_gatekeeper::settings` checks each shown value configures the default).
+    #[test]
+    fn help_shows_each_default_of_the_config() {
+        use crate::help::testing::{assert_shows_defaults, entry, help_of};
+        let help = help_of("gatekeeper");
+        assert_shows_defaults(&help, ProxyConfig::defaults_shown());
+        let d = ProxyConfig::new("127.0.0.1:1".parse().unwrap(), Upstream::parse("http://127.0.0.1:1").unwrap());
+        for (flag, value) in [
+            ("policy", d.policy.to_string()),
+            ("max-queue-len", d.max_queue_len.to_string()),
+            ("max-connections", d.max_connections.to_string()),
+            ("upstream-timeout", config::format_us(d.upstream_timeout.as_micros() as u64)),
+            ("threads", settings::DEFAULT_THREADS.to_string()),
+        ] {
+            assert!(entry(&help, flag).contains(&format!("[default: {value}]")), "--{flag}: {}", entry(&help, flag));
+        }
+    }
+
+    /// An unset flag must stay unset, or it would win over the `--config` file's key.
+    #[test]
+    fn no_flags_leave_every_setting_to_the_file() {
+        use clap::FromArgMatches;
+        let matches = crate::command().try_get_matches_from(["shortfirst", "gatekeeper"]).unwrap();
+        let crate::Command::Gatekeeper(args) = crate::Cli::from_arg_matches(&matches).unwrap().command else {
+            panic!("not the gatekeeper")
+        };
+        assert_eq!(args.proxy.keys_set(), Vec::<String>::new());
     }
 
     #[test]

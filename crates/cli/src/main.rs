@@ -8,6 +8,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 mod farm;
 mod gatekeeper;
+mod help;
 mod load;
 mod netem;
 mod serve;
@@ -44,13 +45,18 @@ enum Command {
     Farm(farm::Args),
 }
 
+/// The command line as users get it: the derived command with each setting's default shown
+/// in `serve --help` and `gatekeeper --help` (their flags are optional, see `help`).
+fn command() -> clap::Command {
+    Cli::command().mut_subcommand("serve", serve::show_defaults).mut_subcommand("gatekeeper", gatekeeper::show_defaults)
+}
+
 fn main() -> std::process::ExitCode {
     let (argv, warnings) = spelling::modernize(std::env::args_os().collect());
     for w in warnings {
         eprintln!("shortfirst: {w}");
     }
-    let command = Cli::command().mut_subcommand("serve", serve::show_defaults);
-    let cli = Cli::from_arg_matches(&command.get_matches_from(argv)).unwrap_or_else(|e| e.exit());
+    let cli = Cli::from_arg_matches(&command().get_matches_from(argv)).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
         Command::Serve(a) => serve::run(a),
         Command::Uplink(a) => uplink::run(a),

@@ -15,19 +15,8 @@ pub struct Args {
 
 /// `serve`'s command with each setting's default (from `ServerConfig::new`, the one place
 /// defaults are written) appended to its help, as clap shows `default_value`s.
-pub fn show_defaults(mut cmd: clap::Command) -> clap::Command {
-    for (key, value) in ServerConfig::defaults_shown() {
-        let id = key.replace('-', "_");
-        cmd = cmd.mut_arg(id, |arg| {
-            let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
-            let arg = arg.help(format!("{help} [default: {value}]"));
-            match arg.get_long_help().map(ToString::to_string) {
-                Some(long) => arg.long_help(format!("{long}\n\n[default: {value}]")),
-                None => arg,
-            }
-        });
-    }
-    cmd
+pub fn show_defaults(cmd: clap::Command) -> clap::Command {
+    crate::help::show_defaults(cmd, ServerConfig::defaults_shown())
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -259,31 +248,34 @@ mod tests {
         let msg = format!("{err:#}");
         assert!(msg.contains("cutoffs") && msg.contains("srpt-classes"), "{msg}");
     }
-    /// `serve --help` as users see it: through `show_defaults`, as main.rs builds it.
-    fn help() -> String {
-        use clap::CommandFactory;
-        show_defaults(Cli::command()).render_help().to_string()
-    }
-
+    /// What `serve --help` says a setting defaults to is what `ServerConfig::new` sets.
     #[test]
     fn help_shows_the_defaults_of_server_config_new() {
-        let help = help();
+        use crate::help::testing::{assert_shows_defaults, entry, help_of};
+        let help = help_of("serve");
+        assert_shows_defaults(&help, ServerConfig::defaults_shown());
         let d = ServerConfig::new("/srv");
-        for needle in [
-            format!("[default: {}]", d.max_connections),
-            format!("[default: {}]", d.listen),
-            "[default: refuse]".to_string(),
-            "[default: 10s]".to_string(),
-            "[default: srpt-classes]".to_string(),
-            "[default: 1000,2000,5000,20000,50000]".to_string(),
-            "[default: kernel]".to_string(),
-            "[default: 0.98]".to_string(),
+        for (flag, value) in [
+            ("max-connections", d.max_connections.to_string()),
+            ("listen", d.listen.to_string()),
+            ("at-max-connections", d.at_max_connections.to_string()),
+            ("header-timeout", format!("{:?}", d.header_timeout)),
+            ("scheduler", d.scheduler.to_string()),
+            ("pacer-rate-fraction", d.pacer_rate_fraction.to_string()),
         ] {
-            assert!(help.contains(&needle), "--help lacks {needle}:\n{help}");
+            assert!(entry(&help, flag).contains(&format!("[default: {value}]")), "--{flag}: {}", entry(&help, flag));
         }
-        // Every default shown names a real flag (show_defaults would panic otherwise) and no
-        // flag states a default by hand beside it.
-        assert!(!help.contains("] [default:"), "{help}");
+    }
+
+    /// An unset flag must stay unset, or it would win over the `--config` file's key.
+    #[test]
+    fn no_flags_leave_every_setting_to_the_file() {
+        use clap::FromArgMatches;
+        let matches = crate::command().try_get_matches_from(["shortfirst", "serve"]).unwrap();
+        let crate::Command::Serve(args) = crate::Cli::from_arg_matches(&matches).unwrap().command else {
+            panic!("not serve")
+        };
+        assert_eq!(args.flags.keys_set(), Vec::<String>::new());
     }
 
     fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> String {

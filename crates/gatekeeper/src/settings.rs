@@ -6,7 +6,9 @@
 //!
 //! Keys are kebab-case, the flags' names without `--` (`max-queue-len = 100`); the older
 //! snake_case spellings (`max_queue_len`, `retry_after_s`, `cold_cost`) are still read.
-//! `types`, `[estimator]` and `[auto]` have no flags.
+//! `types`, `[estimator]` and `[auto]` have no flags. A setting's default is written once,
+//! in [`ProxyConfig::new`] (or a constant here); [`ProxyConfig::defaults_shown`] reads it
+//! from there for `--help`, so the doc comments below state none.
 //! `crates/gatekeeper/gatekeeper.example.toml` lists every key.
 
 use std::net::SocketAddr;
@@ -20,6 +22,13 @@ use shortfirst_core::admission::EstimatorConfig;
 use crate::classify::Rule;
 use crate::config::{parse_cost_us, parse_duration, CapacitySetting, ProxyConfig, Upstream};
 use crate::GatekeeperError;
+
+mod defaults;
+
+/// Worker threads of the proxy's runtime without `--threads` (the binary builds the runtime).
+pub const DEFAULT_THREADS: usize = 1;
+/// Whether the access log is on without `--access-log` (the binary sets up logging).
+pub const DEFAULT_ACCESS_LOG: bool = false;
 
 /// Defines the partial struct and, from the same field list, [`ProxySettings::overlay`]
 /// and [`ProxySettings::keys_set`].
@@ -64,14 +73,14 @@ pub struct ProxySettings {
     #[arg(long, value_name = "URL")]
     pub upstream: Option<String>,
     /// Admission capacity in cost units (time of upstream service: 800us, 25ms, 2s; bare
-    /// number = ms), or `auto` to adapt online. Default: auto.
+    /// number = ms), or `auto` to adapt online.
     #[arg(long, value_name = "UNITS|auto")]
     pub capacity: Option<String>,
-    /// Admission queue order. Default: sjf.
+    /// Admission queue order.
     #[arg(long, value_name = "fifo|sjf|sjf-aging:X")]
     pub policy: Option<String>,
     /// Classification rule, repeatable, first match wins: `route`, `header:NAME`, or
-    /// `NAME=REGEX` (matched against "METHOD /path?query"). Default: route.
+    /// `NAME=REGEX` (matched against "METHOD /path?query").
     #[arg(long, value_name = "RULE")]
     pub classify: Option<Vec<String>>,
     /// Serve Prometheus metrics at http://ADDR:PORT/metrics and a liveness check at
@@ -84,52 +93,52 @@ pub struct ProxySettings {
     #[arg(long, value_name = "FILE.toml")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
-    /// Most request types tracked, including the shared overflow type. Default: 64.
+    /// Most request types tracked, including the shared overflow type.
     #[arg(long)]
     #[serde(alias = "max_types")]
     pub max_types: Option<usize>,
     /// Type names that get their own slot from the start (file only).
     #[arg(skip)]
     pub types: Option<Vec<String>>,
-    /// Longest admission queue; arrivals beyond get 503 + Retry-After. Default: 100000.
+    /// Longest admission queue; arrivals beyond get 503 + Retry-After.
     #[arg(long)]
     #[serde(alias = "max_queue_len")]
     pub max_queue_len: Option<usize>,
-    /// Longest wait for admission before 503 + Retry-After (e.g. 10s, 2m, 1m30s). Default: none.
+    /// Longest wait for admission before 503 + Retry-After (e.g. 10s, 2m, 1m30s).
     #[arg(long, value_name = "DURATION")]
     #[serde(alias = "max_queue_wait")]
     pub max_queue_wait: Option<String>,
     /// Under sjf, a request that has waited this long is admitted before every other,
-    /// oldest first (a starvation bound on the wait to start, e.g. 5s). Default: none.
+    /// oldest first (a starvation bound on the wait to start, e.g. 5s).
     #[arg(long, value_name = "DURATION")]
     #[serde(alias = "max_wait")]
     pub max_wait: Option<String>,
     /// Under sjf with --max-wait and under sjf-aging, requests past their bound go first
     /// only while the requests admitted so have had at most this share of the backend's
     /// recent busy time; beyond it they wait in cost order, so cheap requests keep the rest in an
-    /// overload (e.g. 0.6). Default: 1 (always first).
+    /// overload (e.g. 0.6); 1: always first.
     #[arg(long, value_name = "FRACTION")]
     #[serde(alias = "overdue_share")]
     pub overdue_share: Option<f64>,
     /// Also cap the number of admitted requests (beyond the paper: for backends that
-    /// collapse on concurrency, e.g. their connection or process limit). Default: none.
+    /// collapse on concurrency, e.g. their connection or process limit).
     #[arg(long, value_name = "N")]
     #[serde(alias = "max_in_flight")]
     pub max_in_flight: Option<usize>,
     /// Time allowed for the upstream's response head before 504 (also the connect
-    /// timeout). Default: 60s.
+    /// timeout).
     #[arg(long, value_name = "DURATION")]
     #[serde(alias = "upstream_timeout")]
     pub upstream_timeout: Option<String>,
     /// Longest silence of the upstream within a response body (e.g. 30s): past it the
     /// response is cut (its status has gone out), the connection closed and the charge
-    /// released. Default: 60s.
+    /// released.
     #[arg(long, value_name = "DURATION")]
     #[serde(alias = "upstream_body_timeout")]
     pub upstream_body_timeout: Option<String>,
     /// Time a client has to send a whole request head, and the longest idle time of a
     /// kept-alive client connection (e.g. 10s): past it the connection is closed
-    /// (slowloris). Default: 30s.
+    /// (slowloris).
     #[arg(long, value_name = "DURATION")]
     #[serde(alias = "header_timeout")]
     pub header_timeout: Option<String>,
@@ -138,30 +147,30 @@ pub struct ProxySettings {
     /// share of a processor-sharing backend) or `serial` (the time since the later of its
     /// start and the previous completion: its own time on a backend that serves one request
     /// at a time in arrival order, e.g. one event loop, at any --max-in-flight).
-    /// Default: wall. In a file, wins over `[estimator] basis`.
+    /// In a file, wins over `[estimator] basis`.
     #[arg(long, value_name = "wall|share|serial")]
     #[serde(alias = "estimate_basis")]
     pub estimate_basis: Option<String>,
     /// Worker threads of the proxy's runtime. One thread serves tens of thousands of
     /// requests per second and saves the cross-thread wake-ups that dominate a request's
-    /// latency at low load; more add throughput on many cores. Default: 1.
+    /// latency at low load; more add throughput on many cores.
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
     /// Charge no request more than this fraction of the capacity, so a costly request at
-    /// the head of the queue never waits for a full drain (beyond the paper). Default: 1.
+    /// the head of the queue never waits for a full drain (beyond the paper).
     #[arg(long, value_name = "FRACTION")]
     #[serde(alias = "max_charge_share")]
     pub max_charge_share: Option<f64>,
     /// While a request waits for the upstream's response head, keep polling for I/O instead
     /// of blocking, for at most N µs after it was sent (1..=10000; 0 = off): the thread stays
     /// on a running CPU, for hosts whose idle CPUs wake late; costs up to N µs of CPU per
-    /// request. Default: off.
+    /// request.
     #[arg(long, value_name = "N")]
     #[serde(alias = "busy_poll_us")]
     pub busy_poll_us: Option<u64>,
     /// When a request that waited is charged: `admission` (its type's estimate then, so a
     /// charge is never stale by its wait) or `arrival` (the estimate it arrived with, kept
-    /// while it waits and runs). Default: admission.
+    /// while it waits and runs).
     #[arg(long, value_name = "admission|arrival")]
     #[serde(alias = "charge_at")]
     pub charge_at: Option<String>,
@@ -170,25 +179,25 @@ pub struct ProxySettings {
     /// ones that leave while queued or while the upstream works (a low quantile of their
     /// waits; nothing is refused before several have left), a DURATION (the clients'
     /// known timeout, e.g. 20s), or `off` (the paper's gatekeeper). --max-queue-wait stays
-    /// an upper bound. Default: learn.
+    /// an upper bound.
     #[arg(long, value_name = "learn|off|DURATION")]
     pub patience: Option<String>,
-    /// Send the upstream's address as `Host` instead of the client's (which is kept by
-    /// default; `Forwarded` and `X-Forwarded-Host` carry it either way).
+    /// Send the upstream's address as `Host` instead of the client's (`Forwarded` and
+    /// `X-Forwarded-Host` carry the client's either way).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     #[serde(alias = "rewrite_host")]
     pub rewrite_host: Option<bool>,
     /// On SIGTERM or SIGINT: stop accepting, answer queued requests 503 + Retry-After,
-    /// give admitted ones this long to finish, exit. Default: 30s.
+    /// give admitted ones this long to finish, exit.
     #[arg(long, value_name = "DURATION")]
     #[serde(alias = "shutdown_timeout")]
     pub shutdown_timeout: Option<String>,
-    /// `Retry-After` seconds on 503. Default: 1.
+    /// `Retry-After` seconds on 503.
     #[arg(long, value_name = "SECONDS")]
     #[serde(alias = "retry_after_s")]
     pub retry_after: Option<u32>,
     /// Client connections served at once; beyond, a new connection gets 503 +
-    /// Retry-After and is closed. Default: 10000.
+    /// Retry-After and is closed.
     #[arg(long, value_name = "N")]
     #[serde(alias = "max_connections")]
     pub max_connections: Option<usize>,
@@ -198,19 +207,19 @@ pub struct ProxySettings {
     #[serde(alias = "access_log")]
     pub access_log: Option<bool>,
     /// PostgreSQL: the sqlcommenter key whose value types a transaction
-    /// (`/*route='checkout'*/`), or `none` to ignore comments. Default: route.
+    /// (`/*route='checkout'*/`), or `none` to ignore comments.
     #[arg(long, value_name = "KEY|none")]
     pub pg_tag_key: Option<String>,
     /// PostgreSQL: type a transaction by the connection's `application_name` when it has
-    /// one and its statement carries no tag. Default: false (the statement's fingerprint).
+    /// one and its statement carries no tag (false: by the statement's fingerprint).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub pg_application_name_tag: Option<bool>,
     /// PostgreSQL: disconnect a client idle inside a transaction this long (FATAL 25P03;
-    /// the server rolls back, the charge is released), or `off`. Default: 10m.
+    /// the server rolls back, the charge is released), or `off`.
     #[arg(long, value_name = "DURATION|off")]
     pub idle_in_transaction_timeout: Option<String>,
     /// PostgreSQL: the longest client message; a longer one ends its connection with
-    /// FATAL 08P01. Default: 16777216.
+    /// FATAL 08P01.
     #[arg(long, value_name = "N")]
     pub max_message_bytes: Option<usize>,
     /// PostgreSQL: the PEM certificate chain to offer clients that ask for TLS (with

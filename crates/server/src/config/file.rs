@@ -125,7 +125,7 @@ pub struct ConfigFile {
     /// this many bytes written.
     #[arg(long, value_name = "BYTES")]
     pub rrt_step_bytes: Option<u64>,
-    /// Admin listener serving Prometheus metrics at /metrics. Default: none.
+    /// Admin listener serving Prometheus metrics at /metrics.
     #[arg(long)]
     pub admin: Option<SocketAddr>,
     /// TOML file with the same keys as these flags.
@@ -195,21 +195,21 @@ pub struct ConfigFile {
     /// Largest sendfile call, so band crossings are noticed at least this often.
     #[arg(long)]
     pub sendfile_chunk_bytes: Option<usize>,
-    /// SO_SNDBUF of client sockets. Default: kernel autotuning.
+    /// SO_SNDBUF of client sockets; unset, the kernel sizes it (autotuning).
     #[arg(long)]
     pub send_buffer_bytes: Option<usize>,
     /// TCP_NOTSENT_LOWAT of client sockets: unsent bytes the kernel may hold, so
     /// bands track what is really left to transmit; 0 = kernel default.
     #[arg(long)]
     pub notsent_lowat_bytes: Option<u32>,
-    /// Access log file (`-` for stdout). Default: none.
+    /// Access log file (`-` for stdout).
     #[arg(long)]
     pub access_log: Option<PathBuf>,
     /// combined (CLF + rt= band=) or json.
     #[arg(long)]
     pub access_log_format: Option<AccessLogFormat>,
     /// Set SO_PRIORITY per band (needs CAP_NET_ADMIN); false disables kernel scheduling.
-    /// Default: true with --scheduler kernel, else false.
+    /// Unset with --scheduler user or crovella: false (their own scheduler orders the link).
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub socket_priority: Option<bool>,
     /// Serve through symlinks that lead outside the root.
@@ -241,7 +241,7 @@ pub struct ConfigFile {
     #[arg(long, value_name = "N")]
     pub write_concurrency: Option<usize>,
     /// User-space schedulers: link time granted ahead of now; covers the pacer's wake-up
-    /// lateness, bounds a new short response's wait behind granted bytes. Default: one
+    /// lateness, bounds a new short response's wait behind granted bytes. Unset: one
     /// segment of link time + 1ms, at least two segments (2.5ms at 10mbit, 1.1ms at 100mbit).
     #[arg(long, value_name = "DURATION", value_parser = duration_flag_s)]
     #[serde(default, deserialize_with = "duration_s")]

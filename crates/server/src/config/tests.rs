@@ -331,3 +331,32 @@ fn tls_mistakes_are_named() {
             .to_string();
     assert!(err.contains("name") && err.contains("t.toml"), "{err}");
 }
+
+/// What `--help` says a setting defaults to is what it does unset: each shown default,
+/// given as its flag, configures the same server as no flag (with the flags that setting
+/// needs to apply at all).
+#[test]
+fn every_default_shown_given_as_its_flag_configures_the_default() {
+    use clap::Parser;
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        flags: ConfigFile,
+    }
+    let configured = |args: &[&str]| {
+        let cli = Cli::try_parse_from(["serve", "--root", "/srv"].iter().chain(args))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        format!("{:?}", ServerConfig::from_flags(cli.flags).unwrap_or_else(|e| panic!("{args:?}: {e}")))
+    };
+    for (key, value) in ServerConfig::defaults_shown() {
+        let needs: &[&str] = match key.as_str() {
+            k if k.starts_with("rrt-") => &["--policy", "srrt"],
+            "write-concurrency" => &["--scheduler", "crovella", "--link-rate", "10mbit"],
+            k if k.starts_with("pacer-") => &["--scheduler", "user", "--link-rate", "10mbit"],
+            _ => &[],
+        };
+        let flag = format!("--{key}");
+        let given: Vec<&str> = needs.iter().copied().chain([flag.as_str(), value.as_str()]).collect();
+        assert_eq!(configured(&given), configured(needs), "{flag} {value} is not the default");
+    }
+}
