@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import signal
 import socket
@@ -43,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from shortfirst_lab.kit import KitError, free_port, git_commit, process_cpu_s, wait_http, write_json
+from shortfirst_lab.kit import KitError, free_port, git_commit, process_cpu_s, wait_http, write_json, wrk
 from shortfirst_lab.kit import machine as base_machine
 
 FILES = {"1k.bin": 1024, "100k.bin": 100 * 1024}
@@ -126,28 +125,6 @@ def stop(proc: subprocess.Popen) -> None:
     CHILDREN.remove(proc)
 
 
-UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
-
-
-def parse_wrk(text: str) -> dict:
-    rps = re.search(r"Requests/sec:\s+([\d.]+)", text)
-    if not rps:
-        raise SystemExit(f"bench-serve: cannot parse wrk output:\n{text}")
-    latency = {}
-    for pct, value, unit in re.findall(r"^\s+(50|75|90|99)%\s+([\d.]+)(us|ms|s|m)\s*$", text, re.M):
-        latency[f"p{pct}"] = round(float(value) * UNITS[unit], 4)
-    requests = re.search(r"(\d+) requests in", text)
-    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
-    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
-    return {
-        "requests_per_s": float(rps.group(1)),
-        "latency_ms": latency,
-        "requests": int(requests.group(1)) if requests else None,
-        "non_2xx": int(non2xx.group(1)) if non2xx else 0,
-        "socket_errors": sum(int(x) for x in errors.groups()) if errors else 0,
-    }
-
-
 def server_cpu_s(pid: int) -> float:
     """CPU seconds (user + system) of a server process and its children (nginx workers)."""
     try:
@@ -158,18 +135,9 @@ def server_cpu_s(pid: int) -> float:
 
 
 def run_wrk(args, port: int, path: str) -> dict:
-    argv = [
-        "wrk",
-        f"-t{args.threads}",
-        f"-c{args.connections}",
-        f"-d{args.duration}s",
-        "--latency",
-        f"http://127.0.0.1:{port}{path}",
-    ]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=args.duration + 60, check=True)
-    result = parse_wrk(out.stdout)
+    result = wrk(f"http://127.0.0.1:{port}{path}", args.threads, args.connections, args.duration)
     if result["non_2xx"] or result["socket_errors"]:
-        print(f"bench-serve: warning: {argv} had errors: {result}", file=sys.stderr)
+        print(f"bench-serve: warning: wrk on {path} had errors: {result}", file=sys.stderr)
     return result
 
 

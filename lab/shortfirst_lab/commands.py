@@ -1,6 +1,6 @@
 """The command lines of our binaries, built in one place: every flag of `shortfirst load`,
-`shortfirst gatekeeper` (the proxy, `calibrate`, `synthetic-upstream`) and `shortfirst sim`
-the lab passes is spelled here once, with its unit written the way the binary reads it
+`shortfirst serve`, `shortfirst gatekeeper` (the proxy, `calibrate`, `synthetic-upstream`)
+and `shortfirst sim` the lab passes is spelled here once, with its unit written the way the binary reads it
 (seconds in, `Nms` out), so a renamed flag is one edit. Values are written with str() unless
 a unit says otherwise: what the caller passes is what the binary reads.
 
@@ -67,6 +67,23 @@ def load(
         ]
     )
     argv += ["--quiet"] * quiet + ["--realtime"] * realtime
+    return argv + list(extra)
+
+
+def serve(
+    binary: str | Path,
+    *,
+    root: str | Path,
+    listen: str,
+    policy: str | None = None,
+    threads: int | None = None,
+    admin: str | None = None,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """`shortfirst serve`: the directory it serves, where it listens, its policy, worker
+    threads and admin address, then `extra`."""
+    argv = [str(binary), "serve", "--root", str(root), "--listen", listen]
+    argv += _flags([("--policy", policy), ("--threads", threads), ("--admin", admin)])
     return argv + list(extra)
 
 

@@ -460,3 +460,38 @@ def to_toml(doc: dict[str, Any]) -> str:
         out.extend(f"{k} = {_toml_value(v)}" for k, v in table.items())
         out.append("")
     return "\n".join(out)
+
+
+#: wrk's latency units in milliseconds.
+_WRK_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
+
+
+def parse_wrk(text: str) -> dict[str, Any]:
+    """wrk's report (run with --latency): requests/s, the latency percentiles in ms, the
+    request count, non-2xx/3xx responses and socket errors. Unparseable: a KitError."""
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", text)
+    if not rps:
+        raise KitError(f"cannot parse wrk output:\n{text}")
+    latency = {}
+    for pct, value, unit in re.findall(r"^\s+(50|75|90|99)%\s+([\d.]+)(us|ms|s|m)\s*$", text, re.M):
+        latency[f"p{pct}"] = round(float(value) * _WRK_UNITS[unit], 4)
+    requests = re.search(r"(\d+) requests in", text)
+    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    return {
+        "requests_per_s": float(rps.group(1)),
+        "latency_ms": latency,
+        "requests": int(requests.group(1)) if requests else None,
+        "non_2xx": int(non2xx.group(1)) if non2xx else 0,
+        "socket_errors": sum(int(x) for x in errors.groups()) if errors else 0,
+    }
+
+
+def wrk(url: str, threads: int, connections: int, duration_s: float) -> dict[str, Any]:
+    """One wrk run (closed loops, `connections` kept-alive connections) against `url`:
+    `parse_wrk`'s figures. A failed run is a KitError."""
+    argv = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration_s:g}s", "--latency", url]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=duration_s + 60, check=False)
+    if out.returncode != 0:
+        raise KitError(f"{' '.join(argv)} failed: {out.stderr.strip()[-500:]}")
+    return parse_wrk(out.stdout)

@@ -30,6 +30,7 @@ from .harness import Bench
 from .models import run_models
 from .overhead import ONLY_OVERHEAD_CAPACITY, measure_overhead
 from .rules import ACCOUNTING_NOTE, max_charge_share_spec, max_queue_wait_spec
+from .throughput import measure_throughput
 from .timeline import MIN_SAMPLE_MS
 from .verdict import evaluate, table
 from .workload import POLICIES
@@ -183,6 +184,19 @@ def _overhead_options(ap: argparse.ArgumentParser) -> None:
         "(path gatekeeper-busy-poll; 0 = skip)",
     )
     g.add_argument(
+        "--throughput-rounds",
+        type=int,
+        default=5,
+        help="after the overhead rounds, the proxy's cost at saturation: wrk on a 1 KB file of a "
+        "`shortfirst serve` upstream, directly, through the gatekeeper and through nginx, in this "
+        "many alternating rounds (0 = skip)",
+    )
+    g.add_argument("--throughput-duration", type=float, default=5.0, help="throughput rounds: seconds each")
+    g.add_argument(
+        "--throughput-connections", type=int, default=8, help="throughput rounds: wrk's connections"
+    )
+    g.add_argument("--throughput-threads", type=int, default=2, help="throughput rounds: wrk's threads")
+    g.add_argument(
         "--overhead-nginx",
         choices=["auto", "yes", "no"],
         default="auto",
@@ -221,6 +235,8 @@ def check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         a.out = f"results/bench-gatekeeper-{'overhead' if a.only_overhead else 'synthetic'}.json"
     if a.overhead_rounds < 1 or a.overhead_duration <= 0:
         ap.error("--overhead-rounds must be >= 1 and --overhead-duration > 0")
+    if a.throughput_rounds < 0 or a.throughput_duration <= 0 or a.throughput_connections < 1:
+        ap.error("--throughput-rounds must be >= 0, --throughput-duration > 0, --throughput-connections >= 1")
     if a.halt_poll_ns is not None and not HALT_POLL.exists():
         ap.error(f"--halt-poll-ns: {HALT_POLL} does not exist on this machine")
 
@@ -293,6 +309,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             capacity, calibration, results = run_models(b, work)
         overhead = {} if a.no_overhead else measure_overhead(b, capacity)
+        if overhead and a.throughput_rounds:
+            overhead["throughput"] = measure_throughput(
+                b, a.throughput_rounds, a.throughput_duration, a.throughput_connections, a.throughput_threads
+            )
 
     out = result(a, b, capacity, calibration, results, overhead, t_start, load_before)
     out["targets"] = evaluate(out)

@@ -27,6 +27,15 @@ def evaluate(out: dict) -> dict:
             t[f"{model}_sjf_vs_fifo_at_highest_load"] = _sjf_vs_fifo(runs)
     if out["overhead"]:
         t["proxy_overhead_low_load"] = _overhead_target(out["overhead"])
+    if (out["overhead"] or {}).get("throughput"):
+        tp = out["overhead"]["throughput"]
+        t["proxy_cost_at_saturation"] = {
+            "rule": tp["pass_rule"],
+            "added_median_us": tp["added_median_us"],
+            "requests_per_s": {k: v["requests_per_s"] for k, v in tp["paths"].items()},
+            "gatekeeper_over_nginx": tp["gatekeeper_over_nginx"],
+            "pass": tp["pass"],
+        }
     return t
 
 
