@@ -401,6 +401,9 @@ impl<'a> Model<'a> {
             return Ok(());
         };
         let a = c.arrive(gate_us(now), type_index)?;
+        // The decisions the arrival settled for others first: an older request of this type
+        // admitted in the same instant goes ahead of this one, as in the gate's own order.
+        self.apply(a.others);
         match a.outcome {
             Arrival::Admitted(g) => {
                 self.pending.insert(g.ticket.id().0, Pending { client, seq, type_index, sent_us: now });
@@ -420,7 +423,6 @@ impl<'a> Model<'a> {
                 self.think_then_send(client);
             }
         }
-        self.apply(a.others);
         Ok(())
     }
 

@@ -276,6 +276,26 @@ fn each_type_is_admitted_in_arrival_order_under_every_policy() {
     }
 }
 
+/// The same with clients who give up and the learned patience rule: withdrawals, refusals
+/// and an arrival that admits an older request of its type in the same instant keep the
+/// order (the arrival's own admission comes after the others it settled).
+#[test]
+fn arrival_order_holds_with_give_ups_and_learned_patience() {
+    for policy in ["fifo", "sjf", "sjf-aging:2"] {
+        let gate = GateConfig::new(2_560_000, policy.parse().unwrap());
+        let cfg = ModelConfig {
+            client_patience_us: Some(20e6),
+            patience: PatienceRule::Learn,
+            clients: 204,
+            seed: 1,
+            ..config(Some(gate), Basis::Wall)
+        };
+        let r = run(&cfg).unwrap();
+        assert!(r.completed > 1000, "{policy}: {}", r.completed);
+        assert_eq!(r.out_of_order_admissions, 0, "{policy}");
+    }
+}
+
 /// 500 users without think time who give up after 1.5 s (the queue alone holds them
 /// about 2.4 s), no wait
 /// limit, on a backend that does not thrash: without the patience rule much of the
