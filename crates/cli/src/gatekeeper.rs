@@ -153,7 +153,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => args.proxy.clone().with_file()?,
         Some(_) => ProxySettings::default(),
     };
-    init_logging(settings.access_log.unwrap_or(settings::DEFAULT_ACCESS_LOG));
     let threads = match &args.command {
         None => settings.threads.unwrap_or(settings::DEFAULT_THREADS),
         Some(_) => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -181,14 +180,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
 }
 
-/// Log to stderr; `RUST_LOG` picks what (tracing's env-filter syntax), by default
-/// warnings and errors, start-up and shutdown notes, and with `access` the access log.
-fn init_logging(access_log: bool) {
-    let default = if access_log { "info" } else { "info,access=off" };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).try_init();
+/// The log filter when `RUST_LOG` is unset (`crate::logging` sets it up): warnings and
+/// errors, start-up and shutdown notes, and with `access-log` (a flag, or a key of the
+/// `--config` file) the access log, the `access` target. The subcommands have no access log.
+pub fn log_filter(args: &Args) -> anyhow::Result<&'static str> {
+    let access_log = match &args.command {
+        None => args.proxy.clone().with_file()?.access_log,
+        Some(_) => None,
+    };
+    Ok(if access_log.unwrap_or(settings::DEFAULT_ACCESS_LOG) { "info" } else { "info,access=off" })
 }
 
 /// Resolves at the first SIGTERM or SIGINT.
@@ -261,16 +261,16 @@ async fn run_proxy(a: ProxySettings) -> anyhow::Result<()> {
     }
     let summary = summary(&cfg);
     let gk = Gatekeeper::bind(cfg).await?;
-    eprintln!("shortfirst gatekeeper: listening on {} ({summary})", gk.local_addr());
+    tracing::info!(listen = %gk.local_addr(), "listening ({summary})");
     if let Some(a) = gk.admin_addr() {
-        eprintln!("shortfirst gatekeeper: metrics at http://{a}/metrics, health at http://{a}/healthz");
+        tracing::info!(admin_listen = %a, "metrics at http://{a}/metrics, health at http://{a}/healthz");
     }
     let handle = gk.handle();
     let reload =
         tokio::spawn(reload_on_sighup(a, move |cfg| handle.reload(cfg.rules.clone(), &cfg.capacity, cfg.policy)));
     gk.run(shutdown_signal()).await?;
     reload.abort();
-    eprintln!("shortfirst gatekeeper: stopped");
+    tracing::info!("stopped");
     Ok(())
 }
 
@@ -278,15 +278,15 @@ async fn run_proxy(a: ProxySettings) -> anyhow::Result<()> {
 async fn run_pg(a: ProxySettings, cfg: ProxyConfig) -> anyhow::Result<()> {
     let summary = summary(&cfg);
     let gk = PgGatekeeper::bind(&cfg).await?;
-    eprintln!("shortfirst gatekeeper: listening on {} ({summary})", gk.local_addr());
+    tracing::info!(listen = %gk.local_addr(), "listening ({summary})");
     if let Some(a) = gk.admin_addr() {
-        eprintln!("shortfirst gatekeeper: metrics at http://{a}/metrics, health at http://{a}/healthz");
+        tracing::info!(admin_listen = %a, "metrics at http://{a}/metrics, health at http://{a}/healthz");
     }
     let gate = gk.gate();
     let reload = tokio::spawn(reload_on_sighup(a, move |cfg| gate.reload(cfg)));
     gk.run(shutdown_signal()).await?;
     reload.abort();
-    eprintln!("shortfirst gatekeeper: stopped");
+    tracing::info!("stopped");
     Ok(())
 }
 
@@ -433,9 +433,9 @@ async fn run_synthetic(s: SyntheticArgs) -> anyhow::Result<()> {
     }
     let listener =
         tokio::net::TcpListener::bind(s.listen).await.with_context(|| format!("binding --listen {}", s.listen))?;
-    eprintln!(
-        "shortfirst gatekeeper synthetic-upstream: listening on {} ({} types, mean cost {:.2} ms, {} cpus, collapse past {}, thrash {}, peak {:.1} req/s)",
-        listener.local_addr()?,
+    tracing::info!(
+        listen = %listener.local_addr()?,
+        "synthetic upstream listening ({} types, mean cost {:.2} ms, {} cpus, collapse past {}, thrash {}, peak {:.1} req/s)",
         cfg.types.len(),
         cfg.mean_cost_us() / 1e3,
         cfg.cpus,

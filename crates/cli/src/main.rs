@@ -1,8 +1,9 @@
-//! The `shortfirst` binary: argument parsing and error reporting only.
+//! The `shortfirst` binary: argument parsing, logging set-up and error reporting only.
 //!
 //! Each subcommand lives in its own module with an `Args` struct and a `run`
 //! function that hands over to its library crate. `anyhow` is allowed here and
-//! nowhere else: this is the binary's edge.
+//! nowhere else: this is the binary's edge. Logging is set up here, once, for every
+//! subcommand (`logging`).
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
@@ -10,6 +11,7 @@ mod farm;
 mod gatekeeper;
 mod help;
 mod load;
+mod logging;
 mod netem;
 mod serve;
 mod sim;
@@ -23,6 +25,10 @@ mod workload;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How log lines are written to stderr: `text` for people (coloured only on a terminal
+    /// without NO_COLOR), `json` for machines (one object a line). RUST_LOG picks which.
+    #[arg(long = logging::FORMAT_FLAG, global = true, value_enum, default_value_t, value_name = "FORMAT")]
+    log_format: logging::Format,
 }
 
 #[derive(Subcommand, Debug)]
@@ -53,25 +59,51 @@ fn command() -> clap::Command {
 
 fn main() -> std::process::ExitCode {
     let (argv, warnings) = spelling::modernize(std::env::args_os().collect());
-    for w in warnings {
-        eprintln!("shortfirst: {w}");
-    }
-    let cli = Cli::from_arg_matches(&command().get_matches_from(argv)).unwrap_or_else(|e| e.exit());
-    let result = match cli.command {
-        Command::Serve(a) => serve::run(a),
-        Command::Uplink(a) => uplink::run(a),
-        Command::Gatekeeper(a) => gatekeeper::run(a),
-        Command::Load(a) => load::run(*a),
-        Command::Workload(a) => workload::run(a),
-        Command::Sim(a) => sim::run(a),
-        Command::Netem(a) => netem::run(a),
-        Command::Farm(a) => farm::run(a),
+    let cli = match command().try_get_matches_from(argv).and_then(|m| Cli::from_arg_matches(&m)) {
+        Ok(cli) => cli,
+        Err(e) => {
+            for w in warnings {
+                eprintln!("shortfirst: warning: {w}");
+            }
+            e.exit()
+        }
     };
+    let format = cli.log_format;
+    let filter = cli.command.log_filter();
+    logging::init(format, filter.as_ref().map_or(logging::DEFAULT_FILTER, |f| f));
+    for w in &warnings {
+        tracing::warn!("{w}");
+    }
+    let result = filter.and_then(|_| cli.command.run());
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("shortfirst: error: {e:#}");
+            logging::report_error(format, &e);
             std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+impl Command {
+    /// The log filter when RUST_LOG is unset: the gatekeeper's depends on its `access-log`
+    /// setting (which its configuration file may hold), every other command logs `info`.
+    fn log_filter(&self) -> anyhow::Result<&'static str> {
+        match self {
+            Command::Gatekeeper(a) => gatekeeper::log_filter(a),
+            _ => Ok(logging::DEFAULT_FILTER),
+        }
+    }
+
+    fn run(self) -> anyhow::Result<()> {
+        match self {
+            Command::Serve(a) => serve::run(a),
+            Command::Uplink(a) => uplink::run(a),
+            Command::Gatekeeper(a) => gatekeeper::run(a),
+            Command::Load(a) => load::run(*a),
+            Command::Workload(a) => workload::run(a),
+            Command::Sim(a) => sim::run(a),
+            Command::Netem(a) => netem::run(a),
+            Command::Farm(a) => farm::run(a),
         }
     }
 }

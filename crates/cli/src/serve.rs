@@ -20,13 +20,6 @@ pub fn show_defaults(cmd: clap::Command) -> clap::Command {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
     let config = ServerConfig::from_flags(*args.flags)?;
     // Every ServerError names what failed (root, address, log path); no extra context needed.
     Ok(shortfirst_server::run_until_signal(config)?)

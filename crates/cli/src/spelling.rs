@@ -26,32 +26,51 @@ const RENAMED: &[Renamed] = &[
 /// Subcommands with subcommands of their own (their path has two words).
 const NESTED: &[&str] = &["uplink", "gatekeeper"];
 
+/// Global flags (accepted before or after any command word) whose value is the next
+/// argument unless written `--flag=value`: neither is a command word.
+const GLOBAL_WITH_VALUE: &[&str] = &[crate::logging::FORMAT_FLAG];
+
 /// `argv` with every older spelling replaced by the current one, and a warning per
-/// replacement (`old` → `new`, naming the command) for stderr.
+/// replacement (`old` → `new`, naming the command) to log.
 pub fn modernize(argv: Vec<OsString>) -> (Vec<OsString>, Vec<String>) {
     let mut warnings = Vec::new();
     let mut path: Vec<String> = Vec::new();
     let mut out = Vec::with_capacity(argv.len());
     let mut after_terminator = false;
+    // The last argument that is not a global flag or its value, and whether the next
+    // argument is a global flag's value (global flags may stand anywhere).
+    let mut previous: Option<String> = None;
+    let mut global_value_next = false;
     for (i, arg) in argv.into_iter().enumerate() {
         let Some(text) = arg.to_str().filter(|_| i > 0 && !after_terminator) else {
             out.push(arg);
             continue;
         };
+        if std::mem::take(&mut global_value_next) {
+            out.push(arg);
+            continue;
+        }
+        if text.strip_prefix("--").is_some_and(|name| GLOBAL_WITH_VALUE.contains(&name)) {
+            global_value_next = true;
+            out.push(arg);
+            continue;
+        }
         if text == "--" {
             after_terminator = true;
-        } else if !text.starts_with('-') && command_word_expected(&path, out.last()) {
+        } else if !text.starts_with('-') && command_word_expected(&path, previous.as_deref()) {
             path.push(text.to_string());
         } else if let Some(new) = rewrite(&path.join(" "), text) {
             warnings.push(format!(
-                "warning: `{} {}` is the older spelling of `{}`; it will be removed",
+                "`{} {}` is the older spelling of `{}`; it will be removed",
                 path.join(" "),
                 text.split('=').next().unwrap_or(text),
                 new.split('=').next().unwrap_or(&new)
             ));
+            previous = Some(new.clone());
             out.push(OsString::from(new));
             continue;
         }
+        previous = Some(text.to_string());
         out.push(arg);
     }
     (out, warnings)
@@ -59,10 +78,10 @@ pub fn modernize(argv: Vec<OsString>) -> (Vec<OsString>, Vec<String>) {
 
 /// Whether the next bare word names a (sub)command rather than a flag's value: the first
 /// word, or the second one after a command that has subcommands, right after it.
-fn command_word_expected(path: &[String], previous: Option<&OsString>) -> bool {
+fn command_word_expected(path: &[String], previous: Option<&str>) -> bool {
     match path {
         [] => true,
-        [first] => NESTED.contains(&first.as_str()) && previous.and_then(|p| p.to_str()) == Some(first.as_str()),
+        [first] => NESTED.contains(&first.as_str()) && previous == Some(first.as_str()),
         _ => false,
     }
 }
@@ -102,6 +121,26 @@ mod tests {
                 &["uplink", "setup", "--dev", "eth0", "--rate", "10mbit"],
                 &["uplink", "setup", "--dev", "eth0", "--link-rate", "10mbit"],
                 "`uplink setup --rate`",
+            ),
+            (
+                &["--log-format", "json", "sim", "--rate", "1g"],
+                &["--log-format", "json", "sim", "--link-rate", "1g"],
+                "`sim --rate`",
+            ),
+            (
+                &["load", "--log-format", "json", "--rate", "5"],
+                &["load", "--log-format", "json", "--request-rate", "5"],
+                "`load --rate`",
+            ),
+            (
+                &["uplink", "--log-format", "text", "setup", "--rate", "1m"],
+                &["uplink", "--log-format", "text", "setup", "--link-rate", "1m"],
+                "`uplink setup --rate`",
+            ),
+            (
+                &["--log-format=json", "sim", "--rate", "1g"],
+                &["--log-format=json", "sim", "--link-rate", "1g"],
+                "`sim --rate`",
             ),
         ];
         for (args, want, warning) in cases {
