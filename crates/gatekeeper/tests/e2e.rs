@@ -7,7 +7,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -22,6 +22,7 @@ use shortfirst_gatekeeper::{Gatekeeper, ProxyConfig};
 use support::{refused_addr, resetting_upstream, start_proxy, wait_until, Proxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
 
 mod support;
 
@@ -194,7 +195,7 @@ async fn hanging_upstream_gives_504_after_the_timeout() {
     let (up, _) = test_upstream().await;
     let p = start_proxy(up, |c| c.upstream_timeout = Duration::from_millis(300)).await;
     let c = client();
-    let t0 = tokio::time::Instant::now();
+    let t0 = Instant::now();
     let (status, _, _) = get(&c, p.addr, "/hang").await;
     let el = t0.elapsed();
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
@@ -246,7 +247,7 @@ async fn full_queue_and_long_waits_get_503_with_retry_after() {
     let waiter = tokio::spawn({
         let c = c.clone();
         async move {
-            let t0 = tokio::time::Instant::now();
+            let t0 = Instant::now();
             let r = get(&c, p.addr, "/fast").await;
             (r, t0.elapsed())
         }

@@ -12,13 +12,14 @@ mod support;
 
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use shortfirst_gatekeeper::config::CapacitySetting;
 use shortfirst_gatekeeper::ProxyConfig;
 use support::*;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 /// `--upstream-timeout` and `--upstream-body-timeout` in these tests.
 const HEAD_TIMEOUT: Duration = Duration::from_millis(300);
