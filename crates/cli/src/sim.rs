@@ -7,6 +7,9 @@
 //! service; `done_s` its completion; `bytes_received` = `size_bytes`; status
 //! 200, outcome `ok`, one attempt. Times are seconds from the first arrival.
 
+// The wall clock: `simulate_wall_s` reports how long the simulation really took.
+#![allow(clippy::disallowed_types)]
+
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 

@@ -3,6 +3,9 @@
 //! and exits within the bound; SIGHUP applies a changed classification rule without
 //! dropping an open connection. The backend is a small threaded HTTP server in the test.
 
+// The wall clock: the program under test is another process, on real time.
+#![allow(clippy::disallowed_types)]
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;

@@ -2,6 +2,9 @@
 //! real `shortfirst serve`: generate a workload, check its statistics, serve
 //! its docroot, replay its trace, and check every row.
 
+// The wall clock: the program under test is another process, on real time.
+#![allow(clippy::disallowed_types)]
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,9 @@
 //! `shortfirst serve` as users run it: the binary, its flags and config file,
 //! its start-up errors, and SIGTERM.
 
+// The wall clock: the program under test is another process, on real time.
+#![allow(clippy::disallowed_types)]
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};

@@ -33,7 +33,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
@@ -44,6 +44,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use shortfirst_core::admission::calibration::{choose_capacity, CapacityChoice, ChoiceRule, StepMeasurements};
+use tokio::time::Instant;
 
 use crate::proxy::Handle;
 use crate::GatekeeperError;

@@ -25,7 +25,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
@@ -33,6 +33,7 @@ use hyper::http::uri::Authority;
 use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 use crate::metrics::OpenCount;
 use crate::proxy::RequestBody;

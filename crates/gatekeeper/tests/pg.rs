@@ -196,7 +196,7 @@ async fn a_cancel_request_stops_a_running_query() {
     let gk = proxy(tee_addr.to_string(), Limits::default()).await;
     let c = gk.client().await;
     let token = c.cancel_token();
-    let t0 = std::time::Instant::now();
+    let t0 = tokio::time::Instant::now();
     let sleeper = tokio::spawn(async move { c.batch_execute("SELECT pg_sleep(30)").await });
     eventually(|| gk.gate.in_flight() == 1, "the sleep admitted").await;
     // A cancel with a key no client holds is dropped: it never reaches the server.

@@ -14,6 +14,10 @@
 //! - [`dist`], [`workload`], [`generate`], [`stats`]: size/time distributions,
 //!   synthetic workloads, writing them to disk, and trace statistics.
 
+// The wall clock throughout: the generator sends on a real schedule from threads of its
+// own (spin loops, blocking sleeps) and measures what real servers do.
+#![allow(clippy::disallowed_types)]
+
 pub mod dist;
 pub mod generate;
 pub mod http;

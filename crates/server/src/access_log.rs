@@ -357,6 +357,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::disallowed_types)] // the wall clock: the writer is a thread of its own
     fn reopen_follows_rotation() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("access.log");

@@ -6,7 +6,9 @@
 //! it accepts at the limit; under `wait` it stops polling the listener while the
 //! limit is reached, so new connections wait in the kernel's accept queue.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::config::AtMaxConnections;
 

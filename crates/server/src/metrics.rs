@@ -7,9 +7,10 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use shortfirst_core::bands::{Band, Cutoffs, MAX_DATA_BANDS};
+use tokio::time::Instant;
 
 use crate::limit::{PauseClock, PauseSnapshot};
 

@@ -38,7 +38,7 @@ use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use shortfirst_core::bands::Band;
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
@@ -46,6 +46,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use crate::access_log::AccessLog;
 use crate::config::{ConfigError, ServerConfig};

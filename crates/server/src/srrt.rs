@@ -22,6 +22,9 @@ use std::fmt::Write as _;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
+// The wall clock: the measured response time is added to the kernel's path RTT, a real
+// time, to judge the estimate.
+#[allow(clippy::disallowed_types)]
 use std::time::Instant;
 
 use shortfirst_core::bands::{Band, Cutoffs, Response};
@@ -137,6 +140,7 @@ pub(crate) struct RrtBandTracker<'a> {
     cutoffs: Arc<RrtCutoffs>,
     fd: RawFd,
     shared: &'a Shared,
+    #[allow(clippy::disallowed_types)] // wall clock: see the import
     started: Instant,
 }
 
@@ -195,7 +199,9 @@ impl<'a> BandTracker<'a> {
         if response.band() != socket_band {
             shared.metrics.srrt.band_change(Cause::Start);
         }
-        BandTracker::Rrt(RrtBandTracker { response, cutoffs: rrt.clone(), fd, shared, started: Instant::now() })
+        #[allow(clippy::disallowed_types)] // wall clock: see the import
+        let started = Instant::now();
+        BandTracker::Rrt(RrtBandTracker { response, cutoffs: rrt.clone(), fd, shared, started })
     }
 
     pub(crate) fn band(&self) -> Band {

@@ -6,6 +6,9 @@
 //! that allows it. A listed difference that no longer shows is an error too,
 //! so the list stays true. Skipped, with a message, where nginx cannot run.
 
+// The wall clock: nginx, the reference, is another process on real time.
+#![allow(clippy::disallowed_types)]
+
 mod common;
 
 use std::net::SocketAddr;

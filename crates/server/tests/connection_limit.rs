@@ -8,11 +8,12 @@ mod common;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{get, req, Raw, TestServer};
 use shortfirst_server::AtMaxConnections;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 /// How long a request at the limit must stay unanswered to count as waiting:
 /// on loopback an answered request takes well under a millisecond.

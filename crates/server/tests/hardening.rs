@@ -4,10 +4,11 @@
 
 mod common;
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use common::{get, pattern, req, set_mtime, Raw, TestServer};
 use shortfirst_server::Dotfiles;
+use tokio::time::Instant;
 
 /// One request on a fresh connection: status and the response.
 async fn status_of(addr: std::net::SocketAddr, request: &str) -> (u16, common::Resp) {

@@ -3,11 +3,12 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{get, pattern, req, Raw, TestServer};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
+use tokio::time::Instant;
 
 async fn hyper_get(
     addr: std::net::SocketAddr,

@@ -5,6 +5,9 @@
 //! namespace, qdisc or capability (the namespace test with a real shaped link is
 //! lab/tests/test_namespace_userspace.py).
 
+// The wall clock: the pacer is a thread of its own (no tokio runtime) on real time.
+#![allow(clippy::disallowed_types)]
+
 mod common;
 
 use std::time::{Duration, Instant};

@@ -3,6 +3,9 @@
 //! the routes. Argument parsing and error reporting only; the work is in the
 //! library.
 
+// The wall clock: it reports how long real database work took.
+#![allow(clippy::disallowed_types)]
+
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;

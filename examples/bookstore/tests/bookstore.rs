@@ -209,7 +209,7 @@ const ORDER_LINE_SCANS: &str =
 /// flushes its statistics when it exits, so the count is polled until it
 /// moves and then holds still).
 async fn order_line_scans_after(c: &tokio_postgres::Client, before: i64) -> i64 {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
     let mut last = before;
     loop {
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -217,7 +217,7 @@ async fn order_line_scans_after(c: &tokio_postgres::Client, before: i64) -> i64 
         if now != before && now == last {
             return now;
         }
-        assert!(std::time::Instant::now() < deadline, "order_line statistics never settled ({before} -> {now})");
+        assert!(tokio::time::Instant::now() < deadline, "order_line statistics never settled ({before} -> {now})");
         last = now;
     }
 }

@@ -8,13 +8,14 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use shortfirst_gatekeeper::config::{CapacitySetting, Upstream};
 use shortfirst_gatekeeper::{Gatekeeper, Handle, ProxyConfig};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 pub struct Proxy {
     pub addr: SocketAddr,

@@ -43,10 +43,11 @@ use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use shortfirst_core::bands::Band;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::access_log::{self, Entry};
 use crate::http::chunked::{self, Decoder};
@@ -276,13 +277,13 @@ impl Conn {
                     Instant::now() + config.idle_timeout
                 };
                 tokio::select! {
-                    r = tokio::time::timeout_at(deadline.into(), read) => r,
+                    r = tokio::time::timeout_at(deadline, read) => r,
                     _ = self.shutdown.changed() => return Ok(None),
                 }
             } else {
                 let started = first_byte_at.unwrap_or_else(Instant::now);
                 let deadline = started + config.header_timeout;
-                tokio::time::timeout_at(deadline.into(), read).await
+                tokio::time::timeout_at(deadline, read).await
             };
             match result {
                 Err(_elapsed) if idle => return Ok(None),
@@ -445,7 +446,7 @@ impl Conn {
         if self.body_buf.len() != self.rbuf.len() {
             self.body_buf = vec![0; self.rbuf.len()];
         }
-        let deadline = tokio::time::Instant::now() + config.header_timeout;
+        let deadline = Instant::now() + config.header_timeout;
         loop {
             let n = match tokio::time::timeout_at(deadline, self.transport.read(&mut self.body_buf)).await {
                 Err(_elapsed) => return Err(Status::REQUEST_TIMEOUT),
@@ -620,7 +621,7 @@ impl Conn {
         }
         // Shutting down: the response is out; do not hold the drain up for long.
         let linger = if self.shutting_down() { LINGER_SHUTDOWN } else { LINGER };
-        let deadline = tokio::time::Instant::now() + linger;
+        let deadline = Instant::now() + linger;
         let mut drained = 0;
         while drained < LINGER_MAX_BYTES {
             tokio::select! {

@@ -13,6 +13,9 @@
 //! Every timer wake-up records how late it came and how much link time the
 //! lateness cost (the booked link time ran out before it: `Pacer::wake`).
 
+// The wall clock: a thread of its own (no tokio runtime) on a real deadline.
+#![allow(clippy::disallowed_types)]
+
 use std::fmt::Write as _;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
