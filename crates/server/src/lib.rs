@@ -6,7 +6,8 @@
 //! this crate is the driver that applies it: [`sched`] turns bands into
 //! `SO_PRIORITY`, [`conn`] is the per-connection HTTP state machine, [`http`]
 //! the wire format, [`resolve`] maps targets to files without ever leaving the
-//! root, [`io`] does the zero-copy writes, [`server`] accepts, limits (what to
+//! root, [`encoding`] picks a precompressed sidecar by `Accept-Encoding`,
+//! [`cache_control`] gives `Cache-Control` by path glob, [`io`] does the zero-copy writes, [`server`] accepts, limits (what to
 //! do at the connection limit: [`limit`]) and shuts down, [`metrics`] and
 //! [`access_log`] observe. [`tls`] puts HTTPS (rustls) in front of the same
 //! state machine. Under `srrt`, [`srrt`] re-ranks a
@@ -15,8 +16,10 @@
 //! Must not know: tc/HTB (that is `shortfirst uplink`), how cutoffs are chosen.
 
 pub mod access_log;
+pub mod cache_control;
 pub mod config;
 pub mod conn;
+pub mod encoding;
 pub mod http;
 pub mod io;
 pub mod limit;

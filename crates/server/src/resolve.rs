@@ -199,13 +199,43 @@ impl Root {
         }
     }
 
+    /// The sidecar `suffix` (`.gz`) of the file [`Root::resolve`] found for `rel` (`index`:
+    /// the directory's `index.html`): a regular file, opened as files are but always confined
+    /// to the root, whatever `follow-symlinks-outside-root` says. `None`: there is none to use.
+    pub fn sidecar(
+        &self,
+        rel: &[u8],
+        index: bool,
+        suffix: &[u8],
+        scratch: &mut Vec<u8>,
+    ) -> Option<(File, std::fs::Metadata)> {
+        scratch.clear();
+        scratch.extend_from_slice(rel);
+        if index {
+            if !rel.is_empty() {
+                scratch.push(b'/');
+            }
+            scratch.extend_from_slice(b"index.html");
+        }
+        scratch.extend_from_slice(suffix);
+        scratch.push(0);
+        let file = self.open_rel_as(scratch, true).ok()?;
+        let meta = file.metadata().ok()?;
+        meta.is_file().then_some((file, meta))
+    }
+
     fn open_rel(&self, name_nul: &[u8]) -> Result<File, Refusal> {
+        self.open_rel_as(name_nul, self.confine)
+    }
+
+    /// Opens a NUL-terminated root-relative name; `confine`: refuse symlinks leading out.
+    fn open_rel_as(&self, name_nul: &[u8], confine: bool) -> Result<File, Refusal> {
         let name = CStr::from_bytes_with_nul(name_nul).map_err(|_| Refusal::BadRequest)?;
         let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK;
         if self.noatime.load(Ordering::Relaxed) {
-            match self.open_with(name, flags | libc::O_NOATIME) {
+            match self.open_with(name, flags | libc::O_NOATIME, confine) {
                 Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
-                    let plain = self.open_with(name, flags);
+                    let plain = self.open_with(name, flags, confine);
                     if plain.is_ok() && self.noatime.swap(false, Ordering::Relaxed) {
                         tracing::warn!(
                             "O_NOATIME refused (not the files' owner, no CAP_FOWNER): reads may write access times"
@@ -216,7 +246,7 @@ impl Root {
                 result => return result.map_err(open_refusal),
             }
         }
-        self.open_with(name, flags).map_err(open_refusal)
+        self.open_with(name, flags, confine).map_err(open_refusal)
     }
 
     /// Whether files are opened with `O_NOATIME` (for tests and the startup log).
@@ -224,13 +254,13 @@ impl Root {
         self.noatime.load(Ordering::Relaxed)
     }
 
-    fn open_with(&self, name: &CStr, flags: i32) -> io::Result<File> {
+    fn open_with(&self, name: &CStr, flags: i32, confine: bool) -> io::Result<File> {
         if self.have_openat2 {
-            let resolve = if self.confine { libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS } else { 0 };
+            let resolve = if confine { libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS } else { 0 };
             openat2(&self.fd, name, flags, resolve)
         } else {
             openat(&self.fd, name, flags).and_then(|f| {
-                if self.confine && !self.contains(&f) {
+                if confine && !self.contains(&f) {
                     Err(io::Error::from_raw_os_error(libc::EXDEV))
                 } else {
                     Ok(f)

@@ -11,6 +11,8 @@ use serde::Deserialize;
 use shortfirst_core::srrt::Estimator;
 use shortfirst_core::units::{self, BareUnit};
 
+use crate::encoding::Precompressed;
+
 use super::{AccessLogFormat, AtMaxConnections, ConfigError, Dotfiles, PolicySpec, Scheduling};
 
 /// A duration flag in seconds (`10s`, `500ms`, `1m30s`; a plain number is seconds), above 0.
@@ -269,6 +271,16 @@ pub struct ConfigFile {
     /// Answer every request on --listen with a 308 redirect to the same target on --tls-listen.
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub redirect_https: Option<bool>,
+    /// Precompressed sidecars served, in the server's order of preference: `file.css.br`,
+    /// `.zst`, `.gz` made by the operator next to `file.css` are sent (`Content-Encoding`) to
+    /// clients whose Accept-Encoding takes them; `none` turns it off.
+    #[arg(long, value_name = "LIST|none")]
+    pub precompressed: Option<Precompressed>,
+    /// `Cache-Control` by path, `GLOB=VALUE` (e.g. `/assets/*.js=public, max-age=31536000,
+    /// immutable`), repeatable: the first rule whose glob matches the file's path (`*` within
+    /// a segment, `**` across) gives the header. At most 256 rules; flags replace the file's list.
+    #[arg(long, value_name = "GLOB=VALUE")]
+    pub cache_control: Option<Vec<String>>,
     /// File only: `[[tls]]` tables, one certificate each (`cert`, `key`, `names`: the server
     /// names it is chosen for, `*.example.com` for one label; none: the default certificate).
     #[arg(skip)]

@@ -24,6 +24,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use shortfirst_core::bands::Cutoffs;
+
+use crate::cache_control::CacheControl;
+use crate::encoding::Precompressed;
 use shortfirst_core::srrt::{Estimator, RrtCutoffs};
 
 /// A positive timeout in seconds → `Duration`; `key` names the setting in the error.
@@ -69,7 +72,8 @@ macro_rules! take_plain {
             rrt_estimator,
             rrt_step_bytes,
             pacer_rate_fraction,
-            pacer_burst_bytes
+            pacer_burst_bytes,
+            precompressed
         )
     };
 }
@@ -170,6 +174,10 @@ pub struct ServerConfig {
     pub tls: Option<TlsSettings>,
     /// Answer every request on the plaintext listener with a `308` to the HTTPS one.
     pub redirect_https: bool,
+    /// Sidecar codings offered (`encoding`), in the server's order; none: off.
+    pub precompressed: Precompressed,
+    /// `Cache-Control` rules by path glob (`cache_control`); none by default.
+    pub cache_control: CacheControl,
 }
 
 /// Most certificates (`[[tls]]` tables) one server loads: each is held in memory and
@@ -228,6 +236,8 @@ impl ServerConfig {
             auto_recompute_every: 1_000,
             tls: None,
             redirect_https: false,
+            precompressed: Precompressed::ALL,
+            cache_control: CacheControl::default(),
         }
     }
 
@@ -258,6 +268,10 @@ impl ServerConfig {
         c.take_pacer(&file)?;
         c.take_policy(file.policy.take(), file.cutoffs.take(), file.rrt_cutoffs.take())?;
         c.take_tls(&mut file)?;
+        if let Some(rules) = file.cache_control.take() {
+            c.cache_control =
+                CacheControl::new(&rules).map_err(|reason| ConfigError::Invalid { key: "cache-control", reason })?;
+        }
         c.validate()?;
         Ok(c)
     }

@@ -42,6 +42,8 @@ fn bad_values_are_named() {
         ("max-connections = 0", "max-connections"),
         ("backlog = 0", "backlog"),
         ("header-timeout-ms = 0", "header-timeout-ms"),
+        ("cache-control = [\"/a/{b=public\"]", "cache-control"),
+        ("cache-control = [\"a.js=public\"]", "cache-control"),
     ];
     for (text, key) in cases {
         let file = ConfigFile::parse(&format!("root = \"/srv\"\n{text}\n"), Path::new("t.toml")).unwrap();
@@ -359,4 +361,31 @@ fn every_default_shown_given_as_its_flag_configures_the_default() {
         let given: Vec<&str> = needs.iter().copied().chain([flag.as_str(), value.as_str()]).collect();
         assert_eq!(configured(&given), configured(needs), "{flag} {value} is not the default");
     }
+}
+
+#[test]
+fn precompressed_and_cache_control_from_file_and_flags() {
+    use crate::encoding::{Coding, Precompressed};
+    let file = ConfigFile::parse(
+        "root = \"/srv\"\nprecompressed = \"gzip\"\ncache-control = [\"/*.css=max-age=60\", \"/**=no-cache\"]\n",
+        Path::new("t.toml"),
+    )
+    .unwrap();
+    let c = ServerConfig::from_file(file.clone()).unwrap();
+    assert_eq!(c.precompressed.codings(), &[Coding::Gzip]);
+    let err = ConfigFile::parse("precompressed = \"gzip,deflate\"\n", Path::new("t.toml")).unwrap_err().to_string();
+    assert!(err.contains("precompressed") && err.contains("\"deflate\"") && err.contains("t.toml"), "{err}");
+    let mut scratch = Vec::new();
+    assert_eq!(c.cache_control.value_for(b"/a.css", &mut scratch), Some(&b"max-age=60"[..]));
+    assert_eq!(c.cache_control.value_for(b"/d/a.css", &mut scratch), Some(&b"no-cache"[..]));
+    // The flags' list replaces the file's; `none` turns sidecars off.
+    let flags = ConfigFile {
+        precompressed: Some(Precompressed::NONE),
+        cache_control: Some(vec!["/d/*=private".into()]),
+        ..Default::default()
+    };
+    let c = ServerConfig::from_file(file.overlay(flags)).unwrap();
+    assert!(!c.precompressed.is_on());
+    assert_eq!(c.cache_control.value_for(b"/a.css", &mut scratch), None);
+    assert_eq!(c.cache_control.value_for(b"/d/a.css", &mut scratch), Some(&b"private"[..]));
 }

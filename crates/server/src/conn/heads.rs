@@ -2,6 +2,7 @@
 //! `416`), the `301` adding a directory's slash, the `308` to HTTPS.
 
 use super::split_target;
+use crate::encoding::Coding;
 use crate::http::{response, Status};
 
 /// The head of a `301` adding the slash to a directory's path: `Location` is the
@@ -90,6 +91,12 @@ pub(super) struct FileHead<'a> {
     pub file_len: u64,
     pub mtime_secs: u64,
     pub etag: &'a [u8],
+    /// The body is this coding's sidecar (`Content-Encoding`).
+    pub coding: Option<Coding>,
+    /// `Vary: Accept-Encoding`: the representation was chosen by it.
+    pub vary: bool,
+    /// The `Cache-Control` value a rule gives the file.
+    pub cache_control: Option<&'a [u8]>,
 }
 
 impl FileHead<'_> {
@@ -99,6 +106,9 @@ impl FileHead<'_> {
         if status != Status::NOT_MODIFIED && status != Status::RANGE_NOT_SATISFIABLE {
             response::header(h, b"Content-Type", response::content_type(self.name).as_bytes());
             response::header_u64(h, b"Content-Length", self.body_len);
+            if let Some(coding) = self.coding {
+                response::header(h, b"Content-Encoding", coding.token().as_bytes());
+            }
         }
         if status == Status::RANGE_NOT_SATISFIABLE {
             response::header(h, b"Content-Length", b"0");
@@ -120,6 +130,12 @@ impl FileHead<'_> {
         h.extend_from_slice(b"\r\n");
         response::header(h, b"ETag", self.etag);
         response::header(h, b"Accept-Ranges", b"bytes");
+        if self.vary {
+            response::header(h, b"Vary", b"Accept-Encoding");
+        }
+        if let (Some(value), false) = (self.cache_control, status == Status::RANGE_NOT_SATISFIABLE) {
+            response::header(h, b"Cache-Control", value);
+        }
         response::end(h, keep_alive, version_minor);
     }
 }

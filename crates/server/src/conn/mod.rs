@@ -30,6 +30,7 @@
 //! written by `tls_send` instead of `send`/`sendfile`.
 
 mod heads;
+mod representation;
 mod tls_send;
 mod transport;
 
@@ -149,6 +150,8 @@ pub(crate) struct Conn {
     path: Vec<u8>,
     scratch: Vec<u8>,
     etag: Vec<u8>,
+    /// The indices of the `cache-control` rules matching a path (at most their number).
+    glob_matches: Vec<usize>,
     log_line: Vec<u8>,
     socket_band: BandSocket,
     /// Band shown in `shortfirst_open_connections` (0 between responses).
@@ -196,6 +199,7 @@ impl Conn {
             path: Vec::with_capacity(256),
             scratch: Vec::with_capacity(256),
             etag: Vec::with_capacity(40),
+            glob_matches: Vec::new(),
             log_line: Vec::with_capacity(512),
             socket_band,
             gauge_band: Band::SETUP,
@@ -388,11 +392,13 @@ impl Conn {
             }
             Err(refusal) => return self.send_error(refusal_status(refusal), Some(req), keep_alive).await,
         };
+        let (file, meta, coding) = self.representation(req, base, file, meta, index);
 
         let (version, mtime_secs) = file_version(&meta);
         let len = version.size_bytes;
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         response::etag(&mut self.etag, version, u64::try_from(now.as_nanos()).unwrap_or(u64::MAX));
+        representation::tag_coding(&mut self.etag, coding);
         let validators = Validators {
             etag: &self.etag,
             mtime_secs,
@@ -407,6 +413,9 @@ impl Conn {
             Verdict::Partial { start, end } => (Status::PARTIAL_CONTENT, start, end - start + 1),
             Verdict::Unsatisfiable => (Status::RANGE_NOT_SATISFIABLE, 0, 0),
         };
+        let shared = Arc::clone(&self.shared);
+        let cache_control =
+            representation::cache_control(&shared, &self.path, index, &mut self.scratch, &mut self.glob_matches);
         let head = FileHead {
             status,
             name: if index { b"index.html" } else { &self.path },
@@ -415,6 +424,9 @@ impl Conn {
             file_len: len,
             mtime_secs,
             etag: &self.etag,
+            coding,
+            vary: shared.config.precompressed.is_on(),
+            cache_control,
         };
         head.write(&mut self.head, keep_alive, req.version_minor);
         let body = if method == Method::Head || body_len == 0 {

@@ -123,6 +123,8 @@ pub struct Request {
     pub if_unmodified_since: Singleton,
     pub range: Option<Range<usize>>,
     pub if_range: Singleton,
+    /// `Accept-Encoding`, for a precompressed sidecar (`encoding`).
+    pub accept_encoding: FieldLines,
     pub referer: Option<Range<usize>>,
     pub user_agent: Option<Range<usize>>,
     pub content_length: Option<u64>,
@@ -316,6 +318,8 @@ impl Request {
             self.range = Some(r);
         } else if name.eq_ignore_ascii_case(b"if-range") {
             self.if_range.push(r);
+        } else if name.eq_ignore_ascii_case(b"accept-encoding") {
+            self.accept_encoding.push(r)?;
         } else if name.eq_ignore_ascii_case(b"referer") {
             self.referer = Some(r);
         } else if name.eq_ignore_ascii_case(b"user-agent") {
