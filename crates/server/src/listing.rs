@@ -20,8 +20,9 @@
 //!   like any file, so the response's size, and with it its band, is known before its
 //!   first byte.
 //! - Validators: none. A directory's own modification time does not change when a file
-//!   in it grows, so no cheap ETag or `Last-Modified` would be true; conditional
-//!   requests and ranges get the whole listing (200, which RFC 9110 §13.1 and §14.2 allow).
+//!   in it grows, so no cheap ETag or `Last-Modified` would be true. Without an entity
+//!   tag, `If-Match` naming tags fails (412) and `If-None-Match: *` gives 304; the date
+//!   conditions and `Range` are ignored, so the whole page is sent (RFC 9110 §13.1, §14.2).
 //! - Names that are not UTF-8 are shown with U+FFFD in place of their bad bytes; their
 //!   `url` percent-encodes the exact bytes, so the link still works.
 
@@ -58,6 +59,44 @@ impl Format {
             Format::Html => b"text/html; charset=utf-8",
             Format::Json => b"application/json",
         }
+    }
+}
+
+/// What a request for a directory without `index.html` asks, from its head.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ask<'a> {
+    /// The lines of `Accept`, `If-Match` and `If-None-Match`.
+    pub accept: &'a [&'a [u8]],
+    pub if_match: &'a [&'a [u8]],
+    pub if_none_match: &'a [&'a [u8]],
+}
+
+/// How such a request is answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// Listings are off: 403, as without them.
+    Forbidden,
+    /// `If-Match` names entity tags: the page has none, so none matches (412).
+    PreconditionFailed,
+    /// `If-None-Match: *`: the page exists (304).
+    NotModified(Format),
+    List(Format),
+}
+
+/// The answer `setting` gives `ask`. Preconditions follow RFC 9110 §13.1.1 and §13.1.2
+/// for a page without an entity tag (`If-Match: *` and `If-None-Match` with tags hold);
+/// the date conditions need a modification date the page lacks and are ignored
+/// (§13.1.3, §13.1.4), as `Range` is (§14.2).
+pub fn decide(setting: Listings, ask: &Ask<'_>) -> Answer {
+    let Some(format) = negotiate(setting, ask.accept) else { return Answer::Forbidden };
+    let members = |lines: &[&[u8]]| {
+        let mut members = lines.iter().flat_map(|l| l.split(|&b| b == b',')).map(trim).filter(|m| !m.is_empty());
+        (members.clone().next().is_some(), members.any(|m| m == b"*"))
+    };
+    match (members(ask.if_match), members(ask.if_none_match)) {
+        ((true, false), _) => Answer::PreconditionFailed,
+        (_, (_, true)) => Answer::NotModified(format),
+        _ => Answer::List(format),
     }
 }
 
@@ -235,12 +274,15 @@ pub(crate) async fn build(
     task.await.unwrap_or(Err(Refusal::Internal))
 }
 
-/// The head of a listing's `200` of `body_len` bytes, into `head`; `vary`: the format
-/// was negotiated (`auto`).
-pub fn write_head(head: &mut Vec<u8>, format: Format, body_len: u64, vary: bool, keep_alive: bool, version_minor: u8) {
-    response::begin(head, Status::OK);
-    response::header(head, b"Content-Type", format.content_type());
-    response::header_u64(head, b"Content-Length", body_len);
+/// The head of a listing's `200` of `body_len` bytes, or of its `304` (no content
+/// headers), into `head`; `vary`: the format was negotiated (`auto`).
+pub fn write_head(head: &mut Vec<u8>, status: Status, format: Format, body_len: u64, vary: bool, http: (bool, u8)) {
+    let (keep_alive, version_minor) = http;
+    response::begin(head, status);
+    if status != Status::NOT_MODIFIED {
+        response::header(head, b"Content-Type", format.content_type());
+        response::header_u64(head, b"Content-Length", body_len);
+    }
     if vary {
         response::header(head, b"Vary", b"Accept");
     }

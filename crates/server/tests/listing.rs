@@ -181,3 +181,29 @@ async fn head_has_the_listings_headers_and_no_body() {
     assert_eq!((after.status, after.body.len()), (200, 100), "the connection stayed in sync");
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditions_and_ranges_on_a_page_without_validators() {
+    let mut s = TestServer::start(|c| c.listings = Listings::Auto).await;
+    populate_list(&s);
+    let whole = fetch(&s, "/list/", "").await.body;
+    let cases: &[(&str, u16)] = &[
+        ("If-Match: \"a\"\r\n", 412),
+        ("If-Match: *\r\n", 200),
+        ("If-None-Match: *\r\n", 304),
+        ("If-None-Match: \"a\"\r\n", 200),
+        ("If-Modified-Since: Sun, 06 Nov 2094 08:49:37 GMT\r\n", 200),
+        ("Range: bytes=0-9\r\n", 200),
+    ];
+    for (header, status) in cases {
+        let r = fetch(&s, "/list/", header).await;
+        assert_eq!(r.status, *status, "{header}");
+        if *status == 200 {
+            assert_eq!(r.body, whole, "{header}: the whole page");
+        }
+        if *status == 304 {
+            assert_eq!(r.header("vary"), Some("Accept"), "{header}");
+        }
+    }
+    s.stop().await;
+}

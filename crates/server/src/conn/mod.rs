@@ -29,6 +29,7 @@
 //! response is then ranked by its ciphertext bytes (`tls::ciphertext_bytes`) and
 //! written by `tls_send` instead of `send`/`sendfile`.
 
+mod dir_listing;
 mod heads;
 mod tls_send;
 mod transport;
@@ -50,14 +51,12 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::access_log::{self, Entry};
-use crate::config::Listings;
 use crate::http::chunked::{self, Decoder};
 use crate::http::parse::{self, FieldLines, Method, Request, MAX_LIST_LINES};
 use crate::http::precondition::{self, Conditions, Validators, Verdict};
 use crate::http::response::FileVersion;
 use crate::http::{response, Status};
 use crate::io;
-use crate::listing;
 use crate::resolve::{self, Refusal, Resolved};
 use crate::sched::{BandSocket, CutoffsCache};
 use crate::server::Shared;
@@ -426,28 +425,6 @@ impl Conn {
             Body::File { file, offset, len: body_len }
         };
         self.send(status, body).await
-    }
-
-    /// A directory without `index.html`: 403, or its listing (`crate::listing`), read and
-    /// rendered off the worker so its length, and its band, is known before it is sent.
-    /// No validators (see `crate::listing`): conditions and ranges get the whole page.
-    async fn send_listing(&mut self, req: &Request, dir: File, keep_alive: bool) -> std::io::Result<Outcome_> {
-        let buf = &self.rbuf[self.rstart..];
-        let mut accept = [&b""[..]; MAX_LIST_LINES];
-        let accept_len = field_lines(buf, &req.accept, &mut accept);
-        let setting = self.shared.config.listings;
-        let Some(format) = listing::negotiate(setting, &accept[..accept_len]) else {
-            return self.send_error(Status::FORBIDDEN, Some(req), keep_alive).await;
-        };
-        let (file, len) = match listing::build(self.shared.clone(), self.path.clone(), dir, format).await {
-            Ok(page) => page,
-            Err(refusal) => return self.send_error(refusal_status(refusal), Some(req), keep_alive).await,
-        };
-        let vary = setting == Listings::Auto;
-        listing::write_head(&mut self.head, format, len, vary, keep_alive, req.version_minor);
-        let body =
-            if req.method() == Method::Head || len == 0 { Body::None } else { Body::File { file, offset: 0, len } };
-        self.send(Status::OK, body).await
     }
 
     /// Reads and discards a chunked request body (RFC 9112 §7.1), which must end

@@ -145,16 +145,46 @@ fn non_utf8_names_show_replaced_and_link_exactly() {
 #[test]
 fn response_heads() {
     let mut head = Vec::new();
-    write_head(&mut head, Format::Json, 3, true, true, 1);
+    write_head(&mut head, Status::OK, Format::Json, 3, true, (true, 1));
     let text = String::from_utf8(head.clone()).unwrap();
     assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
     assert!(text.contains("\r\nContent-Type: application/json\r\nContent-Length: 3\r\nVary: Accept\r\n"), "{text}");
     assert!(text.ends_with("\r\n\r\n"), "{text}");
-    write_head(&mut head, Format::Html, 4, false, false, 1);
-    let text = String::from_utf8(head).unwrap();
+    write_head(&mut head, Status::OK, Format::Html, 4, false, (false, 1));
+    let text = String::from_utf8(head.clone()).unwrap();
     assert!(text.contains("Content-Type: text/html; charset=utf-8\r\nContent-Length: 4\r\n"), "{text}");
     assert!(!text.contains("Vary"), "{text}");
     assert!(text.ends_with("Connection: close\r\n\r\n"), "{text}");
+    write_head(&mut head, Status::NOT_MODIFIED, Format::Html, 0, true, (true, 0));
+    let text = String::from_utf8(head).unwrap();
+    assert!(text.starts_with("HTTP/1.1 304 Not Modified\r\n"), "{text}");
+    assert!(!text.contains("Content-"), "{text}");
+    assert!(text.ends_with("Vary: Accept\r\nConnection: keep-alive\r\n\r\n"), "{text}");
+}
+
+#[test]
+fn preconditions_without_a_validator() {
+    let lines = |v: &'static [&'static str]| -> Vec<&'static [u8]> { v.iter().map(|l| l.as_bytes()).collect() };
+    let cases: &[(&[&str], &[&str], Answer)] = &[
+        (&[], &[], Answer::List(Format::Html)),
+        (&["\"a\""], &[], Answer::PreconditionFailed),
+        (&["W/\"a\", \"b\""], &[], Answer::PreconditionFailed),
+        (&["*"], &[], Answer::List(Format::Html)),
+        (&["\"a\", *"], &[], Answer::List(Format::Html)),
+        (&[""], &[], Answer::List(Format::Html)),
+        (&[], &["*"], Answer::NotModified(Format::Html)),
+        (&[], &["\"a\""], Answer::List(Format::Html)),
+        (&["\"a\""], &["*"], Answer::PreconditionFailed),
+    ];
+    for (if_match, if_none_match, want) in cases {
+        let (m, n) = (lines(if_match), lines(if_none_match));
+        let ask = Ask { accept: &[], if_match: &m, if_none_match: &n };
+        assert_eq!(decide(Listings::Html, &ask), *want, "{if_match:?} {if_none_match:?}");
+    }
+    let ask = Ask { accept: &[b"application/json"], if_match: &[b"\"a\""], if_none_match: &[] };
+    assert_eq!(decide(Listings::Off, &ask), Answer::Forbidden);
+    let ask = Ask { accept: &[b"application/json"], if_match: &[], if_none_match: &[b"*"] };
+    assert_eq!(decide(Listings::Auto, &ask), Answer::NotModified(Format::Json));
 }
 
 /// A root with `d/` holding files, a dotfile, a directory, a FIFO, a symlink inside the
