@@ -15,7 +15,8 @@
 //!   first by name. An entry renders to at most about 2.5 KiB (a 255-byte name escaped
 //!   and percent-encoded), so a listing's body stays under
 //!   `listing-max-entries × 2.5 KiB`.
-//! - Reading runs on tokio's blocking pool (`spawn_blocking`), never on a worker thread;
+//! - Reading runs on tokio's blocking pool (`spawn_blocking`), never on a worker thread,
+//!   at most [`MAX_CONCURRENT_BUILDS`] listings at once;
 //!   the body is rendered into a buffer there, then into an anonymous in-memory file sent
 //!   like any file, so the response's size, and with it its band, is known before its
 //!   first byte.
@@ -45,6 +46,13 @@ pub const MAX_ENTRIES_LIMIT: usize = 1_000_000;
 
 /// Directory entries examined per entry a listing may hold.
 pub const SCAN_FACTOR: usize = 4;
+
+/// Listings read and rendered at once in the process; more wait their turn. Bounds the
+/// blocking threads and the memory listings take (each page is at most about
+/// `listing-max-entries × 2.5 KiB` while it is rendered).
+pub const MAX_CONCURRENT_BUILDS: usize = 4;
+
+static BUILDS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_CONCURRENT_BUILDS);
 
 /// The body's format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -254,7 +262,9 @@ pub(crate) async fn build(
     dir: File,
     format: Format,
 ) -> Result<(File, u64), Refusal> {
+    let Ok(permit) = BUILDS.acquire().await else { return Err(Refusal::Internal) }; // never closed
     let task = tokio::task::spawn_blocking(move || {
+        let _permit = permit; // held until the page is built, even if the client has left
         let listing = read(&shared.root, &rel, &dir, shared.config.listing_max_entries)?;
         let mut body = Vec::new();
         match format {
