@@ -18,6 +18,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 BIN := target/release/shortfirst
+# Every release binary in one cargo call: their shared dependencies build once, with one
+# set of features (two calls, each with its own package, built many of them twice).
+RELEASE_BINS := --bin shortfirst --bin bookstore
 STAMPS := .make
 
 APT_PACKAGES := iproute2 ethtool procps
@@ -48,7 +51,7 @@ apt: ## install the Debian packages the targets need (APT_PACKAGES; root)
 build: $(BIN) ## release build of target/release/shortfirst
 $(BIN): Cargo.lock $(shell find crates -name '*.rs' -o -name Cargo.toml 2>/dev/null)
 	@command -v $(CARGO) >/dev/null || { echo "make: cargo not found (Rust via rustup is part of this machine kind)" >&2; exit 1; }
-	$(CARGO) build --release --locked --bin shortfirst
+	$(CARGO) build --release --locked $(RELEASE_BINS)
 	@touch $@
 
 venv: $(STAMPS)/venv ## the lab's Python virtual environment (.venv) from lab/requirements.lock

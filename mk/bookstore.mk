@@ -29,7 +29,7 @@ BOOKSTORE_POOL ?= 128
 
 bookstore-build: $(BOOKSTORE_BIN) ## release build of the TPC-W bookstore (target/release/bookstore)
 $(BOOKSTORE_BIN): Cargo.lock $(shell find examples/bookstore -name '*.rs' -o -name Cargo.toml -o -name '*.csv' 2>/dev/null)
-	$(CARGO) build --release --locked -p shortfirst-bookstore --bin bookstore
+	$(CARGO) build --release --locked $(RELEASE_BINS)
 	@touch $@
 
 bookstore-pg-start: apt ## start the private PostgreSQL in .make/pg

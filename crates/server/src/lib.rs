@@ -6,7 +6,7 @@
 //! this crate is the driver that applies it: [`sched`] turns bands into
 //! `SO_PRIORITY`, [`conn`] is the per-connection HTTP state machine, [`http`]
 //! the wire format, [`resolve`] maps targets to files without ever leaving the
-//! root, [`encoding`] picks a precompressed sidecar by `Accept-Encoding`,
+//! root ([`listing`] lists a directory by the same rules), [`encoding`] picks a precompressed sidecar by `Accept-Encoding`,
 //! [`cache_control`] gives `Cache-Control` by path glob, [`io`] does the zero-copy writes, [`server`] accepts, limits (what to
 //! do at the connection limit: [`limit`]) and shuts down, [`metrics`] and
 //! [`access_log`] observe. [`tls`] puts HTTPS (rustls) in front of the same
@@ -23,6 +23,7 @@ pub mod encoding;
 pub mod http;
 pub mod io;
 pub mod limit;
+pub mod listing;
 pub mod metrics;
 pub mod resolve;
 pub mod sched;
@@ -33,7 +34,7 @@ pub mod tls;
 pub mod usched;
 
 pub use config::{
-    AccessLogFormat, AtMaxConnections, ConfigError, ConfigFile, CutoffsSpec, Dotfiles, Policy, PolicySpec,
+    AccessLogFormat, AtMaxConnections, ConfigError, ConfigFile, CutoffsSpec, Dotfiles, Listings, Policy, PolicySpec,
     RrtCutoffsSpec, Scheduling, ServerConfig, TlsEntry, TlsSettings,
 };
 pub use sched::{so_priority, PriorityObserver};

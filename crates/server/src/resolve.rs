@@ -53,6 +53,8 @@ pub enum Resolved {
     File { file: File, meta: std::fs::Metadata, index: bool },
     /// A directory named without its trailing slash: redirect to add it.
     AddSlash,
+    /// A directory (named with its slash) without `index.html`: 403, or its listing.
+    Directory { dir: File },
 }
 
 /// Percent-decodes `target_path` (starting with `/`, no query) into `out` as a
@@ -190,7 +192,11 @@ impl Root {
         }
         scratch.truncate(dir_len);
         scratch.extend_from_slice(b"/index.html\0");
-        let file = self.open_rel(scratch).map_err(|r| if r == Refusal::NotFound { Refusal::Forbidden } else { r })?;
+        let dir = file;
+        let file = match self.open_rel(scratch) {
+            Err(Refusal::NotFound) => return Ok(Resolved::Directory { dir }),
+            opened => opened?,
+        };
         let meta = file.metadata().map_err(|_| Refusal::Internal)?;
         if meta.is_file() {
             Ok(Resolved::File { file, meta, index: true })
@@ -247,6 +253,15 @@ impl Root {
             }
         }
         self.open_with(name, flags, confine).map_err(open_refusal)
+    }
+
+    /// The metadata of what a NUL-terminated normalised path names, under the same
+    /// confinement as [`Root::resolve`] (a symlink leaving the root is refused). Opened
+    /// `O_PATH`: a FIFO or a device is looked at, never really opened.
+    pub fn metadata(&self, rel_nul: &[u8]) -> Result<std::fs::Metadata, Refusal> {
+        let name = CStr::from_bytes_with_nul(rel_nul).map_err(|_| Refusal::BadRequest)?;
+        let file = self.open_with(name, libc::O_PATH | libc::O_CLOEXEC).map_err(open_refusal)?;
+        file.metadata().map_err(|_| Refusal::Internal)
     }
 
     /// Whether files are opened with `O_NOATIME` (for tests and the startup log).

@@ -17,6 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{set_mtime, Raw, Resp, TestServer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Where the two servers may answer differently: (case, nginx's status, ours, why).
 const DIFFERENCES: &[(&str, u16, u16, &str)] = &[
@@ -202,8 +203,9 @@ fn nginx_binary() -> Option<PathBuf> {
     ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"].iter().map(PathBuf::from).find(|p| p.exists())
 }
 
-/// nginx in the foreground, one process, serving `root` on a free loopback port.
-fn start_nginx(bin: &Path, root: &Path, dir: &Path) -> Result<Nginx, String> {
+/// nginx in the foreground, one process, serving `root` on a free loopback port;
+/// `directives` go in its `server` block.
+fn start_nginx(bin: &Path, root: &Path, dir: &Path, directives: &str) -> Result<Nginx, String> {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let d = dir.display();
     let conf = format!(
@@ -213,8 +215,8 @@ fn start_nginx(bin: &Path, root: &Path, dir: &Path) -> Result<Nginx, String> {
            client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fcgi;\n\
            uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
            types {{ text/html html; text/plain txt; }} default_type application/octet-stream;\n\
-           gzip_static on; gzip_vary on;\n\
-           server {{ listen 127.0.0.1:{port}; root {root}; index index.html; }}\n}}\n",
+           gzip_static on; gzip_vary on;
+           server {{ listen 127.0.0.1:{port}; root {root}; index index.html; {directives} }}\n}}\n",
         root = root.display()
     );
     let conf_path = dir.join("nginx.conf");
@@ -300,7 +302,7 @@ async fn shortfirst_and_nginx_agree_or_differ_as_the_rfcs_allow() {
     std::fs::write(root.join(".git/config"), b"[core]\n").unwrap();
     set_mtime(&root.join(".env"), std::time::SystemTime::now() - Duration::from_secs(3600));
     let nginx_dir = tempfile::tempdir().unwrap();
-    let nginx = match start_nginx(&bin, &root, nginx_dir.path()) {
+    let nginx = match start_nginx(&bin, &root, nginx_dir.path(), "") {
         Ok(n) => n,
         Err(e) => {
             eprintln!("SKIP conformance: {e}");
@@ -344,6 +346,92 @@ async fn shortfirst_and_nginx_agree_or_differ_as_the_rfcs_allow() {
     }
     for d in DIFFERENCES {
         assert!(seen_differences.contains(&d.0), "listed difference {:?} is not in the corpus", d.0);
+    }
+    drop(nginx);
+    s.stop().await;
+    assert!(failures.is_empty(), "{} disagreement(s):\n{}", failures.len(), failures.join("\n"));
+}
+
+/// An HTTP/1.0 exchange read to the close: (status line, lowercased head, body), so a
+/// chunked or unframed body is read whole without a decoder.
+async fn exchange_to_close(addr: SocketAddr, request: &str) -> (String, String, Vec<u8>) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut bytes = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut bytes)).await.unwrap().unwrap();
+    let end = bytes.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete head");
+    let head = String::from_utf8_lossy(&bytes[..end]).to_ascii_lowercase();
+    let status = head.lines().next().unwrap_or("").split(' ').nth(1).unwrap_or("").to_string();
+    (status, head, bytes[end + 4..].to_vec())
+}
+
+/// The media type of a head's `Content-Type`, without parameters.
+fn media_type(head: &str) -> Option<String> {
+    let value = head.lines().find_map(|l| l.strip_prefix("content-type:"))?;
+    Some(value.split(';').next().unwrap_or("").trim().to_string())
+}
+
+/// `--listings html` against nginx's `autoindex on;`: the same statuses, the same media
+/// type, every listed name in both pages (HTML-escaped), dotfiles in neither. Allowed
+/// differences, not compared: the page's layout, `charset=utf-8` (nginx names none),
+/// `Content-Length` (nginx sends the page chunked), `'` escaped by us only, how sizes
+/// and dates are laid out, and a dotfile itself (404 here, see [`DIFFERENCES`]).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listings_agree_with_nginx_autoindex() {
+    let Some(bin) = nginx_binary() else {
+        eprintln!("SKIP listing conformance: nginx is not installed");
+        return;
+    };
+    let mut s = TestServer::start(|c| c.listings = shortfirst_server::Listings::Html).await;
+    let list = s.root.join("list");
+    std::fs::create_dir_all(list.join("sub dir")).unwrap();
+    let names = ["a&b<c>.txt", "sp ace.txt", "100%.txt", "\u{fc}n\u{ef}.txt", "#hash"];
+    for name in names {
+        std::fs::write(list.join(name), b"x").unwrap();
+    }
+    std::fs::write(list.join(".env"), b"SECRET=1\n").unwrap();
+    let nginx_dir = tempfile::tempdir().unwrap();
+    let nginx = match start_nginx(&bin, &s.root, nginx_dir.path(), "autoindex on;") {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("SKIP listing conformance: {e}");
+            s.stop().await;
+            return;
+        }
+    };
+    let mut failures = Vec::new();
+    for target in ["/list/", "/list/sub%20dir/", "/empty/", "/list", "/sub/", "/list/.env"] {
+        let request = format!("GET {target} HTTP/1.0\r\n\r\n");
+        let (ours, our_head, our_body) = exchange_to_close(s.addr, &request).await;
+        let (theirs, their_head, their_body) = exchange_to_close(nginx.addr, &request).await;
+        let dotfile = target.contains("/.");
+        // The dotfile itself: 404 here (RFC 9110 §15.5.5, as in DIFFERENCES), 200 from nginx.
+        let want_ours = if dotfile { "404".to_string() } else { theirs.clone() };
+        if ours != want_ours {
+            failures.push(format!("{target}: nginx {theirs} / ours {ours}"));
+            continue;
+        }
+        if ours != "200" || dotfile {
+            continue;
+        }
+        if media_type(&our_head) != media_type(&their_head) {
+            failures.push(format!("{target}: content types differ: ours {our_head:?} / nginx {their_head:?}"));
+        }
+        let (our_page, their_page) = (String::from_utf8_lossy(&our_body), String::from_utf8_lossy(&their_body));
+        let shown = if target == "/list/" { &names[..] } else { &[][..] };
+        for name in shown.iter().copied().chain(if target == "/list/" { Some("sub dir/") } else { None }) {
+            let escaped = name.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+            for (who, page) in [("ours", &our_page), ("nginx", &their_page)] {
+                if !page.contains(&format!(">{escaped}<")) {
+                    failures.push(format!("{target}: {name:?} not in {who}'s page:\n{page}"));
+                }
+            }
+        }
+        for (who, page) in [("ours", &our_page), ("nginx", &their_page)] {
+            if page.contains(".env") {
+                failures.push(format!("{target}: a dotfile in {who}'s page:\n{page}"));
+            }
+        }
     }
     drop(nginx);
     s.stop().await;

@@ -355,6 +355,34 @@ async fn range_conditional_and_head_over_tls() {
     s.stop().await;
 }
 
+/// A listing is sent as a file is: one far larger than rustls's 64 KiB send buffer
+/// arrives whole, and the connection stays in step after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_directory_listing_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = ca();
+    let (entry, _) = leaf(&ca, dir.path(), "ec", &["localhost"], false);
+    let mut c = config(dir.path(), vec![entry]);
+    c.listings = shortfirst_server::Listings::Json;
+    let many = c.root.join("many");
+    std::fs::create_dir(&many).unwrap();
+    for i in 0..1500 {
+        std::fs::write(many.join(format!("a rather long file name, number {i:05}, with spaces.txt")), b"x").unwrap();
+    }
+    let s = start(dir, c).await;
+    let conn = client(&ca, &[b"http/1.1"], &all_versions());
+    let mut t = connect(&conn, s.tls, "localhost").await.unwrap();
+    let mut buf = Vec::new();
+    t.write_all(format!("{}{}", get("/many/", ""), get("/small.txt", "")).as_bytes()).await.unwrap();
+    let r = read_response(&mut t, &mut buf, false).await;
+    assert_eq!((r.status, r.header("content-type")), (200, Some("application/json")));
+    assert!(r.body.len() > 200_000, "{} bytes", r.body.len());
+    let doc: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(doc["entries"].as_array().unwrap().len(), 1500);
+    assert_eq!(read_response(&mut t, &mut buf, false).await.body, pattern(100));
+    s.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plaintext_redirects_to_https_when_asked() {
     let dir = tempfile::tempdir().unwrap();

@@ -13,7 +13,7 @@ use shortfirst_core::units::{self, BareUnit};
 
 use crate::encoding::Precompressed;
 
-use super::{AccessLogFormat, AtMaxConnections, ConfigError, Dotfiles, PolicySpec, Scheduling};
+use super::{AccessLogFormat, AtMaxConnections, ConfigError, Dotfiles, Listings, PolicySpec, Scheduling};
 
 /// A duration flag in seconds (`10s`, `500ms`, `1m30s`; a plain number is seconds), above 0.
 pub fn duration_flag_s(text: &str) -> Result<f64, String> {
@@ -221,6 +221,15 @@ pub struct ConfigFile {
     /// deny 403, allow serves them.
     #[arg(long)]
     pub dotfiles: Option<Dotfiles>,
+    /// A directory without index.html: off answers 403; html or json lists it (never its
+    /// dotfiles, nor what the server would refuse to serve); auto answers JSON to
+    /// `Accept: application/json`, HTML otherwise.
+    #[arg(long, value_name = "off|html|json|auto")]
+    pub listings: Option<Listings>,
+    /// Most entries in one listing; a larger directory's listing is cut there and says so
+    /// (`truncated`). At most 4 entries per listed one are examined (dotfiles included).
+    #[arg(long, value_name = "N")]
+    pub listing_max_entries: Option<usize>,
     /// Auto cutoffs: response sizes remembered.
     #[arg(long)]
     pub auto_window: Option<usize>,

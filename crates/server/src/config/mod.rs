@@ -15,7 +15,7 @@ mod values;
 
 pub use file::{duration_flag_s, rate_flag_bits_per_s, ConfigFile, TlsEntry};
 pub use values::{
-    AccessLogFormat, AtMaxConnections, CutoffsSpec, Dotfiles, Policy, PolicySpec, RrtCutoffsSpec, Scheduling,
+    AccessLogFormat, AtMaxConnections, CutoffsSpec, Dotfiles, Listings, Policy, PolicySpec, RrtCutoffsSpec, Scheduling,
     MAX_HEADERS_LIMIT,
 };
 
@@ -65,6 +65,8 @@ macro_rules! take_plain {
             socket_priority,
             follow_symlinks_outside_root,
             dotfiles,
+            listings,
+            listing_max_entries,
             auto_window,
             auto_recompute_every,
             scheduler,
@@ -166,6 +168,11 @@ pub struct ServerConfig {
     /// Dotfiles: refused by default (a `.git` or `.env` left in a docroot is a
     /// classic leak; serving one must be asked for).
     pub dotfiles: Dotfiles,
+    /// A directory without `index.html`: 403 (`off`), or its listing (`crate::listing`).
+    pub listings: Listings,
+    /// Most entries one listing holds (at most [`crate::listing::MAX_ENTRIES_LIMIT`]);
+    /// beyond, the listing is cut and marked truncated.
+    pub listing_max_entries: usize,
     /// Auto cutoffs (`srpt2`, `--cutoffs auto`): sizes remembered.
     pub auto_window: usize,
     /// Auto cutoffs: recompute after this many responses.
@@ -232,6 +239,8 @@ impl ServerConfig {
             socket_priority: true,
             follow_symlinks_outside_root: false,
             dotfiles: Dotfiles::Ignore,
+            listings: Listings::Off,
+            listing_max_entries: 10_000,
             auto_window: 10_000,
             auto_recompute_every: 1_000,
             tls: None,
@@ -485,6 +494,9 @@ impl ServerConfig {
                 "auto-window",
                 format!("must be at least {}", shortfirst_core::bands::AUTO_MIN_OBSERVATIONS),
             );
+        }
+        if !(1..=crate::listing::MAX_ENTRIES_LIMIT).contains(&self.listing_max_entries) {
+            return invalid("listing-max-entries", format!("must be in 1..={}", crate::listing::MAX_ENTRIES_LIMIT));
         }
         if self.auto_recompute_every == 0 {
             return invalid("auto-recompute-every", "must be at least 1".into());

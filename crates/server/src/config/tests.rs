@@ -44,6 +44,8 @@ fn bad_values_are_named() {
         ("header-timeout-ms = 0", "header-timeout-ms"),
         ("cache-control = [\"/a/{b=public\"]", "cache-control"),
         ("cache-control = [\"a.js=public\"]", "cache-control"),
+        ("listing-max-entries = 0", "listing-max-entries"),
+        ("listing-max-entries = 1000001", "listing-max-entries"),
     ];
     for (text, key) in cases {
         let file = ConfigFile::parse(&format!("root = \"/srv\"\n{text}\n"), Path::new("t.toml")).unwrap();
@@ -55,6 +57,12 @@ fn bad_values_are_named() {
     assert_eq!("json".parse::<AccessLogFormat>(), Ok(AccessLogFormat::Json));
     assert_eq!("deny".parse::<Dotfiles>(), Ok(Dotfiles::Deny));
     assert!("hide".parse::<Dotfiles>().unwrap_err().contains("ignore, deny or allow"));
+    assert_eq!("auto".parse::<Listings>(), Ok(Listings::Auto));
+    assert!("on".parse::<Listings>().unwrap_err().contains("off, html, json or auto"));
+    let c = parse_ok("listings = \"json\"\nlisting-max-entries = 5");
+    assert_eq!((c.listings, c.listing_max_entries), (Listings::Json, 5));
+    let err = ConfigFile::parse("root = \"/srv\"\nlistings = \"yes\"\n", Path::new("t.toml")).unwrap_err();
+    assert!(err.to_string().contains("listings"), "{err}");
     assert!("queue".parse::<AtMaxConnections>().unwrap_err().contains("refuse or wait"));
     let err = ConfigFile::parse("root = \"/srv\"\nat-max-connections = \"block\"\n", Path::new("t.toml")).unwrap_err();
     let msg = err.to_string();

@@ -213,6 +213,39 @@ impl std::str::FromStr for Dotfiles {
     }
 }
 
+/// What a directory without `index.html` is answered (see `crate::listing`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Listings {
+    /// 403, as if listings did not exist.
+    Off,
+    /// An HTML page.
+    Html,
+    /// A JSON object.
+    Json,
+    /// JSON to a request whose `Accept` names `application/json` (at least as
+    /// high as `text/html`), HTML otherwise; with `Vary: Accept`.
+    Auto,
+}
+
+impl std::fmt::Display for Listings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Listings::Off => "off",
+            Listings::Html => "html",
+            Listings::Json => "json",
+            Listings::Auto => "auto",
+        })
+    }
+}
+
+impl std::str::FromStr for Listings {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Listings, String> {
+        parse_name(s, "listings setting", "off, html, json or auto")
+    }
+}
+
 /// Who orders the bytes on the uplink.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -29,6 +29,7 @@
 //! response is then ranked by its ciphertext bytes (`tls::ciphertext_bytes`) and
 //! written by `tls_send` instead of `send`/`sendfile`.
 
+mod dir_listing;
 mod heads;
 mod representation;
 mod tls_send;
@@ -390,6 +391,7 @@ impl Conn {
                 redirect_head(&mut self.head, &mut self.scratch, &self.path, query, keep_alive, req.version_minor);
                 return self.send(Status::MOVED_PERMANENTLY, Body::None).await;
             }
+            Ok(Resolved::Directory { dir }) => return self.send_listing(req, dir, keep_alive).await,
             Err(refusal) => return self.send_error(refusal_status(refusal), Some(req), keep_alive).await,
         };
         let (file, meta, coding) = self.representation(req, base, file, meta, index);

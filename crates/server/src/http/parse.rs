@@ -40,7 +40,7 @@ impl Method {
     }
 }
 
-/// How many lines of one list-valued header (`If-Match`, `If-None-Match`) are
+/// How many lines of one list-valued header (`If-Match`, `If-None-Match`, `Accept`) are
 /// kept; a request with more lines of one of them is answered 431.
 pub const MAX_LIST_LINES: usize = 8;
 
@@ -127,6 +127,8 @@ pub struct Request {
     pub accept_encoding: FieldLines,
     pub referer: Option<Range<usize>>,
     pub user_agent: Option<Range<usize>>,
+    /// Read only to choose a directory listing's format (`--listings auto`).
+    pub accept: FieldLines,
     pub content_length: Option<u64>,
     /// The body is chunked (the only transfer coding accepted, RFC 9112 §7.1).
     pub chunked: bool,
@@ -324,6 +326,8 @@ impl Request {
             self.referer = Some(r);
         } else if name.eq_ignore_ascii_case(b"user-agent") {
             self.user_agent = Some(r);
+        } else if name.eq_ignore_ascii_case(b"accept") {
+            self.accept.push(r)?;
         } else if name.eq_ignore_ascii_case(b"content-length") {
             // RFC 9112 §6.3: differing or invalid lengths are unrecoverable framing errors.
             let n = parse_u64(value).ok_or(Status::BAD_REQUEST)?;

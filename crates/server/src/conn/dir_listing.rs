@@ -1,0 +1,54 @@
+//! A directory without `index.html`: 403, or its listing (`crate::listing`), read and
+//! rendered off the worker so its length, and its band, is known before it is sent.
+
+use std::fs::File;
+
+use super::{field_lines, refusal_status, Body, Conn, Outcome_};
+use crate::config::Listings;
+use crate::http::parse::{Method, Request, MAX_LIST_LINES};
+use crate::http::Status;
+use crate::listing::{self, Answer, Ask};
+
+impl Conn {
+    pub(super) async fn send_listing(
+        &mut self,
+        req: &Request,
+        dir: File,
+        keep_alive: bool,
+    ) -> std::io::Result<Outcome_> {
+        let buf = &self.rbuf[self.rstart..];
+        let mut accept = [&b""[..]; MAX_LIST_LINES];
+        let mut if_match = [&b""[..]; MAX_LIST_LINES];
+        let mut if_none_match = [&b""[..]; MAX_LIST_LINES];
+        let accept_len = field_lines(buf, &req.accept, &mut accept);
+        let if_match_len = field_lines(buf, &req.if_match, &mut if_match);
+        let if_none_match_len = field_lines(buf, &req.if_none_match, &mut if_none_match);
+        let ask = Ask {
+            accept: &accept[..accept_len],
+            if_match: &if_match[..if_match_len],
+            if_none_match: &if_none_match[..if_none_match_len],
+        };
+        let setting = self.shared.config.listings;
+        let vary = setting == Listings::Auto;
+        let http = (keep_alive, req.version_minor);
+        let format = match listing::decide(setting, &ask) {
+            Answer::Forbidden => return self.send_error(Status::FORBIDDEN, Some(req), keep_alive).await,
+            Answer::PreconditionFailed => {
+                return self.send_error(Status::PRECONDITION_FAILED, Some(req), keep_alive).await;
+            }
+            Answer::NotModified(format) => {
+                listing::write_head(&mut self.head, Status::NOT_MODIFIED, format, 0, vary, http);
+                return self.send(Status::NOT_MODIFIED, Body::None).await;
+            }
+            Answer::List(format) => format,
+        };
+        let (file, len) = match listing::build(self.shared.clone(), self.path.clone(), dir, format).await {
+            Ok(page) => page,
+            Err(refusal) => return self.send_error(refusal_status(refusal), Some(req), keep_alive).await,
+        };
+        listing::write_head(&mut self.head, Status::OK, format, len, vary, http);
+        let body =
+            if req.method() == Method::Head || len == 0 { Body::None } else { Body::File { file, offset: 0, len } };
+        self.send(Status::OK, body).await
+    }
+}
