@@ -260,7 +260,7 @@ impl Root {
     /// `O_PATH`: a FIFO or a device is looked at, never really opened.
     pub fn metadata(&self, rel_nul: &[u8]) -> Result<std::fs::Metadata, Refusal> {
         let name = CStr::from_bytes_with_nul(rel_nul).map_err(|_| Refusal::BadRequest)?;
-        let file = self.open_with(name, libc::O_PATH | libc::O_CLOEXEC).map_err(open_refusal)?;
+        let file = self.open_with(name, libc::O_PATH | libc::O_CLOEXEC, self.confine).map_err(open_refusal)?;
         file.metadata().map_err(|_| Refusal::Internal)
     }
 
