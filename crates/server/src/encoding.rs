@@ -214,7 +214,7 @@ fn weight<'a>(params: impl Iterator<Item = &'a [u8]>) -> Option<Weight> {
 }
 
 /// `qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] )`, in thousandths.
-fn qvalue(text: &[u8]) -> Option<Weight> {
+pub(crate) fn qvalue(text: &[u8]) -> Option<Weight> {
     let (int, frac) = match text.iter().position(|&b| b == b'.') {
         Some(dot) => (&text[..dot], &text[dot + 1..]),
         None => (text, &b""[..]),
@@ -233,7 +233,8 @@ fn qvalue(text: &[u8]) -> Option<Weight> {
     }
 }
 
-fn trim(s: &[u8]) -> &[u8] {
+/// `s` without leading and trailing spaces and tabs (HTTP's optional white space).
+pub(crate) fn trim(s: &[u8]) -> &[u8] {
     let start = s.iter().position(|&b| b != b' ' && b != b'\t').unwrap_or(s.len());
     let end = s.iter().rposition(|&b| b != b' ' && b != b'\t').map_or(start, |i| i + 1);
     &s[start..end]

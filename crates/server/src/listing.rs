@@ -35,6 +35,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::config::Listings;
+use crate::encoding::{qvalue, trim};
 use crate::http::date::Stamp;
 use crate::http::response;
 use crate::http::Status;
@@ -138,38 +139,12 @@ fn quality(accept: &[&[u8]], media: &[u8]) -> Option<u16> {
         for param in parts {
             let param = trim(param);
             if param.len() >= 2 && param[..2].eq_ignore_ascii_case(b"q=") {
-                q = parse_q(&param[2..]);
+                q = qvalue(&param[2..]);
             }
         }
         best = best.max(q);
     }
     best
-}
-
-/// `qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] )` (RFC 9110 §12.4.2) in thousandths.
-fn parse_q(text: &[u8]) -> Option<u16> {
-    let (whole, frac) = match text.iter().position(|&b| b == b'.') {
-        Some(dot) => (&text[..dot], &text[dot + 1..]),
-        None => (text, &b""[..]),
-    };
-    if frac.len() > 3 || !frac.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let mut thousandths = 0u16;
-    for i in 0..3 {
-        thousandths = thousandths * 10 + frac.get(i).map_or(0, |d| u16::from(d - b'0'));
-    }
-    match whole {
-        b"0" => Some(thousandths),
-        b"1" if thousandths == 0 => Some(1000),
-        _ => None,
-    }
-}
-
-fn trim(b: &[u8]) -> &[u8] {
-    let start = b.iter().position(|c| !matches!(c, b' ' | b'\t')).unwrap_or(b.len());
-    let end = b.iter().rposition(|c| !matches!(c, b' ' | b'\t')).map_or(start, |i| i + 1);
-    &b[start..end]
 }
 
 /// What kind of entry (only these two are listed).

@@ -46,7 +46,7 @@ fn qvalues() {
         ("0.x", None),
     ];
     for (text, want) in cases {
-        assert_eq!(parse_q(text.as_bytes()), *want, "{text}");
+        assert_eq!(qvalue(text.as_bytes()), *want, "{text}");
     }
 }
 
