@@ -118,6 +118,12 @@ pub fn resolve_target(data: &[u8]) {
             let real = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).unwrap();
             assert!(real.starts_with(&f.canonical), "{rel:?} opened {}", real.display());
         }
+        Ok(Resolved::Directory { dir }) => {
+            // A directory without an index (listed when listings are on) lies under the root too.
+            use std::os::fd::AsRawFd;
+            let real = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd())).unwrap();
+            assert!(real.starts_with(&f.canonical), "{rel:?} listed {}", real.display());
+        }
         Ok(Resolved::AddSlash) => assert!(!slash),
         Err(Refusal::BadRequest | Refusal::Forbidden | Refusal::NotFound | Refusal::Internal) => {}
     }
