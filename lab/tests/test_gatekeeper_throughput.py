@@ -11,6 +11,7 @@ from conftest import RELEASE_BIN
 
 from shortfirst_lab.kit import KitError, parse_wrk
 from shortfirst_lab.runners.gkbench.harness import Bench
+from shortfirst_lab.runners.gkbench.overhead import nginx_binary
 from shortfirst_lab.runners.gkbench.throughput import measure_throughput, summarize
 
 WRK = """Running 5s test @ http://127.0.0.1:8080/1k.bin
@@ -65,7 +66,7 @@ def test_added_median_is_per_round_and_the_verdict_needs_both_figures():
 def test_a_short_round_set_measures_every_path(tmp_path):
     if not RELEASE_BIN.exists():
         pytest.skip(f"{RELEASE_BIN} missing: run `make build`")
-    if not (shutil.which("nginx") or shutil.which("/usr/sbin/nginx")) or not shutil.which("wrk"):
+    if not nginx_binary() or not shutil.which("wrk"):
         pytest.skip("nginx or wrk missing: make apt")
     a = argparse.Namespace(bin=RELEASE_BIN, max_in_flight=0, max_charge_share_f=None, gatekeeper_args="")
     b = Bench(a, tmp_path)

@@ -47,6 +47,11 @@ http {{
 """
 
 
+def nginx_binary() -> str | None:
+    """nginx's path: on PATH, or Debian's /usr/sbin (not on a non-root PATH); None if absent."""
+    return shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+
+
 def latencies_us(run_dir: Path) -> list[float]:
     """Per-request latency, send start to last byte (generator lateness excluded), of the
     completed requests, without the first 10% (connection set-up, cold caches)."""
@@ -265,7 +270,7 @@ def _start_paths(
         stack.enter_context(bpx)
         ports["gatekeeper-baseline"] = bport
         pids["gatekeeper-baseline"] = bpx.pid
-    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    nginx = nginx_binary()
     if a.overhead_nginx == "yes" and not nginx:
         raise RuntimeError("--overhead-nginx yes: nginx not found")
     if nginx and a.overhead_nginx != "no":

@@ -16,7 +16,7 @@ from pathlib import Path
 from ... import commands
 from ...kit import Child, KitError, free_port, wait_port, wrk
 from .harness import Bench
-from .overhead import NGINX_CONF, ONLY_OVERHEAD_CAPACITY
+from .overhead import NGINX_CONF, ONLY_OVERHEAD_CAPACITY, nginx_binary
 
 #: The pass rule of the section, stated in the output beside the figures.
 THROUGHPUT_PASS_RULE = (
@@ -30,7 +30,7 @@ FILE_BYTES = 1024
 
 def measure_throughput(b: Bench, rounds: int, duration_s: float, connections: int, threads: int) -> dict:
     """Alternating wrk rounds over direct, gatekeeper and nginx (see the module docs)."""
-    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    nginx = nginx_binary()
     if not nginx:
         raise KitError("throughput rounds need nginx (apt-get install nginx) as the reference")
     if not shutil.which("wrk"):
