@@ -157,15 +157,7 @@ impl Gatekeeper {
             return Err(GatekeeperError::Config("--tls-cert/--tls-key are for a postgres:// upstream".into()));
         }
         let adm = Admission::new(&cfg)?;
-        let listener = TcpListener::bind(cfg.listen)
-            .await
-            .map_err(|e| GatekeeperError::io(format!("binding --listen {}", cfg.listen), e))?;
-        let admin = match cfg.admin {
-            Some(a) => {
-                Some(TcpListener::bind(a).await.map_err(|e| GatekeeperError::io(format!("binding --admin {a}"), e))?)
-            }
-            None => None,
-        };
+        let (listener, admin) = bind_listeners(&cfg).await?;
         let pool = UpstreamPool::new(cfg.upstream.authority.clone(), cfg.upstream_timeout, cfg.upstream_pool_idle);
         let busy = cfg.busy_poll.map(BusyPoll::new).transpose()?;
         let shared = Arc::new(Shared { adm, pool, busy, cfg });
@@ -281,4 +273,19 @@ fn refuse(shared: &Shared, stream: &tokio::net::TcpStream) {
         body.len()
     );
     let _ = stream.try_write(head.as_bytes());
+}
+
+/// The client listener (`--listen`) and the admin listener (`--admin`, if set), bound; an
+/// error names the flag. Both gatekeepers, HTTP and PostgreSQL, bind through this.
+pub(crate) async fn bind_listeners(cfg: &ProxyConfig) -> Result<(TcpListener, Option<TcpListener>), GatekeeperError> {
+    let listener = TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|e| GatekeeperError::io(format!("binding --listen {}", cfg.listen), e))?;
+    let admin = match cfg.admin {
+        Some(a) => {
+            Some(TcpListener::bind(a).await.map_err(|e| GatekeeperError::io(format!("binding --admin {a}"), e))?)
+        }
+        None => None,
+    };
+    Ok((listener, admin))
 }

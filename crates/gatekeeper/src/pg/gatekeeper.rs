@@ -60,15 +60,7 @@ impl PgGatekeeper {
         }
         let config = PgConfig::from_proxy(cfg)?;
         let gate = Arc::new(ControllerGate::new(cfg)?);
-        let listener = TcpListener::bind(cfg.listen)
-            .await
-            .map_err(|e| GatekeeperError::io(format!("binding --listen {}", cfg.listen), e))?;
-        let admin = match cfg.admin {
-            Some(a) => {
-                Some(TcpListener::bind(a).await.map_err(|e| GatekeeperError::io(format!("binding --admin {a}"), e))?)
-            }
-            None => None,
-        };
+        let (listener, admin) = crate::proxy::bind_listeners(cfg).await?;
         Ok(PgGatekeeper {
             listener,
             admin,
