@@ -11,6 +11,7 @@ pub mod bands;
 pub mod dispatch;
 pub mod policy;
 pub mod srrt;
+pub mod stream_sched;
 pub mod units;
 pub mod uplink_sched;
 
