@@ -3,20 +3,15 @@
 
 use std::fs::File;
 
-use super::{field_lines, refusal_status, Body, Conn, Outcome_};
+use super::respond::{Answer, Responder};
+use super::{field_lines, refusal_status, Body};
 use crate::config::Listings;
 use crate::http::parse::{Method, Request, MAX_LIST_LINES};
 use crate::http::Status;
-use crate::listing::{self, Answer, Ask};
+use crate::listing::{self, Answer as Decision, Ask};
 
-impl Conn {
-    pub(super) async fn send_listing(
-        &mut self,
-        req: &Request,
-        dir: File,
-        keep_alive: bool,
-    ) -> std::io::Result<Outcome_> {
-        let buf = &self.rbuf[self.rstart..];
+impl Responder {
+    pub(super) async fn listing(&mut self, buf: &[u8], req: &Request, dir: File, keep_alive: bool) -> Answer {
         let mut accept = [&b""[..]; MAX_LIST_LINES];
         let mut if_match = [&b""[..]; MAX_LIST_LINES];
         let mut if_none_match = [&b""[..]; MAX_LIST_LINES];
@@ -32,23 +27,21 @@ impl Conn {
         let vary = setting == Listings::Auto;
         let http = (keep_alive, req.version_minor);
         let format = match listing::decide(setting, &ask) {
-            Answer::Forbidden => return self.send_error(Status::FORBIDDEN, Some(req), keep_alive).await,
-            Answer::PreconditionFailed => {
-                return self.send_error(Status::PRECONDITION_FAILED, Some(req), keep_alive).await;
-            }
-            Answer::NotModified(format) => {
+            Decision::Forbidden => return self.error(Status::FORBIDDEN, Some(req), keep_alive),
+            Decision::PreconditionFailed => return self.error(Status::PRECONDITION_FAILED, Some(req), keep_alive),
+            Decision::NotModified(format) => {
                 listing::write_head(&mut self.head, Status::NOT_MODIFIED, format, 0, vary, http);
-                return self.send(Status::NOT_MODIFIED, Body::None).await;
+                return Answer { status: Status::NOT_MODIFIED, body: Body::None };
             }
-            Answer::List(format) => format,
+            Decision::List(format) => format,
         };
         let (file, len) = match listing::build(self.shared.clone(), self.path.clone(), dir, format).await {
             Ok(page) => page,
-            Err(refusal) => return self.send_error(refusal_status(refusal), Some(req), keep_alive).await,
+            Err(refusal) => return self.error(refusal_status(refusal), Some(req), keep_alive),
         };
         listing::write_head(&mut self.head, Status::OK, format, len, vary, http);
         let body =
             if req.method() == Method::Head || len == 0 { Body::None } else { Body::File { file, offset: 0, len } };
-        self.send(Status::OK, body).await
+        Answer { status: Status::OK, body }
     }
 }

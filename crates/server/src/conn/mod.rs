@@ -32,11 +32,11 @@
 mod dir_listing;
 mod heads;
 mod representation;
+mod respond;
 mod tls_send;
 mod transport;
 
-use heads::{redirect_head, FileHead, HttpsTarget};
-
+pub(crate) use respond::Responder;
 pub(crate) use transport::Transport;
 
 use std::fs::File;
@@ -56,9 +56,9 @@ use crate::http::chunked::{self, Decoder};
 use crate::http::parse::{self, FieldLines, Method, Request, MAX_LIST_LINES};
 use crate::http::precondition::{self, Conditions, Validators, Verdict};
 use crate::http::response::FileVersion;
-use crate::http::{response, Status};
+use crate::http::Status;
 use crate::io;
-use crate::resolve::{self, Refusal, Resolved};
+use crate::resolve::Refusal;
 use crate::sched::{BandSocket, CutoffsCache};
 use crate::server::Shared;
 use crate::srrt::BandTracker;
@@ -112,7 +112,7 @@ impl BandState<'_> {
 }
 
 /// The body of a response.
-enum Body {
+pub(crate) enum Body {
     None,
     /// The last `len` bytes of the head buffer are the body (error pages).
     InHead {
@@ -147,12 +147,7 @@ pub(crate) struct Conn {
     body_rest: Range<usize>,
     /// The last chunked body ran past the read buffer (see `body_rest`).
     body_spilled: bool,
-    head: Vec<u8>,
-    path: Vec<u8>,
-    scratch: Vec<u8>,
-    etag: Vec<u8>,
-    /// The indices of the `cache-control` rules matching a path (at most their number).
-    glob_matches: Vec<usize>,
+    responder: Responder,
     log_line: Vec<u8>,
     socket_band: BandSocket,
     /// Band shown in `shortfirst_open_connections` (0 between responses).
@@ -184,6 +179,7 @@ impl Conn {
         shared.metrics.connection_opened();
         Conn {
             remote: peer.ip().to_string().into_bytes(),
+            responder: Responder::new(shared.clone()),
             shared,
             transport,
             tls_buf: Vec::new(),
@@ -196,11 +192,6 @@ impl Conn {
             body_buf: Vec::new(),
             body_rest: 0..0,
             body_spilled: false,
-            head: Vec::with_capacity(512),
-            path: Vec::with_capacity(256),
-            scratch: Vec::with_capacity(256),
-            etag: Vec::with_capacity(40),
-            glob_matches: Vec::new(),
             log_line: Vec::with_capacity(512),
             socket_band,
             gauge_band: Band::SETUP,
@@ -331,7 +322,11 @@ impl Conn {
                 keep_alive = false;
                 self.send_error(status, Some(req), false).await
             }
-            None => self.respond(req, keep_alive).await,
+            None => {
+                let plaintext = matches!(self.transport, Transport::Plain(_));
+                let answer = self.responder.answer(&self.rbuf[base..], req, keep_alive, plaintext).await;
+                self.send(answer.status, answer.body).await
+            }
         };
         self.rstart = base + req.head_len + chunked_in_buf;
         self.discard_bytes = req.content_length.unwrap_or(0);
@@ -357,86 +352,6 @@ impl Conn {
                 Next::Close
             }
         }
-    }
-
-    /// One request from resolution to the last byte. The status is decided in RFC 9110's
-    /// order, top to bottom: method, resolution, preconditions, range.
-    async fn respond(&mut self, req: &Request, keep_alive: bool) -> std::io::Result<Outcome_> {
-        let base = self.rstart;
-        if let (true, Transport::Plain(_), Some(tls)) =
-            (self.shared.config.redirect_https, &self.transport, &self.shared.tls)
-        {
-            let field = |r: &Range<usize>| &self.rbuf[base + r.start..base + r.end];
-            let https = HttpsTarget { host: req.host.as_ref().map(field), target: field(&req.target), port: tls.port };
-            https.redirect_head(&mut self.head, &mut self.scratch, keep_alive, req.version_minor);
-            return self.send(Status::PERMANENT_REDIRECT, Body::None).await;
-        }
-        let method = req.method();
-        match method {
-            Method::Get | Method::Head => {}
-            Method::NotAllowed => return self.send_error(Status::METHOD_NOT_ALLOWED, Some(req), keep_alive).await,
-            Method::Unknown => return self.send_error(Status::NOT_IMPLEMENTED, Some(req), keep_alive).await,
-        }
-        let target = &self.rbuf[base + req.target.start..base + req.target.end];
-        let Some((path, query)) = split_target(target) else {
-            return self.send_error(Status::BAD_REQUEST, Some(req), keep_alive).await;
-        };
-        let resolved = resolve::normalize(path, &mut self.path).and_then(|slash| {
-            resolve::check_dotfiles(&self.path, self.shared.config.dotfiles)?;
-            self.shared.root.resolve(&self.path, slash, &mut self.scratch)
-        });
-        let (file, meta, index) = match resolved {
-            Ok(Resolved::File { file, meta, index }) => (file, meta, index),
-            Ok(Resolved::AddSlash) => {
-                redirect_head(&mut self.head, &mut self.scratch, &self.path, query, keep_alive, req.version_minor);
-                return self.send(Status::MOVED_PERMANENTLY, Body::None).await;
-            }
-            Ok(Resolved::Directory { dir }) => return self.send_listing(req, dir, keep_alive).await,
-            Err(refusal) => return self.send_error(refusal_status(refusal), Some(req), keep_alive).await,
-        };
-        let (file, meta, coding) = self.representation(req, base, file, meta, index);
-
-        let (version, mtime_secs) = file_version(&meta);
-        let len = version.size_bytes;
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        response::etag(&mut self.etag, version, u64::try_from(now.as_nanos()).unwrap_or(u64::MAX));
-        representation::tag_coding(&mut self.etag, coding);
-        let validators = Validators {
-            etag: &self.etag,
-            mtime_secs,
-            last_modified_strong: mtime_secs.saturating_add(1) <= now.as_secs(),
-        };
-        let (status, offset, body_len) = match evaluate_conditions(&self.rbuf[base..], req, &validators, len) {
-            Verdict::PreconditionFailed => {
-                return self.send_error(Status::PRECONDITION_FAILED, Some(req), keep_alive).await;
-            }
-            Verdict::NotModified => (Status::NOT_MODIFIED, 0, 0),
-            Verdict::Full => (Status::OK, 0, len),
-            Verdict::Partial { start, end } => (Status::PARTIAL_CONTENT, start, end - start + 1),
-            Verdict::Unsatisfiable => (Status::RANGE_NOT_SATISFIABLE, 0, 0),
-        };
-        let shared = Arc::clone(&self.shared);
-        let cache_control =
-            representation::cache_control(&shared, &self.path, index, &mut self.scratch, &mut self.glob_matches);
-        let head = FileHead {
-            status,
-            name: if index { b"index.html" } else { &self.path },
-            offset,
-            body_len,
-            file_len: len,
-            mtime_secs,
-            etag: &self.etag,
-            coding,
-            vary: shared.config.precompressed.is_on(),
-            cache_control,
-        };
-        head.write(&mut self.head, keep_alive, req.version_minor);
-        let body = if method == Method::Head || body_len == 0 {
-            Body::None
-        } else {
-            Body::File { file, offset, len: body_len }
-        };
-        self.send(status, body).await
     }
 
     /// Reads and discards a chunked request body (RFC 9112 §7.1), which must end
@@ -483,24 +398,20 @@ impl Conn {
         req: Option<&Request>,
         keep_alive: bool,
     ) -> std::io::Result<Outcome_> {
-        let keep_alive = keep_alive && !closes_connection(status);
-        let version_minor = req.map_or(1, |r| r.version_minor);
-        let with_body = !matches!(req.map(Request::method), Some(Method::Head));
-        let len = response::error(&mut self.head, status, keep_alive, version_minor, with_body);
-        let body = if with_body { Body::InHead { len } } else { Body::None };
-        self.send(status, body).await
+        let answer = self.responder.error(status, req, keep_alive);
+        self.send(answer.status, answer.body).await
     }
 
-    /// Sends the head in `self.head` and the body, in the band of the
+    /// Sends the head in `self.responder.head` and the body, in the band of the
     /// response's size, moving to better bands as cutoffs are crossed.
     async fn send(&mut self, status: Status, body: Body) -> std::io::Result<Outcome_> {
         let shared = self.shared.clone();
         let (head_only_len, file_part) = match &body {
-            Body::None => (self.head.len(), None),
-            Body::InHead { len } => (self.head.len() - len, None),
-            Body::File { file, offset, len } => (self.head.len(), Some((file, *offset, *len))),
+            Body::None => (self.responder.head.len(), None),
+            Body::InHead { len } => (self.responder.head.len() - len, None),
+            Body::File { file, offset, len } => (self.responder.head.len(), Some((file, *offset, *len))),
         };
-        let plain_bytes = self.head.len() as u64 + file_part.map_or(0, |(_, _, len)| len);
+        let plain_bytes = self.responder.head.len() as u64 + file_part.map_or(0, |(_, _, len)| len);
         // Over TLS the response is ranked by what crosses the wire: its ciphertext.
         let total = match self.transport {
             Transport::Plain(_) => plain_bytes,
@@ -535,7 +446,8 @@ impl Conn {
         file_part: Option<(&File, u64, u64)>,
     ) -> std::io::Result<u64> {
         let timeout = self.shared.config.send_timeout;
-        let Conn { transport, head, socket_band, gauge_band, shared, .. } = self;
+        let Conn { transport, responder, socket_band, gauge_band, shared, .. } = self;
+        let head = &responder.head;
         let mut bands = BandState { shared, socket: socket_band, gauge: gauge_band };
         let Transport::Plain(stream) = transport else { unreachable!("write_plain on a TLS connection") };
         let stream = &*stream;

@@ -14,24 +14,25 @@
 
 use std::fs::{File, Metadata};
 
-use super::{field_lines, Conn};
+use super::field_lines;
+use super::respond::Responder;
 use crate::encoding::{self, Coding};
 use crate::http::parse::{Request, MAX_LIST_LINES};
 use crate::server::Shared;
 
-impl Conn {
+impl Responder {
     /// The representation of the file resolved for `self.path` (`index`: its `index.html`)
     /// the request gets: a sidecar and its coding, or the file itself and `None`.
     pub(super) fn representation(
         &mut self,
+        buf: &[u8],
         req: &Request,
-        base: usize,
         file: File,
         meta: Metadata,
         index: bool,
     ) -> (File, Metadata, Option<Coding>) {
         let mut lines = [&b""[..]; MAX_LIST_LINES];
-        let n = field_lines(&self.rbuf[base..], &req.accept_encoding, &mut lines);
+        let n = field_lines(buf, &req.accept_encoding, &mut lines);
         let ranked = encoding::rank(&lines[..n], self.shared.config.precompressed);
         for &coding in ranked.codings() {
             if let Some((file, meta)) = self.shared.root.sidecar(&self.path, index, coding.suffix(), &mut self.scratch)

@@ -15,14 +15,15 @@ use crate::io;
 use crate::tls::write::SocketWriter;
 
 impl Conn {
-    /// The head in `self.head`, then `file_part`'s bytes. Returns the plaintext bytes sent.
+    /// The head in `self.responder.head`, then `file_part`'s bytes. Returns the plaintext bytes sent.
     pub(super) async fn write_tls(
         &mut self,
         out: &mut Sending<'_>,
         file_part: Option<(&File, u64, u64)>,
     ) -> std::io::Result<u64> {
         let record = self.shared.record_payload_bytes;
-        let Conn { transport, head, socket_band, gauge_band, shared, tls_buf, .. } = self;
+        let Conn { transport, responder, socket_band, gauge_band, shared, tls_buf, .. } = self;
+        let head = &responder.head;
         let mut bands = BandState { shared, socket: socket_band, gauge: gauge_band };
         let Transport::Tls(tls) = transport else { unreachable!("write_tls on a plaintext connection") };
         let mut w = CipherWriter { tls, pending_bytes: 0 };
