@@ -39,10 +39,28 @@ pub struct Entry<'a> {
     pub band: Band,
     /// `TLSv1.2`, `TLSv1.3`; `None` in plaintext.
     pub tls: Option<&'a str>,
+    pub protocol: Protocol,
 }
 
-/// The application protocol of every response (ALPN's name for it).
-const PROTOCOL: &[u8] = b"http/1.1";
+/// The application protocol a response went out in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Http1,
+    /// HTTP/2, on this stream of its connection.
+    Http2 {
+        stream: u32,
+    },
+}
+
+impl Protocol {
+    /// ALPN's name for it.
+    fn name(self) -> &'static [u8] {
+        match self {
+            Protocol::Http1 => b"http/1.1",
+            Protocol::Http2 { .. } => b"h2",
+        }
+    }
+}
 
 struct Inner {
     buf: Mutex<Vec<u8>>,
@@ -178,7 +196,8 @@ pub fn format_line(out: &mut Vec<u8>, format: AccessLogFormat, e: &Entry<'_>) {
     out.push(b'\n');
 }
 
-/// `host - - [time] "request" status bytes "referer" "agent" rt=seconds band=n proto=http/1.1 tls=TLSv1.3|-`
+/// `host - - [time] "request" status bytes "referer" "agent" rt=seconds band=n proto=http/1.1|h2
+/// tls=TLSv1.3|-`, and ` stream=N` over HTTP/2.
 fn combined(out: &mut Vec<u8>, e: &Entry<'_>) {
     out.extend_from_slice(e.remote);
     out.extend_from_slice(b" - - [");
@@ -210,9 +229,13 @@ fn combined(out: &mut Vec<u8>, e: &Entry<'_>) {
     out.extend_from_slice(b" band=");
     push_u64(out, u64::from(e.band.index()));
     out.extend_from_slice(b" proto=");
-    out.extend_from_slice(PROTOCOL);
+    out.extend_from_slice(e.protocol.name());
     out.extend_from_slice(b" tls=");
     out.extend_from_slice(e.tls.map_or(&b"-"[..], str::as_bytes));
+    if let Protocol::Http2 { stream } = e.protocol {
+        out.extend_from_slice(b" stream=");
+        push_u64(out, u64::from(stream));
+    }
 }
 
 fn json(out: &mut Vec<u8>, e: &Entry<'_>) {
@@ -244,8 +267,13 @@ fn json(out: &mut Vec<u8>, e: &Entry<'_>) {
     out.extend_from_slice(b",\"band\":");
     push_u64(out, u64::from(e.band.index()));
     out.extend_from_slice(b",\"protocol\":\"");
-    out.extend_from_slice(PROTOCOL);
-    out.extend_from_slice(b"\",\"tls\":");
+    out.extend_from_slice(e.protocol.name());
+    out.extend_from_slice(b"\",\"stream\":");
+    match e.protocol {
+        Protocol::Http2 { stream } => push_u64(out, u64::from(stream)),
+        Protocol::Http1 => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"tls\":");
     match e.tls {
         Some(v) => {
             out.push(b'"');
@@ -312,6 +340,7 @@ mod tests {
             response_time: Duration::from_micros(1_234_567),
             band: Band::new(3).unwrap(),
             tls: None,
+            protocol: Protocol::Http1,
         }
     }
 
@@ -342,6 +371,27 @@ mod tests {
         assert_eq!(v["referer"], serde_json::Value::Null);
         assert_eq!((v["protocol"].as_str(), v["tls"].as_str()), (Some("http/1.1"), None));
         assert_eq!(v["request"], "GET /\u{ff} HTTP/1.1");
+        assert_eq!(v["stream"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn http2_lines_name_the_protocol_and_the_stream() {
+        let mut e = entry();
+        e.request_line = b"GET /a HTTP/2.0";
+        e.protocol = Protocol::Http2 { stream: 5 };
+        e.tls = Some("TLSv1.3");
+        let mut out = Vec::new();
+        format_line(&mut out, AccessLogFormat::Combined, &e);
+        let line = String::from_utf8(out.clone()).unwrap();
+        assert!(
+            line.ends_with(
+                "\"GET /a HTTP/2.0\" 200 1234 \"-\" \"curl/8\\x01\" rt=1.234567 band=3 proto=h2 tls=TLSv1.3 stream=5\n"
+            ),
+            "{line}"
+        );
+        format_line(&mut out, AccessLogFormat::Json, &e);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!((v["protocol"].as_str(), v["stream"].as_u64()), (Some("h2"), Some(5)));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! `shortfirst serve`: a static-file HTTP/1.1 server whose connections are
+//! `shortfirst serve`: a static-file HTTP/1.1 and HTTP/2 server whose connections (and streams) are
 //! scheduled by size through kernel priority bands (Harchol-Balter et al. 2003)
 //! or through its own user-space uplink scheduler ([`usched`]).
 //!
@@ -10,7 +10,8 @@
 //! [`cache_control`] gives `Cache-Control` by path glob, [`io`] does the zero-copy writes, [`server`] accepts, limits (what to
 //! do at the connection limit: [`limit`]) and shuts down, [`metrics`] and
 //! [`access_log`] observe. [`tls`] puts HTTPS (rustls) in front of the same
-//! state machine. Under `srrt`, [`srrt`] re-ranks a
+//! state machine; [`http2`] answers HTTP/2 streams through it, ordering their bytes by
+//! `shortfirst_core::stream_sched`. Under `srrt`, [`srrt`] re-ranks a
 //! response from [`tcpinfo`] (`getsockopt(TCP_INFO)`) as its bytes drain.
 //!
 //! Must not know: tc/HTB (that is `shortfirst uplink`), how cutoffs are chosen.
@@ -21,6 +22,7 @@ pub mod config;
 pub mod conn;
 pub mod encoding;
 pub mod http;
+pub mod http2;
 pub mod io;
 pub mod limit;
 pub mod listing;

@@ -75,6 +75,8 @@ const ACCEPT_PAUSE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// An admin request must arrive within this, and fit in [`ADMIN_MAX_REQUEST_BYTES`].
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
 const ADMIN_MAX_REQUEST_BYTES: usize = 8 * 1024;
+/// The first read of a plaintext connection, to tell HTTP/2's preface from HTTP/1.1.
+const SNIFF_READ_BYTES: usize = 4096;
 /// How often the certificate and key files are checked for a change.
 pub const TLS_POLL_INTERVAL: Duration = Duration::from_secs(2);
 
@@ -204,7 +206,8 @@ impl Server {
         let (tls, tls_listener) = match &config.tls {
             Some(settings) => {
                 let store = CertStore::load(settings.certs.clone(), crate::tls::provider())?;
-                let server_config = crate::tls::server_config(&store, record_payload_bytes)?;
+                let server_config =
+                    crate::tls::server_config(&store, record_payload_bytes, crate::http2::enabled(&config))?;
                 let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config));
                 let l = listen(settings.listen, setup_priority, config.backlog)?;
                 let port = l.local_addr().map_err(ServerError::Runtime)?.port();
@@ -401,7 +404,64 @@ async fn serve_tls(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, mut
         let sent = crate::tcpinfo::read(stream.get_ref().0.as_raw_fd()).ok().and_then(|i| i.snapshot().bytes_sent);
         user.charge_handshake(sent.unwrap_or(0));
     }
+    if stream.get_ref().1.alpn_protocol() == Some(crate::http2::ALPN) {
+        let band = band_socket(&shared, stream.get_ref().0);
+        let tls = Transport::Tls(Box::new(stream));
+        let version = tls.tls_version();
+        let Transport::Tls(stream) = tls else { return };
+        let accepted = crate::http2::Accepted { peer, tls: version, band };
+        crate::http2::serve(shared.clone(), stream, accepted, stop).await;
+        return;
+    }
     Conn::new(shared.clone(), Transport::Tls(Box::new(stream)), peer, stop).run().await;
+}
+
+/// A new connection's band, before its socket moves under the HTTP/2 codec.
+fn band_socket(shared: &Shared, tcp: &TcpStream) -> crate::sched::BandSocket {
+    crate::sched::BandSocket::accepted(
+        tcp,
+        shared.cutoff_chooser.band_map(),
+        shared.config.socket_priority,
+        shared.observer.clone(),
+    )
+}
+
+/// One plaintext connection: HTTP/1.1, or h2c when its first bytes are the HTTP/2
+/// preface (prior knowledge, RFC 9113 §3.3). The bytes read to tell are not lost: they
+/// start the HTTP/1.1 read buffer, or are read again by the codec.
+async fn serve_plain(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr, stop: watch::Receiver<bool>) {
+    if !crate::http2::enabled(&shared.config) {
+        Conn::new(shared.clone(), Transport::Plain(stream), peer, stop).run().await;
+        return;
+    }
+    let preface = crate::http2::PREFACE;
+    // What one read brings (an HTTP/1.1 request line is not cut where the preface ends),
+    // within the read buffer the HTTP/1.1 machine will take it into.
+    let mut buf = vec![0u8; SNIFF_READ_BYTES.min(shared.config.max_header_bytes)];
+    let mut first = Vec::new();
+    let deadline = Instant::now() + shared.config.header_timeout;
+    let mut stop_rx = stop.clone();
+    while first.len() < preface.len() && preface.starts_with(&first) {
+        // Still a prefix of the preface (or nothing yet): read on.
+        let want = buf.len() - first.len();
+        let read = tokio::time::timeout_at(deadline, stream.read(&mut buf[..want]));
+        let n = tokio::select! {
+            r = read => match r {
+                Ok(Ok(n)) if n > 0 => n,
+                _ => break, // closed, failed or silent: the HTTP/1.1 machine ends it as it would
+            },
+            _ = stop_rx.changed() => return,
+        };
+        first.extend_from_slice(&buf[..n]);
+    }
+    if first.starts_with(preface) {
+        let band = band_socket(&shared, &stream);
+        let io = crate::http2::wire::Prefixed::new(first, stream);
+        let accepted = crate::http2::Accepted { peer, tls: None, band };
+        crate::http2::serve(shared.clone(), io, accepted, stop).await;
+        return;
+    }
+    Conn::new(shared.clone(), Transport::Plain(stream), peer, stop).with_buffered(&first).run().await;
 }
 
 /// Accepts connections into `connections` until `shutdown` completes, within
@@ -442,8 +502,7 @@ async fn accept_until(
                     if is_tls {
                         connections.spawn(serve_tls(shared.clone(), stream, peer, stop_rx.clone()));
                     } else {
-                        let conn = Conn::new(shared.clone(), Transport::Plain(stream), peer, stop_rx.clone());
-                        connections.spawn(conn.run());
+                        connections.spawn(serve_plain(shared.clone(), stream, peer, stop_rx.clone()));
                     }
                 }
                 Err(e) => {

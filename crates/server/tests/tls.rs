@@ -248,7 +248,8 @@ async fn handshakes_tls13_and_tls12_with_alpn_and_serve_files() {
     c.access_log = Some(log.clone());
     let s = start(dir, c).await;
     for (version, want) in [(&rustls::version::TLS13, "TLSv1.3"), (&rustls::version::TLS12, "TLSv1.2")] {
-        let conn = client(&ca, &[b"h2", b"http/1.1"], &[version]);
+        // (A client offering h2 first gets HTTP/2: tests/http2.rs.)
+        let conn = client(&ca, &[b"http/1.1"], &[version]);
         let mut t = connect(&conn, s.tls, "localhost").await.unwrap();
         assert_eq!(t.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]), "{want}");
         // Keep-alive and pipelining: two requests in one write, answered in order.
@@ -292,6 +293,8 @@ async fn alpn_without_http11_is_refused_and_counted() {
     let (entry, _) = leaf(&ca, dir.path(), "ec", &["localhost"], false);
     let mut c = config(dir.path(), vec![entry]);
     c.admin = Some("127.0.0.1:0".parse().unwrap());
+    // HTTP/2 off: the server offers http/1.1 only.
+    c.http2 = false;
     let s = start(dir, c).await;
     let conn = client(&ca, &[b"h2"], &all_versions());
     let Err(err) = connect(&conn, s.tls, "localhost").await else { panic!("no common application protocol") };

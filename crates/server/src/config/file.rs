@@ -280,6 +280,15 @@ pub struct ConfigFile {
     /// Answer every request on --listen with a 308 redirect to the same target on --tls-listen.
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub redirect_https: Option<bool>,
+    /// HTTP/2: offered over TLS (ALPN `h2`, then `http/1.1`) and in cleartext to clients
+    /// that start with its preface (h2c, prior knowledge); false: HTTP/1.1 only. Under
+    /// --scheduler user or crovella HTTP/2 is not offered.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub http2: Option<bool>,
+    /// HTTP/2: streams one connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS);
+    /// more are refused (REFUSED_STREAM), the client retries them.
+    #[arg(long, value_name = "N")]
+    pub http2_max_concurrent_streams: Option<u32>,
     /// Precompressed sidecars served, in the server's order of preference: `file.css.br`,
     /// `.zst`, `.gz` made by the operator next to `file.css` are sent (`Content-Encoding`) to
     /// clients whose Accept-Encoding takes them; `none` turns it off.

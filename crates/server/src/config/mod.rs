@@ -75,7 +75,9 @@ macro_rules! take_plain {
             rrt_step_bytes,
             pacer_rate_fraction,
             pacer_burst_bytes,
-            precompressed
+            precompressed,
+            http2,
+            http2_max_concurrent_streams
         )
     };
 }
@@ -185,7 +187,16 @@ pub struct ServerConfig {
     pub precompressed: Precompressed,
     /// `Cache-Control` rules by path glob (`cache_control`); none by default.
     pub cache_control: CacheControl,
+    /// HTTP/2 over TLS (ALPN) and h2c with prior knowledge (`crate::http2`), under the
+    /// kernel scheduler.
+    pub http2: bool,
+    /// HTTP/2: streams open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS, at
+    /// most [`MAX_HTTP2_STREAMS`]); beyond, new streams are refused with REFUSED_STREAM.
+    pub http2_max_concurrent_streams: u32,
 }
+
+/// Highest `http2-max-concurrent-streams`: each open stream may hold a file and a chunk.
+pub const MAX_HTTP2_STREAMS: u32 = 1000;
 
 /// Most certificates (`[[tls]]` tables) one server loads: each is held in memory and
 /// scanned per handshake.
@@ -247,6 +258,8 @@ impl ServerConfig {
             redirect_https: false,
             precompressed: Precompressed::ALL,
             cache_control: CacheControl::default(),
+            http2: true,
+            http2_max_concurrent_streams: 100,
         }
     }
 
@@ -503,6 +516,9 @@ impl ServerConfig {
         }
         if !(1024..=1 << 30).contains(&self.rrt_step_bytes) {
             return invalid("rrt-step-bytes", "must be in 1024..=1073741824 (1 KiB to 1 GiB)".into());
+        }
+        if !(1..=MAX_HTTP2_STREAMS).contains(&self.http2_max_concurrent_streams) {
+            return invalid("http2-max-concurrent-streams", format!("must be in 1..={MAX_HTTP2_STREAMS}"));
         }
         self.validate_tls()?;
         self.validate_scheduler()

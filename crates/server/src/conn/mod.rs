@@ -200,6 +200,14 @@ impl Conn {
         }
     }
 
+    /// `bytes` were read from the connection before it became this HTTP/1.1 one (to tell
+    /// it from HTTP/2): they start the read buffer, which they fit (the caller reads no more).
+    pub(crate) fn with_buffered(mut self, bytes: &[u8]) -> Conn {
+        self.rbuf[..bytes.len()].copy_from_slice(bytes);
+        self.rend = bytes.len();
+        self
+    }
+
     /// Serves requests until the client leaves, a limit or timeout closes the
     /// connection, or the server shuts down.
     pub(crate) async fn run(mut self) {
@@ -512,6 +520,7 @@ impl Conn {
             response_time: elapsed,
             band: o.band,
             tls: self.transport.tls_version(),
+            protocol: access_log::Protocol::Http1,
         };
         access_log::format_line(&mut self.log_line, log.format(), &entry);
         log.push(&self.log_line);
@@ -533,6 +542,7 @@ impl Conn {
             response_time: elapsed,
             band: o.band,
             tls: self.transport.tls_version(),
+            protocol: access_log::Protocol::Http1,
         };
         access_log::format_line(&mut self.log_line, log.format(), &entry);
         log.push(&self.log_line);

@@ -1,5 +1,5 @@
 //! HTTPS: TLS 1.2 and 1.3 by rustls (aws-lc-rs, or ring with the `ring` feature) in
-//! front of the same HTTP/1.1 state machine ([`crate::conn`]).
+//! front of the same HTTP/1.1 state machine ([`crate::conn`]), or HTTP/2 ([`crate::http2`]).
 //!
 //! - [`certs`]: the certificates, chosen per handshake by the client's server name (SNI,
 //!   [`names`]) and by the signature schemes it offers (ECDSA or RSA); re-read on SIGHUP
@@ -13,8 +13,9 @@
 //! The handshake runs in the connection's task within the header timeout, in the set-up
 //! band (band 0) like a connection's control packets; its bytes on the wire
 //! (`tcpi_bytes_sent` once it completes) are charged to the user-space pacer as control
-//! bytes. ALPN offers `http/1.1` only; a client offering only other protocols is refused
-//! with the `no_application_protocol` alert (RFC 7301 §3.2).
+//! bytes. ALPN offers `h2` (when HTTP/2 is on, [`crate::http2`]) then `http/1.1`; a client
+//! offering only other protocols is refused with the `no_application_protocol` alert
+//! (RFC 7301 §3.2); a client offering none gets HTTP/1.1.
 
 pub mod certs;
 pub mod names;
@@ -30,8 +31,16 @@ pub use certs::{CertStore, TlsError};
 
 use crate::metrics::write_metric;
 
-/// The ALPN protocol names offered, in preference order.
-pub const ALPN_PROTOCOLS: &[&[u8]] = &[b"http/1.1"];
+/// The ALPN protocol names offered, in preference order: `h2` first when HTTP/2 is on
+/// ([`crate::http2::enabled`]), then `http/1.1`.
+pub fn alpn_protocols(http2: bool) -> Vec<Vec<u8>> {
+    let mut names = Vec::with_capacity(2);
+    if http2 {
+        names.push(crate::http2::ALPN.to_vec());
+    }
+    names.push(b"http/1.1".to_vec());
+    names
+}
 
 /// Largest TLS record payload (RFC 8446 §5.1).
 pub const MAX_RECORD_PAYLOAD_BYTES: usize = 16 * 1024;
@@ -74,14 +83,19 @@ pub fn record_payload_bytes(quantum_bytes: Option<u64>) -> usize {
     }
 }
 
-/// The rustls server configuration: TLS 1.3 and 1.2, ALPN, certificates from `store`.
-pub fn server_config(store: &Arc<CertStore>, record_payload_bytes: usize) -> Result<rustls::ServerConfig, TlsError> {
+/// The rustls server configuration: TLS 1.3 and 1.2, ALPN (`h2` too if `http2`),
+/// certificates from `store`.
+pub fn server_config(
+    store: &Arc<CertStore>,
+    record_payload_bytes: usize,
+    http2: bool,
+) -> Result<rustls::ServerConfig, TlsError> {
     let mut config = rustls::ServerConfig::builder_with_provider(store.provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| TlsError::Setup(e.to_string()))?
         .with_no_client_auth()
         .with_cert_resolver(store.resolver());
-    config.alpn_protocols = ALPN_PROTOCOLS.iter().map(|p| p.to_vec()).collect();
+    config.alpn_protocols = alpn_protocols(http2);
     // The record header's 5 bytes are counted in rustls's fragment size.
     config.max_fragment_size = Some(record_payload_bytes + 5);
     Ok(config)
@@ -98,10 +112,14 @@ pub struct TlsMetrics {
     pub handshake_timeouts: AtomicU64,
     pub reloads: AtomicU64,
     pub reload_failures: AtomicU64,
-    /// Responses by transport: plaintext, TLS 1.2, TLS 1.3 (all HTTP/1.x).
+    /// HTTP/1.x responses by transport: plaintext, TLS 1.2, TLS 1.3.
     pub responses_plain: AtomicU64,
     pub responses_tls12: AtomicU64,
     pub responses_tls13: AtomicU64,
+    /// HTTP/2 responses (streams answered, complete or cut) by transport: h2c, TLS 1.2, TLS 1.3.
+    pub responses_h2_plain: AtomicU64,
+    pub responses_h2_tls12: AtomicU64,
+    pub responses_h2_tls13: AtomicU64,
 }
 
 impl TlsMetrics {
@@ -115,14 +133,29 @@ impl TlsMetrics {
         counter.fetch_add(1, Relaxed);
     }
 
+    /// One HTTP/2 response went out over `tls_version` (`None`: h2c).
+    pub fn response_h2(&self, tls_version: Option<&str>) {
+        let counter = match tls_version {
+            None => &self.responses_h2_plain,
+            Some("TLSv1.2") => &self.responses_h2_tls12,
+            Some(_) => &self.responses_h2_tls13,
+        };
+        counter.fetch_add(1, Relaxed);
+    }
+
     /// The per-protocol response counts; the TLS counters too if `tls` is on.
     pub fn render(&self, out: &mut String, tls: bool) {
         let name = "shortfirst_responses_by_protocol_total";
         crate::metrics::write_family(out, name, "counter", "Responses by protocol and TLS version.");
-        for (tls, n) in
-            [("none", &self.responses_plain), ("1.2", &self.responses_tls12), ("1.3", &self.responses_tls13)]
-        {
-            let _ = writeln!(out, "{name}{{protocol=\"http/1.1\",tls=\"{tls}\"}} {}", n.load(Relaxed));
+        for (protocol, tls, n) in [
+            ("http/1.1", "none", &self.responses_plain),
+            ("http/1.1", "1.2", &self.responses_tls12),
+            ("http/1.1", "1.3", &self.responses_tls13),
+            ("h2", "none", &self.responses_h2_plain),
+            ("h2", "1.2", &self.responses_h2_tls12),
+            ("h2", "1.3", &self.responses_h2_tls13),
+        ] {
+            let _ = writeln!(out, "{name}{{protocol=\"{protocol}\",tls=\"{tls}\"}} {}", n.load(Relaxed));
         }
         if !tls {
             return;

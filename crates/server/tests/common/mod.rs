@@ -33,6 +33,8 @@ pub fn can_set_priority() -> bool {
 
 pub struct TestServer {
     pub addr: SocketAddr,
+    /// The HTTPS listener's address, if the configuration has one.
+    pub tls: Option<SocketAddr>,
     pub admin: Option<SocketAddr>,
     pub dir: tempfile::TempDir,
     pub root: PathBuf,
@@ -91,13 +93,14 @@ impl TestServer {
         configure(&mut config);
         let server = Server::bind_with_observer(config, observer).expect("bind");
         let addr = server.local_addr();
+        let tls = server.tls_addr();
         let admin = server.admin_addr();
         let listener_priority = server.listener_priority();
         let (tx, rx) = oneshot::channel();
         let task = tokio::spawn(server.run(async move {
             let _ = rx.await;
         }));
-        TestServer { addr, admin, dir, root, listener_priority, stop: Some(tx), task: Some(task) }
+        TestServer { addr, tls, admin, dir, root, listener_priority, stop: Some(tx), task: Some(task) }
     }
 
     /// Signals shutdown; returns when the server's `run` returned.

@@ -1,0 +1,419 @@
+//! HTTP/2 end to end: a real server, real sockets; the `h2` crate's client over TLS
+//! (ALPN, certificates generated here) and in cleartext (h2c, prior knowledge); a raw
+//! frame client where the order of frames on the wire is the thing checked (SRPT against
+//! fair between the streams of one connection, the stream limit, GOAWAY); and curl when
+//! it is installed with HTTP/2.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{pattern, TestServer};
+use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+use rustls::pki_types::{CertificateDer, ServerName};
+use shortfirst_server::{Policy, ServerConfig, TlsEntry, TlsSettings};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// A response as the `h2` client reads it.
+struct Resp {
+    status: u16,
+    headers: http::HeaderMap,
+    body: Vec<u8>,
+    /// The HEADERS frame ended the stream (no DATA at all).
+    headers_only: bool,
+}
+
+/// An HTTP/2 client on `io` (its connection driven by a task of its own).
+async fn h2_client<T>(io: T) -> h2::client::SendRequest<Bytes>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (send, conn) = h2::client::handshake(io).await.expect("HTTP/2 handshake");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    send
+}
+
+async fn fetch(client: &mut h2::client::SendRequest<Bytes>, req: http::Request<()>) -> Resp {
+    let ready = client.clone().ready().await.expect("connection ready");
+    *client = ready;
+    let (response, _) = client.send_request(req, true).expect("request sent");
+    let response = response.await.expect("a response");
+    let (parts, mut body) = response.into_parts();
+    let headers_only = body.is_end_stream();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.expect("body data");
+        let _ = body.flow_control().release_capacity(chunk.len());
+        bytes.extend_from_slice(&chunk);
+    }
+    Resp { status: parts.status.as_u16(), headers: parts.headers, body: bytes, headers_only }
+}
+
+fn get(uri: &str) -> http::request::Builder {
+    http::Request::get(uri)
+}
+
+/// Every answer HTTP/1.1 gives, over one HTTP/2 connection: GET, HEAD, range, 304, 404, 405.
+async fn check_answers(client: &mut h2::client::SendRequest<Bytes>, scheme: &str) {
+    let uri = |p: &str| format!("{scheme}://localhost{p}");
+    let r = fetch(client, get(&uri("/small.txt")).body(()).unwrap()).await;
+    assert_eq!((r.status, r.body.as_slice()), (200, &pattern(100)[..]));
+    assert_eq!(r.headers["content-length"], "100");
+    assert!(!r.headers.contains_key("connection"), "no connection-specific fields in HTTP/2");
+    let etag = r.headers["etag"].clone();
+
+    let r = fetch(client, http::Request::head(uri("/medium.bin")).body(()).unwrap()).await;
+    assert_eq!((r.status, r.body.len(), r.headers_only), (200, 0, true));
+    assert_eq!(r.headers["content-length"], "100000");
+
+    let r = fetch(client, get(&uri("/medium.bin")).header("range", "bytes=10-19").body(()).unwrap()).await;
+    assert_eq!((r.status, r.body.as_slice()), (206, &pattern(100_000)[10..20]));
+    assert_eq!(r.headers["content-range"], "bytes 10-19/100000");
+
+    let r = fetch(client, get(&uri("/small.txt")).header("if-none-match", etag).body(()).unwrap()).await;
+    assert_eq!((r.status, r.body.len()), (304, 0));
+
+    let r = fetch(client, get(&uri("/nope.txt")).body(()).unwrap()).await;
+    assert_eq!((r.status, r.body.as_slice()), (404, &b"404 Not Found\n"[..]));
+
+    let r = fetch(client, http::Request::post(uri("/small.txt")).body(()).unwrap()).await;
+    assert_eq!(r.status, 405);
+    assert_eq!(r.headers["allow"], "GET, HEAD");
+
+    let r = fetch(client, get(&uri("/sub")).body(()).unwrap()).await;
+    assert_eq!((r.status, r.headers["location"].to_str().unwrap()), (301, "/sub/"));
+}
+
+/// `/metrics` of a test server with an admin listener.
+async fn metrics(s: &TestServer) -> String {
+    common::metrics_text(s).await
+}
+
+/// `/metrics` once it contains `needle` (the last response is counted after its last byte).
+async fn wait_for_metric(s: &TestServer, needle: &str) -> String {
+    let mut page = metrics(s).await;
+    for _ in 0..100 {
+        if page.contains(needle) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        page = metrics(s).await;
+    }
+    page
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_prior_knowledge_answers_as_http1_does_and_is_logged_and_counted() {
+    let log_dir = tempfile::tempdir().unwrap();
+    let log = log_dir.path().join("access.log");
+    let log_path = log.clone();
+    let mut s = TestServer::start(move |c| {
+        c.admin = Some("127.0.0.1:0".parse().unwrap());
+        c.access_log = Some(log_path);
+    })
+    .await;
+    let mut client = h2_client(TcpStream::connect(s.addr).await.unwrap()).await;
+    check_answers(&mut client, "http").await;
+    // HTTP/1.1 on the same listener still works.
+    let r = common::get(s.addr, &common::req("/small.txt")).await.unwrap();
+    assert_eq!((r.status, r.body), (200, pattern(100)));
+
+    let page = wait_for_metric(&s, "protocol=\"h2\",tls=\"none\"} 7").await;
+    assert!(page.contains("shortfirst_responses_by_protocol_total{protocol=\"h2\",tls=\"none\"} 7"), "{page}");
+    assert!(page.contains("shortfirst_responses_by_protocol_total{protocol=\"http/1.1\",tls=\"none\"} 1"), "{page}");
+    drop(client);
+    s.stop().await;
+    let log = std::fs::read_to_string(log).unwrap();
+    let first = log.lines().find(|l| l.contains("\"GET /small.txt HTTP/2.0\" 200 100")).expect(&log);
+    assert!(first.contains(" proto=h2 tls=- stream=1"), "{first}");
+    assert!(log.lines().any(|l| l.contains("\"HEAD /medium.bin HTTP/2.0\" 200 -") && l.ends_with("stream=3")));
+    assert!(log.lines().any(|l| l.contains("\"GET /small.txt HTTP/1.1\" 200 100") && l.contains("proto=http/1.1")));
+}
+
+/// A test CA and a leaf for `localhost` signed by it, in `dir`.
+fn certificate(dir: &Path) -> (TlsEntry, Vec<u8>) {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(rcgen::DnType::CommonName, "shortfirst test CA");
+    let ca_key = KeyPair::generate().unwrap();
+    let ca = params.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    params.distinguished_name.push(rcgen::DnType::CommonName, "localhost");
+    let leaf = params.signed_by(&key, &ca, &ca_key).unwrap();
+    let (cert_path, key_path) = (dir.join("leaf.crt"), dir.join("leaf.key"));
+    std::fs::write(&cert_path, leaf.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    std::fs::write(dir.join("ca.crt"), ca.pem()).unwrap();
+    (TlsEntry { cert: cert_path, key: key_path, names: Vec::new() }, ca.der().to_vec())
+}
+
+fn tls_client(ca_der: &[u8], alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from(ca_der.to_vec())).unwrap();
+    let mut c = rustls::ClientConfig::builder_with_provider(shortfirst_server::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    c.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    tokio_rustls::TlsConnector::from(Arc::new(c))
+}
+
+/// A test server with an HTTPS listener; returns it, the HTTPS address and the CA.
+async fn start_tls(configure: impl FnOnce(&mut ServerConfig)) -> (TestServer, SocketAddr, Vec<u8>) {
+    let certs = tempfile::tempdir().unwrap();
+    let (entry, ca) = certificate(certs.path());
+    let s = TestServer::start(move |c| {
+        c.tls = Some(TlsSettings { listen: "127.0.0.1:0".parse().unwrap(), certs: vec![entry] });
+        c.admin = Some("127.0.0.1:0".parse().unwrap());
+        configure(c);
+    })
+    .await;
+    // The certificates are read at bind; their directory may go.
+    let tls = s.tls.expect("an HTTPS listener");
+    (s, tls, ca)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_alpn_picks_h2_and_every_answer_matches() {
+    let (mut s, tls, ca) = start_tls(|_| {}).await;
+    let tcp = TcpStream::connect(tls).await.unwrap();
+    let t =
+        tls_client(&ca, &[b"h2", b"http/1.1"]).connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap();
+    assert_eq!(t.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let mut client = h2_client(t).await;
+    check_answers(&mut client, "https").await;
+    let page = wait_for_metric(&s, "protocol=\"h2\",tls=\"1.3\"} 7").await;
+    assert!(page.contains("shortfirst_responses_by_protocol_total{protocol=\"h2\",tls=\"1.3\"} 7"), "{page}");
+    drop(client);
+    s.stop().await;
+
+    // HTTP/2 off: ALPN offers http/1.1 only, and a plaintext preface is not HTTP/2.
+    let (mut s, tls, ca) = start_tls(|c| c.http2 = false).await;
+    let tcp = TcpStream::connect(tls).await.unwrap();
+    let t =
+        tls_client(&ca, &[b"h2", b"http/1.1"]).connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap();
+    assert_eq!(t.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+    let mut raw = TcpStream::connect(s.addr).await.unwrap();
+    raw.write_all(PREFACE).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), raw.read_to_end(&mut answer)).await;
+    assert!(answer.starts_with(b"HTTP/1.1 505"), "{}", String::from_utf8_lossy(&answer));
+    s.stop().await;
+}
+
+/// A minimal HTTP/2 client writing and reading raw frames, so the order of the server's
+/// frames on the wire can be seen.
+struct Raw {
+    tcp: TcpStream,
+}
+
+/// One frame as read: type, flags, stream, payload.
+#[derive(Debug)]
+struct Frame {
+    kind: u8,
+    flags: u8,
+    stream: u32,
+    payload: Vec<u8>,
+}
+
+const DATA: u8 = 0;
+const HEADERS: u8 = 1;
+const RST_STREAM: u8 = 3;
+const SETTINGS: u8 = 4;
+const GOAWAY: u8 = 7;
+const END_STREAM: u8 = 1;
+
+impl Raw {
+    /// Connects with a small receive buffer (so the server's writes wait for our reads,
+    /// as over a slow link) and opens every window wide.
+    async fn connect(addr: SocketAddr) -> Raw {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(32 * 1024).unwrap();
+        let tcp = socket.connect(addr).await.unwrap();
+        let mut raw = Raw { tcp };
+        let mut hello = PREFACE.to_vec();
+        // SETTINGS: INITIAL_WINDOW_SIZE (4) = 2^30.
+        hello.extend(frame(SETTINGS, 0, 0, &[0, 4, 0x40, 0, 0, 0]));
+        // WINDOW_UPDATE on the connection: + 2^30.
+        hello.extend(frame(8, 0, 0, &[0x40, 0, 0, 0]));
+        raw.tcp.write_all(&hello).await.unwrap();
+        raw
+    }
+
+    /// A GET for `path` on stream `id` (HPACK literals, no Huffman), the stream ended.
+    async fn get(&mut self, id: u32, path: &str) {
+        let mut block = Vec::new();
+        for (name, value) in [(":method", "GET"), (":scheme", "http"), (":path", path), (":authority", "localhost")] {
+            block.push(0); // literal without indexing, new name
+            block.push(name.len() as u8);
+            block.extend_from_slice(name.as_bytes());
+            block.push(value.len() as u8);
+            block.extend_from_slice(value.as_bytes());
+        }
+        self.tcp.write_all(&frame(HEADERS, END_STREAM | 4, id, &block)).await.unwrap();
+    }
+
+    /// The next frame; a SETTINGS from the server is acknowledged.
+    async fn next(&mut self) -> Option<Frame> {
+        let mut head = [0u8; 9];
+        tokio::time::timeout(Duration::from_secs(10), self.tcp.read_exact(&mut head)).await.ok()?.ok()?;
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let mut payload = vec![0; len];
+        self.tcp.read_exact(&mut payload).await.ok()?;
+        let f = Frame {
+            kind: head[3],
+            flags: head[4],
+            stream: u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff,
+            payload,
+        };
+        if f.kind == SETTINGS && f.flags & 1 == 0 {
+            self.tcp.write_all(&frame(SETTINGS, 1, 0, &[])).await.unwrap();
+        }
+        Some(f)
+    }
+}
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    f.extend_from_slice(&[kind, flags]);
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A large response starts on stream 1, then a small one is asked for on stream 3: the
+/// streams of the DATA frames, in wire order, from the small one's first to its last.
+async fn large_then_small(policy: Policy) -> (Vec<u32>, bool) {
+    let mut s = TestServer::start(|c| {
+        c.policy = policy;
+    })
+    .await;
+    std::fs::write(s.root.join("large.bin"), pattern(8 << 20)).unwrap();
+    let mut raw = Raw::connect(s.addr).await;
+    raw.get(1, "/large.bin").await;
+    // The large response is under way...
+    loop {
+        let f = raw.next().await.expect("frames");
+        if f.kind == DATA && f.stream == 1 {
+            break;
+        }
+    }
+    // ...when the small one (100 KB: seven chunks) is asked for.
+    raw.get(3, "/medium.bin").await;
+    let (mut order, mut small_done, mut large_done_first) = (Vec::new(), false, false);
+    while !small_done {
+        let f = raw.next().await.expect("frames until the small response ends");
+        if f.kind != DATA {
+            continue;
+        }
+        if f.stream == 3 || !order.is_empty() {
+            order.push(f.stream);
+        }
+        if f.stream == 1 && f.flags & END_STREAM != 0 {
+            large_done_first = true;
+        }
+        small_done = f.stream == 3 && f.flags & END_STREAM != 0;
+    }
+    drop(raw);
+    s.stop().await;
+    (order, large_done_first)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srpt_finishes_a_small_stream_before_a_large_one_started_earlier() {
+    let (srpt, large_first) = large_then_small(Policy::Srpt).await;
+    assert!(!large_first);
+    let large_frames = |order: &[u32]| order.iter().filter(|&&id| id == 1).count();
+    // At most the chunk handed over before the small request was read goes in between.
+    assert!(large_frames(&srpt) <= 1, "SRPT interleaved the large stream: {srpt:?}");
+    assert!(srpt.iter().filter(|&&id| id == 3).count() >= 7, "{srpt:?}");
+    // Fair takes turns: the large stream's frames come between the small one's.
+    let (fair, large_first) = large_then_small(Policy::Fair).await;
+    assert!(!large_first);
+    assert!(large_frames(&fair) >= 5, "fair should alternate: {fair:?}");
+    eprintln!("DATA frames from the small stream's first to its last: srpt {srpt:?}, fair {fair:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_limit_is_advertised_and_enforced_and_shutdown_sends_goaway() {
+    let mut s = TestServer::start(|c| c.http2_max_concurrent_streams = 2).await;
+    std::fs::write(s.root.join("large.bin"), pattern(8 << 20)).unwrap();
+    let mut raw = Raw::connect(s.addr).await;
+    let settings = raw.next().await.expect("the server's SETTINGS");
+    assert_eq!(settings.kind, SETTINGS);
+    let limit = settings.payload.chunks(6).find(|p| p[..2] == [0, 3]).expect("MAX_CONCURRENT_STREAMS");
+    assert_eq!(u32::from_be_bytes([limit[2], limit[3], limit[4], limit[5]]), 2);
+    for id in [1, 3, 5] {
+        raw.get(id, "/large.bin").await;
+    }
+    let refused = loop {
+        let f = raw.next().await.expect("a RST_STREAM for the third stream");
+        if f.kind == RST_STREAM {
+            break f;
+        }
+    };
+    assert_eq!(refused.stream, 5);
+    assert_eq!(refused.payload, 7u32.to_be_bytes(), "REFUSED_STREAM");
+    // Shutdown: GOAWAY, while the two streams are still sending.
+    let stop = s.stop_signal();
+    let _ = stop.send(());
+    let goaway = loop {
+        let f = raw.next().await.expect("a GOAWAY");
+        if f.kind == GOAWAY {
+            break f;
+        }
+    };
+    assert_eq!(goaway.stream, 0);
+    drop(raw);
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.take_task()).await.expect("server stops");
+}
+
+/// `curl --http2` in cleartext (prior knowledge) and over TLS, if curl speaks HTTP/2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_speaks_http2_to_it() {
+    let version = std::process::Command::new("curl").arg("--version").output();
+    let Ok(version) = version else {
+        eprintln!("skipping: curl is not installed");
+        return;
+    };
+    if !String::from_utf8_lossy(&version.stdout).contains("HTTP2") {
+        eprintln!("skipping: this curl has no HTTP/2 (no HTTP2 feature in `curl --version`)");
+        return;
+    }
+    let certs = tempfile::tempdir().unwrap();
+    let (entry, _) = certificate(certs.path());
+    let mut s = TestServer::start(move |c| {
+        c.tls = Some(TlsSettings { listen: "127.0.0.1:0".parse().unwrap(), certs: vec![entry] });
+    })
+    .await;
+    let tls = s.tls.expect("an HTTPS listener");
+    let ca = certs.path().join("ca.crt");
+    for (how, url) in [
+        ("--http2-prior-knowledge", format!("http://{}/medium.bin", s.addr)),
+        ("--http2", format!("https://localhost:{}/medium.bin", tls.port())),
+    ] {
+        let out = tokio::process::Command::new("curl")
+            .args(["-sS", how, "--cacert"])
+            .arg(&ca)
+            .args(["--resolve", &format!("localhost:{}:127.0.0.1", tls.port()), "-w", "%{stderr}%{http_version}"])
+            .arg(&url)
+            .output()
+            .await
+            .unwrap();
+        assert!(out.status.success(), "curl {how}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "2", "curl {how}: the protocol");
+        assert!(out.stdout == pattern(100_000), "curl {how} got {} bytes", out.stdout.len());
+    }
+    s.stop().await;
+}
