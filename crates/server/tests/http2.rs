@@ -417,3 +417,23 @@ async fn curl_speaks_http2_to_it() {
     }
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_gets_goaway_then_is_closed() {
+    let mut s = TestServer::start(|c| c.idle_timeout = Duration::from_millis(300)).await;
+    let mut raw = Raw::connect(s.addr).await;
+    let started = tokio::time::Instant::now();
+    let goaway = loop {
+        let f = raw.next().await.expect("a GOAWAY once idle");
+        if f.kind == GOAWAY {
+            break f;
+        }
+    };
+    assert!(started.elapsed() >= Duration::from_millis(250), "GOAWAY before the idle timeout");
+    assert_eq!(goaway.stream, 0);
+    // The client never answers the GOAWAY's PING: the server drops it after another timeout.
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(5), raw.tcp.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "the connection stays open");
+    s.stop().await;
+}

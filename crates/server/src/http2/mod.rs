@@ -257,8 +257,10 @@ impl Driver {
                     stopping = true;
                     conn.graceful_shutdown();
                 }
-                Event::Stalled if idle => {
-                    // Idle for the idle timeout: GOAWAY, then the codec closes.
+                Event::Stalled if idle && !stopping => {
+                    // Idle for the idle timeout: GOAWAY; the codec closes once the client
+                    // acknowledges it, or the connection is dropped after another timeout.
+                    stopping = true;
                     conn.graceful_shutdown();
                     self.last_progress = Instant::now();
                 }
