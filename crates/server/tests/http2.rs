@@ -238,13 +238,20 @@ impl Raw {
     /// Connects with a small receive buffer (so the server's writes wait for our reads,
     /// as over a slow link) and opens every window wide.
     async fn connect(addr: SocketAddr) -> Raw {
+        Raw::connect_with_window(addr, 1 << 30).await
+    }
+
+    /// As [`Raw::connect`], each stream's window starting at `stream_window` bytes.
+    async fn connect_with_window(addr: SocketAddr, stream_window: u32) -> Raw {
         let socket = tokio::net::TcpSocket::new_v4().unwrap();
         socket.set_recv_buffer_size(32 * 1024).unwrap();
         let tcp = socket.connect(addr).await.unwrap();
         let mut raw = Raw { tcp };
         let mut hello = PREFACE.to_vec();
-        // SETTINGS: INITIAL_WINDOW_SIZE (4) = 2^30.
-        hello.extend(frame(SETTINGS, 0, 0, &[0, 4, 0x40, 0, 0, 0]));
+        // SETTINGS: INITIAL_WINDOW_SIZE (4).
+        let mut setting = vec![0, 4];
+        setting.extend_from_slice(&stream_window.to_be_bytes());
+        hello.extend(frame(SETTINGS, 0, 0, &setting));
         // WINDOW_UPDATE on the connection: + 2^30.
         hello.extend(frame(8, 0, 0, &[0x40, 0, 0, 0]));
         raw.tcp.write_all(&hello).await.unwrap();
@@ -262,6 +269,11 @@ impl Raw {
             block.extend_from_slice(value.as_bytes());
         }
         self.tcp.write_all(&frame(HEADERS, END_STREAM | 4, id, &block)).await.unwrap();
+    }
+
+    /// Opens stream `id`'s window by `bytes`.
+    async fn window_update(&mut self, id: u32, bytes: u32) {
+        self.tcp.write_all(&frame(8, 0, id, &bytes.to_be_bytes())).await.unwrap();
     }
 
     /// The next frame; a SETTINGS from the server is acknowledged.
@@ -343,6 +355,48 @@ async fn srpt_finishes_a_small_stream_before_a_large_one_started_earlier() {
     assert!(!large_first);
     assert!(large_frames(&fair) >= 5, "fair should alternate: {fair:?}");
     eprintln!("DATA frames from the small stream's first to its last: srpt {srpt:?}, fair {fair:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_whose_window_is_closed_never_holds_the_connection() {
+    let mut s = TestServer::start(|c| c.policy = Policy::Srpt).await;
+    std::fs::write(s.root.join("large.bin"), pattern(8 << 20)).unwrap();
+    // Every stream's window starts at one chunk; only the large stream's is opened wide.
+    let mut raw = Raw::connect_with_window(s.addr, 16 * 1024).await;
+    raw.get(1, "/medium.bin").await;
+    raw.get(3, "/large.bin").await;
+    raw.window_update(3, 1 << 30).await;
+    // The small stream (the best) sends its window's worth and blocks; the large one goes on.
+    let (mut small_bytes, mut large_frames) = (0, 0);
+    while large_frames < 20 {
+        let f = raw.next().await.expect("the large stream keeps sending");
+        match (f.kind, f.stream) {
+            (DATA, 1) => small_bytes += f.payload.len(),
+            (DATA, 3) => large_frames += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(small_bytes, 16 * 1024, "the small stream sent exactly its window");
+    // Its window opens: it is the best again and finishes with at most a frame in between.
+    raw.window_update(1, 1 << 20).await;
+    let mut between = 0;
+    loop {
+        let f = raw.next().await.expect("the small stream resumes");
+        match (f.kind, f.stream) {
+            (DATA, 1) => {
+                small_bytes += f.payload.len();
+                if f.flags & END_STREAM != 0 {
+                    break;
+                }
+            }
+            (DATA, 3) if small_bytes > 16 * 1024 => between += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(small_bytes, 100_000);
+    assert!(between <= 1, "{between} large frames while the small stream had its window");
+    drop(raw);
+    s.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
