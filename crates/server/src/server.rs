@@ -116,6 +116,7 @@ pub(crate) struct Shared {
     /// HTTPS; `None` without `tls-listen`.
     pub tls: Option<TlsState>,
     pub tls_metrics: TlsMetrics,
+    pub http2_metrics: crate::http2::Http2Metrics,
     /// TLS record payload: a whole record, or about one grant under the user-space scheduler.
     pub record_payload_bytes: usize,
 }
@@ -153,6 +154,9 @@ impl Shared {
         let policy = self.cutoff_chooser.policy().to_string();
         self.metrics.render(&mut out, &cutoffs, &policy, dropped);
         self.tls_metrics.render(&mut out, self.tls.is_some());
+        if crate::http2::enabled(&self.config) {
+            self.http2_metrics.render(&mut out);
+        }
         if let Some(user) = &self.user {
             user.render(&mut out, &cutoffs);
         }
@@ -245,6 +249,7 @@ impl Server {
             user,
             tls,
             tls_metrics: TlsMetrics::default(),
+            http2_metrics: crate::http2::Http2Metrics::default(),
             record_payload_bytes,
         });
         Ok(Server { shared, listener, tls_listener, admin })

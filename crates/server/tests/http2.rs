@@ -128,6 +128,8 @@ async fn h2c_prior_knowledge_answers_as_http1_does_and_is_logged_and_counted() {
     assert_eq!((r.status, r.body), (200, pattern(100)));
 
     let page = wait_for_metric(&s, "protocol=\"h2\",tls=\"none\"} 7").await;
+    assert!(page.contains("shortfirst_http2_connections_total 1"), "{page}");
+    assert!(page.contains("shortfirst_http2_streams_cut_total 0"), "{page}");
     assert!(page.contains("shortfirst_responses_by_protocol_total{protocol=\"h2\",tls=\"none\"} 7"), "{page}");
     assert!(page.contains("shortfirst_responses_by_protocol_total{protocol=\"http/1.1\",tls=\"none\"} 1"), "{page}");
     drop(client);
@@ -359,7 +361,11 @@ async fn srpt_finishes_a_small_stream_before_a_large_one_started_earlier() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_whose_window_is_closed_never_holds_the_connection() {
-    let mut s = TestServer::start(|c| c.policy = Policy::Srpt).await;
+    let mut s = TestServer::start(|c| {
+        c.policy = Policy::Srpt;
+        c.admin = Some("127.0.0.1:0".parse().unwrap());
+    })
+    .await;
     std::fs::write(s.root.join("large.bin"), pattern(8 << 20)).unwrap();
     // Every stream's window starts at one chunk; only the large stream's is opened wide.
     let mut raw = Raw::connect_with_window(s.addr, 16 * 1024).await;
@@ -395,7 +401,10 @@ async fn a_stream_whose_window_is_closed_never_holds_the_connection() {
     }
     assert_eq!(small_bytes, 100_000);
     assert!(between <= 1, "{between} large frames while the small stream had its window");
+    // The client leaves in the middle of the large response: it is counted as cut.
     drop(raw);
+    let page = wait_for_metric(&s, "shortfirst_http2_streams_cut_total 1").await;
+    assert!(page.contains("shortfirst_http2_streams_cut_total 1"), "{page}");
     s.stop().await;
 }
 
@@ -474,7 +483,11 @@ async fn curl_speaks_http2_to_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_connection_gets_goaway_then_is_closed() {
-    let mut s = TestServer::start(|c| c.idle_timeout = Duration::from_millis(300)).await;
+    let mut s = TestServer::start(|c| {
+        c.idle_timeout = Duration::from_millis(300);
+        c.admin = Some("127.0.0.1:0".parse().unwrap());
+    })
+    .await;
     let mut raw = Raw::connect(s.addr).await;
     let started = tokio::time::Instant::now();
     let goaway = loop {
@@ -489,5 +502,25 @@ async fn an_idle_connection_gets_goaway_then_is_closed() {
     let mut rest = Vec::new();
     let closed = tokio::time::timeout(Duration::from_secs(5), raw.tcp.read_to_end(&mut rest)).await;
     assert!(closed.is_ok(), "the connection stays open");
+    let page = metrics(&s).await;
+    assert!(page.contains("shortfirst_http2_idle_goaways_total 1"), "{page}");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_closed_after_the_send_timeout() {
+    let mut s = TestServer::start(|c| {
+        c.send_timeout = Duration::from_millis(300);
+        c.admin = Some("127.0.0.1:0".parse().unwrap());
+    })
+    .await;
+    std::fs::write(s.root.join("large.bin"), pattern(8 << 20)).unwrap();
+    let mut raw = Raw::connect(s.addr).await;
+    raw.get(1, "/large.bin").await;
+    // Never read: the socket fills and the server can write nothing more.
+    let page = wait_for_metric(&s, "shortfirst_http2_stalled_total 1").await;
+    assert!(page.contains("shortfirst_http2_stalled_total 1"), "{page}");
+    assert!(page.contains("shortfirst_http2_streams_cut_total 1"), "{page}");
+    drop(raw);
     s.stop().await;
 }

@@ -30,8 +30,11 @@
 //! Shutdown sends GOAWAY: streams in progress finish (within the drain timeout), new
 //! ones are refused.
 
+pub mod metrics;
 pub mod request;
 pub mod wire;
+
+pub use metrics::Http2Metrics;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -200,6 +203,7 @@ where
         Err(_elapsed) => return,
     };
     shared.metrics.connection_opened();
+    shared.http2_metrics.connections.fetch_add(1, Relaxed);
     let mut d = Driver::new(shared, accepted, written);
     d.run(&mut conn, &mut stop).await;
     d.shared.metrics.connection_closed(d.gauge_band);
@@ -262,10 +266,12 @@ impl Driver {
                     // acknowledges it, or the connection is dropped after another timeout.
                     stopping = true;
                     conn.graceful_shutdown();
+                    self.shared.http2_metrics.idle_goaways.fetch_add(1, Relaxed);
                     self.last_progress = Instant::now();
                 }
                 Event::Stalled => {
                     tracing::debug!(peer = %self.accepted.peer, "HTTP/2 connection made no progress: closed");
+                    self.shared.http2_metrics.stalled.fetch_add(1, Relaxed);
                     conn.abrupt_shutdown(Reason::NO_ERROR);
                     self.cut_all();
                     return;
@@ -448,6 +454,14 @@ impl Driver {
     fn end_stream(&mut self, id: u32, complete: bool) {
         self.sched.remove(id);
         let Some(s) = self.streams.remove(&id) else { return };
+        if self.streams.is_empty() {
+            // Nothing to send: shown in the set-up band, as an idle HTTP/1.1 connection is.
+            self.shared.metrics.connection_moved(self.gauge_band, Band::SETUP);
+            self.gauge_band = Band::SETUP;
+        }
+        if !complete {
+            self.shared.http2_metrics.streams_cut.fetch_add(1, Relaxed);
+        }
         if !complete && self.last_stream == Some(id) {
             // Its last chunk may never be written (a reset stream's data is dropped).
             self.handed_bytes = self.handed_bytes.min(self.written.load(Relaxed));
