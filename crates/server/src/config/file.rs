@@ -267,8 +267,9 @@ pub struct ConfigFile {
     /// `burst`), which lets such a burst out at line rate; 0 on a link with no bucket.
     #[arg(long, value_name = "BYTES")]
     pub pacer_burst_bytes: Option<u32>,
-    /// Address of the HTTPS listener (HTTP/1.1 over TLS 1.2 or 1.3, ALPN `http/1.1`), beside
-    /// --listen; needs a certificate (--tls-cert and --tls-key, or `[[tls]]` tables in the file).
+    /// Address of the HTTPS listener (HTTP/2 and HTTP/1.1 over TLS 1.2 or 1.3, ALPN `h2` then
+    /// `http/1.1`), beside --listen; needs a certificate (--tls-cert and --tls-key, or `[[tls]]`
+    /// tables in the file).
     #[arg(long, value_name = "ADDR")]
     pub tls_listen: Option<SocketAddr>,
     /// PEM certificate chain (leaf first) for --tls-listen; re-read on SIGHUP and when it changes.

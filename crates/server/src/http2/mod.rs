@@ -270,8 +270,10 @@ impl Driver {
                     self.last_progress = Instant::now();
                 }
                 Event::Stalled => {
-                    tracing::debug!(peer = %self.accepted.peer, "HTTP/2 connection made no progress: closed");
-                    self.shared.http2_metrics.stalled.fetch_add(1, Relaxed);
+                    tracing::debug!(peer = %self.accepted.peer, idle, "HTTP/2 connection made no progress: closed");
+                    if !idle {
+                        self.shared.http2_metrics.stalled.fetch_add(1, Relaxed);
+                    }
                     conn.abrupt_shutdown(Reason::NO_ERROR);
                     self.cut_all();
                     return;
