@@ -524,3 +524,34 @@ async fn a_client_that_stops_reading_is_closed_after_the_send_timeout() {
     drop(raw);
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sidecars_cache_control_and_listings_are_the_same_over_http2() {
+    let mut s = TestServer::start(|c| {
+        c.cache_control =
+            shortfirst_server::cache_control::CacheControl::new(&["/*.css=public, max-age=60".to_string()]).unwrap();
+        c.listings = shortfirst_server::Listings::Json;
+    })
+    .await;
+    std::fs::write(s.root.join("app.css"), pattern(4000)).unwrap();
+    std::fs::write(s.root.join("app.css.br"), vec![b'b'; 500]).unwrap();
+    let mut client = h2_client(TcpStream::connect(s.addr).await.unwrap()).await;
+    let css = |enc: &str| get("http://localhost/app.css").header("accept-encoding", enc).body(()).unwrap();
+    let r = fetch(&mut client, css("gzip, br")).await;
+    assert_eq!((r.status, r.body.as_slice()), (200, &[b'b'; 500][..]));
+    assert_eq!(r.headers["content-encoding"], "br");
+    assert_eq!(r.headers["vary"], "Accept-Encoding");
+    assert_eq!(r.headers["cache-control"], "public, max-age=60");
+    assert!(r.headers["etag"].to_str().unwrap().ends_with("-br\""));
+    let r = fetch(&mut client, css("identity")).await;
+    assert_eq!((r.status, r.body), (200, pattern(4000)));
+    assert!(!r.headers.contains_key("content-encoding"));
+    // A directory without index.html: its listing, rendered as over HTTP/1.1.
+    let r = fetch(&mut client, get("http://localhost/empty/").body(()).unwrap()).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.headers["content-type"], "application/json");
+    let listing: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert!(listing.is_object(), "{listing}");
+    drop(client);
+    s.stop().await;
+}
