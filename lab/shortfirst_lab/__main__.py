@@ -150,7 +150,7 @@ def _plan(spec) -> str:
             f"(+ drain up to {v.run.drain_timeout_s:g} s each)"
         )
     if spec.kind == "tpcw":
-        from .runners.tpcw.config import browsers_for
+        from .runners.gatekeeper.tpcw.config import browsers_for
 
         points = sum(len(browsers_for(v, m)) for m in v["modes"]["list"])
         return f"{points} points (mode × browsers) × {v['load']['duration_s']:g} s"
@@ -192,7 +192,10 @@ SUBCOMMANDS: dict[
 #: Verbs whose module parses its own arguments: VERB → (module, what it does).
 MODULE_VERBS: dict[str, tuple[str, str]] = {
     "theory": ("theory.cli", "M/G/1 theory: mean response times, Crovella's figures"),
-    "tpcw": ("runners.tpcw.cli", "the gatekeeper on the TPC-W bookstore: sweep an experiment file, report"),
+    "tpcw": (
+        "runners.gatekeeper.tpcw.cli",
+        "the gatekeeper on the TPC-W bookstore: sweep an experiment file, report",
+    ),
     "overload": ("analysis.overload", "the overload summary and figures across experiment directories"),
     "series": ("analysis.series", "a run's per-second client-side series"),
     "inflight": ("analysis.inflight", "long responses in transfer at once, per run"),
@@ -204,8 +207,14 @@ MODULE_VERBS: dict[str, tuple[str, str]] = {
 #: `bench NAME`: the benchmarks (`make bench-NAME`), a lab module or a script of the repository.
 BENCHES: dict[str, tuple[str, str]] = {
     "netem": ("runners.netembench", "packets/s and CPU per packet through shortfirst netem (root)"),
-    "gatekeeper-synthetic": ("runners.gkbench.cli", "the gatekeeper vs direct on the synthetic upstream"),
-    "gatekeeper-foreign": ("runners.foreign.bench", "the gatekeeper in front of datasette and json-server"),
+    "gatekeeper-synthetic": (
+        "runners.gatekeeper.synthetic.cli",
+        "the gatekeeper vs direct on the synthetic upstream",
+    ),
+    "gatekeeper-foreign": (
+        "runners.gatekeeper.foreign.bench",
+        "the gatekeeper in front of datasette and json-server",
+    ),
     "serve": ("bench/serve.py", "shortfirst serve against nginx, driven by wrk (root)"),
     "load": ("crates/load/bench/bench_load.py", "the load generator's highest rate, beside wrk"),
 }

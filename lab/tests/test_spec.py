@@ -102,7 +102,7 @@ def test_a_file_of_no_kind_is_refused(tmp_path):
 def test_the_synthetic_file_holds_the_bench_s_settings_and_flags_override_it():
     """`make bench-gatekeeper-synthetic` passes the file: it must give the bench exactly the
     settings it ran with before it had one (its flags' defaults), and a flag still wins."""
-    from shortfirst_lab.runners.gkbench.cli import parse
+    from shortfirst_lab.runners.gatekeeper.synthetic.cli import parse
 
     path = str(EXPERIMENTS / "gatekeeper-synthetic.toml")
     defaults, from_file = vars(parse([])[1]), vars(parse([path])[1])

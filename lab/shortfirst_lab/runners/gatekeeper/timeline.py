@@ -1,13 +1,18 @@
 """What the gatekeeper and the synthetic upstream say while a run goes on: their /metrics
-scraped at the end of a run, and sampled every --sample-ms into a timeline whose summary
-says where backend capacity went unused.
+scraped at the end of a run, sampled every --sample-ms into a timeline whose summary says
+where backend capacity went unused (`Sampler`), and the gatekeeper's learned costs sampled
+once a second into a point's `timeline.csv` (`Timeline`, the TPC-W sweep's).
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
+import re
 import threading
 import time
+import urllib.request
+from pathlib import Path
 
 from ...kit import CLK_TCK, fetch_text, parse_prometheus, process_cpu_s, prometheus_series, read_proc_stat
 
@@ -196,3 +201,58 @@ def timeline_summary(
             }
         )
     return out
+
+
+_TIMELINE_SERIES = re.compile(
+    r"^(gatekeeper_(?:load_seconds|capacity_seconds|queue_length|in_flight|admitted_total"
+    r"|cancelled_while_queued_total)|gatekeeper_type_estimated_cost_seconds)"
+    r"(?:\{type=\"((?:[^\"\\]|\\.)*)\"\})?\s+(\S+)$"
+)
+
+
+class Timeline:
+    """Samples the gatekeeper's gauges and per-type learned costs once a second while a point runs
+    (a background thread; one small HTTP request a second to the admin port). The learned cost of
+    a type over time is what SJF orders by; the end-of-run value alone is the drained tail's.
+
+    At most ``max_samples`` samples are kept (later ones are dropped); ``write`` writes
+    ``t_s,series,type,value`` rows, ``t_s`` from the start of sampling."""
+
+    def __init__(self, metrics_url: str, interval_s: float = 1.0, max_samples: int = 3600) -> None:
+        self.url, self.interval_s, self.max_samples = metrics_url, interval_s, max_samples
+        self.rows: list[tuple[float, str, str, float]] = []
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gatekeeper-timeline", daemon=True)
+
+    def __enter__(self) -> Timeline:
+        self._t0 = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set() and self.samples < self.max_samples:
+            t = time.monotonic() - self._t0
+            try:
+                with urllib.request.urlopen(self.url, timeout=2) as r:
+                    text = r.read().decode()
+            except OSError:
+                text = ""
+            for line in text.splitlines():
+                m = _TIMELINE_SERIES.match(line)
+                if m:
+                    self.rows.append((t, m.group(1), m.group(2) or "", float(m.group(3))))
+            self.samples += 1
+            self._stop.wait(self.interval_s)
+
+    def write(self, path: Path) -> None:
+        tmp = path.with_suffix(".csv.tmp")
+        with open(tmp, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["t_s", "series", "type", "value"])
+            w.writerows((f"{t:.3f}", series, label, value) for t, series, label, value in self.rows)
+        tmp.rename(path)
