@@ -13,7 +13,6 @@ from ....spec.tpcw import SweepConfigError, load_config, parse_capacity_us, vali
 from ..backends.base import GatekeeperError, serve
 from ..backends.bookstore import CALIBRATION_MIX, PAGES, PATH_TO_CODE, SESSION_FILE, BookstoreBackend
 from ..backends.postgres import PgSettings, Postgres, generate, postgres, shop
-from ..timeline import Timeline
 from .calibration import calibrate, calibrate_with_browsers, choose_capacity
 from .cli import main
 from .config import Binaries, best_sellers_repeat_of, browsers_for, think_max_s
@@ -33,7 +32,6 @@ __all__ = [
     "PgSettings",
     "Postgres",
     "SweepConfigError",
-    "Timeline",
     "analyze",
     "apply_join",
     "best_sellers_repeat_of",

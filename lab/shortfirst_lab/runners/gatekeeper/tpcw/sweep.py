@@ -19,7 +19,7 @@ from ..backends.base import GatekeeperError, serve
 from ..backends.bookstore import SESSION_FILE, BookstoreBackend
 from ..backends.postgres import PgSettings, Postgres, shop, snapshot_delta
 from ..run import drive, front
-from ..timeline import Timeline
+from ..timeline import TIMELINE_SERIES, Sampler, write_timeline
 from .calibration import calibrate, calibrate_with_browsers
 from .config import Binaries, best_sellers_repeat_of, browsers_for, think_max_s
 from .join import apply_join, join_requests
@@ -60,7 +60,7 @@ def run_point(
     cpu_before = cpu_times(cpus)
     flags = {"capacity": capacity, "max_queue_wait_s": max_queue_wait_s, "patience": patience}
     with front(bins.shortfirst, app_url, policy, workdir / name / "gatekeeper.log", **flags) as gate:
-        with _timeline(gate.metrics_url, out) as timeline:
+        with _timeline(gate.admin_port, out) as timeline:
             drive(
                 bins.shortfirst,
                 gate.url,
@@ -93,15 +93,15 @@ def run_point(
 
 
 @contextlib.contextmanager
-def _timeline(metrics_url: str | None, out: Path) -> Iterator[Timeline | None]:
-    """The gatekeeper's learned costs sampled during the load, written to `out/timeline.csv`
-    (nothing for `direct`, whose `metrics_url` is None)."""
-    if metrics_url is None:
+def _timeline(admin_port: int | None, out: Path) -> Iterator[Sampler | None]:
+    """The gatekeeper's learned costs sampled once a second during the load, written to
+    `out/timeline.csv` (nothing for `direct`, whose `admin_port` is None)."""
+    if admin_port is None:
         yield None
         return
-    with Timeline(metrics_url) as timeline:
-        yield timeline
-    timeline.write(out / "timeline.csv")
+    with Sampler(None, admin_port, 1.0, keep=TIMELINE_SERIES) as sampler:
+        yield sampler
+    write_timeline(sampler.rows, out / "timeline.csv")
 
 
 def _load_summary(out: Path) -> dict:
