@@ -4,7 +4,7 @@ Verbs parsed here (one function each; add one by writing `_cmd_x(args)` and regi
 `SUBCOMMANDS` with a function that adds its arguments):
 
     validate FILE...                                  check experiment files of any kind (static serving,
-                                                      gatekeeper: tpcw, foreign), print what each runs
+                                                      gatekeeper on any backend), print what each runs
     run EXP.toml --out DIR [--resume] [--bin PATH]   run an experiment, then build its report
     report DIR [--resimulate [--bin PATH]]            rebuild summary.json and report.html from raw logs
                                                       (overload experiments: `overload`); --resimulate
@@ -134,7 +134,8 @@ def _cmd_validate(a: argparse.Namespace) -> int:
 
     for path in a.experiments:
         spec = read_spec(path, a.overrides)
-        print(f"{path}: ok — {spec.kind}: {_plan(spec)}")
+        kind = spec.kind if spec.backend is None else f"{spec.kind} on {spec.backend}"
+        print(f"{path}: ok — {kind}: {_plan(spec)}")
         if spec.kind == "static":
             for r in spec.value.matrix():
                 print(f"  {r.run_id}  seed={r.seed}")
@@ -149,20 +150,20 @@ def _plan(spec) -> str:
             f"{v.name}: {len(v.matrix())} runs × {v.run.duration_s:g} s schedule "
             f"(+ drain up to {v.run.drain_timeout_s:g} s each)"
         )
-    if spec.kind == "tpcw":
+    if spec.backend == "bookstore":
         from .runners.gatekeeper.tpcw.config import browsers_for
 
         points = sum(len(browsers_for(v, m)) for m in v["modes"]["list"])
         return f"{points} points (mode × browsers) × {v['load']['duration_s']:g} s"
-    if spec.kind == "synthetic":
+    if spec.backend == "synthetic":
         n = {
             k: len(str(v.get(k, "")).split(","))
             for k in ("configs", "closed_factors", "open_configs", "open_factors")
         }
         runs = n["configs"] * n["closed_factors"] + n["open_configs"] * n["open_factors"]
         return f"{runs} runs (closed and open configuration × load factor), then the overhead rounds"
-    runs = len(v.backends) * len(v.modes) * len(v.models)
-    return f"{runs} runs (backend × mode × model) × {v.duration_s:g} s, backends {', '.join(v.backends)}"
+    runs = len(v.modes) * len(v.models)
+    return f"{runs} runs (mode × model) × {v.duration_s:g} s"
 
 
 def _add_check(p: argparse.ArgumentParser) -> None:

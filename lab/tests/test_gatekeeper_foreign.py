@@ -41,7 +41,9 @@ from shortfirst_lab.spec.schema import SpecError
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = REPO / ".make" / "foreign"
-CONFIG = REPO / "lab" / "experiments" / "gatekeeper-foreign.toml"
+#: The experiment file of each backend; the datasette one for the settings they share.
+CONFIGS = {n: REPO / "lab" / "experiments" / f"gatekeeper-{n}.toml" for n in ("datasette", "json-server")}
+CONFIG = CONFIGS["datasette"]
 
 
 def test_data_is_deterministic_and_sized(tmp_path):
@@ -205,8 +207,7 @@ def test_json_server_is_charged_its_own_time_with_room_beside_the_running_reques
     """json-server sleeps about 2 ms inside every request (its default `_delay` timers), time
     another request in flight can use; charged its own time on the backend (`serial`), not
     the wall time it waited behind the others. The flags reach the gatekeeper and calibrate."""
-    s = Settings.load(CONFIG)
-    js = s.backends["json-server"]
+    js = Settings.load(CONFIGS["json-server"]).backends["json-server"]
     assert js["max_in_flight"] >= 2 and js["estimate_basis"] == "serial"
     kw = replace(json_server(1_000), **backend_flags(js)).gate_flags()
     args = commands.gatekeeper("shortfirst", listen="l", upstream="u", **kw)
@@ -216,7 +217,7 @@ def test_json_server_is_charged_its_own_time_with_room_beside_the_running_reques
         min_capacity="1ms", max_capacity="2ms", **kw,
     )  # fmt: skip
     assert cal[-4:] == args[-4:] and cal.count("--classify") == len(json_server(1_000).types)
-    kw = replace(datasette(1_000), **backend_flags(s.backends["datasette"])).gate_flags()
+    kw = replace(datasette(1_000), **backend_flags(Settings.load(CONFIG).backends["datasette"])).gate_flags()
     args = commands.gatekeeper("shortfirst", listen="l", upstream="u", **kw)
     assert "--estimate-basis" not in args and args[-2:] == ["--max-in-flight", "4"]
 
@@ -227,7 +228,7 @@ def test_backend_behind_the_gatekeeper(name, tmp_path):
         pytest.skip(f"{RELEASE_BIN} missing: run `make build`")
     if not (TOOLS / ("datasette" if name == "datasette" else "node")).exists():
         pytest.skip(f"{name} not installed in {TOOLS}: run `make foreign-backends`")
-    s = Settings.load(CONFIG, {"duration_s": 4, "warmup_s": 0.5})
+    s = Settings.load(CONFIGS[name], {"duration_s": 4, "warmup_s": 0.5})
     backend = prepare(name, 2_000, 1, tmp_path, TOOLS, **backend_flags(s.backends[name]))
     p = Point(s, backend, str(RELEASE_BIN), tmp_path)
     with p.start() as be:
@@ -261,6 +262,6 @@ def test_backend_behind_the_gatekeeper(name, tmp_path):
 
 def test_an_unknown_backend_is_refused_before_anything_runs(tmp_path, capsys):
     out = tmp_path / "out"
-    argv = ["bench", "gatekeeper-foreign", str(CONFIG), "--backends", "datasette,jsonserver"]
+    argv = ["bench", "gatekeeper-foreign", *map(str, CONFIGS.values()), "--backends", "datasette,jsonserver"]
     assert lab_main([*argv, "--out", str(out), "--pin", "no", "--tools", str(tmp_path)]) == 2
-    assert "no [backend.jsonserver]" in capsys.readouterr().err and not out.exists()
+    assert "no experiment file of backend 'jsonserver'" in capsys.readouterr().err and not out.exists()

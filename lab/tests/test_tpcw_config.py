@@ -11,6 +11,8 @@ from shortfirst_lab.spec.schema import SpecError
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 BASE = """\
+backend = "bookstore"
+
 [bookstore]
 items = 1000
 customers = 2000

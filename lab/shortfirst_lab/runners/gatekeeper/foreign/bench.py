@@ -1,5 +1,5 @@
 """The gatekeeper in front of backends the project did not write (`make
-bench-gatekeeper-foreign`): for each backend of the experiment file, its per-type cost
+bench-gatekeeper-foreign`): for each backend (an experiment file each), its per-type cost
 alone, its peak work rate (direct, closed loops), `shortfirst gatekeeper calibrate`, then
 every mode (direct, fifo, sjf, sjf-aging:X) under open and closed load at about twice the
 peak, each run on a freshly started backend.
@@ -330,7 +330,7 @@ def cpu_summary(rows: list[dict], warmup_s: float, duration_s: float, work_per_s
 
 
 def backend_flags(table: dict) -> dict:
-    """The gatekeeper's flags for a backend from its `[backend.NAME]` table (unset: none)."""
+    """The gatekeeper's flags for a backend from its `[NAME]` table (unset: none)."""
     return {
         "max_in_flight": table.get("max_in_flight") or None,
         "estimate_basis": table.get("estimate_basis") or None,
@@ -381,36 +381,45 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m shortfirst_lab bench gatekeeper-foreign", description=__doc__.split("\n")[0]
     )
-    ap.add_argument("config", type=Path, help="experiment file, e.g. lab/experiments/gatekeeper-foreign.toml")
+    ap.add_argument(
+        "configs",
+        type=Path,
+        nargs="+",
+        help="experiment files, one per backend, e.g. lab/experiments/gatekeeper-datasette.toml",
+    )
     ap.add_argument("--bin", default="target/release/shortfirst")
     ap.add_argument(
         "--tools", type=Path, default=Path(".make/foreign"), help="where make foreign-backends installs"
     )
     ap.add_argument("--out", type=Path, default=Path("results/gatekeeper-foreign"))
-    ap.add_argument("--backends", default=None, help="comma-separated subset of the file's backends")
+    ap.add_argument("--backends", default=None, help="comma-separated subset of the files' backends")
     ap.add_argument("--duration", type=float, default=None, help="seconds per run (overrides the file)")
     ap.add_argument(
         "--pin", default="auto", choices=["auto", "yes", "no"], help="backend on the reserved CPU"
     )
     a = ap.parse_args(argv)
     overrides = {} if a.duration is None else {"duration_s": a.duration}
-    s = Settings.load(a.config, overrides)
-    names = a.backends.split(",") if a.backends else list(s.backends)
-    missing = [n for n in names if n not in s.backends]
+    settings = {}
+    for path in a.configs:
+        s = Settings.load(path, overrides)
+        settings |= dict.fromkeys(s.backends, s)
+    names = a.backends.split(",") if a.backends else list(settings)
+    missing = [n for n in names if n not in settings]
     if missing:  # before anything runs, not after the backends before it
-        raise GatekeeperError(f"--backends {a.backends}: no [backend.{missing[0]}] in {a.config}")
+        raise GatekeeperError(f"--backends {a.backends}: no experiment file of backend {missing[0]!r}")
     prefix = pinned_prefix({"auto": None, "yes": True, "no": False}[a.pin])
     binary = str(Path(a.bin).resolve())
     result = {
-        "provenance": provenance(extra={"config": str(a.config)}),
-        "settings": vars(s) | {"backends": s.backends},
+        "provenance": provenance(extra={"config": " ".join(map(str, a.configs))}),
+        # Per backend, the settings of its experiment file.
+        "settings": {name: vars(settings[name]) for name in names},
+        "backends": {},
     }
-    result["backends"] = {}
     timelines = {}
     with tempfile.TemporaryDirectory(prefix="gk-foreign-") as scratch:
         for name in names:
             result["backends"][name], timelines[name] = run_backend(
-                s, name, binary, a.tools, Path(scratch), prefix
+                settings[name], name, binary, a.tools, Path(scratch), prefix
             )
     a.out.mkdir(parents=True, exist_ok=True)
     write_json(a.out / "timelines.json", {"sample_s": SAMPLE_S, "backends": timelines}, allow_nan=True)

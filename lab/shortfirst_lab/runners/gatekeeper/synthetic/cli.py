@@ -63,7 +63,7 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, argpa
     ap = parser()
     a = ap.parse_args(argv)
     if a.experiment is not None:
-        ap.set_defaults(**read_spec(a.experiment, kind="synthetic").value)
+        ap.set_defaults(**read_spec(a.experiment, kind="gatekeeper", backend="synthetic").value)
         a = ap.parse_args(argv)
     return ap, a
 
