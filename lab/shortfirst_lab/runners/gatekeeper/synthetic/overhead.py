@@ -52,6 +52,18 @@ def nginx_binary() -> str | None:
     return shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
 
 
+@contextlib.contextmanager
+def nginx_proxy(binary: str, conf_dir: Path, up_port: int, log: Path) -> Iterator[tuple[str, int]]:
+    """nginx (one worker, kept-alive upstream connections) in front of 127.0.0.1:`up_port`,
+    configured in `conf_dir`, ready; yields its URL and pid."""
+    conf_dir.mkdir(exist_ok=True)
+    port = free_port()
+    (conf_dir / "nginx.conf").write_text(NGINX_CONF.format(dir=conf_dir, up=up_port, port=port))
+    with Child([binary, "-p", str(conf_dir), "-c", str(conf_dir / "nginx.conf")], log) as child:
+        wait_port(port, child.proc)
+        yield f"http://127.0.0.1:{port}", child.pid
+
+
 def latencies_us(run_dir: Path) -> list[float]:
     """Per-request latency, send start to last byte (generator lateness excluded), of the
     completed requests, without the first 10% (connection set-up, cold caches)."""
@@ -260,15 +272,9 @@ def _start_paths(
     if a.overhead_nginx == "yes" and not nginx:
         raise RuntimeError("--overhead-nginx yes: nginx not found")
     if nginx and a.overhead_nginx != "no":
-        d = b.work / "nginx"
-        d.mkdir()
-        nport = free_port()
-        (d / "nginx.conf").write_text(NGINX_CONF.format(dir=d, up=up_port, port=nport))
-        ng = Child([nginx, "-p", str(d), "-c", str(d / "nginx.conf")], b.work / "nginx.log")
-        stack.enter_context(ng)
-        wait_port(nport)
-        urls["nginx"] = f"http://127.0.0.1:{nport}"
-        pids["nginx"] = ng.pid
+        urls["nginx"], pids["nginx"] = stack.enter_context(
+            nginx_proxy(nginx, b.work / "nginx", up_port, b.work / "nginx.log")
+        )
     return urls, pids
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .... import commands
 from ....kit import Child, KitError, free_port, wait_port, wrk
-from .overhead import NGINX_CONF, ONLY_OVERHEAD_CAPACITY, nginx_binary
+from .overhead import ONLY_OVERHEAD_CAPACITY, nginx_binary, nginx_proxy
 from .points import Bench
 
 #: The pass rule of the section, stated in the output beside the figures.
@@ -58,13 +58,8 @@ def _start(b: Bench, stack: contextlib.ExitStack, root: Path, nginx: str) -> dic
     stack.enter_context(Child(argv, b.work / "throughput-serve.log"))
     wait_port(up)
     gate = stack.enter_context(b.proxy(f"http://127.0.0.1:{up}", "fifo", ONLY_OVERHEAD_CAPACITY))
-    d = b.work / "throughput-nginx"
-    d.mkdir(exist_ok=True)
-    nport = free_port()
-    (d / "nginx.conf").write_text(NGINX_CONF.format(dir=d, up=up, port=nport))
-    stack.enter_context(Child([nginx, "-p", str(d), "-c", str(d / "nginx.conf")], b.work / "nginx-tp.log"))
-    wait_port(nport)
-    return {"direct": f"http://127.0.0.1:{up}", "gatekeeper": gate.url, "nginx": f"http://127.0.0.1:{nport}"}
+    ng, _ = stack.enter_context(nginx_proxy(nginx, b.work / "throughput-nginx", up, b.work / "nginx-tp.log"))
+    return {"direct": f"http://127.0.0.1:{up}", "gatekeeper": gate.url, "nginx": ng}
 
 
 def _rounds(
