@@ -86,10 +86,6 @@ PY_SOURCES := . ../bench ../crates/load/bench ../scripts
 
 lint: venv ## rustfmt, clippy -D warnings, ruff and the history check, all as checks
 	$(CARGO) fmt --all --check
-	@# fuzz/ is a workspace of its own on our crates: its lock file must know their dependencies
-	@# (found here in seconds, not by fuzz-replay after the builds; `cargo fetch --manifest-path
-	@# fuzz/Cargo.toml` brings it up to date).
-	$(CARGO) metadata --locked --format-version 1 --manifest-path fuzz/Cargo.toml >/dev/null
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(PY) scripts/unused_deps.py
 	cd lab && ../$(VENV)/bin/ruff check --config pyproject.toml $(PY_SOURCES)

@@ -1,5 +1,5 @@
 # Backends the project did not write, from package registries, for the gatekeeper's
-# foreign-backend benchmark (lab/experiments/gatekeeper-foreign.toml):
+# foreign-backend benchmark (lab/experiments/gatekeeper-datasette.toml, gatekeeper-json-server.toml):
 #
 #   make foreign-backends          datasette (PyPI, SQLite) in its own venv and json-server
 #                                  (npm) in .make/foreign, at the versions pinned in lab/foreign/
@@ -37,5 +37,6 @@ $(FOREIGN_DIR)/node.stamp: lab/foreign/package.json lab/foreign/package-lock.jso
 	@touch $@
 
 bench-gatekeeper-foreign: build venv foreign-backends ## gatekeeper in front of datasette and json-server (FOREIGN_ARGS)
-	$(PY) -m shortfirst_lab bench gatekeeper-foreign lab/experiments/gatekeeper-foreign.toml --bin $(BIN) \
+	$(PY) -m shortfirst_lab bench gatekeeper-foreign lab/experiments/gatekeeper-datasette.toml \
+	  lab/experiments/gatekeeper-json-server.toml --bin $(BIN) \
 	  --tools $(FOREIGN_DIR) --out results/gatekeeper-foreign $(FOREIGN_ARGS)

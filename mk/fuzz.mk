@@ -1,15 +1,18 @@
-# Fuzzing: cargo-fuzz (libFuzzer) targets in fuzz/, a workspace of their own.
+# Fuzzing: cargo-fuzz (libFuzzer) targets in fuzz/, a member of the main workspace.
 #   make fuzz                      every target for FUZZ_SECONDS each, corpora grow in fuzz/corpus/
 #   make fuzz FUZZ_TARGETS=http_head FUZZ_SECONDS=1200
 #   make fuzz-cmin                 minimise the corpora before committing them
-# `make test` replays the committed corpora on stable Rust (fuzz-replay): each
-# target's body is a plain function in fuzz/src, called by fuzz/tests/replay.rs.
+# `make test` replays the committed corpora on stable Rust (in test-rust's `cargo test
+# --workspace`; `make fuzz-replay` alone): each target's body is a plain function in
+# fuzz/src, called by fuzz/tests/replay.rs.
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= http_head resolve_target range_conditions trace_csv trace_clf trace_wc98 session_toml load_schedule gatekeeper_classify gatekeeper_config tls_names
 # Pinned: a new cargo-fuzz must not change what `make fuzz` does by itself.
 CARGO_FUZZ_VERSION := 0.13.1
 FUZZ_TOOLCHAIN ?= nightly
-TEST_TARGETS += fuzz-replay
+# The fuzz builds skip the release profile's link-time optimisation: with the sanitiser's
+# instrumentation it makes each target's link take minutes and finds nothing more.
+FUZZ_CARGO := CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 $(CARGO) +$(FUZZ_TOOLCHAIN)
 
 .PHONY: fuzz fuzz-tools fuzz-cmin fuzz-replay
 
@@ -22,16 +25,14 @@ fuzz-tools: ## install the nightly toolchain and the pinned cargo-fuzz if missin
 # Each target runs alone (one process, -jobs=1 would only add a log file) for
 # FUZZ_SECONDS; a crash stops `make fuzz` with the input under fuzz/artifacts/.
 fuzz: fuzz-tools ## run every fuzz target for FUZZ_SECONDS (FUZZ_TARGETS to choose)
-	cd fuzz && for t in $(FUZZ_TARGETS); do \
+	for t in $(FUZZ_TARGETS); do \
 	  echo "== $$t ($(FUZZ_SECONDS) s)"; \
-	  $(CARGO) +$(FUZZ_TOOLCHAIN) fuzz run $$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1; \
+	  $(FUZZ_CARGO) fuzz run --fuzz-dir fuzz --features libfuzzer $$t fuzz/corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1; \
 	done
 
 fuzz-cmin: fuzz-tools ## minimise the fuzz corpora before committing them
-	cd fuzz && for t in $(FUZZ_TARGETS); do $(CARGO) +$(FUZZ_TOOLCHAIN) fuzz cmin $$t corpus/$$t; done
+	for t in $(FUZZ_TARGETS); do $(FUZZ_CARGO) fuzz cmin --fuzz-dir fuzz --features libfuzzer $$t fuzz/corpus/$$t; done
 
 # Stable Rust, no libFuzzer: every committed input through every target's body.
-# Shares the main workspace's target directory: the same dependencies, built once.
 fuzz-replay: ## replay the committed fuzz corpora and regressions through every target (stable Rust)
-	$(CARGO) fmt --manifest-path fuzz/Cargo.toml --check
-	CARGO_TARGET_DIR=$(CURDIR)/target $(CARGO) test --locked --manifest-path fuzz/Cargo.toml --no-default-features
+	$(CARGO) test --locked -p shortfirst-fuzz

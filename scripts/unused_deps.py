@@ -86,8 +86,12 @@ def unused_in_crate(crate: Path, root: Path | None = None) -> list[str]:
     package = manifest.get("package", {})
     ignored = set(package.get("metadata", {}).get("unused-deps", {}).get("ignored", []))
     build_rs = package.get("build", "build.rs") if package.get("build", True) else None
+    # A [[bin]] or [[example]] may live outside src/ (e.g. the fuzz targets).
+    target_paths = tuple(
+        t["path"] for kind in ("bin", "example") for t in manifest.get(kind, []) if "path" in t
+    )
     scopes = {
-        "dependencies": ("src",),
+        "dependencies": ("src", *target_paths),
         "dev-dependencies": ("src", "tests", "benches", "examples"),
         "build-dependencies": (build_rs,) if build_rs else (),
     }

@@ -14,8 +14,11 @@ pub use http::{http_head, range_conditions, resolve_target};
 pub use load::{load_schedule, session_toml, trace_clf, trace_csv, trace_wc98};
 pub use tls::tls_names;
 
+/// A target's body: one input, a panic when it breaks an invariant.
+pub type Target = fn(&[u8]);
+
 /// Every target by name, for the replay test.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("http_head", http_head),
     ("resolve_target", resolve_target),
     ("range_conditions", range_conditions),

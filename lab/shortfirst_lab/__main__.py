@@ -4,7 +4,7 @@ Verbs parsed here (one function each; add one by writing `_cmd_x(args)` and regi
 `SUBCOMMANDS` with a function that adds its arguments):
 
     validate FILE...                                  check experiment files of any kind (static serving,
-                                                      gatekeeper: tpcw, foreign), print what each runs
+                                                      gatekeeper on any backend), print what each runs
     run EXP.toml --out DIR [--resume] [--bin PATH]   run an experiment, then build its report
     report DIR [--resimulate [--bin PATH]]            rebuild summary.json and report.html from raw logs
                                                       (overload experiments: `overload`); --resimulate
@@ -134,7 +134,8 @@ def _cmd_validate(a: argparse.Namespace) -> int:
 
     for path in a.experiments:
         spec = read_spec(path, a.overrides)
-        print(f"{path}: ok — {spec.kind}: {_plan(spec)}")
+        kind = spec.kind if spec.backend is None else f"{spec.kind} on {spec.backend}"
+        print(f"{path}: ok — {kind}: {_plan(spec)}")
         if spec.kind == "static":
             for r in spec.value.matrix():
                 print(f"  {r.run_id}  seed={r.seed}")
@@ -149,20 +150,20 @@ def _plan(spec) -> str:
             f"{v.name}: {len(v.matrix())} runs × {v.run.duration_s:g} s schedule "
             f"(+ drain up to {v.run.drain_timeout_s:g} s each)"
         )
-    if spec.kind == "tpcw":
-        from .runners.tpcw.config import browsers_for
+    if spec.backend == "bookstore":
+        from .runners.gatekeeper.tpcw.config import browsers_for
 
         points = sum(len(browsers_for(v, m)) for m in v["modes"]["list"])
         return f"{points} points (mode × browsers) × {v['load']['duration_s']:g} s"
-    if spec.kind == "synthetic":
+    if spec.backend == "synthetic":
         n = {
             k: len(str(v.get(k, "")).split(","))
             for k in ("configs", "closed_factors", "open_configs", "open_factors")
         }
         runs = n["configs"] * n["closed_factors"] + n["open_configs"] * n["open_factors"]
         return f"{runs} runs (closed and open configuration × load factor), then the overhead rounds"
-    runs = len(v.backends) * len(v.modes) * len(v.models)
-    return f"{runs} runs (backend × mode × model) × {v.duration_s:g} s, backends {', '.join(v.backends)}"
+    runs = len(v.modes) * len(v.models)
+    return f"{runs} runs (mode × model) × {v.duration_s:g} s"
 
 
 def _add_check(p: argparse.ArgumentParser) -> None:
@@ -192,7 +193,10 @@ SUBCOMMANDS: dict[
 #: Verbs whose module parses its own arguments: VERB → (module, what it does).
 MODULE_VERBS: dict[str, tuple[str, str]] = {
     "theory": ("theory.cli", "M/G/1 theory: mean response times, Crovella's figures"),
-    "tpcw": ("runners.tpcw.cli", "the gatekeeper on the TPC-W bookstore: sweep an experiment file, report"),
+    "tpcw": (
+        "runners.gatekeeper.tpcw.cli",
+        "the gatekeeper on the TPC-W bookstore: sweep an experiment file, report",
+    ),
     "overload": ("analysis.overload", "the overload summary and figures across experiment directories"),
     "series": ("analysis.series", "a run's per-second client-side series"),
     "inflight": ("analysis.inflight", "long responses in transfer at once, per run"),
@@ -204,8 +208,14 @@ MODULE_VERBS: dict[str, tuple[str, str]] = {
 #: `bench NAME`: the benchmarks (`make bench-NAME`), a lab module or a script of the repository.
 BENCHES: dict[str, tuple[str, str]] = {
     "netem": ("runners.netembench", "packets/s and CPU per packet through shortfirst netem (root)"),
-    "gatekeeper-synthetic": ("runners.gkbench.cli", "the gatekeeper vs direct on the synthetic upstream"),
-    "gatekeeper-foreign": ("runners.foreign.bench", "the gatekeeper in front of datasette and json-server"),
+    "gatekeeper-synthetic": (
+        "runners.gatekeeper.synthetic.cli",
+        "the gatekeeper vs direct on the synthetic upstream",
+    ),
+    "gatekeeper-foreign": (
+        "runners.gatekeeper.foreign.bench",
+        "the gatekeeper in front of datasette and json-server",
+    ),
     "serve": ("bench/serve.py", "shortfirst serve against nginx, driven by wrk (root)"),
     "load": ("crates/load/bench/bench_load.py", "the load generator's highest rate, beside wrk"),
 }

@@ -1,7 +1,8 @@
 """The command lines of our binaries, built in one place: every flag of `shortfirst load`,
-`shortfirst serve`, `shortfirst gatekeeper` (the proxy, `calibrate`, `synthetic-upstream`)
-and `shortfirst sim` the lab passes is spelled here once, with its unit written the way the binary reads it
-(seconds in, `Nms` out), so a renamed flag is one edit. Values are written with str() unless
+`shortfirst serve`, `shortfirst gatekeeper` (the proxy, `calibrate`, `synthetic-upstream`),
+`shortfirst sim` and the TPC-W `bookstore` (`serve`, `gen`) the lab passes is spelled here
+once, with its unit written the way the binary reads it (seconds in, `Nms` out), so a renamed
+flag is one edit. Values are written with str() unless
 a unit says otherwise: what the caller passes is what the binary reads.
 
 Every builder takes the binary first and returns an argv list (no shell). Options left at
@@ -186,6 +187,35 @@ def synthetic_upstream(
             ("--write-mix", write_mix),
         ]
     )
+
+
+def bookstore_serve(
+    binary: str | Path,
+    *,
+    db: str,
+    listen: str,
+    pool: int,
+    request_log: str | Path | None = None,
+    best_sellers_repeat: int | None = None,
+) -> list[str]:
+    """`bookstore serve`: the TPC-W bookstore on `db` with a pool of `pool` connections; one
+    row per request in `request_log`; Best Sellers' query run `best_sellers_repeat` times."""
+    argv = [str(binary), "serve"]
+    return argv + _flags(
+        [
+            ("--db", db),
+            ("--listen", listen),
+            ("--pool", pool),
+            ("--request-log", request_log),
+            ("--best-sellers-repeat", best_sellers_repeat),
+        ]
+    )
+
+
+def bookstore_gen(binary: str | Path, *, db: str, items: int, customers: int, seed: int) -> list[str]:
+    """`bookstore gen`: a generated TPC-W database of `items` items and `customers` customers."""
+    argv = [str(binary), "gen"]
+    return argv + _flags([("--db", db), ("--items", items), ("--customers", customers), ("--seed", seed)])
 
 
 def sim(

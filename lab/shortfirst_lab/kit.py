@@ -453,9 +453,11 @@ def _toml_value(v: Any) -> str:
 
 def to_toml(doc: dict[str, Any]) -> str:
     """Serialise a two-level document of tables of scalars, lists and inline tables (the experiment
-    schema; deeper levels, as in `[setups]`, become inline tables)."""
-    out = []
-    for section, table in doc.items():
+    schema; deeper levels, as in `[setups]`, become inline tables); top-level values (a gatekeeper
+    experiment's `backend`) come first."""
+    out = [f"{k} = {_toml_value(v)}" for k, v in doc.items() if not isinstance(v, dict)]
+    out += [""] if out else []
+    for section, table in ((k, v) for k, v in doc.items() if isinstance(v, dict)):
         out.append(f"[{section}]")
         out.extend(f"{k} = {_toml_value(v)}" for k, v in table.items())
         out.append("")

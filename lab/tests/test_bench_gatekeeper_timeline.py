@@ -1,10 +1,10 @@
-"""The synthetic gatekeeper bench's diagnosis helpers (shortfirst_lab.runners.gkbench, run by
+"""The synthetic gatekeeper bench's diagnosis helpers (shortfirst_lab.runners.gatekeeper.synthetic, run by
 python -m shortfirst_lab bench gatekeeper-synthetic): how `timeline_summary` classifies moments
 with idle backend processors, and the `--max-charge-share` specs, as tables."""
 
 import pytest
 
-from shortfirst_lab.runners import gkbench
+from shortfirst_lab.runners.gatekeeper import synthetic as gkbench
 
 
 @pytest.fixture(scope="module")

@@ -165,3 +165,16 @@ def test_sim_and_the_synthetic_upstream():
         "sf", listen="l", scale=0.25, cpus=4, slots=32, thrash=0.1, write_mix="m.csv"
     ) == ["sf", "gatekeeper", "synthetic-upstream", "--listen", "l", "--scale", "0.25", "--cpus", "4",
           "--slots", "32", "--thrash", "0.1", "--write-mix", "m.csv"]  # fmt: skip
+
+
+def test_the_bookstore_serves_and_generates():
+    assert commands.bookstore_serve("bs", db="postgres://x", listen="l", pool=16) == [
+        "bs", "serve", "--db", "postgres://x", "--listen", "l", "--pool", "16",
+    ]  # fmt: skip
+    argv = commands.bookstore_serve(
+        "bs", db="d", listen="l", pool=4, request_log="r.csv", best_sellers_repeat=5
+    )
+    assert argv[8:] == ["--request-log", "r.csv", "--best-sellers-repeat", "5"]
+    assert commands.bookstore_gen("bs", db="d", items=1000, customers=2000, seed=1) == [
+        "bs", "gen", "--db", "d", "--items", "1000", "--customers", "2000", "--seed", "1",
+    ]  # fmt: skip

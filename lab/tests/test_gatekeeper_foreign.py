@@ -6,8 +6,10 @@ foreign-backends` or the release build has not run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,29 +18,32 @@ from conftest import RELEASE_BIN
 from shortfirst_lab import commands
 from shortfirst_lab.__main__ import main as lab_main
 from shortfirst_lab.kit import Child, fetch_text, free_port, wait_port
-from shortfirst_lab.runners.foreign.backends import (
-    ForeignError,
+from shortfirst_lab.runners.gatekeeper.backends.base import GatekeeperError, Served
+from shortfirst_lab.runners.gatekeeper.backends.foreign import (
     datasette,
     json_server,
     make_json,
     make_sqlite,
     prepare,
 )
-from shortfirst_lab.runners.foreign.bench import (
+from shortfirst_lab.runners.gatekeeper.foreign.bench import (
     Point,
     Settings,
+    backend_flags,
     cpu_summary,
     ladder_done,
     peak_of,
     response_time_law,
     run_label,
 )
-from shortfirst_lab.runners.foreign.verdict import checks, table
+from shortfirst_lab.runners.gatekeeper.foreign.verdict import checks, table
 from shortfirst_lab.spec.schema import SpecError
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = REPO / ".make" / "foreign"
-CONFIG = REPO / "lab" / "experiments" / "gatekeeper-foreign.toml"
+#: The experiment file of each backend; the datasette one for the settings they share.
+CONFIGS = {n: REPO / "lab" / "experiments" / f"gatekeeper-{n}.toml" for n in ("datasette", "json-server")}
+CONFIG = CONFIGS["datasette"]
 
 
 def test_data_is_deterministic_and_sized(tmp_path):
@@ -51,7 +56,7 @@ def test_data_is_deterministic_and_sized(tmp_path):
     make_json(tmp_path / "db.json", 1_000, 7)
     doc = json.loads((tmp_path / "db.json").read_text())
     assert len(doc["items"]) == 1_000 and doc["users"][0]["id"] == 1
-    with pytest.raises(ForeignError, match="rows"):
+    with pytest.raises(GatekeeperError, match="rows"):
         make_sqlite(tmp_path / "c.db", 10, 7)
 
 
@@ -138,14 +143,7 @@ class _FakePoint(Point):
         path.write_text("")
 
     def start(self):
-        class _Backend:
-            def __enter__(self):
-                return self
-
-            def __exit__(self, *exc):
-                return False
-
-        return _Backend(), "http://fake"
+        return contextlib.nullcontext(Served("http://fake", 0, 0))
 
     def load(self, url, model, trace, tag, duration_s):
         clients = int(model.split(":")[1])
@@ -209,10 +207,9 @@ def test_json_server_is_charged_its_own_time_with_room_beside_the_running_reques
     """json-server sleeps about 2 ms inside every request (its default `_delay` timers), time
     another request in flight can use; charged its own time on the backend (`serial`), not
     the wall time it waited behind the others. The flags reach the gatekeeper and calibrate."""
-    s = Settings.load(CONFIG)
-    js = s.backends["json-server"]
+    js = Settings.load(CONFIGS["json-server"]).backends["json-server"]
     assert js["max_in_flight"] >= 2 and js["estimate_basis"] == "serial"
-    kw = Point(s, json_server(1_000), [], "shortfirst", tmp_path, prefix=[]).classify_args()
+    kw = replace(json_server(1_000), **backend_flags(js)).gate_flags()
     args = commands.gatekeeper("shortfirst", listen="l", upstream="u", **kw)
     assert args[-4:] == ["--max-in-flight", str(js["max_in_flight"]), "--estimate-basis", "serial"]
     cal = commands.calibrate(
@@ -220,7 +217,7 @@ def test_json_server_is_charged_its_own_time_with_room_beside_the_running_reques
         min_capacity="1ms", max_capacity="2ms", **kw,
     )  # fmt: skip
     assert cal[-4:] == args[-4:] and cal.count("--classify") == len(json_server(1_000).types)
-    kw = Point(s, datasette(1_000), [], "shortfirst", tmp_path, prefix=[]).classify_args()
+    kw = replace(datasette(1_000), **backend_flags(Settings.load(CONFIG).backends["datasette"])).gate_flags()
     args = commands.gatekeeper("shortfirst", listen="l", upstream="u", **kw)
     assert "--estimate-basis" not in args and args[-2:] == ["--max-in-flight", "4"]
 
@@ -231,11 +228,11 @@ def test_backend_behind_the_gatekeeper(name, tmp_path):
         pytest.skip(f"{RELEASE_BIN} missing: run `make build`")
     if not (TOOLS / ("datasette" if name == "datasette" else "node")).exists():
         pytest.skip(f"{name} not installed in {TOOLS}: run `make foreign-backends`")
-    s = Settings.load(CONFIG, {"duration_s": 4, "warmup_s": 0.5})
-    backend, argv = prepare(name, 2_000, 1, tmp_path, TOOLS)
-    p = Point(s, backend, argv, str(RELEASE_BIN), tmp_path, prefix=[])
-    be, url = p.start()
-    with be:
+    s = Settings.load(CONFIGS[name], {"duration_s": 4, "warmup_s": 0.5})
+    backend = prepare(name, 2_000, 1, tmp_path, TOOLS, **backend_flags(s.backends[name]))
+    p = Point(s, backend, str(RELEASE_BIN), tmp_path)
+    with p.start() as be:
+        url = be.url
         p.measure_alone(url)
         assert set(p.cost_ms) == {t.name for t in backend.types}
         trace = tmp_path / "trace.csv"
@@ -248,7 +245,7 @@ def test_backend_behind_the_gatekeeper(name, tmp_path):
             capacity="2s",
             policy="sjf-aging:2",
             admin=f"127.0.0.1:{admin}",
-            **p.classify_args(),
+            **backend.gate_flags(),
         )
         with Child(gk, tmp_path / "gatekeeper.log"):
             wait_port(port)
@@ -265,6 +262,6 @@ def test_backend_behind_the_gatekeeper(name, tmp_path):
 
 def test_an_unknown_backend_is_refused_before_anything_runs(tmp_path, capsys):
     out = tmp_path / "out"
-    argv = ["bench", "gatekeeper-foreign", str(CONFIG), "--backends", "datasette,jsonserver"]
+    argv = ["bench", "gatekeeper-foreign", *map(str, CONFIGS.values()), "--backends", "datasette,jsonserver"]
     assert lab_main([*argv, "--out", str(out), "--pin", "no", "--tools", str(tmp_path)]) == 2
-    assert "no [backend.jsonserver]" in capsys.readouterr().err and not out.exists()
+    assert "no experiment file of backend 'jsonserver'" in capsys.readouterr().err and not out.exists()

@@ -10,9 +10,9 @@ import pytest
 from conftest import RELEASE_BIN
 
 from shortfirst_lab.kit import KitError, parse_wrk
-from shortfirst_lab.runners.gkbench.harness import Bench
-from shortfirst_lab.runners.gkbench.overhead import nginx_binary
-from shortfirst_lab.runners.gkbench.throughput import measure_throughput, summarize
+from shortfirst_lab.runners.gatekeeper.synthetic.overhead import nginx_binary
+from shortfirst_lab.runners.gatekeeper.synthetic.points import Bench
+from shortfirst_lab.runners.gatekeeper.synthetic.throughput import measure_throughput, summarize
 
 WRK = """Running 5s test @ http://127.0.0.1:8080/1k.bin
   2 threads and 8 connections

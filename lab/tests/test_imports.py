@@ -19,7 +19,10 @@ MODULES = sorted(
 
 
 def test_the_walk_finds_the_lab():
-    assert "shortfirst_lab.runners.netembench" in MODULES and "shortfirst_lab.runners.tpcw.cli" in MODULES
+    assert (
+        "shortfirst_lab.runners.netembench" in MODULES
+        and "shortfirst_lab.runners.gatekeeper.tpcw.cli" in MODULES
+    )
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -22,15 +22,17 @@ MISSPELT = [
     ("demo.toml", "[calibration]", "[calibraton]", "calibraton"),
     ("gatekeeper-tpcw-short.toml", "browsers = [50, 150, 400]", "browsrs = [50, 150, 400]", "load.browsrs"),
     ("gatekeeper-tpcw-short.toml", "[gatekeeper]", "[gatekeper]", "gatekeper"),
-    ("gatekeeper-foreign.toml", "peak_repeats = 2", "peak_repeat = 2", "run.peak_repeat"),
-    ("gatekeeper-foreign.toml", "refine_steps = 1", "refine_step = 1", "calibrate.refine_step"),
+    ("gatekeeper-datasette.toml", "peak_repeats = 2", "peak_repeat = 2", "run.peak_repeat"),
+    ("gatekeeper-datasette.toml", "refine_steps = 1", "refine_step = 1", "calibrate.refine_step"),
     (
-        "gatekeeper-foreign.toml",
+        "gatekeeper-json-server.toml",
         'estimate_basis = "serial"',
         'estimate_bassis = "serial"',
-        "backend.json-server.estimate_bassis",
+        "json-server.estimate_bassis",
     ),
-    ("gatekeeper-foreign.toml", "[backend.datasette]", "[backend.datasete]", "backend.datasete"),
+    ("gatekeeper-datasette.toml", "[datasette]", "[datasete]", "datasete"),
+    ("gatekeeper-datasette.toml", 'backend = "datasette"', 'backend = "datasete"', "backend"),
+    ("gatekeeper-tpcw-short.toml", 'backend = "bookstore"', 'backend = "synthetic"', "bookstore"),
     ("gatekeeper-synthetic.toml", "slots = 32", "slot = 32", "synthetic.slot"),
     ("gatekeeper-synthetic.toml", "[overhead]", "[overhed]", "overhed"),
 ]
@@ -67,7 +69,7 @@ def test_a_misspelt_key_is_refused_by_name(tmp_path, name, line, typo, key):
 
 def test_the_cli_refuses_a_misspelt_key_with_one_line(tmp_path):
     bad = tmp_path / "foreign.toml"
-    bad.write_text((EXPERIMENTS / "gatekeeper-foreign.toml").read_text().replace("think_s =", "thinks_s ="))
+    bad.write_text((EXPERIMENTS / "gatekeeper-datasette.toml").read_text().replace("think_s =", "thinks_s ="))
     proc = subprocess.run(
         [sys.executable, "-m", "shortfirst_lab", "validate", str(bad)],
         capture_output=True,
@@ -80,7 +82,7 @@ def test_the_cli_refuses_a_misspelt_key_with_one_line(tmp_path):
 
 
 def test_overrides_apply_to_every_kind_before_validation(tmp_path):
-    spec = read_spec(EXPERIMENTS / "gatekeeper-foreign.toml", ["run.duration_s=40"])
+    spec = read_spec(EXPERIMENTS / "gatekeeper-datasette.toml", ["run.duration_s=40"])
     assert spec.value.duration_s == 40.0
     spec = read_spec(EXPERIMENTS / "gatekeeper-tpcw-short.toml", ["load.browsers=[5]"])
     assert spec.value["load"]["browsers"] == [5]
@@ -96,13 +98,13 @@ def test_a_file_of_no_kind_is_refused(tmp_path):
     ):
         read_spec(p)
     with pytest.raises(SpecError, match=r"expected a static serving experiment file"):
-        read_spec(EXPERIMENTS / "gatekeeper-foreign.toml", kind="static")
+        read_spec(EXPERIMENTS / "gatekeeper-datasette.toml", kind="static")
 
 
 def test_the_synthetic_file_holds_the_bench_s_settings_and_flags_override_it():
     """`make bench-gatekeeper-synthetic` passes the file: it must give the bench exactly the
     settings it ran with before it had one (its flags' defaults), and a flag still wins."""
-    from shortfirst_lab.runners.gkbench.cli import parse
+    from shortfirst_lab.runners.gatekeeper.synthetic.cli import parse
 
     path = str(EXPERIMENTS / "gatekeeper-synthetic.toml")
     defaults, from_file = vars(parse([])[1]), vars(parse([path])[1])
@@ -115,5 +117,28 @@ def test_the_synthetic_file_holds_the_bench_s_settings_and_flags_override_it():
 def test_optional_keys_take_their_defaults(tmp_path):
     """A key the schema marks optional may be left out (the foreign bench's seed is 1)."""
     p = tmp_path / "foreign.toml"
-    p.write_text((EXPERIMENTS / "gatekeeper-foreign.toml").read_text().replace("seed = 1\n", "", 1))
+    p.write_text((EXPERIMENTS / "gatekeeper-datasette.toml").read_text().replace("seed = 1\n", "", 1))
     assert read_spec(p).value.seed == 1
+
+
+@pytest.mark.parametrize(
+    "name", ["gatekeeper-synthetic.toml", "gatekeeper-tpcw.toml", "gatekeeper-json-server.toml"]
+)
+def test_a_gatekeeper_file_names_its_backend(tmp_path, name):
+    """The gatekeeper kind's files say which backend they are for; without `backend` (or for
+    another backend than the reader asks for) they are refused naming the key."""
+    spec = read_spec(EXPERIMENTS / name)
+    assert (
+        spec.kind == "gatekeeper"
+        and name == f"gatekeeper-{dict(bookstore='tpcw').get(spec.backend, spec.backend)}.toml"
+    )
+    bad = tmp_path / name
+    bad.write_text(
+        "\n".join(x for x in (EXPERIMENTS / name).read_text().splitlines() if not x.startswith("backend ="))
+    )
+    with pytest.raises(SpecError) as e:
+        read_spec(bad)
+    assert e.value.key == "backend" and e.value.got is None
+    other = "datasette" if spec.backend != "datasette" else "synthetic"
+    with pytest.raises(SpecError, match=rf"backend: expected one of \['{other}'\], got '{spec.backend}'"):
+        read_spec(EXPERIMENTS / name, kind="gatekeeper", backend=other)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from shortfirst_lab.runners import tpcw
-from shortfirst_lab.runners.tpcw import database as tpcw_database
+from shortfirst_lab.runners.gatekeeper import tpcw
+from shortfirst_lab.runners.gatekeeper.backends import postgres as tpcw_database
 from shortfirst_lab.spec.schema import SpecError
 
 
@@ -76,16 +76,22 @@ def _require_stack() -> tpcw.Binaries:
     return bins
 
 
+def _bookstore(bins: tpcw.Binaries, pg: tpcw.Postgres, pool: int, request_log: Path):
+    """The bookstore on `pg`, one row per request in `request_log`, its output beside it."""
+    backend = tpcw.BookstoreBackend(bins.bookstore, pg.url, pool, request_log)
+    return tpcw.serve(backend, request_log.with_suffix(".log"))
+
+
 @pytest.mark.slow
 def test_browsers_through_the_gatekeeper_into_the_bookstore(tmp_path: Path):
     bins = _require_stack()
     with tpcw.postgres(max_connections=60) as pg:
-        tpcw.generate(bins, pg.url, items=1000, customers=2000, seed=1)
+        tpcw.generate(bins.bookstore, pg.url, items=1000, customers=2000, seed=1)
         app_log = tmp_path / "app.csv"
-        with tpcw.bookstore(bins, pg.url, tmp_path, pool=16, request_log=app_log) as app:
+        with _bookstore(bins, pg, 16, app_log) as app:
             r = tpcw.run_point(
                 bins,
-                app,
+                app.url,
                 "sjf",
                 "50ms",
                 browsers=20,
@@ -100,10 +106,10 @@ def test_browsers_through_the_gatekeeper_into_the_bookstore(tmp_path: Path):
         # take a request whose client has gone out of its queue, so that the bookstore serves
         # almost none of them (if it did not, every queued request would reach the bookstore).
         gone_log = tmp_path / "app-gone.csv"
-        with tpcw.bookstore(bins, pg.url, tmp_path, pool=4, request_log=gone_log) as app:
+        with _bookstore(bins, pg, 4, gone_log) as app:
             gone = tpcw.run_point(
                 bins,
-                app,
+                app.url,
                 "fifo",
                 "1us",
                 browsers=400,
@@ -261,7 +267,9 @@ def test_best_sellers_repeat_setting():
     assert tpcw.best_sellers_repeat_of({"best_sellers_repeat": 1}) == 1
     assert tpcw.best_sellers_repeat_of({"best_sellers_repeat": 100}) == 100
     for bad in (0, -5, 101, "5", 2.5, True):
-        with pytest.raises(tpcw.TpcwError, match=r"\[bookstore\] best_sellers_repeat must be an integer"):
+        with pytest.raises(
+            tpcw.GatekeeperError, match=r"\[bookstore\] best_sellers_repeat must be an integer"
+        ):
             tpcw.best_sellers_repeat_of({"best_sellers_repeat": bad})
 
 
@@ -321,7 +329,7 @@ def test_calibration_takes_the_smallest_capacity_near_the_peak():
     ]
     assert tpcw.choose_capacity(trials, 0.05) == 200_000
     assert tpcw.choose_capacity(trials, 0.0) == 400_000
-    with pytest.raises(tpcw.TpcwError):
+    with pytest.raises(tpcw.GatekeeperError):
         tpcw.choose_capacity([], 0.05)
 
 
@@ -351,7 +359,7 @@ def test_calibration_with_the_experiments_browsers():
     assert tpcw.parse_capacity_us("2s") == 2_000_000 and tpcw.parse_capacity_us("750") == 750_000
     with pytest.raises(SpecError, match="capacity: expected e.g. 800ms"):
         tpcw.parse_capacity_us("fast")
-    with pytest.raises(tpcw.TpcwError):
+    with pytest.raises(tpcw.GatekeeperError):
         tpcw.calibrate_with_browsers(measure, 50, "1600ms", "800ms")
 
 
@@ -571,18 +579,18 @@ def test_pg_settings_from_the_experiment_file():
     assert tpcw.PgSettings.from_config({"read_iops_limit": 200}).needs_groups
     s = tpcw.PgSettings.from_config({"shared_buffers": "32MB", "work_mem": "4MB", "memory_limit_mb": 750})
     assert (s.shared_buffers, s.work_mem, s.memory_limit_mb) == ("32MB", "4MB", 750)
-    with pytest.raises(tpcw.TpcwError, match="unknown keys"):
+    with pytest.raises(tpcw.GatekeeperError, match="unknown keys"):
         tpcw.PgSettings.from_config({"memory_limit": 750})
-    with pytest.raises(tpcw.TpcwError, match="positive integer"):
+    with pytest.raises(tpcw.GatekeeperError, match="positive integer"):
         tpcw.PgSettings.from_config({"memory_limit_mb": 0})
-    with pytest.raises(tpcw.TpcwError, match="read_iops_limit must be a positive integer"):
+    with pytest.raises(tpcw.GatekeeperError, match="read_iops_limit must be a positive integer"):
         tpcw.PgSettings.from_config({"read_iops_limit": "fast"})
 
 
 def test_memory_limit_needs_root(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(tpcw_database.os, "geteuid", lambda: 1000)
     with (
-        pytest.raises(tpcw.TpcwError, match="need root"),
+        pytest.raises(tpcw.GatekeeperError, match="need root"),
         tpcw.postgres(settings=tpcw.PgSettings(memory_limit_mb=100)),
     ):
         pass

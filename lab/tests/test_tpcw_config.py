@@ -5,12 +5,14 @@ from pathlib import Path
 
 import pytest
 
-from shortfirst_lab.runners import tpcw
+from shortfirst_lab.runners.gatekeeper import tpcw
 from shortfirst_lab.spec.schema import SpecError
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 BASE = """\
+backend = "bookstore"
+
 [bookstore]
 items = 1000
 customers = 2000

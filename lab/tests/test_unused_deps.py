@@ -124,3 +124,18 @@ def test_bad_manifest_is_refused_with_its_path(tmp_path):
     (root / "crates/a/Cargo.toml").write_text("[package\n")
     with pytest.raises(SystemExit, match="crates/a/Cargo.toml: not valid TOML"):
         unused_deps.unused_in_workspace(root)
+
+
+def test_a_bin_outside_src_counts_as_a_use(tmp_path):
+    # The fuzz targets live in fuzz_targets/, named by [[bin]] path: a dependency
+    # used only there is used; one used nowhere is still named.
+    manifest = (
+        '[dependencies]\nlibfuzzer-sys = "0.4"\nrand = "0.8"\n\n'
+        '[[bin]]\nname = "t"\npath = "fuzz_targets/t.rs"\n'
+    )
+    files = {
+        "src/lib.rs": "pub fn f() {}\n",
+        "fuzz_targets/t.rs": "libfuzzer_sys::fuzz_target!(|d: &[u8]| {});\n",
+    }
+    root = workspace(tmp_path, {"a": (manifest, files)})
+    assert unused_deps.unused_in_workspace(root) == ["crates/a/Cargo.toml: [dependencies] rand"]

@@ -21,10 +21,11 @@ const RENAMED: &[Renamed] = &[
     Renamed { command: "load", old: "--rate", new: "--request-rate" },
     Renamed { command: "sim", old: "--rate", new: "--link-rate" },
     Renamed { command: "uplink setup", old: "--rate", new: "--link-rate" },
+    Renamed { command: "workload generate", old: "--rate", new: "--request-rate" },
 ];
 
 /// Subcommands with subcommands of their own (their path has two words).
-const NESTED: &[&str] = &["uplink", "gatekeeper"];
+const NESTED: &[&str] = &["uplink", "gatekeeper", "workload"];
 
 /// Global flags (accepted before or after any command word) whose value is the next
 /// argument unless written `--flag=value`: neither is a command word.
@@ -117,6 +118,11 @@ mod tests {
             (&["load", "--uplink", "10mbit"], &["load", "--link-rate", "10mbit"], "`load --uplink`"),
             (&["load", "--rate", "50"], &["load", "--request-rate", "50"], "`--request-rate`"),
             (&["sim", "--rate", "1gbit"], &["sim", "--link-rate", "1gbit"], "`sim --rate`"),
+            (
+                &["workload", "generate", "--rate", "50"],
+                &["workload", "generate", "--request-rate", "50"],
+                "`workload generate --rate`",
+            ),
             (
                 &["uplink", "setup", "--dev", "eth0", "--rate", "10mbit"],
                 &["uplink", "setup", "--dev", "eth0", "--link-rate", "10mbit"],

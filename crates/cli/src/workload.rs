@@ -33,7 +33,7 @@ struct GenerateArgs {
     requests: u64,
     /// Mean arrival rate of the trace (requests/s); `shortfirst load` rescales it.
     #[arg(long, default_value_t = 100.0)]
-    rate: f64,
+    request_rate: f64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Output directory.
@@ -72,7 +72,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             if a.max_bytes.is_some() && !a.kind.starts_with("surge") {
                 anyhow::bail!("--max-bytes applies to --kind surge only");
             }
-            let spec = workload::WorkloadSpec::new(&a.kind, a.max_bytes, a.files, a.requests, a.rate, a.seed)?;
+            let spec = workload::WorkloadSpec::new(&a.kind, a.max_bytes, a.files, a.requests, a.request_rate, a.seed)?;
             let g = generate::generate(&spec, &a.out, a.max_total_bytes, a.force)?;
             eprintln!(
                 "wrote {} ({} files, {} bytes) and {} ({} requests)",

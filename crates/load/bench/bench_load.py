@@ -419,7 +419,7 @@ def memory_check(args, binary: str, tmp: Path) -> None:
     wl = tmp / "wl"
     subprocess.run(
         [binary, "workload", "generate", "--kind", "fixed:1024", "--files", "1000"]
-        + ["--requests", str(args.memory_requests + 1000), "--rate", str(TRACE_REQ_PER_S), "--seed", "1"]
+        + ["--requests", str(args.memory_requests + 1000), "--request-rate", str(TRACE_REQ_PER_S), "--seed", "1"]
         + ["--out", str(wl)],
         check=True,
     )
@@ -699,7 +699,7 @@ def workload(binary: str, args: argparse.Namespace, tmp: Path) -> Path:
     n = int(args.max_rate * args.step_seconds * 1.2) + 1000
     subprocess.run(
         [binary, "workload", "generate", "--kind", "fixed:1024", "--files", "1000"]
-        + ["--requests", str(n), "--rate", str(TRACE_REQ_PER_S), "--seed", "1", "--out", str(wl)],
+        + ["--requests", str(n), "--request-rate", str(TRACE_REQ_PER_S), "--seed", "1", "--out", str(wl)],
         check=True,
     )
     return wl

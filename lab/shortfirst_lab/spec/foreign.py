@@ -1,7 +1,8 @@
-"""The schema of a gatekeeper experiment on backends the project did not write
-(`lab/experiments/gatekeeper-foreign.toml`): `[run]`, `[calibrate]` (the arguments of
-`shortfirst gatekeeper calibrate`) and one `[backend.NAME]` per backend. What each key means is
-documented in the experiment file; `foreign/` runs it.
+"""The schema of a gatekeeper experiment on a backend the project did not write
+(`lab/experiments/gatekeeper-datasette.toml`, `gatekeeper-json-server.toml`): `backend =
+"NAME"` and its table `[NAME]`, `[run]` and `[calibrate]` (the arguments of `shortfirst
+gatekeeper calibrate`). What each key means is documented in the experiment files;
+`runners/gatekeeper/foreign/` runs them.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .schema import Field, SpecError, check_field, check_sections, check_table, positive, read_toml
+from .schema import Field, SpecError, check_backend, check_sections, check_table, positive, read_toml
 from .vocabulary import ESTIMATE_BASES, GATEKEEPER_POLICY, GATEKEEPER_POLICY_FORM
 
-#: The backends a `[backend.NAME]` table may name (each a plug-in of `foreign.backends`).
+#: The backends such a file may name (each a `runners.gatekeeper.backends.foreign` backend).
 BACKENDS = ("datasette", "json-server")
 _DURATION = re.compile(r"^[0-9]*\.?[0-9]+(us|ms|s)$")
 #: A patience rule of the gatekeeper's `--patience`: learn, off or a duration.
@@ -55,13 +56,13 @@ BACKEND: dict[str, Field] = {
     "max_in_flight": Field("int", lo=1),
     "estimate_basis": Field("str", choices=ESTIMATE_BASES),
 }
-SECTIONS = ("run", "calibrate", "backend")
+SECTIONS = ("run", "calibrate")
 
 
 @dataclass
 class Settings:
-    """The experiment file's [run] and [calibrate] tables and its backends (see the file for
-    each key)."""
+    """The experiment file's [run] and [calibrate] tables and its backend's (`backends`: its
+    name and table; see the file for each key)."""
 
     duration_s: float
     warmup_s: float
@@ -101,7 +102,8 @@ class Settings:
 def from_dict(doc: dict[str, Any], path: Path) -> Settings:
     """Validates a parsed file: unknown sections and keys, types, bounds and the rules across
     keys are SpecErrors naming the file and the key."""
-    check_sections(path, doc, SECTIONS, SECTIONS)
+    name, doc = check_backend(path, doc, BACKENDS)
+    check_sections(path, doc, (*SECTIONS, name), (*SECTIONS, name))
     run = doc["run"]
     check_table(path, "run", run, RUN)
     check_table(path, "calibrate", doc["calibrate"], CALIBRATE)
@@ -109,19 +111,11 @@ def from_dict(doc: dict[str, Any], path: Path) -> Settings:
     for key in ("warmup", "measure", "min", "max"):
         if not _DURATION.match(doc["calibrate"][key]):
             raise SpecError(path, f"calibrate.{key}", "a duration such as 250ms or 2s", doc["calibrate"][key])
-    check_field(path, "backend", Field("table"), doc["backend"])
-    if not doc["backend"]:
-        raise SpecError(path, "backend", f"at least one [backend.NAME] of {list(BACKENDS)}")
-    for name, table in doc["backend"].items():
-        if name not in BACKENDS:
-            raise SpecError(
-                path, f"backend.{name}", f"one of the backends {list(BACKENDS)} (unknown backend)"
-            )
-        check_table(path, f"backend.{name}", table, BACKEND)
+    check_table(path, name, doc[name], BACKEND)
     return Settings(
         **{k: float(run[k]) if RUN[k].kind == "number" else run[k] for k in RUN if k in run},
         calibrate=dict(doc["calibrate"]),
-        backends=dict(doc["backend"]),
+        backends={name: dict(doc[name])},
     )
 
 

@@ -1,13 +1,14 @@
 """The one reader of experiment files: every file under `lab/experiments/` is read here,
 whatever its kind, and refused before anything runs if a key is unknown or misspelt.
 
-Kinds, told apart by the section only that kind has:
+Kinds, told apart by what only that kind has:
 
-    static     [experiment]      a static serving experiment: arms × loads on a shaped uplink
-                                 (tocs, userspace, WAN, SRRT, overload, demo; `expcheck`)
-    tpcw       [bookstore]       the gatekeeper in front of the TPC-W bookstore (`spec.tpcw`)
-    foreign    [backend.NAME]    the gatekeeper in front of datasette, json-server (`spec.foreign`)
-    synthetic  [synthetic]       the gatekeeper in front of the synthetic upstream (`spec.synthetic`)
+    static      [experiment]   a static serving experiment: arms × loads on a shaped uplink
+                               (tocs, userspace, WAN, SRRT, overload, demo; `expcheck`)
+    gatekeeper  backend = ...  the gatekeeper in front of a backend, with that backend's table:
+                               "synthetic" [synthetic] (`spec.synthetic`), "bookstore"
+                               [bookstore] (TPC-W, `spec.tpcw`), "datasette" [datasette] and
+                               "json-server" [json-server] (`spec.foreign`)
 
 `SECTION.KEY=VALUE` overrides (the command line's `--set`) apply to the document before it is
 validated, the same way for every kind.
@@ -15,6 +16,7 @@ validated, the same way for every kind.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,34 +25,47 @@ from ..kit import to_toml
 from . import foreign, synthetic, tpcw
 from .expcheck import experiment_from_dict
 from .expmodel import Experiment
-from .schema import SpecError, apply_override, read_toml
+from .schema import GATEKEEPER_BACKENDS, SpecError, apply_override, read_toml
 
-#: Each kind: the section that marks it, what it is, and every section it may have.
+#: Each kind: the key that marks it, what it is, and every section it may have.
 KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "static": (
         "experiment",
         "static serving",
         ("experiment", "uplink", "workload", "client", "server", "run", "calibration", "wan", "setups"),
     ),
-    "tpcw": ("bookstore", "gatekeeper on the TPC-W bookstore", tuple(tpcw.SCHEMA)),
-    "foreign": ("backend", "gatekeeper on foreign backends", foreign.SECTIONS),
-    "synthetic": ("synthetic", "gatekeeper on the synthetic upstream", synthetic.SECTIONS),
+    "gatekeeper": (
+        "backend",
+        "gatekeeper",
+        tuple(dict.fromkeys([*GATEKEEPER_BACKENDS, *tpcw.SCHEMA, *synthetic.SECTIONS, *foreign.SECTIONS])),
+    ),
+}
+
+#: The gatekeeper kind's schema of each backend.
+GATEKEEPER: dict[str, Callable[[dict[str, Any], Path], Any]] = {
+    "synthetic": synthetic.from_dict,
+    "bookstore": tpcw.validate,
+    "datasette": foreign.from_dict,
+    "json-server": foreign.from_dict,
 }
 
 
 @dataclass(frozen=True)
 class Spec:
-    """A validated experiment file: its kind and its value (an `Experiment`, the TPC-W
-    configuration dict, the foreign bench's `Settings`, or the synthetic bench's options)."""
+    """A validated experiment file: its kind, its value (an `Experiment`; for the gatekeeper
+    kind, by backend: the synthetic bench's options, the TPC-W configuration dict, the foreign
+    bench's `Settings`) and, for the gatekeeper kind, its backend."""
 
     path: Path
     kind: str
     value: Any
+    backend: str | None = None
 
 
 def kind_of(doc: dict[str, Any], path: Path) -> str:
-    """The kind whose marker section the document has; without one, the kind sharing the most
-    sections with it (its reader then names the misspelt section)."""
+    """The kind whose marker (a section, or the gatekeeper's `backend` key) the document has;
+    without one, the kind sharing the most sections with it (its reader then names the
+    misspelt section or the missing `backend`)."""
     marked = [k for k, (marker, _, _) in KINDS.items() if marker in doc]
     if len(marked) == 1:
         return marked[0]
@@ -60,12 +75,18 @@ def kind_of(doc: dict[str, Any], path: Path) -> str:
     best = max(overlap.values())
     if best and list(overlap.values()).count(best) == 1:
         return max(overlap, key=overlap.__getitem__)
-    markers = ", ".join(f"[{m}] ({what})" for m, what, _ in KINDS.values())
-    raise SpecError(path, "", f"an experiment file: one of the sections {markers}")
+    raise SpecError(
+        path,
+        "",
+        'an experiment file: one of the sections [experiment] (static serving), or backend = "NAME"',
+    )
 
 
-def read_spec(path: str | Path, overrides: list[str] | None = None, kind: str | None = None) -> Spec:
-    """Read, override and validate an experiment file of any kind (or of `kind`, if given)."""
+def read_spec(
+    path: str | Path, overrides: list[str] | None = None, kind: str | None = None, backend: str | None = None
+) -> Spec:
+    """Read, override and validate an experiment file of any kind (or of `kind`, and for the
+    gatekeeper kind of `backend`, if given)."""
     path = Path(path)
     doc, text = read_toml(path)
     for ov in overrides or []:
@@ -74,14 +95,14 @@ def read_spec(path: str | Path, overrides: list[str] | None = None, kind: str | 
         text = f"# {path} with overrides: {' '.join(overrides)}\n" + to_toml(doc)
     found = kind_of(doc, path)
     if kind is not None and found != kind:
-        raise SpecError(path, "", f"a {KINDS[kind][1]} experiment file ([{KINDS[kind][0]}])", found)
+        raise SpecError(path, "", f"a {KINDS[kind][1]} experiment file ({KINDS[kind][0]})", found)
     if found == "static":
         return Spec(path, found, experiment_from_dict(doc, path, text))
-    if found == "tpcw":
-        return Spec(path, found, tpcw.validate(doc, path))
-    if found == "synthetic":
-        return Spec(path, found, synthetic.from_dict(doc, path))
-    return Spec(path, found, foreign.from_dict(doc, path))
+    found_backend = doc.get("backend")
+    allowed = list(GATEKEEPER) if backend is None else [backend]
+    if found_backend not in allowed:
+        raise SpecError(path, "backend", f"one of {allowed}", found_backend)
+    return Spec(path, found, GATEKEEPER[found_backend](doc, path), found_backend)
 
 
 def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:

@@ -148,3 +148,17 @@ def check_sections(
     for name in required:
         if name not in doc:
             raise SpecError(path, name, "this section (it is required)")
+
+
+#: The gatekeeper experiments' backends, each with its own table in the file: what the
+#: top-level `backend` key may name.
+GATEKEEPER_BACKENDS = ("synthetic", "bookstore", "datasette", "json-server")
+
+
+def check_backend(path: Path, doc: dict[str, Any], allowed: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
+    """A gatekeeper experiment's top-level `backend = "NAME"` (one of `allowed`, each of
+    GATEKEEPER_BACKENDS) and the rest of the document: its sections."""
+    name = doc.get("backend")
+    if name not in allowed:
+        raise SpecError(path, "backend", f"one of {list(allowed)}", name)
+    return name, {k: v for k, v in doc.items() if k != "backend"}

@@ -1,6 +1,7 @@
 """The schema of a gatekeeper experiment on the synthetic upstream (`lab/experiments/
 gatekeeper-synthetic.toml`, run by `python -m shortfirst_lab bench gatekeeper-synthetic FILE`):
-`[synthetic]` (the upstream of `shortfirst gatekeeper synthetic-upstream`), `[run]`,
+`backend = "synthetic"`, its table `[synthetic]` (the upstream of `shortfirst gatekeeper
+synthetic-upstream`), `[run]`,
 `[gatekeeper]` and `[overhead]`. A file gives the bench's settings; the bench's flags of the
 same names override them (`OPTIONS` maps each key to its flag's destination).
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .schema import Field, SpecError, check_sections, check_table, positive
+from .schema import Field, SpecError, check_backend, check_sections, check_table, positive
 from .vocabulary import GATEKEEPER_POLICY, GATEKEEPER_POLICY_FORM
 
 _CONFIGS = f"direct, {GATEKEEPER_POLICY_FORM}"
@@ -63,6 +64,7 @@ def _option(value: Any) -> Any:
 
 def from_dict(doc: dict[str, Any], path: Path) -> dict[str, Any]:
     """Validates a parsed file; the bench's option destinations and their values."""
+    _, doc = check_backend(path, doc, ("synthetic",))
     check_sections(path, doc, SECTIONS, ("synthetic",))
     out: dict[str, Any] = {}
     for name, keys in OPTIONS.items():

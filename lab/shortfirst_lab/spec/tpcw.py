@@ -1,8 +1,8 @@
 """The schema of a gatekeeper experiment on the TPC-W bookstore (`lab/experiments/
-gatekeeper-tpcw*.toml`): sections `[bookstore]`, `[postgres]`, `[load]`, `[modes]` (with
-`[modes.browsers]`, a mode's own load points) and `[gatekeeper]`, and the command line's
-replacements of its settings. What the keys mean is documented in the experiment files and
-in `tpcw/`, which runs them.
+gatekeeper-tpcw*.toml`): `backend = "bookstore"`, its table `[bookstore]`, and `[postgres]`,
+`[load]`, `[modes]` (with `[modes.browsers]`, a mode's own load points) and `[gatekeeper]`,
+and the command line's replacements of its settings. What the keys mean is documented in the
+experiment files and in `runners/gatekeeper/tpcw/`, which runs them.
 """
 
 from __future__ import annotations
@@ -11,7 +11,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .schema import Field, SpecError, check_field, check_sections, check_table, positive, read_toml
+from .schema import (
+    Field,
+    SpecError,
+    check_backend,
+    check_field,
+    check_sections,
+    check_table,
+    positive,
+    read_toml,
+)
 from .vocabulary import GATEKEEPER_POLICY, GATEKEEPER_POLICY_FORM
 
 #: The bookstore's own bound (`BEST_SELLERS_REPEAT_MAX`), checked here too so that a bad value
@@ -114,7 +123,8 @@ def validate(cfg: dict, path: Path) -> dict:
     """Checks an experiment file's contents against `SCHEMA`: unknown sections and keys, wrong
     types and out-of-range values are errors naming the file and the key. Returns `cfg`."""
     try:
-        check_sections(path, cfg, tuple(SCHEMA), REQUIRED_SECTIONS)
+        _, sections = check_backend(path, cfg, ("bookstore",))
+        check_sections(path, sections, tuple(SCHEMA), REQUIRED_SECTIONS)
         for name, fields in SCHEMA.items():
             check_table(path, name, cfg.get(name, {}), fields)
     except SpecError as e:

@@ -4,17 +4,18 @@ with the shopping mix, or the experiment's own browsers at a range of capacities
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
-from ... import commands
-from ...spec.tpcw import parse_capacity_us
-from .config import CALIBRATION_MIX, PAGES, Binaries, TpcwError
+from ....spec.tpcw import parse_capacity_us
+from .. import run
+from ..backends.base import GatekeeperError
+from ..backends.bookstore import BookstoreBackend
+from .config import Binaries
 
 
 def calibrate(
     bins: Binaries,
+    backend: BookstoreBackend,
     upstream: str,
     workdir: Path,
     clients: int,
@@ -36,11 +37,10 @@ def calibrate(
     the gatekeeper's queue, where SJF can reorder it. ``min_capacity`` should not be below the
     costliest frequent interaction (Best Sellers): a request costlier than the capacity runs
     alone, which idles the database between such requests."""
-    out_json = workdir / "calibration.json"
-    args = commands.calibrate(
+    cal = run.calibrate(
         bins.shortfirst,
-        upstream=upstream,
-        out=out_json,
+        upstream,
+        workdir / "calibration.json",
         clients=clients,
         warmup=f"{warmup_s}s",
         measure=f"{measure_s}s",
@@ -50,13 +50,8 @@ def calibrate(
         refine_steps=0,
         growth=growth,
         tolerance=-1,
-        paths=[(PAGES[code][0], w) for code, w in CALIBRATION_MIX.items()],
+        **backend.calibration_mix(),
     )
-    res = subprocess.run(args, capture_output=True, text=True, check=False)
-    (workdir / "calibrate.log").write_text(res.stdout + res.stderr)
-    if res.returncode != 0:
-        raise TpcwError(f"calibrate failed: {res.stderr.strip()[-500:]}")
-    cal = json.loads(out_json.read_text())
     trials = cal["trials"]
     capacity_us = choose_capacity(trials, within)
     record = {
@@ -88,7 +83,7 @@ def calibrate_with_browsers(
     successful throughput is within ``within`` of the best trial's (as ``choose_capacity``)."""
     lo, hi = parse_capacity_us(min_capacity), parse_capacity_us(max_capacity)
     if not (0 < lo <= hi) or growth <= 1.0 or max_trials < 1:
-        raise TpcwError(
+        raise GatekeeperError(
             "calibration: need 0 < calibrate_min <= calibrate_max, calibrate_growth > 1 and "
             f"calibrate_max_trials >= 1; got {min_capacity}, {max_capacity}, {growth}, {max_trials}"
         )
@@ -127,8 +122,8 @@ def calibrate_with_browsers(
 def choose_capacity(trials: list[dict], within: float) -> int:
     """The smallest trial capacity whose throughput is at least (1 − within) × the best trial's."""
     if not trials:
-        raise TpcwError("calibrate measured no trial")
+        raise GatekeeperError("calibrate measured no trial")
     best = max(t["throughput_per_s"] for t in trials)
     if best <= 0:
-        raise TpcwError("calibrate: no trial completed a request")
+        raise GatekeeperError("calibrate: no trial completed a request")
     return min(t["capacity_us"] for t in trials if t["throughput_per_s"] >= (1.0 - within) * best)

@@ -4,30 +4,26 @@ database, written to summary.json after each point.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shutil
 import time
-import urllib.request
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ...kit import git, write_json
-from ...spec.tpcw import load_config
+from ....kit import fetch_text, git, write_json
+from ....spec.tpcw import load_config
+from ..backends.base import GatekeeperError, serve
+from ..backends.bookstore import SESSION_FILE, BookstoreBackend
+from ..backends.postgres import PgSettings, Postgres, shop, snapshot_delta
+from ..run import drive, front
+from ..timeline import TIMELINE_SERIES, Sampler, write_timeline
 from .calibration import calibrate, calibrate_with_browsers
-from .config import Binaries, PgSettings, TpcwError, best_sellers_repeat_of, browsers_for, think_max_s
-from .database import Postgres, shop, snapshot_delta
+from .config import Binaries, best_sellers_repeat_of, browsers_for, think_max_s
 from .join import apply_join, join_requests
 from .measure import analyze, cpu_delta, cpu_times, full_view, parse_metrics, targets, type_to_code
-from .services import Timeline, bookstore, gatekeeper, run_load
-
-
-@dataclass
-class Point:
-    mode: str
-    browsers: int
-    result: dict = field(default_factory=dict)
 
 
 def run_point(
@@ -62,22 +58,27 @@ def run_point(
         before = pg.snapshot()
     cpus = sorted(os.sched_getaffinity(0))
     cpu_before = cpu_times(cpus)
-    if mode == "direct":
-        summary = run_load(bins, app_url, out, browsers, think, duration_s, seed, timeout_s)
-    else:
-        with gatekeeper(bins, app_url, policy, capacity, workdir / name, max_queue_wait_s, patience) as (
-            proxy,
-            metrics_url,
-        ):
-            with Timeline(metrics_url) as timeline:
-                summary = run_load(bins, proxy, out, browsers, think, duration_s, seed, timeout_s)
-            timeline.write(out / "timeline.csv")
-            with urllib.request.urlopen(metrics_url, timeout=10) as r:
-                text = r.read().decode()
+    flags = {"capacity": capacity, "max_queue_wait_s": max_queue_wait_s, "patience": patience}
+    with front(bins.shortfirst, app_url, policy, workdir / name / "gatekeeper.log", **flags) as gate:
+        with _timeline(gate.admin_port, out) as timeline:
+            drive(
+                bins.shortfirst,
+                gate.url,
+                out,
+                duration_s=duration_s,
+                timeout_s=timeout_s,
+                session=SESSION_FILE,
+                model=f"closed:{browsers},think={think}",
+                persistent=100000,
+                seed=seed,
+            )
+        if timeline is not None:
+            text = fetch_text(gate.metrics_url, timeout_s=10)
             (out / "metrics.txt").write_text(text)
             metrics = parse_metrics(text)
             # Requests whose client went away (e.g. its timeout) while they waited for admission.
             cancelled = re.search(r"^gatekeeper_cancelled_while_queued_total\s+(\S+)$", text, re.M)
+    summary = _load_summary(out)
     cpu = cpu_delta(cpu_before, cpu_times(cpus))
     res = analyze(out / "requests.csv", warmup_s, duration_s, timeout_s, browsers, think_max_s(think))
     res["cpu"] = cpu
@@ -89,6 +90,26 @@ def run_point(
         res["postgres"] = snapshot_delta(before, pg.snapshot())
     res["per_interaction"] = _per_interaction(res.pop("per_interaction_response"), metrics, mode == "direct")
     return res
+
+
+@contextlib.contextmanager
+def _timeline(admin_port: int | None, out: Path) -> Iterator[Sampler | None]:
+    """The gatekeeper's learned costs sampled once a second during the load, written to
+    `out/timeline.csv` (nothing for `direct`, whose `admin_port` is None)."""
+    if admin_port is None:
+        yield None
+        return
+    with Sampler(None, admin_port, 1.0, keep=TIMELINE_SERIES) as sampler:
+        yield sampler
+    write_timeline(sampler.rows, out / "timeline.csv")
+
+
+def _load_summary(out: Path) -> dict:
+    """The load generator's own summary of the point (`summary.json` in its output)."""
+    try:
+        return json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError) as e:
+        raise GatekeeperError(f"shortfirst load left no summary in {out}: {e}") from None
 
 
 def environment() -> dict:
@@ -129,8 +150,6 @@ class _Sweep:
         self.doc = _new_doc(config_path, cfg, self.results)
         self.think, self.timeout_s = self.doc["think"], self.doc["client_timeout_s"]
         self.max_queue_wait_s = self.doc["max_queue_wait_s"]
-        self.best_sellers_repeat = best_sellers_repeat_of(cfg["bookstore"])
-        self.pool = int(cfg["bookstore"].get("pool", 128))
         self.settings = PgSettings.from_config(cfg.get("postgres", {}))
         self.pg: Postgres | None = None  # the shop's database, once it is up
         self.t0 = time.monotonic()
@@ -138,7 +157,7 @@ class _Sweep:
     def run(self) -> dict:
         """The capacity, then every (mode, browsers) point in the file's order; returns the summary."""
         ld = self.cfg["load"]
-        with shop(self.cfg, self.bins, self.doc) as pg:
+        with shop(self.cfg, self.bins.bookstore, self.doc) as pg:
             self.pg = pg
             capacity = _capacity(self.cfg, self.bins, pg.url, self.out_dir, self.doc, self.measure)
             self.doc["capacity"] = capacity
@@ -176,12 +195,11 @@ class _Sweep:
         pg.wait_ready()
         prewarm_s = pg.prewarm(self.settings.read_iops_limit)
         app_log = out_dir / f"bookstore-{name}.requests.csv"
-        with bookstore(
-            self.bins, pg.url, out_dir, self.pool, f"bookstore-{name}.log", app_log, self.best_sellers_repeat
-        ) as app:
+        backend = _bookstore(self.cfg, self.bins, pg.url, app_log)
+        with serve(backend, out_dir / f"bookstore-{name}.log") as app:
             r = run_point(
                 self.bins,
-                app,
+                app.url,
                 mode,
                 capacity,
                 n,
@@ -210,8 +228,6 @@ def _capacity(cfg: dict, bins: Binaries, db_url: str, out_dir: Path, doc: dict, 
     with the experiment's own browsers through ``measure``, or ``shortfirst gatekeeper
     calibrate``'s closed loop on a bookstore of its own). Records the calibration in ``doc``."""
     gk = cfg.get("gatekeeper", {})
-    pool = int(cfg["bookstore"].get("pool", 128))
-    best_sellers_repeat = best_sellers_repeat_of(cfg["bookstore"])
     capacity = str(gk.get("capacity", "calibrate"))
     if capacity == "calibrate" and gk.get("calibrate_with", "closed-loop") == "browsers":
         capacity, doc["calibration"] = calibrate_with_browsers(
@@ -228,12 +244,12 @@ def _capacity(cfg: dict, bins: Binaries, db_url: str, out_dir: Path, doc: dict, 
             max_trials=int(gk.get("calibrate_max_trials", 6)),
         )
     elif capacity == "calibrate":
-        with bookstore(
-            bins, db_url, out_dir, pool, "bookstore-calibrate.log", None, best_sellers_repeat
-        ) as app:
+        backend = _bookstore(cfg, bins, db_url, None)
+        with serve(backend, out_dir / "bookstore-calibrate.log") as app:
             capacity, doc["calibration"] = calibrate(
                 bins,
-                app,
+                backend,
+                app.url,
                 out_dir,
                 int(gk.get("calibrate_clients", 64)),
                 float(gk.get("calibrate_measure_s", 10)),
@@ -245,6 +261,15 @@ def _capacity(cfg: dict, bins: Binaries, db_url: str, out_dir: Path, doc: dict, 
                 float(gk.get("calibrate_warmup_s", 2.0)),
             )
     return capacity
+
+
+def _bookstore(cfg: dict, bins: Binaries, db_url: str, request_log: Path | None) -> BookstoreBackend:
+    """The experiment's bookstore (``[bookstore]``) on ``db_url``, logging its requests to
+    ``request_log`` if given."""
+    b = cfg["bookstore"]
+    return BookstoreBackend(
+        bins.bookstore, db_url, int(b.get("pool", 128)), request_log, best_sellers_repeat_of(b)
+    )
 
 
 def _new_doc(config_path: Path, cfg: dict, results: list[dict]) -> dict:
@@ -271,7 +296,7 @@ def _new_doc(config_path: Path, cfg: dict, results: list[dict]) -> dict:
     if max_queue_wait_s is not None:
         max_queue_wait_s = float(max_queue_wait_s)
         if not (0 < max_queue_wait_s):
-            raise TpcwError(f"[gatekeeper] max_queue_wait_s must be positive, got {max_queue_wait_s}")
+            raise GatekeeperError(f"[gatekeeper] max_queue_wait_s must be positive, got {max_queue_wait_s}")
     doc["max_queue_wait_s"] = max_queue_wait_s
     best_sellers_repeat = best_sellers_repeat_of(b)
     doc["best_sellers_repeat"] = best_sellers_repeat or 1

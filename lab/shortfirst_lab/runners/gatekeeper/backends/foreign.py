@@ -1,4 +1,5 @@
-"""The foreign backends: what each serves, how its data is made, how it is started, and its
+"""The backends the project did not write, installed from package registries (`make
+foreign-backends`): what each serves, how its data is made, how it is started, and its
 request types (a cheap lookup and costly scans, two orders of magnitude apart).
 
 - `datasette` (PyPI): a SQLite database published read-only over HTTP. A row by primary key
@@ -17,12 +18,14 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
-from ...kit import LabError
+from .base import Backend, GatekeeperError
 
 #: Words the text columns are made of; searches look for ones that are rare on purpose
 #: (a LIKE or `q=` scan that finds few rows still reads them all).
@@ -30,10 +33,6 @@ WORDS = [f"w{i:03d}" for i in range(400)]
 RARE = ["zq1", "zq2", "zq3", "zq4"]
 #: Bound on generated rows (memory and disk of the scratch directory).
 MAX_ROWS = 5_000_000
-
-
-class ForeignError(LabError, RuntimeError):
-    """A backend that is not installed, bad settings, or a backend that did not come up."""
 
 
 @dataclass(frozen=True)
@@ -54,16 +53,40 @@ class RequestType:
         )
 
 
-@dataclass(frozen=True)
-class Backend:
-    name: str
+@dataclass
+class ForeignBackend(Backend):
+    """A foreign backend: its rows, request types and the path that answers once it serves;
+    `command` serves it (the port as `{port}`) after `prefix` (e.g. the pinning wrapper);
+    `max_in_flight` and `estimate_basis` the gatekeeper's flags for it, if set."""
+
     rows: int
     types: tuple[RequestType, ...]
-    #: Path that answers 200 once the backend serves.
-    ready_path: str
+    name: str = "foreign"
+    ready_path: str | None = None
+    command: list[str] = field(default_factory=list)
+    prefix: list[str] = field(default_factory=list)
+    max_in_flight: int | None = None
+    estimate_basis: str | None = None
+    ready_timeout_s = 60.0
 
-    def costliest_hint(self) -> str:
-        return self.types[-1].name
+    def argv(self, port: int) -> list[str]:
+        return self.prefix + [a.replace("{port}", str(port)) for a in self.command]
+
+    def gate_flags(self) -> dict[str, Any]:
+        return {
+            "classify": [(t.name, t.pattern) for t in self.types],
+            "max_in_flight": self.max_in_flight,
+            "estimate_basis": self.estimate_basis,
+        }
+
+    def calibration_mix(self, rng: random.Random | None = None) -> dict[str, Any]:
+        """One sampled path per type, weighted by the type's weight."""
+        rng = rng or random.Random(1)
+        return {"paths": [(t.sample(rng, self.rows), t.weight) for t in self.types]}
+
+    def type_of(self, path: str) -> str:
+        line = f"GET {path}"
+        return next((t.name for t in self.types if re.search(t.pattern, line)), "other")
 
 
 def _text(rng: random.Random, words: int) -> str:
@@ -75,7 +98,7 @@ def _text(rng: random.Random, words: int) -> str:
 
 def _check_rows(rows: int) -> None:
     if not 1_000 <= rows <= MAX_ROWS:
-        raise ForeignError(f"rows must be in 1000..={MAX_ROWS}, got {rows}")
+        raise GatekeeperError(f"rows must be in 1000..={MAX_ROWS}, got {rows}")
 
 
 def make_sqlite(path: Path, rows: int, seed: int) -> None:
@@ -133,8 +156,8 @@ def _sql(query: str) -> str:
     return "/foreign.json?sql=" + quote(query, safe="")
 
 
-def datasette(rows: int) -> Backend:
-    return Backend(
+def datasette(rows: int) -> ForeignBackend:
+    return ForeignBackend(
         name="datasette",
         rows=rows,
         ready_path="/foreign.json",
@@ -156,8 +179,8 @@ def datasette(rows: int) -> Backend:
     )
 
 
-def json_server(rows: int) -> Backend:
-    return Backend(
+def json_server(rows: int) -> ForeignBackend:
+    return ForeignBackend(
         name="json-server",
         rows=rows,
         ready_path="/users/1",
@@ -169,25 +192,26 @@ def json_server(rows: int) -> Backend:
     )
 
 
-def prepare(name: str, rows: int, seed: int, work: Path, tools: Path) -> tuple[Backend, list[str]]:
-    """Make the backend's data in `work` and return it with the argv that serves it (the port
-    as `{port}`). `tools`: where `make foreign-backends` installed the packages."""
+def prepare(name: str, rows: int, seed: int, work: Path, tools: Path, **flags: Any) -> ForeignBackend:
+    """Make the backend's data in `work` and return it, serving that data. `tools`: where
+    `make foreign-backends` installed the packages; `flags`: `prefix`, `max_in_flight`,
+    `estimate_basis` of `ForeignBackend`."""
     if name == "datasette":
         exe = tools / "datasette" / "bin" / "datasette"
         if not exe.exists():
-            raise ForeignError(f"{exe} missing: run `make foreign-backends`")
+            raise GatekeeperError(f"{exe} missing: run `make foreign-backends`")
         db = work / "foreign.db"
         make_sqlite(db, rows, seed)
         argv = [str(exe), "serve", "-i", str(db), "--host", "127.0.0.1", "--port", "{port}"]
         argv += ["--setting", "sql_time_limit_ms", "120000", "--setting", "default_cache_ttl", "0"]
-        return datasette(rows), argv
+        return ForeignBackend(**{**vars(datasette(rows)), "command": argv, **flags})
     if name == "json-server":
         exe = tools / "node" / "node_modules" / ".bin" / "json-server"
         if not exe.exists():
-            raise ForeignError(f"{exe} missing: run `make foreign-backends`")
+            raise GatekeeperError(f"{exe} missing: run `make foreign-backends`")
         db = work / "db.json"
         make_json(db, rows, seed)
         # Read-only (nothing written back to the file), no gzip (the cost is the search).
         argv = [str(exe), "--host", "127.0.0.1", "--port", "{port}", "--ro", "--no-gzip", "--quiet", str(db)]
-        return json_server(rows), argv
-    raise ForeignError(f"unknown backend {name!r}: expected datasette or json-server")
+        return ForeignBackend(**{**vars(json_server(rows)), "command": argv, **flags})
+    raise GatekeeperError(f"unknown backend {name!r}: expected datasette or json-server")

@@ -4,25 +4,41 @@ configuration at every load factor.
 
 from __future__ import annotations
 
-import json
-import subprocess
+import random
 import sys
 from pathlib import Path
 
-from ... import commands
-from .harness import Bench
-from .workload import factors, read_mix, type_cost_ms, write_trace
+from .. import run
+from ..backends.synthetic import read_mix, type_cost_ms
+from .points import Bench
 
 
-def calibrate(b: Bench, up_port: int, work: Path) -> dict:
+def factors(spec: str) -> list[float]:
+    """`--closed-factors` / `--open-factors`: comma-separated multiples; empty = none."""
+    return [float(x) for x in spec.split(",") if x.strip()]
+
+
+def write_trace(
+    path: Path, mix: list[tuple[str, float]], rate_per_s: float, duration_s: float, seed: int
+) -> int:
+    """Poisson arrivals at `rate_per_s`, paths drawn from the mix (`run.write_trace`)."""
+    paths, weights = [p for p, _ in mix], [w for _, w in mix]
+
+    def draw(rng: random.Random) -> str:
+        return rng.choices(paths, weights)[0]
+
+    return run.write_trace(path, draw, rate_per_s, duration_s, seed)
+
+
+def calibrate(b: Bench, upstream: str, work: Path) -> dict:
     """`shortfirst gatekeeper calibrate` against the running upstream, with its mix; the
     calibration record (its trials and best capacity)."""
     a = b.a
-    cal_out = work / "calibration.json"
-    argv = commands.calibrate(
+    return run.calibrate(
         b.bin,
-        upstream=f"http://127.0.0.1:{up_port}",
-        out=cal_out,
+        upstream,
+        work / "calibration.json",
+        timeout_s=600,
         clients=2 * a.slots,
         warmup="2s",
         measure="5s",
@@ -30,32 +46,21 @@ def calibrate(b: Bench, up_port: int, work: Path) -> dict:
         max_capacity=f"{a.scale * 20000}ms",
         max_trials=16,
         refine_steps=2,
-        mix=work / "mix.csv",
         max_in_flight=a.max_in_flight or None,
+        **b.backend().calibration_mix(),
     )
-    r = subprocess.run(
-        argv,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if r.returncode != 0:
-        raise RuntimeError(f"calibrate failed:\n{r.stderr[-3000:]}")
-    return json.loads(cal_out.read_text())
 
 
 def run_models(b: Bench, work: Path) -> tuple[str, dict | None, dict]:
     """Calibration (unless --capacity is given), then the closed and open runs."""
     a = b.a
-    up, up_port = b.upstream()
-    with up:
+    with b.upstream() as up:
         mix = read_mix(work / "mix.csv")
         total_w = sum(w for _, w in mix)
         mean_cost_ms = sum(w * type_cost_ms(p, a.scale) for p, w in mix) / total_w
         calibration = None
         if a.capacity == "calibrate":
-            calibration = calibrate(b, up_port, work)
+            calibration = calibrate(b, up.url, work)
             capacity = f"{calibration['best_capacity_us'] / 1e3:.3f}ms"
         else:
             capacity = a.capacity

@@ -10,7 +10,7 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from .config import PATH_TO_CODE
+from ..backends.bookstore import PATH_TO_CODE
 
 
 def join_requests(

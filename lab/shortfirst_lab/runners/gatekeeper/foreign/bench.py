@@ -1,5 +1,5 @@
 """The gatekeeper in front of backends the project did not write (`make
-bench-gatekeeper-foreign`): for each backend of the experiment file, its per-type cost
+bench-gatekeeper-foreign`): for each backend (an experiment file each), its per-type cost
 alone, its peak work rate (direct, closed loops), `shortfirst gatekeeper calibrate`, then
 every mode (direct, fifo, sjf, sjf-aging:X) under open and closed load at about twice the
 peak, each run on a freshly started backend.
@@ -17,30 +17,28 @@ with the backend: a few percent of it, and no wait behind the other CPU's jobs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
-from ... import commands
-from ...kit import Child, free_port, provenance, wait_http, wait_port, write_json
-from ...spec.foreign import Settings
-from ...testbed.cpus import CpuReservation, CpusError, detect
-from ..gkbench.summary import summarize
-from ..gkbench.timeline import Sampler
-from .backends import Backend, ForeignError, prepare
+from ....kit import provenance, write_json
+from ....spec.foreign import Settings
+from ....testbed.cpus import CpuReservation, CpusError, detect
+from ..backends.base import GatekeeperError, Served, serve
+from ..backends.foreign import ForeignBackend, prepare
+from ..run import calibrate, drive, front, write_trace
+from ..summary import summarize
+from ..timeline import Sampler
 from .verdict import checks, table
 
 #: Sequential requests per type when measuring its cost alone (cheap, costly).
 ALONE_SAMPLES = (40, 6)
-#: Bound on the trace a run replays (requests).
-MAX_TRACE_ROWS = 2_000_000
 #: The gate's timeline: its admin metrics sampled this often during a gatekeeper run.
 SAMPLE_S = 0.5
 
@@ -56,56 +54,26 @@ def pinned_prefix(pin: bool | None) -> list[str]:
         reserved = False
     if not reserved:
         if pin:
-            raise ForeignError("--pin: no cpuset reservation (python -m shortfirst_lab cpus reserve 1)")
+            raise GatekeeperError("--pin: no cpuset reservation (python -m shortfirst_lab cpus reserve 1)")
         return []
     return [sys.executable, "-m", "shortfirst_lab", "cpus", "run", "--"]
 
 
 class Point:
-    """One backend's runs: its argv, types, the gatekeeper binary and the scratch directory."""
+    """One backend's runs: the backend (`backends.foreign`), the gatekeeper binary and the
+    scratch directory."""
 
-    def __init__(
-        self, s: Settings, backend: Backend, argv: list[str], binary: str, work: Path, prefix: list[str]
-    ):
-        self.s, self.backend, self.argv, self.bin, self.work, self.prefix = (
-            s,
-            backend,
-            argv,
-            binary,
-            work,
-            prefix,
-        )
+    def __init__(self, s: Settings, backend: ForeignBackend, binary: str, work: Path):
+        self.s, self.backend, self.bin, self.work = s, backend, binary, work
         self.counter = 0
         self.cost_ms: dict[str, float] = {}
-        #: Per gatekeeper run (tag): the gate's samples (`gkbench.timeline.Sampler` rows).
+        #: Per gatekeeper run (tag): the gate's samples (`timeline.Sampler` rows).
         self.timelines: dict[str, list[dict]] = {}
-        self.patterns = [(t.name, re.compile(t.pattern)) for t in backend.types]
 
-    def start(self) -> tuple[Child, str]:
-        port = free_port()
+    def start(self) -> contextlib.AbstractContextManager[Served]:
+        """The backend, freshly started (`backends.base.serve`)."""
         self.counter += 1
-        argv = self.prefix + [a.replace("{port}", str(port)) for a in self.argv]
-        child = Child(argv, self.work / f"backend-{self.counter}.log")
-        try:
-            wait_http(f"http://127.0.0.1:{port}{self.backend.ready_path}", child.proc, timeout_s=60)
-        except Exception:
-            child.stop()
-            raise
-        return child, f"http://127.0.0.1:{port}"
-
-    def classify_args(self) -> dict:
-        """The gatekeeper's (and calibrate's) classification and, if set, concurrency cap and
-        cost-sample basis, as keyword arguments of `commands.gatekeeper` and `calibrate`."""
-        b = self.s.backends[self.backend.name]
-        return {
-            "classify": [(t.name, t.pattern) for t in self.backend.types],
-            "max_in_flight": b.get("max_in_flight") or None,
-            "estimate_basis": b.get("estimate_basis") or None,
-        }
-
-    def type_of(self, path: str) -> str:
-        line = f"GET {path}"
-        return next((name for name, rx in self.patterns if rx.search(line)), "other")
+        return serve(self.backend, self.work / f"backend-{self.counter}.log")
 
     def measure_alone(self, url: str) -> None:
         """Each type's cost alone: the median of sequential requests on the idle backend."""
@@ -128,47 +96,25 @@ class Point:
     def trace(self, path: Path, rate_per_s: float, duration_s: float, seed: int | None = None) -> None:
         """Poisson arrivals at `rate_per_s`, each a sampled path of a type drawn by weight
         (`seed`: the experiment's unless given)."""
-        rng = random.Random(self.s.seed if seed is None else seed)
         types = list(self.backend.types)
         weights = [t.weight for t in types]
-        t, n = 0.0, 0
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            f.write("time_s,path,size_bytes\n")
-            while n < MAX_TRACE_ROWS:
-                t += rng.expovariate(rate_per_s)
-                if t >= duration_s:
-                    break
-                f.write(f"{t:.6f},{rng.choices(types, weights)[0].sample(rng, self.backend.rows)},0\n")
-                n += 1
-        tmp.replace(path)
+
+        def draw(rng: random.Random) -> str:
+            return rng.choices(types, weights)[0].sample(rng, self.backend.rows)
+
+        write_trace(path, draw, rate_per_s, duration_s, self.s.seed if seed is None else seed)
 
     def load(self, url: str, model: str, trace: Path, tag: str, duration_s: float) -> tuple[Path, float]:
         out = self.work / tag
-        argv = commands.load(
-            self.bin,
-            url,
-            trace=trace,
-            out=out,
-            model=model,
-            duration_s=duration_s,
-            timeout_s=self.s.timeout_s,
-            seed=self.s.seed,
-            quiet=True,
-        )
-        t0 = time.monotonic()
-        r = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=duration_s + 300)
-        if r.returncode != 0:
-            raise ForeignError(f"shortfirst load failed ({' '.join(argv)}):\n{r.stderr[-3000:]}")
-        return out, time.monotonic() - t0
+        kw = {"trace": trace, "model": model, "seed": self.s.seed}
+        wall = drive(self.bin, url, out, duration_s=duration_s, timeout_s=self.s.timeout_s, **kw)
+        return out, wall
 
     def summary(self, out: Path, warmup_s: float, duration_s: float, wall_s: float) -> dict:
         def cost(path: str) -> float:
-            return self.cost_ms.get(self.type_of(path), 0.0)
+            return self.cost_ms.get(self.backend.type_of(path), 0.0)
 
-        s = summarize(
-            out, warmup_s, duration_s, wall_s, 1.0, self.s.timeout_s, cost_ms=cost, type_of=self.type_of
-        )
+        s = summarize(out, warmup_s, duration_s, wall_s, self.s.timeout_s, cost, self.backend.type_of)
         for name, t in s["per_type"].items():
             t["completed_fraction"] = t["completed"] / t["n"] if t["n"] else None
             t["cost_alone_ms"] = self.cost_ms.get(name)
@@ -189,10 +135,9 @@ class Point:
         medians: list[float] = []
         for clients in self.s.peak_clients:
             for repeat, trace in enumerate(traces):
-                be, url = self.start()
-                with be:
+                with self.start() as be:
                     out, wall = self.load(
-                        url, f"closed:{clients}", trace, f"peak-{clients}-{repeat}", self.s.peak_s
+                        be.url, f"closed:{clients}", trace, f"peak-{clients}-{repeat}", self.s.peak_s
                     )
                 s = self.summary(out, self.s.peak_warmup_s, self.s.peak_s, wall)
                 runs.append(
@@ -215,12 +160,10 @@ class Point:
 
     def calibrate(self, url: str) -> dict:
         c = self.s.calibrate
-        rng = random.Random(self.s.seed)
-        out = self.work / "calibration.json"
-        argv = commands.calibrate(
+        return calibrate(
             self.bin,
-            upstream=url,
-            out=out,
+            url,
+            self.work / "calibration.json",
             clients=c["clients"],
             warmup=c["warmup"],
             measure=c["measure"],
@@ -229,13 +172,9 @@ class Point:
             max_trials=c["max_trials"],
             refine_steps=c["refine_steps"],
             repeats=c["repeats"],
-            paths=[(t.sample(rng, self.backend.rows), t.weight) for t in self.backend.types],
-            **self.classify_args(),
+            **self.backend.calibration_mix(random.Random(self.s.seed)),
+            **self.backend.gate_flags(),
         )
-        r = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=1800)
-        if r.returncode != 0:
-            raise ForeignError(f"calibrate failed:\n{r.stderr[-3000:]}")
-        return json.loads(out.read_text())
 
     def run(self, mode: str, model: str, capacity_us: int, peak: dict, patience: str | None = None) -> dict:
         """One run of `mode` (direct, or a gatekeeper policy with the `patience` rule)."""
@@ -254,33 +193,22 @@ class Point:
             users = max(1, round(rate * s.think_s))
             load_model = f"closed:{users},think=exp:{s.think_s}"
         tag = f"{model}-{run_label(mode, patience).replace(':', '-').replace(' ', '-')}"
-        be, url = self.start()
-        with be:
-            if mode == "direct":
-                with Sampler(None, None, SAMPLE_S, pids={"backend": be.pid}) as sampler:
-                    out, wall = self.load(url, load_model, trace, tag, s.duration_s)
-                self.timelines[tag] = sampler.rows
-            else:
-                port, admin = free_port(), free_port()
-                argv = commands.gatekeeper(
-                    self.bin,
-                    listen=f"127.0.0.1:{port}",
-                    upstream=url,
-                    policy=mode,
-                    capacity=f"{capacity_us}us",
-                    admin=f"127.0.0.1:{admin}",
-                    max_queue_wait_s=s.max_queue_wait_s,
-                    max_wait_s=s.max_wait_s,
-                    overdue_share=s.overdue_share,
-                    patience=patience,
-                    **self.classify_args(),
-                )
-                gatekeeper = Child(argv, self.work / f"gatekeeper-{tag}.log")
-                pids = {"backend": be.pid, "gatekeeper": gatekeeper.pid}
-                with gatekeeper, Sampler(None, admin, SAMPLE_S, pids=pids) as sampler:
-                    wait_port(port)
-                    out, wall = self.load(f"http://127.0.0.1:{port}", load_model, trace, tag, s.duration_s)
-                self.timelines[tag] = sampler.rows
+        flags = {
+            "capacity": f"{capacity_us}us",
+            "max_queue_wait_s": s.max_queue_wait_s,
+            "max_wait_s": s.max_wait_s,
+            "overdue_share": s.overdue_share,
+            "patience": patience,
+            **self.backend.gate_flags(),
+        }
+        with (
+            self.start() as be,
+            front(self.bin, be.url, mode, self.work / f"gatekeeper-{tag}.log", **flags) as g,
+        ):
+            pids = {"backend": be.pid} | ({} if g.pid is None else {"gatekeeper": g.pid})
+            with Sampler(None, g.admin_port, SAMPLE_S, pids=pids) as sampler:
+                out, wall = self.load(g.url, load_model, trace, tag, s.duration_s)
+            self.timelines[tag] = sampler.rows
         r = self.summary(out, s.warmup_s, s.duration_s, wall)
         r["gate"] = gate_summary(self.timelines.get(tag, []), s.warmup_s, s.duration_s)
         r["cpu"] = cpu_summary(self.timelines.get(tag, []), s.warmup_s, s.duration_s, r["work_per_s"])
@@ -401,6 +329,14 @@ def cpu_summary(rows: list[dict], warmup_s: float, duration_s: float, work_per_s
     }
 
 
+def backend_flags(table: dict) -> dict:
+    """The gatekeeper's flags for a backend from its `[NAME]` table (unset: none)."""
+    return {
+        "max_in_flight": table.get("max_in_flight") or None,
+        "estimate_basis": table.get("estimate_basis") or None,
+    }
+
+
 def run_backend(
     s: Settings, name: str, binary: str, tools: Path, scratch: Path, prefix: list[str]
 ) -> tuple[dict, dict[str, list[dict]]]:
@@ -408,16 +344,14 @@ def run_backend(
     b = s.backends[name]
     work = scratch / name
     work.mkdir(parents=True, exist_ok=True)
-    backend, argv = prepare(name, int(b["rows"]), s.seed, work, tools)
-    p = Point(s, backend, argv, binary, work, prefix)
-    be, url = p.start()
-    with be:
-        p.measure_alone(url)
+    backend = prepare(name, int(b["rows"]), s.seed, work, tools, prefix=prefix, **backend_flags(b))
+    p = Point(s, backend, binary, work)
+    with p.start() as be:
+        p.measure_alone(be.url)
         print(f"{name}: cost alone (ms) {json.dumps(p.cost_ms)}", file=sys.stderr, flush=True)
     peak = p.peak()
-    be, url = p.start()
-    with be:
-        calibration = p.calibrate(url)
+    with p.start() as be:
+        calibration = p.calibrate(be.url)
     capacity_us = int(calibration["best_capacity_us"])
     print(f"{name}: capacity {capacity_us} us", file=sys.stderr, flush=True)
     runs: dict[str, dict[str, dict]] = {m: {} for m in s.models}
@@ -447,36 +381,45 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m shortfirst_lab bench gatekeeper-foreign", description=__doc__.split("\n")[0]
     )
-    ap.add_argument("config", type=Path, help="experiment file, e.g. lab/experiments/gatekeeper-foreign.toml")
+    ap.add_argument(
+        "configs",
+        type=Path,
+        nargs="+",
+        help="experiment files, one per backend, e.g. lab/experiments/gatekeeper-datasette.toml",
+    )
     ap.add_argument("--bin", default="target/release/shortfirst")
     ap.add_argument(
         "--tools", type=Path, default=Path(".make/foreign"), help="where make foreign-backends installs"
     )
     ap.add_argument("--out", type=Path, default=Path("results/gatekeeper-foreign"))
-    ap.add_argument("--backends", default=None, help="comma-separated subset of the file's backends")
+    ap.add_argument("--backends", default=None, help="comma-separated subset of the files' backends")
     ap.add_argument("--duration", type=float, default=None, help="seconds per run (overrides the file)")
     ap.add_argument(
         "--pin", default="auto", choices=["auto", "yes", "no"], help="backend on the reserved CPU"
     )
     a = ap.parse_args(argv)
     overrides = {} if a.duration is None else {"duration_s": a.duration}
-    s = Settings.load(a.config, overrides)
-    names = a.backends.split(",") if a.backends else list(s.backends)
-    missing = [n for n in names if n not in s.backends]
+    settings = {}
+    for path in a.configs:
+        s = Settings.load(path, overrides)
+        settings |= dict.fromkeys(s.backends, s)
+    names = a.backends.split(",") if a.backends else list(settings)
+    missing = [n for n in names if n not in settings]
     if missing:  # before anything runs, not after the backends before it
-        raise ForeignError(f"--backends {a.backends}: no [backend.{missing[0]}] in {a.config}")
+        raise GatekeeperError(f"--backends {a.backends}: no experiment file of backend {missing[0]!r}")
     prefix = pinned_prefix({"auto": None, "yes": True, "no": False}[a.pin])
     binary = str(Path(a.bin).resolve())
     result = {
-        "provenance": provenance(extra={"config": str(a.config)}),
-        "settings": vars(s) | {"backends": s.backends},
+        "provenance": provenance(extra={"config": " ".join(map(str, a.configs))}),
+        # Per backend, the settings of its experiment file.
+        "settings": {name: vars(settings[name]) for name in names},
+        "backends": {},
     }
-    result["backends"] = {}
     timelines = {}
     with tempfile.TemporaryDirectory(prefix="gk-foreign-") as scratch:
         for name in names:
             result["backends"][name], timelines[name] = run_backend(
-                s, name, binary, a.tools, Path(scratch), prefix
+                settings[name], name, binary, a.tools, Path(scratch), prefix
             )
     a.out.mkdir(parents=True, exist_ok=True)
     write_json(a.out / "timelines.json", {"sample_s": SAMPLE_S, "backends": timelines}, allow_nan=True)

@@ -1,5 +1,6 @@
-"""The experiment's private PostgreSQL: started and stopped by examples/bookstore/pg.sh, its
-memory and blkio groups, the generated database, and the counters read around each point.
+"""The bookstore's private PostgreSQL: started and stopped by examples/bookstore/pg.sh, its
+settings (the experiment file's `[postgres]`), memory and blkio groups, the generated
+database, and the counters read around each point.
 """
 
 from __future__ import annotations
@@ -14,8 +15,50 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...kit import free_port
-from .config import PG_SH, Binaries, PgSettings, TpcwError
+from .... import commands
+from ....kit import REPO, free_port
+from .base import GatekeeperError
+
+PG_SH = REPO / "examples" / "bookstore" / "pg.sh"
+
+
+@dataclass(frozen=True)
+class PgSettings:
+    """How the experiment's PostgreSQL runs (the experiment file's ``[postgres]`` table).
+
+    ``memory_limit_mb`` puts the postmaster (hence every backend) in its own cgroup-v1 memory group
+    with that limit, set after the data is generated: shared buffers, the backends' private memory
+    and the page cache of the database files all count against it, so that many concurrent backends
+    squeeze the cache and reads go to disk — the memory pressure behind the paper's collapse of
+    direct access (its Table 2). ``read_iops_limit`` caps the server's reads from its disk (a blkio
+    group of the same name), for a disk as slow as the paper's era when the machine's is not. Both
+    need root; ``None`` runs without groups."""
+
+    shared_buffers: str = "256MB"
+    work_mem: str = "8MB"
+    memory_limit_mb: int | None = None
+    read_iops_limit: int | None = None
+
+    @property
+    def needs_groups(self) -> bool:
+        return self.memory_limit_mb is not None or self.read_iops_limit is not None
+
+    @classmethod
+    def from_config(cls, table: dict) -> PgSettings:
+        known = {"shared_buffers", "work_mem", "memory_limit_mb", "read_iops_limit"}
+        unknown = set(table) - known
+        if unknown:
+            raise GatekeeperError(f"[postgres]: unknown keys {sorted(unknown)} (known: {sorted(known)})")
+        for key in ("memory_limit_mb", "read_iops_limit"):
+            v = table.get(key)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+                raise GatekeeperError(f"[postgres] {key} must be a positive integer, got {v!r}")
+        return cls(
+            str(table.get("shared_buffers", cls.shared_buffers)),
+            str(table.get("work_mem", cls.work_mem)),
+            table.get("memory_limit_mb"),
+            table.get("read_iops_limit"),
+        )
 
 
 @dataclass
@@ -37,7 +80,7 @@ class Postgres:
             [str(PG_SH), cmd, str(self.dir), str(value)], capture_output=True, text=True, check=False
         )
         if out.returncode != 0:
-            raise TpcwError(f"pg.sh {cmd} failed: {out.stderr.strip()}")
+            raise GatekeeperError(f"pg.sh {cmd} failed: {out.stderr.strip()}")
 
     @property
     def blkio(self) -> Path | None:
@@ -88,7 +131,9 @@ class Postgres:
             if out.returncode == 0:
                 return
             if time.monotonic() > deadline:
-                raise TpcwError(f"PostgreSQL in {self.dir} not accepting connections after {timeout_s} s")
+                raise GatekeeperError(
+                    f"PostgreSQL in {self.dir} not accepting connections after {timeout_s} s"
+                )
             time.sleep(0.5)
 
     def prewarm(self, read_iops_limit: int | None) -> float:
@@ -113,7 +158,7 @@ class Postgres:
                 check=False,
             )
             if out.returncode != 0:
-                raise TpcwError(f"prewarming the database failed: {out.stderr.strip()}")
+                raise GatekeeperError(f"prewarming the database failed: {out.stderr.strip()}")
         finally:
             if read_iops_limit is not None:
                 self.set_read_iops_limit(read_iops_limit)
@@ -129,7 +174,7 @@ def pg_bin() -> Path:
         d = Path(f"/usr/lib/postgresql/{v}/bin")
         if (d / "psql").exists():
             return d
-    raise TpcwError("PostgreSQL binaries not found in /usr/lib/postgresql/{17,16,15}/bin")
+    raise GatekeeperError("PostgreSQL binaries not found in /usr/lib/postgresql/{17,16,15}/bin")
 
 
 def parse_kv(path: Path) -> Iterator[tuple[str, int]]:
@@ -197,9 +242,9 @@ def postgres(max_connections: int = 300, settings: PgSettings | None = None) -> 
     loading the data."""
     settings = settings or PgSettings()
     if not PG_SH.exists():
-        raise TpcwError(f"{PG_SH} missing")
+        raise GatekeeperError(f"{PG_SH} missing")
     if settings.needs_groups and os.geteuid() != 0:
-        raise TpcwError(
+        raise GatekeeperError(
             "[postgres] memory_limit_mb and read_iops_limit need root (they create cgroup-v1 "
             "memory and blkio groups); run as root or drop the keys"
         )
@@ -225,7 +270,7 @@ def postgres(max_connections: int = 300, settings: PgSettings | None = None) -> 
     try:
         out = subprocess.run(args, capture_output=True, text=True, check=False)
         if out.returncode != 0:
-            raise TpcwError(f"pg.sh start failed: {out.stderr.strip()}")
+            raise GatekeeperError(f"pg.sh start failed: {out.stderr.strip()}")
         cg = d / "cgroup"
         yield Postgres(out.stdout.strip(), d, Path(cg.read_text().strip()) if cg.exists() else None)
     finally:
@@ -233,26 +278,16 @@ def postgres(max_connections: int = 300, settings: PgSettings | None = None) -> 
         shutil.rmtree(d, ignore_errors=True)
 
 
-def generate(bins: Binaries, db_url: str, items: int, customers: int, seed: int) -> None:
+def generate(bookstore: Path, db_url: str, items: int, customers: int, seed: int) -> None:
+    """`bookstore gen`: the TPC-W database at the given scale."""
     out = subprocess.run(
-        [
-            str(bins.bookstore),
-            "gen",
-            "--db",
-            db_url,
-            "--items",
-            str(items),
-            "--customers",
-            str(customers),
-            "--seed",
-            str(seed),
-        ],
+        commands.bookstore_gen(bookstore, db=db_url, items=items, customers=customers, seed=seed),
         capture_output=True,
         text=True,
         check=False,
     )
     if out.returncode != 0:
-        raise TpcwError(f"bookstore gen failed: {out.stderr.strip()}")
+        raise GatekeeperError(f"bookstore gen failed: {out.stderr.strip()}")
 
 
 def database_bytes(url: str) -> int | None:
@@ -266,7 +301,7 @@ def database_bytes(url: str) -> int | None:
 
 
 @contextmanager
-def shop(cfg: dict, bins: Binaries, doc: dict) -> Iterator[Postgres]:
+def shop(cfg: dict, bookstore: Path, doc: dict) -> Iterator[Postgres]:
     """PostgreSQL (``[postgres]``) with the generated database (``[bookstore]``). Records the
     settings, the memory group's limit and the generation time in ``doc``. The memory limit is set
     after generation, so that it shapes the experiment, not the loading; the kernel then reclaims
@@ -276,7 +311,7 @@ def shop(cfg: dict, bins: Binaries, doc: dict) -> Iterator[Postgres]:
     pool = int(b.get("pool", 128))
     t0 = time.monotonic()
     with postgres(max_connections=pool + 20, settings=settings) as pg:
-        generate(bins, pg.url, b["items"], b["customers"], b.get("seed", 1))
+        generate(bookstore, pg.url, b["items"], b["customers"], b.get("seed", 1))
         doc["generate_s"] = time.monotonic() - t0
         doc["postgres"] = {
             "shared_buffers": settings.shared_buffers,

@@ -12,8 +12,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from ... import kit
-from ...kit import (
+from .... import kit
+from ....kit import (
     BENCH_LOCK,
     HALT_POLL,
     Child,
@@ -22,9 +22,9 @@ from ...kit import (
     read_halt_poll,
     wait_port,
 )
-from .harness import Bench
+from .models import write_trace
+from .points import Bench
 from .rules import OVERHEAD_PASS_RULE
-from .workload import write_trace
 
 NGINX_CONF = """worker_processes 1;
 daemon off;
@@ -50,6 +50,18 @@ http {{
 def nginx_binary() -> str | None:
     """nginx's path: on PATH, or Debian's /usr/sbin (not on a non-root PATH); None if absent."""
     return shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+
+
+@contextlib.contextmanager
+def nginx_proxy(binary: str, conf_dir: Path, up_port: int, log: Path) -> Iterator[tuple[str, int]]:
+    """nginx (one worker, kept-alive upstream connections) in front of 127.0.0.1:`up_port`,
+    configured in `conf_dir`, ready; yields its URL and pid."""
+    conf_dir.mkdir(exist_ok=True)
+    port = free_port()
+    (conf_dir / "nginx.conf").write_text(NGINX_CONF.format(dir=conf_dir, up=up_port, port=port))
+    with Child([binary, "-p", str(conf_dir), "-c", str(conf_dir / "nginx.conf")], log) as child:
+        wait_port(port, child.proc)
+        yield f"http://127.0.0.1:{port}", child.pid
 
 
 def latencies_us(run_dir: Path) -> list[float]:
@@ -104,12 +116,12 @@ def percentile(v: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-def overhead_rounds(b: Bench, ports: dict[str, int], trace: Path, tag: str, pids: dict[str, int]) -> dict:
-    """Alternating rounds over `ports`; the order rotates every round so no path always
+def overhead_rounds(b: Bench, urls: dict[str, str], trace: Path, tag: str, pids: dict[str, int]) -> dict:
+    """Alternating rounds over `urls`; the order rotates every round so no path always
     runs first (after an idle gap) or last. `pids`: the proxy process of each proxied path,
     whose CPU time over all rounds is divided by the requests it served."""
     a = b.a
-    names = list(ports)
+    names = list(urls)
     rounds: dict[str, list[dict]] = {k: [] for k in names}
     pooled: dict[str, list[float]] = {k: [] for k in names}
     sent = dict.fromkeys(names, 0)
@@ -118,7 +130,7 @@ def overhead_rounds(b: Bench, ports: dict[str, int], trace: Path, tag: str, pids
         order = names[i % len(names) :] + names[: i % len(names)]
         for name in order:
             out, _wall = b.load(
-                ports[name],
+                urls[name],
                 "open",
                 trace,
                 f"overhead{tag}-{name}-{i}",
@@ -219,16 +231,15 @@ def measure_overhead(b: Bench, capacity: str) -> dict:
     a = b.a
     trace = b.work / "overhead.csv"
     write_trace(trace, [("/ping", 1.0)], a.overhead_rate, a.overhead_duration, a.seed)
-    up, up_port = b.upstream()
     with contextlib.ExitStack() as stack:
-        stack.enter_context(up)
-        ports, pids = _start_paths(b, stack, up_port, capacity)
-        settings = _rounds_by_setting(b, ports, trace, pids)
+        up = stack.enter_context(b.upstream())
+        urls, pids = _start_paths(b, stack, up.url, up.port, capacity)
+        settings = _rounds_by_setting(b, urls, trace, pids)
     return {
         "rate_per_s": a.overhead_rate,
         "rounds": a.overhead_rounds,
         "round_s": a.overhead_duration,
-        "paths": list(ports),
+        "paths": list(urls),
         "baseline_bin": a.overhead_baseline_bin,
         # The verdict's figures: the machine's own halt-polling setting, as our binary must
         # not depend on it.
@@ -241,62 +252,43 @@ def measure_overhead(b: Bench, capacity: str) -> dict:
 
 
 def _start_paths(
-    b: Bench, stack: contextlib.ExitStack, up_port: int, capacity: str
-) -> tuple[dict[str, int], dict[str, int]]:
+    b: Bench, stack: contextlib.ExitStack, up_url: str, up_port: int, capacity: str
+) -> tuple[dict[str, str], dict[str, int]]:
     """Starts every proxy the options ask for in front of the upstream (each closed by
-    ``stack``); returns each path's port, direct's first, and each proxy's pid."""
+    ``stack``); returns each path's URL, direct's first, and each proxy's pid."""
     a = b.a
-    ports = {"direct": up_port}
+    urls = {"direct": up_url}
     pids = {}
-    px, port, _admin = b.proxy(up_port, "fifo", capacity, max_queue_wait_s=a.max_queue_wait_s)
-    stack.enter_context(px)
-    ports["gatekeeper"] = port
-    pids["gatekeeper"] = px.pid
+    proxies: dict[str, dict] = {"gatekeeper": {}}
     if a.overhead_busy_poll_us:
-        bp, bpport, _ = b.proxy(
-            up_port,
-            "fifo",
-            capacity,
-            max_queue_wait_s=a.max_queue_wait_s,
-            extra=["--busy-poll-us", str(a.overhead_busy_poll_us)],
-        )
-        stack.enter_context(bp)
-        ports["gatekeeper-busy-poll"] = bpport
-        pids["gatekeeper-busy-poll"] = bp.pid
+        proxies["gatekeeper-busy-poll"] = {"extra": ["--busy-poll-us", str(a.overhead_busy_poll_us)]}
     if a.overhead_baseline_bin:
-        bpx, bport, _ = b.proxy(
-            up_port, "fifo", capacity, binary=a.overhead_baseline_bin, max_queue_wait_s=a.max_queue_wait_s
-        )
-        stack.enter_context(bpx)
-        ports["gatekeeper-baseline"] = bport
-        pids["gatekeeper-baseline"] = bpx.pid
+        proxies["gatekeeper-baseline"] = {"binary": a.overhead_baseline_bin}
+    for name, how in proxies.items():
+        g = stack.enter_context(b.proxy(up_url, "fifo", capacity, max_queue_wait_s=a.max_queue_wait_s, **how))
+        urls[name] = g.url
+        pids[name] = g.pid
     nginx = nginx_binary()
     if a.overhead_nginx == "yes" and not nginx:
         raise RuntimeError("--overhead-nginx yes: nginx not found")
     if nginx and a.overhead_nginx != "no":
-        d = b.work / "nginx"
-        d.mkdir()
-        nport = free_port()
-        (d / "nginx.conf").write_text(NGINX_CONF.format(dir=d, up=up_port, port=nport))
-        ng = Child([nginx, "-p", str(d), "-c", str(d / "nginx.conf")], b.work / "nginx.log")
-        stack.enter_context(ng)
-        wait_port(nport)
-        ports["nginx"] = nport
-        pids["nginx"] = ng.pid
-    return ports, pids
+        urls["nginx"], pids["nginx"] = stack.enter_context(
+            nginx_proxy(nginx, b.work / "nginx", up_port, b.work / "nginx.log")
+        )
+    return urls, pids
 
 
-def _rounds_by_setting(b: Bench, ports: dict[str, int], trace: Path, pids: dict[str, int]) -> dict:
+def _rounds_by_setting(b: Bench, urls: dict[str, str], trace: Path, pids: dict[str, int]) -> dict:
     """The rounds under the machine's halt-polling setting and, with --halt-poll-ns N, again
     with it set to N; keyed ``machine`` and ``halt_poll_<N>``."""
     a = b.a
     settings = {}
     machine_value = read_halt_poll()
-    r = overhead_rounds(b, ports, trace, "", pids)
+    r = overhead_rounds(b, urls, trace, "", pids)
     settings["machine"] = {"guest_halt_poll_ns": machine_value, **r}
     if a.halt_poll_ns is not None:
         with halt_poll_ns(a.halt_poll_ns):
-            r = overhead_rounds(b, ports, trace, f"-hp{a.halt_poll_ns}", pids)
+            r = overhead_rounds(b, urls, trace, f"-hp{a.halt_poll_ns}", pids)
         settings[f"halt_poll_{a.halt_poll_ns}"] = {"guest_halt_poll_ns": a.halt_poll_ns, **r}
     return settings
 

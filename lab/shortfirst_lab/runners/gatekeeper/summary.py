@@ -9,45 +9,32 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .workload import type_cost_ms
-
 
 def summarize(
     run_dir: Path,
     warmup_s: float,
     duration_s: float,
     wall_s: float,
-    scale: float,
     timeout_s: float,
-    cost_ms: Callable[[str], float] | None = None,
-    type_of: Callable[[str], str] | None = None,
+    cost_ms: Callable[[str], float],
+    type_of: Callable[[str], str],
 ) -> dict:
     """Throughput and response times from requests.csv.
 
-    A request's type and base cost come from its path: by default the synthetic upstream's
-    (the path's last segment, its Table 1 cost times `scale`); other backends pass
-    `type_of` and `cost_ms` (path → type name, path → cost in ms).
+    A request's type and base cost come from its path, as the backend says: `type_of` (path
+    → type name) and `cost_ms` (path → cost in ms: the synthetic upstream's Table 1 cost
+    times its scale, a foreign backend's type's cost measured alone).
 
     - Throughput: responses completed (200) inside the measurement window
       [warmup, duration], whenever they were sent, per second of window. Cost-weighted
-      throughput: the same completions weighted by their type's base cost (the synthetic
-      backend's work, in seconds), per second: backend work done per second (at most
-      --cpus when every processor serves useful work).
+      throughput: the same completions weighted by their type's base cost (the backend's
+      work, in seconds), per second: backend work done per second (on the synthetic
+      upstream at most --cpus, when every processor serves useful work).
     - Response times: requests *scheduled* inside the window. A request that timed out (or
       never completed) counts with its timeout as response time, a lower bound of the truth,
       in `mean_response_ms` (and per type); `mean_response_ms_completed` is over completed
       requests only. Dropping timeouts would hide exactly the requests a policy starves.
     """
-    if cost_ms is None:
-
-        def cost_ms(path: str) -> float:
-            return type_cost_ms(path, scale)
-
-    if type_of is None:
-
-        def type_of(path: str) -> str:
-            return path.rsplit("/", 1)[-1]
-
     with open(run_dir / "requests.csv") as f:
         rows = list(csv.DictReader(f))
     window = max(duration_s - warmup_s, 1e-9)

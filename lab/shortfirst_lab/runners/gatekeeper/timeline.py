@@ -1,13 +1,17 @@
 """What the gatekeeper and the synthetic upstream say while a run goes on: their /metrics
-scraped at the end of a run, and sampled every --sample-ms into a timeline whose summary
-says where backend capacity went unused.
+scraped at the end of a run, sampled (`Sampler`) every --sample-ms into a timeline whose
+summary says where backend capacity went unused, and once a second into a TPC-W point's
+`timeline.csv` of the gate's learned costs (`write_timeline`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
+import re
 import threading
 import time
+from pathlib import Path
 
 from ...kit import CLK_TCK, fetch_text, parse_prometheus, process_cpu_s, prometheus_series, read_proc_stat
 
@@ -63,6 +67,8 @@ def by_type(m: dict[str, float], metric: str) -> dict[str, float]:
 
 #: Shortest --sample-ms accepted (see main).
 MIN_SAMPLE_MS = 10
+#: Bound on a `Sampler`'s rows: 1000 s at the shortest period, over a day at a second.
+MAX_ROWS = 100_000
 
 
 class Sampler:
@@ -71,12 +77,18 @@ class Sampler:
     and the synthetic upstream's (requests in the model, busy processors, completed work,
     overrun), plus the host's steal, for --sample-ms. Diagnosis of where capacity goes:
     the timeline says, moment by moment, whether the backend had idle processors and what
-    the gate was doing then."""
+    the gate was doing then. With `keep`, each row also holds the gatekeeper's series whose
+    `name{labels}` it matches, as written (`series`). At most MAX_ROWS rows are kept."""
 
     def __init__(
-        self, up_port: int | None, admin_port: int | None, period_s: float, pids: dict[str, int] | None = None
+        self,
+        up_port: int | None,
+        admin_port: int | None,
+        period_s: float,
+        pids: dict[str, int] | None = None,
+        keep: re.Pattern | None = None,
     ):
-        self.up_port, self.admin_port, self.period_s = up_port, admin_port, period_s
+        self.up_port, self.admin_port, self.period_s, self.keep = up_port, admin_port, period_s, keep
         #: Processes whose CPU seconds so far each row records (`cpu_s`, by role).
         self.pids = dict(pids or {})
         self.rows: list[dict] = []
@@ -94,7 +106,7 @@ class Sampler:
         self.thread.join()
 
     def run(self) -> None:
-        while not self.stop.is_set():
+        while not self.stop.is_set() and len(self.rows) < MAX_ROWS:
             t = time.monotonic() - self.t0
             row: dict = {"t_s": t, "steal_s": steal_s()}
             if self.pids:
@@ -129,6 +141,8 @@ class Sampler:
                         },
                         "rejected_queue_wait": g['gatekeeper_rejected_total{reason="queue_wait"}'],
                     }
+                    if self.keep is not None:
+                        row["series"] = {k: v for k, v in g.items() if self.keep.match(k)}
             self.rows.append(row)
             self.stop.wait(max(0.0, self.period_s - (time.monotonic() - self.t0 - t)))
 
@@ -196,3 +210,26 @@ def timeline_summary(
             }
         )
     return out
+
+
+#: The series a TPC-W point's `timeline.csv` keeps: the gate's gauges and counters, and each
+#: type's learned cost (what SJF orders by; the end-of-run value alone is the drained tail's).
+TIMELINE_SERIES = re.compile(
+    r"^(gatekeeper_(?:load_seconds|capacity_seconds|queue_length|in_flight|admitted_total"
+    r"|cancelled_while_queued_total)|gatekeeper_type_estimated_cost_seconds)"
+    r"(?:\{type=\"((?:[^\"\\]|\\.)*)\"\})?$"
+)
+
+
+def write_timeline(rows: list[dict], path: Path) -> None:
+    """A `Sampler`'s kept series (`keep=TIMELINE_SERIES`) as ``t_s,series,type,value`` rows,
+    ``t_s`` from the start of sampling; written to a temporary name and renamed."""
+    tmp = path.with_suffix(".csv.tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["t_s", "series", "type", "value"])
+        for row in rows:
+            for key, value in row.get("series", {}).items():
+                m = TIMELINE_SERIES.match(key)
+                w.writerow([f"{row['t_s']:.3f}", m.group(1), m.group(2) or "", value])
+    tmp.rename(path)

@@ -24,16 +24,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from ...kit import HALT_POLL, git_commit, machine, write_json
-from ...spec.reader import read_spec
-from .harness import Bench
+from ....kit import HALT_POLL, git_commit, machine, write_json
+from ....spec.reader import read_spec
+from ..timeline import MIN_SAMPLE_MS
 from .models import run_models
 from .overhead import ONLY_OVERHEAD_CAPACITY, measure_overhead
+from .points import Bench
 from .rules import ACCOUNTING_NOTE, max_charge_share_spec, max_queue_wait_spec
 from .throughput import measure_throughput
-from .timeline import MIN_SAMPLE_MS
 from .verdict import evaluate, table
-from .workload import POLICIES
+
+POLICIES = ["fifo", "sjf", "sjf-aging:1", "sjf-aging:2", "sjf-aging:5"]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -62,7 +63,7 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, argpa
     ap = parser()
     a = ap.parse_args(argv)
     if a.experiment is not None:
-        ap.set_defaults(**read_spec(a.experiment, kind="synthetic").value)
+        ap.set_defaults(**read_spec(a.experiment, kind="gatekeeper", backend="synthetic").value)
         a = ap.parse_args(argv)
     return ap, a
 

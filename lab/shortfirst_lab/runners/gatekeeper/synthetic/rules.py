@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from .workload import TABLE1_MS, type_cost_ms
+from ..backends.synthetic import TABLE1_MS, type_cost_ms
 
 
 def max_queue_wait_rule(a: argparse.Namespace) -> tuple[float, str]:

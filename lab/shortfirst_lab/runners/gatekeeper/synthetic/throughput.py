@@ -13,10 +13,10 @@ import shutil
 import statistics
 from pathlib import Path
 
-from ... import commands
-from ...kit import Child, KitError, free_port, wait_port, wrk
-from .harness import Bench
-from .overhead import NGINX_CONF, ONLY_OVERHEAD_CAPACITY, nginx_binary
+from .... import commands
+from ....kit import Child, KitError, free_port, wait_port, wrk
+from .overhead import ONLY_OVERHEAD_CAPACITY, nginx_binary, nginx_proxy
+from .points import Bench
 
 #: The pass rule of the section, stated in the output beside the figures.
 THROUGHPUT_PASS_RULE = (
@@ -39,8 +39,8 @@ def measure_throughput(b: Bench, rounds: int, duration_s: float, connections: in
     root.mkdir(exist_ok=True)
     (root / FILE_NAME).write_bytes(bytes(range(256)) * (FILE_BYTES // 256))
     with contextlib.ExitStack() as stack:
-        ports = _start(b, stack, root, nginx)
-        per_round = _rounds(ports, rounds, duration_s, connections, threads)
+        urls = _start(b, stack, root, nginx)
+        per_round = _rounds(urls, rounds, duration_s, connections, threads)
     return summarize(per_round) | {
         "connections": connections,
         "threads": threads,
@@ -51,37 +51,31 @@ def measure_throughput(b: Bench, rounds: int, duration_s: float, connections: in
     }
 
 
-def _start(b: Bench, stack: contextlib.ExitStack, root: Path, nginx: str) -> dict[str, int]:
-    """The upstream, the gatekeeper and nginx in front of it; each path's port."""
+def _start(b: Bench, stack: contextlib.ExitStack, root: Path, nginx: str) -> dict[str, str]:
+    """The upstream, the gatekeeper and nginx in front of it; each path's URL."""
     up = free_port()
     argv = commands.serve(b.bin, root=root, listen=f"127.0.0.1:{up}", policy="fair", threads=1)
     stack.enter_context(Child(argv, b.work / "throughput-serve.log"))
     wait_port(up)
-    gk, gport, _ = b.proxy(up, "fifo", ONLY_OVERHEAD_CAPACITY)
-    stack.enter_context(gk)
-    d = b.work / "throughput-nginx"
-    d.mkdir(exist_ok=True)
-    nport = free_port()
-    (d / "nginx.conf").write_text(NGINX_CONF.format(dir=d, up=up, port=nport))
-    stack.enter_context(Child([nginx, "-p", str(d), "-c", str(d / "nginx.conf")], b.work / "nginx-tp.log"))
-    wait_port(nport)
-    return {"direct": up, "gatekeeper": gport, "nginx": nport}
+    gate = stack.enter_context(b.proxy(f"http://127.0.0.1:{up}", "fifo", ONLY_OVERHEAD_CAPACITY))
+    ng, _ = stack.enter_context(nginx_proxy(nginx, b.work / "throughput-nginx", up, b.work / "nginx-tp.log"))
+    return {"direct": f"http://127.0.0.1:{up}", "gatekeeper": gate.url, "nginx": ng}
 
 
 def _rounds(
-    ports: dict[str, int], rounds: int, duration_s: float, connections: int, threads: int
+    urls: dict[str, str], rounds: int, duration_s: float, connections: int, threads: int
 ) -> list[dict[str, dict]]:
     """`rounds` rounds, each path once per round, the order rotating; a warm-up run per
     path first (not kept)."""
-    names = list(ports)
+    names = list(urls)
     for name in names:
-        wrk(f"http://127.0.0.1:{ports[name]}/{FILE_NAME}", threads, connections, min(duration_s, 2.0))
+        wrk(f"{urls[name]}/{FILE_NAME}", threads, connections, min(duration_s, 2.0))
     out = []
     for i in range(rounds):
         order = names[i % len(names) :] + names[: i % len(names)]
         r = {}
         for name in order:
-            res = wrk(f"http://127.0.0.1:{ports[name]}/{FILE_NAME}", threads, connections, duration_s)
+            res = wrk(f"{urls[name]}/{FILE_NAME}", threads, connections, duration_s)
             if res["non_2xx"] or res["socket_errors"]:
                 raise KitError(f"throughput round {i}: {name} had errors: {res}")
             r[name] = res

@@ -10,8 +10,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...kit import CLK_TCK, parse_prometheus, per_cpu_ticks, read_proc_stat
-from .config import PATH_TO_CODE
+from ....kit import CLK_TCK, parse_prometheus, per_cpu_ticks, read_proc_stat
+from ..backends.bookstore import PATH_TO_CODE
 
 
 def parse_metrics(text: str) -> dict[tuple[str, str], float]:

@@ -10,8 +10,8 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from ...kit import REPO
-from .config import PAGES
+from ....kit import REPO
+from ..backends.bookstore import PAGES
 from .join import timeline_stats
 from .measure import full_view, targets
 
