@@ -17,7 +17,8 @@
 //! The decisions state, permits, waiting and the timer are [`crate::admit`]'s, shared with
 //! the PostgreSQL gate.
 //!
-//! Modules: `route` (one request's way: classify, admit, forward), `stream` (request and
+//! Modules: `route` (one request's way: classify, admit, forward), `detach` (the exchange
+//! polled in place, carried on alone if the client leaves), `stream` (request and
 //! response bodies), `headers`
 //! (hop-by-hop and forwarding headers), `reply` (the gatekeeper's own answers), `admin`
 //! (`/metrics`, `/healthz`). This file binds the sockets and accepts.
@@ -44,6 +45,7 @@ use crate::upstream::UpstreamPool;
 use crate::GatekeeperError;
 
 pub(crate) mod admin;
+mod detach;
 mod headers;
 mod reply;
 mod route;
