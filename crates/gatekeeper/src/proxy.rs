@@ -17,7 +17,8 @@
 //! The decisions state, permits, waiting and the timer are [`crate::admit`]'s, shared with
 //! the PostgreSQL gate.
 //!
-//! Modules: `route` (one request's way: classify, admit, forward), `stream` (request and
+//! Modules: `route` (one request's way: classify, admit, forward), `detach` (the exchange
+//! polled in place, carried on alone if the client leaves), `stream` (request and
 //! response bodies), `headers`
 //! (hop-by-hop and forwarding headers), `reply` (the gatekeeper's own answers), `admin`
 //! (`/metrics`, `/healthz`). This file binds the sockets and accepts.
@@ -44,6 +45,7 @@ use crate::upstream::UpstreamPool;
 use crate::GatekeeperError;
 
 pub(crate) mod admin;
+mod detach;
 mod headers;
 mod reply;
 mod route;
@@ -182,6 +184,8 @@ impl Gatekeeper {
     /// backend done with them) for at most `shutdown_timeout`, close the connections.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), GatekeeperError> {
         let timer = tokio::spawn(timer_task(self.shared.adm.clone()));
+        let cfg = &self.shared.cfg;
+        let anchor = tokio::spawn(timer_anchor(cfg.header_timeout.min(cfg.upstream_timeout) / 2));
         let poller = self.shared.busy.clone().map(|b| tokio::spawn(b.run()));
         let shared = self.shared.clone();
         let render: admin::Render = Arc::new(move || shared.adm.metrics.render(&shared.snapshot()));
@@ -212,6 +216,7 @@ impl Gatekeeper {
             );
         }
         timer.abort();
+        anchor.abort();
         if let Some(p) = poller {
             p.abort();
         }
@@ -219,6 +224,20 @@ impl Gatekeeper {
             a.abort();
         }
         Ok(())
+    }
+}
+
+/// Keeps a timer of the runtime due within `period`, so that the timers set on every
+/// request (hyper's header-read timeout, `--header-timeout`, and the upstream timeout) are
+/// never the runtime's earliest. Why: tokio wakes its I/O driver (an eventfd write, then a
+/// spurious return from `epoll_wait`) whenever a timer is set earlier than the driver's
+/// next planned wake-up; with every connection in the middle of a request the new header
+/// timeout is just that, a system call per request for nothing. The cost: one task wake-up
+/// per `period` (at least a millisecond).
+async fn timer_anchor(period: Duration) {
+    let period = period.max(Duration::from_millis(1));
+    loop {
+        tokio::time::sleep(period).await;
     }
 }
 

@@ -19,8 +19,18 @@ const HOP_BY_HOP: [&str; 9] = [
     "proxy-authorization",
 ];
 
+/// Whether a header is hop-by-hop by its name alone (those named in `Connection` aside).
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    let name = name.as_str();
+    HOP_BY_HOP.contains(&name) || name.starts_with("proxy-")
+}
+
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // The common case (no `Connection`, no `Proxy-*`) allocates nothing.
+    // The common case (none of them; `Connection` is one) is one pass over the names,
+    // allocating nothing.
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     if headers.contains_key(header::CONNECTION) {
         let listed: Vec<HeaderName> = headers
             .get_all(header::CONNECTION)
@@ -45,31 +55,39 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// Append `Forwarded` and `X-Forwarded-For/Proto/Host` for a request from `peer`.
+/// Append `Forwarded` and `X-Forwarded-For/Proto/Host` for a request from `peer`. The
+/// common case (none of them present yet) builds each value once, without copies.
 pub fn add_forwarding(headers: &mut HeaderMap, peer: SocketAddr) {
+    use std::fmt::Write as _;
     let ip = peer.ip();
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).map(str::to_string);
-    let for_token = match ip {
-        std::net::IpAddr::V4(v4) => v4.to_string(),
-        std::net::IpAddr::V6(v6) => format!("\"[{v6}]\""),
+    // A reference-counted clone of the request's own bytes.
+    let host = headers.get(header::HOST).filter(|h| h.to_str().is_ok()).cloned();
+    let mut fwd = String::with_capacity(64);
+    let _ = match ip {
+        std::net::IpAddr::V4(v4) => write!(fwd, "for={v4};proto=http"),
+        std::net::IpAddr::V6(v6) => write!(fwd, "for=\"[{v6}]\";proto=http"),
     };
-    let mut fwd = format!("for={for_token};proto=http");
     if let Some(h) = &host {
-        if h.bytes().all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\') {
-            fwd.push_str(&format!(";host=\"{h}\""));
+        if h.as_bytes().iter().all(|&b| b.is_ascii_graphic() && b != b'"' && b != b'\\') {
+            fwd.push_str(";host=\"");
+            fwd.push_str(h.to_str().unwrap_or_default());
+            fwd.push('"');
         }
     }
-    append_list(headers, HeaderName::from_static("forwarded"), &fwd);
-    append_list(headers, HeaderName::from_static("x-forwarded-for"), &ip.to_string());
+    append_list(headers, HeaderName::from_static("forwarded"), fwd);
+    append_list(headers, HeaderName::from_static("x-forwarded-for"), ip.to_string());
     headers.insert(HeaderName::from_static("x-forwarded-proto"), HeaderValue::from_static("http"));
-    if let Some(h) = host.and_then(|h| HeaderValue::from_str(&h).ok()) {
+    if let Some(h) = host {
         headers.insert(HeaderName::from_static("x-forwarded-host"), h);
     }
 }
 
-fn append_list(headers: &mut HeaderMap, name: HeaderName, item: &str) {
+/// `item` as the header's value, after the values it has already (comma-joined); an item
+/// that is no valid header value is left out.
+fn append_list(headers: &mut HeaderMap, name: HeaderName, item: String) {
     if !headers.contains_key(&name) {
-        if let Ok(v) = HeaderValue::from_str(item) {
+        // The string's buffer becomes the value's: no copy.
+        if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(item)) {
             headers.insert(name, v);
         }
         return;
@@ -77,7 +95,7 @@ fn append_list(headers: &mut HeaderMap, name: HeaderName, item: &str) {
     let joined = {
         let existing: Vec<&str> = headers.get_all(&name).iter().filter_map(|v| v.to_str().ok()).collect();
         if existing.is_empty() {
-            item.to_string()
+            item
         } else {
             format!("{}, {item}", existing.join(", "))
         }

@@ -15,6 +15,7 @@ use hyper::{Request, Response, StatusCode};
 use shortfirst_core::admission::{Refusal, RequestId};
 use tokio::sync::oneshot;
 
+use super::detach::Detachable;
 use super::headers::{add_forwarding, strip_hop_by_hop};
 use super::reply::{text_response, unavailable};
 use super::stream::{Metered, RequestBody};
@@ -114,9 +115,11 @@ async fn wait_for_verdict(
 }
 
 /// Send the admitted request upstream and hand back its response, metered: the permit
-/// rides with the response body and is released at its end. The exchange runs in a task
-/// of its own, apart from the client's connection: a client that leaves while the backend
-/// works does not take the charge away with it (the task reads the response to its end).
+/// rides with the response body and is released at its end. The exchange is polled in
+/// place, on the client connection's task; should the client leave before the response
+/// head, the exchange goes on in a task of its own ([`Detachable`]): a client that leaves
+/// while the backend works does not take the charge away with it (the rest of the
+/// response is read to its end).
 async fn forward(
     shared: &Arc<Shared>,
     peer: SocketAddr,
@@ -145,45 +148,51 @@ async fn forward(
             parts.headers.insert(header::HOST, h);
         }
     }
-    let (tx, rx) = oneshot::channel();
     // Until the response head is back, a dropped handler is a client that gave up while the
     // backend worked: the controller learns its patience from it.
     let mut gone = permit.id().map(|id| GoneGuard { shared: shared.adm.clone(), id, armed: true });
-    tokio::spawn(exchange(shared.clone(), Request::from_parts(parts, body), permit, type_index, tx));
-    let resp = rx.await;
+    let req = Request::from_parts(parts, body);
+    let exchanged = Detachable::new(exchange(shared.clone(), req, permit, type_index), client_left).await;
     if let Some(g) = gone.as_mut() {
         g.armed = false;
     }
-    resp.unwrap_or_else(|_| text_response(StatusCode::BAD_GATEWAY, "gatekeeper: upstream exchange failed"))
+    match exchanged {
+        Exchanged::Relay(parts, metered) => Response::from_parts(parts, metered.boxed_unsync()),
+        Exchanged::Answer(resp) => resp,
+    }
 }
 
-/// One upstream exchange, holding the permit. Not started if the client has already gone
-/// (it would be work nobody waits for); once started, carried to the response head even if
-/// the client leaves, whose abandoned body then drains (`stream::Metered`).
-async fn exchange(
-    shared: Arc<Shared>,
-    req: Request<RequestBody>,
-    permit: Permit,
-    type_index: usize,
-    reply: oneshot::Sender<Response<ProxyBody>>,
-) {
-    let tm = &shared.adm.metrics.types[type_index];
-    if reply.is_closed() {
-        tm.count(ProxyOutcome::ClientGone);
-        tracing::debug!("{} {}: client gone before it was sent upstream; not started", req.method(), req.uri());
-        return; // the permit's drop releases the charge
+/// How an upstream exchange ended.
+enum Exchanged {
+    /// A response head: relay it, with its body metered.
+    Relay(hyper::http::response::Parts, Metered),
+    /// The gatekeeper's own answer (502, 504, 400); the permit is released.
+    Answer(Response<ProxyBody>),
+}
+
+/// The client left before the response head: a response's body is drained before its
+/// charge is released (`Metered`'s drop), its outcome `client_gone`.
+fn client_left(exchanged: Exchanged) {
+    if let Exchanged::Relay(_, mut metered) = exchanged {
+        metered.gone = true;
     }
-    let what = format!("{} {}", req.method(), req.uri());
+}
+
+/// One upstream exchange, holding the permit, up to the response head.
+async fn exchange(shared: Arc<Shared>, req: Request<RequestBody>, permit: Permit, type_index: usize) -> Exchanged {
+    let tm = &shared.adm.metrics.types[type_index];
+    // For the log lines of a failure: reference-counted clones, no copies.
+    let (method, uri) = (req.method().clone(), req.uri().clone());
     let sent = Instant::now();
     let polling = shared.busy.as_deref().map(BusyPoll::upstream_wait);
     let result = tokio::time::timeout(shared.cfg.upstream_timeout, shared.pool.send(req)).await;
     drop(polling);
-    let resp = match result {
+    let answer = match result {
         Err(_) => {
             drop(permit); // the connection is closed with the send: the backend's signal
             tm.count(ProxyOutcome::Timeout);
             tracing::warn!(
-                "504 {what}: no response head from the upstream within {:?} (--upstream-timeout)",
+                "504 {method} {uri}: no response head from the upstream within {:?} (--upstream-timeout)",
                 shared.cfg.upstream_timeout
             );
             text_response(StatusCode::GATEWAY_TIMEOUT, "gatekeeper: upstream timed out")
@@ -193,28 +202,20 @@ async fn exchange(
             // sent a malformed one. Not the upstream's fault; its connection is closed.
             drop(permit);
             tm.count(ProxyOutcome::ClientGone);
-            tracing::debug!("{what}: request body failed while forwarded: {e}");
+            tracing::debug!("{method} {uri}: request body failed while forwarded: {e}");
             text_response(StatusCode::BAD_REQUEST, "gatekeeper: request body failed")
         }
         Ok(Err(e)) => {
             drop(permit);
             tm.count(ProxyOutcome::UpstreamError);
-            tracing::warn!("502 {what}: {e}");
+            tracing::warn!("502 {method} {uri}: {e}");
             text_response(StatusCode::BAD_GATEWAY, "gatekeeper: upstream failed")
         }
         Ok(Ok((resp, conn))) => {
             let (mut parts, body) = resp.into_parts();
             strip_hop_by_hop(&mut parts.headers);
-            let mut metered = Metered::new(body, permit, conn, sent, shared.clone());
-            if reply.is_closed() {
-                // The client left while the backend worked: drain the rest (`Metered`'s drop).
-                metered.gone = true;
-                return;
-            }
-            Response::from_parts(parts, metered.boxed_unsync())
+            return Exchanged::Relay(parts, Metered::new(body, permit, conn, sent, shared.clone()));
         }
     };
-    // Refused when the client has gone meanwhile: the response is dropped here, and a
-    // metered body not at its end drains before its charge is released.
-    let _ = reply.send(resp);
+    Exchanged::Answer(answer)
 }
