@@ -74,8 +74,10 @@ test-rust: apt ## cargo test of the whole workspace
 # where it cannot run). Both print their slowest tests, so a test that grows shows up in CI.
 test-lab: test-lab-quick test-lab-slow ## the lab's pytest suite (needs the release build; root for namespaces)
 
+# The quick tests run in LAB_TEST_WORKERS processes (pytest-xdist): one per core here.
+LAB_TEST_WORKERS ?= 2
 test-lab-quick: venv apt build ## the lab's tests not marked slow or root (a few minutes)
-	cd lab && ../$(PY) -m pytest -q -ra -m "not slow and not root" --durations=10
+	cd lab && ../$(PY) -m pytest -q -ra -m "not slow and not root" -n $(LAB_TEST_WORKERS) --durations=10
 
 test-lab-slow: venv apt build ## the lab's tests marked slow or root (namespaces, qdiscs, real services)
 	cd lab && ../$(PY) -m pytest -q -ra -m "slow or root" --durations=15
