@@ -419,7 +419,8 @@ def memory_check(args, binary: str, tmp: Path) -> None:
     wl = tmp / "wl"
     subprocess.run(
         [binary, "workload", "generate", "--kind", "fixed:1024", "--files", "1000"]
-        + ["--requests", str(args.memory_requests + 1000), "--request-rate", str(TRACE_REQ_PER_S), "--seed", "1"]
+        + ["--requests", str(args.memory_requests + 1000)]
+        + ["--request-rate", str(TRACE_REQ_PER_S), "--seed", "1"]
         + ["--out", str(wl)],
         check=True,
     )
