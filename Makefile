@@ -67,7 +67,7 @@ test: lint $(TEST_TARGETS) test-rust test-lab ## every test: lint, Rust, Python,
 	@echo "make test: all passed"
 
 test-rust: apt ## cargo test of the whole workspace
-	$(CARGO) test --workspace --locked
+	$(if $(wildcard $(H2SPEC)),H2SPEC=$(CURDIR)/$(H2SPEC)) $(CARGO) test --workspace --locked
 
 # The lab's tests in two parts: the quick ones (seconds each, no root), then those marked
 # `slow` or `root` (real namespaces, qdiscs, PostgreSQL, browsers; each skips with a message

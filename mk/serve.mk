@@ -10,3 +10,19 @@ BENCH_TARGETS += bench-serve
 # and shortfirst sets SO_PRIORITY above 6.
 bench-serve: apt venv $(BIN) ## shortfirst serve (kernel bands: srpt and srrt; --scheduler user) against nginx, driven by wrk (root)
 	$(PY) -m shortfirst_lab bench serve --bin $(BIN) --out results/bench-serve.json
+
+# h2spec, the HTTP/2 conformance suite (RFC 7540, RFC 7541), from the Go module proxy:
+# crates/server/tests/h2spec.rs runs it against the server in h2c and over TLS. Its last
+# release has no go.mod, so the version pins h2spec and Go picks its few dependencies.
+# Without Go the target says so and the test skips, saying so too.
+H2SPEC_VERSION := v2.2.1+incompatible
+H2SPEC := $(STAMPS)/bin/h2spec
+TEST_TARGETS += h2spec
+
+.PHONY: h2spec
+h2spec: ## install the pinned h2spec (HTTP/2 conformance) into .make/bin
+	@if [ -x $(H2SPEC) ]; then exit 0; fi; \
+	if ! command -v go >/dev/null; then echo "make h2spec: go not found; the HTTP/2 conformance test will skip" >&2; exit 0; fi; \
+	mkdir -p $(STAMPS)/bin; \
+	echo "installing h2spec $(H2SPEC_VERSION)"; \
+	GOTOOLCHAIN=local GOBIN=$(CURDIR)/$(STAMPS)/bin go install github.com/summerwind/h2spec/cmd/h2spec@$(H2SPEC_VERSION)

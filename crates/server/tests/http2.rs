@@ -555,3 +555,48 @@ async fn sidecars_cache_control_and_listings_are_the_same_over_http2() {
     drop(client);
     s.stop().await;
 }
+
+/// A request with a body is answered once the client ends its stream (the body read and
+/// discarded); one past the discard limit is cancelled unanswered, and the connection
+/// goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_body_is_read_to_its_end_before_the_answer() {
+    let mut s = TestServer::start(|_| {}).await;
+    let mut client = h2_client(TcpStream::connect(s.addr).await.unwrap()).await;
+    let req = || get("http://localhost/small.txt").body(()).unwrap();
+
+    client = client.ready().await.unwrap();
+    let (response, mut body) = client.send_request(req(), false).unwrap();
+    body.send_data(Bytes::from_static(b"ignored"), false).unwrap();
+    let mut response = Box::pin(response);
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut response).await;
+    assert!(early.is_err(), "answered before the client ended its stream");
+    body.send_data(Bytes::new(), true).unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(5), response).await.expect("answered").unwrap();
+    assert_eq!(r.status(), 200);
+
+    client = client.ready().await.unwrap();
+    let (response, mut body) = client.send_request(req(), false).unwrap();
+    let chunk = Bytes::from(vec![0u8; 64 * 1024]);
+    let mut sent = 0;
+    let err = loop {
+        body.reserve_capacity(chunk.len());
+        match std::future::poll_fn(|cx| body.poll_capacity(cx)).await {
+            Some(Ok(n)) if n > 0 => {
+                body.send_data(chunk.slice(..n), false).unwrap();
+                sent += n;
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(e)) if sent > 0 => break Some(e),
+            None if sent > 0 => break response.await.err(),
+            _ => panic!("no capacity before anything was sent"),
+        }
+        assert!(sent <= 4 << 20, "4 MB of body sent and the stream still open");
+    };
+    assert_eq!(err.and_then(|e| e.reason()), Some(h2::Reason::CANCEL));
+    assert!(sent > 1 << 20, "cancelled after {sent} bytes");
+
+    let r = fetch(&mut client, req()).await;
+    assert_eq!((r.status, r.body.as_slice()), (200, &pattern(100)[..]));
+    s.stop().await;
+}

@@ -4,8 +4,11 @@
 //!
 //! One task per connection drives the codec and its streams:
 //! - a request (a new stream) is answered by the same code as over HTTP/1.1
-//!   ([`crate::conn::Responder`], through [`request`]): its HEADERS go out at once; a body
-//!   joins the stream scheduler with its size;
+//!   ([`crate::conn::Responder`], through [`request`]) once the client has ended its
+//!   stream: a request body is read and discarded first (at most
+//!   [`MAX_DISCARDED_BODY_BYTES`]), so the codec checks what follows the request's HEADERS
+//!   (its DATA against `content-length`, trailers) while the stream is still open; the
+//!   answer's HEADERS go out at once; its body joins the stream scheduler with its size;
 //! - bodies go out in turns of at most [`CHUNK_BYTES`] (one DATA frame): each turn, the
 //!   best-ranked stream whose flow-control window is open (fewest bytes left under SRPT, the
 //!   oldest turn under fair) gets one chunk; a stream whose window is closed is skipped
@@ -152,6 +155,16 @@ struct LogFields {
     user_agent: Option<Vec<u8>>,
 }
 
+/// A request body read and discarded beyond this ends the stream with `CANCEL` unanswered:
+/// a static server has no use for one.
+pub(crate) const MAX_DISCARDED_BODY_BYTES: u64 = 1 << 20;
+
+/// A request waiting for the end of its body, and how much of it was discarded.
+struct Unread {
+    request: Box<(http::Request<RecvStream>, SendResponse<Bytes>)>,
+    discarded_bytes: u64,
+}
+
 enum Event {
     Request(Box<(http::Request<RecvStream>, SendResponse<Bytes>)>),
     Turn,
@@ -178,6 +191,8 @@ struct Driver {
     last_progress: Instant,
     last_written: u64,
     req_buf: Vec<u8>,
+    /// Requests whose body the client is still sending (bounded by the stream limit).
+    unread: Vec<Unread>,
     log_line: Vec<u8>,
     chunk_buf: Vec<u8>,
 }
@@ -225,6 +240,7 @@ impl Driver {
             last_progress: Instant::now(),
             last_written: 0,
             req_buf: Vec::with_capacity(1024),
+            unread: Vec::new(),
             log_line: Vec::with_capacity(512),
             chunk_buf: Vec::new(),
             accepted,
@@ -251,6 +267,10 @@ impl Driver {
                 _ = tokio::time::sleep_until(deadline) => Event::Stalled,
             };
             match event {
+                Event::Request(accepted) if !accepted.0.body().is_end_stream() => {
+                    self.last_progress = Instant::now();
+                    self.unread.push(Unread { request: accepted, discarded_bytes: 0 });
+                }
                 Event::Request(accepted) => {
                     self.last_progress = Instant::now();
                     let (req, respond) = *accepted;
@@ -302,6 +322,9 @@ impl Driver {
             Poll::Ready(None) => return Poll::Ready(Event::Closed),
             Poll::Pending => {}
         }
+        if let Some(ended) = self.poll_unread(cx) {
+            return Poll::Ready(Event::Request(ended));
+        }
         let written = self.written.load(Relaxed);
         if written != self.last_written {
             self.last_written = written;
@@ -312,6 +335,43 @@ impl Driver {
             return Poll::Ready(Event::Turn);
         }
         Poll::Pending
+    }
+
+    /// Reads (and discards) the bodies and trailers of the requests still being sent; the
+    /// first request whose stream the client ended, if any. A body the codec finds malformed (it resets the
+    /// stream), or one past [`MAX_DISCARDED_BODY_BYTES`], ends its request unanswered.
+    fn poll_unread(&mut self, cx: &mut Context<'_>) -> Option<Box<(http::Request<RecvStream>, SendResponse<Bytes>)>> {
+        let mut i = 0;
+        while i < self.unread.len() {
+            let u = &mut self.unread[i];
+            let body = u.request.0.body_mut();
+            let outcome = loop {
+                match body.poll_data(cx) {
+                    Poll::Ready(Some(Ok(chunk))) => {
+                        let _ = body.flow_control().release_capacity(chunk.len());
+                        u.discarded_bytes = u.discarded_bytes.saturating_add(chunk.len() as u64);
+                        if u.discarded_bytes > MAX_DISCARDED_BODY_BYTES {
+                            u.request.1.send_reset(Reason::CANCEL);
+                            break Some(false);
+                        }
+                    }
+                    Poll::Ready(Some(Err(_))) => break Some(false),
+                    // The DATA ended; trailers, if the client sends any, end the stream.
+                    Poll::Ready(None) => match body.poll_trailers(cx) {
+                        Poll::Ready(Ok(_)) => break Some(true),
+                        Poll::Ready(Err(_)) => break Some(false),
+                        Poll::Pending => break None,
+                    },
+                    Poll::Pending => break None,
+                }
+            };
+            match outcome {
+                None => i += 1,
+                Some(false) => drop(self.unread.swap_remove(i)),
+                Some(true) => return Some(self.unread.swap_remove(i).request),
+            }
+        }
+        None
     }
 
     /// Streams the client reset are dropped; blocked ones whose window opened are unblocked.
