@@ -15,6 +15,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import random
 import re
 import shlex
 import socket
@@ -57,11 +58,51 @@ class KitError(LabError, RuntimeError):
 # -- ports and children ------------------------------------------------------------------
 
 
+#: Where `free_port` looks when the kernel's ephemeral range cannot be read.
+_EPHEMERAL_LOW_FALLBACK = 32768
+#: The lowest port `free_port` hands out (above the registered services people run locally).
+_FREE_PORT_LOW = 20000
+#: Ports this process has handed out, never handed out again (bounded: cleared when full).
+_HANDED_OUT: set[int] = set()
+_HANDED_OUT_MAX = 4096
+
+
+def _ephemeral_low() -> int:
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+        return int(text.split()[0])
+    except (OSError, ValueError, IndexError):
+        return _EPHEMERAL_LOW_FALLBACK
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on `host` at the time of the call (the kernel's choice)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A TCP port free on `host` at the time of the call, below the kernel's ephemeral range
+    and not handed out before by this process.
+
+    Why not the kernel's choice (bind to port 0): that port comes from the ephemeral range,
+    the very range outgoing connections take their local ports from, so a test running
+    beside another (pytest-xdist) could find "its" port taken by a client of the other
+    before its server binds it. Below the range only another server can take it; the start
+    is random so that two processes rarely probe the same ports. Raises KitError when no
+    port is free."""
+    high = _ephemeral_low()
+    low = min(_FREE_PORT_LOW, high - 1024)
+    if len(_HANDED_OUT) >= _HANDED_OUT_MAX:
+        _HANDED_OUT.clear()
+    span = high - low
+    start = random.randrange(span)
+    for i in range(span):
+        port = low + (start + i) % span
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise KitError(f"no free TCP port on {host} in {low}..{high - 1}")
 
 
 def wait_port(port: int, proc: Any = None, timeout_s: float = 10.0, host: str = "127.0.0.1") -> None:

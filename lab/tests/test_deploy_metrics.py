@@ -90,9 +90,11 @@ def exported(tmp_path_factory) -> dict[str, dict[str, set[str]]]:
         name: kit.free_port() for name in ("user", "user_admin", "bands", "bands_admin", "gk", "gk_admin")
     }
     children = []
+    logs = tmp_path_factory.mktemp("logs")
 
     def start(argv: list[str], admin_port: int) -> None:
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(logs / f"{len(children)}.log", "wb") as log:
+            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
         children.append(proc)
         kit.wait_http(f"http://127.0.0.1:{admin_port}/metrics", proc, timeout_s=15)
 
@@ -132,8 +134,10 @@ def exported(tmp_path_factory) -> dict[str, dict[str, set[str]]]:
     finally:
         for proc in children:
             proc.terminate()
-        for proc in children:
-            assert proc.wait(timeout=20) == 0, f"{proc.args[:2]} exited with {proc.returncode}"
+        for i, proc in enumerate(children):
+            if proc.wait(timeout=20) != 0:
+                tail = (logs / f"{i}.log").read_text(errors="replace")[-2000:]
+                pytest.fail(f"{proc.args[:2]} exited with {proc.returncode}; its log ends:\n{tail}")
 
 
 @pytest.mark.parametrize("source", ["dashboard", "rules"])

@@ -126,6 +126,13 @@ def test_free_port_and_wait_port():
         kit.wait_port(port, timeout_s=5)
 
 
+def test_free_ports_are_below_the_ephemeral_range_and_never_repeat():
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    ports = [kit.free_port() for _ in range(200)]
+    assert len(set(ports)) == len(ports)
+    assert all(p < low for p in ports)
+
+
 def test_wait_port_fails_at_once_when_the_child_exits():
     child = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     child.wait()

@@ -59,13 +59,31 @@ pub fn init(format: Format, default_filter: &str) {
 /// A command's fatal error, said on stderr whatever `RUST_LOG` hides: as `shortfirst: error: …`
 /// in text, as an `ERROR` event in JSON so every stderr line stays one JSON object.
 pub fn report_error(format: Format, error: &anyhow::Error) {
+    let text = chain_text(error.chain().map(ToString::to_string));
     match format {
-        Format::Text => eprintln!("shortfirst: error: {error:#}"),
+        Format::Text => eprintln!("shortfirst: error: {text}"),
         Format::Json => {
             let sink = subscriber(format, EnvFilter::new("error"));
-            tracing::subscriber::with_default(sink, || tracing::error!(target: "shortfirst", "{error:#}"));
+            tracing::subscriber::with_default(sink, || tracing::error!(target: "shortfirst", "{text}"));
         }
     }
+}
+
+/// An error and its causes on one line, `outer: cause: …`, leaving out a cause that its
+/// outer message already says: many of our errors name their cause in their own message
+/// (so that a library caller's `to_string()` is complete) and also return it as their
+/// `source()`, and anyhow's `{:#}` would say it twice.
+fn chain_text(messages: impl Iterator<Item = String>) -> String {
+    let mut text = String::new();
+    for message in messages {
+        if text.is_empty() {
+            text = message;
+        } else if !text.contains(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+    }
+    text
 }
 
 fn install(format: Format, filter: EnvFilter) -> Result<(), tracing::subscriber::SetGlobalDefaultError> {
@@ -86,6 +104,15 @@ fn subscriber(format: Format, filter: EnvFilter) -> Box<dyn tracing::Subscriber 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cause_already_said_is_not_said_again() {
+        let chain = |m: &[&str]| chain_text(m.iter().map(|s| s.to_string()));
+        assert_eq!(chain(&["reading config x: not found", "not found"]), "reading config x: not found");
+        assert_eq!(chain(&["starting tokio", "too many files"]), "starting tokio: too many files");
+        assert_eq!(chain(&["a", "b: c", "c"]), "a: b: c");
+        assert_eq!(chain(&["only"]), "only");
+    }
 
     #[test]
     fn colour_only_on_a_terminal_without_no_color() {
