@@ -71,9 +71,11 @@ pub(crate) struct Shared {
 
 impl Shared {
     fn snapshot(&self) -> Snapshot {
+        // Idle connections the upstream closed are dropped first, then the open ones counted.
+        let upstream_idle = self.pool.idle_connections();
         Snapshot {
             upstream_connections: self.pool.open_connections(),
-            upstream_idle: self.pool.idle_connections(),
+            upstream_idle,
             upstream_retries: self.pool.retries(),
             ..self.adm.snapshot()
         }

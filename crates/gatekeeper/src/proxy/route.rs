@@ -197,7 +197,7 @@ async fn exchange(shared: Arc<Shared>, req: Request<RequestBody>, permit: Permit
             );
             text_response(StatusCode::GATEWAY_TIMEOUT, "gatekeeper: upstream timed out")
         }
-        Ok(Err(UpstreamError::Exchange(e))) if e.is_user() => {
+        Ok(Err(UpstreamError::RequestBody(e))) => {
             // The client's body failed while it was forwarded: the client left mid-body or
             // sent a malformed one. Not the upstream's fault; its connection is closed.
             drop(permit);
@@ -211,10 +211,10 @@ async fn exchange(shared: Arc<Shared>, req: Request<RequestBody>, permit: Permit
             tracing::warn!("502 {method} {uri}: {e}");
             text_response(StatusCode::BAD_GATEWAY, "gatekeeper: upstream failed")
         }
-        Ok(Ok((resp, conn))) => {
+        Ok(Ok(resp)) => {
             let (mut parts, body) = resp.into_parts();
             strip_hop_by_hop(&mut parts.headers);
-            return Exchanged::Relay(parts, Metered::new(body, permit, conn, sent, shared.clone()));
+            return Exchanged::Relay(parts, Metered::new(body, permit, sent, shared.clone()));
         }
     };
     Exchanged::Answer(answer)

@@ -17,7 +17,7 @@ use super::BoxError;
 use super::Shared;
 use crate::admit::Permit;
 use crate::metrics::ProxyOutcome;
-use crate::upstream::Conn;
+use crate::upstream::UpstreamBody;
 
 /// Request body bytes read ahead while a request waits for admission, at most this many
 /// per request. A body still arriving beyond this is left unread (backpressure on that
@@ -37,11 +37,6 @@ pub struct RequestBody {
 impl RequestBody {
     pub(super) fn new(body: Incoming) -> Self {
         RequestBody { buffered: VecDeque::new(), buffered_bytes: 0, rest: Some(body) }
-    }
-
-    /// No body (a request sent again).
-    pub(crate) fn empty() -> Self {
-        RequestBody { buffered: VecDeque::new(), buffered_bytes: 0, rest: None }
     }
 
     /// Read the body ahead, up to [`PREFETCH_LIMIT_BYTES`]. Resolves only if the body fails
@@ -110,11 +105,10 @@ impl Body for RequestBody {
 /// gate never admits past its capacity while the backend still works on abandoned
 /// requests.
 pub(super) struct Metered {
-    /// `None` once handed to [`drain`], or cut.
-    pub(super) inner: Option<Incoming>,
+    /// `None` once handed to [`drain`], or cut. It holds the upstream connection: returned
+    /// to the pool at the end of the body, closed if the body fails.
+    pub(super) inner: Option<UpstreamBody>,
     pub(super) permit: Option<Permit>,
-    /// Returned to the pool at the end of the body; closed if the body fails.
-    pub(super) conn: Option<Conn>,
     pub(super) sent: Instant,
     pub(super) shared: Arc<Shared>,
     pub(super) type_index: usize,
@@ -135,12 +129,11 @@ pub(super) struct Metered {
 pub struct BodySilent(pub Duration);
 
 impl Metered {
-    pub(super) fn new(inner: Incoming, permit: Permit, conn: Conn, sent: Instant, shared: Arc<Shared>) -> Self {
+    pub(super) fn new(inner: UpstreamBody, permit: Permit, sent: Instant, shared: Arc<Shared>) -> Self {
         let type_index = permit.type_index;
         Metered {
             inner: Some(inner),
             permit: Some(permit),
-            conn: Some(conn),
             sent,
             shared,
             type_index,
@@ -154,7 +147,7 @@ impl Metered {
     /// The backend finished the response: return the connection, learn the sample,
     /// release the charge. The outcome is `ok` when the client got it all, else `client_gone`.
     pub(super) fn complete(&mut self, outcome: ProxyOutcome) {
-        if let Some(c) = self.conn.take() {
+        if let Some(c) = self.inner.take().and_then(UpstreamBody::into_reusable) {
             self.shared.pool.put_back(c);
         }
         if let Some(p) = self.permit.take() {
@@ -167,7 +160,7 @@ impl Metered {
     }
 
     pub(super) fn fail(&mut self, outcome: ProxyOutcome) {
-        self.conn = None;
+        self.inner = None;
         if let Some(p) = self.permit.take() {
             self.shared.adm.metrics.types[self.type_index].count(outcome);
             drop(p);
@@ -189,7 +182,7 @@ impl Metered {
     }
 
     fn at_end(&self) -> bool {
-        self.inner.as_ref().map_or(true, Incoming::is_end_stream)
+        self.inner.as_ref().map_or(true, UpstreamBody::is_end_stream)
     }
 }
 
@@ -255,7 +248,6 @@ impl Drop for Metered {
                 let rest = Metered {
                     inner: self.inner.take(),
                     permit: self.permit.take(),
-                    conn: self.conn.take(),
                     sent: self.sent,
                     shared: self.shared.clone(),
                     type_index: self.type_index,

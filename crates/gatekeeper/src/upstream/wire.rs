@@ -1,0 +1,308 @@
+//! The upstream side's HTTP/1.1 on the wire: the request head written into one buffer, and
+//! the response head parsed (httparse) into a [`Parts`] with the framing of its body
+//! (RFC 9112 §6.3).
+
+use bytes::{BufMut, Bytes, BytesMut};
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::http::request;
+use hyper::http::response::Parts;
+use hyper::{Method, Response, StatusCode, Version};
+
+/// A response head larger than this is refused (502): it bounds the buffer that holds a
+/// head while it arrives, and the trailer section of a chunked body.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// At most this many header fields in a response head (or a trailer section).
+pub const MAX_HEADERS: usize = 100;
+
+/// What an upstream's response head was wrong with.
+#[derive(Debug, thiserror::Error)]
+pub enum HeadError {
+    #[error("malformed response head: {0}")]
+    Parse(#[from] httparse::Error),
+    #[error("response head larger than {MAX_HEAD_BYTES} bytes")]
+    TooLarge,
+    #[error("invalid header {0} in the response head")]
+    Header(String),
+    #[error("invalid Content-Length {0:?}")]
+    ContentLength(String),
+    #[error("status 101 (switching protocols) is not relayed")]
+    Upgrade,
+}
+
+/// How a message body is delimited on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body at all.
+    Empty,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// Chunked transfer coding.
+    Chunked,
+    /// Until the upstream closes the connection (never reusable).
+    Close,
+}
+
+/// Write the request head (origin-form target, HTTP/1.1) into `out`. `has_body`: the
+/// request has body bytes to send; without a `Content-Length` they go chunked. Returns
+/// the request body's framing.
+pub fn encode_request_head(parts: &request::Parts, has_body: bool, out: &mut BytesMut) -> Framing {
+    let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    out.reserve(64 + target.len() + parts.headers.len() * 32);
+    out.put_slice(parts.method.as_str().as_bytes());
+    out.put_u8(b' ');
+    out.put_slice(target.as_bytes());
+    out.put_slice(b" HTTP/1.1\r\n");
+    for (name, value) in &parts.headers {
+        out.reserve(name.as_str().len() + value.len() + 4);
+        out.put_slice(name.as_str().as_bytes());
+        out.put_slice(b": ");
+        out.put_slice(value.as_bytes());
+        out.put_slice(b"\r\n");
+    }
+    let length = content_length(&parts.headers).ok().flatten();
+    let framing = match (has_body, length) {
+        (true, Some(n)) => Framing::Length(n),
+        (true, None) => {
+            out.put_slice(b"transfer-encoding: chunked\r\n");
+            Framing::Chunked
+        }
+        (false, _) => {
+            // A bodiless POST/PUT/PATCH says so (as hyper's client does).
+            let expects_body = matches!(parts.method, Method::POST | Method::PUT | Method::PATCH);
+            if expects_body && length.is_none() {
+                out.put_slice(b"content-length: 0\r\n");
+            }
+            Framing::Empty
+        }
+    };
+    out.put_slice(b"\r\n");
+    framing
+}
+
+/// A response head taken from the start of a buffer.
+pub struct ParsedHead {
+    pub parts: Parts,
+    pub framing: Framing,
+    /// The connection may carry another request once this response's body is complete.
+    pub keep_alive: bool,
+}
+
+/// Where a field's name and value are in the buffer parsed.
+type FieldAt = (std::ops::Range<usize>, std::ops::Range<usize>);
+
+/// Take a response head from the start of `buf`: `Ok(None)` while it is incomplete (more
+/// bytes needed; [`HeadError::TooLarge`] once `buf` holds [`MAX_HEAD_BYTES`] without an
+/// end). `head_request`: the request was `HEAD` (no body follows, whatever the head says).
+/// An informational (1xx) head is returned as is: the caller skips it.
+pub fn parse_response_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<ParsedHead>, HeadError> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut slots);
+    let len = match resp.parse(buf)? {
+        httparse::Status::Partial if buf.len() >= MAX_HEAD_BYTES => return Err(HeadError::TooLarge),
+        httparse::Status::Partial => return Ok(None),
+        httparse::Status::Complete(len) if len > MAX_HEAD_BYTES => return Err(HeadError::TooLarge),
+        httparse::Status::Complete(len) => len,
+    };
+    let code = resp.code.unwrap_or_default();
+    let status = StatusCode::from_u16(code).map_err(|_| HeadError::Parse(httparse::Error::Status))?;
+    if status == StatusCode::SWITCHING_PROTOCOLS {
+        return Err(HeadError::Upgrade);
+    }
+    let version = if resp.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
+    let at = fields_at(buf, resp.headers);
+    let headers = header_map(&buf.split_to(len).freeze(), &at)?;
+    let (framing, keep_alive) = framing(status, version, &headers, head_request)?;
+    let (mut parts, ()) = Response::new(()).into_parts();
+    parts.status = status;
+    parts.version = version;
+    parts.headers = headers;
+    Ok(Some(ParsedHead { parts, framing, keep_alive }))
+}
+
+/// Where each parsed field is in `base`, the buffer it was parsed from.
+pub fn fields_at(base: &[u8], fields: &[httparse::Header<'_>]) -> Vec<FieldAt> {
+    let start = base.as_ptr() as usize;
+    let range = |s: &[u8]| {
+        let from = s.as_ptr() as usize - start;
+        from..from + s.len()
+    };
+    fields.iter().map(|f| (range(f.name.as_bytes()), range(f.value))).collect()
+}
+
+/// The fields of `head` (the bytes parsed) as a header map; values are slices of `head`,
+/// not copies.
+pub fn header_map(head: &Bytes, at: &[FieldAt]) -> Result<HeaderMap, HeadError> {
+    let mut map = HeaderMap::with_capacity(at.len());
+    for (name, value) in at {
+        let name = &head[name.clone()];
+        let name = HeaderName::from_bytes(name)
+            .map_err(|_| HeadError::Header(String::from_utf8_lossy(name).escape_debug().to_string()))?;
+        let value = HeaderValue::from_maybe_shared(head.slice(value.clone()))
+            .map_err(|_| HeadError::Header(name.as_str().to_string()))?;
+        map.append(name, value);
+    }
+    Ok(map)
+}
+
+/// The body's framing (RFC 9112 §6.3) and whether the connection stays open after it.
+fn framing(
+    status: StatusCode,
+    version: Version,
+    headers: &HeaderMap,
+    head_request: bool,
+) -> Result<(Framing, bool), HeadError> {
+    let mut keep_alive = if version == Version::HTTP_10 {
+        has_token(headers, header::CONNECTION, "keep-alive")
+    } else {
+        !has_token(headers, header::CONNECTION, "close")
+    };
+    let no_body = head_request
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    if no_body {
+        return Ok((Framing::Empty, keep_alive));
+    }
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        // Transfer-Encoding overrides Content-Length; a message with both is closed after
+        // (RFC 9112 §6.3 ¶3), as is one whose last coding is not chunked (read to the end).
+        let chunked = headers
+            .get_all(header::TRANSFER_ENCODING)
+            .iter()
+            .last()
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.rsplit(',').next())
+            .is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked"));
+        keep_alive &= chunked && !headers.contains_key(header::CONTENT_LENGTH);
+        return Ok((if chunked { Framing::Chunked } else { Framing::Close }, keep_alive));
+    }
+    Ok(match content_length(headers)? {
+        Some(0) => (Framing::Empty, keep_alive),
+        Some(n) => (Framing::Length(n), keep_alive),
+        None => (Framing::Close, false),
+    })
+}
+
+/// The `Content-Length`, if any: every value (repeated fields or a list) must be the same
+/// decimal number.
+fn content_length(headers: &HeaderMap) -> Result<Option<u64>, HeadError> {
+    let mut length = None;
+    for v in headers.get_all(header::CONTENT_LENGTH) {
+        let bad = || HeadError::ContentLength(String::from_utf8_lossy(v.as_bytes()).into_owned());
+        for item in v.to_str().map_err(|_| bad())?.split(',') {
+            let item = item.trim();
+            if item.is_empty() || item.len() > 19 || !item.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad());
+            }
+            let n: u64 = item.parse().map_err(|_| bad())?;
+            if length.is_some_and(|l| l != n) {
+                return Err(bad());
+            }
+            length = Some(n);
+        }
+    }
+    Ok(length)
+}
+
+/// Whether a comma-separated header lists `token` (case-insensitive).
+fn has_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(head: &str, head_request: bool) -> ParsedHead {
+        let mut buf = BytesMut::from(format!("{head}body").as_bytes());
+        let p = parse_response_head(&mut buf, head_request).unwrap().expect("a complete head");
+        assert_eq!(&buf[..], b"body", "the head is taken from the buffer, the rest left");
+        p
+    }
+
+    fn parse_err(head: &[u8]) -> HeadError {
+        match parse_response_head(&mut BytesMut::from(head), false) {
+            Err(e) => e,
+            Ok(_) => panic!("{:?} parsed", String::from_utf8_lossy(head)),
+        }
+    }
+
+    #[test]
+    fn framing_follows_rfc_9112() {
+        let cases: [(&str, bool, Framing, bool); 10] = [
+            ("HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n", false, Framing::Length(5), true),
+            ("HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n", false, Framing::Length(5), true),
+            ("HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n", true, Framing::Empty, true),
+            ("HTTP/1.1 204 No Content\r\n\r\n", false, Framing::Empty, true),
+            ("HTTP/1.1 304 Not Modified\r\ncontent-length: 9\r\n\r\n", false, Framing::Empty, true),
+            ("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n", false, Framing::Chunked, true),
+            (
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n",
+                false,
+                Framing::Chunked,
+                false,
+            ),
+            ("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n", false, Framing::Close, false),
+            ("HTTP/1.1 200 OK\r\nconnection: Close\r\ncontent-length: 0\r\n\r\n", false, Framing::Empty, false),
+            ("HTTP/1.0 200 OK\r\n\r\n", false, Framing::Close, false),
+        ];
+        for (head, head_request, framing, keep) in cases {
+            let p = parse(head, head_request);
+            assert_eq!((p.framing, p.keep_alive), (framing, keep), "{head:?}");
+        }
+        let p = parse("HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 1\r\n\r\n", false);
+        assert!(p.keep_alive);
+        assert_eq!(p.parts.version, Version::HTTP_10);
+    }
+
+    #[test]
+    fn bad_heads_are_errors_naming_the_fault() {
+        for (head, want) in [
+            ("HTTP/1.1 200 OK\r\ncontent-length: 5, 6\r\n\r\n", "invalid Content-Length \"5, 6\""),
+            ("HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n", "invalid Content-Length \"-1\""),
+            ("HTTP/1.1 2x0 OK\r\n\r\n", "malformed response head: invalid response status"),
+            ("SSH-2.0-OpenSSH_9.6\r\n\r\n", "malformed response head: invalid HTTP version"),
+            ("HTTP/1.1 101 Switching Protocols\r\n\r\n", "status 101 (switching protocols) is not relayed"),
+        ] {
+            assert_eq!(parse_err(head.as_bytes()).to_string(), want, "{head:?}");
+        }
+        let big = [b"HTTP/1.1 200 OK\r\nx: ".as_slice(), &vec![b'a'; MAX_HEAD_BYTES]].concat();
+        assert!(matches!(parse_err(&big), HeadError::TooLarge));
+        let partial = parse_response_head(&mut BytesMut::from(&big[..100]), false).unwrap();
+        assert!(partial.is_none(), "a partial head waits for more");
+        let many: String = (0..=MAX_HEADERS).map(|i| format!("x-{i}: 1\r\n")).collect();
+        let e = parse_err(format!("HTTP/1.1 200 OK\r\n{many}\r\n").as_bytes());
+        assert_eq!(e.to_string(), "malformed response head: too many headers");
+    }
+
+    #[test]
+    fn request_heads_are_framed() {
+        let req = |m: Method, headers: &[(&'static str, &'static str)]| {
+            let mut r = hyper::Request::builder().method(m).uri("/a?b=1");
+            for (k, v) in headers {
+                r = r.header(*k, *v);
+            }
+            r.body(()).unwrap().into_parts().0
+        };
+        let mut out = BytesMut::new();
+        let f = encode_request_head(&req(Method::GET, &[("host", "x")]), false, &mut out);
+        assert_eq!((f, &out[..]), (Framing::Empty, &b"GET /a?b=1 HTTP/1.1\r\nhost: x\r\n\r\n"[..]));
+        out.clear();
+        let f = encode_request_head(&req(Method::POST, &[("content-length", "3")]), true, &mut out);
+        assert_eq!((f, &out[..]), (Framing::Length(3), &b"POST /a?b=1 HTTP/1.1\r\ncontent-length: 3\r\n\r\n"[..]));
+        out.clear();
+        let f = encode_request_head(&req(Method::PUT, &[]), true, &mut out);
+        assert_eq!(
+            (f, &out[..]),
+            (Framing::Chunked, &b"PUT /a?b=1 HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n"[..])
+        );
+        out.clear();
+        let f = encode_request_head(&req(Method::POST, &[]), false, &mut out);
+        assert_eq!((f, &out[..]), (Framing::Empty, &b"POST /a?b=1 HTTP/1.1\r\ncontent-length: 0\r\n\r\n"[..]));
+    }
+}
