@@ -49,9 +49,9 @@ use crate::metrics::OpenCount;
 use crate::proxy::RequestBody;
 
 mod body;
-pub(crate) mod chunked;
+pub mod chunked;
 mod conn;
-pub(crate) mod wire;
+pub mod wire;
 
 pub use body::{BodyError, UpstreamBody};
 pub use conn::Conn;

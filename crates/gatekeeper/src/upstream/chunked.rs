@@ -92,6 +92,7 @@ impl Decoder {
         let (len, at) = match httparse::parse_headers(buf, &mut slots).map_err(HeadError::from)? {
             httparse::Status::Partial if buf.len() >= MAX_HEAD_BYTES => return Err(HeadError::TooLarge.into()),
             httparse::Status::Partial => return Ok(Step::More),
+            httparse::Status::Complete((len, _)) if len > MAX_HEAD_BYTES => return Err(HeadError::TooLarge.into()),
             httparse::Status::Complete((len, fields)) => (len, fields_at(buf, fields)),
         };
         self.state = State::Done;
@@ -131,9 +132,12 @@ fn chunk_size(line: &[u8]) -> Result<u64, ChunkError> {
 mod tests {
     use super::*;
 
+    /// The data, the trailers, and the bytes after the body's end.
+    type Decoded = (Vec<u8>, Option<HeaderMap>, Vec<u8>);
+
     /// Decode `wire` fed in pieces of `piece` bytes: the data, the trailers, and the bytes
     /// after the body's end (left in the buffer, or never fed).
-    fn decode(wire: &[u8], piece: usize) -> Result<(Vec<u8>, Option<HeaderMap>, Vec<u8>), ChunkError> {
+    fn decode(wire: &[u8], piece: usize) -> Result<Decoded, ChunkError> {
         let mut d = Decoder::default();
         let mut buf = BytesMut::new();
         let (mut data, mut trailers) = (Vec::new(), None);

@@ -169,7 +169,7 @@ fn framing(
         let chunked = headers
             .get_all(header::TRANSFER_ENCODING)
             .iter()
-            .last()
+            .next_back()
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.rsplit(',').next())
             .is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked"));
