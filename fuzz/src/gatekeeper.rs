@@ -62,3 +62,74 @@ pub fn gatekeeper_config(data: &[u8]) {
     }
     let _ = parse_duration(&text(duration), "duration");
 }
+
+/// Input: a flags byte (bit 0: the request was `HEAD`; the rest: where to cut the bytes
+/// in two, and the piece size a chunked body is fed in), then bytes an upstream sent.
+/// Invariants: a response head parses the same whole or cut in two (the first part
+/// incomplete, or already complete); what it takes is the head alone; a chunked body decodes
+/// the same (data, trailers, failure, bytes left over) fed whole or in pieces, and never
+/// yields more data than it was given.
+pub fn gatekeeper_response(data: &[u8]) {
+    use bytes::BytesMut;
+    use shortfirst_gatekeeper::upstream::wire::{parse_response_head, Framing};
+    let Some((&flags, wire)) = data.split_first() else { return };
+    let head_request = flags & 1 == 1;
+    let whole = parse_response_head(&mut BytesMut::from(wire), head_request);
+    let cut = usize::from(flags >> 1) * wire.len() / 128;
+    let mut buf = BytesMut::from(&wire[..cut]);
+    let in_two = match parse_response_head(&mut buf, head_request) {
+        Ok(None) => {
+            buf.extend_from_slice(&wire[cut..]);
+            parse_response_head(&mut buf, head_request)
+        }
+        first => {
+            buf.extend_from_slice(&wire[cut..]);
+            first
+        }
+    };
+    let rest = match (whole, in_two) {
+        (Ok(Some(a)), Ok(Some(b))) => {
+            assert_eq!((a.parts.status, a.framing, a.keep_alive), (b.parts.status, b.framing, b.keep_alive));
+            assert_eq!(a.parts.headers, b.parts.headers);
+            if a.framing != Framing::Chunked {
+                return;
+            }
+            buf
+        }
+        (Ok(None), Ok(None)) | (Err(_), Err(_)) => return,
+        // A head cut short of a limit may be refused only once it is whole.
+        (a, b) => panic!("whole: {:?}, cut at {cut}: {:?}", a.map(|h| h.is_some()), b.map(|h| h.is_some())),
+    };
+    let piece = 1 + usize::from(flags >> 4);
+    let one = decode_chunked(&rest, rest.len().max(1));
+    assert_eq!(one, decode_chunked(&rest, piece), "fed in pieces of {piece}");
+    if let Some((Ok((data, _)), _)) = &one {
+        assert!(data.len() <= rest.len());
+    }
+}
+
+/// What a chunked body decoded to: its data and trailers (or the failure, as text), and
+/// the bytes left after its end.
+type Decoded = (Result<(Vec<u8>, Option<String>), String>, Vec<u8>);
+
+/// A chunked body fed in pieces; `None` if it needs more than `wire`.
+fn decode_chunked(wire: &[u8], piece: usize) -> Option<Decoded> {
+    use bytes::BytesMut;
+    use shortfirst_gatekeeper::upstream::chunked::{Decoder, Step};
+    let mut d = Decoder::default();
+    let mut buf = BytesMut::new();
+    let mut feed = wire.chunks(piece);
+    let (mut data, mut trailers) = (Vec::new(), None);
+    loop {
+        match d.step(&mut buf) {
+            Err(e) => return Some((Err(e.to_string()), Vec::new())),
+            Ok(Step::Data(b)) => data.extend_from_slice(&b),
+            Ok(Step::Trailers(t)) => trailers = Some(format!("{t:?}")),
+            Ok(Step::End) => {
+                let left = [buf.to_vec(), feed.flatten().copied().collect()].concat();
+                return Some((Ok((data, trailers)), left));
+            }
+            Ok(Step::More) => buf.extend_from_slice(feed.next()?),
+        }
+    }
+}

@@ -9,7 +9,7 @@ mod http;
 mod load;
 mod tls;
 
-pub use gatekeeper::{gatekeeper_classify, gatekeeper_config};
+pub use gatekeeper::{gatekeeper_classify, gatekeeper_config, gatekeeper_response};
 pub use http::{http_head, range_conditions, resolve_target};
 pub use load::{load_schedule, session_toml, trace_clf, trace_csv, trace_wc98};
 pub use tls::tls_names;
@@ -29,6 +29,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("load_schedule", load_schedule),
     ("gatekeeper_classify", gatekeeper_classify),
     ("gatekeeper_config", gatekeeper_config),
+    ("gatekeeper_response", gatekeeper_response),
     ("tls_names", tls_names),
 ];
 
