@@ -11,7 +11,8 @@
 //! do at the connection limit: [`limit`]) and shuts down, [`metrics`] and
 //! [`access_log`] observe. [`tls`] puts HTTPS (rustls) in front of the same
 //! state machine; [`http2`] answers HTTP/2 streams through it, ordering their bytes by
-//! `shortfirst_core::stream_sched`. Under `srrt`, [`srrt`] re-ranks a
+//! `shortfirst_core::stream_sched` (under the user-space pacer, by the uplink scheduler,
+//! with every other response). Under `srrt`, [`srrt`] re-ranks a
 //! response from [`tcpinfo`] (`getsockopt(TCP_INFO)`) as its bytes drain.
 //!
 //! Must not know: tc/HTB (that is `shortfirst uplink`), how cutoffs are chosen.

@@ -282,8 +282,7 @@ pub struct ConfigFile {
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub redirect_https: Option<bool>,
     /// HTTP/2: offered over TLS (ALPN `h2`, then `http/1.1`) and in cleartext to clients
-    /// that start with its preface (h2c, prior knowledge); false: HTTP/1.1 only. Under
-    /// --scheduler user or crovella HTTP/2 is not offered.
+    /// that start with its preface (h2c, prior knowledge); false: HTTP/1.1 only.
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub http2: Option<bool>,
     /// HTTP/2: streams one connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS);

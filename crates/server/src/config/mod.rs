@@ -187,8 +187,7 @@ pub struct ServerConfig {
     pub precompressed: Precompressed,
     /// `Cache-Control` rules by path glob (`cache_control`); none by default.
     pub cache_control: CacheControl,
-    /// HTTP/2 over TLS (ALPN) and h2c with prior knowledge (`crate::http2`), under the
-    /// kernel scheduler.
+    /// HTTP/2 over TLS (ALPN) and h2c with prior knowledge (`crate::http2`).
     pub http2: bool,
     /// HTTP/2: streams open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS, at
     /// most [`MAX_HTTP2_STREAMS`]); beyond, new streams are refused with REFUSED_STREAM.

@@ -1,0 +1,380 @@
+//! HTTP/2 under the user-space pacer (`--scheduler user`) on real loopback sockets, the
+//! pacer at a low rate so it is the bottleneck and the order of bytes is its order:
+//! shortest remaining first across the streams of one connection and across connections
+//! (HTTP/2 and HTTP/1.1, cleartext and TLS), a stream whose window the client keeps closed
+//! holding neither its connection nor the link. A raw frame client shows the order of
+//! DATA frames on the wire; assertions are on orders and byte counts, with wide margins.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{metric, metrics_text, pattern, req, TestServer};
+use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+use rustls::pki_types::{CertificateDer, ServerName};
+use shortfirst_server::{Policy, Scheduling, ServerConfig, TlsEntry, TlsSettings};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const DATA: u8 = 0;
+const HEADERS: u8 = 1;
+const SETTINGS: u8 = 4;
+const WINDOW_UPDATE: u8 = 8;
+const END_STREAM: u8 = 1;
+
+fn user(c: &mut ServerConfig, rate_bits_per_s: u64, policy: Policy) {
+    c.scheduler = Scheduling::User;
+    c.link_rate_bits_per_s = Some(rate_bits_per_s);
+    c.policy = policy;
+    c.srpt_exact = true;
+    c.socket_priority = false;
+    c.admin = Some("127.0.0.1:0".parse().unwrap());
+}
+
+/// One frame as read.
+#[derive(Debug)]
+struct Frame {
+    kind: u8,
+    flags: u8,
+    stream: u32,
+    len: usize,
+}
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    f.extend_from_slice(&[kind, flags]);
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A minimal HTTP/2 client writing and reading raw frames, over TCP or TLS.
+struct H2<T> {
+    io: T,
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> H2<T> {
+    /// The preface, each stream's window starting at `stream_window` bytes, the
+    /// connection's opened wide.
+    async fn start(io: T, stream_window: u32) -> H2<T> {
+        let mut h = H2 { io };
+        let mut hello = PREFACE.to_vec();
+        let mut setting = vec![0, 4]; // INITIAL_WINDOW_SIZE
+        setting.extend_from_slice(&stream_window.to_be_bytes());
+        hello.extend(frame(SETTINGS, 0, 0, &setting));
+        hello.extend(frame(WINDOW_UPDATE, 0, 0, &[0x40, 0, 0, 0]));
+        h.io.write_all(&hello).await.unwrap();
+        h
+    }
+
+    /// A GET for `path` on stream `id` (HPACK literals), the stream ended.
+    async fn get(&mut self, id: u32, path: &str) {
+        let mut block = Vec::new();
+        for (name, value) in [(":method", "GET"), (":scheme", "https"), (":path", path), (":authority", "localhost")] {
+            block.push(0);
+            block.push(name.len() as u8);
+            block.extend_from_slice(name.as_bytes());
+            block.push(value.len() as u8);
+            block.extend_from_slice(value.as_bytes());
+        }
+        self.io.write_all(&frame(HEADERS, END_STREAM | 4, id, &block)).await.unwrap();
+        self.io.flush().await.unwrap();
+    }
+
+    async fn window_update(&mut self, id: u32, bytes: u32) {
+        self.io.write_all(&frame(WINDOW_UPDATE, 0, id, &bytes.to_be_bytes())).await.unwrap();
+        self.io.flush().await.unwrap();
+    }
+
+    /// The next frame (its payload read and dropped); a SETTINGS is acknowledged.
+    async fn next(&mut self) -> Option<Frame> {
+        let mut head = [0u8; 9];
+        tokio::time::timeout(Duration::from_secs(20), self.io.read_exact(&mut head)).await.ok()?.ok()?;
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let mut payload = vec![0; len];
+        self.io.read_exact(&mut payload).await.ok()?;
+        let f = Frame {
+            kind: head[3],
+            flags: head[4],
+            stream: u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff,
+            len,
+        };
+        if f.kind == SETTINGS && f.flags & 1 == 0 {
+            self.io.write_all(&frame(SETTINGS, 1, 0, &[])).await.unwrap();
+            self.io.flush().await.unwrap();
+        }
+        Some(f)
+    }
+
+    /// Reads until stream `id`'s first DATA frame.
+    async fn until_data(&mut self, id: u32) {
+        loop {
+            let f = self.next().await.expect("frames");
+            if f.kind == DATA && f.stream == id {
+                return;
+            }
+        }
+    }
+}
+
+/// A TCP connection with a small receive buffer, so the server's writes wait for our
+/// reads as over a slow link.
+async fn tcp(addr: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(32 * 1024).unwrap();
+    socket.connect(addr).await.unwrap()
+}
+
+/// A large response starts on stream 1, then a 100 KB one on stream 3: the streams of the
+/// DATA frames in wire order from the small one's first to its last, and whether the
+/// large one ended first.
+async fn large_then_small_on_one_connection(policy: Policy) -> (Vec<u32>, bool) {
+    let mut s = TestServer::start(|c| user(c, 10_000_000, policy)).await;
+    std::fs::write(s.root.join("large.bin"), pattern(2 << 20)).unwrap();
+    let mut h = H2::start(tcp(s.addr).await, 1 << 30).await;
+    h.get(1, "/large.bin").await;
+    h.until_data(1).await;
+    h.get(3, "/medium.bin").await;
+    let (mut order, mut large_first, mut small_bytes) = (Vec::new(), false, 0);
+    loop {
+        let f = h.next().await.expect("frames until the small response ends");
+        if f.kind != DATA {
+            continue;
+        }
+        if f.stream == 3 || !order.is_empty() {
+            order.push(f.stream);
+        }
+        large_first |= f.stream == 1 && f.flags & END_STREAM != 0;
+        if f.stream == 3 {
+            small_bytes += f.len;
+            if f.flags & END_STREAM != 0 {
+                break;
+            }
+        }
+    }
+    assert_eq!(small_bytes, 100_000);
+    drop(h);
+    // The connection's group and its streams let go of the scheduler.
+    let mut registered = 1.0;
+    for _ in 0..100 {
+        registered = metric(&metrics_text(&s).await, "shortfirst_uplink_registered");
+        if registered == 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(registered, 0.0, "streams still registered after the connection closed");
+    s.stop().await;
+    (order, large_first)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn within_a_connection_srpt_finishes_the_small_stream_first_and_fair_alternates() {
+    let (srpt, large_first) = large_then_small_on_one_connection(Policy::Srpt).await;
+    assert!(!large_first);
+    let large_frames = |order: &[u32]| order.iter().filter(|&&id| id == 1).count();
+    let small_frames = |order: &[u32]| order.iter().filter(|&&id| id == 3).count();
+    // At most the chunk granted before the small request was read comes in between.
+    assert!(large_frames(&srpt) <= 2, "SRPT interleaved the large stream: {srpt:?}");
+    let (fair, large_first) = large_then_small_on_one_connection(Policy::Fair).await;
+    assert!(!large_first);
+    // Fair takes turns: about one large frame per small one.
+    assert!(large_frames(&fair) * 3 >= small_frames(&fair), "fair should alternate: {fair:?}");
+    assert!(large_frames(&fair) >= 5, "fair should alternate: {fair:?}");
+    eprintln!("frames from the small stream's first to its last: srpt {srpt:?}\nfair {fair:?}");
+}
+
+/// What the second connection asks for while the first downloads.
+#[derive(Clone, Copy, Debug)]
+enum Second {
+    Http1,
+    Http2,
+}
+
+/// Connection A downloads 8 MB over HTTP/2 (`tls`: over TLS); once it is under way,
+/// connection B fetches 1 MB. Returns A's DATA bytes received from B's request to B's
+/// last byte, and whether A was still going when B ended.
+async fn large_here_small_there(policy: Policy, second: Second, tls: bool) -> (u64, bool) {
+    let certs = tempfile::tempdir().unwrap();
+    let (entry, ca) = certificate(certs.path());
+    let mut s = TestServer::start(|c| {
+        user(c, 40_000_000, policy);
+        c.tls = Some(TlsSettings { listen: "127.0.0.1:0".parse().unwrap(), certs: vec![entry] });
+    })
+    .await;
+    std::fs::write(s.root.join("large.bin"), pattern(8 << 20)).unwrap();
+    std::fs::write(s.root.join("mid.bin"), pattern(1 << 20)).unwrap();
+    let a_bytes = Arc::new(AtomicU64::new(0));
+    let a_done = Arc::new(AtomicU64::new(0));
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let addr = if tls { s.tls.unwrap() } else { s.addr };
+    let a = {
+        let (a_bytes, a_done, ca) = (a_bytes.clone(), a_done.clone(), ca.clone());
+        tokio::spawn(async move {
+            let io = tcp(addr).await;
+            if tls {
+                let t = tls_connect(&ca, io).await;
+                read_large(H2::start(t, 1 << 30).await, a_bytes, a_done, started_tx).await;
+            } else {
+                read_large(H2::start(io, 1 << 30).await, a_bytes, a_done, started_tx).await;
+            }
+        })
+    };
+    started_rx.await.unwrap();
+    let before = a_bytes.load(Relaxed);
+    let body = match (second, tls) {
+        (Second::Http1, false) => common::get(s.addr, &req("/mid.bin")).await.unwrap().body.len(),
+        (Second::Http1, true) => panic!("HTTP/1.1 over TLS is tls.rs's"),
+        (Second::Http2, false) => fetch_h2(tcp(s.addr).await, "/mid.bin").await,
+        (Second::Http2, true) => fetch_h2(tls_connect(&ca, tcp(addr).await).await, "/mid.bin").await,
+    };
+    assert_eq!(body, 1 << 20);
+    let during = a_bytes.load(Relaxed) - before;
+    let a_going = a_done.load(Relaxed) == 0;
+    a.abort();
+    s.stop().await;
+    (during, a_going)
+}
+
+/// Reads stream 1's `/large.bin`, counting its DATA bytes; says when the first arrived.
+async fn read_large<T: AsyncRead + AsyncWrite + Unpin>(
+    mut h: H2<T>,
+    bytes: Arc<AtomicU64>,
+    done: Arc<AtomicU64>,
+    started: tokio::sync::oneshot::Sender<()>,
+) {
+    h.get(1, "/large.bin").await;
+    h.until_data(1).await;
+    let _ = started.send(());
+    while let Some(f) = h.next().await {
+        if f.kind == DATA && f.stream == 1 {
+            bytes.fetch_add(f.len as u64, Relaxed);
+            if f.flags & END_STREAM != 0 {
+                done.store(1, Relaxed);
+                return;
+            }
+        }
+    }
+}
+
+/// One GET over a fresh HTTP/2 connection: the body's length.
+async fn fetch_h2<T: AsyncRead + AsyncWrite + Unpin>(io: T, path: &str) -> usize {
+    let mut h = H2::start(io, 1 << 30).await;
+    h.get(1, path).await;
+    let mut n = 0;
+    loop {
+        let f = h.next().await.expect("the response");
+        if f.kind == DATA && f.stream == 1 {
+            n += f.len;
+            if f.flags & END_STREAM != 0 {
+                return n;
+            }
+        }
+    }
+}
+
+/// What the first connection may still receive once the second's response is the best:
+/// what was granted to it before (the socket below its 16 KiB watermark, the client's
+/// receive window, a chunk in the codec), about 100 KB, with room to spare.
+const MOST_BEHIND_BYTES: u64 = 250_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srpt_sends_a_small_response_of_another_connection_before_a_large_stream() {
+    for second in [Second::Http1, Second::Http2] {
+        let (during, a_going) = large_here_small_there(Policy::Srpt, second, false).await;
+        eprintln!("srpt, {second:?}: the large stream got {during} bytes during the 1 MB response");
+        assert!(a_going, "{second:?}: the large stream ended first");
+        assert!(during < MOST_BEHIND_BYTES, "{second:?}: the large stream got {during} bytes meanwhile");
+    }
+    // Fair shares: the large stream goes on at about the same rate meanwhile.
+    let (during, _) = large_here_small_there(Policy::Fair, Second::Http1, false).await;
+    eprintln!("fair: the large stream got {during} bytes during the 1 MB response");
+    assert!(during > 2 * MOST_BEHIND_BYTES, "fair: the large stream got only {during} bytes meanwhile");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_srpt_sends_a_small_response_of_another_connection_first() {
+    let (during, a_going) = large_here_small_there(Policy::Srpt, Second::Http2, true).await;
+    eprintln!("srpt over TLS: the large stream got {during} bytes during the 1 MB response");
+    assert!(a_going, "the large stream ended first");
+    assert!(during < MOST_BEHIND_BYTES, "the large stream got {during} bytes meanwhile");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_whose_window_stays_closed_holds_neither_its_connection_nor_the_pacer() {
+    let mut s = TestServer::start(|c| user(c, 10_000_000, Policy::Srpt)).await;
+    std::fs::write(s.root.join("large.bin"), pattern(2 << 20)).unwrap();
+    // Every stream's window starts at 16 KiB; the small stream's is never opened.
+    let mut h = H2::start(tcp(s.addr).await, 16 * 1024).await;
+    h.get(1, "/medium.bin").await;
+    h.get(3, "/large.bin").await;
+    h.window_update(3, 1 << 30).await;
+    let (mut small_bytes, mut large_frames) = (0, 0);
+    while large_frames < 40 {
+        let f = h.next().await.expect("the large stream keeps sending");
+        match (f.kind, f.stream) {
+            (DATA, 1) => small_bytes += f.len,
+            (DATA, 3) => large_frames += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(small_bytes, 16 * 1024, "the small stream sent exactly its window");
+    // Other connections go on too, HTTP/1.1 and HTTP/2.
+    let r = tokio::time::timeout(Duration::from_secs(10), common::get(s.addr, &req("/big.bin"))).await;
+    assert_eq!(r.expect("HTTP/1.1 beside a closed window").unwrap().body.len(), 300_000);
+    let n = tokio::time::timeout(Duration::from_secs(10), fetch_h2(tcp(s.addr).await, "/big.bin")).await;
+    assert_eq!(n.expect("HTTP/2 beside a closed window"), 300_000);
+    // Its window opens: it finishes.
+    h.window_update(1, 1 << 20).await;
+    loop {
+        let f = h.next().await.expect("the small stream resumes");
+        if f.kind == DATA && f.stream == 1 {
+            small_bytes += f.len;
+            if f.flags & END_STREAM != 0 {
+                break;
+            }
+        }
+    }
+    assert_eq!(small_bytes, 100_000);
+    drop(h);
+    s.stop().await;
+}
+
+/// A test CA and a leaf for `localhost` signed by it, in `dir`.
+fn certificate(dir: &Path) -> (TlsEntry, Vec<u8>) {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(rcgen::DnType::CommonName, "shortfirst test CA");
+    let ca_key = KeyPair::generate().unwrap();
+    let ca = params.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    let leaf = params.signed_by(&key, &ca, &ca_key).unwrap();
+    let (cert_path, key_path) = (dir.join("leaf.crt"), dir.join("leaf.key"));
+    std::fs::write(&cert_path, leaf.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    (TlsEntry { cert: cert_path, key: key_path, names: Vec::new() }, ca.der().to_vec())
+}
+
+/// A TLS client offering only `h2` over `tcp`; ALPN must pick it.
+async fn tls_connect(ca_der: &[u8], tcp: TcpStream) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from(ca_der.to_vec())).unwrap();
+    let mut c = rustls::ClientConfig::builder_with_provider(shortfirst_server::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    c.alpn_protocols = vec![b"h2".to_vec()];
+    let t = tokio_rustls::TlsConnector::from(Arc::new(c))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    assert_eq!(t.get_ref().1.alpn_protocol(), Some(&b"h2"[..]), "ALPN picks h2 under the pacer");
+    t
+}
