@@ -197,8 +197,8 @@ enum Second {
 }
 
 /// Connection A downloads 8 MB over HTTP/2 (`tls`: over TLS); once it is under way,
-/// connection B fetches 1 MB. Returns A's DATA bytes received from B's request to B's
-/// last byte, and whether A was still going when B ended.
+/// connection B fetches 1 MB. Returns A's DATA bytes received from B's first body byte to
+/// its last, and whether A was still going when B ended.
 async fn large_here_small_there(policy: Policy, second: Second, tls: bool) -> (u64, bool) {
     let certs = tempfile::tempdir().unwrap();
     let (entry, ca) = certificate(certs.path());
@@ -226,12 +226,11 @@ async fn large_here_small_there(policy: Policy, second: Second, tls: bool) -> (u
         })
     };
     started_rx.await.unwrap();
-    let before = a_bytes.load(Relaxed);
-    let body = match (second, tls) {
-        (Second::Http1, false) => common::get(s.addr, &req("/mid.bin")).await.unwrap().body.len(),
+    let (body, before) = match (second, tls) {
+        (Second::Http1, false) => fetch_http1(tcp(s.addr).await, "/mid.bin", &a_bytes).await,
         (Second::Http1, true) => panic!("HTTP/1.1 over TLS is tls.rs's"),
-        (Second::Http2, false) => fetch_h2(tcp(s.addr).await, "/mid.bin").await,
-        (Second::Http2, true) => fetch_h2(tls_connect(&ca, tcp(addr).await).await, "/mid.bin").await,
+        (Second::Http2, false) => fetch_h2(tcp(s.addr).await, "/mid.bin", Some(&a_bytes)).await,
+        (Second::Http2, true) => fetch_h2(tls_connect(&ca, tcp(addr).await).await, "/mid.bin", Some(&a_bytes)).await,
     };
     assert_eq!(body, 1 << 20);
     let during = a_bytes.load(Relaxed) - before;
@@ -262,26 +261,56 @@ async fn read_large<T: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// One GET over a fresh HTTP/2 connection: the body's length.
-async fn fetch_h2<T: AsyncRead + AsyncWrite + Unpin>(io: T, path: &str) -> usize {
+/// One GET over a fresh HTTP/2 connection: the body's length, and `counter`'s value when
+/// its first DATA frame arrived.
+async fn fetch_h2<T: AsyncRead + AsyncWrite + Unpin>(io: T, path: &str, counter: Option<&AtomicU64>) -> (usize, u64) {
     let mut h = H2::start(io, 1 << 30).await;
     h.get(1, path).await;
-    let mut n = 0;
+    let (mut n, mut at_first) = (0, None);
     loop {
         let f = h.next().await.expect("the response");
         if f.kind == DATA && f.stream == 1 {
+            at_first = at_first.or_else(|| counter.map(|c| c.load(Relaxed)));
             n += f.len;
             if f.flags & END_STREAM != 0 {
-                return n;
+                return (n, at_first.unwrap_or(0));
             }
         }
     }
 }
 
-/// What the first connection may still receive once the second's response is the best:
+/// One GET over a fresh HTTP/1.1 connection: the body's length, and `counter`'s value when
+/// the response's first bytes arrived.
+async fn fetch_http1(mut io: TcpStream, path: &str, counter: &AtomicU64) -> (usize, u64) {
+    io.write_all(req(path).as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    let (mut got, mut at_first) = (Vec::new(), None);
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(20), io.read(&mut buf)).await.unwrap().unwrap();
+        assert!(n > 0, "the connection closed mid-response");
+        at_first = at_first.or(Some(counter.load(Relaxed)));
+        got.extend_from_slice(&buf[..n]);
+        let head = got.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
+        let len: usize = head
+            .and_then(|h| {
+                let text = String::from_utf8_lossy(&got[..h]).to_ascii_lowercase();
+                let line = text.lines().find(|l| l.starts_with("content-length:"))?.to_string();
+                line["content-length:".len()..].trim().parse().ok()
+            })
+            .unwrap_or(usize::MAX);
+        if let Some(h) = head.filter(|&h| got.len() - h >= len) {
+            return (got.len() - h, at_first.unwrap());
+        }
+    }
+}
+
+/// What the first connection may still receive once the second's response has started:
 /// what was granted to it before (the socket below its 16 KiB watermark, the client's
-/// receive window, a chunk in the codec), about 100 KB, with room to spare.
-const MOST_BEHIND_BYTES: u64 = 250_000;
+/// receive window, a chunk in the codec), about 100 KB, and what it is granted while the
+/// second's client, slowed by a loaded machine, leaves its socket full (work-conserving:
+/// up to 250 KB seen on two busy cores); under fair it gets its share, about 1 MB.
+const MOST_BEHIND_BYTES: u64 = 500_000;
+const LEAST_FAIR_BYTES: u64 = 750_000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn srpt_sends_a_small_response_of_another_connection_before_a_large_stream() {
@@ -294,7 +323,7 @@ async fn srpt_sends_a_small_response_of_another_connection_before_a_large_stream
     // Fair shares: the large stream goes on at about the same rate meanwhile.
     let (during, _) = large_here_small_there(Policy::Fair, Second::Http1, false).await;
     eprintln!("fair: the large stream got {during} bytes during the 1 MB response");
-    assert!(during > 2 * MOST_BEHIND_BYTES, "fair: the large stream got only {during} bytes meanwhile");
+    assert!(during > LEAST_FAIR_BYTES, "fair: the large stream got only {during} bytes meanwhile");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -327,8 +356,8 @@ async fn a_stream_whose_window_stays_closed_holds_neither_its_connection_nor_the
     // Other connections go on too, HTTP/1.1 and HTTP/2.
     let r = tokio::time::timeout(Duration::from_secs(10), common::get(s.addr, &req("/big.bin"))).await;
     assert_eq!(r.expect("HTTP/1.1 beside a closed window").unwrap().body.len(), 300_000);
-    let n = tokio::time::timeout(Duration::from_secs(10), fetch_h2(tcp(s.addr).await, "/big.bin")).await;
-    assert_eq!(n.expect("HTTP/2 beside a closed window"), 300_000);
+    let n = tokio::time::timeout(Duration::from_secs(10), fetch_h2(tcp(s.addr).await, "/big.bin", None)).await;
+    assert_eq!(n.expect("HTTP/2 beside a closed window").0, 300_000);
     // Its window opens: it finishes.
     h.window_update(1, 1 << 20).await;
     loop {
@@ -343,6 +372,83 @@ async fn a_stream_whose_window_stays_closed_holds_neither_its_connection_nor_the
     assert_eq!(small_bytes, 100_000);
     drop(h);
     s.stop().await;
+}
+
+/// GETs every path at once over one HTTP/2 connection (the `h2` crate's client): the bodies.
+async fn h2_get_all<T>(io: T, paths: &[&str]) -> Vec<Vec<u8>>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (client, conn) = h2::client::handshake(io).await.expect("HTTP/2 handshake");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut responses = Vec::new();
+    for path in paths {
+        let mut ready = client.clone().ready().await.expect("connection ready");
+        let req = http::Request::get(format!("https://localhost{path}")).body(()).unwrap();
+        responses.push(ready.send_request(req, true).expect("request sent").0);
+    }
+    // Read side by side: a body left unread would hold the connection's window shut.
+    let readers: Vec<_> = responses
+        .into_iter()
+        .map(|response| {
+            tokio::spawn(async move {
+                let mut body = response.await.expect("a response").into_body();
+                let mut bytes = Vec::new();
+                while let Some(chunk) = body.data().await {
+                    let chunk = chunk.expect("body data");
+                    let _ = body.flow_control().release_capacity(chunk.len());
+                    bytes.extend_from_slice(&chunk);
+                }
+                bytes
+            })
+        })
+        .collect();
+    let mut bodies = Vec::new();
+    for r in readers {
+        bodies.push(r.await.unwrap());
+    }
+    bodies
+}
+
+/// Streams asked for at once come back whole, in cleartext and over TLS, under `user` and
+/// under `crovella` (one writer: the streams take the slot in turn); every stream and
+/// connection lets go of the scheduler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_streams_are_byte_exact_under_user_and_crovella() {
+    for scheduler in [Scheduling::User, Scheduling::Crovella] {
+        let certs = tempfile::tempdir().unwrap();
+        let (entry, ca) = certificate(certs.path());
+        let mut s = TestServer::start(|c| {
+            user(c, 200_000_000, Policy::Srpt);
+            c.scheduler = scheduler;
+            c.write_concurrency = 1;
+            c.tls = Some(TlsSettings { listen: "127.0.0.1:0".parse().unwrap(), certs: vec![entry] });
+        })
+        .await;
+        let paths = ["/big.bin", "/medium.bin", "/small.txt"];
+        let sizes = [300_000, 100_000, 100];
+        let plain = h2_get_all(tcp(s.addr).await, &paths).await;
+        let tls = h2_get_all(tls_connect(&ca, tcp(s.tls.unwrap()).await).await, &paths).await;
+        for (bodies, how) in [(plain, "h2c"), (tls, "h2")] {
+            for ((body, size), path) in bodies.iter().zip(sizes).zip(paths) {
+                assert!(*body == pattern(size), "{scheduler:?} {how} {path}: {} bytes", body.len());
+            }
+        }
+        let mut page = metrics_text(&s).await;
+        for _ in 0..100 {
+            if metric(&page, "shortfirst_uplink_registered") == 0.0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            page = metrics_text(&s).await;
+        }
+        assert_eq!(metric(&page, "shortfirst_uplink_registered"), 0.0, "{scheduler:?}: {page}");
+        assert!(metric(&page, "shortfirst_uplink_grants_total") >= 6.0, "{scheduler:?}");
+        assert!(page.contains("shortfirst_responses_by_protocol_total{protocol=\"h2\",tls=\"1.3\"} 3"), "{page}");
+        s.stop().await;
+    }
 }
 
 /// A test CA and a leaf for `localhost` signed by it, in `dir`.
