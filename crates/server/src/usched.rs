@@ -232,6 +232,11 @@ fn render_gauges(out: &mut String, stats: &SchedStats, pacer: &Pacer, now_ns: u6
         ("shortfirst_uplink_queue_length", "Writable responses waiting for a grant.", stats.ready as f64),
         ("shortfirst_uplink_registered", "Responses registered with the scheduler.", stats.registered as f64),
         (
+            "shortfirst_uplink_groups",
+            "HTTP/2 connections registered, each a group of its streams.",
+            stats.groups as f64,
+        ),
+        (
             "shortfirst_uplink_waiting",
             "Responses not admitted to write (crovella: beyond write-concurrency).",
             stats.waiting as f64,

@@ -445,6 +445,7 @@ async fn concurrent_streams_are_byte_exact_under_user_and_crovella() {
             page = metrics_text(&s).await;
         }
         assert_eq!(metric(&page, "shortfirst_uplink_registered"), 0.0, "{scheduler:?}: {page}");
+        assert_eq!(metric(&page, "shortfirst_uplink_groups"), 0.0, "{scheduler:?}: every connection closed its group");
         assert!(metric(&page, "shortfirst_uplink_grants_total") >= 6.0, "{scheduler:?}");
         assert!(page.contains("shortfirst_responses_by_protocol_total{protocol=\"h2\",tls=\"1.3\"} 3"), "{page}");
         s.stop().await;
