@@ -10,8 +10,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::TestServer;
-use shortfirst_server::{TlsEntry, TlsSettings};
+use common::{certs, TestServer};
+use shortfirst_server::TlsSettings;
 
 /// h2spec cases (section, then title) that may fail whatever the transport, each explained
 /// in docs/serve.md (HTTP/2, conformance). None.
@@ -30,15 +30,6 @@ fn h2spec() -> Option<PathBuf> {
     }
     let paths = std::env::var_os("PATH")?;
     std::env::split_paths(&paths).map(|dir| dir.join("h2spec")).find(|p| p.is_file())
-}
-
-/// A self-signed certificate for `localhost` (h2spec runs with `--insecure`).
-fn certificate(dir: &Path) -> TlsEntry {
-    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-    let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
-    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
-    std::fs::write(&key_path, cert.key_pair.serialize_pem()).unwrap();
-    TlsEntry { cert: cert_path, key: key_path, names: Vec::new() }
 }
 
 /// (case id, failed) for every `<testcase>` of h2spec's JUnit report.
@@ -90,7 +81,7 @@ async fn h2spec_passes_in_cleartext_and_over_tls() {
 /// The failed cases, beyond the exceptions, in cleartext and over TLS.
 async fn unexpected_failures(bin: &Path, user_pacer: bool) -> Vec<String> {
     let certs = tempfile::tempdir().unwrap();
-    let entry = certificate(certs.path());
+    let (entry, _) = certs::localhost(certs.path());
     let mut s = TestServer::start(move |c| {
         c.tls = Some(TlsSettings { listen: "127.0.0.1:0".parse().unwrap(), certs: vec![entry] });
         if user_pacer {

@@ -7,15 +7,12 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{pattern, TestServer};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-use rustls::pki_types::{CertificateDer, ServerName};
-use shortfirst_server::{Policy, ServerConfig, TlsEntry, TlsSettings};
+use common::{certs, pattern, TestServer};
+use rustls::pki_types::ServerName;
+use shortfirst_server::{Policy, ServerConfig, TlsSettings};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -141,40 +138,10 @@ async fn h2c_prior_knowledge_answers_as_http1_does_and_is_logged_and_counted() {
     assert!(log.lines().any(|l| l.contains("\"GET /small.txt HTTP/1.1\" 200 100") && l.contains("proto=http/1.1")));
 }
 
-/// A test CA and a leaf for `localhost` signed by it, in `dir`.
-fn certificate(dir: &Path) -> (TlsEntry, Vec<u8>) {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(rcgen::DnType::CommonName, "shortfirst test CA");
-    let ca_key = KeyPair::generate().unwrap();
-    let ca = params.self_signed(&ca_key).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-    params.distinguished_name.push(rcgen::DnType::CommonName, "localhost");
-    let leaf = params.signed_by(&key, &ca, &ca_key).unwrap();
-    let (cert_path, key_path) = (dir.join("leaf.crt"), dir.join("leaf.key"));
-    std::fs::write(&cert_path, leaf.pem()).unwrap();
-    std::fs::write(&key_path, key.serialize_pem()).unwrap();
-    std::fs::write(dir.join("ca.crt"), ca.pem()).unwrap();
-    (TlsEntry { cert: cert_path, key: key_path, names: Vec::new() }, ca.der().to_vec())
-}
-
-fn tls_client(ca_der: &[u8], alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from(ca_der.to_vec())).unwrap();
-    let mut c = rustls::ClientConfig::builder_with_provider(shortfirst_server::tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    c.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    tokio_rustls::TlsConnector::from(Arc::new(c))
-}
-
 /// A test server with an HTTPS listener; returns it, the HTTPS address and the CA.
 async fn start_tls(configure: impl FnOnce(&mut ServerConfig)) -> (TestServer, SocketAddr, Vec<u8>) {
     let certs = tempfile::tempdir().unwrap();
-    let (entry, ca) = certificate(certs.path());
+    let (entry, ca) = certs::localhost(certs.path());
     let s = TestServer::start(move |c| {
         c.tls = Some(TlsSettings { listen: "127.0.0.1:0".parse().unwrap(), certs: vec![entry] });
         c.admin = Some("127.0.0.1:0".parse().unwrap());
@@ -190,8 +157,10 @@ async fn start_tls(configure: impl FnOnce(&mut ServerConfig)) -> (TestServer, So
 async fn over_tls_alpn_picks_h2_and_every_answer_matches() {
     let (mut s, tls, ca) = start_tls(|_| {}).await;
     let tcp = TcpStream::connect(tls).await.unwrap();
-    let t =
-        tls_client(&ca, &[b"h2", b"http/1.1"]).connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap();
+    let t = certs::client(&ca, &[b"h2", b"http/1.1"])
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
     assert_eq!(t.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
     let mut client = h2_client(t).await;
     check_answers(&mut client, "https").await;
@@ -203,8 +172,10 @@ async fn over_tls_alpn_picks_h2_and_every_answer_matches() {
     // HTTP/2 off: ALPN offers http/1.1 only, and a plaintext preface is not HTTP/2.
     let (mut s, tls, ca) = start_tls(|c| c.http2 = false).await;
     let tcp = TcpStream::connect(tls).await.unwrap();
-    let t =
-        tls_client(&ca, &[b"h2", b"http/1.1"]).connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap();
+    let t = certs::client(&ca, &[b"h2", b"http/1.1"])
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
     assert_eq!(t.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
     let mut raw = TcpStream::connect(s.addr).await.unwrap();
     raw.write_all(PREFACE).await.unwrap();
@@ -455,7 +426,7 @@ async fn curl_speaks_http2_to_it() {
         return;
     }
     let certs = tempfile::tempdir().unwrap();
-    let (entry, _) = certificate(certs.path());
+    let (entry, _) = certs::localhost(certs.path());
     let mut s = TestServer::start(move |c| {
         c.tls = Some(TlsSettings { listen: "127.0.0.1:0".parse().unwrap(), certs: vec![entry] });
     })

@@ -8,15 +8,13 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{metric, metrics_text, pattern, req, TestServer};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-use rustls::pki_types::{CertificateDer, ServerName};
-use shortfirst_server::{Policy, Scheduling, ServerConfig, TlsEntry, TlsSettings};
+use common::{certs, metric, metrics_text, pattern, req, TestServer};
+use rustls::pki_types::ServerName;
+use shortfirst_server::{Policy, Scheduling, ServerConfig, TlsSettings};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -201,7 +199,7 @@ enum Second {
 /// its last, and whether A was still going when B ended.
 async fn large_here_small_there(policy: Policy, second: Second, tls: bool) -> (u64, bool) {
     let certs = tempfile::tempdir().unwrap();
-    let (entry, ca) = certificate(certs.path());
+    let (entry, ca) = certs::localhost(certs.path());
     let mut s = TestServer::start(|c| {
         user(c, 40_000_000, policy);
         c.tls = Some(TlsSettings { listen: "127.0.0.1:0".parse().unwrap(), certs: vec![entry] });
@@ -419,7 +417,7 @@ where
 async fn concurrent_streams_are_byte_exact_under_user_and_crovella() {
     for scheduler in [Scheduling::User, Scheduling::Crovella] {
         let certs = tempfile::tempdir().unwrap();
-        let (entry, ca) = certificate(certs.path());
+        let (entry, ca) = certs::localhost(certs.path());
         let mut s = TestServer::start(|c| {
             user(c, 200_000_000, Policy::Srpt);
             c.scheduler = scheduler;
@@ -452,36 +450,9 @@ async fn concurrent_streams_are_byte_exact_under_user_and_crovella() {
     }
 }
 
-/// A test CA and a leaf for `localhost` signed by it, in `dir`.
-fn certificate(dir: &Path) -> (TlsEntry, Vec<u8>) {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(rcgen::DnType::CommonName, "shortfirst test CA");
-    let ca_key = KeyPair::generate().unwrap();
-    let ca = params.self_signed(&ca_key).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-    let leaf = params.signed_by(&key, &ca, &ca_key).unwrap();
-    let (cert_path, key_path) = (dir.join("leaf.crt"), dir.join("leaf.key"));
-    std::fs::write(&cert_path, leaf.pem()).unwrap();
-    std::fs::write(&key_path, key.serialize_pem()).unwrap();
-    (TlsEntry { cert: cert_path, key: key_path, names: Vec::new() }, ca.der().to_vec())
-}
-
 /// A TLS client offering only `h2` over `tcp`; ALPN must pick it.
 async fn tls_connect(ca_der: &[u8], tcp: TcpStream) -> tokio_rustls::client::TlsStream<TcpStream> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from(ca_der.to_vec())).unwrap();
-    let mut c = rustls::ClientConfig::builder_with_provider(shortfirst_server::tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    c.alpn_protocols = vec![b"h2".to_vec()];
-    let t = tokio_rustls::TlsConnector::from(Arc::new(c))
-        .connect(ServerName::try_from("localhost").unwrap(), tcp)
-        .await
-        .unwrap();
+    let t = certs::client(ca_der, &[b"h2"]).connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap();
     assert_eq!(t.get_ref().1.alpn_protocol(), Some(&b"h2"[..]), "ALPN picks h2 under the pacer");
     t
 }
