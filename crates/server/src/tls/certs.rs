@@ -56,7 +56,8 @@ fn stamp(path: &Path) -> Option<Stamp> {
 
 /// The certificates in force (see the module docs).
 pub struct CertStore {
-    entries: Vec<TlsEntry>,
+    /// Replaced whole by a configuration reload ([`CertStore::replace`]).
+    entries: RwLock<Vec<TlsEntry>>,
     provider: Arc<CryptoProvider>,
     current: RwLock<Arc<Vec<Loaded>>>,
     /// The files' stamps when last loaded, cert and key of each entry in turn.
@@ -75,7 +76,7 @@ impl CertStore {
         let stamps = Self::stamps_of(&entries);
         let loaded = load_all(&entries, &provider)?;
         Ok(Arc::new(CertStore {
-            entries,
+            entries: RwLock::new(entries),
             provider,
             current: RwLock::new(Arc::new(loaded)),
             stamps: Mutex::new(stamps),
@@ -96,8 +97,16 @@ impl CertStore {
 
     /// Re-reads every file; on success the new set is in force.
     pub fn reload(&self) -> Result<(), TlsError> {
-        let stamps = Self::stamps_of(&self.entries);
-        let loaded = load_all(&self.entries, &self.provider)?;
+        let entries = self.entries.read().expect("certificate entries lock poisoned").clone();
+        self.replace(entries)
+    }
+
+    /// Loads `entries` (a reloaded configuration's); on success they are the set in
+    /// force, and the files polled for changes.
+    pub fn replace(&self, entries: Vec<TlsEntry>) -> Result<(), TlsError> {
+        let stamps = Self::stamps_of(&entries);
+        let loaded = load_all(&entries, &self.provider)?;
+        *self.entries.write().expect("certificate entries lock poisoned") = entries;
         *self.current.write().expect("certificate lock poisoned") = Arc::new(loaded);
         *self.stamps.lock().expect("certificate stamps lock poisoned") = stamps;
         Ok(())
@@ -105,7 +114,7 @@ impl CertStore {
 
     /// Whether a file changed since it was last loaded (or tried).
     pub fn changed(&self) -> bool {
-        let now = Self::stamps_of(&self.entries);
+        let now = Self::stamps_of(&self.entries.read().expect("certificate entries lock poisoned"));
         let mut last = self.stamps.lock().expect("certificate stamps lock poisoned");
         if *last == now {
             return false;
