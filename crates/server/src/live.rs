@@ -19,7 +19,7 @@
 //! is named in a warning.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use crate::access_log::AccessLog;
@@ -74,10 +74,16 @@ impl Live {
 pub(crate) struct ReloadMetrics {
     pub reloads: AtomicU64,
     pub failures: AtomicU64,
+    /// The last reload was refused (none yet: false).
+    pub last_failed: AtomicBool,
 }
 
 impl ReloadMetrics {
     pub(crate) fn render(&self, out: &mut String, hosts: usize) {
+        let name = "shortfirst_config_last_reload_successful";
+        let help = "1 if the last configuration reload applied (or none was tried), 0 if it was refused.";
+        crate::metrics::write_family(out, name, "gauge", help);
+        let _ = writeln!(out, "{name} {}", u8::from(!self.last_failed.load(Relaxed)));
         for (name, help, v) in [
             (
                 "shortfirst_config_reloads_total",
@@ -99,7 +105,8 @@ impl ReloadMetrics {
     }
 }
 
-/// An error and its causes on one line, as an operator reads them in the log.
+/// An error and its causes on one line (a TOML error's excerpt of the file included), as
+/// a log line must be for journald and log shippers.
 fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
@@ -107,7 +114,8 @@ fn chain(e: &dyn std::error::Error) -> String {
         let _ = write!(text, ": {cause}");
         source = cause.source();
     }
-    text
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    lines.join(" ")
 }
 
 impl Shared {
@@ -123,6 +131,7 @@ impl Shared {
         match &result {
             Ok(ignored) => {
                 self.reload_metrics.reloads.fetch_add(1, Relaxed);
+                self.reload_metrics.last_failed.store(false, Relaxed);
                 for &key in ignored {
                     tracing::warn!(
                         key,
@@ -136,6 +145,7 @@ impl Shared {
             }
             Err(e) => {
                 self.reload_metrics.failures.fetch_add(1, Relaxed);
+                self.reload_metrics.last_failed.store(true, Relaxed);
                 tracing::error!(
                     error = %chain(e),
                     "configuration not reloaded: the running configuration stays in force"

@@ -275,12 +275,15 @@ async fn an_invalid_reload_is_refused_and_the_running_configuration_keeps_servin
         let page = s.metrics().await;
         assert_eq!(metric(&page, "shortfirst_config_reload_failures_total"), (i + 1) as f64);
         assert_eq!(metric(&page, "shortfirst_config_reloads_total"), 0.0);
+        assert_eq!(metric(&page, "shortfirst_config_last_reload_successful"), 0.0);
     }
     // Mended, it applies.
     let c = site(d, "c");
     s.reload_with(&format!("{good}[[host]]\nname = \"c.test\"\nroot = {c}\n")).unwrap();
     assert_eq!(who(s.addr, "c.test").await, (200, "c".into()));
-    assert_eq!(metric(&s.metrics().await, "shortfirst_config_reloads_total"), 1.0);
+    let page = s.metrics().await;
+    assert_eq!(metric(&page, "shortfirst_config_reloads_total"), 1.0);
+    assert_eq!(metric(&page, "shortfirst_config_last_reload_successful"), 1.0);
     s.stop().await;
 }
 
