@@ -7,7 +7,8 @@
 //! result, so a library caller gets the same checks as the command line. A new setting is
 //! written in the partial struct, in [`ServerConfig`] (its field and its default in
 //! [`ServerConfig::new`]), in `take_plain!`'s list if it needs no conversion, in
-//! `serve.example.toml` and in docs/serve.md.
+//! `serve.example.toml` and in docs/serve.md — and in `config/reload.rs`'s restart-only list if a
+//! running server cannot change it (SIGHUP applies every other setting to new requests).
 mod file;
 mod host;
 mod reload;

@@ -9,7 +9,8 @@
 //! Reload: every file is read and checked again; only if all are good does the new set
 //! replace the old (one pointer swap under a lock held for no I/O). Open connections keep
 //! their session keys; the next handshakes see the new set. A failed reload is logged
-//! and counted, and the old set stays.
+//! and counted, and the old set stays. A configuration reload ([`CertStore::replace`])
+//! swaps in another list of entries the same way (`[[tls]]` tables and `[[host]]` ones).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
