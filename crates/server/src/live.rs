@@ -166,6 +166,7 @@ impl Shared {
         let mut config = ServerConfig::from_flags(flags.clone())?;
         let ignored = config.keep_restart_only(&running.config);
         config.validate()?;
+        crate::server::ensure_fd_limit(config.max_connections);
         let live = Live::open(config, Some(&running))?;
         if let (Some(tls), Some(settings)) = (&self.tls, &live.config.tls) {
             tls.store.replace(settings.certs.clone())?;

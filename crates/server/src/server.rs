@@ -490,13 +490,13 @@ async fn accept_until(
     shutdown: impl Future<Output = ()>,
 ) {
     let config = &shared.config;
-    let limit = ConnectionLimit::new(config.max_connections, config.at_max_connections);
     let mut accept_errors = RateLimit::new(ACCEPT_ERROR_LOG_INTERVAL);
     let mut pause_warnings = RateLimit::new(ACCEPT_PAUSE_LOG_INTERVAL);
     let mut paused = false;
     tokio::pin!(shutdown);
     loop {
-        let accepting = limit.accepting(connections.len());
+        // Reloadable: the limit in force (a raised one unpauses at the next event).
+        let accepting = connection_limit(shared).accepting(connections.len());
         if accepting == paused {
             paused = !accepting;
             note_pause(shared, paused, &mut pause_warnings);
@@ -507,7 +507,7 @@ async fn accept_until(
             (accepted, is_tls) = listeners.accept(), if accepting => match accepted {
                 Ok((stream, peer)) => {
                     shared.metrics.connections_accepted.fetch_add(1, Ordering::Relaxed);
-                    if limit.admit(connections.len()) == Admit::Refuse {
+                    if connection_limit(shared).admit(connections.len()) == Admit::Refuse {
                         refuse(shared, stream, is_tls);
                         continue;
                     }
@@ -537,6 +537,12 @@ async fn accept_until(
     }
 }
 
+/// `max-connections` and `at-max-connections` in force.
+fn connection_limit(shared: &Shared) -> ConnectionLimit {
+    let live = shared.live();
+    ConnectionLimit::new(live.config.max_connections, live.config.at_max_connections)
+}
+
 /// The accept loop stopped (`paused`) or resumed accepting at the limit.
 fn note_pause(shared: &Shared, paused: bool, warnings: &mut RateLimit) {
     let now = Instant::now();
@@ -547,7 +553,7 @@ fn note_pause(shared: &Shared, paused: bool, warnings: &mut RateLimit) {
     shared.metrics.accept_paused(now);
     if let Some(suppressed) = warnings.record(now) {
         tracing::warn!(
-            max_connections = shared.config.max_connections,
+            max_connections = shared.live().config.max_connections,
             suppressed,
             "max-connections reached: not accepting until a connection closes; new connections wait in the \
              accept queue (logged at most every 10 s; suppressed: pauses since the last warning)"
@@ -561,7 +567,7 @@ const FD_HEADROOM: u64 = 256;
 
 /// Raises the soft `RLIMIT_NOFILE` so `max_connections` connections (each with a
 /// file open while sending) fit, up to the hard limit; warns if they cannot.
-fn ensure_fd_limit(max_connections: usize) {
+pub(crate) fn ensure_fd_limit(max_connections: usize) {
     let needed = 2 * max_connections as u64 + FD_HEADROOM;
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit/setrlimit read and write the struct we pass.

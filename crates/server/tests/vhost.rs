@@ -309,9 +309,46 @@ async fn a_reload_changes_cache_control_rules_and_names_what_takes_a_restart() {
     let ignored = s
         .reload_with(&config("/*.txt=public, max-age=5", "", "threads = 3\npolicy = \"fair\"\nmax-connections = 10"))
         .unwrap();
-    assert_eq!(ignored, ["threads", "max-connections", "policy"], "restart-only settings are named");
+    assert_eq!(ignored, ["threads", "policy"], "restart-only settings are named");
     assert_eq!(cache_control("t").await.as_deref(), Some("public, max-age=5"));
     assert_eq!(cache_control("a.test").await.as_deref(), Some("public, max-age=5"));
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_reload_changes_the_connection_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = site(dir.path(), "default");
+    let s = Running::start(
+        dir.path(),
+        &format!(
+            "root = {root}
+"
+        ),
+    )
+    .await;
+    // One connection kept open (idle between requests).
+    let mut held = Raw::connect(s.addr).await;
+    held.send(host_get("/who.txt", "t").as_bytes()).await;
+    assert_eq!(held.response(false).await.unwrap().status, 200);
+    assert!(s
+        .reload_with(&format!(
+            "root = {root}
+max-connections = 1
+"
+        ))
+        .unwrap()
+        .is_empty());
+    let r = get(s.addr, &host_get("/who.txt", "t")).await.unwrap();
+    assert_eq!((r.status, r.header("retry-after")), (503, Some("1")), "at the new limit");
+    s.reload_with(&format!(
+        "root = {root}
+"
+    ))
+    .unwrap();
+    assert_eq!(who(s.addr, "t").await, (200, "default".into()), "the default limit again");
+    held.send(host_get("/who.txt", "t").as_bytes()).await;
+    assert_eq!(held.response(false).await.unwrap().status, 200, "the held connection served on");
     s.stop().await;
 }
 

@@ -2,10 +2,11 @@
 //! settings bound at start (sockets, threads, the scheduler and its policy, buffer sizes
 //! of connections, timeouts). Every other setting — the roots and `[[host]]` sites,
 //! `cache-control`, `listings`, `dotfiles`, `precompressed`, `unknown-host`, request
-//! limits read per request, the access log and the certificates — applies to the
-//! requests that start after the reload.
+//! limits read per request, `max-connections` (under the user-space schedulers, only
+//! lowered: their table is sized at start) and `at-max-connections`, the access log and
+//! the certificates — applies to the requests (and connections) after the reload.
 
-use super::ServerConfig;
+use super::{Scheduling, ServerConfig};
 
 /// Applies `$apply!(key => field, …)` to every restart-only setting (`key` as spelt in
 /// the file). `tls-listen` is handled apart: the certificates under it may change.
@@ -15,8 +16,6 @@ macro_rules! restart_only {
             "listen" => listen,
             "admin" => admin,
             "threads" => threads,
-            "max-connections" => max_connections,
-            "at-max-connections" => at_max_connections,
             "backlog" => backlog,
             "max-request-line-bytes" => max_request_line_bytes,
             "max-header-bytes" => max_header_bytes,
@@ -66,6 +65,11 @@ impl ServerConfig {
             )* };
         }
         restart_only!(keep);
+        // The user-space schedulers size their table by it at start: lower only.
+        if self.scheduler != Scheduling::Kernel && self.max_connections > running.max_connections {
+            self.max_connections = running.max_connections;
+            ignored.push("max-connections");
+        }
         let listen = |c: &ServerConfig| c.tls.as_ref().map(|t| t.listen);
         if listen(self) != listen(running) {
             // An HTTPS listener cannot come or go, nor move: the running one's settings,
@@ -97,5 +101,19 @@ mod tests {
         assert_eq!(new.root, std::path::PathBuf::from("/srv/b"));
         assert_eq!((new.max_body_bytes, new.dotfiles), (7, super::super::Dotfiles::Allow));
         assert!(ServerConfig::new("/x").keep_restart_only(&running).is_empty());
+        // max-connections: applied under the kernel scheduler; only lowered under the user one.
+        let mut more = ServerConfig::new("/x");
+        more.max_connections = running.max_connections * 2;
+        assert!(more.keep_restart_only(&running).is_empty());
+        let mut user = running.clone();
+        user.scheduler = Scheduling::User;
+        let mut more = user.clone();
+        more.max_connections = user.max_connections * 2;
+        assert_eq!(more.keep_restart_only(&user), ["max-connections"]);
+        assert_eq!(more.max_connections, user.max_connections);
+        let mut fewer = user.clone();
+        fewer.max_connections = 10;
+        assert!(fewer.keep_restart_only(&user).is_empty());
+        assert_eq!(fewer.max_connections, 10);
     }
 }
