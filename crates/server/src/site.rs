@@ -3,8 +3,9 @@
 //!
 //! The top-level `root` (with the top-level `cache-control` and `listings`) is the
 //! default site; each `[[host]]` table is a site of its own, for its names. A request's
-//! name is its `Host` field (HTTP/1.1; HTTP/2's `:authority` arrives as `Host`, see
-//! `http2::request`) without its port and a final dot, compared without case: an exact
+//! name is its `Host` field (HTTP/1.1, or the authority of an absolute-form target;
+//! HTTP/2's `:authority` arrives as `Host`, see `http2::request`) without its port and a
+//! final dot, compared without case: an exact
 //! name first, then `*.suffix` for one label in front — the same names, by the same
 //! rules (`tls::names`), as a certificate is chosen by SNI, so a `[[host]]` with a
 //! `tls-cert` is one site for both. A name no host has (or no `Host` at all, HTTP/1.0)
@@ -130,6 +131,17 @@ impl Sites {
     }
 }
 
+/// The host a request names: the authority of an absolute-form target
+/// (`GET http://example.com/x`), which wins over `Host` (RFC 9112 §3.2.2), else `Host`.
+pub(crate) fn request_host<'a>(target: &'a [u8], host: Option<&'a [u8]>) -> Option<&'a [u8]> {
+    if target.first() == Some(&b'/') {
+        return host;
+    }
+    let Some(scheme_end) = target.windows(3).position(|w| w == b"://") else { return host };
+    let rest = &target[scheme_end + 3..];
+    Some(&rest[..rest.iter().position(|&b| b == b'/' || b == b'?').unwrap_or(rest.len())])
+}
+
 /// The host name of a `Host` value: without its port (`example.com:8080`), its final dot
 /// (`example.com.`); an IP literal keeps its brackets (`[::1]:80` → `[::1]`).
 pub(crate) fn name_of(host: &[u8]) -> &[u8] {
@@ -166,6 +178,21 @@ mod tests {
         ] {
             assert_eq!(name_of(host.as_bytes()), name.as_bytes(), "{host}");
         }
+    }
+
+    #[test]
+    fn an_absolute_target_names_the_host() {
+        let host = Some(&b"h.test"[..]);
+        for (target, want) in [
+            ("/x", Some("h.test")),
+            ("*", Some("h.test")),
+            ("http://a.test/x", Some("a.test")),
+            ("HTTPS://a.test:8443?q", Some("a.test:8443")),
+            ("http://a.test", Some("a.test")),
+        ] {
+            assert_eq!(request_host(target.as_bytes(), host), want.map(str::as_bytes), "{target}");
+        }
+        assert_eq!(request_host(b"/x", None), None);
     }
 
     fn sites(unknown: UnknownHost) -> (tempfile::TempDir, Sites) {

@@ -141,6 +141,9 @@ async fn two_hosts_on_one_listener_over_http1_and_http2() {
     ] {
         assert_eq!(who(s.addr, host).await, (200, want.to_string()), "Host: {host}");
     }
+    // An absolute-form target's authority wins over Host (RFC 9112 §3.2.2).
+    let r = get(s.addr, "GET http://a.test/who.txt HTTP/1.1\r\nHost: b.test\r\n\r\n").await.unwrap();
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"a"[..]));
     // One keep-alive connection, a site per request.
     let mut c = Raw::connect(s.addr).await;
     c.send(format!("{}{}", host_get("/who.txt", "b.test"), host_get("/who.txt", "a.test")).as_bytes()).await;

@@ -65,7 +65,7 @@ impl Responder {
             https.redirect_head(&mut self.head, &mut self.scratch, keep_alive, req.version_minor);
             return Err(Answer { status: Status::PERMANENT_REDIRECT, body: Body::None });
         }
-        match live.sites.choose(req.host.as_ref().map(field)) {
+        match live.sites.choose(crate::site::request_host(field(&req.target), req.host.as_ref().map(field))) {
             Ok(site) => Ok(Arc::clone(site)),
             Err(status) => Err(self.error(status, Some(req), keep_alive)),
         }
