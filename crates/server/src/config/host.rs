@@ -185,6 +185,7 @@ mod tests {
             ("[[host]]\nname = \"a.test\"\nroot = \"/r\"\ntls-cert = \"c\"", &["tls-key"]),
             ("[[host]]\nname = \"a.test\"\nroot = \"/r\"\ntls-cert = \"c\"\ntls-key = \"k\"", &["tls-listen"]),
             (&many, &["257 [[host]] tables", "at most 256"]),
+            ("unknown-host = \"not-found\"", &["unknown-host", "no [[host]] table"]),
         ];
         for (text, needles) in cases {
             let msg = parse(text).unwrap_err().to_string();

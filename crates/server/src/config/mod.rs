@@ -541,6 +541,12 @@ impl ServerConfig {
         if !(1..=MAX_HTTP2_STREAMS).contains(&self.http2_max_concurrent_streams) {
             return invalid("http2-max-concurrent-streams", format!("must be in 1..={MAX_HTTP2_STREAMS}"));
         }
+        if self.unknown_host != UnknownHost::Default && self.hosts.is_empty() {
+            return invalid(
+                "unknown-host",
+                format!("{}: with no [[host]] table every request would be refused", self.unknown_host),
+            );
+        }
         self.validate_tls()?;
         self.validate_scheduler()
     }
