@@ -635,7 +635,8 @@ impl Driver {
             self.shared.metrics.response(s.first_band, s.status.code, elapsed);
         }
         self.shared.tls_metrics.response_h2(self.accepted.tls);
-        let Some(log) = &self.shared.access_log else { return };
+        let live = self.shared.live();
+        let Some(log) = &live.access_log else { return };
         let entry = Entry {
             remote: &self.remote,
             request_line: &s.log.request_line,
