@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::certs::Ca;
 use common::{get, metric, pattern, Raw, Resp};
-use rcgen::{BasicConstraints, Certificate, CertificateParams, IsCa, KeyPair};
 use rustls::pki_types::{CertificateDer, ServerName};
 use shortfirst_server::{ConfigFile, Server, ServerConfig, ServerError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -355,35 +355,18 @@ max-connections = 1
     s.stop().await;
 }
 
-/// A test certificate authority, trusted by the test client.
-struct Ca {
-    cert: Certificate,
-    key: KeyPair,
-}
-
-fn ca() -> Ca {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let key = KeyPair::generate().unwrap();
-    Ca { cert: params.self_signed(&key).unwrap(), key }
-}
-
 /// A leaf for `name` signed by `ca`, written as `dir/<name>.crt` and `.key`: the
 /// `tls-cert`/`tls-key` lines of its `[[host]]` and the leaf's DER.
 fn leaf(ca: &Ca, dir: &Path, name: &str) -> (String, Vec<u8>) {
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec![name.to_string()]).unwrap().signed_by(&key, &ca.cert, &ca.key).unwrap();
-    let (cert_path, key_path) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
-    std::fs::write(&cert_path, cert.pem()).unwrap();
-    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    let (entry, der) = ca.leaf(dir, name, &[name], false);
     let path = |p: PathBuf| format!("{:?}", p.display().to_string());
-    (format!("tls-cert = {}\ntls-key = {}\n", path(cert_path), path(key_path)), cert.der().to_vec())
+    (format!("tls-cert = {}\ntls-key = {}\n", path(entry.cert), path(entry.key)), der)
 }
 
 /// Over HTTPS with SNI `name`: the certificate the server chose and `/who.txt` for `name`.
 async fn https_who(ca: &Ca, addr: SocketAddr, name: &str) -> (Vec<u8>, String) {
     let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from(ca.cert.der().to_vec())).unwrap();
+    roots.add(CertificateDer::from(ca.der().to_vec())).unwrap();
     let mut config = rustls::ClientConfig::builder_with_provider(shortfirst_server::tls::provider())
         .with_safe_default_protocol_versions()
         .unwrap()
@@ -407,7 +390,7 @@ async fn https_who(ca: &Ca, addr: SocketAddr, name: &str) -> (Vec<u8>, String) {
 async fn a_host_s_certificate_is_chosen_by_sni_and_a_reload_adds_one() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let ca = ca();
+    let ca = Ca::new();
     let (default, a, b, c) = (site(d, "default"), site(d, "a"), site(d, "b"), site(d, "c"));
     let ((a_tls, a_der), (b_tls, b_der), (c_tls, c_der)) =
         (leaf(&ca, d, "a.test"), leaf(&ca, d, "b.test"), leaf(&ca, d, "c.test"));
