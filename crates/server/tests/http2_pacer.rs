@@ -7,23 +7,16 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::h2raw::{slow_tcp, DATA, END_STREAM, H2};
 use common::{certs, metric, metrics_text, pattern, req, TestServer};
 use rustls::pki_types::ServerName;
 use shortfirst_server::{Policy, Scheduling, ServerConfig, TlsSettings};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const DATA: u8 = 0;
-const HEADERS: u8 = 1;
-const SETTINGS: u8 = 4;
-const WINDOW_UPDATE: u8 = 8;
-const END_STREAM: u8 = 1;
 
 fn user(c: &mut ServerConfig, rate_bits_per_s: u64, policy: Policy) {
     c.scheduler = Scheduling::User;
@@ -34,107 +27,13 @@ fn user(c: &mut ServerConfig, rate_bits_per_s: u64, policy: Policy) {
     c.admin = Some("127.0.0.1:0".parse().unwrap());
 }
 
-/// One frame as read.
-#[derive(Debug)]
-struct Frame {
-    kind: u8,
-    flags: u8,
-    stream: u32,
-    len: usize,
-}
-
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
-    f.extend_from_slice(&[kind, flags]);
-    f.extend_from_slice(&stream.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
-}
-
-/// A minimal HTTP/2 client writing and reading raw frames, over TCP or TLS.
-struct H2<T> {
-    io: T,
-}
-
-impl<T: AsyncRead + AsyncWrite + Unpin> H2<T> {
-    /// The preface, each stream's window starting at `stream_window` bytes, the
-    /// connection's opened wide.
-    async fn start(io: T, stream_window: u32) -> H2<T> {
-        let mut h = H2 { io };
-        let mut hello = PREFACE.to_vec();
-        let mut setting = vec![0, 4]; // INITIAL_WINDOW_SIZE
-        setting.extend_from_slice(&stream_window.to_be_bytes());
-        hello.extend(frame(SETTINGS, 0, 0, &setting));
-        hello.extend(frame(WINDOW_UPDATE, 0, 0, &[0x40, 0, 0, 0]));
-        h.io.write_all(&hello).await.unwrap();
-        h
-    }
-
-    /// A GET for `path` on stream `id` (HPACK literals), the stream ended.
-    async fn get(&mut self, id: u32, path: &str) {
-        let mut block = Vec::new();
-        for (name, value) in [(":method", "GET"), (":scheme", "https"), (":path", path), (":authority", "localhost")] {
-            block.push(0);
-            block.push(name.len() as u8);
-            block.extend_from_slice(name.as_bytes());
-            block.push(value.len() as u8);
-            block.extend_from_slice(value.as_bytes());
-        }
-        self.io.write_all(&frame(HEADERS, END_STREAM | 4, id, &block)).await.unwrap();
-        self.io.flush().await.unwrap();
-    }
-
-    async fn window_update(&mut self, id: u32, bytes: u32) {
-        self.io.write_all(&frame(WINDOW_UPDATE, 0, id, &bytes.to_be_bytes())).await.unwrap();
-        self.io.flush().await.unwrap();
-    }
-
-    /// The next frame (its payload read and dropped); a SETTINGS is acknowledged.
-    async fn next(&mut self) -> Option<Frame> {
-        let mut head = [0u8; 9];
-        tokio::time::timeout(Duration::from_secs(20), self.io.read_exact(&mut head)).await.ok()?.ok()?;
-        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
-        let mut payload = vec![0; len];
-        self.io.read_exact(&mut payload).await.ok()?;
-        let f = Frame {
-            kind: head[3],
-            flags: head[4],
-            stream: u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff,
-            len,
-        };
-        if f.kind == SETTINGS && f.flags & 1 == 0 {
-            self.io.write_all(&frame(SETTINGS, 1, 0, &[])).await.unwrap();
-            self.io.flush().await.unwrap();
-        }
-        Some(f)
-    }
-
-    /// Reads until stream `id`'s first DATA frame.
-    async fn until_data(&mut self, id: u32) {
-        loop {
-            let f = self.next().await.expect("frames");
-            if f.kind == DATA && f.stream == id {
-                return;
-            }
-        }
-    }
-}
-
-/// A TCP connection with a small receive buffer, so the server's writes wait for our
-/// reads as over a slow link.
-async fn tcp(addr: SocketAddr) -> TcpStream {
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(32 * 1024).unwrap();
-    socket.connect(addr).await.unwrap()
-}
-
 /// A large response starts on stream 1, then a 100 KB one on stream 3: the streams of the
 /// DATA frames in wire order from the small one's first to its last, and whether the
 /// large one ended first.
 async fn large_then_small_on_one_connection(policy: Policy) -> (Vec<u32>, bool) {
     let mut s = TestServer::start(|c| user(c, 10_000_000, policy)).await;
     std::fs::write(s.root.join("large.bin"), pattern(2 << 20)).unwrap();
-    let mut h = H2::start(tcp(s.addr).await, 1 << 30).await;
+    let mut h = H2::start(slow_tcp(s.addr).await, 1 << 30).await;
     h.get(1, "/large.bin").await;
     h.until_data(1).await;
     h.get(3, "/medium.bin").await;
@@ -149,7 +48,7 @@ async fn large_then_small_on_one_connection(policy: Policy) -> (Vec<u32>, bool) 
         }
         large_first |= f.stream == 1 && f.flags & END_STREAM != 0;
         if f.stream == 3 {
-            small_bytes += f.len;
+            small_bytes += f.payload.len();
             if f.flags & END_STREAM != 0 {
                 break;
             }
@@ -214,7 +113,7 @@ async fn large_here_small_there(policy: Policy, second: Second, tls: bool) -> (u
     let a = {
         let (a_bytes, a_done, ca) = (a_bytes.clone(), a_done.clone(), ca.clone());
         tokio::spawn(async move {
-            let io = tcp(addr).await;
+            let io = slow_tcp(addr).await;
             if tls {
                 let t = tls_connect(&ca, io).await;
                 read_large(H2::start(t, 1 << 30).await, a_bytes, a_done, started_tx).await;
@@ -225,10 +124,12 @@ async fn large_here_small_there(policy: Policy, second: Second, tls: bool) -> (u
     };
     started_rx.await.unwrap();
     let (body, before) = match (second, tls) {
-        (Second::Http1, false) => fetch_http1(tcp(s.addr).await, "/mid.bin", &a_bytes).await,
+        (Second::Http1, false) => fetch_http1(slow_tcp(s.addr).await, "/mid.bin", &a_bytes).await,
         (Second::Http1, true) => panic!("HTTP/1.1 over TLS is tls.rs's"),
-        (Second::Http2, false) => fetch_h2(tcp(s.addr).await, "/mid.bin", Some(&a_bytes)).await,
-        (Second::Http2, true) => fetch_h2(tls_connect(&ca, tcp(addr).await).await, "/mid.bin", Some(&a_bytes)).await,
+        (Second::Http2, false) => fetch_h2(slow_tcp(s.addr).await, "/mid.bin", Some(&a_bytes)).await,
+        (Second::Http2, true) => {
+            fetch_h2(tls_connect(&ca, slow_tcp(addr).await).await, "/mid.bin", Some(&a_bytes)).await
+        }
     };
     assert_eq!(body, 1 << 20);
     let during = a_bytes.load(Relaxed) - before;
@@ -250,7 +151,7 @@ async fn read_large<T: AsyncRead + AsyncWrite + Unpin>(
     let _ = started.send(());
     while let Some(f) = h.next().await {
         if f.kind == DATA && f.stream == 1 {
-            bytes.fetch_add(f.len as u64, Relaxed);
+            bytes.fetch_add(f.payload.len() as u64, Relaxed);
             if f.flags & END_STREAM != 0 {
                 done.store(1, Relaxed);
                 return;
@@ -269,7 +170,7 @@ async fn fetch_h2<T: AsyncRead + AsyncWrite + Unpin>(io: T, path: &str, counter:
         let f = h.next().await.expect("the response");
         if f.kind == DATA && f.stream == 1 {
             at_first = at_first.or_else(|| counter.map(|c| c.load(Relaxed)));
-            n += f.len;
+            n += f.payload.len();
             if f.flags & END_STREAM != 0 {
                 return (n, at_first.unwrap_or(0));
             }
@@ -337,7 +238,7 @@ async fn a_stream_whose_window_stays_closed_holds_neither_its_connection_nor_the
     let mut s = TestServer::start(|c| user(c, 10_000_000, Policy::Srpt)).await;
     std::fs::write(s.root.join("large.bin"), pattern(2 << 20)).unwrap();
     // Every stream's window starts at 16 KiB; the small stream's is never opened.
-    let mut h = H2::start(tcp(s.addr).await, 16 * 1024).await;
+    let mut h = H2::start(slow_tcp(s.addr).await, 16 * 1024).await;
     h.get(1, "/medium.bin").await;
     h.get(3, "/large.bin").await;
     h.window_update(3, 1 << 30).await;
@@ -345,7 +246,7 @@ async fn a_stream_whose_window_stays_closed_holds_neither_its_connection_nor_the
     while large_frames < 40 {
         let f = h.next().await.expect("the large stream keeps sending");
         match (f.kind, f.stream) {
-            (DATA, 1) => small_bytes += f.len,
+            (DATA, 1) => small_bytes += f.payload.len(),
             (DATA, 3) => large_frames += 1,
             _ => {}
         }
@@ -354,14 +255,14 @@ async fn a_stream_whose_window_stays_closed_holds_neither_its_connection_nor_the
     // Other connections go on too, HTTP/1.1 and HTTP/2.
     let r = tokio::time::timeout(Duration::from_secs(10), common::get(s.addr, &req("/big.bin"))).await;
     assert_eq!(r.expect("HTTP/1.1 beside a closed window").unwrap().body.len(), 300_000);
-    let n = tokio::time::timeout(Duration::from_secs(10), fetch_h2(tcp(s.addr).await, "/big.bin", None)).await;
+    let n = tokio::time::timeout(Duration::from_secs(10), fetch_h2(slow_tcp(s.addr).await, "/big.bin", None)).await;
     assert_eq!(n.expect("HTTP/2 beside a closed window").0, 300_000);
     // Its window opens: it finishes.
     h.window_update(1, 1 << 20).await;
     loop {
         let f = h.next().await.expect("the small stream resumes");
         if f.kind == DATA && f.stream == 1 {
-            small_bytes += f.len;
+            small_bytes += f.payload.len();
             if f.flags & END_STREAM != 0 {
                 break;
             }
@@ -427,8 +328,8 @@ async fn concurrent_streams_are_byte_exact_under_user_and_crovella() {
         .await;
         let paths = ["/big.bin", "/medium.bin", "/small.txt"];
         let sizes = [300_000, 100_000, 100];
-        let plain = h2_get_all(tcp(s.addr).await, &paths).await;
-        let tls = h2_get_all(tls_connect(&ca, tcp(s.tls.unwrap()).await).await, &paths).await;
+        let plain = h2_get_all(slow_tcp(s.addr).await, &paths).await;
+        let tls = h2_get_all(tls_connect(&ca, slow_tcp(s.tls.unwrap()).await).await, &paths).await;
         for (bodies, how) in [(plain, "h2c"), (tls, "h2")] {
             for ((body, size), path) in bodies.iter().zip(sizes).zip(paths) {
                 assert!(*body == pattern(size), "{scheduler:?} {how} {path}: {} bytes", body.len());

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod certs;
+pub mod h2raw;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
