@@ -3,6 +3,8 @@
 # (crates/server/tests/conformance.rs, run by `make test`; it skips, saying
 # so, where nginx is missing).
 APT_PACKAGES += nginx wrk curl
+# testssl.sh audits the HTTPS listener (crates/server/tests/testssl.rs).
+APT_PACKAGES += testssl.sh
 BENCH_TARGETS += bench-serve
 
 .PHONY: bench-serve

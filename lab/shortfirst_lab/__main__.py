@@ -12,7 +12,7 @@ Verbs parsed here (one function each; add one by writing `_cmd_x(args)` and regi
     check-report DIR/report.html                      open the page in headless Chromium, check images
 
 Verbs whose module parses its own arguments (`MODULE_VERBS`: `VERB --help` shows them): bench
-(`BENCHES`: every benchmark), theory, tpcw, overload, series, inflight, downloads, cpus, probe,
+(`BENCHES`: every benchmark), theory, tpcw, overload, results, series, inflight, downloads, cpus, probe,
 depcheck. Every verb's errors end here: a `LabError` is printed as one line, exit code 2.
 """
 
@@ -198,6 +198,7 @@ MODULE_VERBS: dict[str, tuple[str, str]] = {
         "the gatekeeper on the TPC-W bookstore: sweep an experiment file, report",
     ),
     "overload": ("analysis.overload", "the overload summary and figures across experiment directories"),
+    "results": ("analysis.pages", "publish report pages and large results outside main, fetch them back"),
     "series": ("analysis.series", "a run's per-second client-side series"),
     "inflight": ("analysis.inflight", "long responses in transfer at once, per run"),
     "downloads": ("runners.downloads", "the two-sizes downloads experiment on a shaped uplink"),

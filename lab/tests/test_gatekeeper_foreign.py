@@ -265,3 +265,15 @@ def test_an_unknown_backend_is_refused_before_anything_runs(tmp_path, capsys):
     argv = ["bench", "gatekeeper-foreign", *map(str, CONFIGS.values()), "--backends", "datasette,jsonserver"]
     assert lab_main([*argv, "--out", str(out), "--pin", "no", "--tools", str(tmp_path)]) == 2
     assert "no experiment file of backend 'jsonserver'" in capsys.readouterr().err and not out.exists()
+
+
+def test_set_overrides_reach_the_files_that_have_the_section(tmp_path, capsys):
+    s = Settings.load(CONFIG, sets=["datasette.max_in_flight=8", 'run.modes=["fifo"]'])
+    assert s.backends["datasette"]["max_in_flight"] == 8 and s.modes == ["fifo"]
+    with pytest.raises(SpecError, match="max_in_flight"):
+        Settings.load(CONFIG, sets=["datasette.max_in_flight=0"])
+    out = tmp_path / "out"
+    argv = ["bench", "gatekeeper-foreign", *map(str, CONFIGS.values()), "--set", "datasete.max_in_flight=8"]
+    assert lab_main([*argv, "--out", str(out), "--pin", "no", "--tools", str(tmp_path)]) == 2
+    assert "--set datasete.max_in_flight=8: no experiment file given" in capsys.readouterr().err
+    assert not out.exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -152,6 +153,17 @@ def test_repeats_are_averaged_and_a_missing_run_is_listed(tmp_path):
         "fair-load1.00-w2-rep2",
         "srpt-load1.00-w2-rep2",
     ]
+
+
+def test_a_directory_without_raw_files_is_refused_and_left_alone(tmp_path):
+    out = transient_dir(tmp_path)
+    for run in (out / "runs").iterdir():
+        shutil.rmtree(run)
+    (out / "summary.json").write_text("{}")
+    with pytest.raises(overload.OverloadError, match="no run has its raw files"):
+        overload.build(out, with_figures=False)
+    assert (out / "summary.json").read_text() == "{}"
+    assert not (out / "report.html").exists()
 
 
 def test_setups_name_their_entries(tmp_path):

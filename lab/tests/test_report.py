@@ -110,3 +110,14 @@ def test_cli_report_rebuilds_from_raw_logs(experiment_dir, capsys):
 def test_cli_report_on_non_experiment_dir(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     assert "experiment.toml: missing" in capsys.readouterr().err
+
+
+def test_cli_report_without_raw_logs_changes_nothing(experiment_dir, capsys):
+    """A published directory (summaries, no requests.csv) is refused, not overwritten empty."""
+    report.build(experiment_dir, with_figures=False)
+    for csv in experiment_dir.glob("runs/*/requests.csv"):
+        csv.unlink()
+    before = {p: p.read_bytes() for p in (experiment_dir / "summary.json", experiment_dir / "report.html")}
+    assert main(["report", str(experiment_dir)]) == 2
+    assert "no run has its raw logs" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in before} == before

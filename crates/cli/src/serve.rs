@@ -1,6 +1,6 @@
 //! `shortfirst serve`: flags (and an optional TOML file with the same keys, both
 //! `shortfirst_server::ConfigFile`) → `ServerConfig::from_flags` (merge and validation are
-//! the library's), then run until SIGTERM/SIGINT.
+//! the library's), then run until SIGTERM/SIGINT; SIGHUP applies the file again.
 
 use shortfirst_server::{ConfigFile, ServerConfig};
 
@@ -20,9 +20,10 @@ pub fn show_defaults(cmd: clap::Command) -> clap::Command {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let config = ServerConfig::from_flags(*args.flags)?;
+    let config = ServerConfig::from_flags((*args.flags).clone())?;
     // Every ServerError names what failed (root, address, log path); no extra context needed.
-    Ok(shortfirst_server::run_until_signal(config)?)
+    // The flags stay: SIGHUP reads the --config file again and lays them over it.
+    Ok(shortfirst_server::run_until_signal(config, *args.flags)?)
 }
 
 #[cfg(test)]

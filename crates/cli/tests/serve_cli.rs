@@ -1,5 +1,5 @@
 //! `shortfirst serve` as users run it: the binary, its flags and config file,
-//! its start-up errors, and SIGTERM.
+//! its start-up errors, SIGHUP (the config applied again) and SIGTERM.
 
 // The wall clock: the program under test is another process, on real time.
 #![allow(clippy::disallowed_types)]
@@ -129,4 +129,81 @@ fn refuses_to_start_without_the_capability_for_priorities() {
     assert!(child.try_wait().unwrap().is_none(), "should be serving");
     child.kill().unwrap();
     child.wait().unwrap();
+}
+
+/// A free loopback port (bound, then released for the server to take).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The whole response to `GET path` on `port`, or why there was none.
+fn http_get(port: u16, path: &str) -> std::io::Result<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes())?;
+    let mut resp = String::new();
+    stream.read_to_string(&mut resp)?;
+    Ok(resp)
+}
+
+/// Polls `GET path` until its response satisfies `done` (10 s at most).
+fn wait_for(port: u16, path: &str, done: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let resp = http_get(port, path).unwrap_or_default();
+        if done(&resp) {
+            return resp;
+        }
+        assert!(Instant::now() < deadline, "GET {path}: never as expected; last: {resp}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn send_signal(child: &std::process::Child, signal: &str) {
+    let status = Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn sighup_applies_a_changed_config_file_and_refuses_a_bad_one() {
+    let dir = tempfile::tempdir().unwrap();
+    for v in ["v1", "v2"] {
+        std::fs::create_dir(dir.path().join(v)).unwrap();
+        std::fs::write(dir.path().join(v).join("who.txt"), v).unwrap();
+    }
+    let (port, admin) = (free_port(), free_port());
+    let conf = dir.path().join("serve.toml");
+    let root = |v: &str| format!("root = {:?}\n", dir.path().join(v));
+    std::fs::write(&conf, root("v1")).unwrap();
+    let mut cmd = shortfirst();
+    cmd.args(["serve", "--config"]).arg(&conf);
+    cmd.args(["--listen", &format!("127.0.0.1:{port}"), "--admin", &format!("127.0.0.1:{admin}")]);
+    if not_root() {
+        cmd.arg("--socket-priority=false");
+    }
+    let child = cmd.env("NO_COLOR", "1").stderr(Stdio::piped()).spawn().unwrap();
+    wait_for(port, "/who.txt", |r| r.ends_with("\r\n\r\nv1"));
+
+    // A changed root applies; a restart-only key is named, not applied.
+    std::fs::write(&conf, format!("{}threads = 3\n", root("v2"))).unwrap();
+    send_signal(&child, "-HUP");
+    wait_for(port, "/who.txt", |r| r.ends_with("\r\n\r\nv2"));
+    // A bad file is refused: counted, and the running configuration serves on.
+    std::fs::write(&conf, format!("{}max-conections = 3\n", root("v1"))).unwrap();
+    send_signal(&child, "-HUP");
+    wait_for(admin, "/metrics", |r| r.contains("\nshortfirst_config_reload_failures_total 1\n"));
+    assert!(http_get(port, "/who.txt").unwrap().ends_with("\r\n\r\nv2"));
+    let metrics = http_get(admin, "/metrics").unwrap();
+    assert!(metrics.contains("\nshortfirst_config_reloads_total 1\n"), "{metrics}");
+
+    send_signal(&child, "-TERM");
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let log = String::from_utf8_lossy(&out.stderr);
+    let line = |needle: &str| log.lines().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("{needle}: {log}"));
+    let warning = line("takes a restart");
+    assert!(warning.contains("WARN") && warning.contains("threads"), "{warning}");
+    let error = line("not reloaded");
+    for needle in ["ERROR", "serve.toml", "max-conections"] {
+        assert!(error.contains(needle), "{needle}: {error}");
+    }
 }

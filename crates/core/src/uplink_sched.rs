@@ -36,16 +36,33 @@
 //! of a blocking pool does), whether or not they can send. Its throughput loss is
 //! what the work-conserving mode is built to avoid.
 //!
-//! Limits: at most `max_connections` responses are registered; beyond,
-//! [`UplinkScheduler::register`] returns [`SchedError::Full`] and the caller must
-//! not write (the server sizes it to its connection limit, so it cannot happen
-//! there). Every set here holds at most one entry per registered response.
+//! Responses may share a connection (the streams of an HTTP/2 connection): a
+//! *group* ([`UplinkScheduler::open_group`], [`UplinkScheduler::register_in`])
+//! is writable as one ([`UplinkScheduler::set_group_writable`]: its socket can
+//! take bytes and its writer holds nothing unwritten), holds at most one grant
+//! at a time, and each member has its own flow-control window
+//! ([`UplinkScheduler::set_writable`] on a member). A grant goes to the
+//! best-ranked member, among every response of every connection, whose group
+//! is writable and holds no grant and whose window is open: ranking is per
+//! response across the whole uplink, so a short stream on one connection goes
+//! before the rest of a long stream on another, and before a long stream of its
+//! own connection ([`group`]). A response registered alone is a group of one.
+//!
+//! Limits: at most `max_connections` responses (streams included) are
+//! registered, and at most `max_groups` groups are open; beyond,
+//! [`UplinkScheduler::register`] and [`UplinkScheduler::open_group`] return
+//! [`SchedError::Full`] and the caller must not write (the server sizes both to
+//! its connection and stream limits). Every set here holds at most one entry
+//! per registered response.
 
 use std::collections::BTreeSet;
 
 use crate::policy::{OrdF64, Policy, TieShare};
 
+mod group;
 pub mod pacer;
+
+pub use group::GroupId;
 
 pub use pacer::{
     Pacer, PacerConfig, Wake, CONTROL_BYTES_PER_CONNECTION, LATENESS_ALLOWANCE_NS, MAX_BURST_BYTES, RELEASE_QUANTUM_NS,
@@ -75,8 +92,10 @@ pub struct SchedConfig {
     /// it stays this short). Fewer, larger writes on a fast link; the same
     /// `quantum_bytes` on a slow one.
     pub quantum_ns: u64,
-    /// Responses registered at once, at most.
+    /// Responses registered at once, at most (the streams of groups included).
     pub max_connections: usize,
+    /// Groups open at once, at most (connections carrying several responses).
+    pub max_groups: usize,
     pub mode: Mode,
 }
 
@@ -87,6 +106,7 @@ impl Default for SchedConfig {
             quantum_bytes: 16 * 1024,
             quantum_ns: 1_000_000,
             max_connections: 4096,
+            max_groups: 4096,
             mode: Mode::WorkConserving,
         }
     }
@@ -112,10 +132,16 @@ pub enum SchedError {
     QuantumTime(u64),
     #[error("max connections must be in 1..={MAX_CONNECTIONS_LIMIT} (got {0})")]
     MaxConnections(usize),
+    #[error("max groups must be in 1..={MAX_CONNECTIONS_LIMIT} (got {0})")]
+    MaxGroups(usize),
     #[error("write concurrency must be at least 1")]
     Writers,
     #[error("scheduler full: {max} responses registered")]
     Full { max: usize },
+    #[error("scheduler full: {max} groups open")]
+    GroupsFull { max: usize },
+    #[error("the group is closed")]
+    GroupClosed,
 }
 
 impl SchedConfig {
@@ -147,6 +173,9 @@ impl SchedConfig {
         }
         if !(1..=MAX_CONNECTIONS_LIMIT).contains(&self.max_connections) {
             return Err(SchedError::MaxConnections(self.max_connections));
+        }
+        if !(1..=MAX_CONNECTIONS_LIMIT).contains(&self.max_groups) {
+            return Err(SchedError::MaxGroups(self.max_groups));
         }
         if self.mode == (Mode::LimitedConcurrency { writers: 0 }) {
             return Err(SchedError::Writers);
@@ -191,6 +220,8 @@ pub struct SchedStats {
     pub ready: usize,
     /// Limited-concurrency mode: registered but not admitted.
     pub waiting: usize,
+    /// Groups open (connections carrying several responses).
+    pub groups: usize,
     pub full_refusals: u64,
 }
 
@@ -204,13 +235,18 @@ struct Conn {
     size_bytes: u64,
     written_bytes: u64,
     kernel_unsent_bytes: u64,
+    /// Can take bytes as far as the response itself goes: alone, its socket;
+    /// in a group, its flow-control window (the socket is the group's).
     writable: bool,
     outstanding: Option<u64>,
     /// Start-time fair-queueing tag, bytes.
     fair_tag: u64,
     admitted: bool,
-    /// The key under which it sits in `ready` or `waiting`, if it does.
+    /// The key under which it sits in `ready` (its group's, in a group) or
+    /// `waiting`, if it does.
     key: Option<Key>,
+    /// Its group's slot, if it shares a connection.
+    group: Option<u32>,
 }
 
 impl Conn {
@@ -233,6 +269,12 @@ pub struct UplinkScheduler {
     generations: Vec<u32>,
     ready: BTreeSet<Key>,
     waiting: BTreeSet<Key>,
+    /// Indexed by `GroupId::index`, at most `max_groups` long.
+    groups: Vec<Option<group::Group>>,
+    free_groups: Vec<u32>,
+    group_generations: Vec<u32>,
+    /// Members re-keyed when a group comes back (reused, at most one group's members).
+    scratch: Vec<u32>,
     admitted: usize,
     arrivals: u64,
     virtual_bytes: u64,
@@ -254,6 +296,10 @@ impl UplinkScheduler {
             generations: Vec::new(),
             ready: BTreeSet::new(),
             waiting: BTreeSet::new(),
+            groups: Vec::new(),
+            free_groups: Vec::new(),
+            group_generations: Vec::new(),
+            scratch: Vec::new(),
             admitted: 0,
             arrivals: 0,
             virtual_bytes: 0,
@@ -284,6 +330,7 @@ impl UplinkScheduler {
             registered: self.conns.len() - self.free.len(),
             ready: self.ready.len(),
             waiting: self.waiting.len(),
+            groups: self.groups.len() - self.free_groups.len(),
             ..self.stats
         }
     }
@@ -291,6 +338,10 @@ impl UplinkScheduler {
     /// A response of `size_bytes` (head and body) starts; it is not writable
     /// until [`UplinkScheduler::set_writable`] says so.
     pub fn register(&mut self, size_bytes: u64) -> Result<ConnId, SchedError> {
+        self.register_entry(size_bytes, None)
+    }
+
+    fn register_entry(&mut self, size_bytes: u64, group: Option<u32>) -> Result<ConnId, SchedError> {
         let index = match self.free.pop() {
             Some(i) => i,
             None if self.conns.len() < self.config.max_connections => {
@@ -315,17 +366,21 @@ impl UplinkScheduler {
             size_bytes,
             written_bytes: 0,
             kernel_unsent_bytes: 0,
-            writable: false,
+            // A stream's window is open at its start; a socket says when it is.
+            writable: group.is_some(),
             outstanding: None,
             fair_tag: self.virtual_bytes,
             admitted,
             key: None,
+            group,
         });
         self.arrivals += 1;
         if !admitted {
             let key = self.key(index);
             self.conn_mut(index).key = Some(key);
             self.waiting.insert(key);
+        } else if group.is_some() {
+            self.place(index);
         }
         Ok(ConnId { index, generation })
     }
@@ -356,26 +411,33 @@ impl UplinkScheduler {
         (OrdF64(self.policy.rank(&job)), tie, index)
     }
 
-    /// Puts a connection in `ready` or takes it out, as its state says.
+    /// Puts a connection in `ready` (a member: its group's) or takes it out,
+    /// as its state says.
     fn place(&mut self, index: u32) {
         let c = self.conns[index as usize].as_ref().expect("live slot");
         if !c.admitted {
             return; // stays in `waiting` under its arrival key
         }
-        if let Some(old) = c.key {
-            self.ready.remove(&old);
-        }
+        let group = c.group;
+        let old = c.key;
         let eligible = c.writable && c.outstanding.is_none() && c.app_remaining() > 0;
-        if eligible {
-            let key = self.key(index);
-            self.conn_mut(index).key = Some(key);
-            self.ready.insert(key);
-        } else {
-            self.conn_mut(index).key = None;
+        let key = eligible.then(|| self.key(index));
+        self.conn_mut(index).key = key;
+        match group {
+            None => {
+                if let Some(old) = old {
+                    self.ready.remove(&old);
+                }
+                if let Some(key) = key {
+                    self.ready.insert(key);
+                }
+            }
+            Some(g) => self.place_member(g, old, key),
         }
     }
 
-    /// The socket can (or cannot) take bytes now. A connection with a grant
+    /// The socket can (or cannot) take bytes now; for a member of a group, its
+    /// flow-control window is open (or closed). A connection with a grant
     /// outstanding reports through [`UplinkScheduler::report`] instead.
     pub fn set_writable(&mut self, id: ConnId, writable: bool) {
         if !self.live(id) {
@@ -432,6 +494,9 @@ impl UplinkScheduler {
         self.ready.remove(&key);
         let generation = c.generation;
         let fair_tag = c.fair_tag;
+        if let Some(g) = c.group {
+            self.granted_member(g, key);
+        }
         let c = self.conn_mut(index);
         c.outstanding = Some(bytes);
         c.key = None;
@@ -452,7 +517,9 @@ impl UplinkScheduler {
 
     /// The outcome of a grant: `written_bytes` (≤ the grant) went into the
     /// socket, `kernel_unsent_bytes` are still unsent there (`SIOCOUTQNSD`), and
-    /// whether the socket still takes bytes.
+    /// whether the socket still takes bytes. For a member of a group the last is
+    /// the group's: whether its connection takes bytes again at once (the
+    /// member's window stays as it was).
     pub fn report(&mut self, now_ns: u64, id: ConnId, written_bytes: u64, kernel_unsent_bytes: u64, writable: bool) {
         if !self.live(id) {
             debug_assert!(false, "stale id {id:?}");
@@ -467,7 +534,10 @@ impl UplinkScheduler {
         c.written_bytes += written;
         c.kernel_unsent_bytes = kernel_unsent_bytes;
         c.fair_tag += written;
-        c.writable = writable;
+        match c.group {
+            None => c.writable = writable,
+            Some(g) => self.group_reported(g, writable),
+        }
         self.pacer.refund(now_ns, granted, written);
         self.stats.refunded_bytes += granted - written;
         self.place(id.index);
@@ -486,12 +556,17 @@ impl UplinkScheduler {
             self.pacer.refund(now_ns, granted, 0);
             self.stats.refunded_bytes += granted;
         }
-        if let Some(key) = c.key {
-            if c.admitted {
-                self.ready.remove(&key);
-            } else {
+        match (c.key, c.admitted, c.group) {
+            (Some(key), false, _) => {
                 self.waiting.remove(&key);
             }
+            (Some(key), true, None) => {
+                self.ready.remove(&key);
+            }
+            _ => {}
+        }
+        if let Some(g) = c.group {
+            self.member_gone(g, c.key.filter(|_| c.admitted), c.outstanding.is_some());
         }
         self.generations[id.index()] = self.generations[id.index()].wrapping_add(1);
         self.free.push(id.index);
@@ -514,5 +589,7 @@ impl UplinkScheduler {
     }
 }
 
+#[cfg(test)]
+mod group_tests;
 #[cfg(test)]
 mod tests;

@@ -265,6 +265,7 @@ impl Admission {
             load_us: ctl.gate().load_us(),
             capacity_us: ctl.gate().capacity_us(),
             queue_len: ctl.gate().queue_len(),
+            oldest_wait_us: ctl.oldest_waiting_arrival_us().map_or(0, |a| self.now_us().saturating_sub(a)),
             in_flight: ctl.gate().in_flight(),
             head_cost_us: ctl.gate().head_cost_us(),
             types,

@@ -203,6 +203,9 @@ pub struct Snapshot {
     pub load_us: u64,
     pub capacity_us: u64,
     pub queue_len: usize,
+    /// How long the longest-waiting request has waited (PgBouncer's `maxwait`); 0 when
+    /// nothing waits.
+    pub oldest_wait_us: u64,
     pub in_flight: usize,
     /// The charge of the waiting request the policy looks at first (`Gate::head_cost_us`).
     pub head_cost_us: Option<u64>,
@@ -461,6 +464,13 @@ fn render_gate(o: &mut String, snap: &Snapshot) {
         snap.capacity_us as f64 / 1e6,
     );
     single(o, "gatekeeper_queue_length", "Requests waiting for admission.", "gauge", snap.queue_len as f64);
+    single(
+        o,
+        "gatekeeper_oldest_wait_seconds",
+        "How long the longest-waiting request has waited for admission (0 when none waits).",
+        "gauge",
+        snap.oldest_wait_us as f64 / 1e6,
+    );
     single(o, "gatekeeper_in_flight", "Admitted, unfinished requests.", "gauge", snap.in_flight as f64);
 }
 
@@ -529,6 +539,7 @@ mod tests {
             load_us: 0,
             capacity_us: 1,
             queue_len: 0,
+            oldest_wait_us: 0,
             in_flight: 0,
             head_cost_us: None,
             types: vec![(0, "GET /s".into(), 1, 2), (1, "(other)".into(), 1, 0)],
@@ -561,6 +572,7 @@ mod tests {
             load_us: 1_500,
             capacity_us: 20_000,
             queue_len: 3,
+            oldest_wait_us: 2_500_000,
             in_flight: 1,
             head_cost_us: Some(2_000),
             types: vec![(0, "GET /a\"b".into(), 2_000, 7), (1, "(other)".into(), 10_000, 0)],
@@ -577,6 +589,7 @@ mod tests {
         assert!(s.contains("gatekeeper_load_seconds 0.0015\n"));
         assert!(s.contains("gatekeeper_capacity_seconds 0.02\n"));
         assert!(s.contains("gatekeeper_queue_length 3\n"));
+        assert!(s.contains("gatekeeper_oldest_wait_seconds 2.5\n"), "{s}");
         assert!(s.contains("gatekeeper_client_connections 4\n"), "{s}");
         assert!(s.contains("gatekeeper_upstream_connections 2\n"), "{s}");
         assert!(s.contains("gatekeeper_upstream_idle_connections 1\n"), "{s}");

@@ -262,6 +262,7 @@ pub(crate) struct Shared<G> {
     config: PgConfig,
     gate: Arc<G>,
     keys: CancelKeys,
+    stats: Arc<ServeStats>,
 }
 
 /// Counters of a running [`serve`] (tests and the admin view).
@@ -273,6 +274,60 @@ pub struct ServeStats {
     pub failed: AtomicU64,
     /// Client connections being served now.
     pub active: AtomicU64,
+    /// CancelRequests by what became of them, indexed by [`CancelOutcome`].
+    pub cancels: [AtomicU64; CancelOutcome::ALL.len()],
+}
+
+/// What became of a CancelRequest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// Its session's transaction was waiting for admission: taken out of the queue (57014).
+    WithdrewQueued,
+    /// Relayed to the server (the session's transaction, if any, was running).
+    Forwarded,
+    /// No connected client holds the key: dropped, as the server would.
+    UnknownKey,
+    /// The server could not be reached to relay it (logged).
+    NotForwarded,
+}
+
+impl CancelOutcome {
+    pub const ALL: [CancelOutcome; 4] = [
+        CancelOutcome::WithdrewQueued,
+        CancelOutcome::Forwarded,
+        CancelOutcome::UnknownKey,
+        CancelOutcome::NotForwarded,
+    ];
+
+    /// The `outcome` label of `gatekeeper_pg_cancel_requests_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CancelOutcome::WithdrewQueued => "withdrew_queued",
+            CancelOutcome::Forwarded => "forwarded",
+            CancelOutcome::UnknownKey => "unknown_key",
+            CancelOutcome::NotForwarded => "not_forwarded",
+        }
+    }
+}
+
+impl ServeStats {
+    pub fn count_cancel(&self, outcome: CancelOutcome) {
+        self.cancels[outcome as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn cancels(&self, outcome: CancelOutcome) -> u64 {
+        self.cancels[outcome as usize].load(Ordering::Relaxed)
+    }
+
+    /// The counters' families in Prometheus text, appended to the gate's exposition.
+    pub fn render(&self) -> String {
+        let name = "gatekeeper_pg_cancel_requests_total";
+        let mut o = format!("# HELP {name} PostgreSQL CancelRequests by what became of them.\n# TYPE {name} counter\n");
+        for c in CancelOutcome::ALL {
+            o.push_str(&format!("{name}{{outcome=\"{}\"}} {}\n", c.as_str(), self.cancels(c)));
+        }
+        o
+    }
 }
 
 /// Accepts PostgreSQL clients on `listener` and relays each to its own connection to
@@ -286,7 +341,7 @@ pub async fn serve<G: TxnGate>(
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let slots = Arc::new(Semaphore::new(config.limits.max_clients));
-    let shared = Arc::new(Shared { config, gate, keys: CancelKeys::default() });
+    let shared = Arc::new(Shared { config, gate, keys: CancelKeys::default(), stats: stats.clone() });
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {

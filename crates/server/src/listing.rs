@@ -40,7 +40,7 @@ use crate::http::date::Stamp;
 use crate::http::response;
 use crate::http::Status;
 use crate::resolve::{Refusal, Root};
-use crate::server::Shared;
+use crate::site::Site;
 
 /// Highest `listing-max-entries` accepted.
 pub const MAX_ENTRIES_LIMIT: usize = 1_000_000;
@@ -232,7 +232,8 @@ pub fn read(root: &Root, rel: &[u8], dir: &File, max_entries: usize) -> Result<L
 /// in-memory file (`memfd`): the response is then sent as a file is (`sendfile`, or a TLS
 /// record at a time), its length known. Returns the file and its length.
 pub(crate) async fn build(
-    shared: Arc<Shared>,
+    site: Arc<Site>,
+    max_entries: usize,
     rel: Vec<u8>,
     dir: File,
     format: Format,
@@ -240,7 +241,7 @@ pub(crate) async fn build(
     let Ok(permit) = BUILDS.acquire().await else { return Err(Refusal::Internal) }; // never closed
     let task = tokio::task::spawn_blocking(move || {
         let _permit = permit; // held until the page is built, even if the client has left
-        let listing = read(&shared.root, &rel, &dir, shared.config.listing_max_entries)?;
+        let listing = read(&site.root, &rel, &dir, max_entries)?;
         let mut body = Vec::new();
         match format {
             Format::Html => render_html(&mut body, &rel, &listing),

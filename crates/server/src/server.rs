@@ -48,14 +48,15 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::access_log::AccessLog;
-use crate::config::{ConfigError, ServerConfig};
+use arc_swap::ArcSwap;
+
+use crate::config::{ConfigError, ConfigFile, ServerConfig};
 use crate::conn::{Conn, Transport};
 use crate::http::parse::Limits;
 use crate::http::{response, Status};
 use crate::limit::{Admit, ConnectionLimit};
+use crate::live::{Live, ReloadMetrics};
 use crate::metrics::Metrics;
-use crate::resolve::Root;
 use crate::sched::{set_so_priority, setsockopt_int, CutoffChooser, PriorityObserver};
 use crate::tls::{CertStore, TlsError, TlsMetrics};
 use crate::usched::{PacerThread, UserScheduler};
@@ -104,12 +105,15 @@ pub enum ServerError {
 
 /// What every connection shares.
 pub(crate) struct Shared {
+    /// The configuration at start: read here only the settings a reload cannot change
+    /// (`config::reload`); the others from [`Shared::live`].
     pub config: ServerConfig,
     pub limits: Limits,
-    pub root: Root,
+    /// The configuration in force, its sites and access log (`crate::live`).
+    pub live: ArcSwap<Live>,
+    pub reload_metrics: ReloadMetrics,
     pub cutoff_chooser: CutoffChooser,
     pub metrics: Metrics,
-    pub access_log: Option<AccessLog>,
     pub observer: Option<PriorityObserver>,
     /// The user-space uplink scheduler; `None` in kernel mode.
     pub user: Option<Arc<UserScheduler>>,
@@ -131,7 +135,7 @@ pub(crate) struct TlsState {
 
 impl Shared {
     /// Re-reads the certificates (SIGHUP, a file changed); the old set stays on failure.
-    fn reload_certs(&self, why: &str) {
+    pub(crate) fn reload_certs(&self, why: &str) {
         let Some(tls) = &self.tls else { return };
         match tls.store.reload() {
             Ok(()) => {
@@ -150,10 +154,12 @@ impl Shared {
     fn render_metrics(&self) -> String {
         let mut out = String::with_capacity(8 * 1024);
         let cutoffs = self.cutoff_chooser.cutoffs();
-        let dropped = self.access_log.as_ref().map_or(0, |l| l.dropped());
+        let live = self.live();
+        let dropped = live.access_log.as_ref().map_or(0, |l| l.dropped());
         let policy = self.cutoff_chooser.policy().to_string();
         self.metrics.render(&mut out, &cutoffs, &policy, dropped);
         self.tls_metrics.render(&mut out, self.tls.is_some());
+        self.reload_metrics.render(&mut out, live.sites.hosts().len());
         if crate::http2::enabled(&self.config) {
             self.http2_metrics.render(&mut out);
         }
@@ -199,8 +205,7 @@ impl Server {
     pub fn bind_with_observer(config: ServerConfig, observer: Option<PriorityObserver>) -> Result<Server, ServerError> {
         config.validate()?;
         ensure_fd_limit(config.max_connections);
-        let root = Root::open(&config.root, !config.follow_symlinks_outside_root)
-            .map_err(|source| ServerError::Root { path: config.root.clone(), source })?;
+        let live = Live::open(config.clone(), None)?;
         let cutoff_chooser = CutoffChooser::new(&config);
         let user = UserScheduler::new(&config)?;
         let setup_priority = config.socket_priority.then(|| cutoff_chooser.band_map().so_priority(Band::SETUP));
@@ -226,13 +231,6 @@ impl Server {
             }
             None => None,
         };
-        let access_log = match &config.access_log {
-            Some(path) => Some(
-                AccessLog::open(path, config.access_log_format)
-                    .map_err(|source| ServerError::AccessLog { path: path.clone(), source })?,
-            ),
-            None => None,
-        };
         let limits = Limits {
             max_request_line_bytes: config.max_request_line_bytes,
             max_header_bytes: config.max_header_bytes,
@@ -241,10 +239,10 @@ impl Server {
         let shared = Arc::new(Shared {
             config,
             limits,
-            root,
+            live: ArcSwap::from_pointee(live),
+            reload_metrics: ReloadMetrics::default(),
             cutoff_chooser,
             metrics: Metrics::default(),
-            access_log,
             observer,
             user,
             tls,
@@ -283,10 +281,22 @@ impl Server {
     pub fn access_log_reopener(&self) -> impl Fn() + Send + Sync + 'static {
         let shared = self.shared.clone();
         move || {
-            if let Some(log) = &shared.access_log {
+            if let Some(log) = &shared.live().access_log {
                 log.reopen();
             }
         }
+    }
+
+    /// A handle that applies the configuration `flags` describe — the `--config` file
+    /// they name read again, the flags over it (SIGHUP; see `crate::live`). It logs and
+    /// counts the outcome and returns it: the restart-only keys the file changed
+    /// (ignored), or why the running configuration stays.
+    pub fn config_reloader(
+        &self,
+        flags: ConfigFile,
+    ) -> impl Fn() -> Result<Vec<&'static str>, ServerError> + Send + Sync + 'static {
+        let shared = self.shared.clone();
+        move || shared.reload_config(&flags)
     }
 
     /// The metrics page, as served at `/metrics`.
@@ -301,7 +311,7 @@ impl Server {
         tracing::info!(
             listen = %listener.local_addr().map_err(ServerError::Runtime)?,
             tls_listen = ?tls_listener.as_ref().and_then(|l| l.local_addr().ok()),
-            root = %shared.root.path().display(),
+            root = %shared.live().sites.default_site().root.path().display(),
             policy = %config.policy,
             cutoffs = %shared.cutoff_chooser.cutoffs(),
             scheduler = %config.scheduler,
@@ -310,6 +320,7 @@ impl Server {
             at_max_connections = %config.at_max_connections,
             "serving"
         );
+        shared.live().log_sites();
         let admin_task = admin.map(|l| tokio::spawn(admin_loop(l, shared.clone())));
         let poll_task = shared.tls.is_some().then(|| tokio::spawn(poll_certs(shared.clone())));
         // Stopped and joined when dropped, on every way out of this function.
@@ -338,7 +349,7 @@ impl Server {
             task.abort();
         }
         drop(pacer);
-        if let Some(log) = &shared.access_log {
+        if let Some(log) = &shared.live().access_log {
             log.close();
         }
         Ok(())
@@ -479,13 +490,13 @@ async fn accept_until(
     shutdown: impl Future<Output = ()>,
 ) {
     let config = &shared.config;
-    let limit = ConnectionLimit::new(config.max_connections, config.at_max_connections);
     let mut accept_errors = RateLimit::new(ACCEPT_ERROR_LOG_INTERVAL);
     let mut pause_warnings = RateLimit::new(ACCEPT_PAUSE_LOG_INTERVAL);
     let mut paused = false;
     tokio::pin!(shutdown);
     loop {
-        let accepting = limit.accepting(connections.len());
+        // Reloadable: the limit in force (a raised one unpauses at the next event).
+        let accepting = connection_limit(shared).accepting(connections.len());
         if accepting == paused {
             paused = !accepting;
             note_pause(shared, paused, &mut pause_warnings);
@@ -496,7 +507,7 @@ async fn accept_until(
             (accepted, is_tls) = listeners.accept(), if accepting => match accepted {
                 Ok((stream, peer)) => {
                     shared.metrics.connections_accepted.fetch_add(1, Ordering::Relaxed);
-                    if limit.admit(connections.len()) == Admit::Refuse {
+                    if connection_limit(shared).admit(connections.len()) == Admit::Refuse {
                         refuse(shared, stream, is_tls);
                         continue;
                     }
@@ -526,6 +537,12 @@ async fn accept_until(
     }
 }
 
+/// `max-connections` and `at-max-connections` in force.
+fn connection_limit(shared: &Shared) -> ConnectionLimit {
+    let live = shared.live();
+    ConnectionLimit::new(live.config.max_connections, live.config.at_max_connections)
+}
+
 /// The accept loop stopped (`paused`) or resumed accepting at the limit.
 fn note_pause(shared: &Shared, paused: bool, warnings: &mut RateLimit) {
     let now = Instant::now();
@@ -536,7 +553,7 @@ fn note_pause(shared: &Shared, paused: bool, warnings: &mut RateLimit) {
     shared.metrics.accept_paused(now);
     if let Some(suppressed) = warnings.record(now) {
         tracing::warn!(
-            max_connections = shared.config.max_connections,
+            max_connections = shared.live().config.max_connections,
             suppressed,
             "max-connections reached: not accepting until a connection closes; new connections wait in the \
              accept queue (logged at most every 10 s; suppressed: pauses since the last warning)"
@@ -550,7 +567,7 @@ const FD_HEADROOM: u64 = 256;
 
 /// Raises the soft `RLIMIT_NOFILE` so `max_connections` connections (each with a
 /// file open while sending) fit, up to the hard limit; warns if they cannot.
-fn ensure_fd_limit(max_connections: usize) {
+pub(crate) fn ensure_fd_limit(max_connections: usize) {
     let needed = 2 * max_connections as u64 + FD_HEADROOM;
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit/setrlimit read and write the struct we pass.
@@ -707,9 +724,10 @@ async fn admin_request(mut stream: TcpStream, shared: &Shared, answering: &Atomi
     stream.shutdown().await
 }
 
-/// Runs the server on its own multi-thread runtime until SIGTERM or SIGINT;
-/// SIGHUP reopens the access log (log rotation) and re-reads the TLS certificates.
-pub fn run_until_signal(config: ServerConfig) -> Result<(), ServerError> {
+/// Runs the server on its own multi-thread runtime until SIGTERM or SIGINT; SIGHUP
+/// applies the configuration `flags` describe (their `--config` file read again), which
+/// also reopens the access log (log rotation) and re-reads the TLS certificates.
+pub fn run_until_signal(config: ServerConfig, flags: ConfigFile) -> Result<(), ServerError> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all().thread_name("shortfirst-serve");
     if config.threads > 0 {
@@ -718,15 +736,15 @@ pub fn run_until_signal(config: ServerConfig) -> Result<(), ServerError> {
     let runtime = builder.build().map_err(ServerError::Runtime)?;
     runtime.block_on(async move {
         let server = Server::bind(config)?;
-        let reopen = server.access_log_reopener();
-        let reload_certs = server.cert_reloader();
+        let reload = server.config_reloader(flags);
         let mut hup =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).map_err(ServerError::Runtime)?;
         tokio::spawn(async move {
             while hup.recv().await.is_some() {
-                tracing::info!("SIGHUP received: reopening the access log, re-reading TLS certificates");
-                reopen();
-                reload_certs();
+                tracing::info!("SIGHUP received: reloading the configuration");
+                // Opening roots and certificate files blocks: off the runtime's workers.
+                // Logged and counted there; the outcome needs nothing more here.
+                let _ = tokio::task::block_in_place(&reload);
             }
         });
         let mut term =

@@ -15,6 +15,10 @@
 //! or reporting) and, when the pacer has no budget yet, by the one pacer task,
 //! which sleeps until the next release.
 //!
+//! An HTTP/2 connection is a group of the core scheduler ([`group`]): each
+//! stream a member ranked with every other response, the connection granted
+//! one stream's chunk at a time.
+//!
 //! The pacer is a thread of its own with microsecond wake-ups ([`pacer`]); it
 //! wakes when a release quantum of link time fits (0.6 ms, at least one
 //! segment), and the look-ahead (`pacer-lookahead`, by default the release
@@ -26,14 +30,17 @@
 // tokio and waits on a condition variable with a real deadline.
 #![allow(clippy::disallowed_types)]
 
+mod group;
 mod pacer;
 
+pub(crate) use group::{GrantSignal, GroupReg, Member, MemberReport};
 pub(crate) use pacer::PacerThread;
 
 use std::fmt::Write as _;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -50,11 +57,19 @@ use crate::config::{ConfigError, Scheduling, ServerConfig};
 use crate::io::unsent_bytes;
 use crate::metrics::{write_family, write_metric, BAND_SLOTS};
 
-/// Where a connection's grants are delivered.
+/// Where a connection's grants are delivered (a group's: every member's).
 struct Slot {
     /// Bytes granted and not yet taken (0: none).
     grant: AtomicU64,
+    /// The slot index (`ConnId::index`) of the response granted: in a group, which member.
+    who: AtomicU64,
     notify: Notify,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot { grant: AtomicU64::new(0), who: AtomicU64::new(0), notify: Notify::new() }
+    }
 }
 
 struct State {
@@ -101,7 +116,8 @@ impl UserScheduler {
         let lookahead_ns = config.pacer_lookahead.map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
         let sched_config = SchedConfig {
             pacer: pacer.with_defaults(lookahead_ns, LATENESS_ALLOWANCE_NS),
-            max_connections: config.max_connections,
+            max_connections: max_responses(config),
+            max_groups: config.max_connections,
             mode,
             ..SchedConfig::default()
         };
@@ -141,7 +157,7 @@ impl UserScheduler {
         if first_on_connection {
             st.core.charge_connection(now_ns);
         }
-        let slot = Arc::new(Slot { grant: AtomicU64::new(0), notify: Notify::new() });
+        let slot = Arc::new(Slot::new());
         if st.slots.len() <= id.index() {
             st.slots.resize(id.index() + 1, None);
         }
@@ -168,7 +184,8 @@ impl UserScheduler {
     fn dispatch(&self, st: &mut State, now_ns: u64) {
         while let Some(g) = st.core.next_grant(now_ns) {
             let slot = st.slots[g.id.index()].as_ref().expect("granted connection has a slot");
-            slot.grant.store(g.bytes, Relaxed);
+            slot.who.store(g.id.index() as u64, Relaxed);
+            slot.grant.store(g.bytes, Release);
             slot.notify.notify_one();
         }
         if st.pacer_idle && st.core.stats().ready > 0 {
@@ -202,11 +219,23 @@ impl UserScheduler {
     }
 }
 
+/// Responses the scheduler holds at once: one per connection, and under HTTP/2 every
+/// stream a connection may have open (within the core's limit).
+fn max_responses(config: &ServerConfig) -> usize {
+    let per_connection = if config.http2 { config.http2_max_concurrent_streams as usize } else { 1 };
+    config.max_connections.saturating_mul(per_connection).min(shortfirst_core::uplink_sched::MAX_CONNECTIONS_LIMIT)
+}
+
 /// The scheduler's gauges in `/metrics`: its queues and the pacer's state at `now_ns`.
 fn render_gauges(out: &mut String, stats: &SchedStats, pacer: &Pacer, now_ns: u64) {
     let gauges = [
         ("shortfirst_uplink_queue_length", "Writable responses waiting for a grant.", stats.ready as f64),
         ("shortfirst_uplink_registered", "Responses registered with the scheduler.", stats.registered as f64),
+        (
+            "shortfirst_uplink_groups",
+            "HTTP/2 connections registered, each a group of its streams.",
+            stats.groups as f64,
+        ),
         (
             "shortfirst_uplink_waiting",
             "Responses not admitted to write (crovella: beyond write-concurrency).",
@@ -288,7 +317,7 @@ impl Registration {
             self.sched.dispatch(&mut st, now);
         }
         loop {
-            let g = self.slot.grant.swap(0, Relaxed);
+            let g = self.slot.grant.swap(0, Acquire);
             if g > 0 {
                 return Ok(g);
             }

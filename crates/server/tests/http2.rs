@@ -7,19 +7,15 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{pattern, TestServer};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-use rustls::pki_types::{CertificateDer, ServerName};
-use shortfirst_server::{Policy, ServerConfig, TlsEntry, TlsSettings};
+use common::h2raw::{DATA, END_STREAM, GOAWAY, H2, PREFACE, RST_STREAM, SETTINGS};
+use common::{certs, pattern, TestServer};
+use rustls::pki_types::ServerName;
+use shortfirst_server::{Policy, ServerConfig, TlsSettings};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// A response as the `h2` client reads it.
 struct Resp {
@@ -141,40 +137,10 @@ async fn h2c_prior_knowledge_answers_as_http1_does_and_is_logged_and_counted() {
     assert!(log.lines().any(|l| l.contains("\"GET /small.txt HTTP/1.1\" 200 100") && l.contains("proto=http/1.1")));
 }
 
-/// A test CA and a leaf for `localhost` signed by it, in `dir`.
-fn certificate(dir: &Path) -> (TlsEntry, Vec<u8>) {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(rcgen::DnType::CommonName, "shortfirst test CA");
-    let ca_key = KeyPair::generate().unwrap();
-    let ca = params.self_signed(&ca_key).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-    params.distinguished_name.push(rcgen::DnType::CommonName, "localhost");
-    let leaf = params.signed_by(&key, &ca, &ca_key).unwrap();
-    let (cert_path, key_path) = (dir.join("leaf.crt"), dir.join("leaf.key"));
-    std::fs::write(&cert_path, leaf.pem()).unwrap();
-    std::fs::write(&key_path, key.serialize_pem()).unwrap();
-    std::fs::write(dir.join("ca.crt"), ca.pem()).unwrap();
-    (TlsEntry { cert: cert_path, key: key_path, names: Vec::new() }, ca.der().to_vec())
-}
-
-fn tls_client(ca_der: &[u8], alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from(ca_der.to_vec())).unwrap();
-    let mut c = rustls::ClientConfig::builder_with_provider(shortfirst_server::tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    c.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    tokio_rustls::TlsConnector::from(Arc::new(c))
-}
-
 /// A test server with an HTTPS listener; returns it, the HTTPS address and the CA.
 async fn start_tls(configure: impl FnOnce(&mut ServerConfig)) -> (TestServer, SocketAddr, Vec<u8>) {
     let certs = tempfile::tempdir().unwrap();
-    let (entry, ca) = certificate(certs.path());
+    let (entry, ca) = certs::localhost(certs.path());
     let s = TestServer::start(move |c| {
         c.tls = Some(TlsSettings { listen: "127.0.0.1:0".parse().unwrap(), certs: vec![entry] });
         c.admin = Some("127.0.0.1:0".parse().unwrap());
@@ -190,8 +156,10 @@ async fn start_tls(configure: impl FnOnce(&mut ServerConfig)) -> (TestServer, So
 async fn over_tls_alpn_picks_h2_and_every_answer_matches() {
     let (mut s, tls, ca) = start_tls(|_| {}).await;
     let tcp = TcpStream::connect(tls).await.unwrap();
-    let t =
-        tls_client(&ca, &[b"h2", b"http/1.1"]).connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap();
+    let t = certs::client(&ca, &[b"h2", b"http/1.1"])
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
     assert_eq!(t.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
     let mut client = h2_client(t).await;
     check_answers(&mut client, "https").await;
@@ -203,8 +171,10 @@ async fn over_tls_alpn_picks_h2_and_every_answer_matches() {
     // HTTP/2 off: ALPN offers http/1.1 only, and a plaintext preface is not HTTP/2.
     let (mut s, tls, ca) = start_tls(|c| c.http2 = false).await;
     let tcp = TcpStream::connect(tls).await.unwrap();
-    let t =
-        tls_client(&ca, &[b"h2", b"http/1.1"]).connect(ServerName::try_from("localhost").unwrap(), tcp).await.unwrap();
+    let t = certs::client(&ca, &[b"h2", b"http/1.1"])
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
     assert_eq!(t.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
     let mut raw = TcpStream::connect(s.addr).await.unwrap();
     raw.write_all(PREFACE).await.unwrap();
@@ -212,98 +182,6 @@ async fn over_tls_alpn_picks_h2_and_every_answer_matches() {
     let _ = tokio::time::timeout(Duration::from_secs(5), raw.read_to_end(&mut answer)).await;
     assert!(answer.starts_with(b"HTTP/1.1 505"), "{}", String::from_utf8_lossy(&answer));
     s.stop().await;
-}
-
-/// A minimal HTTP/2 client writing and reading raw frames, so the order of the server's
-/// frames on the wire can be seen.
-struct Raw {
-    tcp: TcpStream,
-}
-
-/// One frame as read: type, flags, stream, payload.
-#[derive(Debug)]
-struct Frame {
-    kind: u8,
-    flags: u8,
-    stream: u32,
-    payload: Vec<u8>,
-}
-
-const DATA: u8 = 0;
-const HEADERS: u8 = 1;
-const RST_STREAM: u8 = 3;
-const SETTINGS: u8 = 4;
-const GOAWAY: u8 = 7;
-const END_STREAM: u8 = 1;
-
-impl Raw {
-    /// Connects with a small receive buffer (so the server's writes wait for our reads,
-    /// as over a slow link) and opens every window wide.
-    async fn connect(addr: SocketAddr) -> Raw {
-        Raw::connect_with_window(addr, 1 << 30).await
-    }
-
-    /// As [`Raw::connect`], each stream's window starting at `stream_window` bytes.
-    async fn connect_with_window(addr: SocketAddr, stream_window: u32) -> Raw {
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket.set_recv_buffer_size(32 * 1024).unwrap();
-        let tcp = socket.connect(addr).await.unwrap();
-        let mut raw = Raw { tcp };
-        let mut hello = PREFACE.to_vec();
-        // SETTINGS: INITIAL_WINDOW_SIZE (4).
-        let mut setting = vec![0, 4];
-        setting.extend_from_slice(&stream_window.to_be_bytes());
-        hello.extend(frame(SETTINGS, 0, 0, &setting));
-        // WINDOW_UPDATE on the connection: + 2^30.
-        hello.extend(frame(8, 0, 0, &[0x40, 0, 0, 0]));
-        raw.tcp.write_all(&hello).await.unwrap();
-        raw
-    }
-
-    /// A GET for `path` on stream `id` (HPACK literals, no Huffman), the stream ended.
-    async fn get(&mut self, id: u32, path: &str) {
-        let mut block = Vec::new();
-        for (name, value) in [(":method", "GET"), (":scheme", "http"), (":path", path), (":authority", "localhost")] {
-            block.push(0); // literal without indexing, new name
-            block.push(name.len() as u8);
-            block.extend_from_slice(name.as_bytes());
-            block.push(value.len() as u8);
-            block.extend_from_slice(value.as_bytes());
-        }
-        self.tcp.write_all(&frame(HEADERS, END_STREAM | 4, id, &block)).await.unwrap();
-    }
-
-    /// Opens stream `id`'s window by `bytes`.
-    async fn window_update(&mut self, id: u32, bytes: u32) {
-        self.tcp.write_all(&frame(8, 0, id, &bytes.to_be_bytes())).await.unwrap();
-    }
-
-    /// The next frame; a SETTINGS from the server is acknowledged.
-    async fn next(&mut self) -> Option<Frame> {
-        let mut head = [0u8; 9];
-        tokio::time::timeout(Duration::from_secs(10), self.tcp.read_exact(&mut head)).await.ok()?.ok()?;
-        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
-        let mut payload = vec![0; len];
-        self.tcp.read_exact(&mut payload).await.ok()?;
-        let f = Frame {
-            kind: head[3],
-            flags: head[4],
-            stream: u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff,
-            payload,
-        };
-        if f.kind == SETTINGS && f.flags & 1 == 0 {
-            self.tcp.write_all(&frame(SETTINGS, 1, 0, &[])).await.unwrap();
-        }
-        Some(f)
-    }
-}
-
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
-    f.extend_from_slice(&[kind, flags]);
-    f.extend_from_slice(&stream.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
 }
 
 /// A large response starts on stream 1, then a small one is asked for on stream 3: the
@@ -314,7 +192,7 @@ async fn large_then_small(policy: Policy) -> (Vec<u32>, bool) {
     })
     .await;
     std::fs::write(s.root.join("large.bin"), pattern(8 << 20)).unwrap();
-    let mut raw = Raw::connect(s.addr).await;
+    let mut raw = H2::connect(s.addr).await;
     raw.get(1, "/large.bin").await;
     // The large response is under way...
     loop {
@@ -368,7 +246,7 @@ async fn a_stream_whose_window_is_closed_never_holds_the_connection() {
     .await;
     std::fs::write(s.root.join("large.bin"), pattern(8 << 20)).unwrap();
     // Every stream's window starts at one chunk; only the large stream's is opened wide.
-    let mut raw = Raw::connect_with_window(s.addr, 16 * 1024).await;
+    let mut raw = H2::connect_with_window(s.addr, 16 * 1024).await;
     raw.get(1, "/medium.bin").await;
     raw.get(3, "/large.bin").await;
     raw.window_update(3, 1 << 30).await;
@@ -412,7 +290,7 @@ async fn a_stream_whose_window_is_closed_never_holds_the_connection() {
 async fn the_stream_limit_is_advertised_and_enforced_and_shutdown_sends_goaway() {
     let mut s = TestServer::start(|c| c.http2_max_concurrent_streams = 2).await;
     std::fs::write(s.root.join("large.bin"), pattern(8 << 20)).unwrap();
-    let mut raw = Raw::connect(s.addr).await;
+    let mut raw = H2::connect(s.addr).await;
     let settings = raw.next().await.expect("the server's SETTINGS");
     assert_eq!(settings.kind, SETTINGS);
     let limit = settings.payload.chunks(6).find(|p| p[..2] == [0, 3]).expect("MAX_CONCURRENT_STREAMS");
@@ -455,7 +333,7 @@ async fn curl_speaks_http2_to_it() {
         return;
     }
     let certs = tempfile::tempdir().unwrap();
-    let (entry, _) = certificate(certs.path());
+    let (entry, _) = certs::localhost(certs.path());
     let mut s = TestServer::start(move |c| {
         c.tls = Some(TlsSettings { listen: "127.0.0.1:0".parse().unwrap(), certs: vec![entry] });
     })
@@ -488,7 +366,7 @@ async fn an_idle_connection_gets_goaway_then_is_closed() {
         c.admin = Some("127.0.0.1:0".parse().unwrap());
     })
     .await;
-    let mut raw = Raw::connect(s.addr).await;
+    let mut raw = H2::connect(s.addr).await;
     let started = tokio::time::Instant::now();
     let goaway = loop {
         let f = raw.next().await.expect("a GOAWAY once idle");
@@ -500,7 +378,7 @@ async fn an_idle_connection_gets_goaway_then_is_closed() {
     assert_eq!(goaway.stream, 0);
     // The client never answers the GOAWAY's PING: the server drops it after another timeout.
     let mut rest = Vec::new();
-    let closed = tokio::time::timeout(Duration::from_secs(5), raw.tcp.read_to_end(&mut rest)).await;
+    let closed = tokio::time::timeout(Duration::from_secs(5), raw.io.read_to_end(&mut rest)).await;
     assert!(closed.is_ok(), "the connection stays open");
     let page = metrics(&s).await;
     assert!(page.contains("shortfirst_http2_idle_goaways_total 1"), "{page}");
@@ -515,7 +393,7 @@ async fn a_client_that_stops_reading_is_closed_after_the_send_timeout() {
     })
     .await;
     std::fs::write(s.root.join("large.bin"), pattern(8 << 20)).unwrap();
-    let mut raw = Raw::connect(s.addr).await;
+    let mut raw = H2::connect(s.addr).await;
     raw.get(1, "/large.bin").await;
     // Never read: the socket fills and the server can write nothing more.
     let page = wait_for_metric(&s, "shortfirst_http2_stalled_total 1").await;

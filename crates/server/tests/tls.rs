@@ -9,58 +9,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::certs::Ca;
 use common::{pattern, populate};
-use rcgen::{BasicConstraints, Certificate, CertificateParams, IsCa, KeyPair};
 use rustls::pki_types::{CertificateDer, ServerName};
 use shortfirst_server::{Server, ServerConfig, TlsEntry, TlsSettings};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio_rustls::client::TlsStream;
-
-/// A test certificate authority, trusted by the test clients.
-struct Ca {
-    cert: Certificate,
-    key: KeyPair,
-}
-
-impl Ca {
-    fn der(&self) -> &[u8] {
-        self.cert.der()
-    }
-
-    fn pem(&self) -> String {
-        self.cert.pem()
-    }
-}
-
-fn ca() -> Ca {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(rcgen::DnType::CommonName, "shortfirst test CA");
-    let key = KeyPair::generate().unwrap();
-    Ca { cert: params.self_signed(&key).unwrap(), key }
-}
-
-/// A leaf for `names` signed by `ca`, written as `<stem>.crt` and `<stem>.key` in `dir`;
-/// RSA if `rsa`, else ECDSA P-256. Returns the entry and the leaf's DER.
-fn leaf(ca: &Ca, dir: &Path, stem: &str, names: &[&str], rsa: bool) -> (TlsEntry, Vec<u8>) {
-    let key = if rsa { KeyPair::generate_for(&rcgen::PKCS_RSA_SHA256) } else { KeyPair::generate() }.unwrap();
-    let mut params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
-    params.distinguished_name.push(rcgen::DnType::CommonName, names[0]);
-    let cert = params.signed_by(&key, &ca.cert, &ca.key).unwrap();
-    let (cert_path, key_path) = (dir.join(format!("{stem}.crt")), dir.join(format!("{stem}.key")));
-    write_atomically(&cert_path, cert.pem().as_bytes());
-    write_atomically(&key_path, key.serialize_pem().as_bytes());
-    (TlsEntry { cert: cert_path, key: key_path, names: Vec::new() }, cert.der().to_vec())
-}
-
-/// Replaces a file whole (a rename), as certificate tools do.
-fn write_atomically(path: &Path, bytes: &[u8]) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
-}
 
 struct Running {
     plain: SocketAddr,
@@ -240,8 +196,8 @@ fn get(path: &str, extra: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handshakes_tls13_and_tls12_with_alpn_and_serve_files() {
     let dir = tempfile::tempdir().unwrap();
-    let ca = ca();
-    let (entry, _) = leaf(&ca, dir.path(), "ec", &["localhost"], false);
+    let ca = Ca::new();
+    let (entry, _) = ca.leaf(dir.path(), "ec", &["localhost"], false);
     let mut c = config(dir.path(), vec![entry]);
     c.admin = Some("127.0.0.1:0".parse().unwrap());
     let log = dir.path().join("access.log");
@@ -289,8 +245,8 @@ async fn handshakes_tls13_and_tls12_with_alpn_and_serve_files() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alpn_without_http11_is_refused_and_counted() {
     let dir = tempfile::tempdir().unwrap();
-    let ca = ca();
-    let (entry, _) = leaf(&ca, dir.path(), "ec", &["localhost"], false);
+    let ca = Ca::new();
+    let (entry, _) = ca.leaf(dir.path(), "ec", &["localhost"], false);
     let mut c = config(dir.path(), vec![entry]);
     c.admin = Some("127.0.0.1:0".parse().unwrap());
     // HTTP/2 off: the server offers http/1.1 only.
@@ -313,11 +269,11 @@ async fn alpn_without_http11_is_refused_and_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sni_chooses_between_certificates() {
     let dir = tempfile::tempdir().unwrap();
-    let ca = ca();
-    let (default, default_der) = leaf(&ca, dir.path(), "default", &["localhost"], false);
-    let (mut a, a_der) = leaf(&ca, dir.path(), "a", &["a.test"], false);
+    let ca = Ca::new();
+    let (default, default_der) = ca.leaf(dir.path(), "default", &["localhost"], false);
+    let (mut a, a_der) = ca.leaf(dir.path(), "a", &["a.test"], false);
     a.names = vec!["a.test".into()];
-    let (mut b, b_der) = leaf(&ca, dir.path(), "b", &["b.test", "x.b.test"], true);
+    let (mut b, b_der) = ca.leaf(dir.path(), "b", &["b.test", "x.b.test"], true);
     b.names = vec!["b.test".into(), "*.b.test".into()];
     let c = config(dir.path(), vec![default, a, b]);
     let s = start(dir, c).await;
@@ -334,8 +290,8 @@ async fn sni_chooses_between_certificates() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn range_conditional_and_head_over_tls() {
     let dir = tempfile::tempdir().unwrap();
-    let ca = ca();
-    let (entry, _) = leaf(&ca, dir.path(), "ec", &["localhost"], false);
+    let ca = Ca::new();
+    let (entry, _) = ca.leaf(dir.path(), "ec", &["localhost"], false);
     let c = config(dir.path(), vec![entry]);
     let s = start(dir, c).await;
     let conn = client(&ca, &[b"http/1.1"], &all_versions());
@@ -363,8 +319,8 @@ async fn range_conditional_and_head_over_tls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_directory_listing_over_tls() {
     let dir = tempfile::tempdir().unwrap();
-    let ca = ca();
-    let (entry, _) = leaf(&ca, dir.path(), "ec", &["localhost"], false);
+    let ca = Ca::new();
+    let (entry, _) = ca.leaf(dir.path(), "ec", &["localhost"], false);
     let mut c = config(dir.path(), vec![entry]);
     c.listings = shortfirst_server::Listings::Json;
     let many = c.root.join("many");
@@ -389,8 +345,8 @@ async fn a_large_directory_listing_over_tls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plaintext_redirects_to_https_when_asked() {
     let dir = tempfile::tempdir().unwrap();
-    let ca = ca();
-    let (entry, _) = leaf(&ca, dir.path(), "ec", &["localhost"], false);
+    let ca = Ca::new();
+    let (entry, _) = ca.leaf(dir.path(), "ec", &["localhost"], false);
     let mut c = config(dir.path(), vec![entry]);
     c.redirect_https = true;
     let s = start(dir, c).await;
@@ -411,10 +367,10 @@ async fn plaintext_redirects_to_https_when_asked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reload_keeps_a_long_download_and_serves_the_new_certificate() {
     let dir = tempfile::tempdir().unwrap();
-    let ca = ca();
+    let ca = Ca::new();
     let certs_dir = dir.path().join("certs");
     std::fs::create_dir(&certs_dir).unwrap();
-    let (entry, old_der) = leaf(&ca, &certs_dir, "site", &["localhost"], false);
+    let (entry, old_der) = ca.leaf(&certs_dir, "site", &["localhost"], false);
     let mut c = config(dir.path(), vec![entry]);
     c.admin = Some("127.0.0.1:0".parse().unwrap());
     let s = start(dir, c).await;
@@ -433,13 +389,13 @@ async fn reload_keeps_a_long_download_and_serves_the_new_certificate() {
     }
 
     // SIGHUP's reload: the next handshake gets the new certificate.
-    let (_, new_der) = leaf(&ca, &s_root_parent(&s).join("certs"), "site", &["localhost"], true);
+    let (_, new_der) = ca.leaf(&s_root_parent(&s).join("certs"), "site", &["localhost"], true);
     (s.reload)();
     let t = connect(&conn, s.tls, "localhost").await.unwrap();
     assert_eq!(peer_cert(&t), new_der, "after SIGHUP");
 
     // A file change alone: picked up by the poll.
-    let (_, newer_der) = leaf(&ca, &s_root_parent(&s).join("certs"), "site", &["localhost"], false);
+    let (_, newer_der) = ca.leaf(&s_root_parent(&s).join("certs"), "site", &["localhost"], false);
     let deadline = tokio::time::Instant::now() + shortfirst_server::server::TLS_POLL_INTERVAL * 5;
     loop {
         let t = connect(&conn, s.tls, "localhost").await.unwrap();
@@ -476,9 +432,9 @@ fn s_root_parent(s: &Running) -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_certificate_or_key_is_refused_at_start_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();
-    let ca = ca();
-    let (good, _) = leaf(&ca, dir.path(), "good", &["localhost"], false);
-    let (other, _) = leaf(&ca, dir.path(), "other", &["localhost"], false);
+    let ca = Ca::new();
+    let (good, _) = ca.leaf(dir.path(), "good", &["localhost"], false);
+    let (other, _) = ca.leaf(dir.path(), "other", &["localhost"], false);
     let garbage = dir.path().join("garbage.crt");
     std::fs::write(&garbage, "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n").unwrap();
     let empty = dir.path().join("empty.crt");
@@ -504,8 +460,8 @@ async fn curl_downloads_over_https() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let ca = ca();
-    let (entry, _) = leaf(&ca, dir.path(), "ec", &["localhost"], false);
+    let ca = Ca::new();
+    let (entry, _) = ca.leaf(dir.path(), "ec", &["localhost"], false);
     let ca_path = dir.path().join("ca.pem");
     std::fs::write(&ca_path, ca.pem()).unwrap();
     let c = config(dir.path(), vec![entry]);
@@ -534,8 +490,8 @@ fn metric_sum(page: &str, name: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn user_pacer_grants_ciphertext_and_charges_the_handshake() {
     let dir = tempfile::tempdir().unwrap();
-    let ca = ca();
-    let (entry, _) = leaf(&ca, dir.path(), "ec", &["localhost"], false);
+    let ca = Ca::new();
+    let (entry, _) = ca.leaf(dir.path(), "ec", &["localhost"], false);
     let mut c = config(dir.path(), vec![entry]);
     c.admin = Some("127.0.0.1:0".parse().unwrap());
     c.scheduler = shortfirst_server::Scheduling::User;
@@ -566,8 +522,8 @@ async fn user_pacer_grants_ciphertext_and_charges_the_handshake() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_max_connections_a_tls_connection_is_closed_and_shutdown_drains() {
     let dir = tempfile::tempdir().unwrap();
-    let ca = ca();
-    let (entry, _) = leaf(&ca, dir.path(), "ec", &["localhost"], false);
+    let ca = Ca::new();
+    let (entry, _) = ca.leaf(dir.path(), "ec", &["localhost"], false);
     let mut c = config(dir.path(), vec![entry]);
     c.max_connections = 1;
     let s = start(dir, c).await;
@@ -595,8 +551,8 @@ async fn kernel_bands_step_down_over_tls() {
     let s_seen = seen.clone();
     let observer: shortfirst_server::PriorityObserver = Arc::new(move |_fd, p| s_seen.lock().unwrap().push(p));
     let dir = tempfile::tempdir().unwrap();
-    let ca = ca();
-    let (entry, _) = leaf(&ca, dir.path(), "ec", &["localhost"], false);
+    let ca = Ca::new();
+    let (entry, _) = ca.leaf(dir.path(), "ec", &["localhost"], false);
     let mut c = config(dir.path(), vec![entry]);
     // Small socket buffers so the crossings are seen one by one.
     c.send_buffer_bytes = Some(4096);
@@ -623,8 +579,8 @@ async fn kernel_bands_step_down_over_tls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_lets_a_tls_download_finish() {
     let dir = tempfile::tempdir().unwrap();
-    let ca = ca();
-    let (entry, _) = leaf(&ca, dir.path(), "ec", &["localhost"], false);
+    let ca = Ca::new();
+    let (entry, _) = ca.leaf(dir.path(), "ec", &["localhost"], false);
     let c = config(dir.path(), vec![entry]);
     let s = start(dir, c).await;
     let conn = client(&ca, &[b"http/1.1"], &all_versions());
@@ -651,8 +607,8 @@ async fn shutdown_lets_a_tls_download_finish() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn srrt_ranks_tls_responses_from_tcp_info() {
     let dir = tempfile::tempdir().unwrap();
-    let ca = ca();
-    let (entry, _) = leaf(&ca, dir.path(), "ec", &["localhost"], false);
+    let ca = Ca::new();
+    let (entry, _) = ca.leaf(dir.path(), "ec", &["localhost"], false);
     let mut c = config(dir.path(), vec![entry]);
     c.policy = shortfirst_server::Policy::Srrt;
     c.rrt_step_bytes = 16 * 1024;

@@ -495,6 +495,11 @@ def build(
     if out is None or (len(dirs) > 1 and out in dirs):
         raise OverloadError("several experiment directories need an --out of their own")
     summary, runs = summarise(dirs)
+    if not runs and carry is None:
+        raise OverloadError(
+            f"{', '.join(map(str, dirs))}: no run has its raw files, so there is nothing to rebuild "
+            "the report from; summary.json and report.html are left as they are"
+        )
     if carry is not None:
         try:
             previous = json.loads(Path(carry).read_text())

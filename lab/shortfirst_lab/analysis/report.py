@@ -732,6 +732,11 @@ def build(out: str | Path, with_figures: bool = True) -> dict[str, Any]:
     """
     out = Path(out)
     summary, runs, extras = summarise(out)
+    if not runs:
+        raise ReportError(
+            f"{out}: no run has its raw logs (runs/*/requests.csv), so there is nothing to rebuild "
+            "the report from; summary.json and report.html are left as they are"
+        )
     write_json(out / "summary.json", summary)
     write_atomic(out / "report.html", render_html(summary, runs, extras, with_figures))
     return summary

@@ -8,11 +8,21 @@ gatekeeper calibrate`). What each key means is documented in the experiment file
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .schema import Field, SpecError, check_backend, check_sections, check_table, positive, read_toml
+from .schema import (
+    Field,
+    SpecError,
+    apply_override,
+    check_backend,
+    check_sections,
+    check_table,
+    positive,
+    read_toml,
+)
 from .vocabulary import ESTIMATE_BASES, GATEKEEPER_POLICY, GATEKEEPER_POLICY_FORM
 
 #: The backends such a file may name (each a `runners.gatekeeper.backends.foreign` backend).
@@ -92,9 +102,12 @@ class Settings:
     overdue_share: float | None = None
 
     @classmethod
-    def load(cls, path: Path, overrides: dict | None = None) -> Settings:
-        """Reads and validates the file; `overrides` replace keys of its [run] table."""
+    def load(cls, path: Path, overrides: dict | None = None, sets: Sequence[str] = ()) -> Settings:
+        """Reads and validates the file; `overrides` replace keys of its [run] table, `sets`
+        are `SECTION.KEY=VALUE` overrides (the command line's `--set`), applied before."""
         doc, _ = read_toml(path)
+        for override in sets:
+            apply_override(doc, override, path)
         doc.setdefault("run", {}).update(overrides or {})
         return from_dict(doc, Path(path))
 

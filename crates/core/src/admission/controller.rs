@@ -460,6 +460,16 @@ impl Controller {
     pub fn in_flight_by_type(&self) -> &[usize] {
         &self.in_flight_by_type
     }
+    /// When the longest-waiting request arrived (the oldest waiter: PgBouncer's `maxwait`
+    /// is `now` minus this), or `None` when nothing waits. O(types): each type's waiting
+    /// requests are kept oldest first.
+    pub fn oldest_waiting_arrival_us(&self) -> Option<u64> {
+        self.waiting_by_type
+            .iter()
+            .filter_map(|ids| ids.first())
+            .filter_map(|id| self.waiting.get(id).map(|w| w.0.arrival_us))
+            .min()
+    }
     pub fn queued_by_type(&self) -> Vec<usize> {
         self.waiting_by_type.iter().map(BTreeSet::len).collect()
     }

@@ -40,18 +40,22 @@ fn a_script_admits_what_fits_and_then_the_waiters_in_order() {
     let mut c = Controller::new(cfg(20_000, "fifo"), 2, 0).unwrap();
     let g0 = grant(c.arrive(0, 0).unwrap().outcome);
     let g1 = grant(c.arrive(10, 1).unwrap().outcome);
+    assert_eq!(c.oldest_waiting_arrival_us(), None);
     let w2 = queued(c.arrive(20, 0).unwrap().outcome);
     let w3 = queued(c.arrive(30, 1).unwrap().outcome);
     assert_eq!(c.queued_by_type(), vec![1, 1]);
+    assert_eq!(c.oldest_waiting_arrival_us(), Some(20));
     // The first finishes after 5 ms: type 0 learns 5 ms; the oldest waiter is admitted.
     let d = c.finish(5_000, g0.ticket, Some(5_000)).unwrap();
     assert_eq!(admitted(&d), vec![w2.0]);
+    assert_eq!(c.oldest_waiting_arrival_us(), Some(30), "the oldest of another type now");
     assert_eq!(c.estimator().estimate_us(0).unwrap(), 5_000);
     // The second fails: no sample; the next waiter goes in.
     let d = c.finish(6_000, g1.ticket, None).unwrap();
     assert_eq!(admitted(&d), vec![w3.0]);
     assert_eq!(c.estimator().samples(1).unwrap(), 0);
     assert_eq!(c.gate().queue_len(), 0);
+    assert_eq!(c.oldest_waiting_arrival_us(), None);
 }
 
 #[test]

@@ -16,6 +16,7 @@ fn config(mode: Mode) -> SchedConfig {
         quantum_bytes: 16 * 1024,
         quantum_ns: MS,
         max_connections: 64,
+        max_groups: 8,
         mode,
     }
 }

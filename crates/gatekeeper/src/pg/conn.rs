@@ -15,7 +15,7 @@ use super::frame::{next_startup, StartupFrame};
 use super::gate::TxnGate;
 use super::message::encode_error;
 use super::relay::relay;
-use super::{ConnError, Shared};
+use super::{CancelOutcome, ConnError, Shared};
 
 /// Any stream a client speaks over.
 pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
@@ -141,12 +141,15 @@ async fn startup_messages<G: TxnGate>(
 }
 
 async fn forward_cancel<G: TxnGate>(shared: &Shared<G>, bytes: Bytes, pid: i32, secret: &Bytes) {
+    let stats = &shared.stats;
     let Some((owner, slot)) = shared.keys.find(pid, secret) else {
         tracing::info!(pid, "cancel request with an unknown key dropped");
+        stats.count_cancel(CancelOutcome::UnknownKey);
         return;
     };
     if slot.fire() {
         tracing::info!(pid, owner, "cancel request withdrew a transaction waiting for admission");
+        stats.count_cancel(CancelOutcome::WithdrewQueued);
         return;
     }
     tracing::debug!(pid, owner, "cancel request forwarded");
@@ -154,12 +157,18 @@ async fn forward_cancel<G: TxnGate>(shared: &Shared<G>, bytes: Bytes, pid: i32, 
         Ok(mut up) => {
             if let Err(e) = up.write_all(&bytes).await {
                 tracing::warn!(pid, "cancel request not forwarded: {e}");
+                stats.count_cancel(CancelOutcome::NotForwarded);
+                return;
             }
+            stats.count_cancel(CancelOutcome::Forwarded);
             // The server closes the connection once it has read the request.
             let mut sink = [0u8; 16];
             let _ = tokio::time::timeout(shared.config.limits.startup_timeout, up.read(&mut sink)).await;
         }
-        Err(e) => tracing::warn!(pid, "cancel request not forwarded: {e}"),
+        Err(e) => {
+            tracing::warn!(pid, "cancel request not forwarded: {e}");
+            stats.count_cancel(CancelOutcome::NotForwarded);
+        }
     }
 }
 

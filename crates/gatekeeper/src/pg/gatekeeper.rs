@@ -97,7 +97,7 @@ impl PgGatekeeper {
         let render: Render = Arc::new(move || {
             let mut snap = gate.snapshot();
             snap.client_connections = stats.active.load(Relaxed) as usize;
-            gate.render(&snap)
+            gate.render(&snap) + &stats.render()
         });
         let admin = self.admin.map(|l| tokio::spawn(admin_loop(l, render)));
         serve(self.listener, self.config, self.gate.clone(), self.stats.clone(), shutdown).await;

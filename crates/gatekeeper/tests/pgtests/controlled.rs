@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use shortfirst_core::admission::AdmissionPolicy;
 use shortfirst_gatekeeper::config::Upstream;
-use shortfirst_gatekeeper::pg::{ControllerGate, Limits};
+use shortfirst_gatekeeper::pg::{CancelOutcome, ControllerGate, Limits};
 use shortfirst_gatekeeper::{CapacitySetting, ProxyConfig};
 
 use super::code;
@@ -164,11 +164,16 @@ async fn a_cancel_withdraws_a_queued_transaction_and_reaches_a_running_one() {
         async move { b.simple_query("INSERT INTO cancelled_never_created VALUES (1)").await.map(|_| ()) }
     });
     eventually(|| gk.gate.snapshot().queue_len == 1, "queued").await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(gk.gate.snapshot().oldest_wait_us >= 50_000, "{:?}", gk.gate.snapshot());
     b.cancel_token().cancel_query(tokio_postgres::NoTls).await.unwrap();
     let e = tokio::time::timeout(Duration::from_secs(10), queued).await.unwrap().unwrap().unwrap_err();
     // Answered by the gatekeeper (the statement never ran: no 42P01), and not a give-up.
     assert_eq!(code(&e), "57014", "{e}");
     assert_eq!(gk.gate.snapshot().queue_len, 0);
+    assert_eq!(gk.gate.snapshot().oldest_wait_us, 0);
+    assert_eq!(gk.stats.cancels(CancelOutcome::WithdrewQueued), 1);
+    assert_eq!(gk.stats.cancels(CancelOutcome::Forwarded), 0);
     assert_eq!(gk.gate.snapshot().give_ups, 0, "a cancel is not a give-up");
     ta.commit().await.unwrap();
     idle(&gk.gate).await;
@@ -184,7 +189,16 @@ async fn a_cancel_withdraws_a_queued_transaction_and_reaches_a_running_one() {
     let e = tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap().unwrap_err();
     assert_eq!(code(&e), "57014", "{e}");
     assert!(e.as_db_error().unwrap().routine().is_some(), "the server's own error: {e:?}");
+    assert_eq!(gk.stats.cancels(CancelOutcome::Forwarded), 1);
+    assert!(gk.stats.render().contains("gatekeeper_pg_cancel_requests_total{outcome=\"withdrew_queued\"} 1\n"));
     idle(&gk.gate).await;
     assert_eq!(b.query_one("SELECT 9", &[]).await.unwrap().get::<_, i32>(0), 9);
     idle(&gk.gate).await;
+
+    // A key no connected client holds is dropped and counted.
+    use tokio::io::AsyncWriteExt;
+    let mut forged = tokio::net::TcpStream::connect(gk.addr).await.unwrap();
+    let request: Vec<u8> = [16i32, 80_877_102, 1, 2].iter().flat_map(|v| v.to_be_bytes()).collect();
+    forged.write_all(&request).await.unwrap();
+    eventually(|| gk.stats.cancels(CancelOutcome::UnknownKey) == 1, "the forged cancel counted").await;
 }

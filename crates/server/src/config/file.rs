@@ -13,7 +13,9 @@ use shortfirst_core::units::{self, BareUnit};
 
 use crate::encoding::Precompressed;
 
-use super::{AccessLogFormat, AtMaxConnections, ConfigError, Dotfiles, Listings, PolicySpec, Scheduling};
+use super::{
+    AccessLogFormat, AtMaxConnections, ConfigError, Dotfiles, HostEntry, Listings, PolicySpec, Scheduling, UnknownHost,
+};
 
 /// A duration flag in seconds (`10s`, `500ms`, `1m30s`; a plain number is seconds), above 0.
 pub fn duration_flag_s(text: &str) -> Result<f64, String> {
@@ -95,7 +97,8 @@ partial! {
 #[command(after_help = "Config file keys are the long flag names without dashes in front \
     (e.g. `max-connections = 100`); flags override the file; an unknown key is an error.\n\
     SO_PRIORITY values above 6 need CAP_NET_ADMIN (root). SIGTERM/SIGINT: graceful shutdown; \
-    SIGHUP: reopen the access log and re-read the TLS certificates.")]
+    SIGHUP: re-read the config file (the flags still win) and apply it to new requests, \
+    reopen the access log, re-read the TLS certificates.")]
 pub struct ConfigFile {
     /// Directory to serve (required).
     #[arg(long, value_name = "DIR")]
@@ -282,8 +285,7 @@ pub struct ConfigFile {
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub redirect_https: Option<bool>,
     /// HTTP/2: offered over TLS (ALPN `h2`, then `http/1.1`) and in cleartext to clients
-    /// that start with its preface (h2c, prior knowledge); false: HTTP/1.1 only. Under
-    /// --scheduler user or crovella HTTP/2 is not offered.
+    /// that start with its preface (h2c, prior knowledge); false: HTTP/1.1 only.
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub http2: Option<bool>,
     /// HTTP/2: streams one connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS);
@@ -300,6 +302,14 @@ pub struct ConfigFile {
     /// a segment, `**` across) gives the header. At most 256 rules; flags replace the file's list.
     #[arg(long, value_name = "GLOB=VALUE")]
     pub cache_control: Option<Vec<String>>,
+    /// A request whose Host (`:authority` in HTTP/2) names no `[[host]]`: default serves it
+    /// from the top-level root, misdirected answers 421, not-found 404.
+    #[arg(long, value_name = "default|misdirected|not-found")]
+    pub unknown_host: Option<UnknownHost>,
+    /// File only: `[[host]]` tables, one site each (`name`: a host name or a list of them,
+    /// `root`; optional `cache-control`, `listings`, `tls-cert` and `tls-key`).
+    #[arg(skip)]
+    pub host: Option<Vec<HostEntry>>,
     /// File only: `[[tls]]` tables, one certificate each (`cert`, `key`, `names`: the server
     /// names it is chosen for, `*.example.com` for one label; none: the default certificate).
     #[arg(skip)]

@@ -7,16 +7,20 @@
 //! result, so a library caller gets the same checks as the command line. A new setting is
 //! written in the partial struct, in [`ServerConfig`] (its field and its default in
 //! [`ServerConfig::new`]), in `take_plain!`'s list if it needs no conversion, in
-//! `serve.example.toml` and in docs/serve.md.
+//! `serve.example.toml` and in docs/serve.md — and in `config/reload.rs`'s restart-only list if a
+//! running server cannot change it (SIGHUP applies every other setting to new requests).
 mod file;
+mod host;
+mod reload;
 #[cfg(test)]
 mod tests;
 mod values;
 
 pub use file::{duration_flag_s, rate_flag_bits_per_s, ConfigFile, TlsEntry};
+pub use host::{HostEntry, HostSettings, Names, MAX_HOSTS, MAX_NAMES_PER_HOST};
 pub use values::{
     AccessLogFormat, AtMaxConnections, CutoffsSpec, Dotfiles, Listings, Policy, PolicySpec, RrtCutoffsSpec, Scheduling,
-    MAX_HEADERS_LIMIT,
+    UnknownHost, MAX_HEADERS_LIMIT,
 };
 
 use std::net::SocketAddr;
@@ -77,7 +81,8 @@ macro_rules! take_plain {
             pacer_burst_bytes,
             precompressed,
             http2,
-            http2_max_concurrent_streams
+            http2_max_concurrent_streams,
+            unknown_host
         )
     };
 }
@@ -187,12 +192,16 @@ pub struct ServerConfig {
     pub precompressed: Precompressed,
     /// `Cache-Control` rules by path glob (`cache_control`); none by default.
     pub cache_control: CacheControl,
-    /// HTTP/2 over TLS (ALPN) and h2c with prior knowledge (`crate::http2`), under the
-    /// kernel scheduler.
+    /// HTTP/2 over TLS (ALPN) and h2c with prior knowledge (`crate::http2`).
     pub http2: bool,
     /// HTTP/2: streams open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS, at
     /// most [`MAX_HTTP2_STREAMS`]); beyond, new streams are refused with REFUSED_STREAM.
     pub http2_max_concurrent_streams: u32,
+    /// The `[[host]]` sites, in file order (at most [`MAX_HOSTS`]); the top-level `root`
+    /// and settings are the default site's (`crate::site`).
+    pub hosts: Vec<HostSettings>,
+    /// A request for a host name no `[[host]]` has: the default site, 421 or 404.
+    pub unknown_host: UnknownHost,
 }
 
 /// Highest `http2-max-concurrent-streams`: each open stream may hold a file and a chunk.
@@ -260,6 +269,8 @@ impl ServerConfig {
             cache_control: CacheControl::default(),
             http2: true,
             http2_max_concurrent_streams: 100,
+            hosts: Vec::new(),
+            unknown_host: UnknownHost::Default,
         }
     }
 
@@ -289,7 +300,15 @@ impl ServerConfig {
         c.take_timeouts(&file)?;
         c.take_pacer(&file)?;
         c.take_policy(file.policy.take(), file.cutoffs.take(), file.rrt_cutoffs.take())?;
-        c.take_tls(&mut file)?;
+        let host_certs = match file.host.take() {
+            Some(entries) => {
+                let (hosts, certs) = host::validate_hosts(&entries)?;
+                c.hosts = hosts;
+                certs
+            }
+            None => Vec::new(),
+        };
+        c.take_tls(&mut file, host_certs)?;
         if let Some(rules) = file.cache_control.take() {
             c.cache_control =
                 CacheControl::new(&rules).map_err(|reason| ConfigError::Invalid { key: "cache-control", reason })?;
@@ -379,10 +398,11 @@ impl ServerConfig {
         Ok(())
     }
 
-    /// HTTPS: `--tls-cert/--tls-key` (one certificate without names, the default) and the
-    /// file's `[[tls]]` tables, for `--tls-listen`.
-    fn take_tls(&mut self, file: &mut ConfigFile) -> Result<(), ConfigError> {
+    /// HTTPS: `--tls-cert/--tls-key` (one certificate without names, the default), the
+    /// file's `[[tls]]` tables, then the `[[host]]` tables' certificates, for `--tls-listen`.
+    fn take_tls(&mut self, file: &mut ConfigFile, host_certs: Vec<TlsEntry>) -> Result<(), ConfigError> {
         let mut certs = file.tls.take().unwrap_or_default();
+        certs.extend(host_certs);
         match (file.tls_cert.take(), file.tls_key.take()) {
             (Some(cert), Some(key)) => certs.insert(0, TlsEntry { cert, key, names: Vec::new() }),
             (None, None) => {}
@@ -520,6 +540,12 @@ impl ServerConfig {
         if !(1..=MAX_HTTP2_STREAMS).contains(&self.http2_max_concurrent_streams) {
             return invalid("http2-max-concurrent-streams", format!("must be in 1..={MAX_HTTP2_STREAMS}"));
         }
+        if self.unknown_host != UnknownHost::Default && self.hosts.is_empty() {
+            return invalid(
+                "unknown-host",
+                format!("{}: with no [[host]] table every request would be refused", self.unknown_host),
+            );
+        }
         self.validate_tls()?;
         self.validate_scheduler()
     }
@@ -536,7 +562,10 @@ impl ServerConfig {
             return invalid("tls-listen", "needs a certificate: --tls-cert and --tls-key, or [[tls]] tables".into());
         }
         if tls.certs.len() > MAX_TLS_CERTS {
-            return invalid("tls", format!("{} certificates: at most {MAX_TLS_CERTS}", tls.certs.len()));
+            return invalid(
+                "tls",
+                format!("{} certificates ([[tls]] and [[host]] ones): at most {MAX_TLS_CERTS}", tls.certs.len()),
+            );
         }
         if tls.listen == self.listen && tls.listen.port() != 0 {
             return invalid("tls-listen", format!("{} is also --listen: give each its own address", tls.listen));

@@ -246,6 +246,36 @@ impl std::str::FromStr for Listings {
     }
 }
 
+/// What a request whose `Host` names no `[[host]]` is answered (see `crate::site`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UnknownHost {
+    /// Served from the top-level `root`, the default site (as nginx's default server).
+    Default,
+    /// `421 Misdirected Request`: this server is not authoritative for the name (RFC 9110
+    /// §15.5.20; an HTTP/2 client that coalesced the connection retries on a new one).
+    Misdirected,
+    /// `404 Not Found`.
+    NotFound,
+}
+
+impl std::fmt::Display for UnknownHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            UnknownHost::Default => "default",
+            UnknownHost::Misdirected => "misdirected",
+            UnknownHost::NotFound => "not-found",
+        })
+    }
+}
+
+impl std::str::FromStr for UnknownHost {
+    type Err = String;
+    fn from_str(s: &str) -> Result<UnknownHost, String> {
+        parse_name(s, "unknown-host setting", "default, misdirected or not-found")
+    }
+}
+
 /// Who orders the bytes on the uplink.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]

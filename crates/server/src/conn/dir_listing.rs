@@ -2,6 +2,7 @@
 //! rendered off the worker so its length, and its band, is known before it is sent.
 
 use std::fs::File;
+use std::sync::Arc;
 
 use super::respond::{Answer, Responder};
 use super::{field_lines, refusal_status, Body};
@@ -9,9 +10,18 @@ use crate::config::Listings;
 use crate::http::parse::{Method, Request, MAX_LIST_LINES};
 use crate::http::Status;
 use crate::listing::{self, Answer as Decision, Ask};
+use crate::site::Site;
 
 impl Responder {
-    pub(super) async fn listing(&mut self, buf: &[u8], req: &Request, dir: File, keep_alive: bool) -> Answer {
+    /// Lists `dir` of `site`, at most `max_entries` entries.
+    pub(super) async fn listing(
+        &mut self,
+        buf: &[u8],
+        req: &Request,
+        (site, max_entries): (Arc<Site>, usize),
+        dir: File,
+        keep_alive: bool,
+    ) -> Answer {
         let mut accept = [&b""[..]; MAX_LIST_LINES];
         let mut if_match = [&b""[..]; MAX_LIST_LINES];
         let mut if_none_match = [&b""[..]; MAX_LIST_LINES];
@@ -23,7 +33,7 @@ impl Responder {
             if_match: &if_match[..if_match_len],
             if_none_match: &if_none_match[..if_none_match_len],
         };
-        let setting = self.shared.config.listings;
+        let setting = site.listings;
         let vary = setting == Listings::Auto;
         let http = (keep_alive, req.version_minor);
         let format = match listing::decide(setting, &ask) {
@@ -35,7 +45,7 @@ impl Responder {
             }
             Decision::List(format) => format,
         };
-        let (file, len) = match listing::build(self.shared.clone(), self.path.clone(), dir, format).await {
+        let (file, len) = match listing::build(site, max_entries, self.path.clone(), dir, format).await {
             Ok(page) => page,
             Err(refusal) => return self.error(refusal_status(refusal), Some(req), keep_alive),
         };

@@ -307,9 +307,12 @@ impl Conn {
     async fn serve(&mut self, req: &Request, started: Instant) -> Next {
         self.served += 1;
         let base = self.rstart;
-        let mut keep_alive = req.wants_keep_alive()
-            && self.served < self.shared.config.max_requests_per_connection
-            && !self.shutting_down();
+        // Reloadable limits: as the configuration in force says when the request starts.
+        let (max_body_bytes, max_requests) = {
+            let live = self.shared.live();
+            (live.config.max_body_bytes, live.config.max_requests_per_connection)
+        };
+        let mut keep_alive = req.wants_keep_alive() && self.served < max_requests && !self.shutting_down();
         // Request bodies (see the module docs): a chunked one is read now.
         let mut chunked_in_buf = 0;
         let body_status = if req.chunked {
@@ -320,7 +323,7 @@ impl Conn {
                 }
                 Err(status) => Some(status),
             }
-        } else if req.content_length.unwrap_or(0) > self.shared.config.max_body_bytes {
+        } else if req.content_length.unwrap_or(0) > max_body_bytes {
             Some(Status::CONTENT_TOO_LARGE)
         } else {
             None
@@ -372,7 +375,7 @@ impl Conn {
             chunked::Error::TooLarge => Status::CONTENT_TOO_LARGE,
         };
         let config = &self.shared.config;
-        let mut decoder = Decoder::new(config.max_body_bytes, config.max_header_bytes);
+        let mut decoder = Decoder::new(self.shared.live().config.max_body_bytes, config.max_header_bytes);
         let body_start = self.rstart + req.head_len;
         let (used, done) = decoder.feed(&self.rbuf[body_start..self.rend]).map_err(status)?;
         if done {
@@ -507,7 +510,8 @@ impl Conn {
         let elapsed = started.elapsed();
         self.shared.metrics.response(o.band, o.status.code, elapsed);
         self.shared.tls_metrics.response(self.transport.tls_version());
-        let Some(log) = &self.shared.access_log else { return };
+        let live = self.shared.live();
+        let Some(log) = &live.access_log else { return };
         let buf = &self.rbuf[base..];
         let field = |r: &Option<std::ops::Range<usize>>| r.as_ref().map(|r| &buf[r.clone()]);
         let entry = Entry {
@@ -531,7 +535,8 @@ impl Conn {
         let elapsed = started.elapsed();
         self.shared.metrics.response(o.band, o.status.code, elapsed);
         self.shared.tls_metrics.response(self.transport.tls_version());
-        let Some(log) = &self.shared.access_log else { return };
+        let live = self.shared.live();
+        let Some(log) = &live.access_log else { return };
         let entry = Entry {
             remote: &self.remote,
             request_line: b"",

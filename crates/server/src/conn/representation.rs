@@ -16,27 +16,29 @@ use std::fs::{File, Metadata};
 
 use super::field_lines;
 use super::respond::Responder;
-use crate::encoding::{self, Coding};
+use crate::cache_control::CacheControl;
+use crate::encoding::{self, Coding, Precompressed};
 use crate::http::parse::{Request, MAX_LIST_LINES};
-use crate::server::Shared;
+use crate::resolve::Root;
 
 impl Responder {
     /// The representation of the file resolved for `self.path` (`index`: its `index.html`)
-    /// the request gets: a sidecar and its coding, or the file itself and `None`.
+    /// under `root` the request gets, among the `offered` codings: a sidecar and its
+    /// coding, or the file itself and `None`.
     pub(super) fn representation(
         &mut self,
         buf: &[u8],
         req: &Request,
+        (root, offered): (&Root, Precompressed),
         file: File,
         meta: Metadata,
         index: bool,
     ) -> (File, Metadata, Option<Coding>) {
         let mut lines = [&b""[..]; MAX_LIST_LINES];
         let n = field_lines(buf, &req.accept_encoding, &mut lines);
-        let ranked = encoding::rank(&lines[..n], self.shared.config.precompressed);
+        let ranked = encoding::rank(&lines[..n], offered);
         for &coding in ranked.codings() {
-            if let Some((file, meta)) = self.shared.root.sidecar(&self.path, index, coding.suffix(), &mut self.scratch)
-            {
+            if let Some((file, meta)) = root.sidecar(&self.path, index, coding.suffix(), &mut self.scratch) {
                 return (file, meta, Some(coding));
             }
         }
@@ -56,16 +58,15 @@ pub(super) fn tag_coding(etag: &mut Vec<u8>, coding: Option<Coding>) {
     }
 }
 
-/// The `Cache-Control` value the rules give the file at `rel` (`index`: its `index.html`);
-/// `path` and `matches` are scratch.
+/// The `Cache-Control` value the `rules` give the file at `rel` (`index`: its
+/// `index.html`); `path` and `matches` are scratch.
 pub(super) fn cache_control<'s>(
-    shared: &'s Shared,
+    rules: &'s CacheControl,
     rel: &[u8],
     index: bool,
     path: &mut Vec<u8>,
     matches: &mut Vec<usize>,
 ) -> Option<&'s [u8]> {
-    let rules = &shared.config.cache_control;
     if rules.is_empty() {
         return None;
     }

@@ -14,8 +14,10 @@ use super::{evaluate_conditions, file_version, refusal_status, representation, s
 use crate::http::parse::{Method, Request};
 use crate::http::precondition::{Validators, Verdict};
 use crate::http::{response, Status};
+use crate::live::Live;
 use crate::resolve::{self, Resolved};
 use crate::server::Shared;
+use crate::site::Site;
 
 /// The answer to one request: its status and body; its head is in [`Responder::head`].
 pub(crate) struct Answer {
@@ -47,15 +49,37 @@ impl Responder {
         }
     }
 
-    /// Answers `req`, parsed from `buf` (its ranges index `buf`). `plaintext`: it came
-    /// over a plaintext connection (`redirect-https` applies).
-    pub(crate) async fn answer(&mut self, buf: &[u8], req: &Request, keep_alive: bool, plaintext: bool) -> Answer {
-        if let (true, true, Some(tls)) = (self.shared.config.redirect_https, plaintext, &self.shared.tls) {
-            let field = |r: &Range<usize>| &buf[r.clone()];
+    /// The site `req` is for (`crate::site`), or what it is answered instead: the
+    /// `redirect-https` redirect, or the `unknown-host` error.
+    fn site(
+        &mut self,
+        live: &Live,
+        buf: &[u8],
+        req: &Request,
+        keep_alive: bool,
+        plaintext: bool,
+    ) -> Result<Arc<Site>, Answer> {
+        let field = |r: &Range<usize>| &buf[r.clone()];
+        if let (true, true, Some(tls)) = (live.config.redirect_https, plaintext, &self.shared.tls) {
             let https = HttpsTarget { host: req.host.as_ref().map(field), target: field(&req.target), port: tls.port };
             https.redirect_head(&mut self.head, &mut self.scratch, keep_alive, req.version_minor);
-            return Answer { status: Status::PERMANENT_REDIRECT, body: Body::None };
+            return Err(Answer { status: Status::PERMANENT_REDIRECT, body: Body::None });
         }
+        match live.sites.choose(crate::site::request_host(field(&req.target), req.host.as_ref().map(field))) {
+            Ok(site) => Ok(Arc::clone(site)),
+            Err(status) => Err(self.error(status, Some(req), keep_alive)),
+        }
+    }
+
+    /// Answers `req`, parsed from `buf` (its ranges index `buf`). `plaintext`: it came
+    /// over a plaintext connection (`redirect-https` applies). The configuration in force
+    /// when it starts (`crate::live`) answers it throughout.
+    pub(crate) async fn answer(&mut self, buf: &[u8], req: &Request, keep_alive: bool, plaintext: bool) -> Answer {
+        let live = self.shared.live();
+        let site = match self.site(&live, buf, req, keep_alive, plaintext) {
+            Ok(site) => site,
+            Err(answer) => return answer,
+        };
         let method = req.method();
         match method {
             Method::Get | Method::Head => {}
@@ -67,8 +91,8 @@ impl Responder {
             return self.error(Status::BAD_REQUEST, Some(req), keep_alive);
         };
         let resolved = resolve::normalize(path, &mut self.path).and_then(|slash| {
-            resolve::check_dotfiles(&self.path, self.shared.config.dotfiles)?;
-            self.shared.root.resolve(&self.path, slash, &mut self.scratch)
+            resolve::check_dotfiles(&self.path, live.config.dotfiles)?;
+            site.root.resolve(&self.path, slash, &mut self.scratch)
         });
         let (file, meta, index) = match resolved {
             Ok(Resolved::File { file, meta, index }) => (file, meta, index),
@@ -76,10 +100,14 @@ impl Responder {
                 redirect_head(&mut self.head, &mut self.scratch, &self.path, query, keep_alive, req.version_minor);
                 return Answer { status: Status::MOVED_PERMANENTLY, body: Body::None };
             }
-            Ok(Resolved::Directory { dir }) => return self.listing(buf, req, dir, keep_alive).await,
+            Ok(Resolved::Directory { dir }) => {
+                let max_entries = live.config.listing_max_entries;
+                return self.listing(buf, req, (site, max_entries), dir, keep_alive).await;
+            }
             Err(refusal) => return self.error(refusal_status(refusal), Some(req), keep_alive),
         };
-        let (file, meta, coding) = self.representation(buf, req, file, meta, index);
+        let precompressed = live.config.precompressed;
+        let (file, meta, coding) = self.representation(buf, req, (&site.root, precompressed), file, meta, index);
 
         let (version, mtime_secs) = file_version(&meta);
         let len = version.size_bytes;
@@ -98,9 +126,13 @@ impl Responder {
             Verdict::Partial { start, end } => (Status::PARTIAL_CONTENT, start, end - start + 1),
             Verdict::Unsatisfiable => (Status::RANGE_NOT_SATISFIABLE, 0, 0),
         };
-        let shared = Arc::clone(&self.shared);
-        let cache_control =
-            representation::cache_control(&shared, &self.path, index, &mut self.scratch, &mut self.glob_matches);
+        let cache_control = representation::cache_control(
+            &site.cache_control,
+            &self.path,
+            index,
+            &mut self.scratch,
+            &mut self.glob_matches,
+        );
         let head = FileHead {
             status,
             name: if index { b"index.html" } else { &self.path },
@@ -110,7 +142,7 @@ impl Responder {
             mtime_secs,
             etag: &self.etag,
             coding,
-            vary: shared.config.precompressed.is_on(),
+            vary: precompressed.is_on(),
             cache_control,
         };
         head.write(&mut self.head, keep_alive, req.version_minor);

@@ -32,6 +32,7 @@ impl Status {
     pub const CONTENT_TOO_LARGE: Status = Status { code: 413, reason: "Content Too Large" };
     pub const URI_TOO_LONG: Status = Status { code: 414, reason: "URI Too Long" };
     pub const RANGE_NOT_SATISFIABLE: Status = Status { code: 416, reason: "Range Not Satisfiable" };
+    pub const MISDIRECTED_REQUEST: Status = Status { code: 421, reason: "Misdirected Request" };
     pub const HEADER_FIELDS_TOO_LARGE: Status = Status { code: 431, reason: "Request Header Fields Too Large" };
     pub const INTERNAL_SERVER_ERROR: Status = Status { code: 500, reason: "Internal Server Error" };
     pub const NOT_IMPLEMENTED: Status = Status { code: 501, reason: "Not Implemented" };

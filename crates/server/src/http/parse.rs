@@ -211,7 +211,11 @@ pub fn parse(buf: &mut [u8], limits: &Limits) -> Result<Option<Request>, Status>
         Err(Status::VERSION_NOT_SUPPORTED) => {}
         other => return other,
     }
-    let Some(digit_at) = later_minor_version(buf) else { return Err(Status::VERSION_NOT_SUPPORTED) };
+    let Some(digit_at) = later_minor_version(buf) else {
+        // httparse refuses the version as soon as it sees its digits; a request line cut
+        // by a read right after `HTTP/1.2` may still end well.
+        return if awaits_line_end_of_later_minor(buf) { Ok(None) } else { Err(Status::VERSION_NOT_SUPPORTED) };
+    };
     let digit = buf[digit_at];
     buf[digit_at] = b'1';
     let result = parse_head(buf, limits);
@@ -404,6 +408,17 @@ fn later_minor_version(buf: &[u8]) -> Option<usize> {
     (v.starts_with(b" HTTP/1.") && (b'2'..=b'9').contains(&v[8])).then_some(line_end - 1)
 }
 
+/// No line end yet, and what there is of the request line ends in an `HTTP/1.d` version
+/// (d ≥ 2), maybe followed by its CR: whether it is a 1.x request is known at the line end.
+fn awaits_line_end_of_later_minor(buf: &[u8]) -> bool {
+    if memchr(b'\n', buf).is_some() {
+        return false;
+    }
+    let line = buf.strip_suffix(b"\r").unwrap_or(buf);
+    let Some(v) = line.get(line.len().saturating_sub(9)..).filter(|v| v.len() == 9) else { return false };
+    v.starts_with(b" HTTP/1.") && (b'2'..=b'9').contains(&v[8])
+}
+
 /// `METHOD SP TARGET SP HTTP/d.d`, with a version httparse does not speak.
 /// A line with more than two spaces (a raw space in the target) is a bad
 /// request, whatever its last word.
@@ -511,6 +526,9 @@ mod tests {
             // Later 1.x versions are read as 1.1; a raw space in the target is no version problem.
             (b"GET / HTTP/1.2\r\nHost: x\r\n\r\n", Ok(true)),
             (b"GET / HTTP/1.2\r\nHost: x\r\n", Ok(false)),
+            (b"GET / HTTP/1.2", Ok(false)),
+            (b"GET / HTTP/1.2\r", Ok(false)),
+            (b"GET / HTTP/2.0", Err(505)),
             (b"GET / HTTP/1.2\r\n\r\n", Err(400)),
             (b"GET /a b HTTP/1.1\r\nHost: x\r\n\r\n", Err(400)),
             (b"GET / x HTTP/2.0\r\nHost: x\r\n\r\n", Err(400)),
@@ -539,6 +557,13 @@ mod tests {
         for (buf, want) in cases {
             let got = status(buf).map(|r| r.is_some());
             assert_eq!(got, want, "{:?}", String::from_utf8_lossy(buf));
+            if want == Ok(true) {
+                // A head that parses whole waits, and is never refused, when a read cuts it.
+                for cut in 0..buf.len() {
+                    let got = status(&buf[..cut]).map(|r| r.is_some());
+                    assert_eq!(got, Ok(false), "{:?} cut at {cut}", String::from_utf8_lossy(buf));
+                }
+            }
         }
     }
 

@@ -18,7 +18,10 @@
 //!   nothing to interleave; the socket's `TCP_NOTSENT_LOWAT` bounds what waits below it;
 //! - the connection's kernel band follows the stream being written (the band of its
 //!   remaining bytes): a connection carries one band at a time, so a small stream behind a
-//!   large one on the same connection shares its band for the length of one chunk.
+//!   large one on the same connection shares its band for the length of one chunk;
+//! - under the user-space pacer the turn is the uplink scheduler's instead ([`paced`]):
+//!   the connection is a group, each stream a member ranked with every response of every
+//!   connection, and a grant names the stream whose chunk goes next.
 //!
 //! Limits (each bounded, see the constants): streams open at once
 //! (`http2-max-concurrent-streams`, refused beyond with `REFUSED_STREAM` by the codec),
@@ -34,6 +37,7 @@
 //! ones are refused.
 
 pub mod metrics;
+mod paced;
 pub mod request;
 pub mod wire;
 
@@ -42,8 +46,9 @@ pub use metrics::Http2Metrics;
 use std::collections::HashMap;
 use std::fs::File;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -64,7 +69,7 @@ use crate::conn::{Body, Responder};
 use crate::http::Status;
 use crate::sched::{BandSocket, CutoffsCache};
 use crate::server::Shared;
-use wire::Counted;
+use wire::{Counted, Written};
 
 /// Largest DATA chunk one turn gives a stream: one frame (every peer takes frames of
 /// 16 KiB), so a turn is one frame on the wire.
@@ -89,10 +94,10 @@ pub const MAX_SEND_BUFFER_BYTES: usize = CHUNK_BYTES;
 pub const ALPN: &[u8] = b"h2";
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Whether `serve` speaks HTTP/2: the `http2` setting, under the kernel's bands (the
-/// user-space pacer does not grant to streams yet; there HTTP/2 is not offered).
+/// Whether `serve` speaks HTTP/2: the `http2` setting (under the kernel's bands and the
+/// user-space pacer alike).
 pub fn enabled(config: &ServerConfig) -> bool {
-    config.http2 && config.scheduler == crate::config::Scheduling::Kernel
+    config.http2
 }
 
 /// How a connection's streams are ranked: fair → round robin, las → least served, every
@@ -142,6 +147,9 @@ struct Stream {
     sent_bytes: u64,
     /// Waiting for the client to open its window (capacity reserved, none assigned).
     blocked: bool,
+    /// Under the user-space pacer: its registration, and its wire bytes left as registered.
+    member: Option<crate::usched::Member>,
+    wire_left_bytes: u64,
     started: Instant,
     first_band: Band,
     log: LogFields,
@@ -165,9 +173,23 @@ struct Unread {
     discarded_bytes: u64,
 }
 
+/// What one chunk of a stream did.
+enum Chunk {
+    /// Handed to the codec; `last`: the stream's body is all handed (the caller ends it).
+    Sent { last: bool },
+    /// Its window (or the connection's) is closed: skipped until the client opens it.
+    Blocked,
+    /// The stream is gone (reset, failed) and ended.
+    Gone,
+}
+
 enum Event {
     Request(Box<(http::Request<RecvStream>, SendResponse<Bytes>)>),
     Turn,
+    /// Under the pacer: the codec wrote its last chunk and the socket takes bytes.
+    Writable,
+    /// Under the pacer: a grant may be in the connection's slot.
+    Granted,
     Closed,
     Stop,
     Stalled,
@@ -182,9 +204,11 @@ struct Driver {
     sched: StreamScheduler,
     streams: HashMap<u32, Stream>,
     cutoffs: CutoffsCache,
-    /// DATA bytes given to the codec, and written by it (shared with [`wire::Counted`]).
+    /// DATA bytes given to the codec, and what it wrote (shared with [`wire::Counted`]).
     handed_bytes: u64,
-    written: Arc<AtomicU64>,
+    written: Arc<Written>,
+    /// Under the user-space pacer: the connection's group.
+    pace: Option<paced::Paced>,
     /// The stream given the last chunk (its chunk may be dropped if it is reset).
     last_stream: Option<u32>,
     gauge_band: Band,
@@ -200,9 +224,22 @@ struct Driver {
 /// Serves one HTTP/2 connection on `io` until it closes, fails, or the server shuts down.
 pub(crate) async fn serve<T>(shared: Arc<Shared>, io: T, accepted: Accepted, mut stop: watch::Receiver<bool>)
 where
-    T: AsyncRead + AsyncWrite + Unpin,
+    T: AsyncRead + AsyncWrite + AsRawFd + Unpin,
 {
-    let written = Arc::new(AtomicU64::new(0));
+    let pace = match &shared.user {
+        None => None,
+        Some(user) => {
+            let record = accepted.tls.is_some().then_some(shared.record_payload_bytes);
+            match paced::Paced::new(user, io.as_raw_fd(), record) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    tracing::warn!(peer = %accepted.peer, error = %e, "HTTP/2 connection not scheduled: closed");
+                    return;
+                }
+            }
+        }
+    };
+    let written = Arc::new(Written::default());
     let io = Counted::new(io, written.clone());
     let handshake = tokio::time::timeout(shared.config.header_timeout, builder(&shared.config).handshake(io));
     let conn = tokio::select! {
@@ -220,12 +257,13 @@ where
     shared.metrics.connection_opened();
     shared.http2_metrics.connections.fetch_add(1, Relaxed);
     let mut d = Driver::new(shared, accepted, written);
+    d.pace = pace;
     d.run(&mut conn, &mut stop).await;
     d.shared.metrics.connection_closed(d.gauge_band);
 }
 
 impl Driver {
-    fn new(shared: Arc<Shared>, accepted: Accepted, written: Arc<AtomicU64>) -> Driver {
+    fn new(shared: Arc<Shared>, accepted: Accepted, written: Arc<Written>) -> Driver {
         let max_streams = shared.config.http2_max_concurrent_streams as usize;
         Driver {
             remote: accepted.peer.ip().to_string().into_bytes(),
@@ -235,6 +273,7 @@ impl Driver {
             cutoffs: CutoffsCache::new(&shared.cutoff_chooser),
             handed_bytes: 0,
             written,
+            pace: None,
             last_stream: None,
             gauge_band: Band::SETUP,
             last_progress: Instant::now(),
@@ -257,14 +296,19 @@ impl Driver {
         if stopping {
             conn.graceful_shutdown();
         }
+        let signal = self.pace.as_ref().map(paced::Paced::signal);
         loop {
             let idle = self.streams.is_empty();
             let deadline = self.last_progress
                 + if idle { self.shared.config.idle_timeout } else { self.shared.config.send_timeout };
+            let offered = self.pace.as_ref().is_some_and(|p| p.state == paced::State::Offered);
+            // Waiting behind better responses is the schedule, not a stall.
+            let scheduled = offered && self.sched.pick().is_some();
             let event = tokio::select! {
                 e = std::future::poll_fn(|cx| self.poll_event(cx, conn)) => e,
                 _ = stop.changed(), if !stopping => Event::Stop,
-                _ = tokio::time::sleep_until(deadline) => Event::Stalled,
+                _ = tokio::time::sleep_until(deadline), if !scheduled => Event::Stalled,
+                () = wait_grant(signal.as_ref()), if offered => Event::Granted,
             };
             match event {
                 Event::Request(accepted) if !accepted.0.body().is_end_stream() => {
@@ -277,6 +321,12 @@ impl Driver {
                     self.on_request(req, respond).await;
                 }
                 Event::Turn => self.turn(),
+                Event::Writable => {
+                    if let Some(p) = &mut self.pace {
+                        p.offer();
+                    }
+                }
+                Event::Granted => self.paced_turn(),
                 Event::Stop => {
                     stopping = true;
                     conn.graceful_shutdown();
@@ -325,14 +375,22 @@ impl Driver {
         if let Some(ended) = self.poll_unread(cx) {
             return Poll::Ready(Event::Request(ended));
         }
-        let written = self.written.load(Relaxed);
+        let written = self.written.data.load(Relaxed);
         if written != self.last_written {
             self.last_written = written;
             self.last_progress = Instant::now();
         }
         self.poll_streams(cx);
         if written >= self.handed_bytes && self.sched.pick().is_some() {
-            return Poll::Ready(Event::Turn);
+            match &mut self.pace {
+                None => return Poll::Ready(Event::Turn),
+                Some(p) if p.state == paced::State::Idle => {
+                    if p.poll_writable(cx) {
+                        return Poll::Ready(Event::Writable);
+                    }
+                }
+                Some(_) => {}
+            }
         }
         Poll::Pending
     }
@@ -387,6 +445,9 @@ impl Driver {
                     Poll::Ready(Some(Ok(n))) if n > 0 => {
                         s.blocked = false;
                         self.sched.set_window_open(id, true);
+                        if let Some(m) = &s.member {
+                            m.set_window_open(true);
+                        }
                     }
                     Poll::Ready(None | Some(Err(_))) => gone.push(id),
                     _ => {}
@@ -439,20 +500,24 @@ impl Driver {
                 return;
             }
         };
-        let s = Stream {
+        let mut s = Stream {
             send,
             source: source.unwrap_or(Source::Memory(Bytes::new())),
             status: answer.status,
             sent_bytes: 0,
             blocked: false,
+            member: None,
+            wire_left_bytes: 0,
             started,
             first_band,
             log,
         };
-        if len == 0 || self.sched.add(id, len).is_err() {
-            // No body (or, impossible under the codec's stream limit, no room): done.
-            let mut s = s;
+        // No body, or no room (impossible within the codec's stream limit, and the
+        // scheduler's sized to it): done.
+        let scheduled = len > 0 && self.sched.add(id, len).is_ok() && self.register_member(&mut s, len);
+        if !scheduled {
             if len > 0 {
+                self.sched.remove(id);
                 s.send.send_reset(Reason::REFUSED_STREAM);
             }
             self.log(id, &s, len == 0);
@@ -461,22 +526,49 @@ impl Driver {
         self.streams.insert(id, s);
     }
 
+    /// Under the user-space pacer, registers the stream's body with the uplink scheduler;
+    /// false if it is full.
+    fn register_member(&mut self, s: &mut Stream, body_bytes: u64) -> bool {
+        let Some(p) = &self.pace else { return true };
+        match p.register(body_bytes) {
+            Ok(m) => {
+                s.wire_left_bytes = paced::wire_bytes(
+                    body_bytes,
+                    self.accepted.tls.is_some().then_some(self.shared.record_payload_bytes),
+                );
+                s.member = Some(m);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "HTTP/2 stream not scheduled: refused");
+                false
+            }
+        }
+    }
+
     /// One chunk to the best stream whose window is open (see the module docs).
     fn turn(&mut self) {
         let Some(id) = self.sched.pick() else { return };
+        if let Chunk::Sent { last: true } = self.send_chunk(id, CHUNK_BYTES) {
+            self.end_stream(id, true);
+        }
+    }
+
+    /// At most `max` bytes of stream `id`'s body to the codec, as its window allows.
+    fn send_chunk(&mut self, id: u32, max: usize) -> Chunk {
         let remaining = self.sched.remaining_bytes(id).unwrap_or(0);
         let Some(s) = self.streams.get_mut(&id) else {
             self.sched.remove(id);
-            return;
+            return Chunk::Gone;
         };
-        let want = usize::try_from(remaining).unwrap_or(usize::MAX).min(CHUNK_BYTES);
+        let want = usize::try_from(remaining).unwrap_or(usize::MAX).min(max);
         s.send.reserve_capacity(want);
         let capacity = s.send.capacity();
         if capacity == 0 {
             // Its window (or the connection's) is closed: skip it until it opens.
             s.blocked = true;
             self.sched.set_window_open(id, false);
-            return;
+            return Chunk::Blocked;
         }
         let n = capacity.min(want);
         let chunk = match read_chunk(&mut s.source, s.sent_bytes, n, &mut self.chunk_buf) {
@@ -485,13 +577,13 @@ impl Driver {
                 tracing::warn!(error = %e, "HTTP/2 response body could not be read: stream reset");
                 s.send.send_reset(Reason::INTERNAL_ERROR);
                 self.end_stream(id, false);
-                return;
+                return Chunk::Gone;
             }
         };
         let last = n as u64 == remaining;
         if s.send.send_data(chunk, last).is_err() {
             self.end_stream(id, false);
-            return;
+            return Chunk::Gone;
         }
         s.sent_bytes += n as u64;
         self.handed_bytes += n as u64;
@@ -501,9 +593,7 @@ impl Driver {
         let band = self.cutoffs.cutoffs.band_for_remaining(remaining);
         self.set_band(band);
         self.shared.metrics.bytes(band, n as u64);
-        if last {
-            self.end_stream(id, true);
-        }
+        Chunk::Sent { last }
     }
 
     fn set_band(&mut self, band: Band) {
@@ -526,7 +616,7 @@ impl Driver {
         }
         if !complete && self.last_stream == Some(id) {
             // Its last chunk may never be written (a reset stream's data is dropped).
-            self.handed_bytes = self.handed_bytes.min(self.written.load(Relaxed));
+            self.handed_bytes = self.handed_bytes.min(self.written.data.load(Relaxed));
         }
         self.log(id, &s, complete);
     }
@@ -545,7 +635,8 @@ impl Driver {
             self.shared.metrics.response(s.first_band, s.status.code, elapsed);
         }
         self.shared.tls_metrics.response_h2(self.accepted.tls);
-        let Some(log) = &self.shared.access_log else { return };
+        let live = self.shared.live();
+        let Some(log) = &live.access_log else { return };
         let entry = Entry {
             remote: &self.remote,
             request_line: &s.log.request_line,
@@ -560,6 +651,14 @@ impl Driver {
         };
         access_log::format_line(&mut self.log_line, log.format(), &entry);
         log.push(&self.log_line);
+    }
+}
+
+/// Until a grant may be in the connection's slot; never without a pacer.
+async fn wait_grant(signal: Option<&crate::usched::GrantSignal>) {
+    match signal {
+        Some(s) => s.wait().await,
+        None => std::future::pending().await,
     }
 }
 

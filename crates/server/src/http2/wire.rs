@@ -6,8 +6,10 @@
 //!
 //! A server's side of an HTTP/2 connection is frames from its first byte (its preface is a
 //! SETTINGS frame): a 9-byte header (24-bit length, type, flags, stream id) and the
-//! payload. [`DataCounter`] follows the headers across writes of any size; the counter is
-//! shared with the driver through an atomic (the codec owns the writer).
+//! payload. [`DataCounter`] follows the headers across writes of any size; the counts are
+//! shared with the driver through atomics ([`Written`]: the codec owns the writer). The
+//! bytes of other frames (headers, settings, window updates) are what the user-space
+//! pacer charges as control bytes.
 
 use std::io::IoSlice;
 use std::pin::Pin;
@@ -58,21 +60,33 @@ impl DataCounter {
     }
 }
 
-/// The transport under the codec, counting the DATA bytes written through it into `written`.
+/// What the codec has written to the transport, bytes.
+#[derive(Debug, Default)]
+pub struct Written {
+    /// DATA payload.
+    pub data: AtomicU64,
+    /// Everything: frame headers, DATA and every other frame.
+    pub all: AtomicU64,
+}
+
+/// The transport under the codec, counting what is written through it into `written`.
 pub struct Counted<T> {
     inner: T,
     counter: DataCounter,
-    written: Arc<AtomicU64>,
+    all_bytes: u64,
+    written: Arc<Written>,
 }
 
 impl<T> Counted<T> {
-    pub fn new(inner: T, written: Arc<AtomicU64>) -> Counted<T> {
-        Counted { inner, counter: DataCounter::default(), written }
+    pub fn new(inner: T, written: Arc<Written>) -> Counted<T> {
+        Counted { inner, counter: DataCounter::default(), all_bytes: 0, written }
     }
 
     fn wrote(&mut self, bytes: &[u8]) {
         self.counter.feed(bytes);
-        self.written.store(self.counter.data_bytes, Relaxed);
+        self.all_bytes += bytes.len() as u64;
+        self.written.data.store(self.counter.data_bytes, Relaxed);
+        self.written.all.store(self.all_bytes, Relaxed);
     }
 }
 
@@ -134,6 +148,12 @@ pub struct Prefixed<T> {
 impl<T> Prefixed<T> {
     pub fn new(prefix: Vec<u8>, inner: T) -> Prefixed<T> {
         Prefixed { prefix, at: 0, inner }
+    }
+}
+
+impl<T: std::os::fd::AsRawFd> std::os::fd::AsRawFd for Prefixed<T> {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.inner.as_raw_fd()
     }
 }
 

@@ -9,7 +9,8 @@
 //! Reload: every file is read and checked again; only if all are good does the new set
 //! replace the old (one pointer swap under a lock held for no I/O). Open connections keep
 //! their session keys; the next handshakes see the new set. A failed reload is logged
-//! and counted, and the old set stays.
+//! and counted, and the old set stays. A configuration reload ([`CertStore::replace`])
+//! swaps in another list of entries the same way (`[[tls]]` tables and `[[host]]` ones).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -56,7 +57,8 @@ fn stamp(path: &Path) -> Option<Stamp> {
 
 /// The certificates in force (see the module docs).
 pub struct CertStore {
-    entries: Vec<TlsEntry>,
+    /// Replaced whole by a configuration reload ([`CertStore::replace`]).
+    entries: RwLock<Vec<TlsEntry>>,
     provider: Arc<CryptoProvider>,
     current: RwLock<Arc<Vec<Loaded>>>,
     /// The files' stamps when last loaded, cert and key of each entry in turn.
@@ -75,7 +77,7 @@ impl CertStore {
         let stamps = Self::stamps_of(&entries);
         let loaded = load_all(&entries, &provider)?;
         Ok(Arc::new(CertStore {
-            entries,
+            entries: RwLock::new(entries),
             provider,
             current: RwLock::new(Arc::new(loaded)),
             stamps: Mutex::new(stamps),
@@ -96,8 +98,16 @@ impl CertStore {
 
     /// Re-reads every file; on success the new set is in force.
     pub fn reload(&self) -> Result<(), TlsError> {
-        let stamps = Self::stamps_of(&self.entries);
-        let loaded = load_all(&self.entries, &self.provider)?;
+        let entries = self.entries.read().expect("certificate entries lock poisoned").clone();
+        self.replace(entries)
+    }
+
+    /// Loads `entries` (a reloaded configuration's); on success they are the set in
+    /// force, and the files polled for changes.
+    pub fn replace(&self, entries: Vec<TlsEntry>) -> Result<(), TlsError> {
+        let stamps = Self::stamps_of(&entries);
+        let loaded = load_all(&entries, &self.provider)?;
+        *self.entries.write().expect("certificate entries lock poisoned") = entries;
         *self.current.write().expect("certificate lock poisoned") = Arc::new(loaded);
         *self.stamps.lock().expect("certificate stamps lock poisoned") = stamps;
         Ok(())
@@ -105,7 +115,7 @@ impl CertStore {
 
     /// Whether a file changed since it was last loaded (or tried).
     pub fn changed(&self) -> bool {
-        let now = Self::stamps_of(&self.entries);
+        let now = Self::stamps_of(&self.entries.read().expect("certificate entries lock poisoned"));
         let mut last = self.stamps.lock().expect("certificate stamps lock poisoned");
         if *last == now {
             return false;

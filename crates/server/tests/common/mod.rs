@@ -3,6 +3,9 @@
 
 #![allow(dead_code)]
 
+pub mod certs;
+pub mod h2raw;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;

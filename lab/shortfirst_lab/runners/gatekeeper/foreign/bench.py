@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ....kit import provenance, write_json
 from ....spec.foreign import Settings
+from ....spec.schema import read_toml
 from ....testbed.cpus import CpuReservation, CpusError, detect
 from ..backends.base import GatekeeperError, Served, serve
 from ..backends.foreign import ForeignBackend, prepare
@@ -397,12 +398,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--pin", default="auto", choices=["auto", "yes", "no"], help="backend on the reserved CPU"
     )
+    ap.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a key of every experiment file (VALUE in TOML syntax), e.g. datasette.max_in_flight=8",
+    )
     a = ap.parse_args(argv)
     overrides = {} if a.duration is None else {"duration_s": a.duration}
     settings = {}
+    used: set[str] = set()
     for path in a.configs:
-        s = Settings.load(path, overrides)
+        # An override goes to the files that have its section (a backend's table is in its file only).
+        sections = set(read_toml(path)[0])
+        mine = [o for o in a.sets if o.partition(".")[0].strip() in sections]
+        used.update(mine)
+        s = Settings.load(path, overrides, mine)
         settings |= dict.fromkeys(s.backends, s)
+    unused = [o for o in a.sets if o not in used]
+    if unused:
+        raise GatekeeperError(f"--set {unused[0]}: no experiment file given has that section")
     names = a.backends.split(",") if a.backends else list(settings)
     missing = [n for n in names if n not in settings]
     if missing:  # before anything runs, not after the backends before it
