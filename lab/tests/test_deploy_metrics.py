@@ -117,6 +117,8 @@ def exported(tmp_path_factory) -> dict[str, dict[str, set[str]]]:
         gatekeeper = [str(BIN), "gatekeeper", "--config", str(ETC / "gatekeeper.toml")]
         gatekeeper += ["--listen", f"127.0.0.1:{ports['gk']}", "--admin", f"127.0.0.1:{ports['gk_admin']}"]
         gatekeeper += ["--upstream", f"http://127.0.0.1:{ports['user']}"]
+        # A patience given, so that its per-type gauge (absent while learned and unknown) is exported.
+        gatekeeper += ["--patience", "20s"]
         start(gatekeeper, ports["gk_admin"])
         for port in (ports["user"], ports["bands"], ports["gk"]):
             for path in ("/small.html", "/large.bin", "/small.html", "/missing"):
