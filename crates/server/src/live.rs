@@ -21,9 +21,11 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::access_log::AccessLog;
 use crate::config::{ConfigFile, ServerConfig};
+use crate::http::parse::Limits;
 use crate::server::{ServerError, Shared};
 use crate::site::Sites;
 
@@ -61,12 +63,37 @@ impl Live {
         Ok(Live { config, sites, access_log })
     }
 
+    /// What a connection starting now takes from this configuration and keeps.
+    pub(crate) fn conn_settings(&self) -> ConnSettings {
+        let c = &self.config;
+        ConnSettings {
+            header_timeout: c.header_timeout,
+            idle_timeout: c.idle_timeout,
+            send_timeout: c.send_timeout,
+            parse: Limits {
+                max_request_line_bytes: c.max_request_line_bytes,
+                max_header_bytes: c.max_header_bytes,
+                max_headers: c.max_headers,
+            },
+        }
+    }
+
     /// Logs the sites at start or after a reload.
     pub(crate) fn log_sites(&self) {
         for site in self.sites.hosts() {
             tracing::info!(host = %site.name, root = %site.root.path().display(), "virtual host");
         }
     }
+}
+
+/// The timeouts and head limits of one connection, taken from the configuration in force
+/// when it starts: a reload changes them for the connections after it, not for those open.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ConnSettings {
+    pub header_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub send_timeout: Duration,
+    pub parse: Limits,
 }
 
 /// Reloads for `/metrics`.
@@ -167,9 +194,15 @@ impl Shared {
         let ignored = config.keep_restart_only(&running.config);
         config.validate()?;
         crate::server::ensure_fd_limit(config.max_connections);
+        // Certificates first: they are only read, so a bad one refuses the reload before
+        // anything is opened (a new access log file would be left behind otherwise).
+        let certs = match (&self.tls, &config.tls) {
+            (Some(tls), Some(settings)) => Some(tls.store.prepare(settings.certs.clone())?),
+            _ => None,
+        };
         let live = Live::open(config, Some(&running))?;
-        if let (Some(tls), Some(settings)) = (&self.tls, &live.config.tls) {
-            tls.store.replace(settings.certs.clone())?;
+        if let (Some(tls), Some(prepared)) = (&self.tls, certs) {
+            tls.store.install(prepared);
             self.tls_metrics.reloads.fetch_add(1, Relaxed);
         }
         self.live.store(Arc::new(live));

@@ -52,7 +52,6 @@ use arc_swap::ArcSwap;
 
 use crate::config::{ConfigError, ConfigFile, ServerConfig};
 use crate::conn::{Conn, Transport};
-use crate::http::parse::Limits;
 use crate::http::{response, Status};
 use crate::limit::{Admit, ConnectionLimit};
 use crate::live::{Live, ReloadMetrics};
@@ -108,7 +107,6 @@ pub(crate) struct Shared {
     /// The configuration at start: read here only the settings a reload cannot change
     /// (`config::reload`); the others from [`Shared::live`].
     pub config: ServerConfig,
-    pub limits: Limits,
     /// The configuration in force, its sites and access log (`crate::live`).
     pub live: ArcSwap<Live>,
     pub reload_metrics: ReloadMetrics,
@@ -231,14 +229,8 @@ impl Server {
             }
             None => None,
         };
-        let limits = Limits {
-            max_request_line_bytes: config.max_request_line_bytes,
-            max_header_bytes: config.max_header_bytes,
-            max_headers: config.max_headers,
-        };
         let shared = Arc::new(Shared {
             config,
-            limits,
             live: ArcSwap::from_pointee(live),
             reload_metrics: ReloadMetrics::default(),
             cutoff_chooser,
@@ -333,14 +325,10 @@ impl Server {
         drop(tls_listener);
         let _ = stop_tx.send(true);
         let in_flight = connections.len();
-        tracing::info!(
-            connections = in_flight,
-            drain_timeout_ms = config.drain_timeout.as_millis() as u64,
-            "shutting down"
-        );
+        let drain_timeout = shared.live().config.drain_timeout;
+        tracing::info!(connections = in_flight, drain_timeout_ms = drain_timeout.as_millis() as u64, "shutting down");
         let drained =
-            tokio::time::timeout(config.drain_timeout, async { while connections.join_next().await.is_some() {} })
-                .await;
+            tokio::time::timeout(drain_timeout, async { while connections.join_next().await.is_some() {} }).await;
         if drained.is_err() {
             tracing::warn!(connections = connections.len(), "drain timeout: closing connections still open");
             connections.shutdown().await;
@@ -393,7 +381,8 @@ impl Listeners<'_> {
 /// its bytes charged to the user-space pacer, then the HTTP state machine.
 async fn serve_tls(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr, mut stop: watch::Receiver<bool>) {
     let Some(tls) = &shared.tls else { return };
-    let handshake = tokio::time::timeout(shared.config.header_timeout, tls.acceptor.accept(stream));
+    let header_timeout = shared.live().config.header_timeout;
+    let handshake = tokio::time::timeout(header_timeout, tls.acceptor.accept(stream));
     let result = tokio::select! {
         r = handshake => r,
         _ = stop.changed() => return,
@@ -453,9 +442,10 @@ async fn serve_plain(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAdd
     let preface = crate::http2::PREFACE;
     // What one read brings (an HTTP/1.1 request line is not cut where the preface ends),
     // within the read buffer the HTTP/1.1 machine will take it into.
-    let mut buf = vec![0u8; SNIFF_READ_BYTES.min(shared.config.max_header_bytes)];
+    let settings = shared.live().conn_settings();
+    let mut buf = vec![0u8; SNIFF_READ_BYTES.min(settings.parse.max_header_bytes)];
     let mut first = Vec::new();
-    let deadline = Instant::now() + shared.config.header_timeout;
+    let deadline = Instant::now() + settings.header_timeout;
     let mut stop_rx = stop.clone();
     while first.len() < preface.len() && preface.starts_with(&first) {
         // Still a prefix of the preface (or nothing yet): read on.

@@ -319,6 +319,31 @@ async fn a_reload_changes_cache_control_rules_and_names_what_takes_a_restart() {
 }
 
 #[tokio::test]
+async fn a_reload_changes_the_head_limit_for_new_connections_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = site(dir.path(), "default");
+    let s = Running::start(dir.path(), &format!("root = {root}\n")).await;
+    // A request with a 3 KB header field: within the default limit.
+    let big = format!("GET /who.txt HTTP/1.1\r\nHost: t\r\nX-Pad: {}\r\n\r\n", "p".repeat(3000));
+    let mut held = Raw::connect(s.addr).await;
+    held.send(big.as_bytes()).await;
+    assert_eq!(held.response(false).await.unwrap().status, 200);
+    let ignored = s
+        .reload_with(&format!(
+            "root = {root}\nmax-request-line-bytes = 1024\nmax-header-bytes = 2048\nheader-timeout = \"5s\"\n"
+        ))
+        .unwrap();
+    assert!(ignored.is_empty(), "head limits and timeouts apply on reload: {ignored:?}");
+    // A new connection takes the new limit.
+    let r = get(s.addr, &big).await.unwrap();
+    assert_eq!(r.status, 431, "the new limit");
+    // The connection accepted before the reload keeps the limit it started with.
+    held.send(big.as_bytes()).await;
+    assert_eq!(held.response(false).await.unwrap().status, 200, "the open connection's own limit");
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn a_reload_changes_the_connection_limit() {
     let dir = tempfile::tempdir().unwrap();
     let root = site(dir.path(), "default");
@@ -405,7 +430,21 @@ async fn a_host_s_certificate_is_chosen_by_sni_and_a_reload_adds_one() {
     // A reload adds a site with its certificate; the others stay.
     s.reload_with(&format!("{two}[[host]]\nname = \"c.test\"\nroot = {c}\n{c_tls}\n")).unwrap();
     assert_eq!(https_who(&ca, tls, "c.test").await, (c_der, "c".into()));
-    assert_eq!(https_who(&ca, tls, "a.test").await, (a_der, "a".into()));
+    assert_eq!(https_who(&ca, tls, "a.test").await, (a_der.clone(), "a".into()));
     assert_eq!(metric(&s.metrics().await, "shortfirst_tls_reloads_total"), 1.0);
+    // A reload with a new access log and a certificate that cannot be read is refused
+    // before anything is opened: no log file is left behind.
+    let log = d.join("new-access.log");
+    let missing = d.join("gone.crt");
+    let bad = format!(
+        "access-log = {:?}\n{two}[[host]]\nname = \"c.test\"\nroot = {c}\ntls-cert = {:?}\ntls-key = {:?}\n",
+        log.display().to_string(),
+        missing.display().to_string(),
+        missing.display().to_string()
+    );
+    let err = s.reload_with(&bad).unwrap_err().to_string();
+    assert!(err.contains("gone.crt"), "{err}");
+    assert!(!log.exists(), "a refused reload left {} behind", log.display());
+    assert_eq!(https_who(&ca, tls, "a.test").await, (a_der, "a".into()));
     s.stop().await;
 }

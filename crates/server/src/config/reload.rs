@@ -1,10 +1,13 @@
 //! What a reload (SIGHUP) may change and what only a restart can: the one list of the
-//! settings bound at start (sockets, threads, the scheduler and its policy, buffer sizes
-//! of connections, timeouts). Every other setting — the roots and `[[host]]` sites,
-//! `cache-control`, `listings`, `dotfiles`, `precompressed`, `unknown-host`, request
-//! limits read per request, `max-connections` (under the user-space schedulers, only
-//! lowered: their table is sized at start) and `at-max-connections`, the access log and
-//! the certificates — applies to the requests (and connections) after the reload.
+//! settings bound at start (sockets, threads, the scheduler and its policy, socket buffer
+//! sizes). Every other setting — the roots and `[[host]]` sites, `cache-control`,
+//! `listings`, `dotfiles`, `precompressed`, `unknown-host`, request limits read per
+//! request, `max-connections` (under the user-space schedulers, only lowered: their table
+//! is sized at start) and `at-max-connections`, the access log and the certificates —
+//! applies to the requests after the reload; the timeouts and head limits
+//! (`header-timeout`, `idle-timeout`, `send-timeout`, `max-request-line-bytes`,
+//! `max-header-bytes`, `max-headers`) to the connections accepted after it
+//! (`live::ConnSettings`), and `drain-timeout` to the next shutdown.
 
 use super::{Scheduling, ServerConfig};
 
@@ -17,13 +20,6 @@ macro_rules! restart_only {
             "admin" => admin,
             "threads" => threads,
             "backlog" => backlog,
-            "max-request-line-bytes" => max_request_line_bytes,
-            "max-header-bytes" => max_header_bytes,
-            "max-headers" => max_headers,
-            "header-timeout" => header_timeout,
-            "idle-timeout" => idle_timeout,
-            "send-timeout" => send_timeout,
-            "drain-timeout" => drain_timeout,
             "sendfile-chunk-bytes" => sendfile_chunk_bytes,
             "send-buffer-bytes" => send_buffer_bytes,
             "notsent-lowat-bytes" => notsent_lowat_bytes,

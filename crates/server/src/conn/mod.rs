@@ -58,6 +58,7 @@ use crate::http::precondition::{self, Conditions, Validators, Verdict};
 use crate::http::response::FileVersion;
 use crate::http::Status;
 use crate::io;
+use crate::live::ConnSettings;
 use crate::resolve::Refusal;
 use crate::sched::{BandSocket, CutoffsCache};
 use crate::server::Shared;
@@ -154,6 +155,8 @@ pub(crate) struct Conn {
     gauge_band: Band,
     cutoffs: CutoffsCache,
     served: u64,
+    /// Timeouts and head limits as configured when the connection started.
+    settings: ConnSettings,
 }
 
 enum Next {
@@ -175,7 +178,8 @@ impl Conn {
             shared.observer.clone(),
         );
         let cutoffs = CutoffsCache::new(&shared.cutoff_chooser);
-        let rbuf = vec![0u8; shared.config.max_header_bytes].into_boxed_slice();
+        let settings = shared.live().conn_settings();
+        let rbuf = vec![0u8; settings.parse.max_header_bytes].into_boxed_slice();
         shared.metrics.connection_opened();
         Conn {
             remote: peer.ip().to_string().into_bytes(),
@@ -197,6 +201,7 @@ impl Conn {
             gauge_band: Band::SETUP,
             cutoffs,
             served: 0,
+            settings,
         }
     }
 
@@ -241,8 +246,8 @@ impl Conn {
     /// Reads until a complete request head is buffered. `Ok(None)`: the
     /// connection ended quietly. `Err(status)`: answer it and close.
     async fn next_request(&mut self) -> Result<Option<(Request, Instant)>, Status> {
-        let config = &self.shared.config;
-        let limits = self.shared.limits;
+        let settings = self.settings;
+        let limits = settings.parse;
         let mut first_byte_at = None;
         loop {
             // Skip what is left of the previous request's body.
@@ -276,9 +281,9 @@ impl Conn {
             let result = if idle {
                 // Before the first request, silence is held to the header timeout.
                 let deadline = if self.served == 0 {
-                    self.accepted_at + config.header_timeout
+                    self.accepted_at + settings.header_timeout
                 } else {
-                    Instant::now() + config.idle_timeout
+                    Instant::now() + settings.idle_timeout
                 };
                 tokio::select! {
                     r = tokio::time::timeout_at(deadline, read) => r,
@@ -286,7 +291,7 @@ impl Conn {
                 }
             } else {
                 let started = first_byte_at.unwrap_or_else(Instant::now);
-                let deadline = started + config.header_timeout;
+                let deadline = started + settings.header_timeout;
                 tokio::time::timeout_at(deadline, read).await
             };
             match result {
@@ -374,8 +379,8 @@ impl Conn {
             chunked::Error::Malformed => Status::BAD_REQUEST,
             chunked::Error::TooLarge => Status::CONTENT_TOO_LARGE,
         };
-        let config = &self.shared.config;
-        let mut decoder = Decoder::new(self.shared.live().config.max_body_bytes, config.max_header_bytes);
+        let settings = self.settings;
+        let mut decoder = Decoder::new(self.shared.live().config.max_body_bytes, settings.parse.max_header_bytes);
         let body_start = self.rstart + req.head_len;
         let (used, done) = decoder.feed(&self.rbuf[body_start..self.rend]).map_err(status)?;
         if done {
@@ -386,7 +391,7 @@ impl Conn {
         if self.body_buf.len() != self.rbuf.len() {
             self.body_buf = vec![0; self.rbuf.len()];
         }
-        let deadline = Instant::now() + config.header_timeout;
+        let deadline = Instant::now() + settings.header_timeout;
         loop {
             let n = match tokio::time::timeout_at(deadline, self.transport.read(&mut self.body_buf)).await {
                 Err(_elapsed) => return Err(Status::REQUEST_TIMEOUT),
@@ -456,7 +461,7 @@ impl Conn {
         out: &mut Sending<'_>,
         file_part: Option<(&File, u64, u64)>,
     ) -> std::io::Result<u64> {
-        let timeout = self.shared.config.send_timeout;
+        let timeout = self.settings.send_timeout;
         let Conn { transport, responder, socket_band, gauge_band, shared, .. } = self;
         let head = &responder.head;
         let mut bands = BandState { shared, socket: socket_band, gauge: gauge_band };

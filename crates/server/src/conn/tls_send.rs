@@ -22,11 +22,12 @@ impl Conn {
         file_part: Option<(&File, u64, u64)>,
     ) -> std::io::Result<u64> {
         let record = self.shared.record_payload_bytes;
+        let send_timeout = self.settings.send_timeout;
         let Conn { transport, responder, socket_band, gauge_band, shared, tls_buf, .. } = self;
         let head = &responder.head;
         let mut bands = BandState { shared, socket: socket_band, gauge: gauge_band };
         let Transport::Tls(tls) = transport else { unreachable!("write_tls on a plaintext connection") };
-        let mut w = CipherWriter { tls, pending_bytes: 0 };
+        let mut w = CipherWriter { tls, pending_bytes: 0, send_timeout };
         w.push(head, record)?;
         let mut sent_plain = head.len() as u64;
         let Some((file, offset, len)) = file_part else {
@@ -60,6 +61,7 @@ struct CipherWriter<'t> {
     /// Ciphertext bytes pushed and not yet written, at most (the record overhead is
     /// counted at its upper bound).
     pending_bytes: u64,
+    send_timeout: std::time::Duration,
 }
 
 impl CipherWriter<'_> {
@@ -72,7 +74,7 @@ impl CipherWriter<'_> {
     /// Writes all the ciphertext rustls holds: at once in kernel mode, grant by grant
     /// under the user-space scheduler.
     async fn flush(&mut self, out: &mut Sending<'_>, bands: &mut BandState<'_>) -> std::io::Result<()> {
-        let timeout = bands.shared.config.send_timeout;
+        let timeout = self.send_timeout;
         loop {
             let (tcp, session) = self.tls.get_mut();
             if !session.wants_write() {

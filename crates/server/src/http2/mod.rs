@@ -67,6 +67,7 @@ use crate::access_log::{self, Entry};
 use crate::config::{Policy, ServerConfig};
 use crate::conn::{Body, Responder};
 use crate::http::Status;
+use crate::live::ConnSettings;
 use crate::sched::{BandSocket, CutoffsCache};
 use crate::server::Shared;
 use wire::{Counted, Written};
@@ -219,6 +220,8 @@ struct Driver {
     unread: Vec<Unread>,
     log_line: Vec<u8>,
     chunk_buf: Vec<u8>,
+    /// Timeouts and head limits as configured when the connection started.
+    settings: ConnSettings,
 }
 
 /// Serves one HTTP/2 connection on `io` until it closes, fails, or the server shuts down.
@@ -241,7 +244,10 @@ where
     };
     let written = Arc::new(Written::default());
     let io = Counted::new(io, written.clone());
-    let handshake = tokio::time::timeout(shared.config.header_timeout, builder(&shared.config).handshake(io));
+    let live = shared.live();
+    let settings = live.conn_settings();
+    let handshake = tokio::time::timeout(settings.header_timeout, builder(&live.config).handshake(io));
+    drop(live);
     let conn = tokio::select! {
         r = handshake => r,
         _ = stop.changed() => return,
@@ -256,14 +262,14 @@ where
     };
     shared.metrics.connection_opened();
     shared.http2_metrics.connections.fetch_add(1, Relaxed);
-    let mut d = Driver::new(shared, accepted, written);
+    let mut d = Driver::new(shared, accepted, written, settings);
     d.pace = pace;
     d.run(&mut conn, &mut stop).await;
     d.shared.metrics.connection_closed(d.gauge_band);
 }
 
 impl Driver {
-    fn new(shared: Arc<Shared>, accepted: Accepted, written: Arc<Written>) -> Driver {
+    fn new(shared: Arc<Shared>, accepted: Accepted, written: Arc<Written>, settings: ConnSettings) -> Driver {
         let max_streams = shared.config.http2_max_concurrent_streams as usize;
         Driver {
             remote: accepted.peer.ip().to_string().into_bytes(),
@@ -284,6 +290,7 @@ impl Driver {
             chunk_buf: Vec::new(),
             accepted,
             shared,
+            settings,
         }
     }
 
@@ -299,8 +306,8 @@ impl Driver {
         let signal = self.pace.as_ref().map(paced::Paced::signal);
         loop {
             let idle = self.streams.is_empty();
-            let deadline = self.last_progress
-                + if idle { self.shared.config.idle_timeout } else { self.shared.config.send_timeout };
+            let deadline =
+                self.last_progress + if idle { self.settings.idle_timeout } else { self.settings.send_timeout };
             let offered = self.pace.as_ref().is_some_and(|p| p.state == paced::State::Offered);
             // Waiting behind better responses is the schedule, not a stall.
             let scheduled = offered && self.sched.pick().is_some();
@@ -470,7 +477,7 @@ impl Driver {
         log.referer = field(http::header::REFERER);
         log.user_agent = field(http::header::USER_AGENT);
         let plaintext = self.accepted.tls.is_none();
-        let answer = match request::to_http1(&parts, &mut self.req_buf, &self.shared.limits) {
+        let answer = match request::to_http1(&parts, &mut self.req_buf, &self.settings.parse) {
             Ok(r) => self.responder.answer(&self.req_buf, &r, true, plaintext).await,
             Err(status) => self.responder.error(status, None, true),
         };

@@ -36,6 +36,13 @@ pub enum TlsError {
 }
 
 /// One certificate ready to serve.
+/// Certificates read and checked, not yet in force ([`CertStore::install`]).
+pub struct Prepared {
+    entries: Vec<TlsEntry>,
+    loaded: Vec<Loaded>,
+    stamps: Vec<Option<Stamp>>,
+}
+
 struct Loaded {
     names: Vec<NamePattern>,
     key: Arc<CertifiedKey>,
@@ -105,12 +112,25 @@ impl CertStore {
     /// Loads `entries` (a reloaded configuration's); on success they are the set in
     /// force, and the files polled for changes.
     pub fn replace(&self, entries: Vec<TlsEntry>) -> Result<(), TlsError> {
+        let prepared = self.prepare(entries)?;
+        self.install(prepared);
+        Ok(())
+    }
+
+    /// Reads and checks `entries` without putting them in force: a reload loads its
+    /// certificates before it opens anything else, and installs them with the rest.
+    pub fn prepare(&self, entries: Vec<TlsEntry>) -> Result<Prepared, TlsError> {
         let stamps = Self::stamps_of(&entries);
         let loaded = load_all(&entries, &self.provider)?;
+        Ok(Prepared { entries, loaded, stamps })
+    }
+
+    /// Puts a prepared set in force, and its files polled for changes.
+    pub fn install(&self, prepared: Prepared) {
+        let Prepared { entries, loaded, stamps } = prepared;
         *self.entries.write().expect("certificate entries lock poisoned") = entries;
         *self.current.write().expect("certificate lock poisoned") = Arc::new(loaded);
         *self.stamps.lock().expect("certificate stamps lock poisoned") = stamps;
-        Ok(())
     }
 
     /// Whether a file changed since it was last loaded (or tried).
