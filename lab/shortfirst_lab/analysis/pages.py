@@ -126,7 +126,7 @@ def publish(paths: Iterable[Path], repo: Path = REPO, message: str | None = None
     rels = pages_under(repo, list(paths))
     if not rels:
         return None
-    parent_sha = _git(repo, ["rev-parse", PAGES_REF]).decode().strip() if _has_ref(repo) else ""
+    parent_sha = _git(repo, ["rev-parse", PAGES_REF]).decode().strip() if _exists(repo, PAGES_REF) else ""
     with tempfile.TemporaryDirectory(prefix="pages-index.") as tmp:
         env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
         if parent_sha:
@@ -149,17 +149,9 @@ def publish(paths: Iterable[Path], repo: Path = REPO, message: str | None = None
     return commit
 
 
-def _has_ref(repo: Path) -> bool:
-    r = subprocess.run(
-        ["git", "rev-parse", "--verify", "--quiet", PAGES_REF], cwd=repo, capture_output=True, check=False
-    )
-    return r.returncode == 0
-
-
-def _has_commit(repo: Path, commit: str) -> bool:
-    r = subprocess.run(
-        ["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=repo, capture_output=True, check=False
-    )
+def _exists(repo: Path, rev: str) -> bool:
+    """Whether `rev` names an object in `repo`."""
+    r = subprocess.run(["git", "cat-file", "-e", rev], cwd=repo, capture_output=True, check=False)
     return r.returncode == 0
 
 
@@ -175,7 +167,7 @@ def fetch(paths: Iterable[Path] = (), repo: Path = REPO) -> list[str]:
     }
     if wanted and not chosen:
         raise PagesError(f"nothing published under {', '.join(wanted)} ({MANIFEST} lists {len(files)} files)")
-    missing = sorted({e["commit"] for e in chosen.values() if not _has_commit(repo, e["commit"])})
+    missing = sorted({e["commit"] for e in chosen.values() if not _exists(repo, f"{e['commit']}^{{commit}}")})
     if missing:
         subprocess.run(
             ["git", "fetch", "--quiet", "origin", f"{PAGES_REF}:{PAGES_REF}"],
@@ -184,7 +176,7 @@ def fetch(paths: Iterable[Path] = (), repo: Path = REPO) -> list[str]:
             timeout=300,
             check=False,
         )
-        still = [c for c in missing if not _has_commit(repo, c)]
+        still = [c for c in missing if not _exists(repo, f"{c}^{{commit}}")]
         if still:
             raise PagesError(
                 f"commit {still[0][:12]} of {PAGES_REF} is not in this clone: "
