@@ -9,19 +9,8 @@ use super::*;
 const MS: u64 = 1_000_000;
 
 fn sched(policy: &str, mode: Mode) -> UplinkScheduler {
-    let config = SchedConfig {
-        pacer: PacerConfig {
-            rate_bits_per_s: 8_000_000,
-            rate_fraction: 1.0,
-            lookahead_ns: 4 * MS,
-            ..Default::default()
-        },
-        quantum_bytes: 16 * 1024,
-        quantum_ns: MS,
-        max_connections: 64,
-        max_groups: 4,
-        mode,
-    };
+    // The scheduler tests' configuration, with room for four connections' groups.
+    let config = SchedConfig { max_groups: 4, ..super::tests::config(mode) };
     UplinkScheduler::new(Policy::parse(policy).unwrap(), config).unwrap()
 }
 

@@ -5,7 +5,7 @@ use super::*;
 const MS: u64 = 1_000_000;
 
 /// 8 Mbit/s at full rate: one wire byte per microsecond.
-fn config(mode: Mode) -> SchedConfig {
+pub(super) fn config(mode: Mode) -> SchedConfig {
     SchedConfig {
         pacer: PacerConfig {
             rate_bits_per_s: 8_000_000,
