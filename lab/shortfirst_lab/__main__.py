@@ -56,11 +56,12 @@ def _add_set(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_run(a: argparse.Namespace) -> int:
+    from .kit import shortfirst_binary
     from .runners import static as runner
     from .testbed.placement import Placement
 
     placement = Placement.parse(a.server_cpus, a.generator_cpus)
-    bin_path = a.bin or runner.repo_root() / "target" / "release" / "shortfirst"
+    bin_path = a.bin or shortfirst_binary()
     summary = runner.run_experiment(
         a.experiment,
         a.out,
@@ -113,13 +114,14 @@ def _cmd_report(a: argparse.Namespace) -> int:
 
 def _resimulate(out: Path, bin_path: Path | None) -> None:
     from .analysis import idealsim
+    from .kit import shortfirst_binary
     from .runners import static as runner
     from .spec.reader import load_experiment
 
     exp_path = out / "experiment.toml"
     if not exp_path.exists():
         raise runner.RunnerError(f"{exp_path}: missing; is {out} an experiment directory?")
-    bin_path = bin_path or runner.repo_root() / "target" / "release" / "shortfirst"
+    bin_path = bin_path or shortfirst_binary()
     for run, status in idealsim.resimulate(out, load_experiment(exp_path), bin_path).items():
         print(f"{run}: sim {status}", file=sys.stderr)
 
