@@ -221,6 +221,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     ),
     "serve": ("bench/serve.py", "shortfirst serve against nginx, driven by wrk (root)"),
     "load": ("crates/load/bench/bench_load.py", "the load generator's highest rate, beside wrk"),
+    "sim": ("runners.simbench", "the simulator's speed per policy (jobs per second)"),
 }
 
 
