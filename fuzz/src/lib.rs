@@ -6,11 +6,13 @@
 
 mod gatekeeper;
 mod http;
+mod http2;
 mod load;
 mod tls;
 
 pub use gatekeeper::{gatekeeper_classify, gatekeeper_config, gatekeeper_response};
 pub use http::{http_head, range_conditions, resolve_target};
+pub use http2::h2_request;
 pub use load::{load_schedule, session_toml, trace_clf, trace_csv, trace_wc98};
 pub use tls::tls_names;
 
@@ -31,6 +33,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("gatekeeper_config", gatekeeper_config),
     ("gatekeeper_response", gatekeeper_response),
     ("tls_names", tls_names),
+    ("h2_request", h2_request),
 ];
 
 /// Splits an input into up to `N` fields at NUL bytes (the last takes the rest),

@@ -44,6 +44,10 @@ fn vocabulary() -> Vocabulary {
 }
 
 pub fn run(_args: Args) -> Result<()> {
-    println!("{}", serde_json::to_string_pretty(&vocabulary())?);
-    Ok(())
+    let text = serde_json::to_string_pretty(&vocabulary())? + "\n";
+    // A closed pipe (`| head`) is not an error.
+    match std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
 }
