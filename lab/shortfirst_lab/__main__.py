@@ -136,15 +136,20 @@ def _cmd_validate(a: argparse.Namespace) -> int:
         spec = read_spec(path, a.overrides)
         kind = spec.kind if spec.backend is None else f"{spec.kind} on {spec.backend}"
         print(f"{path}: ok — {kind}: {_plan(spec)}")
-        if spec.kind == "static":
+        if spec.kind in ("static", "farm"):
             for r in spec.value.matrix():
-                print(f"  {r.run_id}  seed={r.seed}")
+                print(f"  {r.run_id}  seed={r.spec.seed if spec.kind == 'farm' else r.seed}")
     return 0
 
 
 def _plan(spec) -> str:
     """One line on what a validated experiment file would run."""
     v = spec.value
+    if spec.kind == "farm":
+        return (
+            f"{v.name}: {len(v.matrix())} runs on {v.hosts} hosts behind HAProxy "
+            f"× {v.exp.run.duration_s:g} s schedule (+ drain up to {v.exp.run.drain_timeout_s:g} s each)"
+        )
     if spec.kind == "static":
         return (
             f"{v.name}: {len(v.matrix())} runs × {v.run.duration_s:g} s schedule "
