@@ -57,10 +57,22 @@ def _add_set(p: argparse.ArgumentParser) -> None:
 
 def _cmd_run(a: argparse.Namespace) -> int:
     from .runners import static as runner
+    from .spec.reader import read_spec
     from .testbed.placement import Placement
 
     placement = Placement.parse(a.server_cpus, a.generator_cpus)
     bin_path = a.bin or runner.repo_root() / "target" / "release" / "shortfirst"
+    spec = read_spec(a.experiment, a.overrides)
+    if spec.kind == "farm":
+        from .runners import farm
+
+        summary = farm.run_farm_experiment(
+            spec.value, a.out, bin_path, resume=a.resume, progress=not a.no_progress, placement=placement
+        )
+        print(_format(summary))
+        print(f"\nreport: {(a.out / 'report.html').resolve()}")
+        print(f"summary: {(a.out / 'summary.json').resolve()}")
+        return 0
     summary = runner.run_experiment(
         a.experiment,
         a.out,
@@ -89,17 +101,30 @@ def _add_report(p: argparse.ArgumentParser) -> None:
 
 
 def _format(summary: dict) -> str:
-    """The terminal table of either summary: an overload one has workloads."""
-    from .analysis import overload, report
+    """The terminal table of any summary: an overload one has workloads, a farm's hosts."""
+    from .analysis import farmreport, overload, report
 
+    if "hosts" in summary:
+        return farmreport.format_table(summary)
     return overload.format_table(summary) if "workloads" in summary else report.format_table(summary)
 
 
 def _cmd_report(a: argparse.Namespace) -> int:
-    from .analysis import overload, report
-    from .spec.reader import load_experiment
+    from .analysis import farmreport, overload, report
+    from .spec.reader import load_experiment, read_spec
 
     exp_path = a.dir / "experiment.toml"
+    spec = read_spec(exp_path) if exp_path.exists() else None
+    if spec is not None and spec.kind == "farm":
+        if a.resimulate:
+            from .runners import farm, static
+
+            bin_path = a.bin or static.repo_root() / "target" / "release" / "shortfirst"
+            for run, status in farm.resimulate(a.dir, spec.value, bin_path).items():
+                print(f"{run}: sim {status}", file=sys.stderr)
+        print(_format(farmreport.build(a.dir)))
+        print(f"\nreport: {(a.dir / 'report.html').resolve()}")
+        return 0
     if a.resimulate:
         _resimulate(a.dir, a.bin)
     if exp_path.exists() and overload.applies(load_experiment(exp_path)):
