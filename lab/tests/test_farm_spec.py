@@ -44,6 +44,10 @@ def test_the_farm_file_is_a_static_experiment_with_a_farm():
         ("farm.hosts=17", "farm.hosts"),
         ('client.load_schedule="w1"', "client.load_schedule"),
         ("experiment.baseline_rerun=true", "experiment.baseline_rerun"),
+        ('experiment.baselines=["fair"]', "experiment.baselines"),
+        ("uplink.rto_min_ms=5", "uplink.rto_min_ms"),
+        ("uplink.initial_rto_ms=100", "uplink.initial_rto_ms"),
+        ("calibration.sizes=4", "calibration"),
     ],
 )
 def test_what_a_farm_does_not_run_is_refused_by_name(override, key):

@@ -18,7 +18,10 @@ same `expcheck`) plus one section that marks the kind::
 
 In a farm the load is per host: `experiment.loads` are the bits requested ÷ (hosts ×
 uplink.rate). Loads above 1, load schedules, setups, WAN paths and client groups belong to
-other experiments and are refused here.
+other experiments and are refused here, as is what the farm's runner does not apply rather
+than ignore: [calibration] (a farm's slowdown is ÷ the size at one host's rate),
+`experiment.baselines` (its comparisons are fixed: SITA-E + SRPT against leastconn),
+`uplink.rto_min_ms` and `uplink.initial_rto_ms`.
 """
 
 from __future__ import annotations
@@ -95,6 +98,8 @@ def from_dict(doc: dict[str, Any], path: Path, text: str = "") -> FarmExperiment
     dispatch = tuple(table["dispatch"])
     if len(set(dispatch)) != len(dispatch):
         raise SpecError(path, "farm.dispatch", "no duplicates", list(dispatch))
+    if "calibration" in doc:
+        raise SpecError(path, "calibration", "no [calibration] in a farm (slowdown: ÷ size at a host's rate)")
     exp = experiment_from_dict({k: v for k, v in doc.items() if k != "farm"}, path, text)
     _check_fits_a_farm(path, exp)
     return FarmExperiment(exp, table["hosts"], dispatch, table.get("haproxy", "haproxy"))
@@ -110,6 +115,9 @@ def _check_fits_a_farm(path: Path, exp: Experiment) -> None:
         ("client.groups", bool(exp.client.groups)),
         ("client.load_schedule", bool(exp.client.load_schedule or exp.client.load_schedules)),
         ("experiment.baseline_rerun", exp.baseline_rerun),
+        ("experiment.baselines", bool(exp.baselines)),
+        ("uplink.rto_min_ms", bool(exp.uplink.rto_min_ms)),
+        ("uplink.initial_rto_ms", bool(exp.uplink.initial_rto_ms)),
     ):
         if present:
             raise SpecError(path, key, "nothing: a farm experiment has no " + key)

@@ -39,7 +39,7 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "farm": (
         "farm",
         "farm",
-        ("experiment", "uplink", "workload", "client", "server", "run", "calibration", "farm"),
+        ("experiment", "uplink", "workload", "client", "server", "run", "farm"),
     ),
     "gatekeeper": (
         "backend",
