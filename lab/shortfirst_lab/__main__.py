@@ -4,10 +4,11 @@ Verbs parsed here (one function each; add one by writing `_cmd_x(args)` and regi
 `SUBCOMMANDS` with a function that adds its arguments):
 
     validate FILE...                                  check experiment files of any kind (static serving,
-                                                      gatekeeper on any backend), print what each runs
+                                                      farm, gatekeeper on any backend), print what each runs
     run EXP.toml --out DIR [--resume] [--bin PATH]   run an experiment, then build its report
     report DIR [--resimulate [--bin PATH]]            rebuild summary.json and report.html from raw logs
-                                                      (overload experiments: `overload`); --resimulate
+                                                      (overload experiments: `overload`; a farm:
+                                                      `farmreport`); --resimulate
                                                       first redoes each run's ideals (idealsim.py)
     check-report DIR/report.html                      open the page in headless Chromium, check images
 
