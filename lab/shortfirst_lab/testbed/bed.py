@@ -16,7 +16,9 @@ plain token bucket at the same rate (no bands, one FIFO: what an operator
 without our tree has), for a server that orders its own writes. The clients
 hang off a bridge in a switch namespace. TSO, GSO and GRO are off on every
 veth end so packets are MTU-sized. The addresses are private and exist only
-inside these namespaces: traffic never leaves them.
+inside these namespaces: traffic never leaves them. A farm
+(:mod:`shortfirst_lab.testbed.farmbed`) extends this testbed: the server namespace becomes
+the unshaped front, and C host namespaces on the same bridge each get an uplink of their own.
 
 Links and namespaces are created with ``ip`` (iproute2) rather than pyroute2:
 processes must run inside the namespaces anyway (``ip netns exec``, which also
