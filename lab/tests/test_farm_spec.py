@@ -95,3 +95,42 @@ def test_the_simulator_dispatches_as_haproxy():
     model = wire.WireModel(head_bytes=200, control_bytes=100)
     cut = model.cost_bytes([20_000, 1_000_000])
     assert sita.args(model)["dispatch"] == f"sita:{cut[0]},{cut[1]}" and cut[0] > 20_000
+
+
+def _row(dispatch, policy, mean_s, thru, sim_s):
+    return {
+        "load": 0.8,
+        "repeat": 1,
+        "dispatch": dispatch,
+        "policy": policy,
+        "measured": {"mean_response_s": mean_s, "mean_slowdown": 10 * mean_s, "throughput_bytes_per_s": thru},
+        "simulated": {"mean_response_s": sim_s},
+        "measured_over_simulated": mean_s / sim_s,
+    }
+
+
+def test_the_comparisons_and_targets_of_a_farm():
+    """SITA-E + SRPT against leastconn under each policy, baseline ÷ SITA-E (throughput the
+    other way), and the worst measured ÷ simulated of the load's arms, against the targets."""
+    rows = [
+        _row("leastconn", "fair", 0.4, 1000.0, 0.3),
+        _row("leastconn", "srpt", 0.13, 1000.0, 0.1),
+        _row("sita-e", "fair", 0.9, 990.0, 0.5),
+        _row("sita-e", "srpt", 0.1, 995.0, 0.09),
+    ]
+    (c,) = farmreport.comparisons(rows)
+    assert c["mean_response_ratio_vs_leastconn_fair"] == pytest.approx(4.0)
+    assert c["mean_response_ratio_vs_leastconn_srpt"] == pytest.approx(1.3)
+    assert c["throughput_ratio_vs_leastconn_fair"] == pytest.approx(0.995)
+    assert c["simulated_mean_response_ratio_vs_leastconn_fair"] == pytest.approx(0.3 / 0.09)
+    assert c["measured_over_simulated_max"] == pytest.approx(1.8)
+    met = {t["key"]: t["met"] for t in farmreport.target_rows([c])}
+    assert met == {
+        "mean_response_ratio_vs_leastconn_fair": True,
+        "mean_response_ratio_vs_leastconn_srpt": True,
+        "throughput_ratio_vs_leastconn_fair": True,
+        "measured_over_simulated_max": False,
+    }
+    (none,) = farmreport.comparisons(rows[:3])  # no SITA-E + SRPT run: no ratios, not met
+    assert none["mean_response_ratio_vs_leastconn_fair"] is None
+    assert farmreport.target_rows([none])[0]["met"] is None
