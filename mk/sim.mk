@@ -7,9 +7,8 @@ BENCH_TARGETS += bench-sim
 # Jobs per workload; every policy runs 3 times on each of two workloads.
 BENCH_SIM_JOBS ?= 2000000
 
-bench-sim: ## simulator speed per policy (BENCH_SIM_JOBS)
-	@mkdir -p results
-	$(CARGO) run --release --locked -p shortfirst-sim --example bench_sim -- results/bench-sim.json $(BENCH_SIM_JOBS)
+bench-sim: venv ## simulator speed per policy (BENCH_SIM_JOBS)
+	$(PY) -m shortfirst_lab bench sim --out results/bench-sim.json --jobs $(BENCH_SIM_JOBS) --cargo $(CARGO)
 
 # Crovella Fig. 7/8 from the formulas and the simulator: results/theory/*.png, fig7.json.
 .PHONY: theory-figures

@@ -57,12 +57,13 @@ def _add_set(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_run(a: argparse.Namespace) -> int:
+    from .kit import shortfirst_binary
     from .runners import static as runner
     from .spec.reader import read_spec
     from .testbed.placement import Placement
 
     placement = Placement.parse(a.server_cpus, a.generator_cpus)
-    bin_path = a.bin or runner.repo_root() / "target" / "release" / "shortfirst"
+    bin_path = a.bin or shortfirst_binary()
     spec = read_spec(a.experiment, a.overrides)
     if spec.kind == "farm":
         from .runners import farm
@@ -118,9 +119,10 @@ def _cmd_report(a: argparse.Namespace) -> int:
     spec = read_spec(exp_path) if exp_path.exists() else None
     if spec is not None and spec.kind == "farm":
         if a.resimulate:
-            from .runners import farm, static
+            from .kit import shortfirst_binary
+            from .runners import farm
 
-            bin_path = a.bin or static.repo_root() / "target" / "release" / "shortfirst"
+            bin_path = a.bin or shortfirst_binary()
             for run, status in farm.resimulate(a.dir, spec.value, bin_path).items():
                 print(f"{run}: sim {status}", file=sys.stderr)
         print(_format(farmreport.build(a.dir)))
@@ -139,13 +141,14 @@ def _cmd_report(a: argparse.Namespace) -> int:
 
 def _resimulate(out: Path, bin_path: Path | None) -> None:
     from .analysis import idealsim
+    from .kit import shortfirst_binary
     from .runners import static as runner
     from .spec.reader import load_experiment
 
     exp_path = out / "experiment.toml"
     if not exp_path.exists():
         raise runner.RunnerError(f"{exp_path}: missing; is {out} an experiment directory?")
-    bin_path = bin_path or runner.repo_root() / "target" / "release" / "shortfirst"
+    bin_path = bin_path or shortfirst_binary()
     for run, status in idealsim.resimulate(out, load_experiment(exp_path), bin_path).items():
         print(f"{run}: sim {status}", file=sys.stderr)
 
@@ -250,6 +253,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     ),
     "serve": ("bench/serve.py", "shortfirst serve against nginx, driven by wrk (root)"),
     "load": ("crates/load/bench/bench_load.py", "the load generator's highest rate, beside wrk"),
+    "sim": ("runners.simbench", "the simulator's speed per policy (jobs per second)"),
 }
 
 

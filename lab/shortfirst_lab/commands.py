@@ -243,3 +243,10 @@ def sim(
     argv += _flags([("--arrival-rate", arrival_rate), ("--load", load)])
     argv += _flags([("--servers", servers), ("--dispatch", dispatch), ("--warmup-jobs", warmup_jobs)])
     return argv + ["--summary-only"] * summary_only
+
+
+def bench_sim(out: str | Path, jobs: int, *, cargo: str = "cargo") -> list[str]:
+    """The simulator's speed benchmark (`crates/sim/examples/bench_sim.rs`), built and run in
+    release by cargo: every policy on the same workloads of `jobs` jobs, JSON to `out`."""
+    argv = [cargo, "run", "--release", "--locked", "-q", "-p", "shortfirst-sim", "--example", "bench_sim"]
+    return argv + ["--", str(out), str(jobs)]

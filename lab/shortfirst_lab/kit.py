@@ -33,6 +33,14 @@ from typing import Any
 #: editable): git runs there, whatever the caller's working directory.
 REPO = Path(__file__).resolve().parents[2]
 
+
+def shortfirst_binary() -> Path:
+    """The `shortfirst` binary the lab drives unless told another: ``$SHORTFIRST_BIN``, else
+    the repository's release build (which may not exist yet: callers check)."""
+    env = os.environ.get("SHORTFIRST_BIN")
+    return Path(env) if env else REPO / "target" / "release" / "shortfirst"
+
+
 #: Clock ticks per second of /proc/stat and /proc/PID/stat (USER_HZ).
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

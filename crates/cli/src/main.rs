@@ -18,6 +18,7 @@ mod sim;
 mod spelling;
 mod units;
 mod uplink;
+mod vocabulary;
 mod workload;
 
 #[derive(Parser, Debug)]
@@ -49,6 +50,8 @@ enum Command {
     Netem(netem::Args),
     /// HAProxy map and configurations for a farm dispatched by response size.
     Farm(farm::Args),
+    /// Print, as JSON, the names this build takes for policies, schedulers and other choices.
+    Vocabulary(vocabulary::Args),
 }
 
 /// The command line as users get it: the derived command with each setting's default shown
@@ -104,6 +107,7 @@ impl Command {
             Command::Sim(a) => sim::run(a),
             Command::Netem(a) => netem::run(a),
             Command::Farm(a) => farm::run(a),
+            Command::Vocabulary(a) => vocabulary::run(a),
         }
     }
 }

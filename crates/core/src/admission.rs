@@ -251,7 +251,7 @@ pub const AGING_SCAN_LIMIT: usize = 1024;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum AdmissionError {
-    #[error("policy {input:?}: expected `fifo`, `sjf` or `sjf-aging:X` with X a number in 0..={max}", max = MAX_AGING_FACTOR)]
+    #[error("policy {input:?}: expected {forms} with X a number in 0..={max}", forms = crate::names::one_of(&AdmissionPolicy::FORMS), max = MAX_AGING_FACTOR)]
     BadPolicy { input: String },
     #[error("capacity must be at least {min} µs of cost, got {capacity_us}", min = MIN_COST_US)]
     BadCapacity { capacity_us: u64 },

@@ -26,9 +26,7 @@ pub const MAX_HOSTS: usize = 4_096;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum DispatchError {
-    #[error(
-        "dispatch rule {0:?}: expected random, round-robin, least-connections, least-work, sita:CUTOFFS, sita-e or sita-e:N"
-    )]
+    #[error("dispatch rule {0:?}: expected {forms}", forms = crate::names::one_of(&DispatchRule::FORMS))]
     UnknownRule(String),
     #[error("sita cutoff {text:?}: {reason}")]
     BadCutoff { text: String, reason: String },
@@ -65,6 +63,11 @@ pub enum DispatchRule {
 }
 
 impl DispatchRule {
+    /// The spellings [`DispatchRule::parse`] takes and `Display` writes: `CUTOFFS` stands for
+    /// sizes such as `10K,1M`, `N` for a number of sizes. What `shortfirst vocabulary` lists.
+    pub const FORMS: [&'static str; 7] =
+        ["random", "round-robin", "least-connections", "least-work", "sita:CUTOFFS", "sita-e", "sita-e:N"];
+
     pub fn parse(text: &str) -> Result<DispatchRule, DispatchError> {
         match text {
             "random" => return Ok(DispatchRule::Random),

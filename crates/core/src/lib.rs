@@ -9,6 +9,7 @@
 pub mod admission;
 pub mod bands;
 pub mod dispatch;
+pub mod names;
 pub mod policy;
 pub mod srrt;
 pub mod stream_sched;

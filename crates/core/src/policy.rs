@@ -74,7 +74,7 @@ pub enum RankDrift {
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PolicyError {
-    #[error("unknown policy {0:?}: expected one of ps, fifo, srpt, srpt-classes:CUTOFFS, size-classes:CUTOFFS, sjf, sjf-aging:X, las, fsp")]
+    #[error("unknown policy {0:?}: expected {forms}", forms = crate::names::one_of(&Policy::FORMS))]
     Unknown(String),
     #[error("policy {policy:?}: {source}")]
     Cutoffs { policy: String, source: CutoffsError },
@@ -107,6 +107,12 @@ pub enum Policy {
 }
 
 impl Policy {
+    /// The spellings [`Policy::parse`] takes (`fair` too, for `ps`) and `Display` writes:
+    /// `CUTOFFS` stands for sizes such as `1K,2K,5K`, `X` for the aging factor. What
+    /// `shortfirst vocabulary` lists as the simulator's policies.
+    pub const FORMS: [&'static str; 9] =
+        ["ps", "fifo", "srpt", "srpt-classes:CUTOFFS", "size-classes:CUTOFFS", "sjf", "sjf-aging:X", "las", "fsp"];
+
     /// `ps`, `fifo`, `srpt`, `srpt-classes:1K,2K,5K,20K,50K`, `sjf`, `sjf-aging:2`, `las`, `fsp`
     /// (case-insensitive; `fair` is accepted for `ps`).
     pub fn parse(text: &str) -> Result<Policy, PolicyError> {
@@ -335,6 +341,15 @@ pub fn per_job_rates(jobs_by_level: impl IntoIterator<Item = usize>, servers: us
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_form_parses_and_writes_back() {
+        for form in Policy::FORMS {
+            let text = form.replace("CUTOFFS", "1000,5000").replace('X', "2");
+            let policy = Policy::parse(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(policy.to_string(), text);
+        }
+    }
 
     #[test]
     fn parse_round_trip_table() {

@@ -31,7 +31,6 @@ import pandas as pd
 from .. import commands
 from ..kit import write_atomic, write_json
 from ..spec.experiment import Experiment
-from ..spec.vocabulary import SIM_POLICIES
 from . import models, wire
 
 SIM_TIMEOUT_S = 600
@@ -145,7 +144,7 @@ def resimulate(out: Path, exp: Experiment, bin_path: Path) -> dict[str, str]:
         if not (rdir / "requests.csv").exists() or not rec_path.exists():
             continue
         rec = json.loads(rec_path.read_text())
-        if rec.get("status") != "ok" or spec.policy not in SIM_POLICIES:
+        if rec.get("status") != "ok" or spec.policy not in models.MODELLED_POLICIES:
             continue
         rec["sim"] = simulate(bin_path, exp, rdir, spec.policy, spec.scheduler)
         write_json(rec_path, rec)

@@ -56,6 +56,8 @@ def parse_cutoffs(text: str) -> list[int]:
 #: Policies the simulator and the M/G/1 formulas model: those ranking by size. `srrt` ranks by
 #: a TCP_INFO estimate, which needs per-connection path state the simulator does not have.
 SIZE_POLICIES = ("fair", "srpt", "srpt2")
+#: `serve` policies the simulator replays (`sim_policy_of`): those ranking by size, and las.
+MODELLED_POLICIES = (*SIZE_POLICIES, "las")
 
 
 def cutoffs_for(policy: str, cutoffs: str, sizes_bytes: Any) -> list[int] | None:

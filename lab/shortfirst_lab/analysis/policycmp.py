@@ -58,7 +58,6 @@ import numpy as np
 import pandas as pd
 
 from ..spec.experiment import Experiment
-from ..spec.vocabulary import SIM_POLICIES
 from . import metrics as analysis
 from . import models, srrtmetrics, wanreport
 
@@ -381,7 +380,7 @@ def _mean(values: Iterable[float | None]) -> float | None:
 def _ideal(arm: Any, exp: Experiment) -> str | None:
     """The simulator's policy `measured_over_ideal` divides by (srpt2's cutoffs are learned
     per run: named without them)."""
-    if arm.policy not in SIM_POLICIES:
+    if arm.policy not in models.MODELLED_POLICIES:
         return None
     if arm.policy == "srpt2":
         return "srpt-classes:<median>"

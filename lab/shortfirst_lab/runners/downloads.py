@@ -36,7 +36,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..spec.vocabulary import SCHEDULERS
+from ..kit import shortfirst_binary
+from ..spec import vocabulary
 from ..testbed.bed import Testbed, TestbedError, cleanup_leftovers, new_run_id
 
 RATE_BITS_PER_S = 10_000_000
@@ -100,7 +101,7 @@ class Result:
     server_args: list[str]
     #: The server namespace's TCP congestion control ("" = its default).
     congestion_control: str
-    #: Who ordered the uplink (see SCHEDULERS).
+    #: Who ordered the uplink (`serve --scheduler`).
     scheduler: str = "kernel"
     trials: list[Trial] = field(default_factory=list)
 
@@ -238,8 +239,8 @@ def run(
     """Builds a 10 Mbit testbed, runs ``trials`` fair/srpt pairs, tears it all down.
     ``server_args`` go to every ``shortfirst serve`` after the policy and address.
     ``scheduler="user"`` or ``"crovella"``: the server's own scheduler under a plain TBF."""
-    if scheduler not in SCHEDULERS:
-        raise ValueError(f"scheduler {scheduler!r}: expected one of {', '.join(SCHEDULERS)}")
+    if scheduler not in vocabulary.schedulers():
+        raise ValueError(f"scheduler {scheduler!r}: expected one of {', '.join(vocabulary.schedulers())}")
     if scheduler != "kernel":
         server_args = ("--scheduler", scheduler, "--link-rate", str(RATE_BITS_PER_S), *server_args)
     if send_buffer_bytes:
@@ -301,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m shortfirst_lab downloads", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--bin", default="target/release/shortfirst", help="the shortfirst binary")
+    parser.add_argument("--bin", default=str(shortfirst_binary()), help="the shortfirst binary")
     parser.add_argument("--trials", type=int, default=3, help="fair/srpt pairs to run (1..=20)")
     parser.add_argument("--out", type=Path, help="also write the result as JSON here")
     parser.add_argument(
@@ -317,7 +318,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--scheduler",
-        choices=SCHEDULERS,
         default="kernel",
         help="kernel: SO_PRIORITY bands under HTB; user, crovella: the server's own scheduler, TBF [kernel]",
     )

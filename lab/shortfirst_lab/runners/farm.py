@@ -40,10 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import commands
-from ..analysis import farmreport, idealsim
+from ..analysis import farmreport, idealsim, models
 from ..kit import utc_now, write_atomic, write_json
 from ..spec.farm import DISPATCHES, FarmExperiment, FarmRun
-from ..spec.vocabulary import SIM_POLICIES
 from ..testbed.placement import Placement
 from . import factors
 from .stage import make_stage, touch_docroot, unstage
@@ -170,7 +169,7 @@ class FarmRunner(Runner):
             if rdir != final_dir:
                 unstage(rdir, final_dir)
         rec.update(run=run.run_id, dispatch=run.dispatch, load=spec.load, repeat=spec.repeat, seed=spec.seed)
-        if rec["status"] == "ok" and spec.policy in SIM_POLICIES:
+        if rec["status"] == "ok" and spec.policy in models.MODELLED_POLICIES:
             farm = idealsim.Farm(self.farm.hosts, DISPATCHES[run.dispatch], tuple(self.cutoffs))
             rec["sim"] = idealsim.simulate(self.bin, exp, final_dir, spec.policy, spec.scheduler, farm)
         write_json(final_dir / "run.json", rec)
@@ -282,7 +281,7 @@ def resimulate(out: Path, farm: FarmExperiment, bin_path: Path) -> dict[str, str
         if not (rdir / "run.json").exists() or not (rdir / "requests.csv").exists():
             continue
         rec = json.loads((rdir / "run.json").read_text())
-        if rec.get("status") != "ok" or run.spec.policy not in SIM_POLICIES:
+        if rec.get("status") != "ok" or run.spec.policy not in models.MODELLED_POLICIES:
             continue
         spec, sim_farm = run.spec, idealsim.Farm(farm.hosts, DISPATCHES[run.dispatch], tuple(cutoffs))
         rec["sim"] = idealsim.simulate(bin_path, farm.exp, rdir, spec.policy, spec.scheduler, sim_farm)

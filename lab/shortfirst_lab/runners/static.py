@@ -56,12 +56,11 @@ import pandas as pd
 from tqdm import tqdm
 
 from .. import commands
-from ..analysis import idealsim, overload, report, series
+from ..analysis import idealsim, models, overload, report, series
 from ..kit import LabError, parse_proc_pairs, utc_now, write_atomic, write_json
 from ..kit import provenance as collect
 from ..spec import schedules
 from ..spec.experiment import Experiment, RunSpec, load_experiment
-from ..spec.vocabulary import SIM_POLICIES
 from ..testbed import synrto
 from ..testbed.placement import Placement
 from . import factors, wanrun
@@ -691,7 +690,7 @@ class Runner:
                            "jitter_ms": spec.path.jitter_ms}  # fmt: skip
         if spec.rerun:  # its first run's arrivals, hence its ideals: not simulated again
             rec["rerun"] = True
-        elif rec["status"] == "ok" and self.sim_available() and spec.policy in SIM_POLICIES:
+        elif rec["status"] == "ok" and self.sim_available() and spec.policy in models.MODELLED_POLICIES:
             rec["sim"] = self.simulate(rdir, spec.policy, spec.scheduler)
         if (rdir / "requests.csv").exists():
             try:

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from . import vocabulary
 from .expmodel import (
     MAX_ARMS,
     MAX_GROUPS,
@@ -35,8 +36,6 @@ from .expmodel import (
     Workload,
 )
 from .schedules import check_spec, specs_of
-from .vocabulary import AT_MAX_CONNECTIONS, MAX_PACER_RATE_BITS_PER_S, SCHEDULERS, USER_POLICIES
-from .vocabulary import SERVE_POLICIES as POLICIES
 
 _GROUP_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -320,10 +319,10 @@ def _server(s: _Section) -> Server:
     if rrt_cutoffs not in ("", "auto") and not all(_RRT_CUTOFF_RE.match(x) for x in rrt_cutoffs.split(",")):
         raise s.err("rrt_cutoffs", '"" (server default), "auto" or a list like "50ms,100ms,1s"', rrt_cutoffs)
     at_max = s.str("at_max_connections", "")
-    if at_max and at_max not in AT_MAX_CONNECTIONS:
+    if at_max and at_max not in vocabulary.at_max_connections():
         raise s.err(
             "at_max_connections",
-            f'"" (the server\'s default) or one of {"|".join(AT_MAX_CONNECTIONS)}',
+            f'"" (the server\'s default) or one of {"|".join(vocabulary.at_max_connections())}',
             at_max,
         )
     pacer_burst = s.str("pacer_burst", "link")
@@ -407,54 +406,60 @@ _ARM_FLAGS = (
 def _policies_or_arms(e: _Section) -> tuple[list[str], tuple[Arm, ...]]:
     """`experiment.policies` (each under the kernel's bands) or `experiment.arms` (each a
     `POLICY[/SCHEDULER]`), exactly one of them: the distinct policies in order and the arms as
-    written (none with `policies`)."""
+    written (none with `policies`). The names are the binary's (`vocabulary`)."""
     if "arms" in e.table and "policies" in e.table:
         raise e.err("arms", "either experiment.policies or experiment.arms, not both")
+    kernel = vocabulary.serve_policies("kernel")
     if "arms" not in e.table:
         policies = e.get("policies")
         if not isinstance(policies, list) or not policies:
-            raise e.err(
-                "policies", f"a non-empty list of {'|'.join(POLICIES)} (or experiment.arms)", policies
-            )
+            raise e.err("policies", f"a non-empty list of {'|'.join(kernel)} (or experiment.arms)", policies)
         for p in policies:
-            if p not in POLICIES:
-                raise e.err("policies", f"each policy one of {'|'.join(POLICIES)}", p)
+            if p not in kernel:
+                raise e.err("policies", f"each policy one of {'|'.join(kernel)}", p)
         if len(set(policies)) != len(policies):
             raise e.err("policies", "no duplicates", policies)
         return policies, ()
     raw = e.get("arms")
-    form = f"POLICY[/SCHEDULER] with POLICY one of {'|'.join(dict.fromkeys(POLICIES + USER_POLICIES))}"
-    form += f" and SCHEDULER one of {'|'.join(SCHEDULERS)}"
+    form = f"POLICY[/SCHEDULER] with POLICY one of {'|'.join(vocabulary.all_serve_policies())}"
+    form += f" and SCHEDULER one of {'|'.join(vocabulary.schedulers())}"
     if not isinstance(raw, list) or not raw:
         raise e.err("arms", f'a non-empty list of arms such as ["fair", "srpt", "srpt/user"] ({form})', raw)
     if len(raw) > MAX_ARMS:
         raise e.err("arms", f"at most {MAX_ARMS} arms", len(raw))
-    arms = []
+    arms: list[Arm] = []
     for item in raw:
-        if not isinstance(item, str):
-            raise e.err("arms", f"each arm a string {form}", item)
-        policy, slash, scheduler = item.strip().partition("/")
-        if policy not in POLICIES + USER_POLICIES or (slash and scheduler not in SCHEDULERS):
-            raise e.err("arms", f"each arm {form}", item)
-        arm = Arm(policy, scheduler or "kernel")
-        if arm.scheduler == "kernel" and policy not in POLICIES:
-            raise e.err(
-                "arms",
-                f"a kernel arm to rank by {'|'.join(POLICIES)} ({policy} needs a user-space scheduler: "
-                f"{policy}/user)",
-                item,
-            )
-        if arm.scheduler != "kernel" and policy not in USER_POLICIES:
-            raise e.err(
-                "arms",
-                f"a user-space scheduler's arm to rank by {' or '.join(USER_POLICIES)} "
-                f"(`serve --scheduler {arm.scheduler}` refuses {policy})",
-                item,
-            )
+        arm = _arm(e, item, form)
         if arm in arms:
             raise e.err("arms", 'no duplicate arms ("srpt" and "srpt/kernel" are the same arm)', item)
         arms.append(arm)
     return list(dict.fromkeys(a.policy for a in arms)), tuple(arms)
+
+
+def _arm(e: _Section, item: Any, form: str) -> Arm:
+    """One `POLICY[/SCHEDULER]` of `experiment.arms`, its policy one the scheduler runs."""
+    if not isinstance(item, str):
+        raise e.err("arms", f"each arm a string {form}", item)
+    policy, slash, scheduler = item.strip().partition("/")
+    if policy not in vocabulary.all_serve_policies() or (slash and scheduler not in vocabulary.schedulers()):
+        raise e.err("arms", f"each arm {form}", item)
+    arm = Arm(policy, scheduler or "kernel")
+    runs = vocabulary.serve_policies(arm.scheduler)
+    if arm.scheduler == "kernel" and policy not in runs:
+        raise e.err(
+            "arms",
+            f"a kernel arm to rank by {'|'.join(runs)} "
+            f"({policy} needs a user-space scheduler: {policy}/user)",
+            item,
+        )
+    if policy not in runs:
+        raise e.err(
+            "arms",
+            f"a user-space scheduler's arm to rank by {' or '.join(runs)} "
+            f"(`serve --scheduler {arm.scheduler}` refuses {policy})",
+            item,
+        )
+    return arm
 
 
 def _check_schedulers(path: Path, exp: Experiment) -> None:
@@ -479,11 +484,11 @@ def _check_schedulers(path: Path, exp: Experiment) -> None:
         )
     if schedulers == {"kernel"}:
         return
-    if exp.uplink.rate_bits_per_s > MAX_PACER_RATE_BITS_PER_S:
+    if exp.uplink.rate_bits_per_s > vocabulary.max_link_rate_bits_per_s():
         raise ExperimentError(
             path,
             "uplink.rate",
-            f"at most {MAX_PACER_RATE_BITS_PER_S} bit/s with a user or crovella arm "
+            f"at most {vocabulary.max_link_rate_bits_per_s()} bit/s with a user or crovella arm "
             "(the rate the server's pacer is given, `serve --uplink-rate`)",
             exp.uplink.rate_bits_per_s,
         )

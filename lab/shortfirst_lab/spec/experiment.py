@@ -15,7 +15,8 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
     name = "tocs-lan"                 # str, [A-Za-z0-9_.-]+
     description = "..."               # str
     policies = ["fair", "srpt"]       # non-empty list of fair|srpt|srpt2|srrt, no duplicates;
-                                      # each runs under the kernel's bands (HTB tree, SO_PRIORITY)
+                                      # each runs under the kernel's bands (HTB tree, SO_PRIORITY);
+                                      # the names are the binary's (`shortfirst vocabulary`)
     arms = ["fair", "srpt", "srpt/user", "srpt/crovella"]
                                       # instead of policies (one or the other): the matrix's arms,
                                       # each POLICY[/SCHEDULER], no duplicates ("srpt" is
@@ -199,20 +200,13 @@ from .expmodel import (
 )
 from .reader import load_experiment
 from .schema import apply_override
-from .vocabulary import AT_MAX_CONNECTIONS, MAX_PACER_RATE_BITS_PER_S, SCHEDULERS, USER_POLICIES
-from .vocabulary import SERVE_POLICIES as POLICIES
 
 __all__ = [
-    "AT_MAX_CONNECTIONS",
     "MAX_ARMS",
     "MAX_GROUPS",
-    "MAX_PACER_RATE_BITS_PER_S",
     "MAX_PATHS",
     "MAX_SCHEDULES",
-    "POLICIES",
-    "SCHEDULERS",
     "SYNCOOKIES",
-    "USER_POLICIES",
     "Arm",
     "Calibration",
     "Client",

@@ -155,7 +155,7 @@ class RunSpec:
     schedule: str = ""  # the load schedule of the run ("" none)
     schedule_label: str = ""  # in the run's name when the schedule is a matrix dimension
     setup: str = ""  # the setup's name when the experiment has setups
-    scheduler: str = "kernel"  # who orders the uplink (SCHEDULERS)
+    scheduler: str = "kernel"  # who orders the uplink (`serve --scheduler`)
     #: The baseline run again at its point, same trace and seed (`experiment.baseline_rerun`):
     #: its stretch against the first run is what the stretch measures by chance.
     rerun: bool = False

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import vocabulary
 from .schema import (
     Field,
     SpecError,
@@ -23,7 +24,6 @@ from .schema import (
     positive,
     read_toml,
 )
-from .vocabulary import ESTIMATE_BASES, GATEKEEPER_POLICY, GATEKEEPER_POLICY_FORM
 
 #: The backends such a file may name (each a `runners.gatekeeper.backends.foreign` backend).
 BACKENDS = ("datasette", "json-server")
@@ -42,7 +42,9 @@ RUN: dict[str, Field] = {
     "load_factor": positive("number", True),
     "think_s": positive("number", True),
     "seed": Field("int", lo=0),
-    "modes": Field("strs", True, what=f"direct, {GATEKEEPER_POLICY_FORM}"),
+    "modes": Field(
+        "strs", True, what="direct or a gatekeeper policy (fifo, sjf, sjf-aging:X: `shortfirst vocabulary`)"
+    ),
     "models": Field("strs", True, choices=("open", "closed")),
     "peak_clients": Field("ints", True, lo=1),
     "peak_s": positive("number", True),
@@ -64,7 +66,7 @@ CALIBRATE: dict[str, Field] = {
 BACKEND: dict[str, Field] = {
     "rows": Field("int", True, lo=1),
     "max_in_flight": Field("int", lo=1),
-    "estimate_basis": Field("str", choices=ESTIMATE_BASES),
+    "estimate_basis": Field("str", what="a cost basis (share, wall or serial: `shortfirst vocabulary`)"),
 }
 SECTIONS = ("run", "calibrate")
 
@@ -125,6 +127,9 @@ def from_dict(doc: dict[str, Any], path: Path) -> Settings:
         if not _DURATION.match(doc["calibrate"][key]):
             raise SpecError(path, f"calibrate.{key}", "a duration such as 250ms or 2s", doc["calibrate"][key])
     check_table(path, name, doc[name], BACKEND)
+    basis = doc[name].get("estimate_basis")
+    if basis is not None and basis not in vocabulary.estimate_bases():
+        raise SpecError(path, f"{name}.estimate_basis", f"one of {list(vocabulary.estimate_bases())}", basis)
     return Settings(
         **{k: float(run[k]) if RUN[k].kind == "number" else run[k] for k in RUN if k in run},
         calibrate=dict(doc["calibrate"]),
@@ -151,5 +156,5 @@ def _check_run(path: Path, run: dict[str, Any]) -> None:
     if len(set(run.get("patience", []))) != len(run.get("patience", [])):
         raise SpecError(path, "run.patience", "each rule once", run["patience"])
     for i, mode in enumerate(run["modes"]):
-        if mode != "direct" and not GATEKEEPER_POLICY.match(mode):
-            raise SpecError(path, f"run.modes[{i}]", f"direct, {GATEKEEPER_POLICY_FORM}", mode)
+        if mode != "direct" and not vocabulary.is_gatekeeper_policy(mode):
+            raise SpecError(path, f"run.modes[{i}]", f"direct, {vocabulary.gatekeeper_policy_forms()}", mode)

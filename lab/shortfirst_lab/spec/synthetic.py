@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from . import vocabulary
 from .schema import Field, SpecError, check_backend, check_sections, check_table, positive
-from .vocabulary import GATEKEEPER_POLICY, GATEKEEPER_POLICY_FORM
 
-_CONFIGS = f"direct, {GATEKEEPER_POLICY_FORM}"
+_CONFIGS = "direct or a gatekeeper policy (fifo, sjf, sjf-aging:X: `shortfirst vocabulary`)"
 
 #: Section → key → (field, the bench option's destination).
 OPTIONS: dict[str, dict[str, tuple[Field, str]]] = {
@@ -74,8 +74,8 @@ def from_dict(doc: dict[str, Any], path: Path) -> dict[str, Any]:
             out[keys[key][1]] = " ".join(value) if key == "args" else _option(value)
     for key in ("configs", "open_configs"):
         for i, c in enumerate(doc.get("run", {}).get(key, [])):
-            if c != "direct" and not GATEKEEPER_POLICY.match(c):
-                raise SpecError(path, f"run.{key}[{i}]", _CONFIGS, c)
+            if c != "direct" and not vocabulary.is_gatekeeper_policy(c):
+                raise SpecError(path, f"run.{key}[{i}]", f"direct, {vocabulary.gatekeeper_policy_forms()}", c)
     run = doc.get("run", {})
     if run.get("warmup_s", 0) >= run.get("duration_s", float("inf")):
         raise SpecError(

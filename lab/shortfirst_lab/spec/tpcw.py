@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from . import vocabulary
 from .schema import (
     Field,
     SpecError,
@@ -21,7 +22,6 @@ from .schema import (
     positive,
     read_toml,
 )
-from .vocabulary import GATEKEEPER_POLICY, GATEKEEPER_POLICY_FORM
 
 #: The bookstore's own bound (`BEST_SELLERS_REPEAT_MAX`), checked here too so that a bad value
 #: stops the sweep before the database is generated, naming the setting.
@@ -107,9 +107,12 @@ def _check_modes(path: Path, modes: dict, load: dict) -> None:
         policy, at, capacity = mode.partition("@")
         if mode == "direct":
             continue
-        if not GATEKEEPER_POLICY.match(policy):
+        if not vocabulary.is_gatekeeper_policy(policy):
             raise SweepConfigError(
-                path, f"modes.list[{i}]", f"direct, {GATEKEEPER_POLICY_FORM} (optionally @CAPACITY)", mode
+                path,
+                f"modes.list[{i}]",
+                f"direct, {vocabulary.gatekeeper_policy_forms()} (optionally @CAPACITY)",
+                mode,
             )
         if at:
             _check_capacity(path, f"modes.list[{i}]", capacity, ("auto",))

@@ -1,32 +1,92 @@
-"""The binary's vocabulary as the lab uses it, written once: the policies and schedulers of
-`shortfirst serve`, the policies of `shortfirst sim`, the gatekeeper's policies and cost
-bases. Copied from the binary's sources (crates/cli, crates/core) because the binary prints
-no list of them yet; every check and builder of the lab imports them from here, so reading
-them from the binary later is one change.
+"""The binary's vocabulary, read from the binary: `shortfirst vocabulary` prints, as JSON, the
+names this build takes for `serve`'s policies and schedulers (and which policies each
+scheduler runs), the simulator's policies and the gatekeeper's admission policies and cost
+bases, each list from the definition its parser uses. Read once per process; every check and
+builder of the lab asks here, so a name added to the binary needs no change in the lab.
+
+The binary is `kit.shortfirst_binary()` (``$SHORTFIRST_BIN`` or the release build).
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import re
+import subprocess
+from typing import Any
 
-#: `serve --policy` under the kernel's priority bands (`--scheduler kernel`).
-SERVE_POLICIES = ("fair", "srpt", "srpt2", "srrt")
-#: Who orders the uplink's bytes (`serve --scheduler`): kernel priority bands under the HTB tree,
-#: the server's own pacer under a plain token bucket, or that pacer with Crovella 1999's limit
-#: on how many responses may write at once.
-SCHEDULERS = ("kernel", "user", "crovella")
-#: Policies a user-space scheduler ranks by: `serve` refuses srpt2 (learned cutoffs) and srrt
-#: (kernel bands by TCP_INFO) with them, and runs las (least attained service) with them only.
-USER_POLICIES = ("fair", "srpt", "las")
-#: What `serve` does at `--max-connections` (`--at-max-connections`): refuse = accept and answer
-#: 503; wait = stop accepting until a connection closes (the accept queue, then SYN drops).
-AT_MAX_CONNECTIONS = ("refuse", "wait")
-#: Highest `serve --uplink-rate` (the pacer's limit, crates/server config.rs).
-MAX_PACER_RATE_BITS_PER_S = 400_000_000_000
-#: `shortfirst sim --policy`: the size-ranking policies, and las.
-SIM_POLICIES = ("fair", "srpt", "srpt2", "las")
-#: `shortfirst gatekeeper --policy`: fifo, sjf, or sjf-aging:X (X a number).
-GATEKEEPER_POLICY = re.compile(r"^(fifo|sjf|sjf-aging:[0-9]*\.?[0-9]+)$")
-GATEKEEPER_POLICY_FORM = "fifo, sjf or sjf-aging:X"
-#: `shortfirst gatekeeper --estimate-basis`: what a completion's cost sample measures.
-ESTIMATE_BASES = ("share", "wall", "serial")
+from ..kit import LabError, shortfirst_binary
+
+#: An argument in a form: `X` a number (`sjf-aging:X`), `CUTOFFS` a list of sizes, `N` a count.
+_ARGUMENTS = {"X": r"[0-9]*\.?[0-9]+", "CUTOFFS": r"[0-9][0-9A-Za-z.,]*", "N": r"[0-9]+"}
+
+
+class VocabularyError(LabError):
+    """The binary's vocabulary could not be read: no binary, or one that does not list it."""
+
+
+@functools.cache
+def _read() -> dict[str, Any]:
+    binary = shortfirst_binary()
+    if not binary.is_file():
+        raise VocabularyError(
+            f"{binary}: no shortfirst binary to read policies and schedulers from; `make build`"
+        )
+    try:
+        out = subprocess.run(
+            [str(binary), "vocabulary"], capture_output=True, text=True, timeout=30, check=True
+        )
+        return json.loads(out.stdout)
+    except (subprocess.SubprocessError, json.JSONDecodeError, OSError) as e:
+        raise VocabularyError(f"{binary} vocabulary: {e}") from e
+
+
+def serve_policies(scheduler: str = "kernel") -> tuple[str, ...]:
+    """`serve --policy` names that run under `scheduler` (`kernel`: the priority bands)."""
+    by = _read()["serve"]["policies_by_scheduler"]
+    if scheduler not in by:
+        raise VocabularyError(f"scheduler {scheduler!r}: the binary has {', '.join(by)}")
+    return tuple(by[scheduler])
+
+
+def all_serve_policies() -> tuple[str, ...]:
+    """Every `serve --policy` name, whichever scheduler runs it."""
+    return tuple(_read()["serve"]["policy"])
+
+
+def schedulers() -> tuple[str, ...]:
+    """`serve --scheduler`: who orders the uplink's bytes (kernel bands, the server's pacer,
+    or the pacer with Crovella 1999's limit on concurrent writers)."""
+    return tuple(_read()["serve"]["scheduler"])
+
+
+def at_max_connections() -> tuple[str, ...]:
+    """What `serve` does at `--max-connections`."""
+    return tuple(_read()["serve"]["at_max_connections"])
+
+
+def max_link_rate_bits_per_s() -> int:
+    """Highest `serve --link-rate` a user-space scheduler paces to."""
+    return int(_read()["serve"]["max_link_rate_bits_per_s"])
+
+
+def estimate_bases() -> tuple[str, ...]:
+    """`gatekeeper --estimate-basis`: what a completion's cost sample measures."""
+    return tuple(_read()["gatekeeper"]["estimate_basis"])
+
+
+def gatekeeper_policy_forms() -> str:
+    """The gatekeeper's admission policies as a message lists them: `fifo, sjf or sjf-aging:X`."""
+    forms = _read()["gatekeeper"]["policy"]
+    return ", ".join(forms[:-1]) + f" or {forms[-1]}" if len(forms) > 1 else "".join(forms)
+
+
+def is_gatekeeper_policy(text: str) -> bool:
+    """Whether `text` is one of the gatekeeper's admission policies (X a non-negative number;
+    the binary bounds it)."""
+    return any(_form_re(form).match(text) for form in _read()["gatekeeper"]["policy"])
+
+
+def _form_re(form: str) -> re.Pattern[str]:
+    parts = re.split(r"(X|CUTOFFS|N)$", form)
+    return re.compile("^" + re.escape(parts[0]) + (_ARGUMENTS[parts[1]] if len(parts) > 1 else "") + "$")

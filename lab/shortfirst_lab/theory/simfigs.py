@@ -19,7 +19,6 @@ Command line: ``python -m shortfirst_lab theory fig7 --out DIR``.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -31,7 +30,7 @@ import pandas as pd
 from scipy import stats
 
 from .. import commands
-from ..kit import REPO, LabError
+from ..kit import LabError, shortfirst_binary
 from .mg1 import BoundedPareto, Exponential, Queue, SizeDist, slowdown_by_percentile
 
 
@@ -41,8 +40,7 @@ class SimError(LabError, RuntimeError):
 
 def find_binary() -> Path:
     """``$SHORTFIRST_BIN``, else the repository's release build."""
-    env = os.environ.get("SHORTFIRST_BIN")
-    path = Path(env) if env else REPO / "target" / "release" / "shortfirst"
+    path = shortfirst_binary()
     if not path.is_file():
         raise SimError(f"{path}: no shortfirst binary; build it with `make build` (or set SHORTFIRST_BIN)")
     return path

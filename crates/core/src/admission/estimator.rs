@@ -1,7 +1,6 @@
 //! Per-type online cost estimates (the paper's moving average, with warm-up and
 //! re-sampling; see the module docs of `admission`).
 
-use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
@@ -27,8 +26,22 @@ use super::{AdmissionError, MIN_COST_US};
 /// so its service time holds the other's, and its `share` half of it. `serial` takes the
 /// time since the previous completion instead, which on such a backend is the request's
 /// own time on it, at any number in flight.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    Default,
+    strum::VariantNames,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum Basis {
     /// Service time divided, moment by moment, by the requests admitted at that moment
     /// (`∫ dt / in_flight(t)` over the request's life, [`Gate::share_us`]): exactly the
@@ -53,23 +66,9 @@ pub enum Basis {
 impl FromStr for Basis {
     type Err = AdmissionError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim() {
-            "share" => Ok(Basis::Share),
-            "wall" => Ok(Basis::Wall),
-            "serial" => Ok(Basis::Serial),
-            other => Err(AdmissionError::BadEstimator {
-                what: format!("basis {other:?}: expected `share`, `wall` or `serial`"),
-            }),
-        }
-    }
-}
-
-impl fmt::Display for Basis {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Basis::Share => "share",
-            Basis::Wall => "wall",
-            Basis::Serial => "serial",
+        use strum::{IntoEnumIterator, VariantNames};
+        Basis::iter().find(|b| <&str>::from(b) == s.trim()).ok_or_else(|| AdmissionError::BadEstimator {
+            what: format!("basis {:?}: expected {}", s.trim(), crate::names::one_of(Basis::VARIANTS)),
         })
     }
 }

@@ -19,6 +19,12 @@ pub enum AdmissionPolicy {
     },
 }
 
+impl AdmissionPolicy {
+    /// The spellings `FromStr` takes and `Display` writes, `X` standing for the aging factor
+    /// (a number in `0..=MAX_AGING_FACTOR`): what `shortfirst vocabulary` lists.
+    pub const FORMS: [&'static str; 3] = ["fifo", "sjf", "sjf-aging:X"];
+}
+
 impl FromStr for AdmissionPolicy {
     type Err = AdmissionError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -45,5 +51,21 @@ impl fmt::Display for AdmissionPolicy {
             AdmissionPolicy::Sjf => write!(f, "sjf"),
             AdmissionPolicy::SjfAging { factor } => write!(f, "sjf-aging:{factor}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AdmissionPolicy;
+
+    #[test]
+    fn every_form_parses_and_writes_back() {
+        for form in AdmissionPolicy::FORMS {
+            let text = form.replace('X', "2.5");
+            let policy: AdmissionPolicy = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(policy.to_string(), text);
+        }
+        assert!("sjf-aging".parse::<AdmissionPolicy>().is_err());
+        assert!("lifo".parse::<AdmissionPolicy>().unwrap_err().to_string().contains("fifo, sjf or sjf-aging:X"));
     }
 }

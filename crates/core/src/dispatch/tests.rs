@@ -5,6 +5,15 @@ fn load(connections: &[usize], remaining: &[f64]) -> Vec<HostLoad> {
 }
 
 #[test]
+fn every_form_parses_and_writes_back() {
+    for form in DispatchRule::FORMS {
+        let text = form.replace("CUTOFFS", "1000,50000").replace('N', "100");
+        let rule = DispatchRule::parse(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(rule.to_string(), text);
+    }
+}
+
+#[test]
 fn parse_table() {
     for (text, want) in [
         ("random", DispatchRule::Random),

@@ -15,6 +15,7 @@ mod reload;
 #[cfg(test)]
 mod tests;
 mod values;
+mod vocabulary;
 
 pub use file::{duration_flag_s, rate_flag_bits_per_s, ConfigFile, TlsEntry};
 pub use host::{HostEntry, HostSettings, Names, MAX_HOSTS, MAX_NAMES_PER_HOST};
@@ -22,6 +23,7 @@ pub use values::{
     AccessLogFormat, AtMaxConnections, CutoffsSpec, Dotfiles, Listings, Policy, PolicySpec, RrtCutoffsSpec, Scheduling,
     UnknownHost, MAX_HEADERS_LIMIT,
 };
+pub use vocabulary::{vocabulary, Vocabulary};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -9,8 +9,9 @@ use shortfirst_core::srrt::{RrtCutoffs, RrtCutoffsError};
 pub const MAX_HEADERS_LIMIT: usize = 128;
 
 /// How responses are ranked into data bands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, strum::VariantNames, strum::Display, strum::EnumIter)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum Policy {
     /// Every response in one data band (band 1): processor sharing.
     Fair,
@@ -28,12 +29,18 @@ pub enum Policy {
 impl std::str::FromStr for Policy {
     type Err = String;
     fn from_str(s: &str) -> Result<Policy, String> {
-        parse_name(s, "policy", "fair, srpt, srpt2, las or srrt")
+        parse_name(s, "policy")
     }
 }
 
-/// A unit variant from its serde name (the same spelling as in the TOML file).
-fn parse_name<T: serde::de::DeserializeOwned>(s: &str, what: &str, expected: &str) -> Result<T, String> {
+/// A unit variant from its serde name (the same spelling as in the TOML file); the error
+/// lists the names `T` has.
+fn parse_name<T: serde::de::DeserializeOwned + strum::VariantNames>(s: &str, what: &str) -> Result<T, String> {
+    parse_name_expecting(s, what, &shortfirst_core::names::one_of(T::VARIANTS))
+}
+
+/// `parse_name` with its own list of what is expected (a value with spellings beyond the names).
+fn parse_name_expecting<T: serde::de::DeserializeOwned>(s: &str, what: &str, expected: &str) -> Result<T, String> {
     use serde::de::value::{Error, StrDeserializer};
     T::deserialize(StrDeserializer::<Error>::new(s)).map_err(|_| format!("unknown {what} {s:?}: expected {expected}"))
 }
@@ -79,7 +86,7 @@ impl std::str::FromStr for PolicySpec {
                 Err(e) => Err(e.to_string()),
             },
             ("srpt", false) => Ok(PolicySpec { policy: Policy::Srpt, cutoffs: None, exact: true }),
-            (_, false) => parse_name::<Policy>(&name, "policy", POLICY_NAMES).map(PolicySpec::from),
+            (_, false) => parse_name_expecting::<Policy>(&name, "policy", POLICY_NAMES).map(PolicySpec::from),
             (_, true) => {
                 Err(format!("unknown policy {s:?}: only srpt-classes takes cutoffs after `:`; expected {POLICY_NAMES}"))
             }
@@ -101,18 +108,6 @@ impl std::fmt::Display for PolicySpec {
             (Policy::Srpt, None) if !self.exact => write!(f, "srpt-classes"),
             (p, _) => write!(f, "{p}"),
         }
-    }
-}
-
-impl std::fmt::Display for Policy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Policy::Fair => "fair",
-            Policy::Srpt => "srpt",
-            Policy::Srpt2 => "srpt2",
-            Policy::Las => "las",
-            Policy::Srrt => "srrt",
-        })
     }
 }
 
@@ -157,8 +152,9 @@ impl std::str::FromStr for RrtCutoffsSpec {
 }
 
 /// Access log line format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, strum::VariantNames, strum::Display)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum AccessLogFormat {
     /// Combined Log Format plus `rt=<seconds> band=<n>`.
     Combined,
@@ -166,27 +162,19 @@ pub enum AccessLogFormat {
     Json,
 }
 
-impl std::fmt::Display for AccessLogFormat {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            AccessLogFormat::Combined => "combined",
-            AccessLogFormat::Json => "json",
-        })
-    }
-}
-
 impl std::str::FromStr for AccessLogFormat {
     type Err = String;
     fn from_str(s: &str) -> Result<AccessLogFormat, String> {
-        parse_name(s, "access log format", "combined or json")
+        parse_name(s, "access log format")
     }
 }
 
 /// What to do with a request for a dotfile: a path with a segment starting
 /// with `.` (`/.git/config`, `/.env`, `/a/.htpasswd`), except under
 /// `/.well-known/`, which RFC 8615 reserves for files meant to be public.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, strum::VariantNames, strum::Display)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum Dotfiles {
     /// 404, as if it did not exist: says nothing about what the root holds.
     Ignore,
@@ -196,26 +184,17 @@ pub enum Dotfiles {
     Allow,
 }
 
-impl std::fmt::Display for Dotfiles {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Dotfiles::Ignore => "ignore",
-            Dotfiles::Deny => "deny",
-            Dotfiles::Allow => "allow",
-        })
-    }
-}
-
 impl std::str::FromStr for Dotfiles {
     type Err = String;
     fn from_str(s: &str) -> Result<Dotfiles, String> {
-        parse_name(s, "dotfiles setting", "ignore, deny or allow")
+        parse_name(s, "dotfiles setting")
     }
 }
 
 /// What a directory without `index.html` is answered (see `crate::listing`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, strum::VariantNames, strum::Display)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum Listings {
     /// 403, as if listings did not exist.
     Off,
@@ -228,27 +207,17 @@ pub enum Listings {
     Auto,
 }
 
-impl std::fmt::Display for Listings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Listings::Off => "off",
-            Listings::Html => "html",
-            Listings::Json => "json",
-            Listings::Auto => "auto",
-        })
-    }
-}
-
 impl std::str::FromStr for Listings {
     type Err = String;
     fn from_str(s: &str) -> Result<Listings, String> {
-        parse_name(s, "listings setting", "off, html, json or auto")
+        parse_name(s, "listings setting")
     }
 }
 
 /// What a request whose `Host` names no `[[host]]` is answered (see `crate::site`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, strum::VariantNames, strum::Display)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum UnknownHost {
     /// Served from the top-level `root`, the default site (as nginx's default server).
     Default,
@@ -259,26 +228,17 @@ pub enum UnknownHost {
     NotFound,
 }
 
-impl std::fmt::Display for UnknownHost {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            UnknownHost::Default => "default",
-            UnknownHost::Misdirected => "misdirected",
-            UnknownHost::NotFound => "not-found",
-        })
-    }
-}
-
 impl std::str::FromStr for UnknownHost {
     type Err = String;
     fn from_str(s: &str) -> Result<UnknownHost, String> {
-        parse_name(s, "unknown-host setting", "default, misdirected or not-found")
+        parse_name(s, "unknown-host setting")
     }
 }
 
 /// Who orders the bytes on the uplink.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, strum::VariantNames, strum::Display, strum::EnumIter)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum Scheduling {
     /// Kernel priority bands: `SO_PRIORITY` per band under the HTB tree of
     /// `shortfirst uplink setup` (needs CAP_NET_ADMIN).
@@ -295,23 +255,14 @@ pub enum Scheduling {
 impl std::str::FromStr for Scheduling {
     type Err = String;
     fn from_str(s: &str) -> Result<Scheduling, String> {
-        parse_name(s, "scheduler", "kernel, user or crovella")
-    }
-}
-
-impl std::fmt::Display for Scheduling {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Scheduling::Kernel => "kernel",
-            Scheduling::User => "user",
-            Scheduling::Crovella => "crovella",
-        })
+        parse_name(s, "scheduler")
     }
 }
 
 /// What the accept loop does while `max-connections` connections are open.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, strum::VariantNames, strum::Display)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum AtMaxConnections {
     /// Accept the new connection, answer `503` with `Retry-After: 1` and close it:
     /// the client learns at once, and the accept queue keeps draining.
@@ -325,15 +276,6 @@ pub enum AtMaxConnections {
 impl std::str::FromStr for AtMaxConnections {
     type Err = String;
     fn from_str(s: &str) -> Result<AtMaxConnections, String> {
-        parse_name(s, "at-max-connections setting", "refuse or wait")
-    }
-}
-
-impl std::fmt::Display for AtMaxConnections {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            AtMaxConnections::Refuse => "refuse",
-            AtMaxConnections::Wait => "wait",
-        })
+        parse_name(s, "at-max-connections setting")
     }
 }

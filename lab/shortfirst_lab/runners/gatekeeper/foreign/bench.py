@@ -27,7 +27,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from ....kit import provenance, write_json
+from ....kit import provenance, shortfirst_binary, write_json
 from ....spec.foreign import Settings
 from ....spec.schema import read_toml
 from ....testbed.cpus import CpuReservation, CpusError, detect
@@ -388,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         help="experiment files, one per backend, e.g. lab/experiments/gatekeeper-datasette.toml",
     )
-    ap.add_argument("--bin", default="target/release/shortfirst")
+    ap.add_argument("--bin", default=str(shortfirst_binary()))
     ap.add_argument(
         "--tools", type=Path, default=Path(".make/foreign"), help="where make foreign-backends installs"
     )

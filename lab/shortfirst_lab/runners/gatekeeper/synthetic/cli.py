@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ....kit import HALT_POLL, git_commit, machine, write_json
+from ....kit import HALT_POLL, git_commit, machine, shortfirst_binary, write_json
 from ....spec.reader import read_spec
 from ..timeline import MIN_SAMPLE_MS
 from .models import run_models
@@ -71,7 +71,7 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, argpa
 def _backend_options(ap: argparse.ArgumentParser) -> None:
     """The binary, the output and the synthetic backend."""
     g = ap.add_argument_group("backend")
-    g.add_argument("--bin", default="target/release/shortfirst")
+    g.add_argument("--bin", default=str(shortfirst_binary()))
     g.add_argument("--out", default=None, help="default results/bench-gatekeeper-synthetic.json")
     g.add_argument("--scale", type=float, default=0.25, help="cost scale factor (1 = 1 ms .. 2 s)")
     g.add_argument("--cpus", type=int, default=4, help="backend processors (full speed up to this)")
