@@ -4,10 +4,11 @@ Verbs parsed here (one function each; add one by writing `_cmd_x(args)` and regi
 `SUBCOMMANDS` with a function that adds its arguments):
 
     validate FILE...                                  check experiment files of any kind (static serving,
-                                                      gatekeeper on any backend), print what each runs
+                                                      farm, gatekeeper on any backend), print what each runs
     run EXP.toml --out DIR [--resume] [--bin PATH]   run an experiment, then build its report
     report DIR [--resimulate [--bin PATH]]            rebuild summary.json and report.html from raw logs
-                                                      (overload experiments: `overload`); --resimulate
+                                                      (overload experiments: `overload`; a farm:
+                                                      `farmreport`); --resimulate
                                                       first redoes each run's ideals (idealsim.py)
     check-report DIR/report.html                      open the page in headless Chromium, check images
 
@@ -58,10 +59,22 @@ def _add_set(p: argparse.ArgumentParser) -> None:
 def _cmd_run(a: argparse.Namespace) -> int:
     from .kit import shortfirst_binary
     from .runners import static as runner
+    from .spec.reader import read_spec
     from .testbed.placement import Placement
 
     placement = Placement.parse(a.server_cpus, a.generator_cpus)
     bin_path = a.bin or shortfirst_binary()
+    spec = read_spec(a.experiment, a.overrides)
+    if spec.kind == "farm":
+        from .runners import farm
+
+        summary = farm.run_farm_experiment(
+            spec.value, a.out, bin_path, resume=a.resume, progress=not a.no_progress, placement=placement
+        )
+        print(_format(summary))
+        print(f"\nreport: {(a.out / 'report.html').resolve()}")
+        print(f"summary: {(a.out / 'summary.json').resolve()}")
+        return 0
     summary = runner.run_experiment(
         a.experiment,
         a.out,
@@ -90,17 +103,31 @@ def _add_report(p: argparse.ArgumentParser) -> None:
 
 
 def _format(summary: dict) -> str:
-    """The terminal table of either summary: an overload one has workloads."""
-    from .analysis import overload, report
+    """The terminal table of any summary: an overload one has workloads, a farm's hosts."""
+    from .analysis import farmreport, overload, report
 
+    if "hosts" in summary:
+        return farmreport.format_table(summary)
     return overload.format_table(summary) if "workloads" in summary else report.format_table(summary)
 
 
 def _cmd_report(a: argparse.Namespace) -> int:
-    from .analysis import overload, report
-    from .spec.reader import load_experiment
+    from .analysis import farmreport, overload, report
+    from .spec.reader import load_experiment, read_spec
 
     exp_path = a.dir / "experiment.toml"
+    spec = read_spec(exp_path) if exp_path.exists() else None
+    if spec is not None and spec.kind == "farm":
+        if a.resimulate:
+            from .kit import shortfirst_binary
+            from .runners import farm
+
+            bin_path = a.bin or shortfirst_binary()
+            for run, status in farm.resimulate(a.dir, spec.value, bin_path).items():
+                print(f"{run}: sim {status}", file=sys.stderr)
+        print(_format(farmreport.build(a.dir)))
+        print(f"\nreport: {(a.dir / 'report.html').resolve()}")
+        return 0
     if a.resimulate:
         _resimulate(a.dir, a.bin)
     if exp_path.exists() and overload.applies(load_experiment(exp_path)):
@@ -138,15 +165,20 @@ def _cmd_validate(a: argparse.Namespace) -> int:
         spec = read_spec(path, a.overrides)
         kind = spec.kind if spec.backend is None else f"{spec.kind} on {spec.backend}"
         print(f"{path}: ok — {kind}: {_plan(spec)}")
-        if spec.kind == "static":
+        if spec.kind in ("static", "farm"):
             for r in spec.value.matrix():
-                print(f"  {r.run_id}  seed={r.seed}")
+                print(f"  {r.run_id}  seed={r.spec.seed if spec.kind == 'farm' else r.seed}")
     return 0
 
 
 def _plan(spec) -> str:
     """One line on what a validated experiment file would run."""
     v = spec.value
+    if spec.kind == "farm":
+        return (
+            f"{v.name}: {len(v.matrix())} runs on {v.hosts} hosts behind HAProxy "
+            f"× {v.exp.run.duration_s:g} s schedule (+ drain up to {v.exp.run.drain_timeout_s:g} s each)"
+        )
     if spec.kind == "static":
         return (
             f"{v.name}: {len(v.matrix())} runs × {v.run.duration_s:g} s schedule "

@@ -231,15 +231,17 @@ def sim(
     arrival_rate: float | None = None,
     load: float | None = None,
     servers: int | None = None,
+    dispatch: str | None = None,
     warmup_jobs: int | None = None,
     summary_only: bool = False,
 ) -> list[str]:
     """`shortfirst sim`: a trace, or the simulator's own workload (`workload`, `jobs`, `seed`,
-    at `arrival_rate` or `load`), through one policy at a link rate (bits/s or `10mbit`)."""
+    at `arrival_rate` or `load`), through one policy at a link rate (bits/s or `10mbit`); with
+    `dispatch` (`round-robin`, `sita:20K`, ...) a farm of `servers` hosts of that rate each."""
     argv = [str(binary), "sim", "--policy", policy, "--link-rate", str(rate), "--out", str(out)]
     argv += _flags([("--trace", trace), ("--workload", workload), ("--jobs", jobs), ("--seed", seed)])
     argv += _flags([("--arrival-rate", arrival_rate), ("--load", load)])
-    argv += _flags([("--servers", servers), ("--warmup-jobs", warmup_jobs)])
+    argv += _flags([("--servers", servers), ("--dispatch", dispatch), ("--warmup-jobs", warmup_jobs)])
     return argv + ["--summary-only"] * summary_only
 
 

@@ -35,6 +35,10 @@ MISSPELT = [
     ("gatekeeper-tpcw-short.toml", 'backend = "bookstore"', 'backend = "synthetic"', "bookstore"),
     ("gatekeeper-synthetic.toml", "slots = 32", "slot = 32", "synthetic.slot"),
     ("gatekeeper-synthetic.toml", "[overhead]", "[overhed]", "overhed"),
+    ("farm.toml", "hosts = 2", "host = 2", "farm.host"),
+    ("farm.toml", 'haproxy = "haproxy"', 'haproxi = "haproxy"', "farm.haproxi"),
+    ("farm.toml", "[farm]", "[frm]", "frm"),
+    ("farm.toml", "warmup_s = 30", "warmup = 30", "run.warmup"),
 ]
 
 

@@ -157,6 +157,37 @@ def test_cleanup_after_a_crash_and_sparing_live_runs(shortfirst_bin, tmp_path):
     assert traces_of(live_id) == []
 
 
+def test_a_crashed_farm_leaves_its_hosts_to_cleanup(shortfirst_bin, tmp_path):
+    """A farm testbed's host namespaces (each with its own shaped uplink, reachable from the
+    front) are a run's like the others: left by a SIGKILLed run, removed by cleanup_leftovers."""
+    run_id = new_run_id()
+    script = tmp_path / "crash.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import time
+            from shortfirst_lab.testbed.farmbed import FarmTestbed
+            bed = FarmTestbed({run_id!r}, {RATE_10_MBIT}, 2, shortfirst_bin={str(shortfirst_bin)!r})
+            assert [len(bed.host_uplink_stats(i)["bands"]) for i in range(2)] == [7, 7]
+            assert bed.uplink_stats()["rate_bits_per_s"] == 2 * {RATE_10_MBIT}
+            bed.host_popen(1, ["sleep", "300"])
+            print("ready", flush=True)
+            time.sleep(300)
+            """
+        )
+    )
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    hosts = {f"{tb.PREFIX}{run_id}-h0", f"{tb.PREFIX}{run_id}-h1"}
+    assert hosts <= set(traces_of(run_id)), traces_of(run_id)
+    assert hosts <= set(cleanup_leftovers())
+    assert traces_of(run_id) == []
+
+
 def test_run_ids_are_exclusive_and_validated(shortfirst_bin):
     run_id = new_run_id()
     with Testbed(run_id, RATE_10_MBIT, shortfirst_bin=shortfirst_bin):

@@ -287,3 +287,24 @@ def measured_vs_models(
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=7)
     return _png(fig)
+
+
+def measured_beside_simulated(runs: Sequence[Mapping[str, Any]]) -> bytes:
+    """A farm's mean response per arm, one panel per load: measured bars beside simulated.
+
+    `runs`: the farm summary's rows (`arm`, `load`, `measured`/`simulated` metrics)."""
+    loads = sorted({r["load"] for r in runs})
+    fig, axes = _grid(len(loads))
+    for ax, load in zip(axes, loads, strict=True):
+        at = [r for r in runs if r["load"] == load]
+        x = np.arange(len(at))
+        meas = [r["measured"]["mean_response_s"] or 0.0 for r in at]
+        sim = [(r["simulated"] or {}).get("mean_response_s") or 0.0 for r in at]
+        ax.bar(x - 0.2, meas, 0.4, color="#1f5fa8", label="measured")
+        ax.bar(x + 0.2, sim, 0.4, color="#bbbbbb", label="simulated")
+        ax.set_xticks(x, [r["arm"] for r in at], rotation=35, ha="right", fontsize=7)
+        ax.set_ylabel("Mean response time (s)")
+        ax.set_title(f"load {load:g} per host")
+        ax.grid(True, axis="y", alpha=0.25)
+        ax.legend(fontsize=7)
+    return _png(fig)

@@ -10,6 +10,9 @@ nominal rate (see `models`), twice:
   the body: their cutoffs are mapped through the same model (wire is increasing in size, so a
   request starts in the class its body puts it in). ``wire_model.json`` records the fit.
 
+A farm's run (`runners.farm`) is simulated the same way as a farm (`Farm`: `shortfirst sim
+--servers C --dispatch RULE`), its wire model fitted to every host's uplink bytes together.
+
 The runner calls `simulate` after each run; `resimulate` redoes both for an experiment directory
 from its raw logs (``python -m shortfirst_lab report DIR --resimulate``).
 """
@@ -20,7 +23,7 @@ import json
 import shlex
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -39,10 +42,11 @@ def _trace(rdir: Path) -> pd.DataFrame:
     return req.sort_values("scheduled_s", kind="mergesort").reset_index(drop=True)
 
 
-def _run_sim(bin_path: Path, sdir: Path, trace: pd.DataFrame, policy: str, rate: int) -> str:
+def _run_sim(bin_path: Path, sdir: Path, trace: pd.DataFrame, policy: str, rate: int, **farm: Any) -> str:
+    """`shortfirst sim` on `trace` into `sdir`; `farm`: `servers` and `dispatch` of a farm."""
     out = trace.rename(columns={"scheduled_s": "time_s"})[["time_s", "path", "size_bytes"]]
     write_atomic(sdir / "trace.csv", out.to_csv(index=False))
-    argv = commands.sim(bin_path, policy=policy, rate=rate, out=sdir, trace=sdir / "trace.csv")
+    argv = commands.sim(bin_path, policy=policy, rate=rate, out=sdir, trace=sdir / "trace.csv", **farm)
     write_atomic(sdir / "commands.txt", shlex.join(argv) + "\n")
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=SIM_TIMEOUT_S, check=False)
@@ -76,21 +80,48 @@ def _map_back(sdir: Path, trace: pd.DataFrame, cost: np.ndarray) -> None:
     write_atomic(sdir / "requests.csv", sim.to_csv(index=False))
 
 
-def simulate(bin_path: Path, exp: Experiment, rdir: Path, policy: str, scheduler: str = "kernel") -> str:
-    """Both ideals of one run (module doc); "ok" or what failed."""
+class Farm(NamedTuple):
+    """A farm's dispatch for the simulator: `hosts` links of the nominal rate, each request
+    sent on arrival by `rule` (`shortfirst sim --dispatch`: ``round-robin``,
+    ``least-connections``), or by size interval (``sita``) at `cutoffs` (body bytes)."""
+
+    hosts: int
+    rule: str
+    cutoffs: tuple[int, ...] = ()
+
+    def args(self, model: wire.WireModel | None = None) -> dict[str, Any]:
+        """`commands.sim`'s farm arguments; for wire-cost jobs (`model`) the cutoffs mapped
+        through it, so each request goes to the host its body sends it to."""
+        if self.rule != "sita":
+            return {"servers": self.hosts, "dispatch": self.rule}
+        cut = [int(c) for c in (model.cost_bytes(list(self.cutoffs)) if model else self.cutoffs)]
+        return {"servers": self.hosts, "dispatch": "sita:" + ",".join(map(str, cut))}
+
+
+def simulate(
+    bin_path: Path,
+    exp: Experiment,
+    rdir: Path,
+    policy: str,
+    scheduler: str = "kernel",
+    farm: Farm | None = None,
+) -> str:
+    """Both ideals of one run (module doc), on one link or on a `farm`; "ok" or what failed."""
     trace = _trace(rdir)
     rate = exp.uplink.rate_bits_per_s
     sdir = rdir / "sim"
     sdir.mkdir(exist_ok=True)
     pol = models.sim_policy_of(policy, scheduler, exp.server.cutoffs, trace["size_bytes"])
-    status = _run_sim(bin_path, sdir, trace, pol, rate)
+    status = _run_sim(bin_path, sdir, trace, pol, rate, **(farm.args() if farm else {}))
     model, fit = wire.fit_run(rdir, trace["size_bytes"])
     wdir = rdir / "sim-wire"
     wdir.mkdir(exist_ok=True)
     cost = model.cost_bytes(trace["size_bytes"])
     wpol = wire_policy(policy, scheduler, exp.server.cutoffs, trace["size_bytes"], model)
     write_json(wdir / "wire_model.json", fit | {"policy": wpol})
-    wstatus = _run_sim(bin_path, wdir, trace.assign(size_bytes=cost), wpol, rate)
+    wstatus = _run_sim(
+        bin_path, wdir, trace.assign(size_bytes=cost), wpol, rate, **(farm.args(model) if farm else {})
+    )
     if wstatus == "ok":
         try:
             _map_back(wdir, trace, cost)

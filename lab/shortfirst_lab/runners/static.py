@@ -135,11 +135,14 @@ def generate_workload(exp: Experiment, out: Path, bin_path: Path) -> Path:
     return trace
 
 
-def check_trace_covers(exp: Experiment, trace: Path) -> dict[str, Any]:
+def check_trace_covers(
+    exp: Experiment, trace: Path, capacity_bits_per_s: int | None = None
+) -> dict[str, Any]:
     """The scaled trace must last at least `duration_s` at the highest load.
 
     Load scaling stretches the trace so that requested bits/s = ρ × rate, so at load ρ it lasts
     total_bits / (ρ × rate) seconds. Shorter than the run would silently shrink the window.
+    The rate is the uplink's, or `capacity_bits_per_s` (a farm's: hosts × rate).
     """
     df = pd.read_csv(trace, usecols=["size_bytes"])
     total_bits = float(df["size_bytes"].sum()) * 8.0
@@ -149,13 +152,14 @@ def check_trace_covers(exp: Experiment, trace: Path) -> dict[str, Any]:
         rho = max(exp.loads) * max(schedules.mean_multiplier(spec.schedule) for spec in exp.matrix())
     except schedules.ScheduleError as e:
         raise RunnerError(f"{exp.name}: {e}") from None
-    lasts_s = total_bits / (rho * exp.uplink.rate_bits_per_s)
+    capacity = capacity_bits_per_s or exp.uplink.rate_bits_per_s
+    lasts_s = total_bits / (rho * capacity)
     if lasts_s < exp.run.duration_s:
         need = int(np.ceil(len(df) * exp.run.duration_s / lasts_s * 1.05))
         raise RunnerError(
             f"{exp.name}: the trace ({len(df)} requests, mean {mean_size:.0f} B) "
             f"lasts only {lasts_s:.0f} s at "
-            f"load {rho:g} on {exp.uplink.rate_bits_per_s / 1e6:g} Mbit/s, but run.duration_s = "
+            f"load {rho:g} on {capacity / 1e6:g} Mbit/s, but run.duration_s = "
             f"{exp.run.duration_s:g}; set workload.requests to at least {need}"
         )
     return {
@@ -251,18 +255,22 @@ class Runner:
             **self.placement.testbed_args(),
         )
 
-    def server_argv(self, tb: Any, policy: str, scheduler: str = "kernel") -> list[str]:
+    def server_argv(
+        self, tb: Any, policy: str, scheduler: str = "kernel", addr: str | None = None
+    ) -> list[str]:
+        """`shortfirst serve` on the testbed's server address (or `addr`: a farm's host)."""
+        addr = addr or tb.server_addr
         argv = [
             str(self.bin),
             "serve",
             "--root",
             str(self.docroot),
             "--listen",
-            f"{tb.server_addr}:{self.exp.server.port}",
+            f"{addr}:{self.exp.server.port}",
             "--policy",
             policy,
             "--admin",
-            f"{tb.server_addr}:{ADMIN_PORT}",
+            f"{addr}:{ADMIN_PORT}",
         ]
         if self.exp.server.cutoffs and policy not in ("fair", "srrt", "las"):
             argv += ["--cutoffs", self.exp.server.cutoffs]
@@ -273,19 +281,28 @@ class Runner:
         argv += factors.scheduler_flags(scheduler, self.exp.uplink, self.exp.server)
         return argv + factors.serve_flags(self.exp.server) + list(self.exp.server.extra_args)
 
-    def wait_listening(self, tb: Any, srv: subprocess.Popen, log: Path) -> None:
-        """Until a TCP connect from the client namespace succeeds (the server is up)."""
+    def wait_listening(
+        self,
+        tb: Any,
+        srv: subprocess.Popen,
+        log: Path,
+        addr: str | None = None,
+        run: Callable[..., subprocess.CompletedProcess] | None = None,
+    ) -> None:
+        """Until a TCP connect to the server's port succeeds (the server is up): from the client
+        namespace to the server's address, or by `run` (a namespace's `*_run`) to `addr`."""
+        addr, run = addr or tb.server_addr, run or tb.client_run
         code = (
             "import socket,sys,time\n"
             f"end=time.monotonic()+{SERVER_START_TIMEOUT_S}\n"
             "while time.monotonic()<end:\n"
             "  try:\n"
-            f"    socket.create_connection(({tb.server_addr!r},{self.exp.server.port}),timeout=1).close()\n"
+            f"    socket.create_connection(({addr!r},{self.exp.server.port}),timeout=1).close()\n"
             "    sys.exit(0)\n"
             "  except OSError: time.sleep(0.05)\n"
             "sys.exit(1)\n"
         )
-        r = tb.client_run(
+        r = run(
             [sys.executable, "-c", code], capture_output=True, text=True, timeout=SERVER_START_TIMEOUT_S + 10
         )
         if r.returncode != 0:
@@ -574,6 +591,10 @@ class Runner:
 
     # ----------------------------------------------------------------------- matrix
 
+    def capacity_bits_per_s(self) -> int:
+        """What a load is a fraction of: the uplink's rate (a farm: every host's)."""
+        return self.exp.uplink.rate_bits_per_s
+
     def trace_for_load(self, load: float) -> Path:
         """The prefix of the trace whose requested bits fill `duration_s` at `load` (cached).
 
@@ -589,7 +610,7 @@ class Runner:
         if path.exists():
             return path
         df = pd.read_csv(self.trace)
-        need_bits = load * self.exp.uplink.rate_bits_per_s * self.exp.run.duration_s
+        need_bits = load * self.capacity_bits_per_s() * self.exp.run.duration_s
         n = int(np.searchsorted(np.cumsum(df["size_bytes"].to_numpy(dtype=float) * 8.0), need_bits)) + 1
         write_atomic(path, df.head(n).to_csv(index=False))
         return path
@@ -696,6 +717,16 @@ class Runner:
         (wire costs): see idealsim.py and models.py."""
         return idealsim.simulate(self.bin, self.exp, rdir, policy, scheduler)
 
+    def write_provenance(self) -> None:
+        """DIR/provenance.json: the commit, the machine, the binary, the seeds, the placement."""
+        extra = {
+            "shortfirst_version": _version(self.bin),
+            "seed": self.exp.seed,
+            "workload_seed": self.exp.workload.seed,
+            "placement": self.placement.to_dict(),
+        }
+        write_json(self.out / "provenance.json", collect(repo_root(), extra=extra))
+
     def run(self) -> dict[str, Any]:
         exp, out = self.exp, self.out
         out.mkdir(parents=True, exist_ok=True)
@@ -707,18 +738,7 @@ class Runner:
                 f"--resume: {prev} differs from the experiment given (beyond added setups); use a fresh --out"
             )
         write_atomic(prev, exp.source or "")
-        write_json(
-            out / "provenance.json",
-            collect(
-                repo_root(),
-                extra={
-                    "shortfirst_version": _version(self.bin),
-                    "seed": exp.seed,
-                    "workload_seed": exp.workload.seed,
-                    "placement": self.placement.to_dict(),
-                },
-            ),
-        )
+        self.write_provenance()
         cleaned = self._testbed_module().cleanup_leftovers()
         if cleaned:
             _log(f"removed leftovers of an earlier crash: {', '.join(cleaned)}")

@@ -9,6 +9,8 @@ Kinds, told apart by what only that kind has:
                                "synthetic" [synthetic] (`spec.synthetic`), "bookstore"
                                [bookstore] (TPC-W, `spec.tpcw`), "datasette" [datasette] and
                                "json-server" [json-server] (`spec.foreign`)
+    farm        [farm]         a static serving experiment on C hosts behind HAProxy: the static
+                               kind's sections plus [farm] (`spec.farm`)
 
 `SECTION.KEY=VALUE` overrides (the command line's `--set`) apply to the document before it is
 validated, the same way for every kind.
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..kit import to_toml
-from . import foreign, synthetic, tpcw
+from . import farm, foreign, synthetic, tpcw
 from .expcheck import experiment_from_dict
 from .expmodel import Experiment
 from .schema import GATEKEEPER_BACKENDS, SpecError, apply_override, read_toml
@@ -33,6 +35,11 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "experiment",
         "static serving",
         ("experiment", "uplink", "workload", "client", "server", "run", "calibration", "wan", "setups"),
+    ),
+    "farm": (
+        "farm",
+        "farm",
+        ("experiment", "uplink", "workload", "client", "server", "run", "farm"),
     ),
     "gatekeeper": (
         "backend",
@@ -52,7 +59,8 @@ GATEKEEPER: dict[str, Callable[[dict[str, Any], Path], Any]] = {
 
 @dataclass(frozen=True)
 class Spec:
-    """A validated experiment file: its kind, its value (an `Experiment`; for the gatekeeper
+    """A validated experiment file: its kind, its value (an `Experiment`; a `FarmExperiment`
+    for the farm kind; for the gatekeeper
     kind, by backend: the synthetic bench's options, the TPC-W configuration dict, the foreign
     bench's `Settings`) and, for the gatekeeper kind, its backend."""
 
@@ -65,8 +73,10 @@ class Spec:
 def kind_of(doc: dict[str, Any], path: Path) -> str:
     """The kind whose marker (a section, or the gatekeeper's `backend` key) the document has;
     without one, the kind sharing the most sections with it (its reader then names the
-    misspelt section or the missing `backend`)."""
+    misspelt section or the missing `backend`). A kind whose sections hold another marked
+    kind's marker is the narrower one and wins (a farm file also has [experiment])."""
     marked = [k for k, (marker, _, _) in KINDS.items() if marker in doc]
+    marked = [k for k in marked if not any(KINDS[k][0] in KINDS[j][2] for j in marked if j != k)]
     if len(marked) == 1:
         return marked[0]
     if len(marked) > 1:
@@ -98,6 +108,8 @@ def read_spec(
         raise SpecError(path, "", f"a {KINDS[kind][1]} experiment file ({KINDS[kind][0]})", found)
     if found == "static":
         return Spec(path, found, experiment_from_dict(doc, path, text))
+    if found == "farm":
+        return Spec(path, found, farm.from_dict(doc, path, text))
     found_backend = doc.get("backend")
     allowed = list(GATEKEEPER) if backend is None else [backend]
     if found_backend not in allowed:

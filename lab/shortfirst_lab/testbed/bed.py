@@ -16,7 +16,9 @@ plain token bucket at the same rate (no bands, one FIFO: what an operator
 without our tree has), for a server that orders its own writes. The clients
 hang off a bridge in a switch namespace. TSO, GSO and GRO are off on every
 veth end so packets are MTU-sized. The addresses are private and exist only
-inside these namespaces: traffic never leaves them.
+inside these namespaces: traffic never leaves them. A farm
+(:mod:`shortfirst_lab.testbed.farmbed`) extends this testbed: the server namespace becomes
+the unshaped front, and C host namespaces on the same bridge each get an uplink of their own.
 
 Links and namespaces are created with ``ip`` (iproute2) rather than pyroute2:
 processes must run inside the namespaces anyway (``ip netns exec``, which also
@@ -323,10 +325,10 @@ class Testbed:
     def _build(self) -> None:
         # A dead run with this id may have left namespaces; we hold its lock now.
         existing = set(_list_netns())
-        for ns in [self.server_ns, self.switch_ns, *self.client_ns]:
+        for ns in self._namespaces():
             if ns in existing:
                 _delete_netns(ns)
-        for ns in [self.server_ns, self.switch_ns, *self.client_ns]:
+        for ns in self._namespaces():
             _run(["ip", "netns", "add", ns])
             self._created_ns.append(ns)
             _run(["ip", "-n", ns, "link", "set", "lo", "up"])
@@ -336,6 +338,16 @@ class Testbed:
             self._build_bridge()
         self._client_side()
         self._server_side()
+
+    def _namespaces(self) -> list[str]:
+        """Every namespace of the run, in the order they are made (and removed in reverse)."""
+        return [self.server_ns, self.switch_ns, *self.client_ns]
+
+    def _bridge_members(self) -> list[tuple[str, str, str]]:
+        """(namespace, interface, address) of everything on the LAN bridge: server, clients."""
+        return [(self.server_ns, self.server_dev, self.server_addr)] + list(
+            zip(self.client_ns, self.client_devs, self.client_addrs, strict=True)
+        )
 
     def _client_side(self) -> None:
         """Every client namespace gets CLIENT_SYSCTLS (see there), then the experiment's own."""
@@ -348,10 +360,7 @@ class Testbed:
         sw, br = self.switch_ns, f"{PREFIX}{self.run_id}-br"
         _run(["ip", "-n", sw, "link", "add", br, "type", "bridge"])
         _run(["ip", "-n", sw, "link", "set", br, "up"])
-        pairs = [(self.server_ns, self.server_dev, self.server_addr)] + list(
-            zip(self.client_ns, self.client_devs, self.client_addrs, strict=True)
-        )
-        for ns, dev, addr in pairs:
+        for ns, dev, addr in self._bridge_members():
             peer = self._veth(ns, dev)
             _run(["ip", "-n", sw, "link", "set", peer, "master", br])
             _run(["ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev])
@@ -431,23 +440,56 @@ class Testbed:
         return {"netem": stats, "tun": tun, "conservation_violations": wan.check_conservation(stats)}
 
     def _server_side(self) -> None:
+        self._server_tcp(self.server_ns)
+        self._shape_uplink(self.server_ns, self.server_dev)
+        if self.initial_cwnd and self.groups is not None:  # clients are behind the router
+            route = ["default", "via", f"{SUBNET_PREFIX}2", "dev", self.server_dev]
+            _run(["ip", "-n", self.server_ns, "route", "change", *route, "initcwnd", str(self.initial_cwnd)])
+        elif self.initial_cwnd:
+            self._lan_initcwnd(self.server_ns, self.server_dev, self.server_addr)
+        self._park_anchor()
+
+    def _lan_initcwnd(self, ns: str, dev: str, addr: str) -> None:
+        """``initial_cwnd`` on the LAN route of ``dev`` (address ``addr``) in ``ns``."""
+        route = [f"{SUBNET_PREFIX}0/24", "dev", dev, "proto", "kernel", "scope", "link", "src", addr]
+        _run(["ip", "-n", ns, "route", "change", *route, "initcwnd", str(self.initial_cwnd)])
+
+    def _park_anchor(self) -> None:
+        """A process parked in the server namespace: /proc/<pid>/net/* then shows that
+        namespace's sockets and counters without a fork per sample. Then the links' check."""
+        self._anchor = subprocess.Popen(
+            ["ip", "netns", "exec", self.server_ns, "sleep", "infinity"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self._procs.append(self._anchor)
+        self._wait_reachable()
+
+    def _server_tcp(self, ns: str) -> None:
+        """A serving namespace's TCP: its accept queue, congestion control, then the
+        experiment's own sysctls."""
         sysctls = {"net.core.somaxconn": self.accept_queue, "net.ipv4.tcp_max_syn_backlog": self.accept_queue}
         if self.congestion_control:
             sysctls["net.ipv4.tcp_congestion_control"] = self.congestion_control
         sysctls.update(self.server_sysctls)
         for key, value in sysctls.items():
-            _run(["ip", "netns", "exec", self.server_ns, "sysctl", "-q", "-w", f"{key}={value}"])
+            _run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", f"{key}={value}"])
+
+    def _shape_uplink(self, ns: str, dev: str) -> None:
+        """``dev``'s egress in ``ns`` shaped to the uplink: the HTB band tree (``shortfirst
+        uplink setup``), then under ``shaper="tbf"`` a token bucket in its place."""
         _run(
             [
                 "ip",
                 "netns",
                 "exec",
-                self.server_ns,
+                ns,
                 str(self.shortfirst_bin),
                 "uplink",
                 "setup",
                 "--dev",
-                self.server_dev,
+                dev,
                 "--link-rate",
                 str(self.rate_bits_per_s),
                 "--bands",
@@ -459,34 +501,17 @@ class Testbed:
             ]
         )
         if self.shaper == "tbf":  # after the tree's set-up, which also leaves packets MTU-sized
-            self._shape_with_tbf()
-        if self.initial_cwnd:
-            if self.groups is not None:  # clients are behind the router
-                route = ["default", "via", f"{SUBNET_PREFIX}2", "dev", self.server_dev]
-            else:
-                route = [f"{SUBNET_PREFIX}0/24", "dev", self.server_dev, "proto", "kernel", "scope", "link"]
-                route += ["src", self.server_addr]
-            _run(["ip", "-n", self.server_ns, "route", "change", *route, "initcwnd", str(self.initial_cwnd)])
-        # A process parked in the server namespace: /proc/<pid>/net/* then
-        # shows that namespace's sockets and counters without a fork per sample.
-        self._anchor = subprocess.Popen(
-            ["ip", "netns", "exec", self.server_ns, "sleep", "infinity"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        self._procs.append(self._anchor)
-        self._wait_reachable()
+            self._shape_with_tbf(ns, dev)
 
-    def _shape_with_tbf(self) -> None:
+    def _shape_with_tbf(self, ns: str, dev: str) -> None:
         """Replaces the HTB tree by a token bucket at the same rate: a bucket as deep as the HTB
         root's burst, a queue as deep as one band's (the pacer above keeps it empty; never the
         one that drops)."""
         burst = tbf_burst_bytes(self.mtu, self.rate_bits_per_s)
         limit = self.queue_packets * self.mtu
-        argv = ["tc", "qdisc", "replace", "dev", self.server_dev, "root", "tbf"]
+        argv = ["tc", "qdisc", "replace", "dev", dev, "root", "tbf"]
         argv += ["rate", str(self.rate_bits_per_s), "burst", str(burst), "limit", str(limit)]
-        _run(["ip", "netns", "exec", self.server_ns, *argv])
+        _run(["ip", "netns", "exec", ns, *argv])
 
     def _wait_reachable(self, timeout_s: float = 10.0) -> None:
         """Waits until the links are up (the bridge forwards, ARP resolves):
@@ -531,7 +556,11 @@ class Testbed:
 
     def server_run(self, argv: list[str], **kw) -> subprocess.CompletedProcess:
         """Runs ``argv`` to completion in the server namespace (``subprocess.run`` keywords)."""
-        return subprocess.run(["ip", "netns", "exec", self.server_ns, *map(str, argv)], **kw)
+        return self._ns_run(self.server_ns, argv, **kw)
+
+    @staticmethod
+    def _ns_run(ns: str, argv: list[str], **kw) -> subprocess.CompletedProcess:
+        return subprocess.run(["ip", "netns", "exec", ns, *map(str, argv)], **kw)
 
     def client_run(self, argv: list[str], client: int = 0, **kw) -> subprocess.CompletedProcess:
         return subprocess.run(["ip", "netns", "exec", self.client_ns[client], *map(str, argv)], **kw)
@@ -544,10 +573,15 @@ class Testbed:
         "bytes", "packets", "drops", "overlimits", "requeues", "backlog_bytes",
         "backlog_packets"}], "total": {...}}``; a token bucket's counters as band 1 (class
         ``tbf``, so_priority None)."""
+        return self._uplink_stats(self.server_ns, self.server_dev)
+
+    def _uplink_stats(self, ns: str, dev: str) -> dict:
+        """`uplink_stats` of ``dev`` in ``ns``."""
         if self.shaper == "tbf":
-            return self._tbf_stats()
-        out = self.server_run(
-            [self.shortfirst_bin, "uplink", "show", "--dev", self.server_dev, "--json"],
+            return self._tbf_stats(ns, dev)
+        out = self._ns_run(
+            ns,
+            [self.shortfirst_bin, "uplink", "show", "--dev", dev, "--json"],
             capture_output=True,
             text=True,
             timeout=COMMAND_TIMEOUT_S,
@@ -556,9 +590,10 @@ class Testbed:
             raise TestbedError(f"uplink show failed: {out.stderr.strip()}")
         return json.loads(out.stdout)
 
-    def _tbf_stats(self) -> dict:
-        out = self.server_run(
-            ["tc", "-s", "-j", "qdisc", "show", "dev", self.server_dev],
+    def _tbf_stats(self, ns: str, dev: str) -> dict:
+        out = self._ns_run(
+            ns,
+            ["tc", "-s", "-j", "qdisc", "show", "dev", dev],
             capture_output=True,
             text=True,
             timeout=COMMAND_TIMEOUT_S,
@@ -567,12 +602,12 @@ class Testbed:
             raise TestbedError(f"tc qdisc show failed: {out.stderr.strip()}")
         q = next((q for q in json.loads(out.stdout) if q.get("kind") == "tbf"), None)
         if q is None:
-            raise TestbedError(f"no tbf qdisc on {self.server_dev}: {out.stdout.strip()[:300]}")
+            raise TestbedError(f"no tbf qdisc on {dev}: {out.stdout.strip()[:300]}")
         counters = {k: q.get(k, 0) for k in ("bytes", "packets", "drops", "overlimits", "requeues")}
         counters.update(backlog_bytes=q.get("backlog", 0), backlog_packets=q.get("qlen", 0))
         band = {"band": 1, "class": "tbf", "so_priority": None, **counters}
         return {
-            "dev": self.server_dev,
+            "dev": dev,
             "rate_bits_per_s": self.rate_bits_per_s,
             "bands": [band],
             "total": counters,

@@ -92,12 +92,13 @@ def cleanup_leftovers(prefix: str = PREFIX) -> list[str]:
     longer alive (their lock is free), e.g. after a crash or SIGKILL.
 
     Only names of the testbed's exact shape are considered
-    (``<prefix><id>-srv|sw|c<n>`` namespaces, ``<prefix><id>-…`` veth/bridge
-    links), and a run whose lock is held by a live process is left alone, so
-    this is safe while other runs are going on. Returns what it removed.
+    (``<prefix><id>-srv|sw|c<n>|h<n>`` namespaces, ``h<n>`` a farm's hosts;
+    ``<prefix><id>-…`` veth/bridge links), and a run whose lock is held by a live
+    process is left alone, so this is safe while other runs are going on. Returns
+    what it removed.
     """
-    ns_re = re.compile(rf"^{re.escape(prefix)}([a-z0-9]{{1,6}})-(srv|sw|c\d{{1,2}})$")
-    link_re = re.compile(rf"^{re.escape(prefix)}([a-z0-9]{{1,6}})-(s|sp|br|c\d{{1,2}}p?)$")
+    ns_re = re.compile(rf"^{re.escape(prefix)}([a-z0-9]{{1,6}})-(srv|sw|c\d{{1,2}}|h\d{{1,2}})$")
+    link_re = re.compile(rf"^{re.escape(prefix)}([a-z0-9]{{1,6}})-(s|sp|br|c\d{{1,2}}p?|h\d{{1,2}}p?)$")
     by_run: dict[str, list[tuple[str, str]]] = {}
     for ns in _list_netns():
         if m := ns_re.match(ns):
