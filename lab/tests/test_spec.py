@@ -35,6 +35,11 @@ MISSPELT = [
     ("gatekeeper-tpcw-short.toml", 'backend = "bookstore"', 'backend = "synthetic"', "bookstore"),
     ("gatekeeper-synthetic.toml", "slots = 32", "slot = 32", "synthetic.slot"),
     ("gatekeeper-synthetic.toml", "[overhead]", "[overhed]", "overhed"),
+    ("pg-gatekeeper.toml", "pool_size = 2", "pool_sise = 2", "pg.pool_sise"),
+    ("pg-gatekeeper.toml", "cheap_room = 0.5", "cheap_rom = 0.5", "overload.cheap_rom"),
+    ("pg-gatekeeper.toml", "distinct_texts = 1000", "distinct_text = 1000", "overhead.distinct_text"),
+    ("pg-gatekeeper.toml", "[overload]", "[overlaod]", "overlaod"),
+    ("pg-gatekeeper.toml", "[pg]", "[pgg]", "pgg"),
 ]
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..kit import to_toml
-from . import foreign, synthetic, tpcw
+from . import foreign, pg, synthetic, tpcw
 from .expcheck import experiment_from_dict
 from .expmodel import Experiment
 from .schema import GATEKEEPER_BACKENDS, SpecError, apply_override, read_toml
@@ -39,6 +39,7 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "gatekeeper",
         tuple(dict.fromkeys([*GATEKEEPER_BACKENDS, *tpcw.SCHEMA, *synthetic.SECTIONS, *foreign.SECTIONS])),
     ),
+    "pg": ("pg", "PostgreSQL gatekeeper", pg.SECTIONS),
 }
 
 #: The gatekeeper kind's schema of each backend.
@@ -54,7 +55,7 @@ GATEKEEPER: dict[str, Callable[[dict[str, Any], Path], Any]] = {
 class Spec:
     """A validated experiment file: its kind, its value (an `Experiment`; for the gatekeeper
     kind, by backend: the synthetic bench's options, the TPC-W configuration dict, the foreign
-    bench's `Settings`) and, for the gatekeeper kind, its backend."""
+    bench's `Settings`; for the pg kind a `pg.PgExperiment`) and, for the gatekeeper kind, its backend."""
 
     path: Path
     kind: str
@@ -98,6 +99,8 @@ def read_spec(
         raise SpecError(path, "", f"a {KINDS[kind][1]} experiment file ({KINDS[kind][0]})", found)
     if found == "static":
         return Spec(path, found, experiment_from_dict(doc, path, text))
+    if found == "pg":
+        return Spec(path, found, pg.from_dict(doc, path))
     found_backend = doc.get("backend")
     allowed = list(GATEKEEPER) if backend is None else [backend]
     if found_backend not in allowed:
