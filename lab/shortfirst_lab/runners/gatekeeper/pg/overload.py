@@ -101,6 +101,8 @@ def point(
     with way_in(
         ctx, policy, d / "proxy.log", capacity=None if policy in ("direct", "pgbouncer") else capacity
     ) as way:
+        if way.admin_port is not None and ol.prime:
+            prime(way.url, ol, scripts, d, seed)
         started = {}
         cmds = {}
         for i, name in enumerate(CLASSES):
@@ -128,6 +130,25 @@ def point(
     if gate is not None:
         out["gatekeeper"] = gate
     return out
+
+
+#: Transactions of each script a gatekeeper arm is taught before the load (`prime`).
+PRIME_TRANSACTIONS = {"cheap": 20, "expensive": 3}
+
+
+def prime(url: str, ol: Overload, scripts: dict[str, Path], d: Path, seed: int) -> None:
+    """Teaches a fresh gatekeeper both types before the open load: a few transactions of each
+    script from one client, one after the other. Unprimed, its first cheap transactions are
+    charged the costliest type's estimate (its rule for a type never sampled) and, under sjf
+    with expensive ones queued from the start, wait behind all of them; pgbench's cheap
+    clients are then all held and no new cheap arrival comes to be probed (`prime = false`
+    shows it)."""
+    for name in CLASSES:
+        cmd = pgbench.argv(
+            url, script=["-f", str(scripts[name])], protocol=ol.protocol, clients=1, duration_s=0,
+            seed=seed, transactions=PRIME_TRANSACTIONS[name],
+        )  # fmt: skip
+        pgbench.run(cmd, d / f"prime-{name}.txt", d, 60.0)
 
 
 def classify(
