@@ -6,7 +6,7 @@
 #                   lab/experiments/pg-gatekeeper.toml says; writes
 #                   results/pg-gatekeeper/summary.json (~10 minutes). Run it under the bench
 #                   lock with one CPU reserved (python -m shortfirst_lab cpus reserve 1): the
-#                   database then runs there, pgbench and the proxies on the other CPUs.
+#                   database and the proxies then run there, pgbench on the other CPUs.
 #                   PG_BENCH_ARGS: e.g. "--only overload --set overload.duration_s=20".
 
 # PostgreSQL 15 (the server and pgbench), its contrib modules, PgBouncer 1.18.

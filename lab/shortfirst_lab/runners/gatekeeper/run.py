@@ -63,16 +63,22 @@ class Gate:
 
 @contextmanager
 def gatekeeper(
-    binary: str | Path, upstream: str, log: Path, scheme: str = "http", **flags: Any
+    binary: str | Path,
+    upstream: str,
+    log: Path,
+    scheme: str = "http",
+    prefix: list[str] | None = None,
+    **flags: Any,
 ) -> Iterator[Gate]:
     """`shortfirst gatekeeper` in front of `upstream` (`flags`: keyword arguments of
     `commands.gatekeeper`), ready once its admin page and its listener answer; its URL has
-    `scheme` (`postgres` in front of PostgreSQL)."""
+    `scheme` (`postgres` in front of PostgreSQL). `prefix` (`pinned_prefix`) execs it on the
+    reserved CPU (its process id stays the one started)."""
     port, admin = free_port(), free_port()
     argv = commands.gatekeeper(
         binary, listen=f"127.0.0.1:{port}", upstream=upstream, admin=f"127.0.0.1:{admin}", **flags
     )
-    with Child(argv, log) as child:
+    with Child([*(prefix or []), *argv], log) as child:
         wait_http(f"http://127.0.0.1:{admin}/metrics", child.proc)
         wait_port(port, child.proc)
         yield Gate(f"{scheme}://127.0.0.1:{port}", admin, child.pid)

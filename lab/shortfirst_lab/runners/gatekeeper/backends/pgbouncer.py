@@ -47,9 +47,12 @@ def config(server_url: str, port: int, pool_size: int, max_clients: int, users: 
 
 
 @contextmanager
-def pgbouncer(server_url: str, pool_size: int, max_clients: int, log: Path) -> Iterator[Bouncer]:
+def pgbouncer(
+    server_url: str, pool_size: int, max_clients: int, log: Path, prefix: list[str] | None = None
+) -> Iterator[Bouncer]:
     """PgBouncer (transaction mode, `pool_size` server connections, at most `max_clients`
-    clients) in front of `server_url`, stopped when the block ends."""
+    clients) in front of `server_url`, stopped when the block ends; started by `prefix` (e.g.
+    `cpus run --`, which execs it: the process id stays the one started)."""
     if not PGBOUNCER.exists():
         raise GatekeeperError(f"{PGBOUNCER} missing: `make apt` installs Debian's pgbouncer")
     d = Path(tempfile.mkdtemp(prefix="lab-pgbouncer-", dir="/tmp"))
@@ -61,7 +64,7 @@ def pgbouncer(server_url: str, pool_size: int, max_clients: int, log: Path) -> I
         users.write_text(f'"{user}" ""\n')
         ini = d / "pgbouncer.ini"
         ini.write_text(config(server_url, port, pool_size, max_clients, users))
-        argv = [str(PGBOUNCER), *(["-u", "postgres"] if os.geteuid() == 0 else []), str(ini)]
+        argv = [*(prefix or []), str(PGBOUNCER), *(["-u", "postgres"] if os.geteuid() == 0 else []), str(ini)]
         with Child(argv, log) as child:
             wait_port(port, child.proc)
             yield Bouncer(f"postgres://{user}@127.0.0.1:{port}{urlsplit(server_url).path}", child.pid)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -24,13 +24,15 @@ SETTLE_S = 5.0
 @dataclass(frozen=True)
 class Context:
     """What every point shares: our binary, the server's URL, where raw logs go, PgBouncer's
-    pool size and the most clients a point has."""
+    pool size, the most clients a point has and the argv prefix that starts a proxy where
+    the database runs (`run.pinned_prefix`: on the reserved CPU; empty: where the lab runs)."""
 
     binary: Path
     server_url: str
     work: Path
     pool_size: int
     max_clients: int
+    prefix: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ def way_in(ctx: Context, arm: str, log: Path, capacity: str | None = None) -> It
         yield Way(ctx.server_url)
         return
     if arm == "pgbouncer":
-        with pgbouncer(ctx.server_url, ctx.pool_size, ctx.max_clients + 10, log) as b:
+        with pgbouncer(ctx.server_url, ctx.pool_size, ctx.max_clients + 10, log, ctx.prefix) as b:
             yield Way(b.url, b.pid)
         return
     u = urlsplit(ctx.server_url)
@@ -67,7 +69,14 @@ def way_in(ctx: Context, arm: str, log: Path, capacity: str | None = None) -> It
     # Patience off: pgbench never gives up, so there is nothing to learn; a refusal would
     # abort its client.
     with gatekeeper(
-        ctx.binary, upstream, log, scheme="postgres", policy=arm, capacity=capacity, patience="off"
+        ctx.binary,
+        upstream,
+        log,
+        scheme="postgres",
+        prefix=ctx.prefix,
+        policy=arm,
+        capacity=capacity,
+        patience="off",
     ) as g:
         yield Way(on_port(ctx.server_url, urlsplit(g.url).port or 0), g.pid, g.admin_port)
 

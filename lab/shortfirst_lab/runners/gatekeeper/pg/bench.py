@@ -5,8 +5,10 @@ section of an existing summary is kept). Raw logs (pgbench's per-transaction log
 proxies' output) stay in the work directory, named in the summary.
 
 With `--pin` (the default when a `python -m shortfirst_lab cpus` reservation exists)
-PostgreSQL runs on the reserved CPU; pgbench, PgBouncer and the gatekeeper run where this
-command runs (run it outside the reservation: the database's CPU is then its own).
+PostgreSQL and the proxies (PgBouncer, the gatekeeper: next to the server, as deployed) run on
+the reserved CPU, pgbench where this command runs (run it outside the reservation): the
+clients' CPU is not the database's, and the proxies' cost samples are not delayed by other
+work on the shared CPUs.
 """
 
 from __future__ import annotations
@@ -60,12 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     clients = max(*spec.overhead.clients, spec.overload.cheap_clients + spec.overload.expensive_clients)
     with postgres(max_connections=spec.max_connections, prefix=prefix) as pg:
         doc["postgres"] = {
+            # The proxies run beside it (PgBouncer, the gatekeeper), pgbench where this runs.
             "pinned_to_reserved_cpu": bool(prefix),
             "scale": spec.scale,
             "max_connections": spec.max_connections,
             "init_s": pgbench.init(pg.url, spec.scale, work / "init.log"),
         }
-        ctx = Context(a.bin, pg.url, work, spec.pool_size, clients)
+        ctx = Context(a.bin, pg.url, work, spec.pool_size, clients, prefix)
         accounts = 100_000 * spec.scale
         for name in run:
             t0, load0 = time.monotonic(), _loadavg()
