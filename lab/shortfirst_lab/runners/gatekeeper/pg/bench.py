@@ -78,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
             section.update(
                 wall_s=time.monotonic() - t0, loadavg_before=load0, loadavg_after=_loadavg(), work=str(work)
             )
+            # Each section keeps the run it came from: an `--only` run rewrites the top level.
+            section["provenance"] = doc["provenance"]
             section["checks"] = getattr(verdict, name)(section)
             doc[name] = section
             a.out.mkdir(parents=True, exist_ok=True)
