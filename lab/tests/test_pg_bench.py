@@ -163,6 +163,9 @@ def test_a_tiny_run_end_to_end(tmp_path):
             assert p[cls]["logged"] > 0 and p[cls]["aborted_clients"] == 0, (p["arm"], cls)
         if "gatekeeper" in p:
             assert p["gatekeeper"]["admitted_charge_s"] == 0 and p["gatekeeper"]["types"] >= 2
+            # Sampled while the load ran: both types' learned costs.
+            during = p["gatekeeper"]["estimated_cost_ms_mean_over_run"]
+            assert len(during) == 2 and min(during.values()) > 0
     assert doc["overhead"]["checks"] and doc["overload"]["checks"]
     assert not any(tmp_path.glob("work/overload/*/cheap.log")), (
         "pgbench's report must not be named like its logs"

@@ -21,15 +21,19 @@ the quantiles those never-started transactions count as infinitely late.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 from pathlib import Path
 
 from ....spec.pg import Overload
+from ..timeline import TIMELINE_SERIES, Sampler, write_timeline
 from . import pgbench
 from .arms import Context, gate_state, way_in
 
 CLASSES = ("cheap", "expensive")
+#: The gatekeeper's /metrics sampled this often while the load runs (`timeline.csv`).
+SAMPLE_S = 0.5
 #: Seconds before the end of pgbench's schedule where the window ends (pgbench's own start
 #: after the launch, a few milliseconds, is inside it).
 END_GUARD_S = 0.1
@@ -105,14 +109,19 @@ def point(
             prime(way.url, ol, scripts, d, seed)
         started = {}
         cmds = {}
-        for i, name in enumerate(CLASSES):
-            cmds[name] = pgbench.argv(
-                way.url, script=["-f", str(scripts[name])], protocol=ol.protocol, clients=clients[name],
-                duration_s=ol.duration_s, seed=seed + i, rate_per_s=rates[name], log_prefix=d / name,
-            )  # fmt: skip
-            started[name] = pgbench.start(cmds[name], d / f"{name}-report.txt", d)
-        reports = {n: pgbench.finish(started[n], ol.duration_s + pgbench.GRACE_S) for n in CLASSES}
+        sampler = Sampler(None, way.admin_port, SAMPLE_S, keep=TIMELINE_SERIES) if way.admin_port else None
+        with sampler or contextlib.nullcontext():
+            for i, name in enumerate(CLASSES):
+                cmds[name] = pgbench.argv(
+                    way.url, script=["-f", str(scripts[name])], protocol=ol.protocol, clients=clients[name],
+                    duration_s=ol.duration_s, seed=seed + i, rate_per_s=rates[name], log_prefix=d / name,
+                )  # fmt: skip
+                started[name] = pgbench.start(cmds[name], d / f"{name}-report.txt", d)
+            reports = {n: pgbench.finish(started[n], ol.duration_s + pgbench.GRACE_S) for n in CLASSES}
         gate = gate_state(way.admin_port) if way.admin_port else None
+        if sampler is not None and gate is not None:
+            write_timeline(sampler.rows, d / "timeline.csv")
+            gate["estimated_cost_ms_mean_over_run"] = estimates_during(sampler.rows)
     logs = {n: pgbench.read_log(d / n) for n in CLASSES}
     # pgbench's -T runs from its start, connecting included: its schedule ends then.
     t0 = max(r.started_epoch_s for r in reports.values())
@@ -130,6 +139,16 @@ def point(
     if gate is not None:
         out["gatekeeper"] = gate
     return out
+
+
+def estimates_during(rows: list[dict]) -> dict[str, float]:
+    """Each type's learned cost (ms), averaged over the samples taken while the load ran
+    (the value at the end of a point is the drained tail's)."""
+    sums: dict[str, list[float]] = {}
+    for row in rows:
+        for name, ms in row.get("gate", {}).get("estimate_ms", {}).items():
+            sums.setdefault(name, []).append(ms)
+    return {name: sum(v) / len(v) for name, v in sums.items() if name != "(other)"}
 
 
 #: Transactions of each script a gatekeeper arm is taught before the load (`prime`).
