@@ -184,6 +184,17 @@ def _plan(spec) -> str:
             f"{v.name}: {len(v.matrix())} runs × {v.run.duration_s:g} s schedule "
             f"(+ drain up to {v.run.drain_timeout_s:g} s each)"
         )
+    if spec.kind == "pg":
+        oh, ol = v.overhead, v.overload
+        n = (
+            len(oh.scripts)
+            * len(oh.clients)
+            * sum(len(oh.protocols) - (a == "pgbouncer" and "prepared" in oh.protocols) for a in oh.arms)
+        )
+        return (
+            f"overhead: {n} points × {oh.duration_s:g} s; overload: {len(ol.arms) * len(ol.loads)} points "
+            f"(arm × load) × {ol.duration_s:g} s"
+        )
     if spec.backend == "bookstore":
         from .runners.gatekeeper.tpcw.config import browsers_for
 
@@ -250,6 +261,10 @@ BENCHES: dict[str, tuple[str, str]] = {
     "gatekeeper-foreign": (
         "runners.gatekeeper.foreign.bench",
         "the gatekeeper in front of datasette and json-server",
+    ),
+    "pg": (
+        "runners.gatekeeper.pg.bench",
+        "the PostgreSQL gatekeeper beside direct and PgBouncer, driven by pgbench",
     ),
     "serve": ("bench/serve.py", "shortfirst serve against nginx, driven by wrk (root)"),
     "load": ("crates/load/bench/bench_load.py", "the load generator's highest rate, beside wrk"),

@@ -39,6 +39,11 @@ MISSPELT = [
     ("farm.toml", 'haproxy = "haproxy"', 'haproxi = "haproxy"', "farm.haproxi"),
     ("farm.toml", "[farm]", "[frm]", "frm"),
     ("farm.toml", "warmup_s = 30", "warmup = 30", "run.warmup"),
+    ("pg-gatekeeper.toml", "pool_size = 2", "pool_sise = 2", "pg.pool_sise"),
+    ("pg-gatekeeper.toml", "cheap_room = 0.5", "cheap_rom = 0.5", "overload.cheap_rom"),
+    ("pg-gatekeeper.toml", "distinct_texts = 1000", "distinct_text = 1000", "overhead.distinct_text"),
+    ("pg-gatekeeper.toml", "[overload]", "[overlaod]", "overlaod"),
+    ("pg-gatekeeper.toml", "[pg]", "[pgg]", "pgg"),
 ]
 
 

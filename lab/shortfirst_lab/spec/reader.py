@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..kit import to_toml
-from . import farm, foreign, synthetic, tpcw
+from . import farm, foreign, pg, synthetic, tpcw
 from .expcheck import experiment_from_dict
 from .expmodel import Experiment
 from .schema import GATEKEEPER_BACKENDS, SpecError, apply_override, read_toml
@@ -46,6 +46,7 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "gatekeeper",
         tuple(dict.fromkeys([*GATEKEEPER_BACKENDS, *tpcw.SCHEMA, *synthetic.SECTIONS, *foreign.SECTIONS])),
     ),
+    "pg": ("pg", "PostgreSQL gatekeeper", pg.SECTIONS),
 }
 
 #: The gatekeeper kind's schema of each backend.
@@ -60,9 +61,9 @@ GATEKEEPER: dict[str, Callable[[dict[str, Any], Path], Any]] = {
 @dataclass(frozen=True)
 class Spec:
     """A validated experiment file: its kind, its value (an `Experiment`; a `FarmExperiment`
-    for the farm kind; for the gatekeeper
-    kind, by backend: the synthetic bench's options, the TPC-W configuration dict, the foreign
-    bench's `Settings`) and, for the gatekeeper kind, its backend."""
+    for the farm kind; a `pg.PgExperiment` for the pg kind; for the gatekeeper kind, by
+    backend: the synthetic bench's options, the TPC-W configuration dict, the foreign bench's
+    `Settings`) and, for the gatekeeper kind, its backend."""
 
     path: Path
     kind: str
@@ -110,6 +111,8 @@ def read_spec(
         return Spec(path, found, experiment_from_dict(doc, path, text))
     if found == "farm":
         return Spec(path, found, farm.from_dict(doc, path, text))
+    if found == "pg":
+        return Spec(path, found, pg.from_dict(doc, path))
     found_backend = doc.get("backend")
     allowed = list(GATEKEEPER) if backend is None else [backend]
     if found_backend not in allowed:

@@ -11,6 +11,7 @@ import json
 import os
 import random
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ from typing import Any
 
 from ... import commands
 from ...kit import Child, free_port, wait_http, wait_port
+from ...testbed.cpus import CpuReservation, CpusError, detect
 from .backends.base import GatekeeperError
 
 #: Bound on the trace a run replays (requests).
@@ -27,6 +29,22 @@ MAX_TRACE_ROWS = 2_000_000
 #: Seconds `drive` gives the load generator past the run's duration and client timeout
 #: (it drains the requests still in flight) before it is killed.
 DRIVE_GRACE_S = 300.0
+
+
+def pinned_prefix(pin: bool | None) -> list[str]:
+    """The argv prefix that runs a command on the reserved CPU, or [] (no reservation, or
+    `pin` False). `pin` True without a reservation is an error."""
+    if pin is False:
+        return []
+    try:
+        reserved = CpuReservation(detect()).reserved.exists()
+    except (CpusError, OSError):
+        reserved = False
+    if not reserved:
+        if pin:
+            raise GatekeeperError("--pin: no cpuset reservation (python -m shortfirst_lab cpus reserve 1)")
+        return []
+    return [sys.executable, "-m", "shortfirst_lab", "cpus", "run", "--"]
 
 
 @dataclass(frozen=True)
@@ -44,17 +62,26 @@ class Gate:
 
 
 @contextmanager
-def gatekeeper(binary: str | Path, upstream: str, log: Path, **flags: Any) -> Iterator[Gate]:
+def gatekeeper(
+    binary: str | Path,
+    upstream: str,
+    log: Path,
+    scheme: str = "http",
+    prefix: list[str] | None = None,
+    **flags: Any,
+) -> Iterator[Gate]:
     """`shortfirst gatekeeper` in front of `upstream` (`flags`: keyword arguments of
-    `commands.gatekeeper`), ready once its admin page and its listener answer."""
+    `commands.gatekeeper`), ready once its admin page and its listener answer; its URL has
+    `scheme` (`postgres` in front of PostgreSQL). `prefix` (`pinned_prefix`) execs it on the
+    reserved CPU (its process id stays the one started)."""
     port, admin = free_port(), free_port()
     argv = commands.gatekeeper(
         binary, listen=f"127.0.0.1:{port}", upstream=upstream, admin=f"127.0.0.1:{admin}", **flags
     )
-    with Child(argv, log) as child:
+    with Child([*(prefix or []), *argv], log) as child:
         wait_http(f"http://127.0.0.1:{admin}/metrics", child.proc)
         wait_port(port, child.proc)
-        yield Gate(f"http://127.0.0.1:{port}", admin, child.pid)
+        yield Gate(f"{scheme}://127.0.0.1:{port}", admin, child.pid)
 
 
 @contextmanager

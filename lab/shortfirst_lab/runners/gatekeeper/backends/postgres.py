@@ -234,12 +234,15 @@ def snapshot_delta(before: dict, after: dict) -> dict:
 
 
 @contextmanager
-def postgres(max_connections: int = 300, settings: PgSettings | None = None) -> Iterator[Postgres]:
-    """A private PostgreSQL for the duration of the block. With ``settings.memory_limit_mb`` it runs
-    in a uniquely named memory group (``shortfirst-tpcw-PID-RANDOM``), created before the postmaster
-    starts and removed when the block ends, however it ends (``pg.sh stop``; the watchdog, if this
-    process dies); the limit itself is set by the caller (``Postgres.set_memory_limit``), after
-    loading the data."""
+def postgres(
+    max_connections: int = 300, settings: PgSettings | None = None, prefix: list[str] | None = None
+) -> Iterator[Postgres]:
+    """A private PostgreSQL for the duration of the block, started by `prefix` + pg.sh (e.g.
+    `python -m shortfirst_lab cpus run --`: the server and its backends on the reserved CPU).
+    With ``settings.memory_limit_mb`` it runs in a uniquely named memory group
+    (``shortfirst-tpcw-PID-RANDOM``), created before the postmaster starts and removed when the
+    block ends, however it ends (``pg.sh stop``; the watchdog, if this process dies); the limit
+    itself is set by the caller (``Postgres.set_memory_limit``), after loading the data."""
     settings = settings or PgSettings()
     if not PG_SH.exists():
         raise GatekeeperError(f"{PG_SH} missing")
@@ -251,6 +254,7 @@ def postgres(max_connections: int = 300, settings: PgSettings | None = None) -> 
     d = Path(tempfile.mkdtemp(prefix="tpcw-pg-", dir="/tmp"))
     port = free_port()
     args = [
+        *(prefix or []),
         str(PG_SH),
         "start",
         str(d),

@@ -30,10 +30,9 @@ from pathlib import Path
 from ....kit import provenance, shortfirst_binary, write_json
 from ....spec.foreign import Settings
 from ....spec.schema import read_toml
-from ....testbed.cpus import CpuReservation, CpusError, detect
 from ..backends.base import GatekeeperError, Served, serve
 from ..backends.foreign import ForeignBackend, prepare
-from ..run import calibrate, drive, front, write_trace
+from ..run import calibrate, drive, front, pinned_prefix, write_trace
 from ..summary import summarize
 from ..timeline import Sampler
 from .verdict import checks, table
@@ -42,22 +41,6 @@ from .verdict import checks, table
 ALONE_SAMPLES = (40, 6)
 #: The gate's timeline: its admin metrics sampled this often during a gatekeeper run.
 SAMPLE_S = 0.5
-
-
-def pinned_prefix(pin: bool | None) -> list[str]:
-    """The argv prefix that runs a command on the reserved CPU, or [] (no reservation, or
-    `pin` False). `pin` True without a reservation is an error."""
-    if pin is False:
-        return []
-    try:
-        reserved = CpuReservation(detect()).reserved.exists()
-    except (CpusError, OSError):
-        reserved = False
-    if not reserved:
-        if pin:
-            raise GatekeeperError("--pin: no cpuset reservation (python -m shortfirst_lab cpus reserve 1)")
-        return []
-    return [sys.executable, "-m", "shortfirst_lab", "cpus", "run", "--"]
 
 
 class Point:

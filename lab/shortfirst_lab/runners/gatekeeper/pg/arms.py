@@ -1,0 +1,106 @@
+"""The ways into the database a point is measured through: `direct` (the server itself),
+`pgbouncer` (transaction pooling, `backends.pgbouncer`) or the gatekeeper (`run.gatekeeper`
+with a `postgres://` upstream), each started fresh for the point and stopped after it; and
+what the gatekeeper's /metrics says at the end of one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from ..backends.pgbouncer import pgbouncer
+from ..run import gatekeeper
+from ..timeline import prom
+
+#: Seconds the gatekeeper gets, after its clients have gone, to report its admitted charge 0.
+SETTLE_S = 5.0
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every point shares: our binary, the server's URL, where raw logs go, PgBouncer's
+    pool size, the most clients a point has and the argv prefix that starts a proxy where
+    the database runs (`run.pinned_prefix`: on the reserved CPU; empty: where the lab runs)."""
+
+    binary: Path
+    server_url: str
+    work: Path
+    pool_size: int
+    max_clients: int
+    prefix: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Way:
+    """A started arm: the URL pgbench connects to, the proxy's process id and the
+    gatekeeper's admin port (None for direct; the admin port only for the gatekeeper)."""
+
+    url: str
+    pid: int | None = None
+    admin_port: int | None = None
+
+
+def on_port(url: str, port: int) -> str:
+    """`url` (user, database) at 127.0.0.1:`port`."""
+    u = urlsplit(url)
+    user = f"{u.username}@" if u.username else ""
+    return urlunsplit((u.scheme, f"{user}127.0.0.1:{port}", u.path, u.query, ""))
+
+
+@contextmanager
+def way_in(ctx: Context, arm: str, log: Path, capacity: str | None = None) -> Iterator[Way]:
+    """The arm started: `direct`, `pgbouncer`, or a gatekeeper policy (fifo, sjf,
+    sjf-aging:X) with `capacity` (`auto`, or a duration such as `40ms`; None: the binary's
+    default)."""
+    if arm == "direct":
+        yield Way(ctx.server_url)
+        return
+    if arm == "pgbouncer":
+        with pgbouncer(ctx.server_url, ctx.pool_size, ctx.max_clients + 10, log, ctx.prefix) as b:
+            yield Way(b.url, b.pid)
+        return
+    u = urlsplit(ctx.server_url)
+    upstream = f"postgres://{u.hostname}:{u.port}"
+    # Patience off: pgbench never gives up, so there is nothing to learn; a refusal would
+    # abort its client.
+    with gatekeeper(
+        ctx.binary,
+        upstream,
+        log,
+        scheme="postgres",
+        prefix=ctx.prefix,
+        policy=arm,
+        capacity=capacity,
+        patience="off",
+    ) as g:
+        yield Way(on_port(ctx.server_url, urlsplit(g.url).port or 0), g.pid, g.admin_port)
+
+
+def gate_state(admin_port: int) -> dict:
+    """The gatekeeper after its clients have gone: admitted charge (waited for to reach 0, up
+    to SETTLE_S), in flight, queue, transactions admitted and refused, the types it knows and
+    their learned costs."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        m = prom(admin_port, timeout_s=5)
+        if m.get("gatekeeper_load_seconds", 1.0) == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    pre = 'gatekeeper_type_estimated_cost_seconds{type="'
+    costs = {k[len(pre) : -2]: 1e3 * v for k, v in m.items() if k.startswith(pre)}
+    return {
+        "admitted_charge_s": m.get("gatekeeper_load_seconds"),
+        "in_flight": m.get("gatekeeper_in_flight"),
+        "queue_length": m.get("gatekeeper_queue_length"),
+        "capacity_s": m.get("gatekeeper_capacity_seconds"),
+        "admitted": m.get("gatekeeper_admitted_total"),
+        "rejected": sum(v for k, v in m.items() if k.startswith("gatekeeper_rejected_total")),
+        "types": len(costs),
+        "type_table_overflow": m.get("gatekeeper_type_table_overflow_total"),
+        "estimated_cost_ms": dict(sorted(costs.items(), key=lambda kv: -kv[1])[:8]),
+    }

@@ -1,0 +1,232 @@
+"""Experiment 1, cheap transactions behind expensive ones: a cheap script (a point lookup) and
+an expensive one (an aggregate over a range of accounts) in two pgbench processes, open loop
+(`-R`), at multiples of the database's capacity, through each arm.
+
+The capacity is measured in the run, direct (`measure_capacity`): each script alone under
+closed-loop clients gives its transactions/s on the database's CPU, so its service time is
+the inverse; the capacity is the mix's rate at which the service times add up to one second
+a second: 1 / ((1 - p) s_cheap + p s_expensive), p the expensive share of transactions. The
+gatekeeper's own capacity (arms without `@auto`) is the charge of `pool_size` expensive
+transactions at their wall time with `pool_size` running at once, plus `cheap_room` of one.
+
+Per class, over the transactions scheduled in the window [launch + warm-up, launch +
+duration] (pgbench's schedule, connections included, runs `-T` from its launch): served
+(latency from the scheduled start within the client timeout) over offered, latency
+quantiles, goodput (served per second) and pgbench's schedule lag. Offered = the logged
+transactions scheduled in the window + the rate × the part of the window whose schedule
+pgbench never reached (a process's schedule is taken in order, and pgbench lets the
+transactions under way finish at the end, so only that tail is missing from the logs); in
+the quantiles those never-started transactions count as infinitely late.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+from pathlib import Path
+
+from ....spec.pg import Overload
+from ..timeline import TIMELINE_SERIES, Sampler, write_timeline
+from . import pgbench
+from .arms import Context, gate_state, way_in
+
+CLASSES = ("cheap", "expensive")
+#: The gatekeeper's /metrics sampled this often while the load runs (`timeline.csv`).
+SAMPLE_S = 0.5
+#: Seconds before the end of pgbench's schedule where the window ends (pgbench's own start
+#: after the launch, a few milliseconds, is inside it).
+END_GUARD_S = 0.1
+
+
+def write_scripts(work: Path, accounts: int, ol: Overload) -> dict[str, Path]:
+    """The two scripts, written once into `work`."""
+    text = {
+        "cheap": pgbench.cheap_script(accounts),
+        "expensive": pgbench.expensive_script(accounts, ol.expensive_rows),
+    }
+    out = {}
+    for name in CLASSES:
+        out[name] = work / f"{name}.sql"
+        out[name].write_text(text[name])
+    return out
+
+
+def measure_capacity(ctx: Context, ol: Overload, scripts: dict[str, Path], seed: int) -> dict:
+    """Each script alone, direct, closed loop: `capacity_clients` clients (the service time),
+    and the expensive one at `pool_size` clients (its wall time at the pool's concurrency)."""
+    d = ctx.work / "capacity"
+    d.mkdir(parents=True, exist_ok=True)
+    runs = {}
+    for name, clients in (
+        ("cheap", ol.capacity_clients),
+        ("expensive", ol.capacity_clients),
+        ("pool", ctx.pool_size),
+    ):
+        path = scripts["expensive" if name == "pool" else name]
+        cmd = pgbench.argv(
+            ctx.server_url, script=["-f", str(path)], protocol=ol.protocol, clients=clients,
+            duration_s=ol.capacity_s, seed=seed, log_prefix=d / name,
+        )  # fmt: skip
+        rep = pgbench.run(cmd, d / f"{name}-report.txt", d, ol.capacity_s)
+        lat = [r.latency_s for r in pgbench.read_log(d / name)]
+        runs[name] = {
+            "clients": clients,
+            "tps": rep.tps,
+            "mean_ms": 1e3 * sum(lat) / len(lat),
+            "command": " ".join(cmd),
+        }
+    s_cheap, s_exp = 1 / runs["cheap"]["tps"], 1 / runs["expensive"]["tps"]
+    p = ol.expensive_share
+    wall_s = runs["pool"]["mean_ms"] / 1e3
+    return {
+        "runs": runs,
+        "service_ms": {"cheap": 1e3 * s_cheap, "expensive": 1e3 * s_exp},
+        "capacity_tps": 1 / ((1 - p) * s_cheap + p * s_exp),
+        "gate_capacity_ms": 1e3 * (ctx.pool_size + ol.cheap_room) * wall_s,
+        "definition": "service time of a script = 1 / its transactions/s alone, direct, under "
+        "capacity_clients closed-loop clients; capacity = 1 / ((1 - p) s_cheap + p s_expensive), "
+        "p the expensive share; gate_capacity = (pool_size + cheap_room) x the expensive "
+        "script's mean latency under pool_size closed-loop clients",
+    }
+
+
+def point(
+    ctx: Context, ol: Overload, arm: str, load: float, cap: dict, scripts: dict[str, Path], seed: int
+) -> dict:
+    """One arm at one load: both pgbench processes at once, then each class's figures."""
+    policy, _, auto = arm.partition("@")
+    capacity = "auto" if auto else f"{cap['gate_capacity_ms']:.0f}ms"
+    d = ctx.work / "overload" / f"{load:g}-{arm.replace(':', '_').replace('@', '_')}"
+    d.mkdir(parents=True, exist_ok=True)
+    total = load * cap["capacity_tps"]
+    rates = {"cheap": (1 - ol.expensive_share) * total, "expensive": ol.expensive_share * total}
+    clients = {"cheap": ol.cheap_clients, "expensive": ol.expensive_clients}
+    with way_in(
+        ctx, policy, d / "proxy.log", capacity=None if policy in ("direct", "pgbouncer") else capacity
+    ) as way:
+        if way.admin_port is not None and ol.prime:
+            prime(way.url, ol, scripts, d, seed)
+        started = {}
+        cmds = {}
+        sampler = Sampler(None, way.admin_port, SAMPLE_S, keep=TIMELINE_SERIES) if way.admin_port else None
+        with sampler or contextlib.nullcontext():
+            for i, name in enumerate(CLASSES):
+                cmds[name] = pgbench.argv(
+                    way.url, script=["-f", str(scripts[name])], protocol=ol.protocol, clients=clients[name],
+                    duration_s=ol.duration_s, seed=seed + i, rate_per_s=rates[name], log_prefix=d / name,
+                )  # fmt: skip
+                started[name] = pgbench.start(cmds[name], d / f"{name}-report.txt", d)
+            reports = {n: pgbench.finish(started[n], ol.duration_s + pgbench.GRACE_S) for n in CLASSES}
+        gate = gate_state(way.admin_port) if way.admin_port else None
+        if sampler is not None and gate is not None:
+            write_timeline(sampler.rows, d / "timeline.csv")
+            gate["estimated_cost_ms_mean_over_run"] = estimates_during(sampler.rows)
+    logs = {n: pgbench.read_log(d / n) for n in CLASSES}
+    # pgbench's -T runs from its start, connecting included: its schedule ends then.
+    t0 = max(r.started_epoch_s for r in reports.values())
+    window = (t0 + ol.warmup_s, t0 + ol.duration_s - END_GUARD_S)
+    out: dict = {
+        "arm": arm,
+        "load": load,
+        "capacity": None if policy in ("direct", "pgbouncer") else capacity,
+    }
+    for n in CLASSES:
+        out[n] = classify(logs[n], window, rates[n], ol.timeout_s)
+        out[n].update(
+            rate_per_s=rates[n], aborted_clients=reports[n].aborted_clients, command=" ".join(cmds[n])
+        )
+    if gate is not None:
+        out["gatekeeper"] = gate
+    return out
+
+
+def estimates_during(rows: list[dict]) -> dict[str, float]:
+    """Each type's learned cost (ms), averaged over the samples taken while the load ran
+    (the value at the end of a point is the drained tail's)."""
+    sums: dict[str, list[float]] = {}
+    for row in rows:
+        for name, ms in row.get("gate", {}).get("estimate_ms", {}).items():
+            sums.setdefault(name, []).append(ms)
+    return {name: sum(v) / len(v) for name, v in sums.items() if name != "(other)"}
+
+
+#: Transactions of each script a gatekeeper arm is taught before the load (`prime`).
+PRIME_TRANSACTIONS = {"cheap": 20, "expensive": 3}
+
+
+def prime(url: str, ol: Overload, scripts: dict[str, Path], d: Path, seed: int) -> None:
+    """Teaches a fresh gatekeeper both types before the open load: a few transactions of each
+    script from one client, one after the other. Unprimed, its first cheap transactions are
+    charged the costliest type's estimate (its rule for a type never sampled) and, under sjf
+    with expensive ones queued from the start, wait behind all of them; pgbench's cheap
+    clients are then all held and no new cheap arrival comes to be probed (`prime = false`
+    shows it)."""
+    for name in CLASSES:
+        cmd = pgbench.argv(
+            url, script=["-f", str(scripts[name])], protocol=ol.protocol, clients=1, duration_s=0,
+            seed=seed, transactions=PRIME_TRANSACTIONS[name],
+        )  # fmt: skip
+        pgbench.run(cmd, d / f"prime-{name}.txt", d, 60.0)
+
+
+def classify(
+    rows: list[pgbench.Row], window: tuple[float, float], rate_per_s: float, timeout_s: float
+) -> dict:
+    """One class's figures over the transactions scheduled in `window` (see the module)."""
+    w0, w1 = window
+    inside = [r for r in rows if w0 <= r.sched_s < w1]
+    last = max((r.sched_s for r in rows), default=w0)
+    unreached = rate_per_s * max(0.0, w1 - max(last, w0))
+    offered = len(inside) + unreached
+    served = [r for r in inside if r.latency_s <= timeout_s]
+    # Every offered transaction's latency, the never-started ones as infinite.
+    lat = [r.latency_s for r in inside] + [math.inf] * round(unreached)
+    p50, p99 = pgbench.quantile(lat, 0.5), pgbench.quantile(lat, 0.99)
+    return {
+        "offered": offered,
+        "logged": len(inside),
+        "unreached_estimate": unreached,
+        "served": len(served),
+        "served_fraction": len(served) / offered if offered else None,
+        "goodput_per_s": len(served) / (w1 - w0),
+        "p50_ms": _ms(p50),
+        "p99_ms": _ms(p99),
+        "p99_served_ms": _ms(pgbench.quantile([r.latency_s for r in served], 0.99)),
+        "lag_p99_ms": _ms(pgbench.quantile([r.lag_s for r in inside], 0.99)),
+    }
+
+
+def _ms(s: float | None) -> float | None:
+    """Seconds as ms; None for none, or beyond the run (a transaction never started)."""
+    return None if s is None or math.isinf(s) else 1e3 * s
+
+
+def run(ctx: Context, ol: Overload, seed: int, accounts: int) -> dict:
+    """The capacity, then every load through every arm (arms in turn at each load)."""
+    scripts = write_scripts(ctx.work, accounts, ol)
+    cap = measure_capacity(ctx, ol, scripts, seed)
+    print(
+        f"overload: capacity {cap['capacity_tps']:.0f} tps (service ms {cap['service_ms']}), "
+        f"gate capacity {cap['gate_capacity_ms']:.1f} ms",
+        file=sys.stderr,
+        flush=True,
+    )
+    points = []
+    for load in ol.loads:
+        for arm in ol.arms:
+            p = point(ctx, ol, arm, load, cap, scripts, seed)
+            points.append(p)
+            c, e = p["cheap"], p["expensive"]
+            print(
+                f"overload {load:g}x {arm}: cheap p99 {c['p99_ms']} ms served {c['served_fraction']:.3f}; "
+                f"expensive goodput {e['goodput_per_s']:.1f}/s served {e['served_fraction']:.3f}",
+                file=sys.stderr,
+                flush=True,
+            )
+    return {
+        "capacity": cap,
+        "settings": {k: getattr(ol, k) for k in ol.__dataclass_fields__},
+        "pool_size": ctx.pool_size,
+        "points": points,
+    }
