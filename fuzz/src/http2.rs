@@ -3,14 +3,11 @@
 //! machinery, and an HTTP/1.1 response head read back as HTTP/2 fields.
 
 use shortfirst_server::http::parse::Limits;
-use shortfirst_server::http2::request::{from_http1, to_http1};
+use shortfirst_server::http2::request::{from_http1, to_http1, SKIPPED};
 
 use crate::fields;
 
 const LIMITS: Limits = Limits { max_request_line_bytes: 512, max_header_bytes: 2048, max_headers: 32 };
-/// Fields of the request the mapping leaves out (`http2::request`'s list, restated as the
-/// behaviour checked here).
-const LEFT_OUT: &[&str] = &["content-length", "transfer-encoding", "connection", "keep-alive", "te", "upgrade"];
 
 /// Input: method, URI, then up to eight field name/value pairs, NUL-separated. Whatever the
 /// `http` types accept must map to exactly one HTTP/1.1 head — nothing after its blank line,
@@ -47,7 +44,7 @@ fn check_request(parts: http::request::Parts) {
     let mut expected: Vec<(&str, &[u8])> = authority.map(|a| ("host", a)).into_iter().collect();
     for (name, value) in &parts.headers {
         let name = name.as_str();
-        if !LEFT_OUT.contains(&name) && (name != "host" || authority.is_none()) {
+        if !SKIPPED.contains(&name) && (name != "host" || authority.is_none()) {
             expected.push((name, value.as_bytes()));
         }
     }

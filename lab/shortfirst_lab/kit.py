@@ -32,6 +32,9 @@ from typing import Any
 #: The repository root (this file is ROOT/lab/shortfirst_lab/kit.py; the lab is installed
 #: editable): git runs there, whatever the caller's working directory.
 REPO = Path(__file__).resolve().parents[2]
+#: Most hosts of a farm: each a namespace with its own address and `shortfirst serve`. The
+#: farm spec refuses more and the farm testbed builds no more.
+FARM_MAX_HOSTS = 16
 
 
 def shortfirst_binary() -> Path:

@@ -4,7 +4,7 @@ A farm file is a static serving file (every section and key of `experiment.py`, 
 same `expcheck`) plus one section that marks the kind::
 
     [farm]
-    hosts = 2                         # int in [2, MAX_HOSTS]: server namespaces, each running
+    hosts = 2                         # int in [2, kit.FARM_MAX_HOSTS]: server namespaces, each running
                                       # `shortfirst serve` behind its own uplink of uplink.rate
                                       # (the HTB band tree, or a token bucket for a user-space
                                       # arm), all serving the same docroot
@@ -30,19 +30,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..kit import FARM_MAX_HOSTS
 from .expcheck import experiment_from_dict
 from .expmodel import Experiment, RunSpec
 from .schema import Field, SpecError, check_table
 
-#: Most hosts of a farm (each a namespace with its own address and `shortfirst serve`).
-MAX_HOSTS = 16
 #: `farm.dispatch`: the configurations `shortfirst farm map` writes (`STEM.<name>.cfg`; sita-e's
 #: file is `STEM.sita.cfg`), and the simulator's rule for each (`shortfirst sim --dispatch`;
 #: sita-e is given the map's own cutoffs).
 DISPATCHES = {"roundrobin": "round-robin", "leastconn": "least-connections", "sita-e": "sita"}
 
 FIELDS = {
-    "hosts": Field("int", required=True, lo=2, hi=MAX_HOSTS),
+    "hosts": Field("int", required=True, lo=2, hi=FARM_MAX_HOSTS),
     "dispatch": Field("strs", required=True, choices=tuple(DISPATCHES)),
     "haproxy": Field("str"),
 }

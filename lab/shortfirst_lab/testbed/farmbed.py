@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import subprocess
 
+from ..kit import FARM_MAX_HOSTS
 from .bed import SERVER_HOST, SUBNET_PREFIX, Testbed
 from .netns import PREFIX
 
 #: Hosts' addresses start here (clients take 10..41).
 HOST_ADDR_BASE = 64
-#: Most hosts of a farm testbed (each a namespace, a veth and a qdisc).
-MAX_HOSTS = 16
 
 
 def front_addr() -> str:
@@ -46,8 +45,8 @@ class FarmTestbed(Testbed):
     __test__ = False  # not a pytest test class
 
     def __init__(self, run_id: str, rate_bits_per_s: int, n_hosts: int, **kw) -> None:
-        if not 2 <= n_hosts <= MAX_HOSTS:
-            raise ValueError(f"n_hosts {n_hosts}: expected 2..={MAX_HOSTS}")
+        if not 2 <= n_hosts <= FARM_MAX_HOSTS:
+            raise ValueError(f"n_hosts {n_hosts}: expected 2..={FARM_MAX_HOSTS}")
         if kw.get("groups") is not None:
             raise ValueError("a farm testbed is a LAN: no groups")
         self.n_hosts = n_hosts

@@ -17,7 +17,7 @@ use crate::http::parse::{self, Limits, Request};
 use crate::http::Status;
 
 /// Fields of the request left out of the HTTP/1.1 form (see the module docs).
-const SKIPPED: &[&str] = &["content-length", "transfer-encoding", "connection", "keep-alive", "te", "upgrade"];
+pub const SKIPPED: &[&str] = &["content-length", "transfer-encoding", "connection", "keep-alive", "te", "upgrade"];
 
 /// Writes `parts` as an HTTP/1.1 head into `buf` and parses it; `Err` is the status to answer.
 pub fn to_http1(parts: &http::request::Parts, buf: &mut Vec<u8>, limits: &Limits) -> Result<Request, Status> {
