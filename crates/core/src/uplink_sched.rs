@@ -543,6 +543,22 @@ impl UplinkScheduler {
         self.place(id.index);
     }
 
+    /// The response turned out longer than registered by `more_bytes` (a driver's
+    /// estimate fell short: TLS records it could not foresee): its size grows, so it
+    /// is granted the rest (an entry with nothing left is never granted), and it is
+    /// ranked by the new size.
+    pub fn extend(&mut self, id: ConnId, more_bytes: u64) {
+        if !self.live(id) {
+            debug_assert!(false, "stale id {id:?}");
+            return;
+        }
+        let c = self.conn_mut(id.index);
+        c.size_bytes = c.size_bytes.saturating_add(more_bytes);
+        if c.outstanding.is_none() {
+            self.place(id.index);
+        }
+    }
+
     /// The response ended (sent, or the connection failed); an outstanding
     /// grant's bytes count as unwritten. In limited-concurrency mode the
     /// best-ranked waiting response takes the freed slot.

@@ -325,6 +325,12 @@ impl Registration {
         }
     }
 
+    /// The response has `more_bytes` beyond what it registered.
+    fn extend(&mut self, more_bytes: u64) {
+        self.sched.lock().core.extend(self.id, more_bytes);
+        self.left_bytes += more_bytes;
+    }
+
     /// Ends the grant in use: what was written under it, the kernel's unsent
     /// bytes and whether the socket still takes bytes go to the scheduler.
     fn report(&mut self, held: Held, unsent: u64, writable: bool) {
@@ -356,7 +362,14 @@ impl Registration {
         loop {
             let mut held = match self.held {
                 Some(h) => h,
-                None => Held { granted_bytes: self.grant(stream, timeout).await?, written_bytes: 0, band },
+                None => {
+                    if self.left_bytes == 0 {
+                        // More to write than registered (an estimate fell short): the
+                        // scheduler never grants a response with nothing left.
+                        self.extend(max as u64);
+                    }
+                    Held { granted_bytes: self.grant(stream, timeout).await?, written_bytes: 0, band }
+                }
             };
             let offered = held.granted_bytes - held.written_bytes;
             let want = max.min(usize::try_from(offered).unwrap_or(usize::MAX));

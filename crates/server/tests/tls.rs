@@ -519,6 +519,48 @@ async fn user_pacer_grants_ciphertext_and_charges_the_handshake() {
     s.stop().await;
 }
 
+/// Under the user-space pacer every response over TLS ends, whatever its size against a
+/// record: a response is granted exactly the ciphertext it is ranked by, so bytes beyond
+/// that estimate would never be granted and the client would wait for them forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_pacer_completes_every_tls_response_size_on_parallel_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new();
+    let (entry, _) = ca.leaf(dir.path(), "ec", &["localhost"], false);
+    let mut c = config(dir.path(), vec![entry]);
+    // Sizes around one record and the head's own record: one byte, a small page, just
+    // under and over a record's payload, several records plus a partial one.
+    let sizes = [1usize, 7_486, 16_000, 16_500, 40_000, 100_003];
+    for n in sizes {
+        std::fs::write(c.root.join(format!("f{n}.bin")), pattern(n)).unwrap();
+    }
+    c.scheduler = shortfirst_server::Scheduling::User;
+    c.link_rate_bits_per_s = Some(100_000_000);
+    c.socket_priority = false;
+    let s = start(dir, c).await;
+    let conn = client(&ca, &[b"http/1.1"], &all_versions());
+    let mut tasks = Vec::new();
+    for n in sizes {
+        let (conn, addr) = (conn.clone(), s.tls);
+        tasks.push(tokio::spawn(async move {
+            let mut t = connect(&conn, addr, "localhost").await.unwrap();
+            // Twice on one kept-alive connection, as a browser does.
+            for _ in 0..2 {
+                t.write_all(get(&format!("/f{n}.bin"), "").as_bytes()).await.unwrap();
+                let r = read_response(&mut t, &mut Vec::new(), false).await;
+                assert_eq!(r.body, pattern(n), "{n} bytes");
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(20), t)
+            .await
+            .expect("every response over TLS ends under the pacer")
+            .unwrap();
+    }
+    s.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_max_connections_a_tls_connection_is_closed_and_shutdown_drains() {
     let dir = tempfile::tempdir().unwrap();

@@ -170,6 +170,29 @@ fn small_remainders_are_granted_whole_even_below_a_segment() {
 }
 
 #[test]
+fn a_response_longer_than_registered_is_granted_the_rest_once_extended() {
+    let mut s = sched("srpt");
+    let a = s.register(100).unwrap();
+    let b = s.register(50_000).unwrap();
+    s.set_writable(a, true);
+    s.set_writable(b, true);
+    let g = s.next_grant(0).unwrap();
+    assert_eq!((g.id, g.bytes), (a, 100));
+    s.report(0, a, 100, 0, true);
+    // All it registered is written: it is never granted again on its own.
+    assert_eq!(s.next_grant(0).map(|g| g.id), Some(b));
+    s.report(0, b, 0, 0, true);
+    // Its driver finds 22 more bytes to send (a record's overhead): they are granted,
+    // and ranked as what it has left (22 bytes, ahead of b).
+    s.extend(a, 22);
+    assert_eq!(s.app_remaining(a), Some(22));
+    let g = s.next_grant(0).unwrap();
+    assert_eq!((g.id, g.bytes), (a, 22));
+    s.report(0, a, 22, 0, true);
+    assert_eq!(s.app_remaining(a), Some(0));
+}
+
+#[test]
 fn refused_and_unused_bytes_are_refunded() {
     let mut s = sched("fair");
     let a = s.register(1_000_000).unwrap();

@@ -427,11 +427,15 @@ impl Conn {
             Body::InHead { len } => (self.responder.head.len() - len, None),
             Body::File { file, offset, len } => (self.responder.head.len(), Some((file, *offset, *len))),
         };
-        let plain_bytes = self.responder.head.len() as u64 + file_part.map_or(0, |(_, _, len)| len);
-        // Over TLS the response is ranked by what crosses the wire: its ciphertext.
+        let (head_bytes, file_bytes) = (self.responder.head.len() as u64, file_part.map_or(0, |(_, _, len)| len));
+        // Over TLS the response is ranked by what crosses the wire: its ciphertext, in the
+        // records `write_tls` makes (the head's, then the body's).
         let total = match self.transport {
-            Transport::Plain(_) => plain_bytes,
-            Transport::Tls(_) => crate::tls::ciphertext_bytes(plain_bytes, shared.record_payload_bytes),
+            Transport::Plain(_) => head_bytes + file_bytes,
+            Transport::Tls(_) => {
+                let record = shared.record_payload_bytes;
+                crate::tls::ciphertext_bytes(head_bytes, record) + crate::tls::ciphertext_bytes(file_bytes, record)
+            }
         };
 
         shared.cutoff_chooser.refresh(&mut self.cutoffs);

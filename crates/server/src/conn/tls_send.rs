@@ -45,7 +45,7 @@ impl Conn {
                 // The file shrank under us: the promised length cannot be kept.
                 return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "file shrank while sending"));
             }
-            // The head shares the first flight with the first record.
+            // The head's records and the first body record leave in one flight.
             w.push(&tls_buf[..n], record)?;
             w.flush(out, &mut bands).await?;
             off += n as u64;
