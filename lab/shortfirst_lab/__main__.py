@@ -4,11 +4,13 @@ Verbs parsed here (one function each; add one by writing `_cmd_x(args)` and regi
 `SUBCOMMANDS` with a function that adds its arguments):
 
     validate FILE...                                  check experiment files of any kind (static serving,
-                                                      farm, gatekeeper on any backend), print what each runs
+                                                      farm, browser, gatekeeper on any backend), print what
+                                                      each runs
     run EXP.toml --out DIR [--resume] [--bin PATH]   run an experiment, then build its report
     report DIR [--resimulate [--bin PATH]]            rebuild summary.json and report.html from raw logs
                                                       (overload experiments: `overload`; a farm:
-                                                      `farmreport`); --resimulate
+                                                      `farmreport`; a browser one: `browserreport`);
+                                                      --resimulate
                                                       first redoes each run's ideals (idealsim.py)
     check-report DIR/report.html                      open the page in headless Chromium, check images
 
@@ -65,6 +67,16 @@ def _cmd_run(a: argparse.Namespace) -> int:
     placement = Placement.parse(a.server_cpus, a.generator_cpus)
     bin_path = a.bin or shortfirst_binary()
     spec = read_spec(a.experiment, a.overrides)
+    if spec.kind == "browser":
+        from .runners import browser
+
+        summary = browser.run_browser_experiment(
+            spec.value, a.out, bin_path, resume=a.resume, progress=not a.no_progress, placement=placement
+        )
+        print(_format(summary))
+        print(f"\nreport: {(a.out / 'report.html').resolve()}")
+        print(f"summary: {(a.out / 'summary.json').resolve()}")
+        return 0
     if spec.kind == "farm":
         from .runners import farm
 
@@ -104,8 +116,10 @@ def _add_report(p: argparse.ArgumentParser) -> None:
 
 def _format(summary: dict) -> str:
     """The terminal table of any summary: an overload one has workloads, a farm's hosts."""
-    from .analysis import farmreport, overload, report
+    from .analysis import browserreport, farmreport, overload, report
 
+    if "cells" in summary:
+        return browserreport.format_table(summary)
     if "hosts" in summary:
         return farmreport.format_table(summary)
     return overload.format_table(summary) if "workloads" in summary else report.format_table(summary)
@@ -117,6 +131,12 @@ def _cmd_report(a: argparse.Namespace) -> int:
 
     exp_path = a.dir / "experiment.toml"
     spec = read_spec(exp_path) if exp_path.exists() else None
+    if spec is not None and spec.kind == "browser":
+        from .analysis import browserreport
+
+        print(_format(browserreport.build(a.dir)))
+        print(f"\nreport: {(a.dir / 'report.html').resolve()}")
+        return 0
     if spec is not None and spec.kind == "farm":
         if a.resimulate:
             from .kit import shortfirst_binary
@@ -165,6 +185,9 @@ def _cmd_validate(a: argparse.Namespace) -> int:
         spec = read_spec(path, a.overrides)
         kind = spec.kind if spec.backend is None else f"{spec.kind} on {spec.backend}"
         print(f"{path}: ok — {kind}: {_plan(spec)}")
+        if spec.kind == "browser":
+            for r in spec.value.matrix():
+                print(f"  {r.run_id}")
         if spec.kind in ("static", "farm"):
             for r in spec.value.matrix():
                 print(f"  {r.run_id}  seed={r.spec.seed if spec.kind == 'farm' else r.seed}")
@@ -174,6 +197,11 @@ def _cmd_validate(a: argparse.Namespace) -> int:
 def _plan(spec) -> str:
     """One line on what a validated experiment file would run."""
     v = spec.value
+    if spec.kind == "browser":
+        return (
+            f"{v.name}: {len(v.matrix())} cells of up to {v.loads_per_cell} loads of each of "
+            f"{len(v.pages)} pages, the background {v.exp.run.duration_s:g} s"
+        )
     if spec.kind == "farm":
         return (
             f"{v.name}: {len(v.matrix())} runs on {v.hosts} hosts behind HAProxy "

@@ -35,6 +35,10 @@ REPO = Path(__file__).resolve().parents[2]
 #: Most hosts of a farm: each a namespace with its own address and `shortfirst serve`. The
 #: farm spec refuses more and the farm testbed builds no more.
 FARM_MAX_HOSTS = 16
+#: The pages a browser experiment may load (`testbed.pages` writes them) and the peer servers
+#: from Debian it may run beside `shortfirst serve` (`testbed.peers` configures them).
+BROWSER_PAGES = ("generated", "rust-book")
+PEER_SERVERS = ("nginx", "h2o", "caddy", "lighttpd")
 
 
 def shortfirst_binary() -> Path:

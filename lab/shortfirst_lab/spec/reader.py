@@ -11,6 +11,9 @@ Kinds, told apart by what only that kind has:
                                "json-server" [json-server] (`spec.foreign`)
     farm        [farm]         a static serving experiment on C hosts behind HAProxy: the static
                                kind's sections plus [farm] (`spec.farm`)
+    browser     [browser]      headless Chromium's page loads over a static experiment's
+                               background: the static kind's sections plus [browser]
+                               (`spec.browser`)
 
 `SECTION.KEY=VALUE` overrides (the command line's `--set`) apply to the document before it is
 validated, the same way for every kind.
@@ -24,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..kit import to_toml
-from . import farm, foreign, pg, synthetic, tpcw
+from . import browser, farm, foreign, pg, synthetic, tpcw
 from .expcheck import experiment_from_dict
 from .expmodel import Experiment
 from .schema import GATEKEEPER_BACKENDS, SpecError, apply_override, read_toml
@@ -40,6 +43,11 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "farm",
         "farm",
         ("experiment", "uplink", "workload", "client", "server", "run", "farm"),
+    ),
+    "browser": (
+        "browser",
+        "browser",
+        ("experiment", "uplink", "workload", "client", "server", "run", "browser"),
     ),
     "gatekeeper": (
         "backend",
@@ -63,7 +71,8 @@ class Spec:
     """A validated experiment file: its kind, its value (an `Experiment`; a `FarmExperiment`
     for the farm kind; a `pg.PgExperiment` for the pg kind; for the gatekeeper kind, by
     backend: the synthetic bench's options, the TPC-W configuration dict, the foreign bench's
-    `Settings`) and, for the gatekeeper kind, its backend."""
+    `Settings`; a `browser.BrowserExperiment` for the browser kind) and, for the gatekeeper
+    kind, its backend."""
 
     path: Path
     kind: str
@@ -111,6 +120,8 @@ def read_spec(
         return Spec(path, found, experiment_from_dict(doc, path, text))
     if found == "farm":
         return Spec(path, found, farm.from_dict(doc, path, text))
+    if found == "browser":
+        return Spec(path, found, browser.from_dict(doc, path, text))
     if found == "pg":
         return Spec(path, found, pg.from_dict(doc, path))
     found_backend = doc.get("backend")
