@@ -57,7 +57,6 @@ OVERLOAD: dict[str, Field] = {
     "capacity_s": positive("number", True),
     "capacity_clients": Field("int", True, lo=1, hi=256),
     "cheap_room": Field("number", True, lo=0),
-    "prime": Field("bool", True),
 }
 
 
@@ -91,7 +90,6 @@ class Overload:
     capacity_s: float
     capacity_clients: int
     cheap_room: float
-    prime: bool
 
 
 @dataclass(frozen=True)
