@@ -102,8 +102,13 @@ def point(
     total = load * cap["capacity_tps"]
     rates = {"cheap": (1 - ol.expensive_share) * total, "expensive": ol.expensive_share * total}
     clients = {"cheap": ol.cheap_clients, "expensive": ol.expensive_clients}
+    gated = policy not in ("direct", "pgbouncer")
     with way_in(
-        ctx, policy, d / "proxy.log", capacity=None if policy in ("direct", "pgbouncer") else capacity
+        ctx,
+        policy,
+        d / "proxy.log",
+        capacity=capacity if gated else None,
+        estimate_basis=ol.estimate_basis if gated else None,
     ) as way:
         started = {}
         cmds = {}
