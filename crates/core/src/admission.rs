@@ -59,6 +59,31 @@
 //! `fifo` and `sjf-aging` need no probes (every waiting request is admitted in bounded
 //! time, hence every type is sampled); there `arrive_probe` is `arrive`.
 //!
+//! **First sample (the [`Controller`]; beyond the paper).** A type with no sample is charged
+//! pessimistically (the largest estimate of any type, "Warm-up" in [`EstimatorConfig`]),
+//! and its waiting requests keep that charge: only a sample of their own type re-prices
+//! them. Under `sjf` they sort behind every cheaper-looking request, and behind an
+//! overload's backlog of a measured type that never drains they waited for ever: in front
+//! of PostgreSQL (sjf, 1.25× and 1.5× the database's capacity) a fresh gatekeeper held all
+//! 64 cheap pgbench clients for a whole 12 s run, each charged as the costly aggregate, and
+//! with every client held no new arrival came to be re-sampled. So the controller gives
+//! every unsampled type with a request waiting one *probe*: the type's first request, or,
+//! when the probe leaves without a sample (it failed, was cancelled, expired, or its client
+//! left), the type's oldest waiting request at once, without waiting for a new arrival.
+//! The bound: at most one probe per unsampled type, waiting or in flight; the type's other
+//! requests are ordinary, charged pessimistically and admitted as they fit; the re-sampling
+//! clock marks no more probes of it (property-tested). A probe is charged as any request and
+//! counts against the capacity and `max_in_flight` as any request: it is admitted only when
+//! it fits (or, charged above the capacity, alone on an empty gate). Under `sjf` it goes
+//! ahead of every non-probe ([`Gate::make_probe`] marks a waiting request), so while it
+//! waits first in line nothing else is admitted and it starts once the requests in flight
+//! then have released room for it. At the bound, a flood of new types: their probes go
+//! first in arrival order, one as each room frees, never past the capacity or
+//! `max_in_flight`, and measured types wait for at most one probe per new type (the
+//! proxies' type table is bounded). Under `fifo` and `sjf-aging` a probe keeps its place:
+//! they admit every waiting request in bounded time. A probe is never refused for patience
+//! (its type must be measured).
+//!
 //! **Bounded charges (optional, beyond the paper).** With `max_charge_share = s < 1`, a
 //! request at the head of the queue needs at most `s` of the capacity free, so admitting
 //! it never waits for the backend to drain: while fifo or sjf requests wait, the load
@@ -226,7 +251,7 @@ mod one_at_a_time;
 pub mod patience;
 mod policy;
 
-pub use controller::{Arrival, ChargeAt, Controller, ControllerConfig, Decision, Grant, Refusal};
+pub use controller::{Arrival, Arrived, ChargeAt, Controller, ControllerConfig, Decision, Grant, Refusal};
 pub use estimator::{Basis, Charge, CostEstimator, EstimatorConfig, Sample, DEFAULT_RESAMPLE_AFTER_US};
 pub use gate::{Admitted, Gate, GateConfig, Rejection, RequestId, Ticket};
 pub use one_at_a_time::OneAtATime;
@@ -284,6 +309,8 @@ mod backend_tests;
 mod controller_tests;
 #[cfg(test)]
 mod exact_service;
+#[cfg(test)]
+mod first_probe_tests;
 #[cfg(test)]
 mod invariant_tests;
 #[cfg(test)]

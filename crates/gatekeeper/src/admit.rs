@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use shortfirst_core::admission::{AdmissionPolicy, Arrival, Controller, Decision, Refusal, RequestId, Ticket};
+use shortfirst_core::admission::{AdmissionPolicy, Arrival, Controller, Decision, Grant, Refusal, RequestId, Ticket};
 use tokio::sync::{oneshot, Notify};
 
 use crate::classify::Classifier;
@@ -164,6 +164,7 @@ impl Admission {
         for d in decisions {
             match d {
                 Decision::Admit(g) => {
+                    self.count_probe(&g);
                     let id = g.ticket.id();
                     let permit = Permit { shared: self.clone(), ticket: Some(g.ticket), type_index: g.type_index };
                     let verdict = Verdict::Admitted { permit, waited_us: g.waited_us };
@@ -185,6 +186,14 @@ impl Admission {
             }
         }
         out
+    }
+
+    /// An admission as a probe in the metrics (core::admission, "First sample" and
+    /// "Re-sampling").
+    fn count_probe(&self, g: &Grant) {
+        if let Some(tm) = self.metrics.types.get(g.type_index).filter(|_| g.probe) {
+            tm.probes.fetch_add(1, Relaxed);
+        }
     }
 
     /// A refusal in the metrics: the type's outcome and the counter of its reason.
@@ -355,14 +364,10 @@ pub(crate) fn arrive(shared: &Arc<Admission>, type_index: usize) -> Result<Arriv
         let mut guard = shared.lock();
         let core = &mut *guard;
         let arrival = core.ctl.arrive(shared.now_us(), type_index)?;
-        if arrival.probe {
-            // A probe re-measures a type sjf has not admitted for a while (core::admission,
-            // "Re-sampling").
-            shared.metrics.types[type_index].probes.fetch_add(1, Relaxed);
-        }
         let deliveries = shared.apply(core, arrival.others);
         let arrived = match arrival.outcome {
             Arrival::Admitted(g) => {
+                shared.count_probe(&g);
                 let permit = Permit { shared: shared.clone(), ticket: Some(g.ticket), type_index };
                 Arrived::Admitted { permit, waited_us: g.waited_us }
             }

@@ -151,8 +151,8 @@ impl Spread {
 #[derive(Debug, Default)]
 pub struct TypeMetrics {
     outcomes: [AtomicU64; 5],
-    /// Requests marked as re-sampling probes (core::admission, "Re-sampling"; they go ahead
-    /// of the order only under sjf).
+    /// Requests admitted as probes: a type's first sample or a re-sampling one
+    /// (core::admission, "First sample", "Re-sampling"; ahead of the order only under sjf).
     pub probes: AtomicU64,
     pub queue_wait: Histogram,
     pub upstream: Histogram,
@@ -413,7 +413,7 @@ impl Metrics {
             o,
             types,
             "gatekeeper_type_probes_total",
-            "Requests marked as re-sampling probes: their type had gone resample_after without a sample (under sjf they go ahead of the order).",
+            "Requests admitted as probes: their type had no sample yet, or had gone resample_after without one (under sjf they go ahead of the order).",
             "counter",
             |&(i, ..)| self.types[i].probes.load(Relaxed),
         );

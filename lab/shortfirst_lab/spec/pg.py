@@ -57,7 +57,7 @@ OVERLOAD: dict[str, Field] = {
     "capacity_s": positive("number", True),
     "capacity_clients": Field("int", True, lo=1, hi=256),
     "cheap_room": Field("number", True, lo=0),
-    "prime": Field("bool", True),
+    "estimate_basis": Field("str", True, what="a cost basis (`shortfirst vocabulary`)"),
 }
 
 
@@ -91,7 +91,7 @@ class Overload:
     capacity_s: float
     capacity_clients: int
     cheap_room: float
-    prime: bool
+    estimate_basis: str
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,9 @@ def from_dict(doc: dict[str, Any], path: Path) -> PgExperiment:
         policy = arm.removesuffix("@auto")
         if arm not in ("direct", "pgbouncer") and not vocabulary.is_gatekeeper_policy(policy):
             raise SpecError(path, f"overload.arms[{i}]", "direct, pgbouncer, or POLICY[@auto]", arm)
+    if ol["estimate_basis"] not in vocabulary.estimate_bases():
+        bases = " or ".join(vocabulary.estimate_bases())
+        raise SpecError(path, "overload.estimate_basis", bases, ol["estimate_basis"])
     for key in ("arms", "loads"):
         if len(set(ol[key])) != len(ol[key]):
             raise SpecError(path, f"overload.{key}", "each value once", ol[key])

@@ -615,3 +615,49 @@ fn learned_patience_turns_the_backend_to_clients_who_wait_table() {
     }
     assert!(failures.is_empty(), "patience:\n{}", failures.join("\n"));
 }
+
+/// The database tier's mix (`make bench-pg`'s overload: 95% point lookups of 114 µs, 5%
+/// aggregates of 12.2 ms on one CPU, capacity 46 ms, wall-time costs) at 1.25× and 1.5×
+/// the CPU: on a processor-sharing backend, where a lookup's wall time is its share of the
+/// CPU, sjf and sjf-aging:2 serve every lookup and keep the CPU busy (work rate ≥ 0.99),
+/// so the aggregates get all the CPU the lookups leave (`(1 − lookups' share) / 12.2 ms` a
+/// second): counted as completions of the window's arrivals, at least 0.8 of it (the
+/// aggregates that arrive in its last seconds, behind a queue of up to 5 s, finish after
+/// it). So the starvation of the aggregates measured in front of PostgreSQL, where a
+/// lookup's wall time is 15–25× its CPU time, is not the decision rule's (docs/results.md,
+/// the database tier).
+#[test]
+fn the_database_tiers_mix_gives_the_aggregates_what_the_lookups_leave_table() {
+    const PG: [Kind; 2] = [Kind { demand_us: 114.0, weight: 95.0 }, Kind { demand_us: 12_200.0, weight: 5.0 }];
+    let total: f64 = PG.iter().map(|k| k.weight).sum();
+    let mean_us: f64 = PG.iter().map(|k| k.demand_us * k.weight / total).sum();
+    let mut failures = Vec::new();
+    for load in [1.25, 1.5] {
+        for policy in ["sjf", "sjf-aging:2"] {
+            let s = Scenario {
+                duration_us: 15e6,
+                warmup_us: 3e6,
+                max_queue_wait_us: 5_000_000,
+                ..scenario(policy, 1.0, 46_000, load)
+            };
+            let o = simulate(s, &PG);
+            // Arrivals per µs of each type, and the aggregates' rate the lookups leave room for.
+            let rate_us = load / mean_us;
+            let lookups_cpu = rate_us * PG[0].weight / total * PG[0].demand_us;
+            let bound_per_s = (1.0 - lookups_cpu) / PG[1].demand_us * 1e6;
+            let per_s = o.completed[1] as f64 / ((s.duration_us - s.warmup_us) / 1e6);
+            let row = format!(
+                "{policy} at {load}×: work rate {:.3}; lookups completed {:.3} (mean wait {:.1} ms); \
+                 aggregates {per_s:.1}/s of the {bound_per_s:.1}/s the lookups leave",
+                o.work_rate,
+                o.completion(0),
+                o.mean_wait_us(0) / 1e3
+            );
+            println!("{row}");
+            if o.work_rate < 0.99 || o.completion(0) < 0.99 || per_s < 0.8 * bound_per_s {
+                failures.push(row);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

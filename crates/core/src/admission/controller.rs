@@ -9,9 +9,12 @@
 //!
 //! # Events
 //! - [`Controller::arrive`]: a request of a type arrives. It is charged its type's
-//!   estimate (a probe when its type has gone unsampled, see "Re-sampling" in the
-//!   [module docs](super)), queued behind its type's earlier requests (first come, first served within a
-//!   type, under every policy) and admitted at once if the policy picks it and it fits.
+//!   estimate (a probe when its type has no sample and no probe yet, "First sample", or
+//!   has gone unsampled for a while, "Re-sampling" in the [module docs](super)), queued
+//!   behind its type's earlier requests (first come, first served within a type, under
+//!   every policy) and admitted at once if the policy picks it and it fits. An unsampled
+//!   type's probe that leaves without a sample (failed, withdrawn, expired, its client
+//!   gone) is handed on to the type's oldest waiting request.
 //! - [`Controller::finish`]: an admitted request is done with the backend, with its
 //!   measured service time (admission → last byte) when it succeeded, or none when it
 //!   failed (a failure says nothing of the cost). The estimator learns the sample (its
@@ -125,6 +128,9 @@ pub struct Grant {
     pub type_index: usize,
     /// Time spent waiting (0 when admitted on arrival).
     pub waited_us: u64,
+    /// Admitted as a probe: the first sample of a type that has none ("First sample" in the
+    /// [module docs](super)), or a re-sampling probe.
+    pub probe: bool,
 }
 
 /// Why a request is not served.
@@ -165,7 +171,9 @@ pub enum Decision {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Arrived {
     pub outcome: Arrival,
-    /// Charged as a re-sampling probe (see "Re-sampling" in the module docs).
+    /// Arrived as a probe: its type has no sample and no other probe waiting or in flight
+    /// ("First sample" in the module docs), or its type has gone unsampled for
+    /// `resample_after_us` ("Re-sampling").
     pub probe: bool,
     /// Decisions about other requests.
     pub others: Vec<Decision>,
@@ -209,6 +217,9 @@ pub struct Controller {
     /// Admitted, unfinished requests.
     running: HashMap<RequestId, Known>,
     in_flight_by_type: Vec<usize>,
+    /// Per type with no sample yet: the request measuring it first (its probe, waiting as
+    /// the type's oldest or in flight), `None` when no request of the type is waiting.
+    first_probe: Vec<Option<RequestId>>,
     shutting_down: bool,
 }
 
@@ -236,6 +247,7 @@ impl Controller {
             doomed_at: BTreeSet::new(),
             running: HashMap::new(),
             in_flight_by_type: vec![0; num_types],
+            first_probe: vec![None; num_types],
             shutting_down: false,
         })
     }
@@ -247,8 +259,12 @@ impl Controller {
             return Ok(refused(Refusal::ShuttingDown));
         }
         let charge = self.estimator.charge(type_index, now_us)?;
+        // An unsampled type: a probe when it has none waiting or in flight, and only then
+        // (at most one at a time, whatever the re-sampling clock says).
+        let first_sample = self.estimator.samples(type_index)? == 0;
+        let probe = if first_sample { self.first_probe[type_index].is_none() } else { charge.probe };
         let request_type = type_index as u64;
-        let arrived = if charge.probe {
+        let arrived = if probe {
             self.gate.arrive_probe_in(now_us, request_type, charge.cost_us)
         } else {
             self.gate.arrive_in(now_us, request_type, charge.cost_us)
@@ -256,8 +272,11 @@ impl Controller {
         let Ok((id, admitted)) = arrived else {
             return Ok(refused(Refusal::QueueFull));
         };
-        self.waiting.insert(id, (Known { type_index, arrival_us: now_us, probe: charge.probe }, None));
+        self.waiting.insert(id, (Known { type_index, arrival_us: now_us, probe }, None));
         self.waiting_by_type[type_index].insert(id);
+        if probe && first_sample {
+            self.first_probe[type_index] = Some(id);
+        }
         let mut decisions = self.settle(now_us, admitted);
         let own = decisions.iter().position(|d| match d {
             Decision::Admit(g) => g.ticket.id() == id,
@@ -274,7 +293,7 @@ impl Controller {
                 Arrival::Queued(id)
             }
         };
-        Ok(Arrived { outcome, probe: charge.probe, others: decisions })
+        Ok(Arrived { outcome, probe, others: decisions })
     }
 
     /// An admitted request is done with the backend (see "Events"): `service_us` is its
@@ -306,6 +325,13 @@ impl Controller {
                 }
             }
         }
+        if self.first_probe[t] == Some(id) {
+            // The type's first probe is done: measured, the type is sampled; failed, the
+            // type's oldest waiting request measures it next, marked before the charge is
+            // released so that under sjf it is first in line for the room.
+            self.first_probe[t] = None;
+            admitted.extend(self.hand_on_probe(now_us, t));
+        }
         admitted.extend(self.gate.release(now_us, ticket)?);
         Ok(self.settle(now_us, admitted))
     }
@@ -317,7 +343,7 @@ impl Controller {
             self.patience.give_up(now_us, k.type_index, now_us.saturating_sub(k.arrival_us));
             return Vec::new();
         }
-        let Some(k) = self.forget_waiting(id) else { return Vec::new() };
+        let Some(k) = self.forget_left(id) else { return Vec::new() };
         let known_before = self.patience.patience_us(k.type_index).is_some();
         self.patience.give_up(now_us, k.type_index, now_us.saturating_sub(k.arrival_us));
         if !known_before && self.patience.patience_us(k.type_index).is_some() {
@@ -327,28 +353,35 @@ impl Controller {
                 self.watch_doom(now_us, w);
             }
         }
-        let admitted = self.gate.cancel(now_us, id).unwrap_or_default();
+        let mut admitted = self.gate.cancel(now_us, id).unwrap_or_default();
+        admitted.extend(self.hand_on_probe(now_us, k.type_index));
         self.settle(now_us, admitted)
     }
 
     /// The client withdrew waiting request `id` (see "Events"). Running and unknown ids
     /// (already admitted, refused or finished) are ignored.
     pub fn cancel(&mut self, now_us: u64, id: RequestId) -> Vec<Decision> {
-        if self.forget_waiting(id).is_none() {
-            return Vec::new();
-        }
-        let admitted = self.gate.cancel(now_us, id).unwrap_or_default();
+        let Some(k) = self.forget_left(id) else { return Vec::new() };
+        let mut admitted = self.gate.cancel(now_us, id).unwrap_or_default();
+        admitted.extend(self.hand_on_probe(now_us, k.type_index));
         self.settle(now_us, admitted)
     }
 
     /// Time has come (see "Events"): expiries, refusals for patience, aging, auto capacity.
     pub fn poll(&mut self, now_us: u64) -> Vec<Decision> {
-        let (expired, admitted) = self.gate.expire(now_us);
+        let (expired, mut admitted) = self.gate.expire(now_us);
         let mut out = Vec::new();
+        let mut types = BTreeSet::new();
         for id in expired {
-            if let Some(k) = self.forget_waiting(id) {
+            if let Some(k) = self.forget_left(id) {
                 out.push(Decision::Refuse { id, type_index: k.type_index, reason: Refusal::Expired });
+                types.insert(k.type_index);
             }
+        }
+        // Every expired request out of the maps first: a probe is handed on to a request
+        // still waiting.
+        for t in types {
+            admitted.extend(self.hand_on_probe(now_us, t));
         }
         // Settled before anything else is looked at: an admitted request is no longer waiting.
         out.extend(self.settle(now_us, admitted));
@@ -365,7 +398,7 @@ impl Controller {
                 self.watch_doom(now_us, id);
                 continue;
             }
-            let k = self.forget_waiting(id).expect("a watched request is waiting");
+            let k = self.forget_left(id).expect("a watched request is waiting");
             let admitted = self.gate.cancel(now_us, id).unwrap_or_default();
             out.push(Decision::Refuse { id, type_index: k.type_index, reason: Refusal::WouldNotFinish });
             out.extend(self.settle(now_us, admitted));
@@ -405,7 +438,7 @@ impl Controller {
             // Taking an older request out can let a younger one in (fifo: the head that did
             // not fit leaves, the next one fits); that one was admitted and runs on, so it is
             // no longer waiting here.
-            let Some(k) = self.forget_waiting(id) else { continue };
+            let Some(k) = self.forget_left(id) else { continue };
             let admitted = self.gate.cancel(now_us, id).unwrap_or_default();
             out.push(Decision::Refuse { id, type_index: k.type_index, reason: Refusal::ShuttingDown });
             out.extend(self.settle(now_us, admitted));
@@ -415,7 +448,14 @@ impl Controller {
 
     /// Change the policy (a reload); what the new order admits is returned.
     pub fn set_policy(&mut self, now_us: u64, policy: super::AdmissionPolicy) -> Vec<Decision> {
-        let admitted = self.gate.set_policy(now_us, policy);
+        let mut admitted = self.gate.set_policy(now_us, policy);
+        // The gate keeps probes only under sjf: into sjf, each unsampled type's waiting
+        // probe is first in line again.
+        let waiting_probes: Vec<RequestId> =
+            self.first_probe.iter().flatten().copied().filter(|id| self.waiting.contains_key(id)).collect();
+        for id in waiting_probes {
+            admitted.extend(self.gate.make_probe(now_us, id));
+        }
         self.settle(now_us, admitted)
     }
 
@@ -456,6 +496,11 @@ impl Controller {
     /// Give-ups reported so far.
     pub fn give_ups(&self) -> u64 {
         self.patience.give_ups()
+    }
+    /// The request measuring a type that has no sample yet (its first probe, waiting or in
+    /// flight), if any.
+    pub fn first_probe(&self, type_index: usize) -> Option<RequestId> {
+        self.first_probe.get(type_index).copied().flatten()
     }
     pub fn in_flight_by_type(&self) -> &[usize] {
         &self.in_flight_by_type
@@ -518,7 +563,12 @@ impl Controller {
                 }
                 self.running.insert(id, k);
                 self.in_flight_by_type[k.type_index] += 1;
-                out.push(Decision::Admit(Grant { ticket: a.ticket, type_index: k.type_index, waited_us: a.waited_us }));
+                out.push(Decision::Admit(Grant {
+                    ticket: a.ticket,
+                    type_index: k.type_index,
+                    waited_us: a.waited_us,
+                    probe: k.probe,
+                }));
             }
         }
         out
@@ -552,6 +602,37 @@ impl Controller {
         }
         self.doomed_at.insert((at, id));
         self.waiting.insert(id, (k, Some(at)));
+    }
+
+    /// [`Controller::forget_waiting`] for a request that leaves without being admitted: if
+    /// it was its type's first probe, the type has none until [`Controller::hand_on_probe`].
+    fn forget_left(&mut self, id: RequestId) -> Option<Known> {
+        let k = self.forget_waiting(id)?;
+        if self.first_probe[k.type_index] == Some(id) {
+            self.first_probe[k.type_index] = None;
+        }
+        Some(k)
+    }
+
+    /// Give an unsampled type without a probe one: its oldest waiting request, marked in
+    /// the gate ([`Gate::make_probe`]; returned: what that dispatch admitted, to settle).
+    /// Nothing when the type has a sample or a probe, nothing of it waits, or the
+    /// controller is shutting down.
+    fn hand_on_probe(&mut self, now_us: u64, t: usize) -> Vec<Admitted> {
+        let unsampled = self.estimator.samples(t).is_ok_and(|n| n == 0);
+        if !unsampled || self.first_probe[t].is_some() || self.shutting_down {
+            return Vec::new();
+        }
+        let Some(&id) = self.waiting_by_type[t].first() else { return Vec::new() };
+        self.first_probe[t] = Some(id);
+        if let Some((k, doom_at)) = self.waiting.get_mut(&id) {
+            k.probe = true;
+            // A probe is never refused for patience (see "Patience"): no longer watched.
+            if let Some(at) = doom_at.take() {
+                self.doomed_at.remove(&(at, id));
+            }
+        }
+        self.gate.make_probe(now_us, id)
     }
 
     /// Take a request out of the waiting maps (not out of the gate).

@@ -257,10 +257,41 @@ fn run_script(
     patience: PatienceRule,
     script: Vec<(u64, Ev)>,
 ) -> Result<(), TestCaseError> {
+    run_script_capped(policy, charge_at, patience, None, script)
+}
+
+/// After each event, "First sample" (module docs): a type with no sample has at most one
+/// probe in flight, and while any of its requests waits it has a probe, waiting or in
+/// flight (no type is left unmeasured for want of a new arrival).
+fn check_first_probes(c: &Controller, w: &Watch) -> Result<(), TestCaseError> {
+    let queued = c.queued_by_type();
+    for (t, &waiting) in queued.iter().enumerate() {
+        if c.estimator().samples(t).unwrap() > 0 {
+            continue;
+        }
+        let probes = w.running.iter().filter(|g| g.type_index == t && g.probe).count();
+        prop_assert!(probes <= 1, "type {t}: {probes} probes in flight without a sample");
+        if waiting > 0 && !c.is_shutting_down() {
+            let p = c.first_probe(t);
+            let live = p.is_some_and(|p| c.is_waiting(p) || w.running.iter().any(|g| g.ticket.id() == p));
+            prop_assert!(live, "type {t}: {waiting} waiting, no probe ({p:?})");
+        }
+    }
+    Ok(())
+}
+
+fn run_script_capped(
+    policy: &str,
+    charge_at: ChargeAt,
+    patience: PatienceRule,
+    max_in_flight: Option<usize>,
+    script: Vec<(u64, Ev)>,
+) -> Result<(), TestCaseError> {
     let mut conf = cfg(30_000, policy);
     conf.patience = patience;
     conf.charge_at = charge_at;
     conf.gate.max_queue_len = 64;
+    conf.gate.max_in_flight = max_in_flight;
     let mut c = Controller::new(conf, 4, 0).unwrap();
     let mut w = Watch {
         arrivals: Vec::new(),
@@ -305,6 +336,9 @@ fn run_script(
         if charge_at == ChargeAt::Arrival {
             prop_assert!(g.load_us() <= g.capacity_us() || g.in_flight() == 1, "load {} > capacity", g.load_us());
         }
+        prop_assert!(max_in_flight.is_none_or(|m| g.in_flight() <= m), "{} in flight", g.in_flight());
+        prop_assert_eq!(g.in_flight(), w.running.len());
+        check_first_probes(&c, &w)?;
     }
     // Within a type, admissions in arrival order.
     for (ty, ids) in w.admitted_by_type.iter().enumerate() {
@@ -343,5 +377,17 @@ proptest! {
     ) {
         run_script(policy, ChargeAt::Arrival, PatienceRule::Fixed { patience_us }, script.clone())?;
         run_script(policy, ChargeAt::Admission, PatienceRule::Learn, script)?;
+    }
+
+    /// Probes of unsampled types under an in-flight cap: the cap holds, at most one probe
+    /// per unsampled type is in flight, and every ticket is released once.
+    #[test]
+    fn first_probes_stay_bounded_under_an_in_flight_cap(
+        policy in policies(),
+        max_in_flight in 1usize..4,
+        script in prop::collection::vec(ev(), 1..200),
+    ) {
+        run_script_capped(policy, ChargeAt::Admission, PatienceRule::Learn, Some(max_in_flight), script.clone())?;
+        run_script_capped(policy, ChargeAt::Arrival, PatienceRule::Off, Some(max_in_flight), script)?;
     }
 }

@@ -98,6 +98,9 @@ impl Sample {
 /// type that has one (or `cold_cost_us` when no type has any): under-charging an unknown,
 /// possibly expensive type could let a burst of it overload the backend, which is what
 /// admission control exists to prevent; over-charging costs one request some waiting.
+/// The [`Controller`](super::Controller) admits one request of such a type at a time as a
+/// probe, ahead of the others under sjf, so the pessimistic charge does not hold the type
+/// back ("First sample" in the module docs of `admission`).
 /// The first `ceil(1/alpha)` samples are averaged arithmetically (each has equal weight),
 /// so the early estimate is not dominated by the first, often cold, sample.
 ///

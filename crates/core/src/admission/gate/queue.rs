@@ -65,6 +65,19 @@ impl Gate {
         self.arrive_as(now_us, cost_us, true, None)
     }
 
+    /// Make a waiting request a probe, as if it had arrived as one ([`Gate::arrive_probe`]):
+    /// under `sjf` its type goes ahead of every other from now on; under `fifo` and
+    /// `sjf-aging` nothing changes. Then the gate dispatches (returned admissions). A request
+    /// not waiting is ignored. The controller hands an unsampled type's probe on this way
+    /// when the one it had leaves without a sample ("First sample" in the module docs).
+    pub fn make_probe(&mut self, now_us: u64, id: RequestId) -> Vec<Admitted> {
+        if self.cfg.policy != AdmissionPolicy::Sjf || !self.queue.contains_key(&id.0) || !self.probes.insert(id.0) {
+            return Vec::new();
+        }
+        let now_us = self.clock(now_us);
+        self.dispatch(now_us)
+    }
+
     /// Waiting probes (sjf only; 0 under other policies).
     pub fn probes_waiting(&self) -> usize {
         self.probes.len()

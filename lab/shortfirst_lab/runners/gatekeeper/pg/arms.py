@@ -53,10 +53,12 @@ def on_port(url: str, port: int) -> str:
 
 
 @contextmanager
-def way_in(ctx: Context, arm: str, log: Path, capacity: str | None = None) -> Iterator[Way]:
+def way_in(
+    ctx: Context, arm: str, log: Path, capacity: str | None = None, estimate_basis: str | None = None
+) -> Iterator[Way]:
     """The arm started: `direct`, `pgbouncer`, or a gatekeeper policy (fifo, sjf,
     sjf-aging:X) with `capacity` (`auto`, or a duration such as `40ms`; None: the binary's
-    default)."""
+    default) and `estimate_basis` (None: the binary's default)."""
     if arm == "direct":
         yield Way(ctx.server_url)
         return
@@ -77,6 +79,7 @@ def way_in(ctx: Context, arm: str, log: Path, capacity: str | None = None) -> It
         policy=arm,
         capacity=capacity,
         patience="off",
+        estimate_basis=estimate_basis,
     ) as g:
         yield Way(on_port(ctx.server_url, urlsplit(g.url).port or 0), g.pid, g.admin_port)
 

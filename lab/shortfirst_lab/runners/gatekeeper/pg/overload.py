@@ -102,11 +102,14 @@ def point(
     total = load * cap["capacity_tps"]
     rates = {"cheap": (1 - ol.expensive_share) * total, "expensive": ol.expensive_share * total}
     clients = {"cheap": ol.cheap_clients, "expensive": ol.expensive_clients}
+    gated = policy not in ("direct", "pgbouncer")
     with way_in(
-        ctx, policy, d / "proxy.log", capacity=None if policy in ("direct", "pgbouncer") else capacity
+        ctx,
+        policy,
+        d / "proxy.log",
+        capacity=capacity if gated else None,
+        estimate_basis=ol.estimate_basis if gated else None,
     ) as way:
-        if way.admin_port is not None and ol.prime:
-            prime(way.url, ol, scripts, d, seed)
         started = {}
         cmds = {}
         sampler = Sampler(None, way.admin_port, SAMPLE_S, keep=TIMELINE_SERIES) if way.admin_port else None
@@ -149,25 +152,6 @@ def estimates_during(rows: list[dict]) -> dict[str, float]:
         for name, ms in row.get("gate", {}).get("estimate_ms", {}).items():
             sums.setdefault(name, []).append(ms)
     return {name: sum(v) / len(v) for name, v in sums.items() if name != "(other)"}
-
-
-#: Transactions of each script a gatekeeper arm is taught before the load (`prime`).
-PRIME_TRANSACTIONS = {"cheap": 20, "expensive": 3}
-
-
-def prime(url: str, ol: Overload, scripts: dict[str, Path], d: Path, seed: int) -> None:
-    """Teaches a fresh gatekeeper both types before the open load: a few transactions of each
-    script from one client, one after the other. Unprimed, its first cheap transactions are
-    charged the costliest type's estimate (its rule for a type never sampled) and, under sjf
-    with expensive ones queued from the start, wait behind all of them; pgbench's cheap
-    clients are then all held and no new cheap arrival comes to be probed (`prime = false`
-    shows it)."""
-    for name in CLASSES:
-        cmd = pgbench.argv(
-            url, script=["-f", str(scripts[name])], protocol=ol.protocol, clients=1, duration_s=0,
-            seed=seed, transactions=PRIME_TRANSACTIONS[name],
-        )  # fmt: skip
-        pgbench.run(cmd, d / f"prime-{name}.txt", d, 60.0)
 
 
 def classify(

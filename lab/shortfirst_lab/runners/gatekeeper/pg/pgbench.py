@@ -100,15 +100,12 @@ def argv(
     seed: int,
     rate_per_s: float | None = None,
     log_prefix: Path | None = None,
-    transactions: int | None = None,
 ) -> list[str]:
     """pgbench without vacuum (`-n`), one thread (`-j 1`), the script given as its options
     (`-S`, `-b tpcb-like` or `-f FILE`), the query protocol (`-M`), clients, whole seconds
-    (`-T`) or `transactions` per client (`-t`), the seed, the open-loop rate (`-R`) and
-    per-transaction logs (`-l`)."""
+    (`-T`), the seed, the open-loop rate (`-R`) and per-transaction logs (`-l`)."""
     out = [str(pgbench()), "-n", "-j", "1", *script, "-M", protocol, "-c", str(clients)]
-    out += ["-T", str(max(1, round(duration_s)))] if transactions is None else ["-t", str(transactions)]
-    out += [f"--random-seed={seed}"]
+    out += ["-T", str(max(1, round(duration_s))), f"--random-seed={seed}"]
     if rate_per_s is not None:
         out += ["-R", f"{rate_per_s:.3f}"]
     if log_prefix is not None:
