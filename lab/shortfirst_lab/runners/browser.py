@@ -227,7 +227,8 @@ class BrowserRunner(Runner):
 
     def run(self) -> dict[str, Any]:  # type: ignore[override]
         self.out.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.out / "experiment.toml", _toml(self.browser))
+        # The file as run (its overrides applied), read back by the report.
+        write_atomic(self.out / "experiment.toml", self.exp.source)
         self.write_provenance()
         self.trace = generate_workload(self.exp, self.out, self.bin)
         self.docroot = self.trace.parent / "docroot"
@@ -244,12 +245,6 @@ class BrowserRunner(Runner):
                 f"  {rec['status']} ({rec.get('wall_s', 0):.0f} s, {rec.get('failed_loads', 0)} failed loads)"
             )
         return browserreport.build(self.out)
-
-
-def _toml(b: BrowserExperiment) -> str:
-    from ..kit import to_toml
-
-    return to_toml(b.to_dict())
 
 
 def run_browser_experiment(

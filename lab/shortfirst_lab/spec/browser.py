@@ -114,20 +114,6 @@ class BrowserExperiment:
                 runs += [BrowserRun(p, ld, peer=peer) for p in self.protocols]
         return runs
 
-    def to_dict(self) -> dict[str, Any]:
-        return self.exp.to_dict() | {
-            "browser": {
-                "pages": list(self.pages),
-                "protocols": list(self.protocols),
-                "peers": list(self.peers),
-                "loads_per_cell": self.loads_per_cell,
-                "idle": self.idle,
-                "page_timeout_s": self.page_timeout_s,
-                "chromium": self.chromium,
-                "tls_port": self.tls_port,
-            }
-        }
-
 
 def from_dict(doc: dict[str, Any], path: Path, text: str = "") -> BrowserExperiment:
     """Validates a browser document: `[browser]` here, the rest by the static kind's reader."""
