@@ -143,7 +143,11 @@ def test_the_report_sets_srpt_against_the_idle_floor_and_every_server(tmp_path):
             tmp_path, f"{server}-h2-idle", [_load("generated", "h2", ms), _load("generated", "h2", ms + 20)]
         )
     for server, ms in busy.items():
-        rows = [_load("generated", "h2", ms)] * 3 + [
+        # A warm-up load (left out), three over HTTP/2, one over HTTP/1.1, one failed.
+        rows = [
+            {"warmup": True, **_load("generated", "h2", 99_999.0)},
+            *[_load("generated", "h2", ms)] * 3,
+        ] + [
             _load("generated", "http/1.1", 1.0),
             {"page": "generated", "error": "x"},
         ]

@@ -73,7 +73,9 @@ def _loads(out, name):
     rdir = out / "runs" / name
     rec = json.loads((rdir / "run.json").read_text())
     assert rec["status"] == "ok" and rec["failed_loads"] == 0, rec
-    return rdir, [json.loads(line) for line in (rdir / "pageloads.jsonl").read_text().splitlines()]
+    lines = [json.loads(line) for line in (rdir / "pageloads.jsonl").read_text().splitlines()]
+    assert [x.get("warmup", False) for x in lines[:1]] == [True]  # one page, one warm-up load
+    return rdir, lines[1:]
 
 
 @pytest.mark.parametrize("name", ["srpt-user-h2-idle", "srpt-user-h2-load0.50"])

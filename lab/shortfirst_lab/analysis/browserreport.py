@@ -3,7 +3,8 @@
 Inputs (written by `runners.browser`, never modified here)::
 
     DIR/experiment.toml                  the browser experiment as run
-    DIR/runs/<cell>/pageloads.jsonl      one line per page load: the browser's own figures
+    DIR/runs/<cell>/pageloads.jsonl      one line per page load: the browser's own figures (the
+                                         warm-up loads, `"warmup": true`, are left out)
     DIR/runs/<cell>/requests.csv, received.csv   the background's logs (not in idle cells)
     DIR/runs/<cell>/run.json             the runner's record (status, server, protocol, load)
 
@@ -85,6 +86,7 @@ def _stats(values: list[float]) -> dict[str, float | None]:
 def page_rows(loads: list[dict[str, Any]], protocol: str) -> dict[str, dict[str, Any]]:
     """Per page: loads ended, failed and on another protocol; each metric's statistics."""
     want = {"h1": "http/1.1", "h2": "h2"}[protocol]
+    loads = [r for r in loads if not r.get("warmup")]
     out: dict[str, dict[str, Any]] = {}
     for page in dict.fromkeys(r["page"] for r in loads):
         mine = [r for r in loads if r["page"] == page]

@@ -7,8 +7,9 @@ the shaped uplink while `shortfirst load` replays the background downloads::
     DIR/runs/<server>-<protocol>-<idle|loadρ>/
         pageloads.jsonl                       one line per page load: the page, its index, the
                                               wall time it started (s from the background's
-                                              start), and the browser's figures (`testbed.chromium.PageLoad`),
-                                              or the error
+                                              start), and the browser's figures
+                                              (`testbed.chromium.PageLoad`), or the error; first
+                                              one warm-up load per page (`"warmup": true`)
         requests.csv, summary.json, received.csv   the background's logs (none when idle)
         server.log, browser.log, load.log, commands.txt, uplink.json, server_metrics.txt
         peer/                                 a peer's configuration and logs
@@ -77,6 +78,8 @@ class BrowserRunner(Runner):
         progress: bool = True,
         placement: Placement | None = None,
     ):
+        # Absolute: a peer reads the certificate and the docroot from its own directory.
+        out = out.resolve()
         super().__init__(browser.exp, out, bin_path, resume=resume, progress=progress, placement=placement)
         self.browser = browser
         self.pages: list[Page] = []
@@ -114,6 +117,19 @@ class BrowserRunner(Runner):
             *factors.load_flags(exp.client),
         ]  # fmt: skip
 
+    def load_once(self, tb: Any, run: BrowserRun, rdir: Path, page: Page, t0: float) -> dict[str, Any]:
+        """One load of `page`: its line of pageloads.jsonl (the figures, or the error)."""
+        b = self.browser
+        url = f"https://{SERVER_NAME}:{b.tls_port}{page.path}"
+        rec: dict[str, Any] = {"page": page.name, "start_s": round(time.monotonic() - t0, 3)}
+        try:
+            load = chromium.load_page(b.chromium, url, self.browser_flags(tb, run), popen=tb.client_popen,
+                                      timeout_s=b.page_timeout_s, log_path=rdir / "browser.log")  # fmt: skip
+            rec.update(vars(load))
+        except chromium.BrowserError as e:
+            rec["error"] = str(e)
+        return rec
+
     def page_loads(
         self, tb: Any, run: BrowserRun, rdir: Path, t0: float, gen: subprocess.Popen | None
     ) -> int:
@@ -121,7 +137,6 @@ class BrowserRunner(Runner):
         background) until less than a page timeout of it is left; returns the loads that
         failed. Each load is a line of pageloads.jsonl as soon as it ends."""
         b = self.browser
-        url = f"https://{SERVER_NAME}:{b.tls_port}"
         end = t0 + self.exp.run.duration_s - b.page_timeout_s if gen is not None else float("inf")
         failed = 0
         with open(rdir / "pageloads.jsonl", "a") as out:
@@ -129,22 +144,21 @@ class BrowserRunner(Runner):
                 for page in self.pages:
                     if time.monotonic() > end or (gen is not None and gen.poll() is not None):
                         return failed
-                    rec: dict[str, Any] = {
-                        "page": page.name,
-                        "index": i,
-                        "start_s": round(time.monotonic() - t0, 3),
-                    }
-                    try:
-                        load = chromium.load_page(b.chromium, url + page.path, self.browser_flags(tb, run),
-                                             popen=tb.client_popen, timeout_s=b.page_timeout_s,
-                                             log_path=rdir / "browser.log")  # fmt: skip
-                        rec.update(vars(load))
-                    except chromium.BrowserError as e:
-                        rec["error"] = str(e)
-                        failed += 1
+                    rec = {"index": i, **self.load_once(tb, run, rdir, page, t0)}
+                    failed += "error" in rec
                     out.write(json.dumps(rec) + "\n")
                     out.flush()
         return failed
+
+    def warm_up(self, tb: Any, run: BrowserRun, rdir: Path) -> None:
+        """One load of each page before the cell's clock starts, kept apart (`"warmup": true`,
+        left out of every figure): the client namespace's network settles (Chromium fails a
+        load with ERR_NETWORK_CHANGED while its addresses still change) and the server reads
+        the page's files once, in every cell alike."""
+        t0 = time.monotonic()
+        with open(rdir / "pageloads.jsonl", "a") as out:
+            for page in self.pages:
+                out.write(json.dumps({"warmup": True, **self.load_once(tb, run, rdir, page, t0)}) + "\n")
 
     def cell(self, run: BrowserRun, rdir: Path) -> dict[str, Any]:
         """One cell on a fresh testbed: server, background (unless idle), page loads; returns
@@ -167,6 +181,7 @@ class BrowserRunner(Runner):
             gen = None
             try:
                 self.wait_listening(tb, srv, rdir / "server.log")
+                self.warm_up(tb, run, rdir)
                 t0 = time.monotonic()
                 if l_argv:
                     gen = tb.client_popen(l_argv, stdout=llog, stderr=subprocess.STDOUT)

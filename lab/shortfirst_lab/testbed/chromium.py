@@ -16,11 +16,13 @@ protocol the HTML came over, and each resource's timings and sizes. The browser'
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import select
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -52,6 +54,8 @@ BASE_FLAGS = (
 MAX_MESSAGE_BYTES = 8 << 20
 #: Seconds the browser may take to start and open a tab.
 START_TIMEOUT_S = 30.0
+#: Seconds the browser may take to exit after `Browser.close` (and again after it is killed).
+CLOSE_TIMEOUT_S = 10.0
 #: Milliseconds waited after the load event for a last largest-contentful-paint candidate.
 LCP_SETTLE_MS = 100
 
@@ -178,6 +182,7 @@ def _start(popen: Popen, argv: list[str], stderr: Any) -> tuple[subprocess.Popen
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
+            start_new_session=True,  # its own process group, killed whole if it hangs
         )
     except BaseException:
         for fd in (cmd_w, ev_r):
@@ -258,19 +263,21 @@ def page_load_from(d: dict[str, Any]) -> PageLoad:
 
 
 def _close(proc: subprocess.Popen, pipe: Pipe) -> None:
-    """Asks the browser to close, then stops it whatever it does; closes our pipe ends."""
+    """Asks the browser to close; if it has not within `CLOSE_TIMEOUT_S`, kills its process
+    group (the browser and every helper process it started); closes our pipe ends. A
+    browser that outlives even that is left to the testbed's teardown, not raised."""
     try:
         pipe.send("Browser.close")
     except BrowserError:
         pass
     try:
-        proc.wait(timeout=10)
+        proc.wait(timeout=CLOSE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=CLOSE_TIMEOUT_S)
     finally:
         for fd in (pipe._out, pipe._in):
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
