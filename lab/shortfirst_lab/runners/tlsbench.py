@@ -164,7 +164,10 @@ def tls_servers(
     (tmp / "h2o.conf").write_text(h2o_conf)
     serve = [str(binary), "serve", "--root", str(root), "--listen", f"127.0.0.1:{ports[3]}"]
     serve += ["--tls-listen", f"127.0.0.1:{ports[2]}", "--tls-cert", str(cert), "--tls-key", str(key)]
-    serve += ["--threads", "2", "--max-connections", "20000", "--max-requests-per-connection", "10000"]
+    # serve refuses to start above what its open-files limit allows (two per connection).
+    max_conns = max(64, (resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 256) // 2)
+    serve += ["--threads", "2", "--max-connections", str(min(20_000, max_conns))]
+    serve += ["--max-requests-per-connection", "10000"]
     serve += ["--backlog", str(BACKLOG)]
     serve += ["--access-log", str(tmp / "shortfirst-tls-access.log"), *serve_extra]
     return [
@@ -181,7 +184,11 @@ def private_loopback(backlog: int = BACKLOG) -> None:
     namespace with only loopback, up, whose accept and SYN queues hold `backlog`
     connections (`net.core.somaxconn` and `net.ipv4.tcp_max_syn_backlog` are per namespace:
     the machine's own are left alone). Needs root; a failure is a KitError."""
-    resource.setrlimit(resource.RLIMIT_NOFILE, (OPEN_FILES, OPEN_FILES))  # 10,000 connections each side
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (OPEN_FILES, OPEN_FILES))  # 10,000 connections each side
+    except (ValueError, OSError):  # no CAP_SYS_RESOURCE: the hard limit it is
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.unshare(0x40000000) != 0:  # CLONE_NEWNET
         raise KitError(f"unshare(CLONE_NEWNET): {os.strerror(ctypes.get_errno())} (root needed)")
