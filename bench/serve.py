@@ -24,6 +24,12 @@ one per 64 KiB written). Its server CPU per request beside ``shortfirst``'s
 (same run, same rounds) is what SRRT costs over SRPT (``srrt_vs_srpt``).
 ``--servers`` runs a subset (the ratios need their two servers).
 
+The same run then measures HTTPS (``--parts``: ``plain``, ``tls``, both by default):
+``shortfirst-user`` beside nginx and h2o, each with TLS 1.2/1.3 and HTTP/2 on, one
+self-signed ECDSA certificate, the same docroot, driven by h2load over HTTP/1.1 and HTTP/2
+at 1 KiB, 100 KiB and 10 MiB with 64 and 10,000 connections: requests/s, bytes/s, server
+CPU seconds per GB and the memory of an idle TLS connection (`shortfirst_lab.runners.tlsbench`).
+
 Runs with the lab's venv python (it imports shortfirst_lab.kit). Every child process is
 killed on exit, error or signal.
 """
@@ -44,6 +50,7 @@ from pathlib import Path
 
 from shortfirst_lab.kit import KitError, free_port, git_commit, process_cpu_s, wait_http, write_json, wrk
 from shortfirst_lab.kit import machine as base_machine
+from shortfirst_lab.runners import tlsbench
 
 FILES = {"1k.bin": 1024, "100k.bin": 100 * 1024}
 CHILDREN: list[subprocess.Popen] = []
@@ -141,13 +148,24 @@ def run_wrk(args, port: int, path: str) -> dict:
     return result
 
 
+def tool_version(argv: list[str]) -> str:
+    """The first line a tool prints about its version ("" if it is absent)."""
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, check=False)
+    except OSError:
+        return ""
+    lines = (out.stdout or out.stderr).strip().splitlines()
+    return lines[0] if lines else ""
+
+
 def machine() -> dict:
-    nginx_version = subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip()
-    wrk_version = subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.splitlines()[:1]
     return {
         **base_machine(),
-        "nginx": nginx_version,
-        "wrk": wrk_version[0] if wrk_version else "",
+        "nginx": tool_version(["nginx", "-v"]),
+        "wrk": tool_version(["wrk", "-v"]),
+        "h2o": tool_version(["h2o", "--version"]),
+        "h2load": tool_version(["h2load", "--version"]),
+        "openssl": tool_version(["openssl", "version"]),
     }
 
 
@@ -315,11 +333,76 @@ def parse_args() -> argparse.Namespace:
         default=",".join(server_names("")),
         help="comma-separated servers to run (default: all): " + ", ".join(server_names("")),
     )
+    ap.add_argument(
+        "--parts", default="plain,tls", help="plain (wrk, cleartext), tls (h2load, HTTPS), or both"
+    )
+    ap.add_argument(
+        "--tls-scale",
+        type=float,
+        default=1.0,
+        help="times the requests of each h2load cell (shorter: below 1)",
+    )
+    ap.add_argument("--tls-connections", default="64,10000", help="comma-separated h2load connection counts")
+    ap.add_argument(
+        "--h2-streams", type=int, default=8, help="HTTP/2 streams h2load keeps open per connection"
+    )
+    ap.add_argument(
+        "--idle-connections", type=int, default=1000, help="idle TLS connections for the memory figure"
+    )
     return ap.parse_args()
 
 
+def tls_settings(args: argparse.Namespace) -> tlsbench.TlsSettings:
+    """The TLS half's settings from the command line (a bad connection list: SystemExit)."""
+    try:
+        connections = tuple(int(c) for c in args.tls_connections.split(",") if c.strip())
+    except ValueError:
+        raise SystemExit(
+            f"bench-serve: --tls-connections {args.tls_connections!r}: not a list of numbers"
+        ) from None
+    if not connections or min(connections) < 1:
+        raise SystemExit(
+            f"bench-serve: --tls-connections {args.tls_connections!r}: give counts of at least 1"
+        )
+    return tlsbench.TlsSettings(
+        scale=args.tls_scale,
+        connections=connections,
+        h2_streams=args.h2_streams,
+        idle_connections=args.idle_connections,
+    )
+
+
+def run_tls(args: argparse.Namespace, binary: Path, tmp: Path) -> dict:
+    """The HTTPS half: nginx, h2o and shortfirst-user over TLS with h2load; the report's `tls`."""
+    settings = tls_settings(args)
+    root = tmp / "www"
+    root.mkdir(exist_ok=True)
+    tlsbench.write_files(root)
+    cert_key = tlsbench.make_certificate(tmp)
+    tlsbench.private_loopback()  # from here on, this process and its children
+    ports: list[int] = []
+    while len(ports) < 4:
+        if (p := free_port()) not in ports:
+            ports.append(p)
+    user = shortfirst_variants(args.user_uplink_rate)["shortfirst-user"]
+    servers = tlsbench.tls_servers(binary, tmp, root, cert_key, ports, user)
+    runs, idle = tlsbench.run_servers(servers, tmp, settings, lambda line: print(line, flush=True))
+    return {
+        "tool": "h2load, one thread, a fixed number of requests per cell (-n); server CPU over the whole run",
+        "settings": vars(settings),
+        "network": f"a network namespace of its own, loopback only, somaxconn and tcp_max_syn_backlog "
+        f"{tlsbench.BACKLOG}, every server's listen backlog {tlsbench.BACKLOG}",
+        "certificate": "self-signed ECDSA P-256 (openssl req -x509 -newkey ec), one for every server",
+        "files": tlsbench.TLS_FILES,
+        "servers": {s.name: {"argv": s.argv, "config": s.config.strip().splitlines()} for s in servers},
+        "idle_memory": idle,
+        "summary": tlsbench.summarize(runs),
+        "runs": runs,
+    }
+
+
 def report_doc(
-    args: argparse.Namespace, names: list[str], machine_at_start: dict, runs: list, summary: dict
+    args: argparse.Namespace, names: list[str], machine_at_start: dict, runs: list, summary: dict, tls: dict
 ) -> dict:
     """The JSON the bench writes: what ran, on what, with which settings, and the results."""
     return {
@@ -345,6 +428,7 @@ def report_doc(
         },
         "summary": summary,
         "runs": runs,
+        "tls": tls,
     }
 
 
@@ -371,15 +455,41 @@ def print_ratios(summary: dict) -> None:
             )
 
 
-def main() -> int:
-    args = parse_args()
+def check_args(args: argparse.Namespace) -> tuple[list[str], set[str]]:
+    """The plaintext servers and the parts to run; SystemExit naming a bad argument or a
+    missing tool."""
     names = [n.strip() for n in args.servers.split(",") if n.strip()]
     unknown = sorted(set(names) - set(server_names(args.user_uplink_rate)))
     if unknown or not names:
         raise SystemExit(f"bench-serve: --servers: unknown {unknown or names}; known: {server_names('')}")
-    for tool in ("nginx", "wrk") if "nginx" in names else ("wrk",):
+    parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    if not parts or parts - {"plain", "tls"}:
+        raise SystemExit(f"bench-serve: --parts {args.parts!r}: give plain, tls or both")
+    tools = {"wrk", *(["nginx"] if "nginx" in names else [])} if "plain" in parts else set()
+    tools |= {"h2load", "h2o", "nginx", "openssl"} if "tls" in parts else set()
+    for tool in sorted(tools):
         if not shutil.which(tool):
             raise SystemExit(f"bench-serve: {tool} not found (make apt installs it)")
+    return names, parts
+
+
+def print_tls(summary: dict) -> None:
+    """Each TLS cell's ratios of shortfirst-user against the better peer and nginx."""
+    for cell, row in summary.items():
+        if "ratio_bytes_per_s_vs_best_peer" not in row:
+            print(f"tls {cell}: no ratio (a server failed: see the runs)")
+            continue
+        met = {k: v for k, v in row.items() if k.startswith("target_")}
+        print(
+            f"tls {cell}: shortfirst-user/best peer requests/s {row['ratio_requests_per_s_vs_best_peer']}, "
+            f"bytes/s {row['ratio_bytes_per_s_vs_best_peer']}; CPU/GB vs nginx "
+            f"{row.get('ratio_server_cpu_per_gb_vs_nginx')} {met}"
+        )
+
+
+def main() -> int:
+    args = parse_args()
+    names, parts = check_args(args)
     binary = Path(args.bin).resolve()
     if not binary.exists():
         raise SystemExit(f"bench-serve: {binary} not built")
@@ -390,13 +500,23 @@ def main() -> int:
     machine_at_start = machine()
     tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     try:
-        servers = setup_servers(binary, tmp, args.user_uplink_rate, names)
-        runs = run_rounds(args, servers, tmp)
-        summary = summarize(runs, servers)
-        report = report_doc(args, names, machine_at_start, runs, summary)
+        runs, summary = [], {}
+        if "plain" in parts:
+            servers = setup_servers(binary, tmp, args.user_uplink_rate, names)
+            runs = run_rounds(args, servers, tmp)
+            summary = summarize(runs, servers)
+        tls = {}
+        if "tls" in parts:
+            try:
+                tls = run_tls(args, binary, tmp)
+            except KitError as e:  # the plaintext half's figures are kept
+                print(f"bench-serve: the TLS half failed: {e}", file=sys.stderr)
+                tls = {"error": str(e)}
+        report = report_doc(args, names, machine_at_start, runs, summary, tls)
         out = Path(args.out)
         write_json(out, report, allow_nan=True)
         print_ratios(summary)
+        print_tls(tls.get("summary", {}))
         print(f"wrote {out}")
         return 0
     finally:

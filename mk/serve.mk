@@ -3,6 +3,9 @@
 # (crates/server/tests/conformance.rs, run by `make test`; it skips, saying
 # so, where nginx is missing).
 APT_PACKAGES += nginx wrk curl
+# The HTTPS and HTTP/2 half of the bench: h2load (nghttp2-client) drives serve, nginx and
+# h2o over TLS, HTTP/1.1 and HTTP/2.
+APT_PACKAGES += nghttp2-client h2o
 # testssl.sh audits the HTTPS listener (crates/server/tests/testssl.rs).
 APT_PACKAGES += testssl.sh
 BENCH_TARGETS += bench-serve

@@ -553,3 +553,49 @@ def wrk(url: str, threads: int, connections: int, duration_s: float) -> dict[str
     if out.returncode != 0:
         raise KitError(f"{' '.join(argv)} failed: {out.stderr.strip()[-500:]}")
     return parse_wrk(out.stdout)
+
+
+def parse_h2load(text: str) -> dict[str, Any]:
+    """h2load's report (nghttp2's load generator, HTTP/1.1 or HTTP/2, TLS or not): the
+    measured time, requests/s, the request counts (started, done, succeeded, failed,
+    errored, timed out), 2xx responses, the bytes received (total, headers, data; h2load
+    counts a response's bytes as they arrive, so a response still in flight at the end
+    counts its bytes so far), the TLS protocol and cipher and the application protocol.
+    Unparseable: a KitError."""
+    finished = re.search(r"^finished in ([\d.]+)(ms|s), ([\d.]+) req/s", text, re.M)
+    requests = re.search(
+        r"^requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, "
+        r"(\d+) errored, (\d+) timeout",
+        text,
+        re.M,
+    )
+    traffic = re.search(
+        r"^traffic: \S+ \((\d+)\) total, \S+ \((\d+)\) headers .*, \S+ \((\d+)\) data", text, re.M
+    )
+    codes = re.search(r"^status codes: (\d+) 2xx", text, re.M)
+    if not (finished and requests and traffic and codes):
+        raise KitError(f"cannot parse h2load output:\n{text[-2000:]}")
+    # In timing mode (-D) "finished in" counts the warm-up too; the rates and the traffic
+    # total count only the main duration (the data count includes the warm-up's).
+    timing = re.search(r"Timing-based test with [\d.]+s of warm-up time and ([\d.]+)s of main duration", text)
+    duration_s = float(finished.group(1)) / (1000 if finished.group(2) == "ms" else 1)
+    duration_s = float(timing.group(1)) if timing else duration_s
+    names = ("total", "started", "done", "succeeded", "failed", "errored", "timeout")
+    counts = dict(zip(names, (int(x) for x in requests.groups()), strict=True))
+    total_bytes, header_bytes, data_bytes = (int(x) for x in traffic.groups())
+
+    def field(name: str) -> str | None:
+        m = re.search(rf"^{name}: (.+)$", text, re.M)
+        return m.group(1).strip() if m else None
+
+    return {
+        "duration_s": duration_s,
+        "requests_per_s": float(finished.group(3)),
+        "requests": counts,
+        "status_2xx": int(codes.group(1)),
+        "bytes": {"total": total_bytes, "headers": header_bytes, "data": data_bytes},
+        "bytes_per_s": round(total_bytes / duration_s, 1) if duration_s > 0 else 0.0,
+        "tls_protocol": field("TLS Protocol"),
+        "cipher": field("Cipher"),
+        "application_protocol": field("Application protocol"),
+    }
