@@ -48,7 +48,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from shortfirst_lab.kit import KitError, free_port, git_commit, process_cpu_s, wait_http, write_json, wrk
+from shortfirst_lab.kit import (
+    KitError,
+    free_port,
+    git_commit,
+    process_cpu_s,
+    self_signed_cert,
+    wait_http,
+    write_json,
+    wrk,
+)
 from shortfirst_lab.kit import machine as base_machine
 from shortfirst_lab.runners import tlsbench
 
@@ -378,7 +387,7 @@ def run_tls(args: argparse.Namespace, binary: Path, tmp: Path) -> dict:
     root = tmp / "www"
     root.mkdir(exist_ok=True)
     tlsbench.write_files(root)
-    cert_key = tlsbench.make_certificate(tmp)
+    cert_key = self_signed_cert(tmp)
     tlsbench.private_loopback()  # from here on, this process and its children
     ports: list[int] = []
     while len(ports) < 4:

@@ -555,6 +555,26 @@ def wrk(url: str, threads: int, connections: int, duration_s: float) -> dict[str
     return parse_wrk(out.stdout)
 
 
+def self_signed_cert(
+    directory: Path, dns: Sequence[str] = ("localhost",), ips: Sequence[str] = ("127.0.0.1",)
+) -> tuple[Path, Path]:
+    """A self-signed ECDSA P-256 certificate for the names `dns` and addresses `ips`, and its
+    key (PKCS#8 PEM): `directory`/cert.pem and key.pem, made by openssl (Debian's) unless
+    both are there already. A failure is a KitError with openssl's message."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    if cert.exists() and key.exists():
+        return cert, key
+    directory.mkdir(parents=True, exist_ok=True)
+    names = ",".join([*(f"DNS:{n}" for n in dns), *(f"IP:{a}" for a in ips)])
+    argv = ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    argv += ["-keyout", str(key), "-out", str(cert), "-days", "3650", "-subj", f"/CN={(dns or ips)[0]}"]
+    argv += ["-addext", f"subjectAltName={names}"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise KitError(f"openssl could not make a certificate in {directory}: {out.stderr.strip()[-500:]}")
+    return cert, key
+
+
 def parse_h2load(text: str) -> dict[str, Any]:
     """h2load's report (nghttp2's load generator, HTTP/1.1 or HTTP/2, TLS or not): the
     measured time, requests/s, the request counts (started, done, succeeded, failed,

@@ -18,8 +18,8 @@ import pytest
 from conftest import RELEASE_BIN
 
 from shortfirst_lab.analysis.browsercheck import find_chromium
-from shortfirst_lab.kit import free_port, wait_port
-from shortfirst_lab.runners.browser import SERVER_NAME, self_signed_cert
+from shortfirst_lab.kit import free_port, self_signed_cert, wait_port
+from shortfirst_lab.runners.browser import SERVER_NAME
 from shortfirst_lab.testbed import chromium, pages, peers
 
 pytestmark = [
@@ -32,7 +32,7 @@ pytestmark = [
 def site(tmp_path_factory) -> tuple[Path, Path, Path, pages.Page]:
     d = tmp_path_factory.mktemp("site")
     page = pages.write_generated(d / "root" / "page-generated", seed=5)
-    cert, key = self_signed_cert(d / "tls")
+    cert, key = self_signed_cert(d / "tls", dns=(SERVER_NAME,), ips=())
     return d / "root", cert, key, page
 
 

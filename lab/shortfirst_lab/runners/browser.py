@@ -38,7 +38,7 @@ from typing import Any
 
 from .. import commands
 from ..analysis import browserreport
-from ..kit import utc_now, write_atomic, write_json
+from ..kit import self_signed_cert, utc_now, write_atomic, write_json
 from ..spec.browser import BrowserExperiment, BrowserRun
 from ..testbed import chromium, peers
 from ..testbed.pages import Page, write_pages
@@ -49,21 +49,6 @@ from .static import Runner, RunnerError, _log, _write_commands, generate_workloa
 
 #: The host name the pages are loaded from (the certificate's name; resolved by the browser).
 SERVER_NAME = "page.test"
-
-
-def self_signed_cert(tls_dir: Path, name: str = SERVER_NAME) -> tuple[Path, Path]:
-    """An ECDSA P-256 certificate for `name` and its key in `tls_dir` (made once, kept)."""
-    cert, key = tls_dir / "cert.pem", tls_dir / "key.pem"
-    if cert.exists() and key.exists():
-        return cert, key
-    tls_dir.mkdir(parents=True, exist_ok=True)
-    argv = ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "3650", "-subj", f"/CN={name}",
-            "-addext", f"subjectAltName=DNS:{name}"]  # fmt: skip
-    r = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if r.returncode != 0:
-        raise RunnerError(f"openssl could not make a certificate in {tls_dir}: {r.stderr.strip()}")
-    return cert, key
 
 
 class BrowserRunner(Runner):
@@ -248,7 +233,7 @@ class BrowserRunner(Runner):
         self.trace = generate_workload(self.exp, self.out, self.bin)
         self.docroot = self.trace.parent / "docroot"
         self.pages = write_pages(self.browser.pages, self.docroot, self.exp.seed)
-        self.cert, self.key = self_signed_cert(self.out / "tls")
+        self.cert, self.key = self_signed_cert(self.out / "tls", dns=(SERVER_NAME,), ips=())
         matrix = self.browser.matrix()
         for k, run in enumerate(matrix, 1):
             done = self.out / "runs" / run.run_id / "run.json"

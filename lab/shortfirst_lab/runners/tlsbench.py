@@ -129,19 +129,6 @@ class TlsServer:
     config: str = ""
 
 
-def make_certificate(directory: Path) -> tuple[Path, Path]:
-    """A self-signed ECDSA P-256 certificate for localhost and 127.0.0.1 and its key (PKCS#8
-    PEM), written in `directory` by openssl. A failure is a KitError."""
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    argv = ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
-    argv += ["-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=localhost"]
-    argv += ["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"]
-    out = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise KitError(f"openssl could not make the bench certificate: {out.stderr.strip()[-500:]}")
-    return cert, key
-
-
 def write_files(root: Path) -> None:
     """The TLS cells' files in `root` (kept when already there: the plaintext half's files)."""
     pattern = bytes(i % 251 for i in range(251))
