@@ -37,6 +37,7 @@ import numpy as np
 from ..kit import LabError, write_atomic, write_json
 from ..spec.browser import BrowserExperiment, BrowserRun
 from ..spec.reader import read_spec
+from . import figures
 from . import metrics as analysis
 
 #: The page metrics, in the order the report shows them.
@@ -301,6 +302,7 @@ def render_html(summary: dict[str, Any], b: BrowserExperiment, with_figures: boo
             for m in PAGE_METRICS:
                 figs.append((f"{page}: {m}", base64.b64encode(figure(summary, page, m)).decode()))
     return _TEMPLATE.render(
+        style=figures.PAGE_STYLE,
         name=b.name, description=b.exp.description, rate=f"{b.exp.uplink.rate_bits_per_s / 1e6:g}",
         missing=summary["missing"], head=CELL_HEAD, rows=cell_lines(summary),
         targets=[t | {"shown": _f(t["measured"])} for t in summary["targets"]], figs=figs,
@@ -324,11 +326,7 @@ _TEMPLATE = jinja2.Template(
     """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>shortfirst — {{ name }}</title>
 <style>
-body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
-table{border-collapse:collapse;margin:1em 0;font-size:13px}
-td,th{border:1px solid #ccc;padding:3px 7px;text-align:right} th{background:#f0f0f0}
-.bad{background:#fde2e2} .good{background:#e2f5e2} figure img{max-width:100%;border:1px solid #ddd}
-pre{background:#f6f6f6;padding:1em;overflow-x:auto;font-size:12px}
+{{ style }}
 </style></head><body>
 <h1>shortfirst browser experiment: {{ name }}</h1>
 <p>{{ description }}</p><p>Headless Chromium loads each page over HTTPS through a {{ rate }} Mbit/s

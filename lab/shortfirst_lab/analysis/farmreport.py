@@ -284,11 +284,7 @@ _TEMPLATE = jinja2.Template(
     """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>shortfirst — {{ name }}</title>
 <style>
-body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
-table{border-collapse:collapse;margin:1em 0;font-size:13px}
-td,th{border:1px solid #ccc;padding:3px 7px;text-align:right} th{background:#f0f0f0}
-.bad{background:#fde2e2} .good{background:#e2f5e2} figure img{max-width:100%;border:1px solid #ddd}
-pre{background:#f6f6f6;padding:1em;overflow-x:auto;font-size:12px}
+{{ style }}
 </style></head><body>
 <h1>shortfirst farm experiment: {{ name }}</h1>
 <p>{{ description }}</p><p>{{ hosts }} hosts of {{ rate }} Mbit/s behind HAProxy; SITA-E cutoffs
@@ -337,6 +333,7 @@ def render_html(summary: dict[str, Any], farm: FarmExperiment, with_figures: boo
         png = figures.measured_beside_simulated(summary["runs"])
         figs.append(("Mean response time per arm: measured beside simulated", base64.b64encode(png).decode()))
     return _TEMPLATE.render(
+        style=figures.PAGE_STYLE,
         name=farm.name,
         description=farm.exp.description,
         hosts=farm.hosts,

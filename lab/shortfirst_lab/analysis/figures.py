@@ -33,6 +33,17 @@ STYLE = {
 }
 DPI = 110
 
+#: The style every report page shares (report, farm, browser), in its <style> element.
+PAGE_STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
+table{border-collapse:collapse;margin:1em 0;font-size:13px}
+td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
+th{background:#f0f0f0} td.l,th.l{text-align:left}
+.bad{background:#fde2e2} .good{background:#e2f5e2}
+figure{margin:1.5em 0} figure img{max-width:100%;border:1px solid #ddd}
+figcaption{font-size:13px;color:#555} pre{background:#f6f6f6;padding:1em;overflow-x:auto;font-size:12px}
+"""
+
 
 def _style(policy: str) -> dict[str, Any]:
     return STYLE.get(policy, {"color": "grey", "marker": "x", "linestyle": ":", "label": policy.upper()})

@@ -458,13 +458,7 @@ _TEMPLATE = jinja2.Template(
 <html lang="en"><head><meta charset="utf-8">
 <title>shortfirst — {{ name }}</title>
 <style>
-body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
-table{border-collapse:collapse;margin:1em 0;font-size:13px}
-td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
-th{background:#f0f0f0} td.l,th.l{text-align:left}
-.bad{background:#fde2e2} .good{background:#e2f5e2}
-figure{margin:1.5em 0} figure img{max-width:100%;border:1px solid #ddd}
-figcaption{font-size:13px;color:#555} pre{background:#f6f6f6;padding:1em;overflow-x:auto;font-size:12px}
+{{ style }}
 </style></head><body>
 <h1>shortfirst experiment: {{ name }}</h1>
 <p>{{ description }}</p>
@@ -568,6 +562,7 @@ def render_html(
     baseline_rows = _baseline_rows(base)
     prov = summary.get("provenance", {})
     return _TEMPLATE.render(
+        style=figures.PAGE_STYLE,
         name=exp.name,
         description=exp.description,
         missing=extras["missing"],
