@@ -7,7 +7,7 @@ Checked from the raw logs: every page load ended over HTTP/2 with every object o
 the loads under the background started after its warm-up and before its end; the background
 ran (its requests completed); and the summary holds both cells, with the idle floor.
 
-Needs root and Chromium: skipped with a message otherwise. About 40 s.
+Needs root and Chromium: skipped with a message otherwise. About 50 s.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ loads = [0.5]
 pages = ["generated"]
 protocols = ["h2"]
 loads_per_cell = 2
-page_timeout_s = 10
+page_timeout_s = 8
 
 [uplink]
 rate = "10mbit"
@@ -53,7 +53,7 @@ seed = 7
 timeout_s = 20
 
 [run]
-duration_s = 16
+duration_s = 22
 warmup_s = 2
 drain_timeout_s = 25
 """
@@ -81,7 +81,9 @@ def _loads(out, name):
 @pytest.mark.parametrize("name", ["srpt-user-h2-idle", "srpt-user-h2-load0.50"])
 def test_every_page_load_ends_over_http2_with_the_whole_page(out, name):
     _, loads = _loads(out, name)
-    assert len(loads) == 2
+    # Idle: both loads. Under the background, as many as fit before a page timeout of it is
+    # left (loads_per_cell at most).
+    assert len(loads) == 2 if name.endswith("idle") else 1 <= len(loads) <= 2
     n_objects = 4 + pages.GENERATED_IMAGES  # two stylesheets, two scripts, the images
     for load in loads:
         assert load["protocol"] == "h2"
@@ -92,7 +94,7 @@ def test_every_page_load_ends_over_http2_with_the_whole_page(out, name):
 
 def test_the_background_loads_the_uplink_while_pages_load(out):
     rdir, loads = _loads(out, "srpt-user-h2-load0.50")
-    assert all(2 <= load["start_s"] <= 16 for load in loads)
+    assert all(2 <= load["start_s"] <= 22 - 8 for load in loads)
     summary = json.loads((rdir / "summary.json").read_text())
     assert summary["completed"] > 0
 

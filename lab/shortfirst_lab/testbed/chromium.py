@@ -54,8 +54,9 @@ BASE_FLAGS = (
 MAX_MESSAGE_BYTES = 8 << 20
 #: Seconds the browser may take to start and open a tab.
 START_TIMEOUT_S = 30.0
-#: Seconds the browser may take to exit after `Browser.close` (and again after it is killed).
-CLOSE_TIMEOUT_S = 10.0
+#: Seconds the browser may take to exit after `Browser.close` (and again after it is killed):
+#: measured, a browser under a loaded link often lingers past 10 s, and its figures are taken.
+CLOSE_TIMEOUT_S = 2.0
 #: Milliseconds waited after the load event for a last largest-contentful-paint candidate.
 LCP_SETTLE_MS = 100
 

@@ -8,7 +8,7 @@ Two sources, by the names an experiment lists in `browser.pages`:
                 everything before its load event. Deterministic: the same seed, the same bytes.
     rust-book   a local copy of a real documentation page: a chapter of The Rust Programming
                 Language as mdBook renders it, with its stylesheets, scripts and web fonts
-                (about 27 objects, 0.55 MB), copied from the Rust toolchain's own documentation
+                (36 requests, 0.71 MB), copied from the Rust toolchain's own documentation
                 (`rustc --print sysroot`/share/doc/rust/html/book, the `rust-docs` component
                 rustup installs by default).
 
