@@ -1,5 +1,5 @@
 # lab: experiments (FAIR vs SRPT on a shaped uplink) and their reports. See lab/shortfirst_lab.
-APT_PACKAGES += python3-venv chromium
+APT_PACKAGES += python3-venv chromium openssl
 LAB_EXP := lab/experiments
 
 .PHONY: demo lab-tocs lab-tocs-kernel lab-overload lab-report

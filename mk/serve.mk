@@ -4,8 +4,8 @@
 # so, where nginx is missing).
 APT_PACKAGES += nginx wrk curl
 # The HTTPS and HTTP/2 half of the bench: h2load (nghttp2-client) drives serve, nginx and
-# h2o over TLS, HTTP/1.1 and HTTP/2.
-APT_PACKAGES += nghttp2-client h2o
+# h2o over TLS, HTTP/1.1 and HTTP/2. Installed by the bench only: `make test` does not need them.
+BENCH_SERVE_PACKAGES := nghttp2-client h2o openssl
 # testssl.sh audits the HTTPS listener (crates/server/tests/testssl.rs).
 APT_PACKAGES += testssl.sh
 BENCH_TARGETS += bench-serve
@@ -14,6 +14,7 @@ BENCH_TARGETS += bench-serve
 # Needs root: nginx runs its workers as root to read the temporary directory,
 # and shortfirst sets SO_PRIORITY above 6.
 bench-serve: apt venv $(BIN) ## shortfirst serve (kernel bands: srpt and srrt; --scheduler user) against nginx, driven by wrk (root)
+	@$(MAKE) --no-print-directory apt APT_PACKAGES="$(BENCH_SERVE_PACKAGES)"
 	$(PY) -m shortfirst_lab bench serve --bin $(BIN) --out results/bench-serve.json
 
 # h2spec, the HTTP/2 conformance suite (RFC 7540, RFC 7541), from the Go module proxy:
