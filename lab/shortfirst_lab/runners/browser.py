@@ -43,9 +43,8 @@ from ..spec.browser import BrowserExperiment, BrowserRun
 from ..testbed import chromium, peers
 from ..testbed.pages import Page, write_pages
 from ..testbed.placement import Placement
-from . import factors
 from .stage import make_stage, unstage
-from .static import Runner, RunnerError, _log, _write_commands, generate_workload
+from .static import Runner, RunnerError, _log, _write_commands, check_can_run, generate_workload
 
 #: The host name the pages are loaded from (the certificate's name; resolved by the browser).
 SERVER_NAME = "page.test"
@@ -91,16 +90,6 @@ class BrowserRunner(Runner):
         if run.protocol == "h1":
             flags.append("--disable-http2")
         return flags
-
-    def load_args(self, load: float) -> list[str]:
-        exp = self.exp
-        return [
-            "--trace", str(self.trace_for_load(load)), "--model", exp.client.model,
-            "--load", f"{load:g}", "--link-rate", str(exp.uplink.rate_bits_per_s),
-            "--duration", f"{exp.run.duration_s:g}", "--seed", str(exp.seed),
-            "--clients", str(exp.client.clients), "--timeout", f"{exp.client.timeout_s:g}", "--quiet",
-            *factors.load_flags(exp.client),
-        ]  # fmt: skip
 
     def load_once(self, tb: Any, run: BrowserRun, rdir: Path, page: Page, t0: float) -> dict[str, Any]:
         """One load of `page`: its line of pageloads.jsonl (the figures, or the error)."""
@@ -158,8 +147,12 @@ class BrowserRunner(Runner):
         ):
             rec["testbed"] = {"run_id": tb.run_id, "server_addr": tb.server_addr, "server_ns": tb.server_ns}
             s_argv, env = self.cell_server_argv(tb, run, rdir)
-            l_argv = commands.load(self.bin, f"http://{tb.server_addr}:{self.exp.server.port}", out=rdir,
-                                   extra=self.load_args(run.load)) if run.load else []  # fmt: skip
+            l_argv = []
+            if run.load:  # the background: the same arrivals in every cell at this load
+                extra = self.load_args(self.trace_for_load(run.load), run.load, self.exp.seed)
+                l_argv = commands.load(
+                    self.bin, f"http://{tb.server_addr}:{self.exp.server.port}", out=rdir, extra=extra
+                )
             where = f"server in {tb.server_ns}, load generator and browser in {tb.client_ns[0]}"
             _write_commands(rdir / "commands.txt", [s_argv, *([l_argv] if l_argv else [])], where)
             srv = tb.server_popen(s_argv, stdout=slog, stderr=subprocess.STDOUT, env={**os.environ, **env})
@@ -256,7 +249,10 @@ def run_browser_experiment(
     placement: Placement | None = None,
 ) -> dict[str, Any]:
     """Runs every cell of `browser` into `out`, then writes the summary and the page."""
+    check_can_run(bin_path)
     if shutil.which(browser.chromium) is None and not Path(browser.chromium).exists():
         raise RunnerError(f"browser.chromium: {browser.chromium!r} not found (Debian package chromium)")
-    runner = BrowserRunner(browser, out, bin_path, resume=resume, progress=progress, placement=placement)
+    runner = BrowserRunner(
+        browser, out, bin_path.resolve(), resume=resume, progress=progress, placement=placement
+    )
     return runner.run()

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -46,7 +45,15 @@ from ..spec.farm import DISPATCHES, FarmExperiment, FarmRun
 from ..testbed.placement import Placement
 from . import factors
 from .stage import make_stage, touch_docroot, unstage
-from .static import Runner, RunnerError, _log, _write_commands, check_trace_covers, generate_workload
+from .static import (
+    Runner,
+    RunnerError,
+    _log,
+    _write_commands,
+    check_can_run,
+    check_trace_covers,
+    generate_workload,
+)
 
 #: HAProxy's connection limit (`haproxy -n`, over the configuration's 20,000): HAProxy needs two
 #: file descriptors a connection and refuses to start when the hard limit on them (20,000 on the
@@ -149,17 +156,7 @@ class FarmRunner(Runner):
             shutil.rmtree(final_dir)
         final_dir.mkdir(parents=True)
         rdir = make_stage(run.run_id) or final_dir
-        load_args = ["--trace", str(self.trace_for_load(spec.load)), "--model", exp.client.model]
-        load_args += ["--load", f"{spec.load:g}", "--link-rate", str(self.capacity_bits_per_s())]
-        load_args += ["--duration", f"{exp.run.duration_s:g}", "--seed", str(spec.seed)]
-        load_args += [
-            "--clients",
-            str(exp.client.clients),
-            "--timeout",
-            f"{exp.client.timeout_s:g}",
-            "--quiet",
-        ]
-        load_args += factors.load_flags(exp.client)
+        load_args = self.load_args(self.trace_for_load(spec.load), spec.load, spec.seed)
         try:
             rec = self.farm_session(rdir, run, load_args, exp.run.duration_s + exp.run.drain_timeout_s)
         except (OSError, subprocess.SubprocessError, RuntimeError, ValueError) as e:
@@ -299,12 +296,9 @@ def run_farm_experiment(
     placement: Placement | None = None,
 ) -> dict[str, Any]:
     """Run a validated farm experiment into `out`; the summary."""
-    if not bin_path.exists():
-        raise RunnerError(f"{bin_path}: no such binary; build it with `make build`")
+    check_can_run(bin_path)
     haproxy = shutil.which(farm.haproxy)
     if haproxy is None:
         raise RunnerError(f"farm.haproxy {farm.haproxy!r}: not found; install HAProxy (make apt)")
-    if os.geteuid() != 0:
-        raise RunnerError("running experiments needs root (network namespaces, qdiscs)")
     runner = FarmRunner(farm, out, bin_path.resolve(), Path(haproxy), resume, progress, placement)
     return runner.run()

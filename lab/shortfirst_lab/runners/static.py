@@ -615,6 +615,18 @@ class Runner:
         write_atomic(path, df.head(n).to_csv(index=False))
         return path
 
+    def load_args(self, trace: Path, load: float, seed: int) -> list[str]:
+        """`shortfirst load`'s flags of a run: `trace` replayed open or closed at `load` of
+        `capacity_bits_per_s` (a farm: every host's) for the run's duration, the experiment's
+        clients and timeout."""
+        exp = self.exp
+        return [
+            "--trace", str(trace), "--model", exp.client.model, "--load", f"{load:g}",
+            "--link-rate", str(self.capacity_bits_per_s()), "--duration", f"{exp.run.duration_s:g}",
+            "--seed", str(seed), "--clients", str(exp.client.clients),
+            "--timeout", f"{exp.client.timeout_s:g}", "--quiet", *factors.load_flags(exp.client),
+        ]  # fmt: skip
+
     def for_spec(self, spec: RunSpec) -> Runner:
         """This runner with the experiment of `spec`'s setup (the same workload and trace)."""
         sub = copy.copy(self)
@@ -635,28 +647,9 @@ class Runner:
         # A schedule varies the rate over the run: the whole trace is replayed, cut at the
         # duration (the prefix below is sized for a constant load).
         trace = self.trace if spec.schedule else self.trace_for_load(spec.load)
-        load_args = [
-            "--trace",
-            str(trace),
-            "--model",
-            exp.client.model,
-            "--load",
-            f"{spec.load:g}",
-            "--link-rate",
-            str(exp.uplink.rate_bits_per_s),
-            "--duration",
-            f"{exp.run.duration_s:g}",
-            "--seed",
-            str(spec.seed),
-            "--clients",
-            str(exp.client.clients),
-            "--timeout",
-            f"{exp.client.timeout_s:g}",
-            "--quiet",
-        ]
+        load_args = self.load_args(trace, spec.load, spec.seed)
         if spec.schedule:
             load_args += ["--load-schedule", spec.schedule]
-        load_args += factors.load_flags(exp.client)
 
         def tick(elapsed: float, sampler: HealthSampler) -> None:
             if bar is not None:
@@ -805,6 +798,14 @@ def _version(bin_path: Path) -> str | None:
     return r.stdout.strip() or None
 
 
+def check_can_run(bin_path: Path) -> None:
+    """What every experiment runner needs before it builds anything: the binary and root."""
+    if not bin_path.exists():
+        raise RunnerError(f"{bin_path}: no such binary; build it with `make build`")
+    if os.geteuid() != 0:
+        raise RunnerError("running experiments needs root (network namespaces, qdiscs)")
+
+
 def run_experiment(
     exp_path: Path,
     out: Path,
@@ -815,8 +816,5 @@ def run_experiment(
     placement: Placement | None = None,
 ) -> dict[str, Any]:
     exp = load_experiment(exp_path, overrides)
-    if not bin_path.exists():
-        raise RunnerError(f"{bin_path}: no such binary; build it with `make build`")
-    if os.geteuid() != 0:
-        raise RunnerError("running experiments needs root (network namespaces, qdiscs)")
+    check_can_run(bin_path)
     return Runner(exp, out, bin_path.resolve(), resume=resume, progress=progress, placement=placement).run()

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..kit import BROWSER_PAGES, PEER_SERVERS
-from .expcheck import experiment_from_dict
+from .expcheck import experiment_from_dict, refuse_unrun
 from .expmodel import Experiment, RunSpec
 from .schema import Field, SpecError, check_table
 
@@ -147,13 +147,4 @@ def _check_fits(path: Path, exp: Experiment, table: dict[str, Any]) -> None:
         raise SpecError(path, "experiment.loads", "background loads in (0, 1]", list(exp.loads))
     if table.get("tls_port") == exp.server.port:
         raise SpecError(path, "browser.tls_port", f"a port other than server.port ({exp.server.port})")
-    for key, present in (
-        ("setups", bool(exp.setups)),
-        ("wan", exp.wan is not None),
-        ("client.groups", bool(exp.client.groups)),
-        ("client.load_schedule", bool(exp.client.load_schedule or exp.client.load_schedules)),
-        ("experiment.baseline_rerun", exp.baseline_rerun),
-        ("experiment.repeats", exp.repeats > 1),
-    ):
-        if present:
-            raise SpecError(path, key, "nothing: a browser experiment has no " + key)
+    refuse_unrun(path, exp, "browser", (("experiment.repeats", exp.repeats > 1),))

@@ -131,6 +131,22 @@ class _Section:
 _SECTIONS = ("experiment", "uplink", "workload", "client", "server", "run", "calibration", "wan", "setups")
 
 
+def refuse_unrun(path: Path, exp: Experiment, kind: str, extra: tuple[tuple[str, bool], ...] = ()) -> None:
+    """What a kind built on the static sections but run at fixed loads (farm, browser) does
+    not run: setups, WAN paths, client groups, load schedules, the baseline rerun, and the
+    kind's `extra` (key, present) pairs; ExperimentError naming the first key present."""
+    for key, present in (
+        ("setups", bool(exp.setups)),
+        ("wan", exp.wan is not None),
+        ("client.groups", bool(exp.client.groups)),
+        ("client.load_schedule", bool(exp.client.load_schedule or exp.client.load_schedules)),
+        ("experiment.baseline_rerun", exp.baseline_rerun),
+        *extra,
+    ):
+        if present:
+            raise ExperimentError(path, key, f"nothing: a {kind} experiment has no {key}")
+
+
 def experiment_from_dict(
     doc: dict[str, Any], path: str | Path = "<experiment>", text: str = ""
 ) -> Experiment:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..kit import FARM_MAX_HOSTS
-from .expcheck import experiment_from_dict
+from .expcheck import experiment_from_dict, refuse_unrun
 from .expmodel import Experiment, RunSpec
 from .schema import Field, SpecError, check_table
 
@@ -108,15 +108,13 @@ def _check_fits_a_farm(path: Path, exp: Experiment) -> None:
     """What a farm does not run: overload (loads above 1, schedules, setups), WAN paths, groups."""
     if max(exp.loads) > 1:
         raise SpecError(path, "experiment.loads", "loads per host in (0, 1] in a farm", list(exp.loads))
-    for key, present in (
-        ("setups", bool(exp.setups)),
-        ("wan", exp.wan is not None),
-        ("client.groups", bool(exp.client.groups)),
-        ("client.load_schedule", bool(exp.client.load_schedule or exp.client.load_schedules)),
-        ("experiment.baseline_rerun", exp.baseline_rerun),
-        ("experiment.baselines", bool(exp.baselines)),
-        ("uplink.rto_min_ms", bool(exp.uplink.rto_min_ms)),
-        ("uplink.initial_rto_ms", bool(exp.uplink.initial_rto_ms)),
-    ):
-        if present:
-            raise SpecError(path, key, "nothing: a farm experiment has no " + key)
+    refuse_unrun(
+        path,
+        exp,
+        "farm",
+        (
+            ("experiment.baselines", bool(exp.baselines)),
+            ("uplink.rto_min_ms", bool(exp.uplink.rto_min_ms)),
+            ("uplink.initial_rto_ms", bool(exp.uplink.initial_rto_ms)),
+        ),
+    )
