@@ -223,8 +223,10 @@ async fn a_single_type_under_sjf_is_served_in_arrival_order() {
         wait_until("started", || seen.lock().unwrap().started.contains(&id.to_string())).await;
     }
     wait_until("three running", || handle.snapshot().in_flight == 3).await;
-    // q1 and q2 queue at the 500 ms estimate.
+    // q1 and q2 queue at the 500 ms estimate, q1 first: sent back to back, the proxy's two
+    // connection tasks may read them in either order.
     keep.push(send(addr, "/work?id=q1&ms=600", "x").await);
+    wait_until("q1 queued", || handle.snapshot().queue_len == 1 || seen.lock().unwrap().started.len() > 4).await;
     keep.push(send(addr, "/work?id=q2&ms=100", "x").await);
     wait_until("q1, q2 queued", || handle.snapshot().queue_len == 2).await;
     // `short` ends: the estimate drops, q1 takes its slot; q3 queues at the lower estimate.
