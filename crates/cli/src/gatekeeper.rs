@@ -282,8 +282,8 @@ async fn run_pg(a: ProxySettings, cfg: ProxyConfig) -> anyhow::Result<()> {
     if let Some(a) = gk.admin_addr() {
         tracing::info!(admin_listen = %a, "metrics at http://{a}/metrics, health at http://{a}/healthz");
     }
-    let gate = gk.gate();
-    let reload = tokio::spawn(reload_on_sighup(a, move |cfg| gate.reload(cfg)));
+    let reloader = gk.reloader();
+    let reload = tokio::spawn(reload_on_sighup(a, move |cfg| reloader.reload(cfg)));
     gk.run(shutdown_signal()).await?;
     reload.abort();
     tracing::info!("stopped");

@@ -95,13 +95,15 @@ pub mod lexer;
 pub mod message;
 mod relay;
 pub mod reqtype;
+pub mod tls;
 pub mod txn;
 
 pub use cancel::CancelKeys;
 pub use controlled::{ControllerGate, ControllerPermit};
 pub use gate::{AdmitAll, AdmitAllPermit, CountLimit, CountLimitPermit, TxnGate};
-pub use gatekeeper::PgGatekeeper;
+pub use gatekeeper::{PgGatekeeper, PgReload};
 pub use reqtype::{RequestType, TypeSource};
+pub use tls::PgTls;
 
 use frame::FrameError;
 use message::MessageError;
@@ -141,42 +143,6 @@ pub struct PgConfig {
     pub types: TypeSource,
     /// Answer SSLRequest `S` and wrap the session in TLS with this; `None`: answer `N`.
     pub tls: Option<PgTls>,
-}
-
-/// The TLS acceptor of the client side (from `--tls-cert`/`--tls-key`).
-#[derive(Clone)]
-pub struct PgTls(pub tokio_rustls::TlsAcceptor);
-
-impl std::fmt::Debug for PgTls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("PgTls")
-    }
-}
-
-impl PgTls {
-    /// The acceptor of a PEM certificate chain and private key, each error naming the file.
-    pub fn from_pem_files(cert: &std::path::Path, key: &std::path::Path) -> Result<Self, crate::GatekeeperError> {
-        use rustls_pki_types::pem::PemObject;
-        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-        let bad = |what: &str, path: &std::path::Path, e: &dyn std::fmt::Display| {
-            crate::GatekeeperError::Config(format!("{what} {}: {e}", path.display()))
-        };
-        let certs = CertificateDer::pem_file_iter(cert)
-            .and_then(|i| i.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| bad("--tls-cert", cert, &e))?;
-        if certs.is_empty() {
-            return Err(bad("--tls-cert", cert, &"no certificate in the file"));
-        }
-        let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| bad("--tls-key", key, &e))?;
-        let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| bad("--tls-cert", cert, &e))?
-            .with_no_client_auth()
-            .with_single_cert(certs, key_der)
-            .map_err(|e| bad("--tls-key", key, &format!("does not go with the certificate: {e}")))?;
-        Ok(PgTls(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config))))
-    }
 }
 
 /// Why a client connection ended early. Each says whose fault it was.

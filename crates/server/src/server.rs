@@ -78,7 +78,7 @@ const ADMIN_MAX_REQUEST_BYTES: usize = 8 * 1024;
 /// The first read of a plaintext connection, to tell HTTP/2's preface from HTTP/1.1.
 const SNIFF_READ_BYTES: usize = 4096;
 /// How often the certificate and key files are checked for a change.
-pub const TLS_POLL_INTERVAL: Duration = Duration::from_secs(2);
+pub const TLS_POLL_INTERVAL: Duration = shortfirst_tls::POLL_INTERVAL;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {

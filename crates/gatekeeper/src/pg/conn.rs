@@ -70,7 +70,7 @@ async fn startup_phase<G: TxnGate>(
     loop {
         match startup_messages(&mut client, buf, shared, tls_done).await {
             Err(StartTls) => {
-                let Some(acceptor) = shared.config.tls.as_ref().map(|t| t.0.clone()) else {
+                let Some(acceptor) = shared.config.tls.as_ref().map(|t| t.acceptor().clone()) else {
                     unreachable!("StartTls only with a configured acceptor")
                 };
                 if !buf.is_empty() {

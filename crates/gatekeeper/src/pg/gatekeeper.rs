@@ -1,6 +1,7 @@
 //! The PostgreSQL gatekeeper as `shortfirst gatekeeper --upstream postgres://HOST:PORT`
 //! runs it: the listener, the [`ControllerGate`] of the configuration, the admin port
-//! (`/metrics`, `/healthz`), reload and graceful shutdown, the same as the HTTP proxy's.
+//! (`/metrics`, `/healthz`), reload and graceful shutdown, the same as the HTTP proxy's;
+//! with TLS, the certificate re-read on reload and when its files change ([`super::tls`]).
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -84,6 +85,11 @@ impl PgGatekeeper {
         self.gate.clone()
     }
 
+    /// What a configuration reload (SIGHUP) applies while it runs.
+    pub fn reloader(&self) -> PgReload {
+        PgReload { gate: self.gate.clone(), tls: self.config.tls.clone() }
+    }
+
     /// The connection counters while it runs.
     pub fn stats(&self) -> Arc<ServeStats> {
         self.stats.clone()
@@ -93,13 +99,14 @@ impl PgGatekeeper {
     /// every queued transaction (53300, shutting down; later ones too), give the admitted
     /// ones `shutdown-timeout` to reach idle, return.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> Result<(), GatekeeperError> {
-        let (gate, stats) = (self.gate.clone(), self.stats.clone());
+        let (gate, stats, tls) = (self.gate.clone(), self.stats.clone(), self.config.tls.clone());
         let render: Render = Arc::new(move || {
             let mut snap = gate.snapshot();
             snap.client_connections = stats.active.load(Relaxed) as usize;
-            gate.render(&snap) + &stats.render()
+            gate.render(&snap) + &stats.render() + &tls.as_ref().map(PgTls::render).unwrap_or_default()
         });
         let admin = self.admin.map(|l| tokio::spawn(admin_loop(l, render)));
+        let watch = self.config.tls.clone().map(|t| tokio::spawn(t.watch()));
         serve(self.listener, self.config, self.gate.clone(), self.stats.clone(), shutdown).await;
         let bound = self.shutdown_timeout;
         tracing::info!("shutting down: queued transactions are refused, admitted ones have {bound:?} to finish");
@@ -112,8 +119,35 @@ impl PgGatekeeper {
         if left > 0 {
             tracing::warn!("shutdown: {left} admitted transactions unfinished after {bound:?} (--shutdown-timeout)");
         }
-        if let Some(a) = admin {
-            a.abort();
+        for task in [admin, watch].into_iter().flatten() {
+            task.abort();
+        }
+        Ok(())
+    }
+}
+
+/// What a configuration reload applies to a running PostgreSQL gatekeeper: the gate's
+/// rules, capacity and policy ([`ControllerGate::reload`]) and, with TLS, the certificate
+/// (read and checked first: a pair that does not load refuses the whole reload).
+#[derive(Clone)]
+pub struct PgReload {
+    gate: Arc<ControllerGate>,
+    tls: Option<PgTls>,
+}
+
+impl PgReload {
+    pub fn reload(&self, cfg: &ProxyConfig) -> Result<(), GatekeeperError> {
+        let restart =
+            |what| GatekeeperError::Config(format!("{what} (--tls-cert/--tls-key) needs a restart, not a reload"));
+        let prepared = match (&self.tls, &cfg.tls_cert_key) {
+            (Some(tls), Some((cert, key))) => Some(tls.prepare(cert, key)?),
+            (None, None) => None,
+            (None, Some(_)) => return Err(restart("turning TLS on")),
+            (Some(_), None) => return Err(restart("turning TLS off")),
+        };
+        self.gate.reload(cfg)?;
+        if let (Some(tls), Some(prepared)) = (&self.tls, prepared) {
+            tls.install(prepared);
         }
         Ok(())
     }

@@ -115,17 +115,43 @@ fn a_postgres_upstream_is_checked_by_name() {
 
 /// psql's `\conninfo` and a query, with `sslmode` as given, through the gatekeeper at `port`.
 async fn psql_ssl(pg: &Pg, port: u16, sslmode: &'static str) -> std::process::Output {
+    psql_tls(pg, port, sslmode, None, "SELECT 40 + 2").await
+}
+
+/// psql through the gatekeeper at `port` running `sql` after `\conninfo`, with `sslmode`
+/// and, for `verify-ca`, the certificate to trust (`root`).
+async fn psql_tls(
+    pg: &Pg,
+    port: u16,
+    sslmode: &'static str,
+    root: Option<std::path::PathBuf>,
+    sql: &'static str,
+) -> std::process::Output {
     let psql = pg.psql().expect("psql next to the server binaries");
     tokio::task::spawn_blocking(move || {
-        std::process::Command::new(psql)
-            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "bookstore", "-d", "bookstore", "-tA"])
-            .args(["-c", "\\conninfo", "-c", "SELECT 40 + 2"])
-            .env("PGSSLMODE", sslmode)
-            .output()
-            .unwrap()
+        let mut cmd = std::process::Command::new(psql);
+        cmd.args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "bookstore", "-d", "bookstore", "-tA"])
+            .args(["-c", "\\conninfo", "-c", sql])
+            .env("PGSSLMODE", sslmode);
+        if let Some(root) = root {
+            cmd.env("PGSSLROOTCERT", root);
+        }
+        cmd.output().unwrap()
     })
     .await
     .unwrap()
+}
+
+/// A self-signed certificate for `localhost` and its key, written to `cert` and `key`
+/// (each through a temporary file renamed over it, as a certificate manager does), and a
+/// copy of the certificate at `root` for a client to trust.
+fn write_pair(cert: &std::path::Path, key: &std::path::Path, root: &std::path::Path) {
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    for (path, text) in [(key, ck.key_pair.serialize_pem()), (cert, ck.cert.pem()), (root, ck.cert.pem())] {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, path).unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -174,4 +200,73 @@ async fn tls_with_a_certificate_and_psql_requiring_it() {
     std::fs::write(&key, other.key_pair.serialize_pem()).unwrap();
     let e = PgGatekeeper::bind(&ProxyConfig::from_flags(settings(true)).unwrap()).await.err().unwrap().to_string();
     assert!(e.contains("--tls-key") && e.contains("key.pem"), "{e}");
+}
+
+/// The certificate is re-read on a configuration reload and when its files change; open
+/// sessions run on, the next handshakes get the new certificate; a pair that does not load
+/// refuses the reload and the previous certificate stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_certificate_reloaded_without_dropping_sessions() {
+    let pg = pg_or_skip!();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let roots: Vec<_> = (0..3).map(|i| dir.path().join(format!("root{i}.pem"))).collect();
+    write_pair(&cert, &key, &roots[0]);
+    let settings = ProxySettings {
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        admin: Some("127.0.0.1:0".parse().unwrap()),
+        upstream: Some(format!("postgres://{}", pg.addr())),
+        tls_cert: Some(cert.clone()),
+        tls_key: Some(key.clone()),
+        ..ProxySettings::default()
+    };
+    let cfg = ProxyConfig::from_flags(settings.clone()).unwrap();
+    let gk = PgGatekeeper::bind(&cfg).await.unwrap();
+    let (port, admin, reloader) = (gk.local_addr().port(), gk.admin_addr().unwrap(), gk.reloader());
+    let run = tokio::spawn(gk.run(std::future::pending()));
+    let trusts = |i: usize| psql_tls(pg, port, "verify-ca", Some(roots[i].clone()), "SELECT 40 + 2");
+    let out = trusts(0).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // A session open across the reload: it runs on with the keys it has.
+    let long = tokio::spawn(psql_tls(pg, port, "require", None, "SELECT pg_sleep(2), 7"));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A reload naming a new pair (new files, so the poll below cannot take them first):
+    // the next handshake gets the new certificate.
+    let (cert, key) = (dir.path().join("cert1.pem"), dir.path().join("key1.pem"));
+    write_pair(&cert, &key, &roots[1]);
+    let settings = ProxySettings { tls_cert: Some(cert.clone()), tls_key: Some(key.clone()), ..settings };
+    reloader.reload(&ProxyConfig::from_flags(settings.clone()).unwrap()).unwrap();
+    let out = trusts(1).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!trusts(0).await.status.success(), "the old certificate is still served");
+    let out = long.await.unwrap();
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("|7"), "{out:?}");
+
+    // A key of another certificate refuses the reload, naming the file; the one in force stays.
+    let other = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    std::fs::write(dir.path().join("other-key.pem"), other.key_pair.serialize_pem()).unwrap();
+    let bad = ProxySettings { tls_key: Some(dir.path().join("other-key.pem")), ..settings.clone() };
+    let e = reloader.reload(&ProxyConfig::from_flags(bad).unwrap()).unwrap_err().to_string();
+    assert!(e.contains("--tls-key") && e.contains("other-key.pem"), "{e}");
+    assert!(trusts(1).await.status.success());
+    // Turning TLS off is a restart, not a reload.
+    let plain = ProxySettings { tls_cert: None, tls_key: None, ..settings.clone() };
+    let e = reloader.reload(&ProxyConfig::from_flags(plain).unwrap()).unwrap_err().to_string();
+    assert!(e.contains("restart"), "{e}");
+
+    // Files replaced, no reload asked: the gatekeeper notices within its poll interval.
+    write_pair(&cert, &key, &roots[2]);
+    let deadline = tokio::time::Instant::now() + shortfirst_gatekeeper::pg::tls::POLL_INTERVAL * 3;
+    while !trusts(2).await.status.success() {
+        assert!(tokio::time::Instant::now() < deadline, "the changed files were not re-read");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Two reloads took; the refused pair failed, and so did the poll if it read the files
+    // between the key's and the certificate's renames.
+    let metrics = http_get(admin, "/metrics").await;
+    assert!(metrics.contains("gatekeeper_pg_tls_reloads_total{outcome=\"ok\"} 2\n"), "{metrics}");
+    let failed = metrics.lines().find_map(|l| l.strip_prefix("gatekeeper_pg_tls_reloads_total{outcome=\"failed\"} "));
+    assert!(matches!(failed, Some("1" | "2")), "{metrics}");
+    run.abort();
 }

@@ -318,14 +318,7 @@ pub struct ConfigFile {
 }
 
 /// One `[[tls]]` table of the config file (`--tls-cert/--tls-key` make one without names).
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct TlsEntry {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    #[serde(default)]
-    pub names: Vec<String>,
-}
+pub use shortfirst_tls::TlsEntry;
 
 impl ConfigFile {
     /// Parses a file's text; `path` names the file in errors.

@@ -1,7 +1,7 @@
 //! HTTPS: TLS 1.2 and 1.3 by rustls (aws-lc-rs, or ring with the `ring` feature) in
 //! front of the same HTTP/1.1 state machine ([`crate::conn`]), or HTTP/2 ([`crate::http2`]).
 //!
-//! - [`certs`]: the certificates, chosen per handshake by the client's server name (SNI,
+//! - [`certs`] (the `shortfirst-tls` crate, shared with the gatekeeper): the certificates, chosen per handshake by the client's server name (SNI,
 //!   [`names`]) and by the signature schemes it offers (ECDSA or RSA); re-read on SIGHUP
 //!   and when a file changes, swapped whole so handshakes in progress and connections
 //!   already open keep what they have.
@@ -17,17 +17,13 @@
 //! offering only other protocols is refused with the `no_application_protocol` alert
 //! (RFC 7301 §3.2); a client offering none gets HTTP/1.1.
 
-pub mod certs;
-pub mod names;
 pub mod write;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-use rustls::crypto::CryptoProvider;
-
-pub use certs::{CertStore, TlsError};
+pub use shortfirst_tls::{certs, names, provider, CertStore, TlsError};
 
 use crate::metrics::write_metric;
 
@@ -51,18 +47,6 @@ pub const MIN_RECORD_PAYLOAD_BYTES: usize = 1024;
 /// Wire bytes a record adds to its payload at most: a 5-byte header, TLS 1.2's 8-byte
 /// explicit nonce, a 16-byte tag (TLS 1.3: header, content type byte and tag, 22).
 pub const RECORD_OVERHEAD_BYTES: u64 = 29;
-
-/// The crypto provider compiled in: aws-lc-rs unless only the `ring` feature is on.
-pub fn provider() -> Arc<CryptoProvider> {
-    #[cfg(feature = "aws-lc-rs")]
-    let provider = rustls::crypto::aws_lc_rs::default_provider();
-    #[cfg(all(feature = "ring", not(feature = "aws-lc-rs")))]
-    let provider = rustls::crypto::ring::default_provider();
-    Arc::new(provider)
-}
-
-#[cfg(not(any(feature = "aws-lc-rs", feature = "ring")))]
-compile_error!("shortfirst-server needs a TLS crypto provider: the `aws-lc-rs` (default) or `ring` feature");
 
 /// Ciphertext bytes of `plaintext_bytes` sent in records of `record_payload_bytes`: the
 /// payload plus [`RECORD_OVERHEAD_BYTES`] per record (an upper bound: TLS 1.3 adds 22).

@@ -22,8 +22,8 @@ use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use super::names::NamePattern;
-use crate::config::TlsEntry;
+use crate::names::NamePattern;
+use crate::TlsEntry;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -35,7 +35,6 @@ pub enum TlsError {
     Setup(String),
 }
 
-/// One certificate ready to serve.
 /// Certificates read and checked, not yet in force ([`CertStore::install`]).
 pub struct Prepared {
     entries: Vec<TlsEntry>,
@@ -224,7 +223,7 @@ mod tests {
             entry(d, "rsa", "example.com", true, &["example.com"]),
             entry(d, "wild", "x.example.com", false, &["*.example.com"]),
         ];
-        let store = CertStore::load(entries, crate::tls::provider()).unwrap();
+        let store = CertStore::load(entries, crate::provider()).unwrap();
         let leaf = |i: usize| store.current.read().unwrap()[i].key.cert[0].clone();
         let ec: &[S] = &[S::ECDSA_NISTP256_SHA256];
         let rsa: &[S] = &[S::RSA_PSS_SHA256, S::RSA_PKCS1_SHA256];
@@ -251,7 +250,7 @@ mod tests {
     fn a_changed_file_is_noticed_once_and_a_bad_reload_keeps_the_set() {
         let dir = tempfile::tempdir().unwrap();
         let e = entry(dir.path(), "site", "localhost", false, &[]);
-        let store = CertStore::load(vec![e.clone()], crate::tls::provider()).unwrap();
+        let store = CertStore::load(vec![e.clone()], crate::provider()).unwrap();
         assert!(!store.changed());
         let before = store.choose(None, &[S::ECDSA_NISTP256_SHA256]).unwrap().cert[0].clone();
         std::fs::write(&e.cert, "not PEM").unwrap();
