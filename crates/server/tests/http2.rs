@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::h2raw::{DATA, END_STREAM, GOAWAY, H2, PREFACE, RST_STREAM, SETTINGS};
+use common::h2raw::{frame, DATA, END_STREAM, GOAWAY, H2, HEADERS, PREFACE, RST_STREAM, SETTINGS};
 use common::{certs, pattern, TestServer};
 use rustls::pki_types::ServerName;
 use shortfirst_server::{Policy, ServerConfig, TlsSettings};
@@ -288,7 +288,11 @@ async fn a_stream_whose_window_is_closed_never_holds_the_connection() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_stream_limit_is_advertised_and_enforced_and_shutdown_sends_goaway() {
-    let mut s = TestServer::start(|c| c.http2_max_concurrent_streams = 2).await;
+    let mut s = TestServer::start(|c| {
+        c.http2_max_concurrent_streams = 2;
+        c.admin = Some("127.0.0.1:0".parse().unwrap());
+    })
+    .await;
     std::fs::write(s.root.join("large.bin"), pattern(8 << 20)).unwrap();
     let mut raw = H2::connect(s.addr).await;
     let settings = raw.next().await.expect("the server's SETTINGS");
@@ -306,6 +310,8 @@ async fn the_stream_limit_is_advertised_and_enforced_and_shutdown_sends_goaway()
     };
     assert_eq!(refused.stream, 5);
     assert_eq!(refused.payload, 7u32.to_be_bytes(), "REFUSED_STREAM");
+    let page = metrics(&s).await;
+    assert!(page.contains("shortfirst_http2_resets_sent_total{error=\"refused_stream\"} 1\n"), "{page}");
     // Shutdown: GOAWAY, while the two streams are still sending.
     let stop = s.stop_signal();
     let _ = stop.send(());
@@ -476,5 +482,48 @@ async fn a_request_body_is_read_to_its_end_before_the_answer() {
 
     let r = fetch(&mut client, req()).await;
     assert_eq!((r.status, r.body.as_slice()), (200, &pattern(100)[..]));
+    s.stop().await;
+}
+
+/// Rapid reset (CVE-2023-44487): a client that opens streams and resets them at once, in
+/// one burst, is sent GOAWAY(ENHANCE_YOUR_CALM); the codec enforces it, `/metrics` counts
+/// the resets received and the GOAWAY sent from the frames on the wire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rapid_reset_flood_is_refused_and_counted() {
+    let mut s = TestServer::start(|c| c.admin = Some("127.0.0.1:0".parse().unwrap())).await;
+    let mut raw = H2::connect(s.addr).await;
+    let mut burst = Vec::new();
+    let block = |path: &str| {
+        let mut b = Vec::new();
+        for (name, value) in [(":method", "GET"), (":scheme", "http"), (":path", path), (":authority", "localhost")] {
+            b.extend([0, name.len() as u8]);
+            b.extend_from_slice(name.as_bytes());
+            b.push(value.len() as u8);
+            b.extend_from_slice(value.as_bytes());
+        }
+        b
+    };
+    const STREAMS: u32 = 500;
+    for i in 0..STREAMS {
+        let id = 1 + 2 * i;
+        burst.extend(frame(HEADERS, END_STREAM | 4, id, &block("/index.html")));
+        burst.extend(frame(RST_STREAM, 0, id, &8u32.to_be_bytes())); // CANCEL
+    }
+    // The server may close the connection before it has read the whole burst.
+    let _ = raw.io.write_all(&burst).await;
+    let goaway = loop {
+        let f = raw.next().await.expect("a GOAWAY for the flood");
+        if f.kind == GOAWAY {
+            break f;
+        }
+    };
+    assert_eq!(goaway.payload[4..8], 0xbu32.to_be_bytes(), "ENHANCE_YOUR_CALM");
+    let page = wait_for_metric(&s, "shortfirst_http2_goaways_sent_total{error=\"enhance_your_calm\"} 1\n").await;
+    let resets: u64 = page
+        .lines()
+        .find_map(|l| l.strip_prefix("shortfirst_http2_resets_received_total{error=\"cancel\"} "))
+        .and_then(|v| v.parse().ok())
+        .expect("the resets received");
+    assert!((20..=u64::from(STREAMS)).contains(&resets), "{resets} resets counted\n{page}");
     s.stop().await;
 }

@@ -3,7 +3,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::metrics::write_metric;
+use super::wire::{ErrorFrameCounts, ERROR_CODE_NAMES};
+use crate::metrics::{write_family, write_metric};
 
 #[derive(Debug, Default)]
 pub struct Http2Metrics {
@@ -15,6 +16,9 @@ pub struct Http2Metrics {
     pub stalled: AtomicU64,
     /// Idle connections sent GOAWAY after the idle timeout.
     pub idle_goaways: AtomicU64,
+    /// RST_STREAM and GOAWAY frames by error code, sent and received: what the codec
+    /// refused (the stream limit, floods) it reports only on the wire.
+    pub error_frames: ErrorFrameCounts,
 }
 
 impl Http2Metrics {
@@ -39,5 +43,43 @@ impl Http2Metrics {
         ] {
             write_metric(out, name, "counter", help, v.load(Relaxed));
         }
+        let e = &self.error_frames;
+        for (name, help, frames, resets) in [
+            (
+                "shortfirst_http2_resets_sent_total",
+                "HTTP/2 RST_STREAM frames sent, by error code (refused_stream: beyond the stream limit).",
+                &e.sent,
+                true,
+            ),
+            (
+                "shortfirst_http2_resets_received_total",
+                "HTTP/2 RST_STREAM frames received, by error code.",
+                &e.received,
+                true,
+            ),
+            (
+                "shortfirst_http2_goaways_sent_total",
+                "HTTP/2 GOAWAY frames sent, by error code (enhance_your_calm: a flood refused).",
+                &e.sent,
+                false,
+            ),
+            (
+                "shortfirst_http2_goaways_received_total",
+                "HTTP/2 GOAWAY frames received, by error code.",
+                &e.received,
+                false,
+            ),
+        ] {
+            render_by_code(out, name, help, if resets { &frames.resets } else { &frames.goaways });
+        }
+    }
+}
+
+/// One counter family labelled `error` with every code of [`ERROR_CODE_NAMES`].
+fn render_by_code(out: &mut String, name: &str, help: &str, family: &[AtomicU64; ERROR_CODE_NAMES.len()]) {
+    use std::fmt::Write as _;
+    write_family(out, name, "counter", help);
+    for (code, count) in ERROR_CODE_NAMES.iter().zip(family) {
+        let _ = writeln!(out, "{name}{{error=\"{code}\"}} {}", count.load(Relaxed));
     }
 }

@@ -243,7 +243,7 @@ where
         }
     };
     let written = Arc::new(Written::default());
-    let io = Counted::new(io, written.clone());
+    let io = Counted::new(io, written.clone(), &shared.http2_metrics.error_frames);
     let live = shared.live();
     let settings = live.conn_settings();
     let handshake = tokio::time::timeout(settings.header_timeout, builder(&live.config).handshake(io));

@@ -96,8 +96,8 @@ impl<T: AsyncRead + AsyncWrite + Unpin> H2<T> {
         self.io.flush().await.unwrap();
     }
 
-    /// The next frame; a SETTINGS from the server is acknowledged. `None` when the
-    /// connection ends or no frame comes within 20 s.
+    /// The next frame; a SETTINGS from the server is acknowledged (if the connection takes
+    /// it). `None` when the connection ends or no frame comes within 20 s.
     pub async fn next(&mut self) -> Option<Frame> {
         let mut head = [0u8; 9];
         tokio::time::timeout(FRAME_WAIT, self.io.read_exact(&mut head)).await.ok()?.ok()?;
@@ -111,8 +111,10 @@ impl<T: AsyncRead + AsyncWrite + Unpin> H2<T> {
             payload,
         };
         if f.kind == SETTINGS && f.flags & 1 == 0 {
-            self.io.write_all(&frame(SETTINGS, 1, 0, &[])).await.unwrap();
-            self.io.flush().await.unwrap();
+            // A server that has already closed the connection (after a GOAWAY) refuses
+            // the acknowledgement; the frames it sent are still read.
+            let _ = self.io.write_all(&frame(SETTINGS, 1, 0, &[])).await;
+            let _ = self.io.flush().await;
         }
         Some(f)
     }
