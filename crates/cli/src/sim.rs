@@ -51,7 +51,7 @@ pub struct Options {
     #[arg(long, requires = "trace")]
     skip_bad: bool,
     /// Instead of a trace: Poisson arrivals with i.i.d. sizes from exp:MEAN,
-    /// bpareto:ALPHA,MIN,MAX, surge, wc98like or fixed:BYTES.
+    /// bpareto:ALPHA,MIN,MAX, surge, wc98like or fixed:BYTES (sizes take units: 100K, 2M).
     #[arg(long, value_name = "SPEC", requires = "jobs")]
     workload: Option<String>,
     /// Number of jobs to generate with --workload.

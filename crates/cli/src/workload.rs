@@ -22,7 +22,7 @@ enum Command {
 
 #[derive(clap::Args, Debug)]
 struct GenerateArgs {
-    /// wc98like, surge, bpareto:ALPHA,MIN,MAX, exp:MEAN or fixed:BYTES.
+    /// wc98like, surge, bpareto:ALPHA,MIN,MAX, exp:MEAN or fixed:BYTES (sizes take units: 100K, 2M).
     #[arg(long)]
     kind: String,
     /// Number of distinct files.

@@ -208,13 +208,28 @@ fn parse_num(spec: &str, what: &str, v: &str) -> Result<f64, DistError> {
     Ok(x)
 }
 
+/// A byte count of a size distribution's parameters: a number (`1500`, `1e6`) or a size
+/// with a unit as everywhere else on the command line (`100K`, `2M`, `64KiB`).
+fn parse_bytes_arg(spec: &str, what: &str, v: &str) -> Result<f64, DistError> {
+    parse_num(spec, what, v).or_else(|_| {
+        shortfirst_core::units::parse_size_bytes(v).map(|b| b as f64).map_err(|_| {
+            derr(spec, format!("{what}: expected a byte count (`1500`, `1e6`) or a size (`100K`, `2M`), found `{v}`"))
+        })
+    })
+}
+
 impl SizeDist {
     /// Parses `wc98like`, `surge` (with the given cap), `bpareto:ALPHA,MIN,MAX`,
-    /// `exp:MEAN`, `fixed:BYTES`.
+    /// `exp:MEAN`, `fixed:BYTES`; MIN, MAX, MEAN and BYTES take sizes with units too.
     pub fn parse(spec: &str, surge_max_bytes: Option<f64>) -> Result<SizeDist, DistError> {
         let (name, args) = spec.split_once(':').unwrap_or((spec, ""));
         let nums = || -> Result<Vec<f64>, DistError> {
-            args.split(',').filter(|s| !s.is_empty()).map(|v| parse_num(spec, name, v)).collect()
+            let mut v: Vec<&str> = args.split(',').filter(|s| !s.is_empty()).collect();
+            // bpareto's first argument is its shape, not bytes.
+            let shape =
+                if name == "bpareto" && !v.is_empty() { Some(parse_num(spec, name, v.remove(0))?) } else { None };
+            let bytes = v.into_iter().map(|a| parse_bytes_arg(spec, name, a));
+            shape.into_iter().map(Ok).chain(bytes).collect()
         };
         let d = match name {
             "wc98like" if args.is_empty() => SizeDist::Hybrid(WC98LIKE),
@@ -459,6 +474,16 @@ mod tests {
         );
         assert_eq!(SizeDist::parse("exp:5000", None).unwrap(), SizeDist::Exp { mean: 5000.0 });
         assert!(matches!(SizeDist::parse("surge", Some(1e6)).unwrap(), SizeDist::Hybrid(h) if h.max == 1e6));
+        // Sizes take units as everywhere else; the shape does not.
+        assert_eq!(
+            SizeDist::parse("bpareto:1.1,100K,2M", None).unwrap(),
+            SizeDist::parse("bpareto:1.1,1e5,2e6", None).unwrap()
+        );
+        assert_eq!(SizeDist::parse("fixed:1KiB", None).unwrap(), SizeDist::Fixed { bytes: 1024.0 });
+        assert_eq!(SizeDist::parse("exp:10K", None).unwrap(), SizeDist::Exp { mean: 10_000.0 });
+        let e = SizeDist::parse("bpareto:1.1,100Q,1M", None).unwrap_err().to_string();
+        assert!(e.contains("`100Q`") && e.contains("100K"), "{e}");
+        assert!(SizeDist::parse("bpareto:1K,100,1M", None).is_err(), "a shape with a unit");
         for bad in ["bpareto:1,2", "bpareto:0,1,10", "exp:x", "zipf", "bpareto:1,10,5", "wc98like:3"] {
             let e = SizeDist::parse(bad, None).unwrap_err();
             assert!(e.to_string().contains(bad), "{e}");
