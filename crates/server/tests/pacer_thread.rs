@@ -44,5 +44,12 @@ async fn the_pacer_thread_runs_with_the_server_and_shows_its_look_ahead() {
         assert!(metric(&m, name) >= 0.0);
     }
     s.stop().await;
+    // Joined when the server stops. A joined thread can stay listed in /proc for a moment:
+    // the join returns when the thread has released its memory, before the kernel is done
+    // removing it.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+    while threads_named("sf-pacer") > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
     assert_eq!(threads_named("sf-pacer"), 0, "stopped and joined with the server");
 }
