@@ -475,7 +475,7 @@ fn render_gate(o: &mut String, snap: &Snapshot) {
 }
 
 /// Writes the `# HELP` and `# TYPE` lines that open a metric family.
-fn family(o: &mut String, name: &str, help: &str, kind: &str) {
+pub(crate) fn family(o: &mut String, name: &str, help: &str, kind: &str) {
     let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 

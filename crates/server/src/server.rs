@@ -134,8 +134,14 @@ pub(crate) struct TlsState {
 impl Shared {
     /// Re-reads the certificates (SIGHUP, a file changed); the old set stays on failure.
     pub(crate) fn reload_certs(&self, why: &str) {
-        let Some(tls) = &self.tls else { return };
-        match tls.store.reload() {
+        if let Some(tls) = &self.tls {
+            self.report_cert_reload(why, tls.store.reload());
+        }
+    }
+
+    /// Counts and logs a certificate reload's outcome.
+    fn report_cert_reload(&self, why: &str, outcome: Result<(), TlsError>) {
+        match outcome {
             Ok(()) => {
                 self.tls_metrics.reloads.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(why, "TLS certificates reloaded");
@@ -347,14 +353,9 @@ impl Server {
 /// Checks the certificate files every [`TLS_POLL_INTERVAL`]; reloads when one changed.
 async fn poll_certs(shared: Arc<Shared>) {
     let Some(tls) = &shared.tls else { return };
-    let mut tick = tokio::time::interval(TLS_POLL_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        if tls.store.changed() {
-            shared.reload_certs("a certificate or key file changed");
-        }
-    }
+    let store = tls.store.clone();
+    shortfirst_tls::watch(store, |outcome| shared.report_cert_reload("a certificate or key file changed", outcome))
+        .await;
 }
 
 /// The listeners connections are accepted from.

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::h2raw::{frame, DATA, END_STREAM, GOAWAY, H2, HEADERS, PREFACE, RST_STREAM, SETTINGS};
+use common::h2raw::{frame, get_frame, DATA, END_STREAM, GOAWAY, H2, PREFACE, RST_STREAM, SETTINGS};
 use common::{certs, pattern, TestServer};
 use rustls::pki_types::ServerName;
 use shortfirst_server::{Policy, ServerConfig, TlsSettings};
@@ -493,20 +493,10 @@ async fn a_rapid_reset_flood_is_refused_and_counted() {
     let mut s = TestServer::start(|c| c.admin = Some("127.0.0.1:0".parse().unwrap())).await;
     let mut raw = H2::connect(s.addr).await;
     let mut burst = Vec::new();
-    let block = |path: &str| {
-        let mut b = Vec::new();
-        for (name, value) in [(":method", "GET"), (":scheme", "http"), (":path", path), (":authority", "localhost")] {
-            b.extend([0, name.len() as u8]);
-            b.extend_from_slice(name.as_bytes());
-            b.push(value.len() as u8);
-            b.extend_from_slice(value.as_bytes());
-        }
-        b
-    };
     const STREAMS: u32 = 500;
     for i in 0..STREAMS {
         let id = 1 + 2 * i;
-        burst.extend(frame(HEADERS, END_STREAM | 4, id, &block("/index.html")));
+        burst.extend(get_frame(id, "/index.html"));
         burst.extend(frame(RST_STREAM, 0, id, &8u32.to_be_bytes())); // CANCEL
     }
     // The server may close the connection before it has read the whole burst.

@@ -132,6 +132,12 @@ impl CertStore {
         *self.stamps.lock().expect("certificate stamps lock poisoned") = stamps;
     }
 
+    /// Re-reads the files if one changed since they were last read (or tried): `None` if
+    /// none did, else the reload's outcome.
+    pub fn reload_if_changed(&self) -> Option<Result<(), TlsError>> {
+        self.changed().then(|| self.reload())
+    }
+
     /// Whether a file changed since it was last loaded (or tried).
     pub fn changed(&self) -> bool {
         let now = Self::stamps_of(&self.entries.read().expect("certificate entries lock poisoned"));

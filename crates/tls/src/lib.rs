@@ -43,3 +43,26 @@ pub fn provider() -> Arc<CryptoProvider> {
 
 #[cfg(not(any(feature = "aws-lc-rs", feature = "ring")))]
 compile_error!("shortfirst-tls needs a TLS crypto provider: the `aws-lc-rs` (default) or `ring` feature");
+
+/// A rustls server configuration serving `store`'s certificates over TLS 1.3 and 1.2,
+/// without client certificates. Callers add what their protocol needs (ALPN, record size).
+pub fn server_config(store: &Arc<CertStore>) -> Result<rustls::ServerConfig, TlsError> {
+    Ok(rustls::ServerConfig::builder_with_provider(store.provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| TlsError::Setup(e.to_string()))?
+        .with_no_client_auth()
+        .with_cert_resolver(store.resolver()))
+}
+
+/// Checks `store`'s files every [`POLL_INTERVAL`] for ever (the caller aborts the task), and
+/// hands the outcome of each reload a change caused to `report`.
+pub async fn watch(store: Arc<CertStore>, mut report: impl FnMut(Result<(), TlsError>)) {
+    let mut tick = tokio::time::interval(POLL_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Some(outcome) = store.reload_if_changed() {
+            report(outcome);
+        }
+    }
+}

@@ -42,11 +42,7 @@ impl PgTls {
     /// error naming the flag and the file.
     pub fn from_pem_files(cert: &Path, key: &Path) -> Result<Self, GatekeeperError> {
         let store = CertStore::load(vec![entry(cert, key)], shortfirst_tls::provider()).map_err(flag_error)?;
-        let config = rustls::ServerConfig::builder_with_provider(store.provider())
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-            .map_err(|e| GatekeeperError::Config(format!("TLS set-up: {e}")))?
-            .with_no_client_auth()
-            .with_cert_resolver(store.resolver());
+        let config = shortfirst_tls::server_config(&store).map_err(flag_error)?;
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         Ok(PgTls { store, acceptor, counts: Arc::default() })
     }
@@ -69,12 +65,10 @@ impl PgTls {
         self.counts.ok.fetch_add(1, Relaxed);
     }
 
-    /// Re-reads the files if one changed since they were last read; logs what happened.
-    pub fn reload_if_changed(&self) {
-        if !self.store.changed() {
-            return;
-        }
-        match self.store.reload() {
+    /// Checks the files every [`POLL_INTERVAL`] for ever (the caller aborts the task);
+    /// a reload a change caused is logged and counted.
+    pub async fn watch(self) {
+        shortfirst_tls::watch(self.store.clone(), |outcome| match outcome {
             Ok(()) => {
                 self.counts.ok.fetch_add(1, Relaxed);
                 tracing::info!("TLS certificate reloaded: a certificate or key file changed");
@@ -83,26 +77,24 @@ impl PgTls {
                 self.counts.failed.fetch_add(1, Relaxed);
                 tracing::error!(error = %e, "TLS certificate not reloaded: the previous one stays in force");
             }
-        }
-    }
-
-    /// Checks the files every [`POLL_INTERVAL`] for ever (the caller aborts the task).
-    pub async fn watch(self) {
-        let mut tick = tokio::time::interval(POLL_INTERVAL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            self.reload_if_changed();
-        }
+        })
+        .await
     }
 
     /// The reload counters in Prometheus text.
     pub fn render(&self) -> String {
+        use std::fmt::Write as _;
         let name = "gatekeeper_pg_tls_reloads_total";
-        let mut o = format!("# HELP {name} TLS certificate reloads (SIGHUP or a changed file) by outcome.\n");
-        o.push_str(&format!("# TYPE {name} counter\n"));
-        o.push_str(&format!("{name}{{outcome=\"ok\"}} {}\n", self.counts.ok.load(Relaxed)));
-        o.push_str(&format!("{name}{{outcome=\"failed\"}} {}\n", self.counts.failed.load(Relaxed)));
+        let mut o = String::new();
+        crate::metrics::family(
+            &mut o,
+            name,
+            "TLS certificate reloads (SIGHUP or a changed file) by outcome.",
+            "counter",
+        );
+        for (outcome, count) in [("ok", &self.counts.ok), ("failed", &self.counts.failed)] {
+            let _ = writeln!(o, "{name}{{outcome=\"{outcome}\"}} {}", count.load(Relaxed));
+        }
         o
     }
 }

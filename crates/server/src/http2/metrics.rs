@@ -44,33 +44,29 @@ impl Http2Metrics {
             write_metric(out, name, "counter", help, v.load(Relaxed));
         }
         let e = &self.error_frames;
-        for (name, help, frames, resets) in [
+        for (name, help, family) in [
             (
                 "shortfirst_http2_resets_sent_total",
                 "HTTP/2 RST_STREAM frames sent, by error code (refused_stream: beyond the stream limit).",
-                &e.sent,
-                true,
+                &e.sent.resets,
             ),
             (
                 "shortfirst_http2_resets_received_total",
                 "HTTP/2 RST_STREAM frames received, by error code.",
-                &e.received,
-                true,
+                &e.received.resets,
             ),
             (
                 "shortfirst_http2_goaways_sent_total",
                 "HTTP/2 GOAWAY frames sent, by error code (enhance_your_calm: a flood refused).",
-                &e.sent,
-                false,
+                &e.sent.goaways,
             ),
             (
                 "shortfirst_http2_goaways_received_total",
                 "HTTP/2 GOAWAY frames received, by error code.",
-                &e.received,
-                false,
+                &e.received.goaways,
             ),
         ] {
-            render_by_code(out, name, help, if resets { &frames.resets } else { &frames.goaways });
+            render_by_code(out, name, help, family);
         }
     }
 }

@@ -74,11 +74,7 @@ pub fn server_config(
     record_payload_bytes: usize,
     http2: bool,
 ) -> Result<rustls::ServerConfig, TlsError> {
-    let mut config = rustls::ServerConfig::builder_with_provider(store.provider())
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| TlsError::Setup(e.to_string()))?
-        .with_no_client_auth()
-        .with_cert_resolver(store.resolver());
+    let mut config = shortfirst_tls::server_config(store)?;
     config.alpn_protocols = alpn_protocols(http2);
     // The record header's 5 bytes are counted in rustls's fragment size.
     config.max_fragment_size = Some(record_payload_bytes + 5);

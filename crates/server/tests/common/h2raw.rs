@@ -40,6 +40,20 @@ pub fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
 
 /// A TCP connection with a small receive buffer, so the server's writes wait for our
 /// reads as over a slow link.
+/// The HEADERS frame of a GET for `path` on stream `id` (HPACK literals without Huffman),
+/// the stream ended.
+pub fn get_frame(id: u32, path: &str) -> Vec<u8> {
+    let mut block = Vec::new();
+    for (name, value) in [(":method", "GET"), (":scheme", "https"), (":path", path), (":authority", "localhost")] {
+        block.push(0); // literal without indexing, new name
+        block.push(name.len() as u8);
+        block.extend_from_slice(name.as_bytes());
+        block.push(value.len() as u8);
+        block.extend_from_slice(value.as_bytes());
+    }
+    frame(HEADERS, END_STREAM | 4, id, &block)
+}
+
 pub async fn slow_tcp(addr: SocketAddr) -> TcpStream {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(32 * 1024).unwrap();
@@ -78,15 +92,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> H2<T> {
 
     /// A GET for `path` on stream `id` (HPACK literals without Huffman), the stream ended.
     pub async fn get(&mut self, id: u32, path: &str) {
-        let mut block = Vec::new();
-        for (name, value) in [(":method", "GET"), (":scheme", "https"), (":path", path), (":authority", "localhost")] {
-            block.push(0); // literal without indexing, new name
-            block.push(name.len() as u8);
-            block.extend_from_slice(name.as_bytes());
-            block.push(value.len() as u8);
-            block.extend_from_slice(value.as_bytes());
-        }
-        self.io.write_all(&frame(HEADERS, END_STREAM | 4, id, &block)).await.unwrap();
+        self.io.write_all(&get_frame(id, path)).await.unwrap();
         self.io.flush().await.unwrap();
     }
 
