@@ -21,6 +21,12 @@ BIN := target/release/shortfirst
 # Every release binary in one cargo call: their shared dependencies build once, with one
 # set of features (two calls, each with its own package, built many of them twice).
 RELEASE_BINS := --bin shortfirst --bin bookstore
+# The cargo profile of the binaries the lab's tests run: release (`make build`), or dev, the
+# build `cargo test` has already made (CI: no second build of every dependency; the lab's
+# tests check behaviour, not speed). The tests find them through $$SHORTFIRST_BIN.
+LAB_PROFILE ?= release
+$(if $(filter-out release dev,$(LAB_PROFILE)),$(error LAB_PROFILE must be release or dev, not '$(LAB_PROFILE)'))
+LAB_BIN := target/$(if $(filter dev,$(LAB_PROFILE)),debug,release)/shortfirst
 STAMPS := .make
 
 APT_PACKAGES := iproute2 ethtool procps
@@ -29,7 +35,7 @@ BENCH_TARGETS :=
 
 include $(sort $(wildcard mk/*.mk))
 
-.PHONY: help setup apt build venv test test-rust test-lab test-lab-quick test-lab-slow lint fmt bench clean
+.PHONY: help setup apt build lab-bins venv test test-rust test-lab test-lab-quick test-lab-slow lint fmt bench clean
 
 help: ## list every target with one line each (this list)
 	@echo "make TARGET — every target, from its '## ' comment in Makefile and mk/*.mk:"
@@ -54,6 +60,9 @@ $(BIN): Cargo.lock $(shell find crates -name '*.rs' -o -name Cargo.toml 2>/dev/n
 	$(CARGO) build --release --locked $(RELEASE_BINS)
 	@touch $@
 
+lab-bins: $(if $(filter dev,$(LAB_PROFILE)),,build bookstore-build) ## the binaries the lab's tests run, of cargo profile LAB_PROFILE
+	$(if $(filter dev,$(LAB_PROFILE)),$(CARGO) build --locked $(RELEASE_BINS))
+
 venv: $(STAMPS)/venv ## the lab's Python virtual environment (.venv) from lab/requirements.lock
 $(STAMPS)/venv: lab/requirements.lock lab/pyproject.toml
 	@mkdir -p $(STAMPS)
@@ -72,15 +81,15 @@ test-rust: apt ## cargo test of the whole workspace
 # The lab's tests in two parts: the quick ones (seconds each, no root), then those marked
 # `slow` or `root` (real namespaces, qdiscs, PostgreSQL, browsers; each skips with a message
 # where it cannot run). Both print their slowest tests, so a test that grows shows up in CI.
-test-lab: test-lab-quick test-lab-slow ## the lab's pytest suite (needs the release build; root for namespaces)
+test-lab: test-lab-quick test-lab-slow ## the lab's pytest suite (builds LAB_PROFILE's binaries; root for namespaces)
 
 # The quick tests run in LAB_TEST_WORKERS processes (pytest-xdist): one per core here.
 LAB_TEST_WORKERS ?= 2
-test-lab-quick: venv apt build ## the lab's tests not marked slow or root (a few minutes)
-	cd lab && ../$(PY) -m pytest -q -ra -m "not slow and not root" -n $(LAB_TEST_WORKERS) --durations=10
+test-lab-quick: venv apt lab-bins ## the lab's tests not marked slow or root (a few minutes)
+	cd lab && SHORTFIRST_BIN=$(CURDIR)/$(LAB_BIN) ../$(PY) -m pytest -q -ra -m "not slow and not root" -n $(LAB_TEST_WORKERS) --durations=10
 
-test-lab-slow: venv apt build ## the lab's tests marked slow or root (namespaces, qdiscs, real services)
-	cd lab && ../$(PY) -m pytest -q -ra -m "slow or root" --durations=15
+test-lab-slow: venv apt lab-bins ## the lab's tests marked slow or root (namespaces, qdiscs, real services)
+	cd lab && SHORTFIRST_BIN=$(CURDIR)/$(LAB_BIN) ../$(PY) -m pytest -q -ra -m "slow or root" --durations=15
 
 # Every Python file we ship: the lab, the bench drivers and scripts/ (one ruff configuration, lab's).
 # Run from lab/ so that lab's own packages are first-party for import sorting.

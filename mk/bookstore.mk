@@ -11,8 +11,8 @@
 # chain test in front of PgBouncer needs `pgbouncer` too.
 
 APT_PACKAGES += postgresql pgbouncer
-# The lab's end-to-end TPC-W test (lab/tests/test_tpcw.py) runs the release binary.
-TEST_TARGETS += bookstore-build
+# The lab's end-to-end TPC-W test (lab/tests/test_tpcw.py) runs the bookstore beside the
+# lab's shortfirst binary (`make lab-bins` builds both).
 
 BOOKSTORE_BIN := target/release/bookstore
 BOOKSTORE_PGDIR ?= $(STAMPS)/pg

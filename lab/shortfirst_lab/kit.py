@@ -48,6 +48,12 @@ def shortfirst_binary() -> Path:
     return Path(env) if env else REPO / "target" / "release" / "shortfirst"
 
 
+def bookstore_binary() -> Path:
+    """The TPC-W bookstore example's binary: beside `shortfirst_binary()` (one cargo build makes
+    both)."""
+    return shortfirst_binary().parent / "bookstore"
+
+
 #: Clock ticks per second of /proc/stat and /proc/PID/stat (USER_HZ).
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

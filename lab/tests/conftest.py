@@ -12,10 +12,12 @@ import pandas as pd
 import pytest
 
 from shortfirst_lab.analysis.metrics import REQUEST_COLUMNS, fit_baseline
+from shortfirst_lab.kit import shortfirst_binary
 
-#: The release build the namespace tests run (`make test` builds it first).
 REPO = Path(__file__).resolve().parents[2]
-RELEASE_BIN = REPO / "target" / "release" / "shortfirst"
+#: The binary the lab's tests run: ``$SHORTFIRST_BIN``, else the release build (`make test`
+#: builds the one it sets first).
+BIN = shortfirst_binary()
 
 
 def load_script(relpath: str, name: str):

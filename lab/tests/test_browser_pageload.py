@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import RELEASE_BIN
+from conftest import BIN
 
 from shortfirst_lab.analysis.browsercheck import find_chromium
 from shortfirst_lab.kit import free_port, self_signed_cert, wait_port
@@ -24,7 +24,7 @@ from shortfirst_lab.testbed import chromium, pages, peers
 
 pytestmark = [
     pytest.mark.skipif(find_chromium() is None, reason="needs chromium (Debian package chromium)"),
-    pytest.mark.skipif(not RELEASE_BIN.exists(), reason="needs the release build (make build)"),
+    pytest.mark.skipif(not BIN.exists(), reason="needs the release build (make build)"),
 ]
 
 
@@ -64,7 +64,7 @@ def _check(load: chromium.PageLoad, protocol: str, root: Path) -> None:
 def test_chromium_loads_a_page_from_serve_under_the_pacer(site, protocol, tmp_path):
     root, cert, key, page = site
     port, tls_port = free_port(), free_port()
-    argv = [str(RELEASE_BIN), "serve", "--root", str(root), "--listen", f"127.0.0.1:{port}",
+    argv = [str(BIN), "serve", "--root", str(root), "--listen", f"127.0.0.1:{port}",
             "--tls-listen", f"127.0.0.1:{tls_port}", "--tls-cert", str(cert), "--tls-key", str(key),
             "--policy", "srpt", "--scheduler", "user", "--link-rate", "50000000"]  # fmt: skip
     with open(tmp_path / "serve.log", "w") as log:

@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import BIN
 
 REPO = Path(__file__).resolve().parents[2]
-RELEASE_BIN = REPO / "target" / "release" / "shortfirst"
 UNITS_DIR = REPO / "deploy" / "systemd"
 UNITS = sorted(p.name for p in UNITS_DIR.glob("*.service"))
 #: Highest `systemd-analyze security` exposure accepted, in its tenths (20 = 2.0; 2.5 and below is "OK").
@@ -46,12 +46,12 @@ def need(tool: str) -> str:
 @pytest.fixture(scope="module")
 def deb(tmp_path_factory) -> Path:
     """The package, built by the script `make deb` runs."""
-    if not RELEASE_BIN.exists():
-        pytest.fail(f"{RELEASE_BIN} is missing: `make build` builds it")
+    if not BIN.exists():
+        pytest.fail(f"{BIN} is missing: `make build` builds it")
     need("dpkg-deb")
     out = tmp_path_factory.mktemp("deb")
     done = subprocess.run(
-        [str(REPO / "deploy" / "build-deb.sh"), str(RELEASE_BIN), str(out)],
+        [str(REPO / "deploy" / "build-deb.sh"), str(BIN), str(out)],
         check=True,
         capture_output=True,
         text=True,

@@ -20,11 +20,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import BIN
 
 from shortfirst_lab import kit
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = REPO / "target" / "release" / "shortfirst"
 DASHBOARD = REPO / "deploy" / "grafana" / "shortfirst.json"
 RULES = REPO / "deploy" / "prometheus" / "shortfirst.rules.yml"
 ETC = REPO / "deploy" / "etc"

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import BIN
 
 from shortfirst_lab.analysis.browsercheck import check_images, find_chromium
 from shortfirst_lab.runners import static as runner
 from shortfirst_lab.spec.experiment import load_experiment
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = REPO / "target" / "release" / "shortfirst"
 
 E2E_TOML = """
 [experiment]

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import RELEASE_BIN as BIN
+from conftest import BIN
 
 from shortfirst_lab.analysis import farmreport, idealsim, wire
 from shortfirst_lab.spec.reader import read_spec

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import RELEASE_BIN
+from conftest import BIN
 
 from shortfirst_lab import commands
 from shortfirst_lab.__main__ import main as lab_main
@@ -224,13 +224,13 @@ def test_json_server_is_charged_its_own_time_with_room_beside_the_running_reques
 
 @pytest.mark.parametrize("name", ["datasette", "json-server"])
 def test_backend_behind_the_gatekeeper(name, tmp_path):
-    if not RELEASE_BIN.exists():
-        pytest.skip(f"{RELEASE_BIN} missing: run `make build`")
+    if not BIN.exists():
+        pytest.skip(f"{BIN} missing: run `make build`")
     if not (TOOLS / ("datasette" if name == "datasette" else "node")).exists():
         pytest.skip(f"{name} not installed in {TOOLS}: run `make foreign-backends`")
     s = Settings.load(CONFIGS[name], {"duration_s": 4, "warmup_s": 0.5})
     backend = prepare(name, 2_000, 1, tmp_path, TOOLS, **backend_flags(s.backends[name]))
-    p = Point(s, backend, str(RELEASE_BIN), tmp_path)
+    p = Point(s, backend, str(BIN), tmp_path)
     with p.start() as be:
         url = be.url
         p.measure_alone(url)
@@ -239,7 +239,7 @@ def test_backend_behind_the_gatekeeper(name, tmp_path):
         p.trace(trace, 40.0, 4.0)
         port, admin = free_port(), free_port()
         gk = commands.gatekeeper(
-            RELEASE_BIN,
+            BIN,
             listen=f"127.0.0.1:{port}",
             upstream=url,
             capacity="2s",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from conftest import RELEASE_BIN
+from conftest import BIN
 
 from shortfirst_lab.runners.gatekeeper.backends.synthetic import read_mix
 from shortfirst_lab.runners.gatekeeper.synthetic.models import write_trace
@@ -18,10 +18,10 @@ from shortfirst_lab.runners.gatekeeper.synthetic.points import Bench
 @pytest.mark.slow
 @pytest.mark.parametrize("config", ["direct", "sjf"])
 def test_a_point_through_the_runner(config, tmp_path):
-    if not RELEASE_BIN.exists():
-        pytest.skip(f"{RELEASE_BIN} missing: run `make build`")
+    if not BIN.exists():
+        pytest.skip(f"{BIN} missing: run `make build`")
     a = argparse.Namespace(
-        bin=RELEASE_BIN, scale=0.01, cpus=2, slots=8, thrash=0.1, max_in_flight=8, max_charge_share_f=None,
+        bin=BIN, scale=0.01, cpus=2, slots=8, thrash=0.1, max_in_flight=8, max_charge_share_f=None,
         gatekeeper_args="", timeout=5.0, seed=1, sample_ms=200, duration=3.0, warmup=0.5,
     )  # fmt: skip
     b = Bench(a, tmp_path)
@@ -42,12 +42,12 @@ def test_a_point_through_the_runner(config, tmp_path):
 
 @pytest.mark.slow
 def test_the_overhead_rounds_measure_every_path(tmp_path):
-    if not RELEASE_BIN.exists():
-        pytest.skip(f"{RELEASE_BIN} missing: run `make build`")
+    if not BIN.exists():
+        pytest.skip(f"{BIN} missing: run `make build`")
     a = argparse.Namespace(
-        bin=RELEASE_BIN, scale=0.01, cpus=2, slots=8, thrash=0.1, max_in_flight=8, max_charge_share_f=None,
+        bin=BIN, scale=0.01, cpus=2, slots=8, thrash=0.1, max_in_flight=8, max_charge_share_f=None,
         gatekeeper_args="", timeout=5.0, seed=1, max_queue_wait_s=None, overhead_rate=50.0, overhead_rounds=2,
-        overhead_duration=1.0, overhead_baseline_bin=str(RELEASE_BIN), overhead_busy_poll_us=200,
+        overhead_duration=1.0, overhead_baseline_bin=str(BIN), overhead_busy_poll_us=200,
         overhead_nginx="auto", halt_poll_ns=None,
     )  # fmt: skip
     r = measure_overhead(Bench(a, tmp_path), "1000ms")

@@ -7,7 +7,7 @@ import argparse
 import shutil
 
 import pytest
-from conftest import RELEASE_BIN
+from conftest import BIN
 
 from shortfirst_lab.kit import KitError, parse_wrk
 from shortfirst_lab.runners.gatekeeper.synthetic.overhead import nginx_binary
@@ -64,11 +64,11 @@ def test_added_median_is_per_round_and_the_verdict_needs_both_figures():
 
 @pytest.mark.slow
 def test_a_short_round_set_measures_every_path(tmp_path):
-    if not RELEASE_BIN.exists():
-        pytest.skip(f"{RELEASE_BIN} missing: run `make build`")
+    if not BIN.exists():
+        pytest.skip(f"{BIN} missing: run `make build`")
     if not nginx_binary() or not shutil.which("wrk"):
         pytest.skip("nginx or wrk missing: make apt")
-    a = argparse.Namespace(bin=RELEASE_BIN, max_in_flight=0, max_charge_share_f=None, gatekeeper_args="")
+    a = argparse.Namespace(bin=BIN, max_in_flight=0, max_charge_share_f=None, gatekeeper_args="")
     b = Bench(a, tmp_path)
     r = measure_throughput(b, rounds=1, duration_s=1.0, connections=2, threads=1)
     assert set(r["paths"]) == {"direct", "gatekeeper", "nginx"}

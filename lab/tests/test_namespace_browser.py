@@ -15,8 +15,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import NEEDS_ROOT
-from conftest import RELEASE_BIN as BIN
+from conftest import BIN, NEEDS_ROOT
 
 from shortfirst_lab.__main__ import main
 from shortfirst_lab.analysis.browsercheck import find_chromium

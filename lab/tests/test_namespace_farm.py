@@ -21,8 +21,7 @@ from collections import Counter
 
 import pandas as pd
 import pytest
-from conftest import NEEDS_ROOT
-from conftest import RELEASE_BIN as BIN
+from conftest import BIN, NEEDS_ROOT
 
 from shortfirst_lab.__main__ import main
 from shortfirst_lab.analysis import farmreport

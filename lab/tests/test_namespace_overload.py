@@ -17,7 +17,7 @@ import uuid
 
 import pandas as pd
 import pytest
-from conftest import NEEDS_ROOT, RELEASE_BIN
+from conftest import BIN, NEEDS_ROOT
 
 from shortfirst_lab.runners import static as runner
 from shortfirst_lab.spec.experiment import load_experiment
@@ -67,11 +67,11 @@ HOST_SYNCOOKIES = subprocess.run(
 def test_factor_keys_reach_the_namespaces(tmp_path):
     """An experiment's SYN queue, SYN cookies, SYN(-ACK) retries and MTU, read back inside the
     namespaces the runner builds for it."""
-    if not RELEASE_BIN.exists():
-        pytest.fail(f"{RELEASE_BIN} is missing: run `make build` (make test does it)")
+    if not BIN.exists():
+        pytest.fail(f"{BIN} is missing: run `make build` (make test does it)")
     p = tmp_path / "factors.toml"
     p.write_text(FACTORS_TOML)
-    r = runner.Runner(load_experiment(p), tmp_path / "out", RELEASE_BIN, progress=False)
+    r = runner.Runner(load_experiment(p), tmp_path / "out", BIN, progress=False)
     with r.testbed() as tb:
         server = {k: _sysctl(tb.server_run, k) for k in (
             "net.core.somaxconn", "net.ipv4.tcp_max_syn_backlog", "net.ipv4.tcp_syncookies",
@@ -100,13 +100,13 @@ def test_factor_keys_reach_the_namespaces(tmp_path):
 def test_admin_check_sees_the_server_come_and_go(tmp_path):
     from shortfirst_lab.testbed.bed import Testbed, new_run_id
 
-    if not RELEASE_BIN.exists():
-        pytest.fail(f"{RELEASE_BIN} is missing: run `make build` (make test does it)")
+    if not BIN.exists():
+        pytest.fail(f"{BIN} is missing: run `make build` (make test does it)")
     root = tmp_path / "root"
     root.mkdir()
-    with Testbed(new_run_id(), 10_000_000, shortfirst_bin=RELEASE_BIN) as tb:
+    with Testbed(new_run_id(), 10_000_000, shortfirst_bin=BIN) as tb:
         assert tb.admin_check(runner.ADMIN_PORT, timeout_s=1.0)["admin_ok"] == 0, "nothing listens yet"
-        argv = [RELEASE_BIN, "serve", "--root", root, "--listen", f"{tb.server_addr}:8080",
+        argv = [BIN, "serve", "--root", root, "--listen", f"{tb.server_addr}:8080",
                 "--admin", f"{tb.server_addr}:{runner.ADMIN_PORT}"]  # fmt: skip
         srv = tb.server_popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 15
@@ -152,12 +152,12 @@ def test_short_persistent_overload_records_memory_and_liveness(tmp_path):
     """The runner on 20 s at ρ = 1.4 under SRPT: health.csv has the server's RSS and an admin
     probe every second, and the overload summary reports them (the 30-minute check needs a
     run past its first minute; here every figure but the ratio's verdict is exercised)."""
-    if not RELEASE_BIN.exists():
-        pytest.fail(f"{RELEASE_BIN} is missing: run `make build` (make test does it)")
+    if not BIN.exists():
+        pytest.fail(f"{BIN} is missing: run `make build` (make test does it)")
     p = tmp_path / "rss.toml"
     p.write_text(RSS_TOML)
     out = tmp_path / "out"
-    summary = runner.Runner(load_experiment(p), out, RELEASE_BIN, progress=False).run()
+    summary = runner.Runner(load_experiment(p), out, BIN, progress=False).run()
     rdir = out / "runs" / "srpt-load1.00-const1.4-rep1"
     rec = json.loads((rdir / "run.json").read_text())
     assert rec["status"] == "ok" and rec["load_schedule"] == "const@1.4", rec

@@ -19,11 +19,11 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import BIN
 
 from shortfirst_lab.runners import downloads
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = REPO / "target" / "release" / "shortfirst"
 TRIALS = 2
 
 pytestmark = [

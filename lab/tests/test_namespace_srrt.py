@@ -19,7 +19,6 @@ otherwise. About a minute.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -27,13 +26,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import NEEDS_ROOT
+from conftest import BIN, NEEDS_ROOT
 
 from shortfirst_lab.runners import downloads
 from shortfirst_lab.testbed import bed as testbed
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = Path(os.environ.get("SHORTFIRST_BIN", REPO / "target" / "release" / "shortfirst"))
 PORT = 8080
 SAME_BYTES = 400_000
 BACKLOG_BYTES = 2_500_000

@@ -14,8 +14,7 @@ Needs root: skipped with a message otherwise. About 40 s.
 from __future__ import annotations
 
 import pytest
-from conftest import NEEDS_ROOT
-from conftest import RELEASE_BIN as BIN
+from conftest import BIN, NEEDS_ROOT
 
 from shortfirst_lab.runners import downloads
 

@@ -26,12 +26,12 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import BIN
 
 from shortfirst_lab.testbed import bed as testbed
 from shortfirst_lab.testbed import wan
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = REPO / "target" / "release" / "shortfirst"
 
 pytestmark = [
     pytest.mark.root,

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import BIN
 
 from shortfirst_lab.kit import REPO
 from shortfirst_lab.runners.gatekeeper.pg import pgbench
@@ -20,7 +21,6 @@ from shortfirst_lab.spec.reader import read_spec
 from shortfirst_lab.spec.schema import SpecError
 
 EXPERIMENT = REPO / "lab" / "experiments" / "pg-gatekeeper.toml"
-RELEASE_BIN = REPO / "target" / "release" / "shortfirst"
 
 
 @pytest.mark.parametrize(
@@ -98,7 +98,7 @@ def test_a_schedule_pgbench_never_reached_counts_as_not_served():
 
 def _missing() -> str | None:
     for path, what in (
-        (RELEASE_BIN, "the release binary: make build"),
+        (BIN, "the release binary: make build"),
         (Path("/usr/sbin/pgbouncer"), "Debian's pgbouncer: make apt"),
     ):
         if not path.exists():

@@ -11,12 +11,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import BIN
 
 from shortfirst_lab.testbed import placement as pl
 from shortfirst_lab.testbed.bed import Testbed, new_run_id
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = REPO / "target" / "release" / "shortfirst"
 ALLOWED = sorted(os.sched_getaffinity(0))
 FIRST, LAST = ALLOWED[0], ALLOWED[-1]
 

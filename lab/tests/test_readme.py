@@ -7,8 +7,8 @@ Every fenced block in README.md carries an info string saying what it is:
   ```sh long  a long run (`make demo`, `make test`): not run here, `make test` covers it
   ```text     a synopsis or a production example that needs a real device or backend
 
-Each block runs in `bash -eu -o pipefail` with the release binary on PATH; its exit status
-must be 0. Blocks share the directory, so a later block may use what an earlier one wrote
+Each block runs in `bash -eu -o pipefail` with the lab's binary (`$SHORTFIRST_BIN`, else the
+release build) on PATH; its exit status must be 0. Blocks share the directory, so a later block may use what an earlier one wrote
 (the workload). A block that starts a server in the background stops it itself; anything
 left is killed when the block ends.
 """
@@ -22,10 +22,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import BIN
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-BIN_DIR = ROOT / "target" / "release"
+BIN_DIR = BIN.parent
 FENCE = re.compile(r"^```(.*)$")
 KINDS = {"sh", "sh root", "sh long", "text"}
 BLOCK_TIMEOUT_S = 180

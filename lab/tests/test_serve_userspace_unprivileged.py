@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import BIN
 
 from shortfirst_lab import kit
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = REPO / "target" / "release" / "shortfirst"
 #: CAP_NET_ADMIN's bit in /proc/<pid>/status capability masks.
 CAP_NET_ADMIN_BIT = 12
 NOBODY = 65534

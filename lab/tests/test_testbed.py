@@ -17,12 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import BIN
 
 from shortfirst_lab.testbed import bed as tb
 from shortfirst_lab.testbed.bed import Testbed, TestbedError, cleanup_leftovers, new_run_id
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = REPO / "target" / "release" / "shortfirst"
 RATE_10_MBIT = 10_000_000
 
 pytestmark = [

@@ -10,11 +10,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import BIN
 
 from shortfirst_lab.testbed import wan
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = REPO / "target" / "release" / "shortfirst"
 
 
 def test_config_is_accepted_and_resolved_by_the_emulator(tmp_path):

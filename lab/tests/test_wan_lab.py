@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import NEEDS_ROOT
-from conftest import RELEASE_BIN as BIN
+from conftest import BIN, NEEDS_ROOT
 
 from shortfirst_lab.runners import wanrun
 from shortfirst_lab.testbed import bed as testbed

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ....kit import REPO, provenance, write_json
+from ....kit import provenance, shortfirst_binary, write_json
 from ....spec.reader import read_spec
 from ..backends.postgres import postgres
 from ..run import pinned_prefix
@@ -35,7 +35,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         prog="python -m shortfirst_lab bench pg", description=__doc__.splitlines()[0]
     )
     ap.add_argument("experiment", type=Path, help="a pg experiment file (lab/experiments/pg-gatekeeper.toml)")
-    ap.add_argument("--bin", type=Path, default=REPO / "target" / "release" / "shortfirst")
+    ap.add_argument(
+        "--bin", type=Path, default=shortfirst_binary(), help="default: $SHORTFIRST_BIN or the release build"
+    )
     ap.add_argument("--out", type=Path, required=True, help="directory of summary.json")
     ap.add_argument("--work", type=Path, default=None, help="raw logs (default: a new directory in /tmp)")
     ap.add_argument("--only", choices=EXPERIMENTS, default=None, help="run one experiment")

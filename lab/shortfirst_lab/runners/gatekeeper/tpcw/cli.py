@@ -38,7 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("sweep", help="run an experiment file and write summary.json")
     s.add_argument("config", type=Path)
     s.add_argument("--out", type=Path, required=True)
-    s.add_argument("--profile", default="release", help="cargo profile of the binaries (target/PROFILE)")
+    s.add_argument(
+        "--profile",
+        help="binaries of target/PROFILE (default: $SHORTFIRST_BIN's directory, else release)",
+    )
     s.add_argument("--capacity", help="override the gatekeeper capacity (calibrate, auto, or e.g. 500ms)")
     s.add_argument("--modes", type=lambda v: v.split(","), help="override the modes, comma-separated")
     s.add_argument("--browsers", type=lambda v: [int(x) for x in v.split(",")], help="override load points")

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ....kit import REPO
+from ....kit import REPO, bookstore_binary, shortfirst_binary
 from ....spec.tpcw import BEST_SELLERS_REPEAT_MAX
 from ..backends.base import GatekeeperError
 
@@ -19,7 +19,11 @@ class Binaries:
     bookstore: Path
 
     @classmethod
-    def default(cls, profile: str = "release") -> Binaries:
+    def default(cls, profile: str | None = None) -> Binaries:
+        """Those of cargo profile directory ``target/PROFILE``; without one, those the lab
+        drives (`kit.shortfirst_binary`: ``$SHORTFIRST_BIN`` or the release build)."""
+        if profile is None:
+            return cls(shortfirst_binary(), bookstore_binary())
         return cls(REPO / "target" / profile / "shortfirst", REPO / "target" / profile / "bookstore")
 
     def check(self) -> None:
