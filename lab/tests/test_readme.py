@@ -8,9 +8,9 @@ Every fenced block in README.md carries an info string saying what it is:
   ```text     a synopsis or a production example that needs a real device or backend
 
 Each block runs in `bash -eu -o pipefail` with the lab's binary (`$SHORTFIRST_BIN`, else the
-release build) on PATH; its exit status must be 0. Blocks share the directory, so a later block may use what an earlier one wrote
-(the workload). A block that starts a server in the background stops it itself; anything
-left is killed when the block ends.
+release build) on PATH; its exit status must be 0. Blocks share the directory, so a later
+block may use what an earlier one wrote (the workload). A block that starts a server in the
+background stops it itself; anything left is killed when the block ends.
 """
 
 from __future__ import annotations
