@@ -197,10 +197,12 @@ def bookstore_serve(
     pool: int,
     request_log: str | Path | None = None,
     best_sellers_repeat: int | None = None,
+    route_comments: bool = False,
 ) -> list[str]:
     """`bookstore serve`: the TPC-W bookstore on `db` with a pool of `pool` connections; one
-    row per request in `request_log`; Best Sellers' query run `best_sellers_repeat` times."""
-    argv = [str(binary), "serve"]
+    row per request in `request_log`; Best Sellers' query run `best_sellers_repeat` times; with
+    `route_comments`, every statement tagged with its interaction's route (sqlcommenter)."""
+    argv = [str(binary), "serve"] + (["--sql-route-comments"] if route_comments else [])
     return argv + _flags(
         [
             ("--db", db),

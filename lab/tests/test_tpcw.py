@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from shortfirst_lab.kit import parse_prometheus
 from shortfirst_lab.runners.gatekeeper import tpcw
 from shortfirst_lab.runners.gatekeeper.backends import postgres as tpcw_database
 from shortfirst_lab.spec.schema import SpecError
@@ -101,6 +102,25 @@ def test_browsers_through_the_gatekeeper_into_the_bookstore(tmp_path: Path):
                 seed=3,
                 workdir=tmp_path,
             )
+        # The gatekeeper between the bookstore and PostgreSQL, typing by the bookstore's route tags.
+        db_log = tmp_path / "app-db.csv"
+        mode = tpcw.parse_mode("db:sjf")
+        with tpcw.database_front(bins.shortfirst, pg.url, mode, "50ms", tmp_path / "gatekeeper-db.log") as g:
+            backend = tpcw.BookstoreBackend(bins.bookstore, g.url, 16, db_log, route_comments=True)
+            with tpcw.serve(backend, db_log.with_suffix(".log")) as app:
+                db = tpcw.run_point(
+                    bins,
+                    app.url,
+                    "db:sjf",
+                    "50ms",
+                    browsers=20,
+                    think="exp:0.1:1",
+                    duration_s=5.0,
+                    warmup_s=1.0,
+                    seed=3,
+                    workdir=tmp_path,
+                    db_gate=g,
+                )
         # Given up while queued: one request admitted at a time (capacity below any cost) and a
         # client timeout (80 ms) far below the queue's wait (~400 x 1 ms). The gatekeeper must
         # take a request whose client has gone out of its queue, so that the bookstore serves
@@ -162,6 +182,19 @@ def test_browsers_through_the_gatekeeper_into_the_bookstore(tmp_path: Path):
     if "learned_cost_s" in per.get("BESS", {}):
         assert per["BESS"]["learned_cost_s"] > per["HOME"]["learned_cost_s"], per
     assert (tmp_path / "sjf-20" / "requests.csv").exists()
+    # At the database tier every page still succeeds, and the gatekeeper typed the statements by
+    # the interaction that sent them (its route tag), learning a cost per interaction.
+    assert db["failed"] == 0 and db["completed"] >= 50, db
+    dper = db["per_interaction"]
+    assert dper["HOME"]["db_learned_cost_s"] > 0 and "learned_cost_s" not in dper["HOME"], dper["HOME"]
+    done = {
+        m.labels["type"]: m.value
+        for m in parse_prometheus((tmp_path / "db-sjf-20" / "metrics.txt").read_text())
+        if m.name == "gatekeeper_type_requests_total" and m.labels.get("outcome") == "ok"
+    }
+    assert done.get("tag:/home", 0) > 0, done
+    # Untagged: only the bookstore's one query at start (the database's scale), outside any page.
+    assert sum(v for t, v in done.items() if not t.startswith("tag:")) == 1, done
 
 
 def _point(mode, n, tput, rt, learned, admc_rt=None):
@@ -318,6 +351,30 @@ def test_targets_from_points():
     assert t["fifo_over_sjf_mean_response"] == pytest.approx(16.0)
     assert t["costliest_sjf_over_fifo"]["ADMC"]["sjf_over_fifo"] == pytest.approx(1.3)
     assert t["costliest_sjf_over_fifo"]["BESS"]["sjf_over_fifo"] == pytest.approx(1.0)
+
+
+def test_placement_targets_compare_the_database_tier_with_the_http_tier():
+    pts = [
+        _point("fifo", 400, 980.0, 8.0, 0.001, admc_rt=5.0),
+        _point("sjf", 400, 1000.0, 0.5, 0.001, admc_rt=6.5),
+        _point("db:count:2", 400, 700.0, 12.0, 0.001),
+        _point("db:fifo", 400, 950.0, 9.0, 0.001, admc_rt=4.0),
+        _point("db:sjf", 300, 900.0, 0.3, 0.001),
+        _point("db:sjf", 400, 900.0, 0.6, 0.001, admc_rt=4.4),
+        _point("db-fp:sjf", 400, 1100.0, 0.4, 0.001),
+    ]
+    pl = tpcw.targets(pts)["placement"]
+    assert pl["browsers"] == 400 and pl["http_mode"] == "sjf"
+    assert set(pl["per_mode"]) == {"db:sjf", "db-fp:sjf"}, "FIFO modes are not compared"
+    s = pl["per_mode"]["db:sjf"]
+    assert s["throughput_over_http"] == pytest.approx(0.9)
+    assert s["mean_response_over_http"] == pytest.approx(1.2)
+    assert s["count_fifo_mean_over_this"] == {"db:count:2": pytest.approx(20.0)}
+    assert s["fifo_mode"] == "db:fifo", "the costliest interactions are held against FIFO at their tier"
+    assert s["costliest_over_fifo"]["ADMC"] == pytest.approx(1.1)
+    assert s["costliest_over_fifo"]["BESS"] == pytest.approx(1.0)
+    assert pl["per_mode"]["db-fp:sjf"]["costliest_over_fifo"]["ADMC"] is None, "no ADMC sample: no ratio"
+    assert "placement" not in tpcw.targets(pts[:2]), "no database-tier mode, no placement"
 
 
 def test_calibration_takes_the_smallest_capacity_near_the_peak():

@@ -101,6 +101,31 @@ def test_bad_values_name_the_file_and_the_key(tmp_path, edit, key, expected):
         assert f": {key}: " in msg
 
 
+@pytest.mark.parametrize(
+    ("text", "tier", "flags", "by_fingerprint"),
+    [
+        ("sjf", "http", {"policy": "sjf"}, False),
+        ("sjf-aging:2@auto", "http", {"policy": "sjf-aging:2", "capacity": "auto"}, False),
+        ("db:sjf", "db", {"policy": "sjf"}, False),
+        ("db-fp:fifo@800ms", "db", {"policy": "fifo", "capacity": "800ms"}, True),
+        ("db:count:4", "db", {"policy": "fifo", "capacity": "3600s", "max_in_flight": 4}, False),
+        ("count:16", "http", {"policy": "fifo", "capacity": "3600s", "max_in_flight": 16}, False),
+    ],
+)
+def test_modes_name_their_tier_policy_and_bounds(text, tier, flags, by_fingerprint):
+    m = tpcw.parse_mode(text)
+    assert (m.tier, m.gatekeeper_flags, m.by_fingerprint) == (tier, flags, by_fingerprint)
+    assert tpcw.parse_mode("direct").tier == "direct"
+
+
+@pytest.mark.parametrize("text", ["db:", "db:lifo", "http:sjf", "db:count:0", "count:4@800ms", "db:sjf@soon"])
+def test_a_bad_mode_is_refused_naming_the_forms(tmp_path, text):
+    p = write(tmp_path, BASE.replace('"sjf@auto"', f'"{text}"'))
+    with pytest.raises(SpecError) as e:
+        tpcw.load_config(p)
+    assert ": modes.list[4]: " in str(e.value) and text in str(e.value)
+
+
 def test_a_mode_s_own_load_points_must_name_a_listed_mode(tmp_path):
     p = write(tmp_path, BASE + '\n[modes.browsers]\n"sjf-aging:5" = [20]\n')
     with pytest.raises(

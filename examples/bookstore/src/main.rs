@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use shortfirst_bookstore::error::{Error, Result};
-use shortfirst_bookstore::interactions::{Interaction, Store};
+use shortfirst_bookstore::interactions::{Interaction, Options, Store};
 use shortfirst_bookstore::{costs, db, gen, reqlog, server};
 
 #[derive(Parser)]
@@ -73,6 +73,11 @@ enum Cmd {
         /// Sellers the share of the work it had on the Gatekeeper paper's MySQL.
         #[arg(long, default_value_t = 1, value_name = "N")]
         best_sellers_repeat: u32,
+        /// Tag every statement with its interaction's route in a sqlcommenter comment
+        /// (`/*route='%2Fbest_sellers'*/`), as web frameworks' sqlcommenter middleware does:
+        /// `shortfirst gatekeeper` in front of PostgreSQL types transactions by it.
+        #[arg(long)]
+        sql_route_comments: bool,
     },
     /// Measure each interaction's no-load cost and print it next to the Gatekeeper paper's Table 1.
     Costs {
@@ -159,13 +164,15 @@ async fn run(cmd: Cmd) -> Result<()> {
             request_log,
             request_log_max_rows,
             best_sellers_repeat,
+            sql_route_comments,
         } => {
             let request_log = match &request_log {
                 Some(p) => Some(Arc::new(reqlog::RequestLog::create(p, request_log_max_rows)?)),
                 None => None,
             };
             let pool = db::pool(&db, pool, Duration::from_millis(pool_wait_ms))?;
-            let store = Store::open_with(pool, seed, best_sellers_repeat).await?;
+            let options = Options { best_sellers_repeat, route_comments: sql_route_comments };
+            let store = Store::open_options(pool, seed, options).await?;
             let listener = tokio::net::TcpListener::bind(listen).await.map_err(Error::io(format!("bind {listen}")))?;
             let local = listener.local_addr().map_err(Error::io("local address"))?;
             tracing::info!(

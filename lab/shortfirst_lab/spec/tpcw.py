@@ -8,6 +8,7 @@ experiment files and in `runners/gatekeeper/tpcw/`, which runs them.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,72 @@ def parse_capacity_us(text: str) -> int:
         raise SpecError("capacity", "", "e.g. 800ms, 2s or 500us", text)
     scale = {"us": 1, "ms": 1_000, "s": 1_000_000, None: 1_000}[m.group(2)]
     return round(float(m.group(1)) * scale)
+
+
+#: A mode's tier prefixes (`Mode`): the gatekeeper at the database tier, typing transactions by
+#: the bookstore's route tags or by statement fingerprint only.
+TIERS = {"db:": ("db", False), "db-fp:": ("db", True)}
+#: A count-limited FIFO's cost capacity: one that never binds, so that only `--max-in-flight`
+#: does (an hour of backend time in flight).
+UNBOUNDED_CAPACITY = "3600s"
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One mode of `[modes] list`: `direct`; a gatekeeper policy (`fifo`, `sjf`,
+    `sjf-aging:X`) in front of the bookstore (the HTTP tier); with `db:` the gatekeeper between
+    the bookstore and PostgreSQL, typing transactions by the bookstore's route tags (the
+    bookstore tags its statements), with `db-fp:` by statement fingerprint only (it does not).
+    `count:N` in place of a policy is FIFO with at most N admitted and no cost capacity (a
+    pool-like bound by count). Each but `direct` takes its own capacity after `@`."""
+
+    text: str
+    tier: str  # "direct", "http" or "db"
+    policy: str = "fifo"
+    capacity: str | None = None
+    max_in_flight: int | None = None
+    by_fingerprint: bool = False
+
+    @property
+    def gatekeeper_flags(self) -> dict[str, Any]:
+        """The mode's own keyword arguments of `commands.gatekeeper` (policy, capacity if its
+        own, the count bound)."""
+        flags: dict[str, Any] = {"policy": self.policy}
+        if self.max_in_flight is not None:
+            flags.update(capacity=UNBOUNDED_CAPACITY, max_in_flight=self.max_in_flight)
+        elif self.capacity is not None:
+            flags["capacity"] = self.capacity
+        return flags
+
+
+def parse_mode(text: str) -> Mode:
+    """`text` as a `Mode`; a `SpecError` naming what a mode may be otherwise."""
+    if text == "direct":
+        return Mode(text, "direct")
+    expected = (
+        f"direct, or [db:|db-fp:]POLICY[@CAPACITY] with POLICY {vocabulary.gatekeeper_policy_forms()}"
+        " or count:N"
+    )
+    tier, by_fingerprint, rest = "http", False, text
+    for prefix, (t, fp) in TIERS.items():
+        if text.startswith(prefix):
+            tier, by_fingerprint, rest = t, fp, text[len(prefix) :]
+    policy, at, capacity = rest.partition("@")
+    if at:
+        try:
+            parse_capacity_us(capacity)
+        except SpecError:
+            if capacity != "auto":
+                what = expected + " (CAPACITY: auto or a capacity such as 800ms)"
+                raise SpecError("mode", "", what, text) from None
+    count = re.fullmatch(r"count:([1-9][0-9]{0,5})", policy)
+    if count:
+        if at:
+            raise SpecError("mode", "", "count:N without @CAPACITY (it has none)", text)
+        return Mode(text, tier, "fifo", None, int(count.group(1)), by_fingerprint)
+    if not vocabulary.is_gatekeeper_policy(policy):
+        raise SpecError("mode", "", expected, text)
+    return Mode(text, tier, policy, capacity if at else None, None, by_fingerprint)
 
 
 #: The experiment file's schema, section by section. `[modes.browsers]` (a mode's own load
@@ -101,21 +168,12 @@ def _check_capacity(path: Path, key: str, text: str, words: tuple[str, ...]) -> 
 
 
 def _check_modes(path: Path, modes: dict, load: dict) -> None:
-    """Each mode is `direct` or a gatekeeper policy (fifo, sjf, sjf-aging:X), a policy with an
-    optional capacity after `@`; `[modes.browsers]` names listed modes only."""
+    """Each mode parses (`parse_mode`); `[modes.browsers]` names listed modes only."""
     for i, mode in enumerate(modes["list"]):
-        policy, at, capacity = mode.partition("@")
-        if mode == "direct":
-            continue
-        if not vocabulary.is_gatekeeper_policy(policy):
-            raise SweepConfigError(
-                path,
-                f"modes.list[{i}]",
-                f"direct, {vocabulary.gatekeeper_policy_forms()} (optionally @CAPACITY)",
-                mode,
-            )
-        if at:
-            _check_capacity(path, f"modes.list[{i}]", capacity, ("auto",))
+        try:
+            parse_mode(mode)
+        except SpecError as e:
+            raise SweepConfigError(path, f"modes.list[{i}]", e.expected, mode) from None
     for mode, points in modes.get("browsers", {}).items():
         if mode not in modes["list"]:
             raise SweepConfigError(path, f"modes.browsers.{mode}", f"a mode of modes.list {modes['list']}")

@@ -53,6 +53,23 @@ pub const PAGE_ROWS: i64 = 50;
 /// customer rather than logging in a returning one.
 pub const NEW_CUSTOMER_PROBABILITY: f64 = 0.2;
 
+/// How a store runs, beyond its pool and seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Runs of Best Sellers' ranking query per request (TPC-W: 1; see `Store::open_with`).
+    pub best_sellers_repeat: u32,
+    /// Tag every statement with its interaction's route in a sqlcommenter comment
+    /// (`/*route='%2Fbest_sellers'*/`), as web frameworks' sqlcommenter middleware does: a
+    /// gatekeeper in front of PostgreSQL types the statement's transaction by it.
+    pub route_comments: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { best_sellers_repeat: 1, route_comments: false }
+    }
+}
+
 /// The application: a connection pool plus what the random defaults need.
 pub struct Store {
     pool: Pool,
@@ -61,6 +78,7 @@ pub struct Store {
     authors: i32,
     seed: u64,
     best_sellers_repeat: u32,
+    route_comments: bool,
     counter: AtomicU64,
 }
 
@@ -81,6 +99,12 @@ impl Store {
     /// on PostgreSQL, where it takes ~0.1 s), so that the experiment can be
     /// run with the paper's cost mix as well as TPC-W's own.
     pub async fn open_with(pool: Pool, seed: u64, best_sellers_repeat: u32) -> Result<Arc<Store>> {
+        Store::open_options(pool, seed, Options { best_sellers_repeat, ..Options::default() }).await
+    }
+
+    /// Opens the store on `pool` with `options`.
+    pub async fn open_options(pool: Pool, seed: u64, options: Options) -> Result<Arc<Store>> {
+        let Options { best_sellers_repeat, route_comments } = options;
         if !(1..=BEST_SELLERS_REPEAT_MAX).contains(&best_sellers_repeat) {
             return Err(Error::Config(format!(
                 "the Best Sellers repeat must be 1..={BEST_SELLERS_REPEAT_MAX} runs of its query, got {best_sellers_repeat}"
@@ -103,7 +127,16 @@ impl Store {
             )));
         }
         drop(client);
-        Ok(Arc::new(Store { pool, items, customers, authors, seed, best_sellers_repeat, counter: AtomicU64::new(0) }))
+        Ok(Arc::new(Store {
+            pool,
+            items,
+            customers,
+            authors,
+            seed,
+            best_sellers_repeat,
+            route_comments,
+            counter: AtomicU64::new(0),
+        }))
     }
 
     pub fn items(&self) -> i32 {
@@ -129,8 +162,16 @@ impl Store {
         ChaCha8Rng::seed_from_u64(self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15))
     }
 
-    /// Runs one interaction.
+    /// Runs one interaction; its statements carry its route when the store tags them.
     pub async fn handle(&self, which: Interaction, req: &Request) -> Result<Reply> {
+        if self.route_comments {
+            queries::ROUTE.scope(which.path(), self.run(which, req)).await
+        } else {
+            self.run(which, req).await
+        }
+    }
+
+    async fn run(&self, which: Interaction, req: &Request) -> Result<Reply> {
         let mut rng = self.rng();
         match which {
             Interaction::Home => self.home(req, &mut rng).await,

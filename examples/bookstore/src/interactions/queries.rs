@@ -205,10 +205,27 @@ pub(super) fn is_date_error(e: &tokio_postgres::Error) -> bool {
     )
 }
 
+tokio::task_local! {
+    /// The route of the interaction running on this task, when the store tags its
+    /// statements (`Options::route_comments`; `Store::handle` sets it).
+    pub(super) static ROUTE: &'static str;
+}
+
 /// Prepares a statement once per pooled connection (deadpool caches it), so
-/// the cheap interactions cost execution, not planning.
+/// the cheap interactions cost execution, not planning. Within a tagged
+/// interaction the text carries its route (`with_route`): one cached statement
+/// per interaction and query.
 pub(super) async fn prep<C: GenericClient>(c: &C, sql: &str) -> Result<Statement> {
+    let tagged = ROUTE.try_with(|route| with_route(sql, route));
+    let sql = tagged.as_deref().unwrap_or(sql);
     c.prepare_cached(sql).await.map_err(Error::db("prepare statement"))
+}
+
+/// `sql` with a sqlcommenter comment naming `route` appended: the key `route`, its value
+/// URL-encoded in single quotes (sqlcommenter's format: `/*route='%2Fhome'*/`).
+pub(super) fn with_route(sql: &str, route: &str) -> String {
+    let value: String = form_urlencoded::byte_serialize(route.as_bytes()).collect();
+    format!("{sql} /*route='{value}'*/")
 }
 
 /// Escapes LIKE wildcards in user input (the pattern uses `\` as escape).
@@ -276,5 +293,18 @@ mod tests {
     #[test]
     fn like_wildcards_are_escaped() {
         assert_eq!(like_escape("a%b_c\\"), "a\\%b\\_c\\\\");
+    }
+
+    #[test]
+    fn a_route_is_appended_as_a_sqlcommenter_comment() {
+        assert_eq!(with_route("SELECT 1", "/best_sellers"), "SELECT 1 /*route='%2Fbest_sellers'*/");
+    }
+
+    #[tokio::test]
+    async fn statements_carry_the_route_only_inside_a_tagged_interaction() {
+        let outside = ROUTE.try_with(|r| with_route("SELECT 1", r)).ok();
+        assert_eq!(outside, None);
+        let inside = ROUTE.scope("/home", async { ROUTE.try_with(|r| with_route("SELECT 1", r)).ok() }).await;
+        assert_eq!(inside.as_deref(), Some("SELECT 1 /*route='%2Fhome'*/"));
     }
 }

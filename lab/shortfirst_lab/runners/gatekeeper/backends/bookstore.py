@@ -62,14 +62,16 @@ CALIBRATION_MIX = {
 class BookstoreBackend(Backend):
     """`bookstore serve` on `db` with a pool of `pool` connections. With `request_log`, one
     row per request there (complete once the backend has stopped); `best_sellers_repeat`:
-    runs of Best Sellers' query per request (None: once, as TPC-W). The gatekeeper classifies
-    its requests by path, its default."""
+    runs of Best Sellers' query per request (None: once, as TPC-W); `route_comments`: tag every
+    statement with its interaction's route, for a gatekeeper at the database tier. The
+    gatekeeper in front of it classifies its requests by path, its default."""
 
     binary: Path
     db: str
     pool: int
     request_log: Path | None = None
     best_sellers_repeat: int | None = None
+    route_comments: bool = False
     name = "bookstore"
     ready_path = "/healthz"
 
@@ -81,6 +83,7 @@ class BookstoreBackend(Backend):
             pool=self.pool,
             request_log=self.request_log,
             best_sellers_repeat=self.best_sellers_repeat,
+            route_comments=self.route_comments,
         )
 
     def calibration_mix(self) -> dict[str, Any]:

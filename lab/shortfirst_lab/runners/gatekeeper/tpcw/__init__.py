@@ -9,7 +9,7 @@ request), ``sweep`` (running an experiment file), ``report`` (figures and tables
 tests and scripts.
 """
 
-from ....spec.tpcw import SweepConfigError, load_config, parse_capacity_us, validate
+from ....spec.tpcw import Mode, SweepConfigError, load_config, parse_capacity_us, parse_mode, validate
 from ..backends.base import GatekeeperError, serve
 from ..backends.bookstore import CALIBRATION_MIX, PAGES, PATH_TO_CODE, SESSION_FILE, BookstoreBackend
 from ..backends.postgres import PgSettings, Postgres, generate, postgres, shop
@@ -19,7 +19,7 @@ from .config import Binaries, best_sellers_repeat_of, browsers_for, think_max_s
 from .join import apply_join, join_requests, timeline_stats
 from .measure import analyze, cpu_delta, cpu_times, full_view, parse_metrics, targets, type_to_code
 from .report import report
-from .sweep import run_point, sweep
+from .sweep import database_front, run_point, sweep
 
 __all__ = [
     "CALIBRATION_MIX",
@@ -29,6 +29,7 @@ __all__ = [
     "Binaries",
     "BookstoreBackend",
     "GatekeeperError",
+    "Mode",
     "PgSettings",
     "Postgres",
     "SweepConfigError",
@@ -41,6 +42,7 @@ __all__ = [
     "choose_capacity",
     "cpu_delta",
     "cpu_times",
+    "database_front",
     "full_view",
     "generate",
     "join_requests",
@@ -48,6 +50,7 @@ __all__ = [
     "main",
     "parse_capacity_us",
     "parse_metrics",
+    "parse_mode",
     "postgres",
     "report",
     "run_point",

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ....kit import CLK_TCK, parse_prometheus, per_cpu_ticks, read_proc_stat
+from ....spec.tpcw import parse_mode
 from ..backends.bookstore import PATH_TO_CODE
 
 
@@ -25,8 +26,9 @@ def parse_metrics(text: str) -> dict[tuple[str, str], float]:
 
 
 def type_to_code(type_label: str) -> str | None:
-    """``GET /best_sellers`` → ``BESS``."""
-    path = type_label.split(" ", 1)[-1].split("?", 1)[0]
+    """``GET /best_sellers`` (the HTTP tier's type) or ``tag:/best_sellers`` (the database
+    tier's, from the bookstore's route tag) → ``BESS``; None for any other type."""
+    path = type_label.removeprefix("tag:").split(" ", 1)[-1].split("?", 1)[0]
     return PATH_TO_CODE.get(path)
 
 
@@ -262,7 +264,7 @@ def targets(points: list[dict]) -> dict:
         out["browsers"] = n
         out["fifo_over_sjf_mean_response"] = fifo["mean_response_s"] / sjf["mean_response_s"]
         costliest = {}
-        for code in ("ADMC", "BESS"):
+        for code in COSTLIEST:
             f = fifo["per_interaction"].get(code, {})
             s = sjf["per_interaction"].get(code, {})
             if f.get("mean_response_s") and s.get("mean_response_s"):
@@ -274,4 +276,63 @@ def targets(points: list[dict]) -> dict:
                     "sjf_count": s.get("count"),
                 }
         out["costliest_sjf_over_fifo"] = costliest
+    placement = _placement(by_mode)
+    if placement:
+        out["placement"] = placement
     return out
+
+
+#: The interactions whose mean under a shortest-first policy is held against FIFO's: the
+#: costliest per request (Admin Confirm, rare) and the costliest frequent one (Best Sellers).
+COSTLIEST = ("ADMC", "BESS")
+
+
+def _placement(by_mode: dict[str, list[dict]]) -> dict:
+    """The gatekeeper at the database tier against the HTTP tier, at the highest load a
+    database-tier mode ran, per shortest-first mode of the database tier (``db:sjf``,
+    ``db-fp:sjf-aging:2``): its interactions/min and mean response over the HTTP tier's ``sjf``
+    (target: within 20%), each count-limited FIFO's mean over its mean (``count:N``; target ≥
+    10) and the costliest interactions' mean over FIFO's at the same tier (``db:fifo``, else
+    ``fifo``; target ≤ 1.15, the paper's 15%). Empty without database-tier modes."""
+    modes = {m: parse_mode(m) for m in by_mode}
+    db = [m for m, mode in modes.items() if mode.tier == "db"]
+    if not db:
+        return {}
+    n = max(p["browsers"] for m in db for p in by_mode[m])
+
+    def at(mode: str) -> dict | None:
+        return next((p for p in by_mode.get(mode, []) if p["browsers"] == n), None)
+
+    counts = [m for m, mode in modes.items() if mode.max_in_flight is not None]
+    fifo = at("db:fifo") or at("fifo")
+    out: dict = {"browsers": n, "http_mode": "sjf" if at("sjf") else None, "per_mode": {}}
+    for m in db:
+        p = at(m)
+        if p is None or not modes[m].policy.startswith("sjf"):
+            continue
+        e: dict = {"throughput_per_min": p["throughput_per_min"], "mean_response_s": p["mean_response_s"]}
+        http = at("sjf")
+        if http:
+            e["throughput_over_http"] = _ratio(p["throughput_per_min"], http["throughput_per_min"])
+            e["mean_response_over_http"] = _ratio(p["mean_response_s"], http["mean_response_s"])
+        e["count_fifo_mean_over_this"] = {
+            c: _ratio(q["mean_response_s"], p["mean_response_s"]) for c in counts if (q := at(c))
+        }
+        if fifo:
+            e["costliest_over_fifo"] = {
+                code: _ratio(
+                    p["per_interaction"].get(code, {}).get("mean_response_s"),
+                    fifo["per_interaction"].get(code, {}).get("mean_response_s"),
+                )
+                for code in COSTLIEST
+            }
+            e["fifo_mode"] = fifo["mode"]
+        out["per_mode"][m] = e
+    return out
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, or None when either is missing, not finite or b is 0."""
+    if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)) or b == 0:
+        return None
+    return a / b

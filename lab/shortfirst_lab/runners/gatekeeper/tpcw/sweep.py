@@ -12,13 +12,15 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from ....kit import fetch_text, git, write_json
-from ....spec.tpcw import load_config
+from ....spec.tpcw import Mode, load_config, parse_mode
 from ..backends.base import GatekeeperError, serve
 from ..backends.bookstore import SESSION_FILE, BookstoreBackend
 from ..backends.postgres import PgSettings, Postgres, shop, snapshot_delta
-from ..run import drive, front
+from ..pg.arms import on_port
+from ..run import Gate, drive, front, gatekeeper
 from ..timeline import TIMELINE_SERIES, Sampler, write_timeline
 from .calibration import calibrate, calibrate_with_browsers
 from .config import Binaries, best_sellers_repeat_of, browsers_for, think_max_s
@@ -42,12 +44,17 @@ def run_point(
     name: str | None = None,
     max_queue_wait_s: float | None = None,
     patience: str | None = None,
+    db_gate: Gate | None = None,
 ) -> dict:
-    """One measurement: ``mode`` is ``direct`` or a gatekeeper policy (``fifo``, ``sjf``, ``sjf-aging:X``),
-    optionally with its own capacity after ``@`` (``sjf@auto``) instead of ``capacity``. Its logs go to
-    ``workdir/name`` (default: from the mode and the browsers)."""
-    policy, _, own_capacity = mode.partition("@")
-    capacity = own_capacity or capacity
+    """One measurement of the bookstore at ``app_url``: ``mode`` (`spec.tpcw.Mode`) is
+    ``direct``, a gatekeeper policy in front of the bookstore (``fifo``, ``sjf``,
+    ``sjf-aging:X``, ``count:N``; its own capacity after ``@``, else ``capacity``), or a mode of
+    the database tier (``db:sjf``), whose gatekeeper ``db_gate`` the caller has put between the
+    bookstore and PostgreSQL (`database_front`). Its logs go to ``workdir/name`` (default: from
+    the mode and the browsers)."""
+    m = parse_mode(mode)
+    if (m.tier == "db") != (db_gate is not None):
+        raise GatekeeperError(f"mode {mode}: a database-tier gatekeeper goes with db modes only, and always")
     name = name or f"{mode.replace(':', '-').replace('@', '-')}-{browsers}"
     out = workdir / name
     if out.exists():
@@ -59,11 +66,16 @@ def run_point(
     cpus = sorted(os.sched_getaffinity(0))
     cpu_before = cpu_times(cpus)
     flags = {"capacity": capacity, "max_queue_wait_s": max_queue_wait_s, "patience": patience}
-    with front(bins.shortfirst, app_url, policy, workdir / name / "gatekeeper.log", **flags) as gate:
+    # The policy goes to `front` as its mode; the mode's own capacity or count bound as flags.
+    flags.update({k: v for k, v in m.gatekeeper_flags.items() if k != "policy"})
+    http_policy = m.policy if m.tier == "http" else "direct"
+    log = workdir / name / "gatekeeper.log"
+    with front(bins.shortfirst, app_url, http_policy, log, **flags) as http_gate:
+        gate = db_gate or http_gate
         with _timeline(gate.admin_port, out) as timeline:
             drive(
                 bins.shortfirst,
-                gate.url,
+                http_gate.url,
                 out,
                 duration_s=duration_s,
                 timeout_s=timeout_s,
@@ -88,8 +100,28 @@ def run_point(
         res["gatekeeper_cancelled_while_queued"] = float(cancelled.group(1)) if cancelled else None
     if pg is not None:
         res["postgres"] = snapshot_delta(before, pg.snapshot())
-    res["per_interaction"] = _per_interaction(res.pop("per_interaction_response"), metrics, mode == "direct")
+    res["per_interaction"] = _per_interaction(res.pop("per_interaction_response"), metrics, m.tier)
     return res
+
+
+@contextlib.contextmanager
+def database_front(
+    binary: Path, db_url: str, mode: Mode, capacity: str, log: Path, **flags
+) -> Iterator[Gate | None]:
+    """For a mode of the database tier, `shortfirst gatekeeper` in front of the PostgreSQL at
+    ``db_url`` with the mode's policy (``capacity`` unless the mode has its own; ``flags``: more
+    keyword arguments of `commands.gatekeeper`), typing by route tags or, for ``db-fp:``, by
+    fingerprint only; yields its Gate, whose URL is ``db_url``'s user and database on the
+    gatekeeper's port. Yields None for any other mode."""
+    if mode.tier != "db":
+        yield None
+        return
+    u = urlsplit(db_url)
+    upstream = f"postgres://{u.hostname}:{u.port}"
+    gk = {"capacity": capacity, **flags, **mode.gatekeeper_flags}
+    extra = ["--pg-tag-key", "none"] if mode.by_fingerprint else []
+    with gatekeeper(binary, upstream, log, scheme="postgres", extra=extra, **gk) as g:
+        yield Gate(on_port(db_url, urlsplit(g.url).port or 0), g.admin_port, g.pid)
 
 
 @contextlib.contextmanager
@@ -192,11 +224,26 @@ class _Sweep:
         pg, out_dir = self.pg, self.out_dir
         assert pg is not None, "points are measured while the shop is up"
         name = prefix + f"{mode.replace(':', '-').replace('@', '-')}-{n}"
+        m = parse_mode(mode)
         pg.wait_ready()
         prewarm_s = pg.prewarm(self.settings.read_iops_limit)
         app_log = out_dir / f"bookstore-{name}.requests.csv"
-        backend = _bookstore(self.cfg, self.bins, pg.url, app_log)
-        with serve(backend, out_dir / f"bookstore-{name}.log") as app:
+        db_log = out_dir / f"gatekeeper-db-{name}.log"
+        with (
+            database_front(
+                self.bins.shortfirst, pg.url, m, capacity, db_log, max_queue_wait_s=self.max_queue_wait_s
+            ) as db_gate,
+            serve(
+                _bookstore(
+                    self.cfg,
+                    self.bins,
+                    db_gate.url if db_gate else pg.url,
+                    app_log,
+                    route_comments=m.tier == "db" and not m.by_fingerprint,
+                ),
+                out_dir / f"bookstore-{name}.log",
+            ) as app,
+        ):
             r = run_point(
                 self.bins,
                 app.url,
@@ -212,6 +259,7 @@ class _Sweep:
                 pg,
                 name=name,
                 max_queue_wait_s=self.max_queue_wait_s,
+                db_gate=db_gate,
             )
         started = r.pop("load_started_unix_s", None)
         if started is not None and app_log.exists():
@@ -263,13 +311,14 @@ def _capacity(cfg: dict, bins: Binaries, db_url: str, out_dir: Path, doc: dict, 
     return capacity
 
 
-def _bookstore(cfg: dict, bins: Binaries, db_url: str, request_log: Path | None) -> BookstoreBackend:
+def _bookstore(
+    cfg: dict, bins: Binaries, db_url: str, request_log: Path | None, route_comments: bool = False
+) -> BookstoreBackend:
     """The experiment's bookstore (``[bookstore]``) on ``db_url``, logging its requests to
-    ``request_log`` if given."""
+    ``request_log`` if given, tagging its statements with their routes if ``route_comments``."""
     b = cfg["bookstore"]
-    return BookstoreBackend(
-        bins.bookstore, db_url, int(b.get("pool", 128)), request_log, best_sellers_repeat_of(b)
-    )
+    pool, repeat = int(b.get("pool", 128)), best_sellers_repeat_of(b)
+    return BookstoreBackend(bins.bookstore, db_url, pool, request_log, repeat, route_comments)
 
 
 def _new_doc(config_path: Path, cfg: dict, results: list[dict]) -> dict:
@@ -304,14 +353,18 @@ def _new_doc(config_path: Path, cfg: dict, results: list[dict]) -> dict:
     return doc
 
 
-def _per_interaction(response: dict, metrics: dict[tuple[str, str], float], direct: bool) -> dict:
+def _per_interaction(response: dict, metrics: dict[tuple[str, str], float], tier: str) -> dict:
     """Per interaction: count and mean response from the browsers' log; direct access waits for
     nothing, so all of it is exec; through the gatekeeper, its learned cost and the mean queue
-    wait and upstream time from its per-type histograms (whole run, warm-up included)."""
+    wait and upstream time from its per-type histograms (whole run, warm-up included). At the
+    database tier a type is a transaction of the interaction, not the interaction: its figures
+    are kept apart, as ``db_learned_cost_s``, ``db_mean_wait_s`` and ``db_mean_exec_s`` (per
+    transaction; fingerprint types match no interaction)."""
     per = {}
+    key_prefix = "db_" if tier == "db" else ""
     for code, stats in response.items():
         entry = {"count": stats["count"], "mean_response_s": stats["mean_response_s"]}
-        if direct:
+        if tier == "direct":
             entry["mean_wait_s"] = 0.0
             entry["mean_exec_s"] = stats["mean_response_s"]
         per[code] = entry
@@ -322,17 +375,17 @@ def _per_interaction(response: dict, metrics: dict[tuple[str, str], float], dire
             continue
         e = per.setdefault(code, {})
         if metric == "gatekeeper_type_estimated_cost_seconds":
-            e["learned_cost_s"] = value
+            e[key_prefix + "learned_cost_s"] = value
         for prefix, key in (
-            ("gatekeeper_type_queue_wait_seconds", "mean_wait_s"),
-            ("gatekeeper_type_upstream_seconds", "mean_exec_s"),
+            ("gatekeeper_type_queue_wait_seconds", key_prefix + "mean_wait_s"),
+            ("gatekeeper_type_upstream_seconds", key_prefix + "mean_exec_s"),
         ):
             if metric == prefix + "_sum":
                 e[f"_{key}_sum"] = value
             if metric == prefix + "_count":
                 e[f"_{key}_count"] = value
     for e in per.values():
-        for key in ("mean_wait_s", "mean_exec_s"):
+        for key in (key_prefix + "mean_wait_s", key_prefix + "mean_exec_s"):
             s, n = e.pop(f"_{key}_sum", None), e.pop(f"_{key}_count", None)
             if s is not None and n:
                 e[key] = s / n
