@@ -377,6 +377,36 @@ def test_placement_targets_compare_the_database_tier_with_the_http_tier():
     assert "placement" not in tpcw.targets(pts[:2]), "no database-tier mode, no placement"
 
 
+def test_the_database_tier_is_calibrated_through_its_own_fifo():
+    from shortfirst_lab.runners.gatekeeper.tpcw.sweep import _db_capacity
+
+    seen = []
+
+    def measure(mode, n, cap, duration_s, warmup_s, prefix=""):
+        seen.append((mode, cap, prefix))
+        per_min = {"50ms": 100.0, "100ms": 200.0, "200ms": 205.0}[cap]
+        return {
+            "throughput_per_min": per_min,
+            "full": {"throughput_per_min": per_min},
+            "timed_out": 0,
+            "mean_response_s": 1.0,
+        }
+
+    cfg = {
+        "modes": {"list": ["sjf", "db:sjf", "db:count:2"]},
+        "load": {"browsers": [300, 400]},
+        "gatekeeper": {"db_calibrate_min": "50ms", "db_calibrate_max": "200ms"},
+    }
+    doc: dict = {}
+    assert _db_capacity(cfg, doc, measure) == "100ms"
+    assert seen == [(f"db:fifo@{c}", c, "calibrate-") for c in ("50ms", "100ms", "200ms")]
+    assert len(doc["db_calibration"]["trials"]) == 3
+    cfg["gatekeeper"]["db_capacity"] = "300ms"
+    assert _db_capacity(cfg, {}, measure) == "300ms"
+    cfg["modes"]["list"] = ["sjf", "db:sjf@auto", "db:count:2"]
+    assert _db_capacity(cfg, {}, measure) is None, "no database-tier mode takes the sweep's capacity"
+
+
 def test_calibration_takes_the_smallest_capacity_near_the_peak():
     trials = [
         {"capacity_us": 100_000, "throughput_per_s": 50.0},

@@ -126,6 +126,18 @@ def test_a_bad_mode_is_refused_naming_the_forms(tmp_path, text):
     assert ": modes.list[4]: " in str(e.value) and text in str(e.value)
 
 
+def test_the_database_tier_s_capacity_is_calibrated_with_browsers_or_given(tmp_path):
+    db_modes = BASE.replace('"sjf@auto"', '"db:sjf"')
+    with pytest.raises(SpecError) as e:
+        tpcw.load_config(write(tmp_path, db_modes))
+    assert ": gatekeeper.db_capacity: " in str(e.value) and "calibrate_with" in str(e.value)
+    for table in ('db_capacity = "200ms"', 'calibrate_with = "browsers"'):
+        tpcw.load_config(write(tmp_path, db_modes + f"\n[gatekeeper]\n{table}\n"))
+    # A mode with its own capacity, or a count bound, needs none.
+    for own in ('"db:sjf@100ms"', '"db:count:2"'):
+        tpcw.load_config(write(tmp_path, BASE.replace('"sjf@auto"', own)))
+
+
 def test_a_mode_s_own_load_points_must_name_a_listed_mode(tmp_path):
     p = write(tmp_path, BASE + '\n[modes.browsers]\n"sjf-aging:5" = [20]\n')
     with pytest.raises(

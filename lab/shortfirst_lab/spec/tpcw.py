@@ -153,6 +153,13 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "calibrate_growth": Field("number", lo=1, lo_open=True),
         "calibrate_within": Field("number", lo=0, hi=1, hi_open=True),
         "calibrate_max_trials": Field("int", lo=1, hi=100),
+        # The database tier's capacity (modes `db:`/`db-fp:` without their own): a page's charge
+        # there is its transactions' time, not the whole page's, so the HTTP tier's does not carry
+        # over. "calibrate" runs the browsers' calibration with `db:fifo` from db_calibrate_min to
+        # db_calibrate_max (calibrate_with must be "browsers").
+        "db_capacity": Field("str", what="calibrate, auto or a capacity such as 200ms"),
+        "db_calibrate_min": Field("str", what="a capacity such as 50ms"),
+        "db_calibrate_max": Field("str", what="a capacity such as 800ms"),
     },
 }
 REQUIRED_SECTIONS = ("bookstore", "load", "modes")
@@ -198,9 +205,16 @@ def validate(cfg: dict, path: Path) -> dict:
             path, "load.warmup_s", f"less than load.duration_s ({load['duration_s']})", load["warmup_s"]
         )
     _check_modes(path, cfg["modes"], load)
-    if "capacity" in gk:
-        _check_capacity(path, "gatekeeper.capacity", gk["capacity"], ("calibrate", "auto"))
-    for key in ("calibrate_min", "calibrate_max"):
+    for key in ("capacity", "db_capacity"):
+        if key in gk:
+            _check_capacity(path, f"gatekeeper.{key}", gk[key], ("calibrate", "auto"))
+    modes = [parse_mode(m) for m in cfg["modes"]["list"]]
+    needs_db_capacity = any(m.tier == "db" and m.capacity is None and m.max_in_flight is None for m in modes)
+    if needs_db_capacity and gk.get("db_capacity", "calibrate") == "calibrate":
+        if gk.get("calibrate_with") != "browsers":
+            expected = 'a capacity, auto, or calibrate_with = "browsers"'
+            raise SweepConfigError(path, "gatekeeper.db_capacity", expected, "calibrate")
+    for key in ("calibrate_min", "calibrate_max", "db_calibrate_min", "db_calibrate_max"):
         if key in gk:
             _check_capacity(path, f"gatekeeper.{key}", gk[key], ())
     return cfg
@@ -210,6 +224,7 @@ def validate(cfg: dict, path: Path) -> dict:
 #: section each sets; `modes`, `browsers`, `max_queue_wait_s` and `postgres` are handled apart.
 _OVERRIDE_SECTION = {
     "capacity": "gatekeeper",
+    "db_capacity": "gatekeeper",
     "calibrate_with": "gatekeeper",
     "think": "load",
     "duration_s": "load",

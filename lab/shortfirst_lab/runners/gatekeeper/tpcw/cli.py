@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         help="binaries of target/PROFILE (default: $SHORTFIRST_BIN's directory, else release)",
     )
     s.add_argument("--capacity", help="override the gatekeeper capacity (calibrate, auto, or e.g. 500ms)")
+    s.add_argument("--db-capacity", help="override the database tier's capacity (calibrate, auto, 200ms)")
     s.add_argument("--modes", type=lambda v: v.split(","), help="override the modes, comma-separated")
     s.add_argument("--browsers", type=lambda v: [int(x) for x in v.split(",")], help="override load points")
     s.add_argument("--think", help="override the think time (a load-generator distribution; const:0: none)")
@@ -82,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     overrides = {
         "capacity": a.capacity,
+        "db_capacity": a.db_capacity,
         "modes": a.modes,
         "browsers": a.browsers,
         "think": a.think,

@@ -194,9 +194,14 @@ class _Sweep:
             capacity = _capacity(self.cfg, self.bins, pg.url, self.out_dir, self.doc, self.measure)
             self.doc["capacity"] = capacity
             print(f"capacity {capacity} (setup {time.monotonic() - self.t0:.0f} s)", flush=True)
+            db_capacity = _db_capacity(self.cfg, self.doc, self.measure)
+            if db_capacity is not None:
+                self.doc["db_capacity"] = db_capacity
+                print(f"database tier's capacity {db_capacity} [{time.monotonic() - self.t0:.0f} s]")
             for mode in self.cfg["modes"]["list"]:
+                cap = db_capacity if parse_mode(mode).tier == "db" and db_capacity else capacity
                 for n in browsers_for(self.cfg, mode):
-                    r = self.measure(mode, int(n), capacity, float(ld["duration_s"]), float(ld["warmup_s"]))
+                    r = self.measure(mode, int(n), cap, float(ld["duration_s"]), float(ld["warmup_s"]))
                     self.results.append(r)
                     self.save()
                     print(
@@ -308,6 +313,32 @@ def _capacity(cfg: dict, bins: Binaries, db_url: str, out_dir: Path, doc: dict, 
                 float(gk.get("calibrate_within", 0.05)),
                 float(gk.get("calibrate_warmup_s", 2.0)),
             )
+    return capacity
+
+
+def _db_capacity(cfg: dict, doc: dict, measure: Callable) -> str | None:
+    """The database tier's capacity (``[gatekeeper] db_capacity``): the file's, or calibrated with
+    the experiment's browsers through ``db:fifo`` (recorded in ``doc["db_calibration"]``); None
+    when no mode of the database tier needs it."""
+    modes = [parse_mode(m) for m in cfg["modes"]["list"]]
+    if not any(m.tier == "db" and m.capacity is None and m.max_in_flight is None for m in modes):
+        return None
+    gk = cfg.get("gatekeeper", {})
+    capacity = str(gk.get("db_capacity", "calibrate"))
+    if capacity != "calibrate":
+        return capacity
+    highest = max(max(browsers_for(cfg, m)) for m in cfg["modes"]["list"])
+    capacity, doc["db_calibration"] = calibrate_with_browsers(
+        lambda cap, n, d, w: measure(f"db:fifo@{cap}", n, cap, d, w, prefix="calibrate-"),
+        browsers=int(gk.get("calibrate_browsers", highest)),
+        min_capacity=str(gk.get("db_calibrate_min", "50ms")),
+        max_capacity=str(gk.get("db_calibrate_max", "800ms")),
+        growth=float(gk.get("calibrate_growth", 2.0)),
+        within=float(gk.get("calibrate_within", 0.05)),
+        duration_s=float(gk.get("calibrate_browsers_duration_s", 40)),
+        warmup_s=float(gk.get("calibrate_browsers_warmup_s", 20)),
+        max_trials=int(gk.get("calibrate_max_trials", 6)),
+    )
     return capacity
 
 
