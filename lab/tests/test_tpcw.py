@@ -102,25 +102,7 @@ def test_browsers_through_the_gatekeeper_into_the_bookstore(tmp_path: Path):
                 seed=3,
                 workdir=tmp_path,
             )
-        # The gatekeeper between the bookstore and PostgreSQL, typing by the bookstore's route tags.
-        db_log = tmp_path / "app-db.csv"
-        mode = tpcw.parse_mode("db:sjf")
-        with tpcw.database_front(bins.shortfirst, pg.url, mode, "50ms", tmp_path / "gatekeeper-db.log") as g:
-            backend = tpcw.BookstoreBackend(bins.bookstore, g.url, 16, db_log, route_comments=True)
-            with tpcw.serve(backend, db_log.with_suffix(".log")) as app:
-                db = tpcw.run_point(
-                    bins,
-                    app.url,
-                    "db:sjf",
-                    "50ms",
-                    browsers=20,
-                    think="exp:0.1:1",
-                    duration_s=5.0,
-                    warmup_s=1.0,
-                    seed=3,
-                    workdir=tmp_path,
-                    db_gate=g,
-                )
+        db = _database_tier_point(bins, pg, tmp_path)
         # Given up while queued: one request admitted at a time (capacity below any cost) and a
         # client timeout (80 ms) far below the queue's wait (~400 x 1 ms). The gatekeeper must
         # take a request whose client has gone out of its queue, so that the bookstore serves
@@ -181,15 +163,41 @@ def test_browsers_through_the_gatekeeper_into_the_bookstore(tmp_path: Path):
     assert per["HOME"]["learned_cost_s"] > 0, per
     if "learned_cost_s" in per.get("BESS", {}):
         assert per["BESS"]["learned_cost_s"] > per["HOME"]["learned_cost_s"], per
-    assert (tmp_path / "sjf-20" / "requests.csv").exists()
-    # At the database tier every page still succeeds, and the gatekeeper typed the statements by
-    # the interaction that sent them (its route tag), learning a cost per interaction.
+    _check_database_tier_point(db, tmp_path / "db-sjf-20")
+
+
+def _database_tier_point(bins: tpcw.Binaries, pg: tpcw.Postgres, tmp_path: Path) -> dict:
+    """A point with the gatekeeper between the bookstore and PostgreSQL, typing by the
+    bookstore's route tags (`db:sjf`, 20 browsers, 5 s)."""
+    db_log = tmp_path / "app-db.csv"
+    mode = tpcw.parse_mode("db:sjf")
+    with tpcw.database_front(bins.shortfirst, pg.url, mode, "50ms", tmp_path / "gatekeeper-db.log") as g:
+        backend = tpcw.BookstoreBackend(bins.bookstore, g.url, 16, db_log, route_comments=True)
+        with tpcw.serve(backend, db_log.with_suffix(".log")) as app:
+            return tpcw.run_point(
+                bins,
+                app.url,
+                "db:sjf",
+                "50ms",
+                browsers=20,
+                think="exp:0.1:1",
+                duration_s=5.0,
+                warmup_s=1.0,
+                seed=3,
+                workdir=tmp_path,
+                db_gate=g,
+            )
+
+
+def _check_database_tier_point(db: dict, out: Path) -> None:
+    """At the database tier every page still succeeds, and the gatekeeper typed the statements
+    by the interaction that sent them (its route tag), learning a cost per interaction."""
     assert db["failed"] == 0 and db["completed"] >= 50, db
     dper = db["per_interaction"]
     assert dper["HOME"]["db_learned_cost_s"] > 0 and "learned_cost_s" not in dper["HOME"], dper["HOME"]
     done = {
         m.labels["type"]: m.value
-        for m in parse_prometheus((tmp_path / "db-sjf-20" / "metrics.txt").read_text())
+        for m in parse_prometheus((out / "metrics.txt").read_text())
         if m.name == "gatekeeper_type_requests_total" and m.labels.get("outcome") == "ok"
     }
     assert done.get("tag:/home", 0) > 0, done
