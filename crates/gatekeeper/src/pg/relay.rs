@@ -87,9 +87,24 @@ pub(crate) async fn relay<G: TxnGate>(
         server_progress: tokio::sync::Notify::new(),
         terminated: std::sync::atomic::AtomicBool::new(false),
     });
+    let to_server = client_to_server(&conn, client_rd, client_buf, up_wr);
+    tokio::pin!(to_server);
     let result = tokio::select! {
-        r = client_to_server(&conn, client_rd, client_buf, up_wr) => r,
-        r = server_to_client(&conn, up_rd) => r,
+        r = &mut to_server => r,
+        r = server_to_client(&conn, up_rd) => {
+            // The server side ended first. A transaction still waiting for admission is
+            // withdrawn as a CancelRequest withdraws it, in one more poll of the client
+            // side: its client did not give up, and the controller must not learn a
+            // patience from a wait the server cut short (it would refuse the next ones).
+            if conn.cancel.fire() {
+                tokio::select! {
+                    biased;
+                    _ = &mut to_server => {}
+                    () = std::future::ready(()) => {}
+                }
+            }
+            r
+        }
     };
     if let Err(e) = &result {
         if e.tell_client() {

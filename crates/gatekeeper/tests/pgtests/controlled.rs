@@ -151,6 +151,31 @@ async fn a_client_that_leaves_while_queued_is_taken_out_of_the_queue() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_the_server_cuts_short_is_withdrawn_not_a_give_up() {
+    let pg = pg_or_skip!();
+    let cfg = config(|c| c.max_in_flight = Some(1));
+    let gk = proxy_with(pg.addr(), Limits::default(), ControllerGate::new(&cfg).unwrap()).await;
+    let mut a = gk.client().await;
+    let b = gk.client().await;
+    let b_pid: i32 = b.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+    idle(&gk.gate).await;
+    let ta = a.transaction().await.unwrap();
+    ta.query_one("SELECT 1", &[]).await.unwrap();
+    let queued = tokio::spawn(async move { b.query_one("SELECT 2", &[]).await.map(|_| ()) });
+    eventually(|| gk.gate.snapshot().queue_len == 1, "queued").await;
+    // The server ends b's session (as it ends every session when a backend crashes).
+    let admin = direct(pg, "bookstore").await;
+    admin.query_one("SELECT pg_terminate_backend($1)", &[&b_pid]).await.unwrap();
+    let cut = tokio::time::timeout(Duration::from_secs(10), queued).await.unwrap().unwrap();
+    assert!(cut.is_err(), "b's session ended with its server's");
+    eventually(|| gk.gate.snapshot().queue_len == 0, "the wait left the queue").await;
+    assert_eq!(gk.gate.snapshot().give_ups, 0, "the server ended it: no give-up to learn a patience from");
+    assert!(!gk.gate.metrics_text().contains("gatekeeper_type_patience_seconds{"), "no patience learned");
+    ta.commit().await.unwrap();
+    idle(&gk.gate).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_withdraws_a_queued_transaction_and_reaches_a_running_one() {
     let pg = pg_or_skip!();
     let cfg = config(|c| c.max_in_flight = Some(1));
