@@ -283,19 +283,8 @@ def _capacity(cfg: dict, bins: Binaries, db_url: str, out_dir: Path, doc: dict, 
     gk = cfg.get("gatekeeper", {})
     capacity = str(gk.get("capacity", "calibrate"))
     if capacity == "calibrate" and gk.get("calibrate_with", "closed-loop") == "browsers":
-        capacity, doc["calibration"] = calibrate_with_browsers(
-            lambda cap, n, d, w: measure(f"fifo@{cap}", n, cap, d, w, prefix="calibrate-"),
-            browsers=int(
-                gk.get("calibrate_browsers", max(max(browsers_for(cfg, m)) for m in cfg["modes"]["list"]))
-            ),
-            min_capacity=str(gk.get("calibrate_min", "800ms")),
-            max_capacity=str(gk.get("calibrate_max", "6400ms")),
-            growth=float(gk.get("calibrate_growth", 2.0)),
-            within=float(gk.get("calibrate_within", 0.05)),
-            duration_s=float(gk.get("calibrate_browsers_duration_s", 40)),
-            warmup_s=float(gk.get("calibrate_browsers_warmup_s", 20)),
-            max_trials=int(gk.get("calibrate_max_trials", 6)),
-        )
+        bounds = (str(gk.get("calibrate_min", "800ms")), str(gk.get("calibrate_max", "6400ms")))
+        capacity, doc["calibration"] = _calibrate_with_browsers(cfg, measure, "fifo", bounds)
     elif capacity == "calibrate":
         backend = _bookstore(cfg, bins, db_url, None)
         with serve(backend, out_dir / "bookstore-calibrate.log") as app:
@@ -327,19 +316,30 @@ def _db_capacity(cfg: dict, doc: dict, measure: Callable) -> str | None:
     capacity = str(gk.get("db_capacity", "calibrate"))
     if capacity != "calibrate":
         return capacity
+    bounds = (str(gk.get("db_calibrate_min", "50ms")), str(gk.get("db_calibrate_max", "800ms")))
+    capacity, doc["db_calibration"] = _calibrate_with_browsers(cfg, measure, "db:fifo", bounds)
+    return capacity
+
+
+def _calibrate_with_browsers(
+    cfg: dict, measure: Callable, policy: str, bounds: tuple[str, str]
+) -> tuple[str, dict]:
+    """`calibrate_with_browsers` through ``policy`` (``fifo`` or ``db:fifo``) with its own
+    capacity at every step from ``bounds[0]`` to ``bounds[1]``, by ``[gatekeeper]``'s
+    calibrate_* settings; the capacity and the calibration's record."""
+    gk = cfg.get("gatekeeper", {})
     highest = max(max(browsers_for(cfg, m)) for m in cfg["modes"]["list"])
-    capacity, doc["db_calibration"] = calibrate_with_browsers(
-        lambda cap, n, d, w: measure(f"db:fifo@{cap}", n, cap, d, w, prefix="calibrate-"),
+    return calibrate_with_browsers(
+        lambda cap, n, d, w: measure(f"{policy}@{cap}", n, cap, d, w, prefix="calibrate-"),
         browsers=int(gk.get("calibrate_browsers", highest)),
-        min_capacity=str(gk.get("db_calibrate_min", "50ms")),
-        max_capacity=str(gk.get("db_calibrate_max", "800ms")),
+        min_capacity=bounds[0],
+        max_capacity=bounds[1],
         growth=float(gk.get("calibrate_growth", 2.0)),
         within=float(gk.get("calibrate_within", 0.05)),
         duration_s=float(gk.get("calibrate_browsers_duration_s", 40)),
         warmup_s=float(gk.get("calibrate_browsers_warmup_s", 20)),
         max_trials=int(gk.get("calibrate_max_trials", 6)),
     )
-    return capacity
 
 
 def _bookstore(
