@@ -67,6 +67,12 @@ class Mode:
     by_fingerprint: bool = False
 
     @property
+    def takes_db_capacity(self) -> bool:
+        """Whether the mode runs at the database tier's capacity (`[gatekeeper] db_capacity`):
+        a database-tier mode with neither its own capacity nor a count bound."""
+        return self.tier == "db" and self.capacity is None and self.max_in_flight is None
+
+    @property
     def gatekeeper_flags(self) -> dict[str, Any]:
         """The mode's own keyword arguments of `commands.gatekeeper` (policy, capacity if its
         own, the count bound)."""
@@ -208,8 +214,7 @@ def validate(cfg: dict, path: Path) -> dict:
     for key in ("capacity", "db_capacity"):
         if key in gk:
             _check_capacity(path, f"gatekeeper.{key}", gk[key], ("calibrate", "auto"))
-    modes = [parse_mode(m) for m in cfg["modes"]["list"]]
-    needs_db_capacity = any(m.tier == "db" and m.capacity is None and m.max_in_flight is None for m in modes)
+    needs_db_capacity = any(parse_mode(m).takes_db_capacity for m in cfg["modes"]["list"])
     if needs_db_capacity and gk.get("db_capacity", "calibrate") == "calibrate":
         if gk.get("calibrate_with") != "browsers":
             expected = 'a capacity, auto, or calibrate_with = "browsers"'

@@ -11,10 +11,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..backends.pgbouncer import pgbouncer
-from ..run import gatekeeper
+from ..run import Gate, gatekeeper
 from ..timeline import prom
 
 #: Seconds the gatekeeper gets, after its clients have gone, to report its admitted charge 0.
@@ -66,22 +67,29 @@ def way_in(
         with pgbouncer(ctx.server_url, ctx.pool_size, ctx.max_clients + 10, log, ctx.prefix) as b:
             yield Way(b.url, b.pid)
         return
-    u = urlsplit(ctx.server_url)
-    upstream = f"postgres://{u.hostname}:{u.port}"
     # Patience off: pgbench never gives up, so there is nothing to learn; a refusal would
     # abort its client.
-    with gatekeeper(
+    with pg_gatekeeper(
         ctx.binary,
-        upstream,
+        ctx.server_url,
         log,
-        scheme="postgres",
         prefix=ctx.prefix,
         policy=arm,
         capacity=capacity,
         patience="off",
         estimate_basis=estimate_basis,
     ) as g:
-        yield Way(on_port(ctx.server_url, urlsplit(g.url).port or 0), g.pid, g.admin_port)
+        yield Way(g.url, g.pid, g.admin_port)
+
+
+@contextmanager
+def pg_gatekeeper(binary: str | Path, server_url: str, log: Path, **flags: Any) -> Iterator[Gate]:
+    """`shortfirst gatekeeper` in front of the PostgreSQL server of `server_url` (`flags`:
+    keyword arguments of `run.gatekeeper`); its Gate's URL is `server_url`'s user and
+    database on the gatekeeper's port."""
+    u = urlsplit(server_url)
+    with gatekeeper(binary, f"postgres://{u.hostname}:{u.port}", log, scheme="postgres", **flags) as g:
+        yield Gate(on_port(server_url, urlsplit(g.url).port or 0), g.admin_port, g.pid)
 
 
 def gate_state(admin_port: int) -> dict:

@@ -12,15 +12,14 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from ....kit import fetch_text, git, write_json
 from ....spec.tpcw import Mode, load_config, parse_mode
 from ..backends.base import GatekeeperError, serve
 from ..backends.bookstore import SESSION_FILE, BookstoreBackend
 from ..backends.postgres import PgSettings, Postgres, shop, snapshot_delta
-from ..pg.arms import on_port
-from ..run import Gate, drive, front, gatekeeper
+from ..pg.arms import pg_gatekeeper
+from ..run import Gate, drive, front
 from ..timeline import TIMELINE_SERIES, Sampler, write_timeline
 from .calibration import calibrate, calibrate_with_browsers
 from .config import Binaries, best_sellers_repeat_of, browsers_for, think_max_s
@@ -116,12 +115,10 @@ def database_front(
     if mode.tier != "db":
         yield None
         return
-    u = urlsplit(db_url)
-    upstream = f"postgres://{u.hostname}:{u.port}"
     gk = {"capacity": capacity, **flags, **mode.gatekeeper_flags}
     extra = ["--pg-tag-key", "none"] if mode.by_fingerprint else []
-    with gatekeeper(binary, upstream, log, scheme="postgres", extra=extra, **gk) as g:
-        yield Gate(on_port(db_url, urlsplit(g.url).port or 0), g.admin_port, g.pid)
+    with pg_gatekeeper(binary, db_url, log, extra=extra, **gk) as g:
+        yield g
 
 
 @contextlib.contextmanager
@@ -199,7 +196,7 @@ class _Sweep:
                 self.doc["db_capacity"] = db_capacity
                 print(f"database tier's capacity {db_capacity} [{time.monotonic() - self.t0:.0f} s]")
             for mode in self.cfg["modes"]["list"]:
-                cap = db_capacity if parse_mode(mode).tier == "db" and db_capacity else capacity
+                cap = db_capacity if parse_mode(mode).takes_db_capacity else capacity
                 for n in browsers_for(self.cfg, mode):
                     r = self.measure(mode, int(n), cap, float(ld["duration_s"]), float(ld["warmup_s"]))
                     self.results.append(r)
@@ -309,8 +306,7 @@ def _db_capacity(cfg: dict, doc: dict, measure: Callable) -> str | None:
     """The database tier's capacity (``[gatekeeper] db_capacity``): the file's, or calibrated with
     the experiment's browsers through ``db:fifo`` (recorded in ``doc["db_calibration"]``); None
     when no mode of the database tier needs it."""
-    modes = [parse_mode(m) for m in cfg["modes"]["list"]]
-    if not any(m.tier == "db" and m.capacity is None and m.max_in_flight is None for m in modes):
+    if not any(parse_mode(m).takes_db_capacity for m in cfg["modes"]["list"]):
         return None
     gk = cfg.get("gatekeeper", {})
     capacity = str(gk.get("db_capacity", "calibrate"))
