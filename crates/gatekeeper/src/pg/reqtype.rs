@@ -81,6 +81,10 @@ fn cut(mut s: String) -> String {
 
 /// The value of `key` in the first sqlcommenter comment of `sql` holding it.
 pub fn comment_tag(sql: &str, key: &str) -> Option<String> {
+    // A text without `/*` has no such comment: most texts are not lexed for one.
+    if !sql.contains("/*") {
+        return None;
+    }
     tokens(sql).filter(|t| t.kind == Kind::Comment && t.text.starts_with("/*")).find_map(|t| {
         let body = t.text.strip_prefix("/*")?.strip_suffix("*/")?;
         body.split(',').find_map(|pair| {
@@ -139,6 +143,11 @@ fn statements(sql: &str) -> impl Iterator<Item = Vec<Token<'_>>> {
 /// What a whole simple-query text does to a transaction, for deferral: `Some(tag)` when
 /// it is exactly one statement that opens a block (the tag PostgreSQL answers with).
 pub fn lone_begin(sql: &str) -> Option<&'static str> {
+    // Most texts are no BEGIN: their first word tells, before a statement is gathered.
+    let first = tokens(sql).find(|t| t.kind != Kind::Comment && !(t.kind == Kind::Punct && t.text == ";"))?;
+    if !(first.text.eq_ignore_ascii_case("begin") || first.text.eq_ignore_ascii_case("start")) {
+        return None;
+    }
     let mut sts = statements(sql);
     let first = sts.next()?;
     if sts.next().is_some() || !is_begin(&first) {
@@ -168,17 +177,9 @@ pub fn lone_end(sql: &str) -> Option<&'static str> {
 
 /// The fingerprint of the first real statement of `sql` (of the first one if all open blocks).
 pub fn fingerprint(sql: &str) -> u64 {
-    let mut first = None;
-    for st in statements(sql) {
-        if !is_begin(&st) {
-            first = Some(st);
-            break;
-        }
-        first.get_or_insert(st);
-    }
     let mut h = Fnv::new();
-    for t in normalize(&first.unwrap_or_default()) {
-        h.write(t.as_bytes());
+    for t in normalize(&first_statement(sql)) {
+        t.hash_into(&mut h);
         h.write(b" ");
     }
     h.finish()
@@ -187,7 +188,19 @@ pub fn fingerprint(sql: &str) -> u64 {
 /// The normalised text of the first real statement (for logs and tests).
 pub fn normalized(sql: &str) -> String {
     let st = statements(sql).find(|st| !is_begin(st)).unwrap_or_default();
-    normalize(&st).join(" ")
+    normalize(&st).iter().map(Norm::to_text).collect::<Vec<_>>().join(" ")
+}
+
+/// The first statement that does not open a block, else the first statement, else none.
+fn first_statement(sql: &str) -> Vec<Token<'_>> {
+    let mut first = None;
+    for st in statements(sql) {
+        if !is_begin(&st) {
+            return st;
+        }
+        first.get_or_insert(st);
+    }
+    first.unwrap_or_default()
 }
 
 const VALUE: &str = "?";
@@ -220,21 +233,86 @@ const EXPRESSION_KEYWORDS: &[&str] = &[
     "distinct",
 ];
 
-fn normalize(st: &[Token<'_>]) -> Vec<String> {
-    let mut out: Vec<String> = Vec::with_capacity(st.len());
+/// One token of a normalised statement, borrowed from the text where it can be: the
+/// fingerprint of a statement costs no allocation per token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Norm<'a> {
+    /// A literal or parameter: `?`.
+    Value,
+    /// A token as it is written (operators, punctuation, quoted identifiers).
+    Text(&'a str),
+    /// An unquoted word of ASCII only, to be read lower-cased.
+    AsciiWord(&'a str),
+    /// An unquoted word with non-ASCII letters, lower-cased (Unicode rules, final sigma).
+    Lowered(String),
+}
+
+impl Norm<'_> {
+    fn word(text: &str) -> Norm<'_> {
+        if text.is_ascii() {
+            Norm::AsciiWord(text)
+        } else {
+            Norm::Lowered(text.to_lowercase())
+        }
+    }
+
+    /// Whether the token reads as `s` (`s` lower-case, as every constant compared here is).
+    fn is(&self, s: &str) -> bool {
+        match self {
+            Norm::Value => s == VALUE,
+            Norm::Text(t) => *t == s,
+            Norm::AsciiWord(w) => {
+                w.len() == s.len() && w.bytes().zip(s.bytes()).all(|(a, b)| a.to_ascii_lowercase() == b)
+            }
+            Norm::Lowered(w) => w == s,
+        }
+    }
+
+    /// Whether a sign after this token is an operator (a value or a name precedes it).
+    fn ends_a_value(&self) -> bool {
+        let text = match self {
+            Norm::Value => return true,
+            Norm::AsciiWord(w) => {
+                let starts_ident = w.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
+                return starts_ident && !EXPRESSION_KEYWORDS.iter().any(|k| self.is(k));
+            }
+            Norm::Text(t) => *t,
+            Norm::Lowered(w) => w.as_str(),
+        };
+        text == VALUE
+            || text == ")"
+            || text == "]"
+            || text.starts_with('"')
+            || (text.starts_with(|c: char| c.is_alphanumeric() || c == '_') && !EXPRESSION_KEYWORDS.contains(&text))
+    }
+
+    fn hash_into(&self, h: &mut Fnv) {
+        match self {
+            Norm::Value => h.write(VALUE.as_bytes()),
+            Norm::Text(t) => h.write(t.as_bytes()),
+            Norm::AsciiWord(w) => w.bytes().for_each(|b| h.write(&[b.to_ascii_lowercase()])),
+            Norm::Lowered(w) => h.write(w.as_bytes()),
+        }
+    }
+
+    fn to_text(&self) -> String {
+        match self {
+            Norm::Value => VALUE.to_owned(),
+            Norm::Text(t) => (*t).to_owned(),
+            Norm::AsciiWord(w) => w.to_ascii_lowercase(),
+            Norm::Lowered(w) => w.clone(),
+        }
+    }
+}
+
+fn normalize<'a>(st: &[Token<'a>]) -> Vec<Norm<'a>> {
+    let mut out: Vec<Norm<'a>> = Vec::with_capacity(st.len());
     let mut i = 0;
     while i < st.len() {
         let t = st[i];
-        let after_value = out.last().is_some_and(|l| {
-            l == VALUE
-                || l == ")"
-                || l == "]"
-                || l.starts_with('"')
-                || (l.starts_with(|c: char| c.is_alphanumeric() || c == '_')
-                    && !EXPRESSION_KEYWORDS.contains(&l.as_str()))
-        });
+        let after_value = out.last().is_some_and(Norm::ends_a_value);
         let tok = match t.kind {
-            Kind::String | Kind::Number | Kind::Param => VALUE.to_owned(),
+            Kind::String | Kind::Number | Kind::Param => Norm::Value,
             // A sign before a number belongs to the literal unless a value precedes it.
             Kind::Operator
                 if (t.text == "-" || t.text == "+")
@@ -242,10 +320,10 @@ fn normalize(st: &[Token<'_>]) -> Vec<String> {
                     && st.get(i + 1).is_some_and(|n| n.kind == Kind::Number) =>
             {
                 i += 1;
-                VALUE.to_owned()
+                Norm::Value
             }
-            Kind::Word => t.text.to_lowercase(),
-            _ => t.text.to_owned(),
+            Kind::Word => Norm::word(t.text),
+            _ => Norm::Text(t.text),
         };
         i += 1;
         out.push(tok);
@@ -255,10 +333,10 @@ fn normalize(st: &[Token<'_>]) -> Vec<String> {
 }
 
 /// If `out` ends with `in ( ? , ? … )` or `array [ ? , ? … ]`, keep one `?`.
-fn collapse_list(out: &mut Vec<String>) {
-    let (open, close) = match out.last().map(String::as_str) {
-        Some(")") => ("(", "in"),
-        Some("]") => ("[", "array"),
+fn collapse_list(out: &mut Vec<Norm<'_>>) {
+    let (open, close, last) = match out.last() {
+        Some(t) if t.is(")") => ("(", "in", ")"),
+        Some(t) if t.is("]") => ("[", "array", "]"),
         _ => return,
     };
     let n = out.len();
@@ -267,14 +345,15 @@ fn collapse_list(out: &mut Vec<String>) {
     while j >= 2 {
         j -= 1;
         let expect_value = (n - 1 - j) % 2 == 1;
-        match out[j].as_str() {
-            VALUE if expect_value => values += 1,
-            "," if !expect_value => {}
-            s if s == open && !expect_value && values > 0 => {
-                if j >= 1 && out[j - 1] == close && values > 1 {
+        let t = &out[j];
+        match expect_value {
+            true if t.is(VALUE) => values += 1,
+            false if t.is(",") => {}
+            false if values > 0 && t.is(open) => {
+                if j >= 1 && out[j - 1].is(close) && values > 1 {
                     out.truncate(j + 1);
-                    out.push(VALUE.to_owned());
-                    out.push(if open == "(" { ")" } else { "]" }.to_owned());
+                    out.push(Norm::Value);
+                    out.push(Norm::Text(last));
                 }
                 return;
             }

@@ -118,3 +118,56 @@ proptest! {
         let _ = fingerprint(&s);
     }
 }
+
+/// Fingerprints are type names that outlive a build (configuration, dashboards): these
+/// values, and the normalised texts they hash, must never change.
+#[test]
+fn fingerprints_are_stable() {
+    let pinned: &[(&str, u64, &str)] = &[
+        (
+            "SELECT abalance FROM pgbench_accounts WHERE aid = 4711;",
+            0xaa9d_837b_400f_0501,
+            "select abalance from pgbench_accounts where aid = ?",
+        ),
+        (
+            "UPDATE pgbench_accounts SET abalance = abalance + -3921 WHERE aid = 52;",
+            0xc5a3_483b_ee4f_6f12,
+            "update pgbench_accounts set abalance = abalance + ? where aid = ?",
+        ),
+        (
+            "select a from t where id in (1, 2, 3) and b = any(array[$1, $2])",
+            0xdd42_1969_767f_7880,
+            "select a from t where id in ( ? ) and b = any ( array [ ? ] )",
+        ),
+        (
+            "SELECT \u{c4}rger, \"Quoted\" FROM \u{3a3}\u{38a}\u{3a3}\u{3a5}\u{3a6}\u{39f}\u{3a3} WHERE x = -1",
+            0xfce2_72df_c126_e133,
+            "select \u{e4}rger , \"Quoted\" from \u{3c3}\u{3af}\u{3c3}\u{3c5}\u{3c6}\u{3bf}\u{3c2} where x = ?",
+        ),
+        (
+            "SELECT a FROM t WHERE j ? 'k' AND j ?| array['a','b']",
+            0xf02c_dd02_2a21_7d6b,
+            "select a from t where j ? ? and j ?| array [ ? ]",
+        ),
+        (
+            "BEGIN; START TRANSACTION; INSERT INTO t VALUES (1, 'x', -2.5e3) RETURNING id",
+            0x1553_4163_6ae7_1ab7,
+            "insert into t values ( ? , ? , ? ) returning id",
+        ),
+        (
+            "/*route='x'*/ WITH q AS (SELECT 1) SELECT * FROM q -- tail",
+            0xf5d5_e122_6f81_cc73,
+            "with q as ( select ? ) select * from q",
+        ),
+        (
+            "SELECT a ? -1, B - -2 FROM t WHERE c IN (1, -2)",
+            0x640a_6e19_8aa6_1bb6,
+            "select a ? - ? , b - ? from t where c in ( ? )",
+        ),
+        ("", 0xcbf2_9ce4_8422_2325, ""),
+    ];
+    for (text, fp, norm) in pinned {
+        assert_eq!(normalized(text), *norm, "{text:?}");
+        assert_eq!(fingerprint(text), *fp, "{text:?}");
+    }
+}
