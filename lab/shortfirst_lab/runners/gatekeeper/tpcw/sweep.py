@@ -312,7 +312,7 @@ def _db_capacity(cfg: dict, doc: dict, measure: Callable) -> str | None:
     capacity = str(gk.get("db_capacity", "calibrate"))
     if capacity != "calibrate":
         return capacity
-    bounds = (str(gk.get("db_calibrate_min", "50ms")), str(gk.get("db_calibrate_max", "800ms")))
+    bounds = (str(gk.get("db_calibrate_min", "10ms")), str(gk.get("db_calibrate_max", "800ms")))
     capacity, doc["db_calibration"] = _calibrate_with_browsers(cfg, measure, "db:fifo", bounds)
     return capacity
 
