@@ -56,17 +56,32 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// Append `Forwarded` and `X-Forwarded-For/Proto/Host` for a request from `peer`. The
-/// common case (none of them present yet) builds each value once, without copies.
+/// common case (none of them present yet) builds each value once, without copies; the
+/// address is written once (IPv4 by hand: `Display` pads and buffers) and its text shared
+/// by both lists.
 pub fn add_forwarding(headers: &mut HeaderMap, peer: SocketAddr) {
     use std::fmt::Write as _;
-    let ip = peer.ip();
     // A reference-counted clone of the request's own bytes.
     let host = headers.get(header::HOST).filter(|h| h.to_str().is_ok()).cloned();
     let mut fwd = String::with_capacity(64);
-    let _ = match ip {
-        std::net::IpAddr::V4(v4) => write!(fwd, "for={v4};proto=http"),
-        std::net::IpAddr::V6(v6) => write!(fwd, "for=\"[{v6}]\";proto=http"),
+    fwd.push_str("for=");
+    let ip_text = match peer.ip() {
+        std::net::IpAddr::V4(v4) => {
+            let start = fwd.len();
+            push_ipv4(&mut fwd, v4);
+            start..fwd.len()
+        }
+        std::net::IpAddr::V6(v6) => {
+            fwd.push_str("\"[");
+            let start = fwd.len();
+            let _ = write!(fwd, "{v6}");
+            let text = start..fwd.len();
+            fwd.push_str("]\"");
+            text
+        }
     };
+    let forwarded_for = fwd[ip_text].to_owned();
+    fwd.push_str(";proto=http");
     if let Some(h) = &host {
         if h.as_bytes().iter().all(|&b| b.is_ascii_graphic() && b != b'"' && b != b'\\') {
             fwd.push_str(";host=\"");
@@ -75,10 +90,26 @@ pub fn add_forwarding(headers: &mut HeaderMap, peer: SocketAddr) {
         }
     }
     append_list(headers, HeaderName::from_static("forwarded"), fwd);
-    append_list(headers, HeaderName::from_static("x-forwarded-for"), ip.to_string());
+    append_list(headers, HeaderName::from_static("x-forwarded-for"), forwarded_for);
     headers.insert(HeaderName::from_static("x-forwarded-proto"), HeaderValue::from_static("http"));
     if let Some(h) = host {
         headers.insert(HeaderName::from_static("x-forwarded-host"), h);
+    }
+}
+
+/// `ip` in dotted-decimal, as `Ipv4Addr`'s `Display` writes it.
+fn push_ipv4(out: &mut String, ip: std::net::Ipv4Addr) {
+    for (i, o) in ip.octets().into_iter().enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        if o >= 100 {
+            out.push(char::from(b'0' + o / 100));
+        }
+        if o >= 10 {
+            out.push(char::from(b'0' + o / 10 % 10));
+        }
+        out.push(char::from(b'0' + o % 10));
     }
 }
 
@@ -146,5 +177,18 @@ mod tests {
         let mut h = HeaderMap::new();
         add_forwarding(&mut h, "[::1]:5000".parse().unwrap());
         assert_eq!(h["forwarded"], "for=\"[::1]\";proto=http");
+        assert_eq!(h["x-forwarded-for"], "::1");
+    }
+
+    #[test]
+    fn ipv4_is_written_as_display_writes_it() {
+        for o in 0..=255u8 {
+            for ip in [[o, 0, 9, 10], [99, o, 100, 255], [1, 2, o, o / 3], [o / 7, 200, 5, o]] {
+                let ip = std::net::Ipv4Addr::from(ip);
+                let mut s = String::new();
+                push_ipv4(&mut s, ip);
+                assert_eq!(s, ip.to_string());
+            }
+        }
     }
 }

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -301,8 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     check(ap, a)
     t_start = time.monotonic()
     load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="gk-bench-") as tmp:
-        work = Path(tmp)
+    # The children's logs are removed after a run that ends well, kept after one that fails.
+    work = Path(tempfile.mkdtemp(prefix="gk-bench-"))
+    try:
         b = Bench(a, work)
         if a.only_overhead:
             capacity = ONLY_OVERHEAD_CAPACITY if a.capacity == "calibrate" else a.capacity
@@ -314,6 +316,10 @@ def main(argv: list[str] | None = None) -> int:
             overhead["throughput"] = measure_throughput(
                 b, a.throughput_rounds, a.throughput_duration, a.throughput_connections, a.throughput_threads
             )
+    except BaseException:
+        print(f"the bench failed; the logs of its processes are kept in {work}", file=sys.stderr)
+        raise
+    shutil.rmtree(work, ignore_errors=True)
 
     out = result(a, b, capacity, calibration, results, overhead, t_start, load_before)
     out["targets"] = evaluate(out)
