@@ -185,10 +185,9 @@ pub fn fingerprint(sql: &str) -> u64 {
     h.finish()
 }
 
-/// The normalised text of the first real statement (for logs and tests).
+/// The normalised text the fingerprint hashes, words joined by spaces (for logs and tests).
 pub fn normalized(sql: &str) -> String {
-    let st = statements(sql).find(|st| !is_begin(st)).unwrap_or_default();
-    normalize(&st).iter().map(Norm::to_text).collect::<Vec<_>>().join(" ")
+    normalize(&first_statement(sql)).iter().map(Norm::to_text).collect::<Vec<_>>().join(" ")
 }
 
 /// The first statement that does not open a block, else the first statement, else none.

@@ -164,6 +164,7 @@ fn fingerprints_are_stable() {
             0x640a_6e19_8aa6_1bb6,
             "select a ? - ? , b - ? from t where c in ( ? )",
         ),
+        ("BEGIN; start transaction", 0x01f0_3568_14e7_d89a, "begin"),
         ("", 0xcbf2_9ce4_8422_2325, ""),
     ];
     for (text, fp, norm) in pinned {
