@@ -310,6 +310,7 @@ impl Controller {
         self.in_flight_by_type[t] = self.in_flight_by_type[t].saturating_sub(1);
         let mut admitted = Vec::new();
         if let Some(wall_us) = service_us {
+            self.patience.served(now_us);
             let share_us = self.gate.share_us(now_us, &ticket)?.min(wall_us);
             let serial_us = self.gate.serial_us(now_us, wall_us);
             let sample = Sample { wall_us, share_us, serial_us };
