@@ -131,9 +131,13 @@ struct Recent {
     at_us: u64,
 }
 
+/// The decay is applied at most once per this many µs: one `exp` per millisecond, not per
+/// request served (an error of at most 1 ms / [`RECENT_US`], 0.01%).
+const DECAY_STEP_US: u64 = 1_000;
+
 impl Recent {
     fn decay_to(&mut self, now_us: u64) {
-        if now_us > self.at_us {
+        if now_us >= self.at_us.saturating_add(DECAY_STEP_US) {
             let keep = (-((now_us - self.at_us) as f64) / RECENT_US as f64).exp();
             self.give_ups *= keep;
             self.served *= keep;
