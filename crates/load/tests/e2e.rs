@@ -379,7 +379,10 @@ fn refusals_are_measured_and_broken_responses_invalidate_the_run() {
         assert_eq!((s.requests, s.failed, s.ok), (100, failed, 100 - failed), "{ctx}");
         assert_eq!(s.failures_by_reason.get(reason), Some(&failed), "{ctx}");
         assert_eq!(s.refused, if refusal { failed } else { 0 }, "{ctx}");
-        assert_eq!(s.valid, valid, "{ctx}");
+        // Validity apart from generator lateness: a loaded test machine may
+        // exceed the lateness limit, which is not what this test is about.
+        let invalid_besides_lateness = s.invalid_reasons.iter().any(|r| !r.starts_with("generator lateness"));
+        assert_eq!(!invalid_besides_lateness, valid, "{ctx}");
         assert_eq!(nothing(&s), failed == 100, "{ctx}");
         assert_eq!(broke_off(&s), !refusal && failed > 1, "{ctx}");
         if broke_off(&s) {
