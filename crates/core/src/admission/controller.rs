@@ -18,8 +18,9 @@
 //! - [`Controller::finish`]: an admitted request is done with the backend, with its
 //!   measured service time (admission → last byte) when it succeeded, or none when it
 //!   failed (a failure says nothing of the cost). The estimator learns the sample (its
-//!   [`Basis`]: wall time, or the processor-sharing or serial share, each at most the wall
-//!   time), auto capacity records it, the type's waiting requests are re-priced, the charge
+//!   [`Basis`]: wall time, the processor-sharing or serial share, or the backend's
+//!   processor time the driver measured, each at most the wall time), auto capacity
+//!   records it (the wall time under the processor-time basis), the type's waiting requests are re-priced, the charge
 //!   is released, and what that lets in is admitted.
 //! - [`Controller::client_gone`]: the client left, while its request waited (it is taken
 //!   out of the queue: never started) or while the backend worked on it (the charge stays
@@ -204,6 +205,9 @@ pub struct Controller {
     gate: Gate,
     estimator: CostEstimator,
     auto: Option<AutoCapacity>,
+    /// Wall-time estimates beside processor-time ones ([`Basis::Cpu`]): auto capacity's
+    /// signal, since processor time barely grows past the backend's knee.
+    wall_estimator: Option<CostEstimator>,
     patience: Patience,
     charge_at: ChargeAt,
     /// Waiting requests, with their entry in `doomed_at` if any; bounded by the gate's
@@ -227,6 +231,9 @@ impl Controller {
     /// A controller for request types `0..num_types`, starting at `now_us`.
     pub fn new(cfg: ControllerConfig, num_types: usize, now_us: u64) -> Result<Self, AdmissionError> {
         let estimator = CostEstimator::new(num_types, cfg.estimator.clone())?;
+        let wall_estimator = (cfg.estimator.basis == Basis::Cpu)
+            .then(|| CostEstimator::new(num_types, EstimatorConfig { basis: Basis::Wall, ..cfg.estimator.clone() }))
+            .transpose()?;
         let mut gate_cfg = cfg.gate;
         gate_cfg.serial = cfg.estimator.basis == Basis::Serial;
         let auto = match cfg.auto {
@@ -240,6 +247,7 @@ impl Controller {
             gate: Gate::new(gate_cfg)?,
             estimator,
             auto,
+            wall_estimator,
             patience: Patience::new(cfg.patience, num_types),
             charge_at: cfg.charge_at,
             waiting: HashMap::new(),
@@ -304,6 +312,18 @@ impl Controller {
         ticket: Ticket,
         service_us: Option<u64>,
     ) -> Result<Vec<Decision>, AdmissionError> {
+        self.finish_with_cpu(now_us, ticket, service_us, None)
+    }
+
+    /// [`Controller::finish`] with the backend's processor time spent on the request, where
+    /// the driver measured it (`cpu_us`, the sample of [`Basis::Cpu`]).
+    pub fn finish_with_cpu(
+        &mut self,
+        now_us: u64,
+        ticket: Ticket,
+        service_us: Option<u64>,
+        cpu_us: Option<u64>,
+    ) -> Result<Vec<Decision>, AdmissionError> {
         let id = ticket.id();
         let known = self.running.remove(&id).ok_or(AdmissionError::UnknownTicket { id: id.0 })?;
         let t = known.type_index;
@@ -313,11 +333,20 @@ impl Controller {
             self.patience.served(now_us);
             let share_us = self.gate.share_us(now_us, &ticket)?.min(wall_us);
             let serial_us = self.gate.serial_us(now_us, wall_us);
-            let sample = Sample { wall_us, share_us, serial_us };
+            let sample = Sample { wall_us, share_us, serial_us, cpu_us: cpu_us.map(|c| c.min(wall_us)) };
             self.estimator.observe_request_at(t, sample, now_us)?;
             let estimate_us = self.estimator.estimate_us(t)?;
+            // Auto capacity reads inflation from the estimates of the basis, or, where that
+            // hardly inflates (processor time), from wall-time ones.
+            let inflation = match self.wall_estimator.as_mut() {
+                Some(w) => {
+                    w.observe_request_at(t, sample, now_us)?;
+                    (wall_us, w.estimate_us(t)?, w.is_warm(t))
+                }
+                None => (self.estimator.sample_us(sample), estimate_us, self.estimator.is_warm(t)),
+            };
             if let Some(auto) = self.auto.as_mut() {
-                auto.record(t, self.estimator.sample_us(sample), estimate_us, self.estimator.is_warm(t));
+                auto.record(t, inflation.0, inflation.1, inflation.2);
             }
             if self.charge_at == ChargeAt::Admission && self.gate.reprices_waiting() {
                 let ids: Vec<RequestId> = self.waiting_by_type[t].iter().copied().collect();
@@ -575,10 +604,16 @@ impl Controller {
         out
     }
 
+    /// How long a request of the type is expected to run: its estimate, or its wall-time
+    /// one under the processor-time basis (a request waits on the backend's CPUs too).
+    fn run_time_us(&self, type_index: usize) -> u64 {
+        self.wall_estimator.as_ref().unwrap_or(&self.estimator).estimate_us(type_index).unwrap_or(0)
+    }
+
     /// Started now, would the request finish after its client has given up?
     fn too_late(&self, now_us: u64, k: &Known) -> bool {
         let Some(budget_us) = self.patience.budget_us(k.type_index) else { return false };
-        let estimate_us = self.estimator.estimate_us(k.type_index).unwrap_or(0);
+        let estimate_us = self.run_time_us(k.type_index);
         now_us.saturating_add(estimate_us) > k.arrival_us.saturating_add(budget_us)
     }
 
@@ -594,7 +629,7 @@ impl Controller {
             return;
         }
         let Some(budget_us) = self.patience.budget_us(k.type_index) else { return };
-        let estimate_us = self.estimator.estimate_us(k.type_index).unwrap_or(0);
+        let estimate_us = self.run_time_us(k.type_index);
         // The first µs at which now + estimate > arrival + budget.
         let at = k.arrival_us.saturating_add(budget_us).saturating_sub(estimate_us).saturating_add(1);
         let at = at.max(now_us.saturating_add(1));

@@ -391,3 +391,28 @@ proptest! {
         run_script_capped(policy, ChargeAt::Arrival, PatienceRule::Off, Some(max_in_flight), script)?;
     }
 }
+
+/// The processor-time basis: a type learns the backend's CPU time, not the time it also
+/// waited on the CPUs beside other requests, and the capacity counts processor time. A
+/// finish without that measurement samples the wall time; processor time is at most the
+/// wall time.
+#[test]
+fn the_cpu_basis_learns_processor_time() {
+    let mut cf = cfg(20_000, "fifo");
+    cf.estimator.basis = Basis::Cpu;
+    cf.estimator.alpha = 1.0;
+    let mut c = Controller::new(cf, 1, 0).unwrap();
+    let g = grant(c.arrive(0, 0).unwrap().outcome);
+    c.finish_with_cpu(8_000, g.ticket, Some(8_000), Some(2_000)).unwrap();
+    assert_eq!(c.estimator().estimate_us(0).unwrap(), 2_000);
+    let grants: Vec<Grant> = (0..10).map(|i| grant(c.arrive(10_000 + i, 0).unwrap().outcome)).collect();
+    let w = queued(c.arrive(10_100, 0).unwrap().outcome);
+    let mut grants = grants.into_iter();
+    let d = c.finish_with_cpu(20_000, grants.next().unwrap().ticket, Some(10_000), None).unwrap();
+    assert_eq!(c.estimator().estimate_us(0).unwrap(), 10_000, "not measured: the wall time");
+    assert!(admitted(&d).is_empty(), "the waiter, re-priced at 10 ms, does not fit beside nine of 2 ms");
+    let d = c.finish_with_cpu(20_500, grants.next().unwrap().ticket, Some(500), Some(400)).unwrap();
+    assert_eq!(admitted(&d), vec![w.0], "re-priced at 400 µs, it fits");
+    c.finish_with_cpu(21_000, grants.next().unwrap().ticket, Some(1_000), Some(5_000)).unwrap();
+    assert_eq!(c.estimator().estimate_us(0).unwrap(), 1_000, "at most the wall time");
+}

@@ -61,6 +61,13 @@ pub enum Basis {
     /// a backend while another runs (a timer, a wait on I/O) is not counted: the backend
     /// was not its own then.
     Serial,
+    /// The backend's processor time spent on the request, as the driver measures it (the
+    /// PostgreSQL driver reads its backend process's on-CPU time at admission and at idle):
+    /// what the request takes from the backend's CPUs, whatever else runs beside it and
+    /// however long it waits on them. A request the driver could not measure that way
+    /// is sampled at its wall time. With this basis the capacity is the processor time of
+    /// the work admitted at once.
+    Cpu,
 }
 
 impl FromStr for Basis {
@@ -83,12 +90,14 @@ pub struct Sample {
     /// Its time since the later of its start and the previous completion
     /// ([`Gate::serial_us`]).
     pub serial_us: u64,
+    /// The backend's processor time spent on it, when the driver measured that.
+    pub cpu_us: Option<u64>,
 }
 
 impl Sample {
-    /// A request measured alone: every basis sees its service time.
+    /// A request measured alone, on the CPU throughout: every basis sees its service time.
     pub fn alone(service_us: u64) -> Self {
-        Sample { wall_us: service_us, share_us: service_us, serial_us: service_us }
+        Sample { wall_us: service_us, share_us: service_us, serial_us: service_us, cpu_us: Some(service_us) }
     }
 }
 
@@ -305,6 +314,7 @@ impl CostEstimator {
             Basis::Share => sample.share_us,
             Basis::Wall => sample.wall_us,
             Basis::Serial => sample.serial_us,
+            Basis::Cpu => sample.cpu_us.unwrap_or(sample.wall_us),
         }
     }
 

@@ -390,16 +390,22 @@ fn share_splits_time_among_the_admitted() {
 
 #[test]
 fn basis_picks_the_sample() {
-    let sample = Sample { wall_us: 900, share_us: 300, serial_us: 450 };
-    for (basis, text, want) in
-        [(Basis::Wall, "wall", 900), (Basis::Share, "share", 300), (Basis::Serial, "serial", 450)]
-    {
+    let sample = Sample { wall_us: 900, share_us: 300, serial_us: 450, cpu_us: Some(120) };
+    for (basis, text, want) in [
+        (Basis::Wall, "wall", 900),
+        (Basis::Share, "share", 300),
+        (Basis::Serial, "serial", 450),
+        (Basis::Cpu, "cpu", 120),
+    ] {
         assert_eq!(text.parse::<Basis>().unwrap(), basis);
         assert_eq!(basis.to_string(), text);
         let mut e = CostEstimator::new(1, EstimatorConfig { basis, ..Default::default() }).unwrap();
         e.observe_request(0, sample).unwrap();
         assert_eq!(e.estimate_us(0).unwrap(), want, "{basis}");
     }
+    let mut e = CostEstimator::new(1, EstimatorConfig { basis: Basis::Cpu, ..Default::default() }).unwrap();
+    e.observe_request(0, Sample { cpu_us: None, ..sample }).unwrap();
+    assert_eq!(e.estimate_us(0).unwrap(), 900, "unmeasured processor time: the wall time");
     assert_eq!(EstimatorConfig::default().basis, Basis::Wall, "the paper's rule is the default");
     assert!("demand".parse::<Basis>().unwrap_err().to_string().contains("share"));
 }

@@ -303,7 +303,7 @@ impl<'a> Model<'a> {
     }
 
     /// A request's completion: counted if in the window and its client still waits, its
-    /// ticket handed back with its wall time (admission → completion), and its client (if
+    /// ticket handed back with its wall time (admission → completion) and demand, and its client (if
     /// still there) thinks before sending again.
     fn complete(&mut self, r: Running) -> Result<(), ModelError> {
         if self.now >= self.cfg.warmup_us && r.client.is_some() {
@@ -315,7 +315,9 @@ impl<'a> Model<'a> {
         if let Some(ticket) = r.ticket {
             let wall_us = gate_us(self.now - r.admitted_us);
             let c = self.ctl.as_mut().expect("a ticket comes from the controller");
-            let d = c.finish(gate_us(self.now), ticket, Some(wall_us))?;
+            // Its processor time (the cpu basis's sample) is its demand.
+            let cpu_us = gate_us(self.cfg.types[r.type_index].demand_us);
+            let d = c.finish_with_cpu(gate_us(self.now), ticket, Some(wall_us), Some(cpu_us))?;
             self.apply(d);
         }
         if let Some(client) = r.client {
