@@ -87,9 +87,15 @@ pub(crate) struct Permit {
 
 impl Permit {
     /// Hand the ticket back with the measured service time (`None`: failed).
-    pub(crate) fn finish(mut self, service_us: Option<u64>) {
+    pub(crate) fn finish(self, service_us: Option<u64>) {
+        self.finish_with_cpu(service_us, None);
+    }
+
+    /// [`Permit::finish`] with the backend's processor time spent on the request, where
+    /// the driver measured it.
+    pub(crate) fn finish_with_cpu(mut self, service_us: Option<u64>, cpu_us: Option<u64>) {
         if let Some(t) = self.ticket.take() {
-            self.shared.finish(t, service_us);
+            self.shared.finish(t, service_us, cpu_us);
         }
     }
 
@@ -101,7 +107,7 @@ impl Permit {
 impl Drop for Permit {
     fn drop(&mut self) {
         if let Some(t) = self.ticket.take() {
-            self.shared.finish(t, None);
+            self.shared.finish(t, None, None);
         }
     }
 }
@@ -238,9 +244,9 @@ impl Admission {
         }
     }
 
-    fn finish(self: &Arc<Self>, ticket: Ticket, service_us: Option<u64>) {
+    fn finish(self: &Arc<Self>, ticket: Ticket, service_us: Option<u64>, cpu_us: Option<u64>) {
         self.event(|core, now| {
-            core.ctl.finish(now, ticket, service_us).unwrap_or_else(|e| {
+            core.ctl.finish_with_cpu(now, ticket, service_us, cpu_us).unwrap_or_else(|e| {
                 tracing::error!("gatekeeper accounting: {e}");
                 Vec::new()
             })

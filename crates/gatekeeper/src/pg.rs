@@ -85,6 +85,7 @@ use shortfirst_core::admission::Refusal;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+pub mod backend_cpu;
 pub mod cancel;
 mod conn;
 pub mod controlled;
@@ -240,6 +241,9 @@ pub struct ServeStats {
     pub failed: AtomicU64,
     /// Client connections being served now.
     pub active: AtomicU64,
+    /// Connections whose backend's processor time could not be measured under the
+    /// processor-time basis (their transactions are sampled at their wall time).
+    pub backend_cpu_unmeasured: AtomicU64,
     /// CancelRequests by what became of them, indexed by [`CancelOutcome`].
     pub cancels: [AtomicU64; CancelOutcome::ALL.len()],
 }
@@ -292,6 +296,11 @@ impl ServeStats {
         for c in CancelOutcome::ALL {
             o.push_str(&format!("{name}{{outcome=\"{}\"}} {}\n", c.as_str(), self.cancels(c)));
         }
+        let name = "gatekeeper_pg_backend_cpu_unmeasured_total";
+        let help =
+            "Connections whose backend processor time --estimate-basis cpu could not read (sampled at wall time).";
+        let n = self.backend_cpu_unmeasured.load(Ordering::Relaxed);
+        o.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n{name} {n}\n"));
         o
     }
 }

@@ -160,6 +160,12 @@ impl Gatekeeper {
         if cfg.tls_cert_key.is_some() {
             return Err(GatekeeperError::Config("--tls-cert/--tls-key are for a postgres:// upstream".into()));
         }
+        if cfg.estimator.basis == shortfirst_core::admission::Basis::Cpu {
+            return Err(GatekeeperError::Config(
+                "--estimate-basis cpu is for a postgres:// upstream (it reads the backend process's processor time)"
+                    .into(),
+            ));
+        }
         let adm = Admission::new(&cfg)?;
         let (listener, admin) = bind_listeners(&cfg).await?;
         let pool = UpstreamPool::new(cfg.upstream.authority.clone(), cfg.upstream_timeout, cfg.upstream_pool_idle);

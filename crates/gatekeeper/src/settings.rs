@@ -146,9 +146,11 @@ pub struct ProxySettings {
     /// `share` (service time divided, moment by moment, by the requests in flight: its
     /// share of a processor-sharing backend) or `serial` (the time since the later of its
     /// start and the previous completion: its own time on a backend that serves one request
-    /// at a time in arrival order, e.g. one event loop, at any --max-in-flight).
+    /// at a time in arrival order, e.g. one event loop, at any --max-in-flight) or `cpu`
+    /// (a postgres:// upstream on this host only: the processor time its backend process
+    /// spent on the transaction; the capacity is then processor time too).
     /// In a file, wins over `[estimator] basis`.
-    #[arg(long, value_name = "wall|share|serial")]
+    #[arg(long, value_name = "wall|share|serial|cpu")]
     #[serde(alias = "estimate_basis")]
     pub estimate_basis: Option<String>,
     /// Worker threads of the proxy's runtime. One thread serves tens of thousands of

@@ -5,14 +5,15 @@
 //! A transaction's [`RequestType`] is named (`tag:…`, `fp:…`) into the bounded type
 //! registry the HTTP side uses, so `/metrics` shows the types, their estimates and spread.
 //! Its cost sample is the time from admission to the server's idle `ReadyForQuery`
-//! (what holds the connection and the locks); a transaction cut short (the client or the
+//! (what holds the connection and the locks), or with `--estimate-basis cpu` the processor
+//! time its backend spent meanwhile ([`super::backend_cpu`]); a transaction cut short (the client or the
 //! upstream closed) releases its charge without a sample.
 
 use std::future::Future;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use shortfirst_core::admission::Refusal;
+use shortfirst_core::admission::{Basis, Refusal};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -30,6 +31,8 @@ pub struct ControllerGate {
     adm: Arc<Admission>,
     /// Expiry of waits, aging re-picks, auto-capacity ticks; stopped with the gate.
     timer: JoinHandle<()>,
+    /// The processor-time cost basis: transactions are sampled at their backend's CPU time.
+    cpu_basis: bool,
 }
 
 /// The permit of [`ControllerGate`]: the admitted transaction's ticket and when it started.
@@ -43,7 +46,7 @@ impl ControllerGate {
     pub fn new(cfg: &ProxyConfig) -> Result<Self, GatekeeperError> {
         let adm = Admission::new(cfg)?;
         let timer = tokio::spawn(timer_task(adm.clone()));
-        Ok(ControllerGate { adm, timer })
+        Ok(ControllerGate { adm, timer, cpu_basis: cfg.estimator.basis == Basis::Cpu })
     }
 
     /// The controller's state and the metrics' view of it.
@@ -129,13 +132,17 @@ impl TxnGate for ControllerGate {
         }
     }
 
-    fn finish(&self, mut permit: ControllerPermit) {
+    fn finish(&self, mut permit: ControllerPermit, backend_cpu_us: Option<u64>) {
         if let Some(p) = permit.permit.take() {
             let us = permit.admitted.elapsed().as_micros() as u64;
             let tm = &self.adm.metrics.types[p.type_index];
             tm.observe_upstream_us(us);
             tm.count(ProxyOutcome::Ok);
-            p.finish(Some(us));
+            p.finish_with_cpu(Some(us), backend_cpu_us);
         }
+    }
+
+    fn wants_backend_cpu(&self) -> bool {
+        self.cpu_basis
     }
 }

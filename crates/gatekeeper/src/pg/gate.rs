@@ -36,9 +36,16 @@ pub trait TxnGate: Send + Sync + 'static {
         cancel: oneshot::Receiver<()>,
     ) -> impl Future<Output = Result<Self::Permit, NotAdmitted>> + Send;
     /// The transaction admitted with `permit` is over: the server reported idle with
-    /// nothing outstanding.
-    fn finish(&self, permit: Self::Permit) {
+    /// nothing outstanding. `backend_cpu_us`: the processor time its backend spent on it,
+    /// when [`TxnGate::wants_backend_cpu`] and the driver could measure it.
+    fn finish(&self, permit: Self::Permit, backend_cpu_us: Option<u64>) {
+        let _ = backend_cpu_us;
         drop(permit);
+    }
+    /// Whether the driver should measure each transaction's backend processor time (see
+    /// [`super::backend_cpu`]): only the processor-time cost basis uses it.
+    fn wants_backend_cpu(&self) -> bool {
+        false
     }
 }
 
@@ -132,7 +139,7 @@ impl TxnGate for AdmitAll {
         std::future::ready(Ok(AdmitAllPermit { _in_flight: self.counts.admit() }))
     }
 
-    fn finish(&self, permit: AdmitAllPermit) {
+    fn finish(&self, permit: AdmitAllPermit, _: Option<u64>) {
         self.counts.finished.fetch_add(1, Ordering::Relaxed);
         drop(permit);
     }
@@ -188,7 +195,7 @@ impl TxnGate for CountLimit {
         }
     }
 
-    fn finish(&self, permit: CountLimitPermit) {
+    fn finish(&self, permit: CountLimitPermit, _: Option<u64>) {
         self.counts.finished.fetch_add(1, Ordering::Relaxed);
         drop(permit);
     }
@@ -210,7 +217,7 @@ mod tests {
         assert_eq!((gate.in_flight(), gate.waiting()), (1, 2));
         drop(third);
         assert_eq!(gate.waiting(), 1);
-        gate.finish(first);
+        gate.finish(first, None);
         let second = second.await.unwrap();
         assert_eq!((gate.admitted(), gate.finished(), gate.in_flight(), gate.waiting()), (2, 1, 1, 0));
         drop(second);

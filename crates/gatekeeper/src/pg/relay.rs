@@ -23,6 +23,7 @@ use super::conn::ClientStream;
 type ClientRd = ReadHalf<ClientStream>;
 type ClientWr = WriteHalf<ClientStream>;
 
+use super::backend_cpu::BackendCpu;
 use super::cancel::{CancelSlot, KeyGuard};
 use super::frame::next_frame;
 use super::gate::{NotAdmitted, TxnGate};
@@ -47,11 +48,17 @@ struct Conn<G: TxnGate> {
     server_progress: tokio::sync::Notify,
     /// The client sent Terminate: the server closing is the expected end, not a failure.
     terminated: std::sync::atomic::AtomicBool,
+    /// The upstream connection's local port, which names it in its backend's command line.
+    upstream_port: u16,
+    /// The backend's processor-time counter, when the gate wants it and it could be opened
+    /// (set at BackendKeyData).
+    backend_cpu: std::sync::OnceLock<BackendCpu>,
 }
 
 struct State<P> {
     tracker: Tracker,
-    permit: Option<P>,
+    /// The open transaction's permit and its backend's processor time at admission.
+    permit: Option<(P, Option<u64>)>,
 }
 
 impl<G: TxnGate> Conn<G> {
@@ -74,6 +81,7 @@ pub(crate) async fn relay<G: TxnGate>(
     app_name: Option<String>,
 ) -> Result<(), ConnError> {
     let (client_rd, client_wr) = tokio::io::split(client);
+    let upstream_port = upstream.local_addr().map_or(0, |a| a.port());
     let (up_rd, up_wr) = upstream.into_split();
     let limits = &shared.config.limits;
     let tracker = Tracker::new(shared.config.types.clone(), app_name, limits.max_prepared);
@@ -86,6 +94,8 @@ pub(crate) async fn relay<G: TxnGate>(
         cancel: Arc::default(),
         server_progress: tokio::sync::Notify::new(),
         terminated: std::sync::atomic::AtomicBool::new(false),
+        upstream_port,
+        backend_cpu: std::sync::OnceLock::new(),
     });
     let to_server = client_to_server(&conn, client_rd, client_buf, up_wr);
     tokio::pin!(to_server);
@@ -227,7 +237,8 @@ async fn end_batch<G: TxnGate>(
     flush(up, out).await?;
     match admit_watching(conn, &ty, rd, buf).await? {
         Admitted::Permit(permit) => {
-            conn.state().permit = Some(permit);
+            let cpu_ns = conn.backend_cpu.get().and_then(BackendCpu::used_ns);
+            conn.state().permit = Some((permit, cpu_ns));
             if let Some(h) = held {
                 out.extend_from_slice(&h);
             }
@@ -329,6 +340,9 @@ async fn server_to_client<G: TxnGate>(conn: &Conn<G>, mut rd: OwnedReadHalf) -> 
                 let (pid, secret) = backend_key_data(frame.body())?;
                 let guard = conn.shared.keys.insert(pid, secret, conn.conn_id, conn.cancel.clone());
                 *conn.key.lock().unwrap_or_else(|e| e.into_inner()) = Some(guard);
+                if conn.shared.gate.wants_backend_cpu() {
+                    open_backend_cpu(conn, pid);
+                }
             }
             let mut st = conn.state();
             match st.tracker.on_server(frame.tag(), frame.body())? {
@@ -344,8 +358,10 @@ async fn server_to_client<G: TxnGate>(conn: &Conn<G>, mut rd: OwnedReadHalf) -> 
             conn.to_client(&out).await?;
             out.clear();
         }
-        for p in ended.drain(..) {
-            conn.shared.gate.finish(p);
+        for (p, cpu_at_admission_ns) in ended.drain(..) {
+            let now_ns = conn.backend_cpu.get().and_then(BackendCpu::used_ns);
+            let cpu_us = cpu_at_admission_ns.zip(now_ns).map(|(a, b)| b.saturating_sub(a) / 1_000);
+            conn.shared.gate.finish(p, cpu_us);
         }
         conn.server_progress.notify_one();
         let n = rd.read_buf(&mut buf).await.map_err(|e| ConnError::io("read from the upstream", e))?;
@@ -356,6 +372,25 @@ async fn server_to_client<G: TxnGate>(conn: &Conn<G>, mut rd: OwnedReadHalf) -> 
             let in_txn = conn.state().tracker.in_transaction();
             let state = if in_txn { "inside a transaction" } else { "outside a transaction" };
             return Err(ConnError::UpstreamClosed { state });
+        }
+    }
+}
+
+/// Opens the processor-time counter of the connection's backend `pid`; where that fails
+/// (another host, PgBouncer upstream, no /proc), the connection's transactions are sampled
+/// at their wall time: counted, and logged (a warning for the first connection).
+fn open_backend_cpu<G: TxnGate>(conn: &Conn<G>, pid: i32) {
+    match BackendCpu::open(std::path::Path::new("/proc"), pid, conn.upstream_port) {
+        Ok(cpu) => {
+            let _ = conn.backend_cpu.set(cpu);
+        }
+        Err(why) => {
+            let before = conn.shared.stats.backend_cpu_unmeasured.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if before == 0 {
+                tracing::warn!(conn = conn.conn_id, "--estimate-basis cpu: sampling wall time instead: {why}");
+            } else {
+                tracing::debug!(conn = conn.conn_id, "backend processor time not measured: {why}");
+            }
         }
     }
 }

@@ -74,6 +74,27 @@ async fn types_and_costs_from_admission_to_idle_and_the_charge_back_to_zero() {
     assert!(gk.gate.snapshot().types.iter().any(|t| t.1.starts_with("fp:")));
 }
 
+/// `--estimate-basis cpu`: a transaction is sampled at its backend's processor time, so one
+/// that sleeps in the server costs little and one that computes costs its computing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cpu_basis_samples_the_backends_processor_time() {
+    let pg = pg_or_skip!();
+    let cfg = config(|c| c.estimator.basis = shortfirst_core::admission::Basis::Cpu);
+    let gk = proxy_with(pg.addr(), Limits::default(), ControllerGate::new(&cfg).unwrap()).await;
+    let c = gk.client().await;
+    let started = tokio::time::Instant::now();
+    for _ in 0..3 {
+        c.simple_query("/*route='sleep'*/ SELECT pg_sleep(0.1)").await.unwrap();
+        c.simple_query("/*route='count'*/ SELECT count(*) FROM generate_series(1, 2000000)").await.unwrap();
+    }
+    let wall_per_pair_us = started.elapsed().as_micros() as u64 / 3;
+    idle(&gk.gate).await;
+    let (sleep, count) = (estimate_us(&gk.gate, "tag:sleep"), estimate_us(&gk.gate, "tag:count"));
+    assert_eq!(gk.stats.backend_cpu_unmeasured.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert!(sleep < 20_000, "a 100 ms sleep costs {sleep} us of processor time");
+    assert!(count > 5 * sleep && count < wall_per_pair_us, "count {count} us, sleep {sleep} us");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_waits_behind_a_full_gate_and_a_refusal_keeps_the_session() {
     let pg = pg_or_skip!();

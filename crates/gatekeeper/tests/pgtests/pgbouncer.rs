@@ -116,3 +116,25 @@ async fn through_pgbouncer_in_transaction_mode() {
     eventually(|| gk.gate.snapshot().load_us == 0, "no charge left").await;
     assert!(gk.gate.snapshot().types.iter().any(|t| t.1 == "tag:simple"));
 }
+
+/// `--estimate-basis cpu` in front of PgBouncer: the pid in BackendKeyData is PgBouncer's
+/// own, not a backend serving this connection, so the transactions are sampled at their
+/// wall time, and each connection is counted as unmeasured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cpu_basis_through_pgbouncer_falls_back_to_wall_time() {
+    let pg = pg_or_skip!();
+    let Some(b) = bouncer(pg) else { return };
+    let upstream = format!("127.0.0.1:{}", b.port);
+    let mut cfg =
+        ProxyConfig::new("127.0.0.1:0".parse().unwrap(), Upstream::parse(&format!("postgres://{upstream}")).unwrap());
+    cfg.capacity = CapacitySetting::Fixed { capacity_us: 10_000_000 };
+    cfg.estimator.basis = shortfirst_core::admission::Basis::Cpu;
+    let gk = proxy_with(upstream, Limits::default(), ControllerGate::new(&cfg).unwrap()).await;
+    let c = gk.client().await;
+    c.simple_query("/*route='sleep'*/ SELECT pg_sleep(0.05)").await.unwrap();
+    eventually(|| gk.gate.snapshot().load_us == 0, "no charge left").await;
+    assert_eq!(gk.stats.backend_cpu_unmeasured.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let s = gk.gate.snapshot();
+    let sleep = s.types.iter().find(|t| t.1 == "tag:sleep").map(|t| t.2);
+    assert!(sleep.is_some_and(|us| us >= 50_000), "sampled at wall time: {sleep:?}");
+}

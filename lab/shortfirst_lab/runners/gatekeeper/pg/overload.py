@@ -7,7 +7,8 @@ closed-loop clients gives its transactions/s on the database's CPU, so its servi
 the inverse; the capacity is the mix's rate at which the service times add up to one second
 a second: 1 / ((1 - p) s_cheap + p s_expensive), p the expensive share of transactions. The
 gatekeeper's own capacity (arms without `@auto`) is the charge of `pool_size` expensive
-transactions at their wall time with `pool_size` running at once, plus `cheap_room` of one.
+transactions, plus `cheap_room` of one: at their wall time with `pool_size` running at once,
+or with the `cpu` basis at their processor time (the expensive script's service time).
 
 Per class, over the transactions scheduled in the window [launch + warm-up, launch +
 duration] (pgbench's schedule, connections included, runs `-T` from its launch): served
@@ -78,16 +79,19 @@ def measure_capacity(ctx: Context, ol: Overload, scripts: dict[str, Path], seed:
         }
     s_cheap, s_exp = 1 / runs["cheap"]["tps"], 1 / runs["expensive"]["tps"]
     p = ol.expensive_share
-    wall_s = runs["pool"]["mean_ms"] / 1e3
+    # The charge of one expensive transaction in the basis's unit: processor time (its
+    # service time: the database has one CPU) or its wall time at the pool's concurrency.
+    cpu = ol.estimate_basis == "cpu"
+    charge_s = s_exp if cpu else runs["pool"]["mean_ms"] / 1e3
+    charge = "service time" if cpu else "mean latency under pool_size closed-loop clients"
     return {
         "runs": runs,
         "service_ms": {"cheap": 1e3 * s_cheap, "expensive": 1e3 * s_exp},
         "capacity_tps": 1 / ((1 - p) * s_cheap + p * s_exp),
-        "gate_capacity_ms": 1e3 * (ctx.pool_size + ol.cheap_room) * wall_s,
+        "gate_capacity_ms": 1e3 * (ctx.pool_size + ol.cheap_room) * charge_s,
         "definition": "service time of a script = 1 / its transactions/s alone, direct, under "
         "capacity_clients closed-loop clients; capacity = 1 / ((1 - p) s_cheap + p s_expensive), "
-        "p the expensive share; gate_capacity = (pool_size + cheap_room) x the expensive "
-        "script's mean latency under pool_size closed-loop clients",
+        f"p the expensive share; gate_capacity = (pool_size + cheap_room) x the expensive script's {charge}",
     }
 
 
