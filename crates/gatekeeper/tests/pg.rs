@@ -503,3 +503,6 @@ mod command;
 
 #[path = "pgtests/pgbouncer.rs"]
 mod pgbouncer;
+
+#[path = "pgtests/tls.rs"]
+mod tls;

@@ -119,7 +119,12 @@ async fn startup_messages<G: TxnGate>(
             Some(StartupFrame::SslRequest) | Some(StartupFrame::GssEncRequest) => {
                 // No TLS (or already in it) and no GSSAPI encryption: refuse as PostgreSQL
                 // does; the client goes on as it is (or gives up, by its sslmode).
-                if let Err(e) = client.write_all(b"N").await {
+                if let Err(e) = async {
+                    client.write_all(b"N").await?;
+                    client.flush().await
+                }
+                .await
+                {
                     return Ok(Err(ConnError::io("answer an SSL/GSSENC request", e)));
                 }
             }

@@ -67,8 +67,13 @@ impl<G: TxnGate> Conn<G> {
         // a poisoned lock is never observed by a live connection.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
+    /// Writes and flushes: over TLS, `write_all` can leave encrypted records buffered when
+    /// the socket is full, and nothing would send them until the next write (a large
+    /// result, then silence, hung the client).
     async fn to_client(&self, bytes: &[u8]) -> Result<(), ConnError> {
-        self.client_wr.lock().await.write_all(bytes).await.map_err(|e| ConnError::io("write to the client", e))
+        let mut w = self.client_wr.lock().await;
+        w.write_all(bytes).await.map_err(|e| ConnError::io("write to the client", e))?;
+        w.flush().await.map_err(|e| ConnError::io("write to the client", e))
     }
 }
 
@@ -392,5 +397,48 @@ fn open_backend_cpu<G: TxnGate>(conn: &Conn<G>, pid: i32) {
                 tracing::debug!(conn = conn.conn_id, "backend processor time not measured: {why}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+    use tokio::net::TcpListener;
+
+    use super::super::{AdmitAll, CancelKeys, Limits, PgConfig, ServeStats, Shared, TypeSource};
+    use super::*;
+
+    /// A client stream that sends nothing until flushed, as TLS leaves records buffered
+    /// when its socket is full: every write of the relay to the client is flushed, so a
+    /// server message reaches the client with nothing written after it.
+    #[tokio::test]
+    async fn every_write_to_the_client_is_flushed() {
+        let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let up_addr = upstream.local_addr().unwrap();
+        let (client_side, mut client) = tokio::io::duplex(1 << 16);
+        let config = PgConfig {
+            upstream_addr: up_addr.to_string(),
+            limits: Limits::default(),
+            types: TypeSource::default(),
+            tls: None,
+        };
+        let stats = Arc::new(ServeStats::default());
+        let shared = Arc::new(Shared { config, gate: Arc::new(AdmitAll::new()), keys: CancelKeys::default(), stats });
+        let to_upstream = TcpStream::connect(up_addr).await.unwrap();
+        let (mut server, _) = upstream.accept().await.unwrap();
+        let buffered: ClientStream = Box::new(BufWriter::with_capacity(1 << 20, client_side));
+        let relay = tokio::spawn(relay(buffered, to_upstream, BytesMut::new(), shared, 1, None));
+        // A ParameterStatus from the server, and nothing after it.
+        let status = [b'S', 0, 0, 0, 8, b'a', 0, b'b', 0];
+        server.write_all(&status).await.unwrap();
+        let mut got = [0u8; 9];
+        let read = tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut got)).await;
+        assert!(read.is_ok(), "the message stayed in the client stream's buffer");
+        assert_eq!(got, status);
+        drop(client);
+        drop(server);
+        let _ = relay.await;
     }
 }

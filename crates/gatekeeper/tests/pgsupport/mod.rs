@@ -225,3 +225,19 @@ pub async fn tee(upstream: String) -> (SocketAddr, Arc<Mutex<Recording>>) {
     });
     (addr, rec)
 }
+
+/// A running gatekeeper (pass-through) in front of `upstream` that answers SSLRequest with
+/// TLS over `tls`.
+pub async fn proxy_with_tls(upstream: String, tls: shortfirst_gatekeeper::pg::PgTls) -> Proxy {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().unwrap();
+    let gate = Arc::new(AdmitAll::new());
+    let stats = Arc::new(ServeStats::default());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let config =
+        PgConfig { upstream_addr: upstream, limits: Limits::default(), types: TypeSource::default(), tls: Some(tls) };
+    tokio::spawn(pg::serve(listener, config, gate.clone(), stats.clone(), async {
+        let _ = rx.await;
+    }));
+    Proxy { addr, gate, stats, stop: Some(tx) }
+}
