@@ -15,8 +15,9 @@ import pytest
 from conftest import BIN
 
 from shortfirst_lab.kit import REPO
-from shortfirst_lab.runners.gatekeeper.pg import pgbench
+from shortfirst_lab.runners.gatekeeper.pg import pgbench, verdict
 from shortfirst_lab.runners.gatekeeper.pg.overload import classify
+from shortfirst_lab.spec.pg import overload_arm
 from shortfirst_lab.spec.reader import read_spec
 from shortfirst_lab.spec.schema import SpecError
 
@@ -27,6 +28,8 @@ EXPERIMENT = REPO / "lab" / "experiments" / "pg-gatekeeper.toml"
     ("override", "key"),
     [
         ('overload.arms=["direct", "sjf@manual"]', "overload.arms[1]"),
+        ('overload.arms=["sjf", "sjf+time"]', "overload.arms[1]"),
+        ('overload.arms=["sjf", "sjf+cpu@auto"]', "overload.arms[1]"),
         ('overload.arms=["sjf", "sjf"]', "overload.arms"),
         ("overload.warmup_s=20", "overload.warmup_s"),
         ('overhead.protocols=["simple", "copy"]', "overhead.protocols[1]"),
@@ -40,6 +43,13 @@ def test_a_bad_value_is_refused_by_name(override, key):
     with pytest.raises(SpecError) as e:
         read_spec(EXPERIMENT, [override])
     assert e.value.key == key
+
+
+def test_an_arm_may_name_its_own_cost_basis():
+    spec = read_spec(EXPERIMENT, ['overload.arms=["direct", "sjf", "sjf+cpu", "sjf@auto+cpu"]'])
+    assert spec.value.overload.arms[3] == "sjf@auto+cpu"
+    assert overload_arm("sjf@auto+cpu") == ("sjf", True, "cpu")
+    assert overload_arm("sjf-aging:2") == ("sjf-aging:2", False, None)
 
 
 def test_the_file_reads_as_the_pg_kind():
@@ -176,3 +186,24 @@ def test_a_tiny_run_end_to_end(tmp_path):
             str(tmp_path)
             not in subprocess.run(["pgrep", "-af", "pgbouncer"], capture_output=True, text=True).stdout
         )
+
+
+def test_an_auto_arm_is_judged_against_its_policy_with_the_same_basis():
+    def point(arm: str, p99: float, goodput: float) -> dict:
+        return {
+            "load": 1.25,
+            "arm": arm,
+            "cheap": {"p99_ms": p99, "served_fraction": 1.0},
+            "expensive": {"goodput_per_s": goodput},
+        }
+
+    points = [point("sjf", 10.0, 50.0), point("sjf+cpu", 20.0, 80.0), point("sjf@auto+cpu", 21.0, 60.0)]
+    checks = verdict.overload({"points": points, "settings": {"timeout_s": 5.0}})
+    at = "sjf@auto+cpu at 1.25x"
+    auto = {c["target"]: c["value"] for c in checks if c["where"] == at and "auto" in c["target"]}
+    assert auto == pytest.approx(
+        {
+            "cheap p99_ms auto / measured capacity, |1 - ratio|": 0.05,
+            "expensive goodput_per_s auto / measured capacity, |1 - ratio|": 0.25,
+        }
+    )

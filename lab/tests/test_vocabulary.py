@@ -32,7 +32,7 @@ def test_gatekeeper_policies(text, ok):
 
 def test_gatekeeper_forms_and_bases():
     assert vocabulary.gatekeeper_policy_forms() == "fifo, sjf or sjf-aging:X"
-    assert vocabulary.estimate_bases() == ("share", "wall", "serial")
+    assert vocabulary.estimate_bases() == ("share", "wall", "serial", "cpu")
 
 
 def test_a_missing_binary_is_one_clear_error(monkeypatch, tmp_path):

@@ -24,7 +24,8 @@ OVERHEAD_SCRIPTS = ("select-only", "tpcb-like", "distinct")
 #: The overhead experiment's arms.
 OVERHEAD_ARMS = ("direct", "pgbouncer", "gatekeeper")
 #: An overload arm: direct, pgbouncer, or a gatekeeper policy, `@auto` for `--capacity auto`
-#: (without it the capacity measured in the run).
+#: (without it the capacity measured in the run), `+BASIS` for a cost basis other than
+#: `overload.estimate_basis` (see `overload_arm`).
 _SIZE = re.compile(r"^[0-9]+(kB|MB|GB)$")
 
 PG: dict[str, Field] = {
@@ -44,7 +45,9 @@ OVERHEAD: dict[str, Field] = {
     "policy": Field("str", True, what="a gatekeeper policy (`shortfirst vocabulary`)"),
 }
 OVERLOAD: dict[str, Field] = {
-    "arms": Field("strs", True, what="direct, pgbouncer, or a gatekeeper policy, optionally @auto"),
+    "arms": Field(
+        "strs", True, what="direct, pgbouncer, or a gatekeeper policy, optionally @auto and +BASIS"
+    ),
     "loads": Field("numbers", True, lo=0, lo_open=True, hi=10),
     "protocol": Field("str", True, choices=PROTOCOLS[:2]),
     "duration_s": positive("number", True),
@@ -120,9 +123,16 @@ def from_dict(doc: dict[str, Any], path: Path) -> PgExperiment:
     if not vocabulary.is_gatekeeper_policy(oh["policy"]):
         raise SpecError(path, "overhead.policy", vocabulary.gatekeeper_policy_forms(), oh["policy"])
     for i, arm in enumerate(ol["arms"]):
-        policy = arm.removesuffix("@auto")
-        if arm not in ("direct", "pgbouncer") and not vocabulary.is_gatekeeper_policy(policy):
-            raise SpecError(path, f"overload.arms[{i}]", "direct, pgbouncer, or POLICY[@auto]", arm)
+        policy, auto, basis = overload_arm(arm)
+        if arm in ("direct", "pgbouncer"):
+            continue
+        spelled = policy + ("@auto" if auto else "") + (f"+{basis}" if basis is not None else "")
+        if (
+            spelled != arm
+            or not vocabulary.is_gatekeeper_policy(policy)
+            or (basis is not None and basis not in vocabulary.estimate_bases())
+        ):
+            raise SpecError(path, f"overload.arms[{i}]", "direct, pgbouncer, or POLICY[@auto][+BASIS]", arm)
     if ol["estimate_basis"] not in vocabulary.estimate_bases():
         bases = " or ".join(vocabulary.estimate_bases())
         raise SpecError(path, "overload.estimate_basis", bases, ol["estimate_basis"])
@@ -156,3 +166,12 @@ def from_dict(doc: dict[str, Any], path: Path) -> PgExperiment:
             loads=[float(x) for x in ol["loads"]],
         ),
     )
+
+
+def overload_arm(arm: str) -> tuple[str, bool, str | None]:
+    """An overload arm's parts: `POLICY[@auto][+BASIS]` as (policy, auto capacity, its own
+    cost basis or None for `overload.estimate_basis`); `direct` and `pgbouncer` as
+    themselves."""
+    head, plus, basis = arm.partition("+")
+    policy, _, auto = head.partition("@")
+    return policy, auto == "auto", basis if plus else None

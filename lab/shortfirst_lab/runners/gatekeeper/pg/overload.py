@@ -8,7 +8,8 @@ the inverse; the capacity is the mix's rate at which the service times add up to
 a second: 1 / ((1 - p) s_cheap + p s_expensive), p the expensive share of transactions. The
 gatekeeper's own capacity (arms without `@auto`) is the charge of `pool_size` expensive
 transactions, plus `cheap_room` of one: at their wall time with `pool_size` running at once,
-or with the `cpu` basis at their processor time (the expensive script's service time).
+or with the `cpu` basis at their processor time (the expensive script's service time). An
+arm `POLICY+BASIS` runs with that cost basis instead of `overload.estimate_basis`.
 
 Per class, over the transactions scheduled in the window [launch + warm-up, launch +
 duration] (pgbench's schedule, connections included, runs `-T` from its launch): served
@@ -27,7 +28,7 @@ import math
 import sys
 from pathlib import Path
 
-from ....spec.pg import Overload
+from ....spec.pg import Overload, overload_arm
 from ..timeline import TIMELINE_SERIES, Sampler, write_timeline
 from . import pgbench
 from .arms import Context, gate_state, way_in
@@ -79,19 +80,24 @@ def measure_capacity(ctx: Context, ol: Overload, scripts: dict[str, Path], seed:
         }
     s_cheap, s_exp = 1 / runs["cheap"]["tps"], 1 / runs["expensive"]["tps"]
     p = ol.expensive_share
-    # The charge of one expensive transaction in the basis's unit: processor time (its
-    # service time: the database has one CPU) or its wall time at the pool's concurrency.
-    cpu = ol.estimate_basis == "cpu"
-    charge_s = s_exp if cpu else runs["pool"]["mean_ms"] / 1e3
-    charge = "service time" if cpu else "mean latency under pool_size closed-loop clients"
+
+    def gate_capacity_ms(basis: str) -> float:
+        # The charge of one expensive transaction in the basis's unit: processor time (its
+        # service time: the database has one CPU) or its wall time at the pool's concurrency.
+        charge_s = s_exp if basis == "cpu" else runs["pool"]["mean_ms"] / 1e3
+        return 1e3 * (ctx.pool_size + ol.cheap_room) * charge_s
+
+    bases = {ol.estimate_basis} | {b for a in ol.arms if (b := overload_arm(a)[2]) is not None}
     return {
         "runs": runs,
         "service_ms": {"cheap": 1e3 * s_cheap, "expensive": 1e3 * s_exp},
         "capacity_tps": 1 / ((1 - p) * s_cheap + p * s_exp),
-        "gate_capacity_ms": 1e3 * (ctx.pool_size + ol.cheap_room) * charge_s,
+        "gate_capacity_ms": gate_capacity_ms(ol.estimate_basis),
+        "gate_capacity_ms_by_basis": {b: gate_capacity_ms(b) for b in sorted(bases)},
         "definition": "service time of a script = 1 / its transactions/s alone, direct, under "
         "capacity_clients closed-loop clients; capacity = 1 / ((1 - p) s_cheap + p s_expensive), "
-        f"p the expensive share; gate_capacity = (pool_size + cheap_room) x the expensive script's {charge}",
+        "p the expensive share; gate_capacity = (pool_size + cheap_room) x the expensive script's "
+        "service time (cpu basis) or mean latency under pool_size closed-loop clients (other bases)",
     }
 
 
@@ -99,9 +105,10 @@ def point(
     ctx: Context, ol: Overload, arm: str, load: float, cap: dict, scripts: dict[str, Path], seed: int
 ) -> dict:
     """One arm at one load: both pgbench processes at once, then each class's figures."""
-    policy, _, auto = arm.partition("@")
-    capacity = "auto" if auto else f"{cap['gate_capacity_ms']:.0f}ms"
-    d = ctx.work / "overload" / f"{load:g}-{arm.replace(':', '_').replace('@', '_')}"
+    policy, auto, basis = overload_arm(arm)
+    basis = basis or ol.estimate_basis
+    capacity = "auto" if auto else f"{cap['gate_capacity_ms_by_basis'][basis]:.0f}ms"
+    d = ctx.work / "overload" / f"{load:g}-{arm.replace(':', '_').replace('@', '_').replace('+', '_')}"
     d.mkdir(parents=True, exist_ok=True)
     total = load * cap["capacity_tps"]
     rates = {"cheap": (1 - ol.expensive_share) * total, "expensive": ol.expensive_share * total}
@@ -112,7 +119,7 @@ def point(
         policy,
         d / "proxy.log",
         capacity=capacity if gated else None,
-        estimate_basis=ol.estimate_basis if gated else None,
+        estimate_basis=basis if gated else None,
     ) as way:
         started = {}
         cmds = {}

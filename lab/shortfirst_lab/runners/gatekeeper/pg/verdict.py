@@ -5,6 +5,8 @@ arm not run) is a check with value None that does not hold.
 
 from __future__ import annotations
 
+from ....spec.pg import overload_arm
+
 #: Experiment 2's targets.
 ADDED_MEDIAN_US = 30.0
 PROXY_CPU_US = 25.0
@@ -114,8 +116,8 @@ def overload(summary: dict) -> list[dict]:
                     True,
                 )
             )
-        policy, _, auto = arm.partition("@")
-        fixed = by.get((load, policy))
+        policy, auto, basis = overload_arm(arm)
+        fixed = by.get((load, policy + (f"+{basis}" if basis is not None else "")))
         if auto and fixed is not None:
             for cls, key in (("cheap", "p99_ms"), ("expensive", "goodput_per_s")):
                 r = _ratio(p[cls][key], fixed[cls][key])
