@@ -20,8 +20,8 @@
 //!   failed (a failure says nothing of the cost). The estimator learns the sample (its
 //!   [`Basis`]: wall time, the processor-sharing or serial share, or the backend's
 //!   processor time the driver measured, each at most the wall time), auto capacity
-//!   records it (the wall time under the processor-time basis), the type's waiting requests are re-priced, the charge
-//!   is released, and what that lets in is admitted.
+//!   records it (the wall time under the processor-time basis), the type's waiting
+//!   requests are re-priced, the charge is released, and what that lets in is admitted.
 //! - [`Controller::client_gone`]: the client left, while its request waited (it is taken
 //!   out of the queue: never started) or while the backend worked on it (the charge stays
 //!   until [`Controller::finish`]: the backend is still busy with it). Either way the time

@@ -416,3 +416,30 @@ fn the_cpu_basis_learns_processor_time() {
     c.finish_with_cpu(21_000, grants.next().unwrap().ticket, Some(1_000), Some(5_000)).unwrap();
     assert_eq!(c.estimator().estimate_us(0).unwrap(), 1_000, "at most the wall time");
 }
+
+/// Under the processor-time basis auto capacity reads wall-time inflation: requests whose
+/// CPU time holds still while their wall time triples are a backend past its knee.
+#[test]
+fn auto_capacity_under_the_cpu_basis_reads_wall_time_inflation() {
+    let mut cf = cfg(1_000_000, "fifo");
+    cf.estimator.basis = Basis::Cpu;
+    cf.estimator.alpha = 1.0;
+    cf.auto = Some(crate::admission::auto::AutoConfig {
+        initial_capacity_us: 1_000_000,
+        min_samples: 4,
+        ..Default::default()
+    });
+    let mut c = Controller::new(cf, 1, 0).unwrap();
+    let g = grant(c.arrive(0, 0).unwrap().outcome);
+    c.finish_with_cpu(1_000, g.ticket, Some(1_000), Some(100)).unwrap();
+    for i in 0..8u64 {
+        let t = 2_000 + i * 10_000;
+        let g = grant(c.arrive(t, 0).unwrap().outcome);
+        c.finish_with_cpu(t + 3_000, g.ticket, Some(3_000), Some(100)).unwrap();
+    }
+    assert_eq!(c.estimator().estimate_us(0).unwrap(), 100, "charged processor time");
+    c.poll(1_000_001);
+    let inflation = c.auto().and_then(|a| a.last_inflation()).unwrap();
+    assert!(inflation > 2.5, "wall-time inflation {inflation}");
+    assert!(c.auto().unwrap().capacity_us() < 1_000_000, "the capacity came down");
+}
