@@ -241,3 +241,13 @@ pub async fn proxy_with_tls(upstream: String, tls: shortfirst_gatekeeper::pg::Pg
     }));
     Proxy { addr, gate, stats, stop: Some(tx) }
 }
+
+/// A self-signed certificate for `localhost`, written as `cert.pem` and `key.pem` into
+/// `dir`: the pair and the two paths.
+pub fn self_signed(dir: &std::path::Path) -> (rcgen::CertifiedKey, PathBuf, PathBuf) {
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert, ck.cert.pem()).unwrap();
+    std::fs::write(&key, ck.key_pair.serialize_pem()).unwrap();
+    (ck, cert, key)
+}

@@ -158,10 +158,7 @@ fn write_pair(cert: &std::path::Path, key: &std::path::Path, root: &std::path::P
 async fn tls_with_a_certificate_and_psql_requiring_it() {
     let pg = pg_or_skip!();
     let dir = tempfile::tempdir().unwrap();
-    let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    std::fs::write(&cert, ck.cert.pem()).unwrap();
-    std::fs::write(&key, ck.key_pair.serialize_pem()).unwrap();
+    let (_, cert, key) = self_signed(dir.path());
     let settings = |tls: bool| ProxySettings {
         listen: Some("127.0.0.1:0".parse().unwrap()),
         upstream: Some(format!("postgres://{}", pg.addr())),

@@ -43,10 +43,7 @@ async fn until_ready<S: AsyncRead + Unpin>(s: &mut S, buf: &mut BytesMut) -> usi
 async fn a_large_result_arrives_whole_over_tls() {
     let pg = pg_or_skip!();
     let dir = tempfile::tempdir().unwrap();
-    let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    std::fs::write(&cert, ck.cert.pem()).unwrap();
-    std::fs::write(&key, ck.key_pair.serialize_pem()).unwrap();
+    let (ck, cert, key) = self_signed(dir.path());
     let gk = proxy_with_tls(pg.addr(), PgTls::from_pem_files(&cert, &key).unwrap()).await;
 
     let mut roots = rustls::RootCertStore::empty();
