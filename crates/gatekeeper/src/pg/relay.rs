@@ -86,7 +86,9 @@ pub(crate) async fn relay<G: TxnGate>(
     app_name: Option<String>,
 ) -> Result<(), ConnError> {
     let (client_rd, client_wr) = tokio::io::split(client);
-    let upstream_port = upstream.local_addr().map_or(0, |a| a.port());
+    // Only the processor-time basis needs it (a getsockname per connection otherwise).
+    let wants_cpu = shared.gate.wants_backend_cpu();
+    let upstream_port = if wants_cpu { upstream.local_addr().map_or(0, |a| a.port()) } else { 0 };
     let (up_rd, up_wr) = upstream.into_split();
     let limits = &shared.config.limits;
     let tracker = Tracker::new(shared.config.types.clone(), app_name, limits.max_prepared);

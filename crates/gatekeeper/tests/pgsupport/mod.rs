@@ -159,12 +159,17 @@ pub async fn proxy(upstream: String, limits: Limits) -> Proxy {
 }
 
 pub async fn proxy_with<G: TxnGate>(upstream: String, limits: Limits, gate: G) -> Proxy<G> {
+    let config = PgConfig { upstream_addr: upstream, limits, types: TypeSource::default(), tls: None };
+    proxy_config(config, gate).await
+}
+
+/// A running gatekeeper of `config` admitting through `gate`.
+pub async fn proxy_config<G: TxnGate>(config: PgConfig, gate: G) -> Proxy<G> {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().unwrap();
     let gate = Arc::new(gate);
     let stats = Arc::new(ServeStats::default());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let config = PgConfig { upstream_addr: upstream, limits, types: TypeSource::default(), tls: None };
     tokio::spawn(pg::serve(listener, config, gate.clone(), stats.clone(), async {
         let _ = rx.await;
     }));
@@ -229,17 +234,9 @@ pub async fn tee(upstream: String) -> (SocketAddr, Arc<Mutex<Recording>>) {
 /// A running gatekeeper (pass-through) in front of `upstream` that answers SSLRequest with
 /// TLS over `tls`.
 pub async fn proxy_with_tls(upstream: String, tls: shortfirst_gatekeeper::pg::PgTls) -> Proxy {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().unwrap();
-    let gate = Arc::new(AdmitAll::new());
-    let stats = Arc::new(ServeStats::default());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let config =
-        PgConfig { upstream_addr: upstream, limits: Limits::default(), types: TypeSource::default(), tls: Some(tls) };
-    tokio::spawn(pg::serve(listener, config, gate.clone(), stats.clone(), async {
-        let _ = rx.await;
-    }));
-    Proxy { addr, gate, stats, stop: Some(tx) }
+    let limits = Limits::default();
+    let config = PgConfig { upstream_addr: upstream, limits, types: TypeSource::default(), tls: Some(tls) };
+    proxy_config(config, AdmitAll::new()).await
 }
 
 /// A self-signed certificate for `localhost`, written as `cert.pem` and `key.pem` into
