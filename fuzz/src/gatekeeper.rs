@@ -89,8 +89,9 @@ pub fn gatekeeper_response(data: &[u8]) {
     };
     let rest = match (whole, in_two) {
         (Ok(Some(a)), Ok(Some(b))) => {
-            assert_eq!((a.parts.status, a.framing, a.keep_alive), (b.parts.status, b.framing, b.keep_alive));
-            assert_eq!(a.parts.headers, b.parts.headers);
+            assert_eq!((a.head.status, a.framing, a.keep_alive), (b.head.status, b.framing, b.keep_alive));
+            assert!(a.head.fields().eq(b.head.fields()));
+            assert_eq!(a.head.bytes, b.head.bytes);
             if a.framing != Framing::Chunked {
                 return;
             }
@@ -106,6 +107,71 @@ pub fn gatekeeper_response(data: &[u8]) {
     if let Some((Ok((data, _)), _)) = &one {
         assert!(data.len() <= rest.len());
     }
+}
+
+/// Input: a flags byte (where to cut the bytes in two, and the piece size a chunked body
+/// is fed in), then bytes a client sent. Invariants: a request head parses the same whole
+/// or cut in two (the first part incomplete, or already complete); what it takes is the
+/// head alone; the head sent upstream from it parses as a request with the same method,
+/// no hop-by-hop field and one framing of its own; a chunked body decodes the same fed
+/// whole or in pieces.
+pub fn gatekeeper_request(data: &[u8]) {
+    use bytes::BytesMut;
+    use shortfirst_gatekeeper::proxy::request_head::{parse_request_head, BodyFraming};
+    let Some((&flags, wire)) = data.split_first() else { return };
+    let whole = parse_request_head(&mut BytesMut::from(wire));
+    let cut = usize::from(flags & 0x7f) * wire.len() / 128;
+    let mut buf = BytesMut::from(&wire[..cut]);
+    let in_two = match parse_request_head(&mut buf) {
+        Ok(None) => {
+            buf.extend_from_slice(&wire[cut..]);
+            parse_request_head(&mut buf)
+        }
+        first => {
+            buf.extend_from_slice(&wire[cut..]);
+            first
+        }
+    };
+    let (head, rest) = match (whole, in_two) {
+        (Ok(Some(a)), Ok(Some(b))) => {
+            assert_eq!(a.bytes, b.bytes);
+            assert_eq!(
+                (a.method(), a.path_and_query(), a.body, a.keep_alive),
+                (b.method(), b.path_and_query(), b.body, b.keep_alive)
+            );
+            assert_eq!(&wire[..a.bytes.len()], &a.bytes[..], "the head is the input's start");
+            (a, buf)
+        }
+        (Ok(None), Ok(None)) => return,
+        (Err(a), Err(b)) => return assert_eq!(a, b),
+        (a, b) => panic!("whole: {:?}, cut at {cut}: {:?}", a.map(|h| h.is_some()), b.map(|h| h.is_some())),
+    };
+    assert!(head.path_and_query().starts_with('/') || head.path_and_query() == "*");
+    check_upstream_head(&head);
+    if head.body == BodyFraming::Chunked {
+        let piece = 1 + usize::from(flags >> 4);
+        assert_eq!(decode_chunked(&rest, rest.len().max(1)), decode_chunked(&rest, piece), "fed in pieces of {piece}");
+    }
+}
+
+/// The head sent upstream for `head` parses, keeps the method and target, and carries
+/// no hop-by-hop field but the framing it adds.
+fn check_upstream_head(head: &shortfirst_gatekeeper::proxy::request_head::RequestHead) {
+    use shortfirst_gatekeeper::proxy::encode_upstream_head;
+    let mut out = bytes::BytesMut::new();
+    let has_body = head.body != shortfirst_gatekeeper::proxy::request_head::BodyFraming::None;
+    let peer = "192.0.2.1:4000".parse().expect("an address");
+    encode_upstream_head(head, head.path_and_query(), peer, "backend:80", false, has_body, &mut out);
+    let mut slots = [httparse::EMPTY_HEADER; 128];
+    let mut req = httparse::Request::new(&mut slots);
+    let parsed = req.parse(&out).expect("the upstream head parses");
+    assert_eq!(parsed, httparse::Status::Complete(out.len()));
+    assert_eq!((req.method, req.path), (Some(head.method()), Some(head.path_and_query())));
+    let named = |n: &str| req.headers.iter().filter(|h| h.name.eq_ignore_ascii_case(n)).count();
+    for hop in ["connection", "keep-alive", "te", "upgrade", "proxy-authorization"] {
+        assert_eq!(named(hop), 0, "{hop} forwarded");
+    }
+    assert!(named("transfer-encoding") <= 1 && named("host") == 1);
 }
 
 /// What a chunked body decoded to: its data and trailers (or the failure, as text), and

@@ -10,7 +10,7 @@ mod http2;
 mod load;
 mod tls;
 
-pub use gatekeeper::{gatekeeper_classify, gatekeeper_config, gatekeeper_response};
+pub use gatekeeper::{gatekeeper_classify, gatekeeper_config, gatekeeper_request, gatekeeper_response};
 pub use http::{http_head, range_conditions, resolve_target};
 pub use http2::h2_request;
 pub use load::{load_schedule, session_toml, trace_clf, trace_csv, trace_wc98};
@@ -32,6 +32,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("gatekeeper_classify", gatekeeper_classify),
     ("gatekeeper_config", gatekeeper_config),
     ("gatekeeper_response", gatekeeper_response),
+    ("gatekeeper_request", gatekeeper_request),
     ("tls_names", tls_names),
     ("h2_request", h2_request),
 ];

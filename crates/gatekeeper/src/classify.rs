@@ -40,6 +40,17 @@ pub const MAX_TYPE_NAME_BYTES: usize = 128;
 /// Bound on the configurable type count.
 pub const MAX_TYPES_LIMIT: usize = 10_000;
 
+/// A request's header fields, looked up by lower-case name (the first value, if text).
+pub trait Fields {
+    fn field(&self, name: &str) -> Option<&str>;
+}
+
+impl Fields for hyper::HeaderMap {
+    fn field(&self, name: &str) -> Option<&str> {
+        self.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
 #[derive(Debug, Clone)]
 pub enum Rule {
     Regex { name: String, re: Regex },
@@ -282,7 +293,7 @@ impl Classifier {
     }
 
     /// The type name a request maps to by the rules (before the type limit applies).
-    pub fn name_for(&self, method: &str, path_and_query: &str, headers: &hyper::HeaderMap) -> Option<String> {
+    pub fn name_for(&self, method: &str, path_and_query: &str, headers: &dyn Fields) -> Option<String> {
         for rule in self.rules.read().expect("rules lock").iter() {
             match rule {
                 Rule::Regex { name, re } => {
@@ -292,7 +303,7 @@ impl Classifier {
                     }
                 }
                 Rule::Header(h) => {
-                    if let Some(v) = headers.get(h).and_then(|v| v.to_str().ok()) {
+                    if let Some(v) = headers.field(h.as_str()) {
                         let v = v.trim();
                         if !v.is_empty() {
                             let mut end = v.len().min(MAX_TYPE_NAME_BYTES);
@@ -310,7 +321,7 @@ impl Classifier {
     }
 
     /// The type index of a request.
-    pub fn classify(&self, method: &str, path_and_query: &str, headers: &hyper::HeaderMap) -> usize {
+    pub fn classify(&self, method: &str, path_and_query: &str, headers: &dyn Fields) -> usize {
         match self.name_for(method, path_and_query, headers) {
             Some(name) => self.intern(&name),
             None => self.overflow_index(),

@@ -9,7 +9,6 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use hyper::http::uri::PathAndQuery;
 use hyper::Uri;
 use shortfirst_core::admission::auto::AutoConfig;
 use shortfirst_core::admission::{AdmissionPolicy, EstimatorConfig, PatienceRule};
@@ -141,15 +140,14 @@ impl Upstream {
     }
 
     /// The request target to send upstream, in origin form (`/prefix/path?query`; the
-    /// authority goes in `Host`). Without a prefix the client's path and query is reused as
-    /// it is (a shared buffer, no new string to parse per request).
-    pub fn target_for(&self, path_and_query: &PathAndQuery) -> Result<Uri, hyper::http::Error> {
-        let pq = if self.prefix.is_empty() {
-            path_and_query.clone()
+    /// authority goes in `Host`). Without a prefix the client's path and query is sent as
+    /// it is.
+    pub fn target_for<'a>(&self, path_and_query: &'a str) -> std::borrow::Cow<'a, str> {
+        if self.prefix.is_empty() || path_and_query == "*" {
+            path_and_query.into()
         } else {
-            PathAndQuery::try_from(format!("{}{}", self.prefix, path_and_query))?
-        };
-        Ok(Uri::from(pq))
+            format!("{}{}", self.prefix, path_and_query).into()
+        }
     }
 }
 
@@ -301,10 +299,10 @@ mod tests {
     #[test]
     fn upstream_urls() {
         let u = Upstream::parse("http://127.0.0.1:9000/app/").unwrap();
-        assert_eq!(u.target_for(&PathAndQuery::from_static("/x?y=1")).unwrap().to_string(), "/app/x?y=1");
+        assert_eq!(u.target_for("/x?y=1"), "/app/x?y=1");
         let u = Upstream::parse("http://127.0.0.1:9000").unwrap();
-        assert_eq!(u.target_for(&PathAndQuery::from_static("/")).unwrap().to_string(), "/");
-        assert_eq!(u.target_for(&PathAndQuery::from_static("/x?y=1")).unwrap().to_string(), "/x?y=1");
+        assert_eq!(u.target_for("/"), "/");
+        assert_eq!(u.target_for("/x?y=1"), "/x?y=1");
         for bad in ["https://a:1", "127.0.0.1:9000", "http://a:1/?q"] {
             assert!(Upstream::parse(bad).is_err(), "{bad}");
         }

@@ -1,10 +1,11 @@
-//! The proxy: HTTP/1.1 in (hyper server), admission through the core [`Controller`], HTTP/1.1 out
-//! over kept-alive upstream connections ([`UpstreamPool`]), responses streamed back.
+//! The proxy: HTTP/1.1 in ([`front`], our own), admission through the core [`Controller`],
+//! HTTP/1.1 out over kept-alive upstream connections ([`UpstreamPool`]), responses streamed
+//! back.
 //!
 //! Lifecycle of a request:
 //! 1. classify → type; the type's current estimate is its charge;
 //! 2. `Controller::arrive`; if not admitted at once, wait on a oneshot for a verdict. If
-//!    the client goes away meanwhile (hyper drops the handler future, or the request body,
+//!    the client goes away meanwhile (the connection's watch drops the handler future, or the request body,
 //!    read ahead while waiting up to [`PREFETCH_LIMIT_BYTES`], fails), the guard reports
 //!    it (`Controller::client_gone`), which takes the request out of the queue;
 //! 3. admitted: a [`Permit`] owns the ticket. Dropping the permit releases the charge, so it
@@ -17,7 +18,8 @@
 //! The decisions state, permits, waiting and the timer are [`crate::admit`]'s, shared with
 //! the PostgreSQL gate.
 //!
-//! Modules: `route` (one request's way: classify, admit, forward), `detach` (the exchange
+//! Modules: `front` (the client connection: request heads in, replies out), `route` (one
+//! request's way: classify, admit, forward), `detach` (the exchange
 //! polled in place, carried on alone if the client leaves), `stream` (request and
 //! response bodies), `headers`
 //! (hop-by-hop and forwarding headers), `reply` (the gatekeeper's own answers), `admin`
@@ -31,8 +33,6 @@ use tokio::time::Instant;
 
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use shortfirst_core::admission::{AdmissionPolicy, ChargeAt, ControllerConfig, GateConfig};
 use tokio::net::TcpListener;
 
@@ -46,18 +46,24 @@ use crate::GatekeeperError;
 
 pub(crate) mod admin;
 mod detach;
+pub(crate) mod front;
 mod headers;
 mod reply;
 mod route;
 mod stream;
 
-pub use headers::{add_forwarding, strip_hop_by_hop};
+pub use front::body::ClientBodyError;
+/// The client's request head as parsed (for tests and fuzzing; the proxy's own use is
+/// internal).
+pub use front::head as request_head;
+pub use headers::encode_upstream_head;
 pub use stream::{RequestBody, PREFETCH_LIMIT_BYTES};
 
 /// What a response body can fail with: the upstream's error, or the proxy cutting a body
 /// whose upstream went silent (`--upstream-body-timeout`).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The admin listener's response bodies.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// What every request of the HTTP proxy shares: the admission state and the upstream side.
@@ -198,21 +204,22 @@ impl Gatekeeper {
         let shared = self.shared.clone();
         let render: admin::Render = Arc::new(move || shared.adm.metrics.render(&shared.snapshot()));
         let admin = self.admin.map(|l| tokio::spawn(admin::admin_loop(l, render)));
-        let graceful = GracefulShutdown::new();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
         let listener = self.listener;
         tokio::select! {
-            _ = accept_loop(&listener, &self.shared, &graceful) => {}
+            _ = accept_loop(&listener, &self.shared, &stopped) => {}
             _ = shutdown => {}
         }
         drop(listener);
+        let _ = stop.send(true);
         let bound = self.shared.cfg.shutdown_timeout;
         let deadline = Instant::now() + bound;
         tracing::info!("shutting down: queued requests get 503, admitted ones have {bound:?} to finish");
         self.shared.adm.begin_shutdown();
         let finished = tokio::time::timeout_at(deadline, async {
-            graceful.shutdown().await;
-            // Responses whose client left still drain from the backend.
-            while self.shared.adm.in_flight() > 0 {
+            // Connections finish the request they are in; responses whose client left
+            // still drain from the backend.
+            while self.shared.adm.metrics.client_connections.get() > 0 || self.shared.adm.in_flight() > 0 {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         })
@@ -236,7 +243,7 @@ impl Gatekeeper {
 }
 
 /// Keeps a timer of the runtime due within `period`, so that the timers set on every
-/// request (hyper's header-read timeout, `--header-timeout`, and the upstream timeout) are
+/// request (the header timeout, `--header-timeout`, and the upstream timeout) are
 /// never the runtime's earliest. Why: tokio wakes its I/O driver (an eventfd write, then a
 /// spurious return from `epoll_wait`) whenever a timer is set earlier than the driver's
 /// next planned wake-up; with every connection in the middle of a request the new header
@@ -253,7 +260,7 @@ async fn timer_anchor(period: Duration) {
 /// At `max_connections` open, a new connection is answered 503 at once and closed, so the
 /// accept queue keeps draining and clients learn at once instead of waiting in the
 /// kernel's backlog (slowloris connections holding every slot cost others a 503, not a hang).
-async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, graceful: &GracefulShutdown) {
+async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, stop: &tokio::sync::watch::Receiver<bool>) {
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -271,20 +278,7 @@ async fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, graceful: &Gr
         }
         let open = shared.adm.metrics.client_connections.open();
         let _ = stream.set_nodelay(true);
-        let shared = shared.clone();
-        let header_timeout = shared.cfg.header_timeout;
-        let svc = hyper::service::service_fn(move |req| route::handle(shared.clone(), peer, req));
-        let conn = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(header_timeout)
-            .serve_connection(TokioIo::new(stream), svc);
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!("client connection {peer}: {e}");
-            }
-            drop(open);
-        });
+        tokio::spawn(front::serve(shared.clone(), stream, peer, stop.clone(), open));
     }
 }
 

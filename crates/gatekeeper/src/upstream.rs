@@ -38,10 +38,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use hyper::body::Body;
+use bytes::Bytes;
 use hyper::http::uri::Authority;
-use hyper::{Method, Request, Response};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -77,7 +75,42 @@ pub enum UpstreamError {
     #[error("upstream sent a bad response head: {0}")]
     Head(wire::HeadError),
     #[error("the client's request body failed while forwarded: {0}")]
-    RequestBody(hyper::Error),
+    RequestBody(crate::proxy::ClientBodyError),
+}
+
+/// A request to send: its head encoded for the upstream, and its body.
+pub struct Outgoing {
+    /// The request head as it goes on the wire (origin-form target, HTTP/1.1).
+    pub head: Bytes,
+    /// How the body is framed on the wire (the head says so).
+    pub framing: wire::Framing,
+    /// Safe to send again after the connection failed with no response (see the module
+    /// docs): a `GET`, `HEAD`, `OPTIONS` or `TRACE` without a body.
+    pub repeatable: bool,
+    /// A `HEAD` request: its response has no body, whatever its head says.
+    pub head_request: bool,
+    pub body: RequestBody,
+}
+
+impl Outgoing {
+    /// The request line, for log lines.
+    pub fn request_line(&self) -> RequestLine {
+        request_line(&self.head)
+    }
+}
+
+fn request_line(head: &Bytes) -> RequestLine {
+    let end = head.iter().position(|&b| b == b'\r').unwrap_or(head.len());
+    RequestLine(head.slice(..end))
+}
+
+/// A request line, shown as text.
+pub struct RequestLine(Bytes);
+
+impl std::fmt::Display for RequestLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&String::from_utf8_lossy(&self.0))
+    }
 }
 
 pub struct UpstreamPool {
@@ -152,29 +185,17 @@ impl UpstreamPool {
         Ok(Conn::new(stream, self.open.open()))
     }
 
-    /// Send `req` (origin-form target) and return the response head; its body holds the
-    /// connection. The caller bounds the whole exchange with its own timeout.
-    pub async fn send(&self, req: Request<RequestBody>) -> Result<Response<UpstreamBody>, UpstreamError> {
-        let (parts, body) = req.into_parts();
-        let head_request = parts.method == Method::HEAD;
-        let has_body = !body.is_end_stream();
-        let safe = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE);
-        let repeatable = safe && !has_body;
-        let mut head = BytesMut::new();
-        let framing = wire::encode_request_head(&parts, has_body, &mut head);
-        let head: Bytes = head.freeze();
-        let mut body = body;
+    /// Send `req` and return the response head; its body holds the connection. The caller
+    /// bounds the whole exchange with its own timeout.
+    pub async fn send(&self, req: Outgoing) -> Result<(wire::ResponseHead, UpstreamBody), UpstreamError> {
+        let Outgoing { head, framing, repeatable, head_request, mut body } = req;
         if let Some(conn) = self.take_idle() {
             match conn.exchange(&head, &mut body, framing, head_request).await {
                 Ok(resp) => return Ok(resp),
                 // Not written at all: the connection was closing.
                 Err(Failed { unsent: true, .. }) => {}
                 Err(Failed { closed_before_response: true, .. }) if repeatable => {
-                    tracing::debug!(
-                        "upstream closed a reused connection on {} {}: sending it again",
-                        parts.method,
-                        parts.uri
-                    );
+                    tracing::debug!("upstream closed a reused connection on {}: sending it again", request_line(&head));
                 }
                 Err(f) => return Err(f.error),
             }

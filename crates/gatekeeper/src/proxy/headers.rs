@@ -1,9 +1,12 @@
-//! Header rewriting on the way through: hop-by-hop headers removed, forwarding headers
-//! appended.
+//! Fields on the way through, in both directions: hop-by-hop fields dropped, forwarding
+//! fields appended to the request.
 
 use std::net::SocketAddr;
 
-use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use bytes::{BufMut, BytesMut};
+
+use super::front::head::{BodyFraming, RequestHead};
+use crate::upstream::wire::Framing;
 
 /// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1), plus those named in
 /// `Connection`.
@@ -19,81 +22,172 @@ const HOP_BY_HOP: [&str; 9] = [
     "proxy-authorization",
 ];
 
-/// Whether a header is hop-by-hop by its name alone (those named in `Connection` aside).
-fn is_hop_by_hop(name: &HeaderName) -> bool {
-    let name = name.as_str();
-    HOP_BY_HOP.contains(&name) || name.starts_with("proxy-")
+/// Whether a field is hop-by-hop by its name alone, in any case (those named in
+/// `Connection` aside).
+fn is_hop_by_hop(name: &[u8]) -> bool {
+    HOP_BY_HOP.iter().any(|h| h.as_bytes().eq_ignore_ascii_case(name))
+        || name.get(..6).is_some_and(|p| p.eq_ignore_ascii_case(b"proxy-"))
 }
 
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // The common case (none of them; `Connection` is one) is one pass over the names,
-    // allocating nothing.
-    if !headers.keys().any(is_hop_by_hop) {
-        return;
-    }
-    if headers.contains_key(header::CONNECTION) {
-        let listed: Vec<HeaderName> = headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-            .collect();
-        for name in listed {
-            headers.remove(name);
-        }
-    }
-    for name in HOP_BY_HOP {
-        headers.remove(name);
-    }
-    // Any other Proxy-* header is hop-by-hop too.
-    if headers.keys().any(|k| k.as_str().starts_with("proxy-")) {
-        let proxy: Vec<HeaderName> = headers.keys().filter(|k| k.as_str().starts_with("proxy-")).cloned().collect();
-        for name in proxy {
-            headers.remove(name);
-        }
-    }
+/// Whether a field goes on to the next hop: not hop-by-hop, not named in the message's
+/// `Connection` (`listed`, from [`connection_tokens`]).
+pub fn is_relayed(name: &[u8], listed: &[&[u8]]) -> bool {
+    !is_hop_by_hop(name) && !listed.iter().any(|t| t.eq_ignore_ascii_case(name))
 }
 
-/// Append `Forwarded` and `X-Forwarded-For/Proto/Host` for a request from `peer`. The
-/// common case (none of them present yet) builds each value once, without copies; the
-/// address is written once (IPv4 by hand: `Display` pads and buffers) and its text shared
-/// by both lists.
-pub fn add_forwarding(headers: &mut HeaderMap, peer: SocketAddr) {
-    use std::fmt::Write as _;
-    // A reference-counted clone of the request's own bytes.
-    let host = headers.get(header::HOST).filter(|h| h.to_str().is_ok()).cloned();
-    let mut fwd = String::with_capacity(64);
-    fwd.push_str("for=");
-    let ip_text = match peer.ip() {
-        std::net::IpAddr::V4(v4) => {
-            let start = fwd.len();
-            push_ipv4(&mut fwd, v4);
-            start..fwd.len()
+/// Write the request head to send upstream for the client's `head` into `out`: the request
+/// line with `target`, the client's fields but the hop-by-hop ones (and those its
+/// `Connection` names), `Host` (the client's, unless `rewrite_host` or it sent none: then
+/// `authority`), the forwarding fields for `peer` (`Forwarded` and `X-Forwarded-For`
+/// appended to the client's, `X-Forwarded-Proto/Host` replaced) and the body's framing
+/// (`has_body`: body bytes follow; without a `Content-Length` they go chunked). Returns the
+/// body's framing.
+pub fn encode_upstream_head(
+    head: &RequestHead,
+    target: &str,
+    peer: SocketAddr,
+    authority: &str,
+    rewrite_host: bool,
+    has_body: bool,
+    out: &mut BytesMut,
+) -> Framing {
+    out.reserve(head.bytes.len() + 160);
+    out.put_slice(head.method().as_bytes());
+    out.put_u8(b' ');
+    out.put_slice(target.as_bytes());
+    out.put_slice(b" HTTP/1.1\r\n");
+    let listed = connection_tokens(head.fields());
+    let (mut host, mut length) = (None, None);
+    // The client's own forwarding lists, rarely present: no allocation when absent.
+    let (mut forwarded, mut forwarded_for) = (Vec::new(), Vec::new());
+    for (name, value) in head.fields() {
+        if !is_relayed(name, &listed) {
+            continue;
         }
-        std::net::IpAddr::V6(v6) => {
-            fwd.push_str("\"[");
-            let start = fwd.len();
-            let _ = write!(fwd, "{v6}");
-            let text = start..fwd.len();
-            fwd.push_str("]\"");
-            text
+        if name.eq_ignore_ascii_case(b"host") {
+            host = Some(value);
+            if rewrite_host {
+                continue;
+            }
+        } else if name.eq_ignore_ascii_case(b"forwarded") {
+            forwarded.push(value);
+            continue;
+        } else if name.eq_ignore_ascii_case(b"x-forwarded-for") {
+            forwarded_for.push(value);
+            continue;
+        } else if name.eq_ignore_ascii_case(b"x-forwarded-proto") || name.eq_ignore_ascii_case(b"x-forwarded-host") {
+            continue;
+        } else if name.eq_ignore_ascii_case(b"content-length") {
+            length = Some(value);
+        }
+        put_field(out, name, value);
+    }
+    if rewrite_host || host.is_none() {
+        put_field(out, b"host", authority.as_bytes());
+    }
+    put_forwarding(out, peer, host, &forwarded, &forwarded_for);
+    let framing = match (has_body, length) {
+        (true, Some(_)) => Framing::Length(head_length(head)),
+        (true, None) => {
+            out.put_slice(b"transfer-encoding: chunked\r\n");
+            Framing::Chunked
+        }
+        (false, _) => {
+            // A bodiless POST/PUT/PATCH says so (as hyper's client does).
+            if matches!(head.method(), "POST" | "PUT" | "PATCH") && length.is_none() {
+                out.put_slice(b"content-length: 0\r\n");
+            }
+            Framing::Empty
         }
     };
-    let forwarded_for = fwd[ip_text].to_owned();
-    fwd.push_str(";proto=http");
-    if let Some(h) = &host {
-        if h.as_bytes().iter().all(|&b| b.is_ascii_graphic() && b != b'"' && b != b'\\') {
-            fwd.push_str(";host=\"");
-            fwd.push_str(h.to_str().unwrap_or_default());
-            fwd.push('"');
+    out.put_slice(b"\r\n");
+    framing
+}
+
+/// The body's length the head declared (checked when it was parsed).
+fn head_length(head: &RequestHead) -> u64 {
+    match head.body {
+        BodyFraming::Length(n) => n,
+        BodyFraming::None | BodyFraming::Chunked => 0,
+    }
+}
+
+pub fn put_field(out: &mut BytesMut, name: &[u8], value: &[u8]) {
+    out.put_slice(name);
+    out.put_slice(b": ");
+    out.put_slice(value);
+    out.put_slice(b"\r\n");
+}
+
+/// The field names a message's `Connection` lists (hop-by-hop for this message).
+pub fn connection_tokens<'a>(fields: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Vec<&'a [u8]> {
+    let mut out = Vec::new();
+    for (name, value) in fields {
+        if name.eq_ignore_ascii_case(b"connection") {
+            out.extend(value.split(|&b| b == b',').map(trim_ows).filter(|t| !t.is_empty()));
         }
     }
-    append_list(headers, HeaderName::from_static("forwarded"), fwd);
-    append_list(headers, HeaderName::from_static("x-forwarded-for"), forwarded_for);
-    headers.insert(HeaderName::from_static("x-forwarded-proto"), HeaderValue::from_static("http"));
+    out
+}
+
+fn trim_ows(mut s: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = s {
+        s = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = s {
+        s = rest;
+    }
+    s
+}
+
+/// `Forwarded` and `X-Forwarded-For` (the client's lists, if any, then this hop),
+/// `X-Forwarded-Proto`, and `X-Forwarded-Host` (the client's `Host`).
+fn put_forwarding(
+    out: &mut BytesMut,
+    peer: SocketAddr,
+    host: Option<&[u8]>,
+    forwarded: &[&[u8]],
+    forwarded_for: &[&[u8]],
+) {
+    use std::fmt::Write as _;
+    let mut ip = String::with_capacity(40);
+    match peer.ip() {
+        std::net::IpAddr::V4(v4) => push_ipv4(&mut ip, v4),
+        std::net::IpAddr::V6(v6) => {
+            let _ = write!(ip, "{v6}");
+        }
+    }
+    out.put_slice(b"forwarded: ");
+    put_list_head(out, forwarded);
+    out.put_slice(b"for=");
+    if peer.is_ipv6() {
+        out.put_slice(b"\"[");
+        out.put_slice(ip.as_bytes());
+        out.put_slice(b"]\"");
+    } else {
+        out.put_slice(ip.as_bytes());
+    }
+    out.put_slice(b";proto=http");
+    if let Some(h) = host.filter(|h| h.iter().all(|&b| b.is_ascii_graphic() && b != b'"' && b != b'\\')) {
+        out.put_slice(b";host=\"");
+        out.put_slice(h);
+        out.put_u8(b'"');
+    }
+    out.put_slice(b"\r\nx-forwarded-for: ");
+    put_list_head(out, forwarded_for);
+    out.put_slice(ip.as_bytes());
+    out.put_slice(b"\r\nx-forwarded-proto: http\r\n");
     if let Some(h) = host {
-        headers.insert(HeaderName::from_static("x-forwarded-host"), h);
+        put_field(out, b"x-forwarded-host", h);
+    }
+}
+
+/// The values a list field already has, comma-joined, with the separator before this
+/// hop's item.
+fn put_list_head(out: &mut BytesMut, existing: &[&[u8]]) {
+    for v in existing.iter().map(|v| trim_ows(v)).filter(|v| !v.is_empty()) {
+        out.put_slice(v);
+        out.put_slice(b", ");
     }
 }
 
@@ -113,71 +207,81 @@ fn push_ipv4(out: &mut String, ip: std::net::Ipv4Addr) {
     }
 }
 
-/// `item` as the header's value, after the values it has already (comma-joined); an item
-/// that is no valid header value is left out.
-fn append_list(headers: &mut HeaderMap, name: HeaderName, item: String) {
-    if !headers.contains_key(&name) {
-        // The string's buffer becomes the value's: no copy.
-        if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(item)) {
-            headers.insert(name, v);
-        }
-        return;
-    }
-    let joined = {
-        let existing: Vec<&str> = headers.get_all(&name).iter().filter_map(|v| v.to_str().ok()).collect();
-        if existing.is_empty() {
-            item
-        } else {
-            format!("{}, {item}", existing.join(", "))
-        }
-    };
-    if let Ok(v) = HeaderValue::from_str(&joined) {
-        headers.insert(name, v);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn hop_by_hop_headers_are_removed() {
-        let mut h = HeaderMap::new();
-        for (k, v) in [
-            ("connection", "keep-alive, X-Secret"),
-            ("keep-alive", "timeout=5"),
-            ("x-secret", "1"),
-            ("te", "trailers"),
-            ("trailer", "x"),
-            ("transfer-encoding", "chunked"),
-            ("upgrade", "websocket"),
-            ("proxy-authorization", "x"),
-            ("proxy-foo", "x"),
-            ("x-keep", "1"),
-            ("content-length", "3"),
+    fn hop_by_hop_fields_are_not_relayed() {
+        let fields: [(&[u8], &[u8]); 3] =
+            [(b"Connection", b"keep-alive, X-Secret"), (b"x-keep", b"1"), (b"Content-Length", b"3")];
+        let listed = connection_tokens(fields.into_iter());
+        for name in [
+            "connection",
+            "Keep-Alive",
+            "x-secret",
+            "TE",
+            "trailer",
+            "transfer-encoding",
+            "upgrade",
+            "proxy-authorization",
+            "Proxy-Foo",
         ] {
-            h.append(HeaderName::from_static(k), HeaderValue::from_static(v));
+            assert!(!is_relayed(name.as_bytes(), &listed), "{name}");
         }
-        strip_hop_by_hop(&mut h);
-        let mut left: Vec<_> = h.keys().map(|k| k.as_str().to_string()).collect();
-        left.sort();
-        assert_eq!(left, ["content-length", "x-keep"]);
+        for name in ["x-keep", "content-length", "proxy", "date"] {
+            assert!(is_relayed(name.as_bytes(), &listed), "{name}");
+        }
+    }
+
+    fn upstream_head(request: &str, peer: &str, rewrite_host: bool) -> (String, Framing) {
+        let mut buf = BytesMut::from(request.as_bytes());
+        let head = crate::proxy::front::head::parse_request_head(&mut buf).unwrap().unwrap();
+        let mut out = BytesMut::new();
+        let has_body = head.body != BodyFraming::None;
+        let f =
+            encode_upstream_head(&head, "/up", peer.parse().unwrap(), "backend:9", rewrite_host, has_body, &mut out);
+        (String::from_utf8(out.to_vec()).unwrap(), f)
     }
 
     #[test]
-    fn forwarding_headers_append() {
-        let mut h = HeaderMap::new();
-        h.insert(header::HOST, HeaderValue::from_static("shop.example"));
-        h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
-        add_forwarding(&mut h, "127.0.0.1:5000".parse().unwrap());
-        assert_eq!(h["forwarded"], "for=127.0.0.1;proto=http;host=\"shop.example\"");
-        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 127.0.0.1");
-        assert_eq!(h["x-forwarded-proto"], "http");
-        assert_eq!(h["x-forwarded-host"], "shop.example");
-        let mut h = HeaderMap::new();
-        add_forwarding(&mut h, "[::1]:5000".parse().unwrap());
-        assert_eq!(h["forwarded"], "for=\"[::1]\";proto=http");
-        assert_eq!(h["x-forwarded-for"], "::1");
+    fn the_upstream_head_drops_hop_by_hop_fields_and_appends_forwarding() {
+        let (head, f) = upstream_head(
+            "GET /a HTTP/1.1\r\nHost: shop.example\r\nConnection: keep-alive, X-Secret\r\nX-Secret: 1\r\n\
+             Keep-Alive: 5\r\nTE: trailers\r\nProxy-Foo: x\r\nX-Forwarded-For: 10.0.0.1\r\nX-Forwarded-Proto: https\r\n\
+             Accept: */*\r\n\r\n",
+            "127.0.0.1:5000",
+            false,
+        );
+        assert_eq!(f, Framing::Empty);
+        assert_eq!(
+            head,
+            "GET /up HTTP/1.1\r\nHost: shop.example\r\nAccept: */*\r\n\
+             forwarded: for=127.0.0.1;proto=http;host=\"shop.example\"\r\n\
+             x-forwarded-for: 10.0.0.1, 127.0.0.1\r\nx-forwarded-proto: http\r\nx-forwarded-host: shop.example\r\n\r\n"
+        );
+        let (head, _) = upstream_head("GET / HTTP/1.0\r\n\r\n", "[::1]:5000", false);
+        assert_eq!(
+            head,
+            "GET /up HTTP/1.1\r\nhost: backend:9\r\nforwarded: for=\"[::1]\";proto=http\r\n\
+             x-forwarded-for: ::1\r\nx-forwarded-proto: http\r\n\r\n"
+        );
+        let (head, _) = upstream_head("GET / HTTP/1.1\r\nHost: a\r\n\r\n", "1.2.3.4:1", true);
+        assert!(head.starts_with("GET /up HTTP/1.1\r\nhost: backend:9\r\n"), "{head}");
+        assert!(head.contains("x-forwarded-host: a\r\n"), "{head}");
+    }
+
+    #[test]
+    fn the_upstream_head_frames_the_body() {
+        let (head, f) = upstream_head("POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\n", "1.2.3.4:1", false);
+        assert_eq!(f, Framing::Length(3));
+        assert!(head.contains("Content-Length: 3\r\n") && !head.contains("chunked"), "{head}");
+        let (head, f) = upstream_head("PUT / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", "1.2.3.4:1", false);
+        assert_eq!(f, Framing::Chunked);
+        assert_eq!(head.matches("ransfer-encoding").count(), 1, "{head}");
+        let (head, f) = upstream_head("POST / HTTP/1.1\r\n\r\n", "1.2.3.4:1", false);
+        assert_eq!(f, Framing::Empty);
+        assert!(head.contains("content-length: 0\r\n"), "{head}");
     }
 
     #[test]

@@ -1,71 +1,74 @@
 //! One request's way through: classify, arrive at the gate, wait for a grant (or a 503),
 //! forward upstream, hand the metered response back.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use tokio::time::Instant;
 
-use http_body_util::BodyExt;
-use hyper::body::Incoming;
-use hyper::header::{self, HeaderValue};
-use hyper::http::uri::PathAndQuery;
-use hyper::{Request, Response, StatusCode};
+use bytes::BytesMut;
+use hyper::StatusCode;
 use shortfirst_core::admission::{Refusal, RequestId};
 use tokio::sync::oneshot;
 
 use super::detach::Detachable;
-use super::headers::{add_forwarding, strip_hop_by_hop};
-use super::reply::{text_response, unavailable};
+use super::front::body::ClientBody;
+use super::front::head::RequestHead;
+use super::front::respond::Reply;
+use super::headers::encode_upstream_head;
 use super::stream::{Metered, RequestBody};
-use super::ProxyBody;
 use super::Shared;
 use crate::admit::{self, Arrived, GoneGuard, Permit, Verdict};
 use crate::busypoll::BusyPoll;
 use crate::metrics::ProxyOutcome;
-use crate::upstream::UpstreamError;
+use crate::upstream::wire::ResponseHead;
+use crate::upstream::{Outgoing, UpstreamError};
+
+/// The gatekeeper's own answer.
+fn own(status: StatusCode, msg: &'static str) -> Reply {
+    Reply::Own { status, msg, retry_after_s: None }
+}
+
+/// A 503 with `Retry-After`.
+fn unavailable(shared: &Shared, msg: &'static str) -> Reply {
+    Reply::Own { status: StatusCode::SERVICE_UNAVAILABLE, msg, retry_after_s: Some(shared.cfg.retry_after_s) }
+}
 
 /// Serve one client request: classify, admit (at once or after waiting), forward.
 pub(super) async fn handle(
-    shared: Arc<Shared>,
+    shared: &Arc<Shared>,
     peer: SocketAddr,
-    req: Request<Incoming>,
-) -> Result<Response<ProxyBody>, Infallible> {
-    // A shared-buffer clone, not a copy: it becomes the upstream URI's path as it is.
-    let pq = req.uri().path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
-    let type_index = shared.adm.classifier.classify(req.method().as_str(), pq.as_str(), req.headers());
+    head: &RequestHead,
+    body: Option<ClientBody>,
+) -> Reply {
+    let pq = head.path_and_query();
+    let type_index = shared.adm.classifier.classify(head.method(), pq, head);
     let arrived = Instant::now();
-    let (parts, body) = req.into_parts();
-    let method = parts.method.clone();
     let mut body = RequestBody::new(body);
-    let (resp, waited_us) = match admit(&shared, type_index, &mut body).await {
+    let (reply, waited_us) = match admit(shared, type_index, &mut body).await {
         Err(refusal) => (refusal, None),
         Ok((permit, waited_us)) => {
             shared.adm.metrics.admitted.fetch_add(1, Relaxed);
             shared.adm.metrics.types[type_index].queue_wait.observe_us(waited_us);
-            (forward(&shared, peer, &pq, parts, body, permit, type_index).await, Some(waited_us))
+            (forward(shared, peer, head, body, permit, type_index).await, Some(waited_us))
         }
     };
     // The access log: one line per response head (`RUST_LOG=access=info`, or --access-log).
     tracing::info!(
         target: "access",
-        "{peer} \"{method} {pq}\" {} type={:?} wait_ms={} head_ms={:.1}",
-        resp.status().as_u16(),
+        "{peer} \"{} {pq}\" {} type={:?} wait_ms={} head_ms={:.1}",
+        head.method(),
+        reply.status().as_u16(),
         shared.adm.classifier.type_name(type_index).unwrap_or_default(),
         waited_us.map_or_else(|| "-".to_string(), |w| format!("{:.1}", w as f64 / 1e3)),
         arrived.elapsed().as_secs_f64() * 1e3,
     );
-    Ok(resp)
+    reply
 }
 
 /// Arrive at the controller; if not admitted at once, wait for a verdict. `Err`: the answer
 /// to give instead (503 when refused, 400 when the request body failed while queued).
-async fn admit(
-    shared: &Arc<Shared>,
-    type_index: usize,
-    body: &mut RequestBody,
-) -> Result<(Permit, u64), Response<ProxyBody>> {
+async fn admit(shared: &Arc<Shared>, type_index: usize, body: &mut RequestBody) -> Result<(Permit, u64), Reply> {
     match admit::arrive(&shared.adm, type_index) {
         Ok(Arrived::Admitted { permit, waited_us }) => Ok((permit, waited_us)),
         Ok(Arrived::Queued(id, rx)) => wait_for_verdict(shared, id, rx, body).await,
@@ -79,7 +82,7 @@ async fn admit(
 }
 
 /// The 503 for a refusal.
-fn refusal(shared: &Shared, reason: Refusal) -> Response<ProxyBody> {
+fn refusal(shared: &Shared, reason: Refusal) -> Reply {
     unavailable(
         shared,
         match reason {
@@ -99,12 +102,12 @@ async fn wait_for_verdict(
     id: RequestId,
     rx: oneshot::Receiver<Verdict>,
     body: &mut RequestBody,
-) -> Result<(Permit, u64), Response<ProxyBody>> {
+) -> Result<(Permit, u64), Reply> {
     let verdict = tokio::select! {
         verdict = admit::wait(&shared.adm, id, rx, std::future::pending()) => verdict,
         e = body.watch() => {
             tracing::debug!("client body failed while queued: {e}");
-            return Err(text_response(StatusCode::BAD_REQUEST, "gatekeeper: request body failed while queued"));
+            return Err(own(StatusCode::BAD_REQUEST, "gatekeeper: request body failed while queued"));
         }
     };
     verdict.map_err(|n| match n {
@@ -123,51 +126,48 @@ async fn wait_for_verdict(
 async fn forward(
     shared: &Arc<Shared>,
     peer: SocketAddr,
-    pq: &PathAndQuery,
-    mut parts: hyper::http::request::Parts,
+    head: &RequestHead,
     body: RequestBody,
     permit: Permit,
     type_index: usize,
-) -> Response<ProxyBody> {
-    parts.uri = match shared.cfg.upstream.target_for(pq) {
-        Ok(u) => u,
-        Err(e) => {
-            tracing::warn!("400 {pq}: cannot be forwarded under the upstream's prefix: {e}");
-            shared.adm.metrics.types[type_index].count(ProxyOutcome::UpstreamError);
-            return text_response(StatusCode::BAD_REQUEST, "gatekeeper: bad request target");
-        }
-    };
-    parts.version = hyper::Version::HTTP_11;
-    strip_hop_by_hop(&mut parts.headers);
-    add_forwarding(&mut parts.headers, peer);
-    // The client's Host is kept (as reverse proxies do, so an application that builds
-    // absolute links keeps its users on the gatekeeper), unless --rewrite-host; a request
-    // without one (HTTP/1.0) gets the upstream's.
-    if shared.cfg.rewrite_host || !parts.headers.contains_key(header::HOST) {
-        if let Ok(h) = HeaderValue::from_str(shared.cfg.upstream.authority.as_str()) {
-            parts.headers.insert(header::HOST, h);
-        }
-    }
+) -> Reply {
+    let upstream = &shared.cfg.upstream;
+    let pq = head.path_and_query();
+    let target = upstream.target_for(pq);
+    let mut out = BytesMut::new();
+    let has_body = !hyper::body::Body::is_end_stream(&body);
+    let framing = encode_upstream_head(
+        head,
+        &target,
+        peer,
+        upstream.authority.as_str(),
+        shared.cfg.rewrite_host,
+        has_body,
+        &mut out,
+    );
+    let method = head.method();
+    let safe = matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE");
+    let req =
+        Outgoing { head: out.freeze(), framing, repeatable: safe && !has_body, head_request: head.is_head(), body };
     // Until the response head is back, a dropped handler is a client that gave up while the
     // backend worked: the controller learns its patience from it.
     let mut gone = permit.id().map(|id| GoneGuard { shared: shared.adm.clone(), id, armed: true });
-    let req = Request::from_parts(parts, body);
     let exchanged = Detachable::new(exchange(shared.clone(), req, permit, type_index), client_left).await;
     if let Some(g) = gone.as_mut() {
         g.armed = false;
     }
     match exchanged {
-        Exchanged::Relay(parts, metered) => Response::from_parts(parts, metered.boxed_unsync()),
-        Exchanged::Answer(resp) => resp,
+        Exchanged::Relay(head, metered) => Reply::Relay(head, metered),
+        Exchanged::Answer(reply) => reply,
     }
 }
 
 /// How an upstream exchange ended.
 enum Exchanged {
     /// A response head: relay it, with its body metered.
-    Relay(hyper::http::response::Parts, Metered),
+    Relay(ResponseHead, Metered),
     /// The gatekeeper's own answer (502, 504, 400); the permit is released.
-    Answer(Response<ProxyBody>),
+    Answer(Reply),
 }
 
 /// The client left before the response head: a response's body is drained before its
@@ -179,10 +179,10 @@ fn client_left(exchanged: Exchanged) {
 }
 
 /// One upstream exchange, holding the permit, up to the response head.
-async fn exchange(shared: Arc<Shared>, req: Request<RequestBody>, permit: Permit, type_index: usize) -> Exchanged {
+async fn exchange(shared: Arc<Shared>, req: Outgoing, permit: Permit, type_index: usize) -> Exchanged {
     let tm = &shared.adm.metrics.types[type_index];
-    // For the log lines of a failure: reference-counted clones, no copies.
-    let (method, uri) = (req.method().clone(), req.uri().clone());
+    // For the log lines of a failure: the request line, a shared-buffer clone.
+    let line = req.request_line();
     let sent = Instant::now();
     let polling = shared.busy.as_deref().map(BusyPoll::upstream_wait);
     let result = tokio::time::timeout(shared.cfg.upstream_timeout, shared.pool.send(req)).await;
@@ -192,29 +192,27 @@ async fn exchange(shared: Arc<Shared>, req: Request<RequestBody>, permit: Permit
             drop(permit); // the connection is closed with the send: the backend's signal
             tm.count(ProxyOutcome::Timeout);
             tracing::warn!(
-                "504 {method} {uri}: no response head from the upstream within {:?} (--upstream-timeout)",
+                "504 {line}: no response head from the upstream within {:?} (--upstream-timeout)",
                 shared.cfg.upstream_timeout
             );
-            text_response(StatusCode::GATEWAY_TIMEOUT, "gatekeeper: upstream timed out")
+            own(StatusCode::GATEWAY_TIMEOUT, "gatekeeper: upstream timed out")
         }
         Ok(Err(UpstreamError::RequestBody(e))) => {
             // The client's body failed while it was forwarded: the client left mid-body or
             // sent a malformed one. Not the upstream's fault; its connection is closed.
             drop(permit);
             tm.count(ProxyOutcome::ClientGone);
-            tracing::debug!("{method} {uri}: request body failed while forwarded: {e}");
-            text_response(StatusCode::BAD_REQUEST, "gatekeeper: request body failed")
+            tracing::debug!("{line}: request body failed while forwarded: {e}");
+            own(StatusCode::BAD_REQUEST, "gatekeeper: request body failed")
         }
         Ok(Err(e)) => {
             drop(permit);
             tm.count(ProxyOutcome::UpstreamError);
-            tracing::warn!("502 {method} {uri}: {e}");
-            text_response(StatusCode::BAD_GATEWAY, "gatekeeper: upstream failed")
+            tracing::warn!("502 {line}: {e}");
+            own(StatusCode::BAD_GATEWAY, "gatekeeper: upstream failed")
         }
-        Ok(Ok(resp)) => {
-            let (mut parts, body) = resp.into_parts();
-            strip_hop_by_hop(&mut parts.headers);
-            return Exchanged::Relay(parts, Metered::new(body, permit, sent, shared.clone()));
+        Ok(Ok((head, body))) => {
+            return Exchanged::Relay(head, Metered::new(body, permit, sent, shared.clone()));
         }
     };
     Exchanged::Answer(answer)

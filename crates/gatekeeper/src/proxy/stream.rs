@@ -11,8 +11,9 @@ use tokio::time::{Instant, Sleep};
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::{Body, Frame, SizeHint};
 
+use super::front::body::{ClientBody, ClientBodyError};
 use super::BoxError;
 use super::Shared;
 use crate::admit::Permit;
@@ -30,19 +31,19 @@ pub const PREFETCH_LIMIT_BYTES: usize = 64 * 1024;
 pub struct RequestBody {
     pub(super) buffered: VecDeque<Frame<Bytes>>,
     pub(super) buffered_bytes: usize,
-    /// `None` once the client's body has ended.
-    pub(super) rest: Option<Incoming>,
+    /// `None` once the client's body has ended (or for a request without one).
+    pub(super) rest: Option<ClientBody>,
 }
 
 impl RequestBody {
-    pub(super) fn new(body: Incoming) -> Self {
-        RequestBody { buffered: VecDeque::new(), buffered_bytes: 0, rest: Some(body) }
+    pub(super) fn new(body: Option<ClientBody>) -> Self {
+        RequestBody { buffered: VecDeque::new(), buffered_bytes: 0, rest: body }
     }
 
     /// Read the body ahead, up to [`PREFETCH_LIMIT_BYTES`]. Resolves only if the body fails
     /// (the client went away mid-body or sent a malformed one); at the end of the body or the
     /// limit it stays pending. Cancel-safe: a frame is buffered as soon as it is read.
-    pub(super) async fn watch(&mut self) -> hyper::Error {
+    pub(super) async fn watch(&mut self) -> ClientBodyError {
         loop {
             let rest = match self.rest.as_mut() {
                 Some(r) if !r.is_end_stream() && self.buffered_bytes < PREFETCH_LIMIT_BYTES => r,
@@ -62,9 +63,12 @@ impl RequestBody {
 
 impl Body for RequestBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = ClientBodyError;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
         if let Some(f) = self.buffered.pop_front() {
             return Poll::Ready(Some(Ok(f)));
         }

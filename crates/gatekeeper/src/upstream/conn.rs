@@ -9,12 +9,11 @@ use std::task::{Context, Poll};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http_body_util::BodyExt;
 use hyper::body::Body;
-use hyper::Response;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::body::UpstreamBody;
-use super::wire::{parse_response_head, Framing, HeadError, MAX_HEAD_BYTES};
+use super::wire::{parse_response_head, Framing, HeadError, ResponseHead, MAX_HEAD_BYTES};
 use super::UpstreamError;
 use crate::metrics::OpenGuard;
 use crate::proxy::RequestBody;
@@ -96,7 +95,7 @@ impl Conn {
         body: &mut RequestBody,
         framing: Framing,
         head_request: bool,
-    ) -> Result<Response<UpstreamBody>, Failed> {
+    ) -> Result<(ResponseHead, UpstreamBody), Failed> {
         let mut unsent = head.clone();
         while unsent.has_remaining() {
             match self.stream.write(&unsent).await {
@@ -110,13 +109,13 @@ impl Conn {
         }
         let parsed = loop {
             match self.read_head(head_request).await? {
-                p if p.parts.status.is_informational() => continue,
+                p if p.head.status.is_informational() => continue,
                 p => break p,
             }
         };
         self.keep &= parsed.keep_alive;
         let body = UpstreamBody::new(parsed.framing, self);
-        Ok(Response::from_parts(parsed.parts, body))
+        Ok((parsed.head, body))
     }
 
     fn write_failed(&self, head: &Bytes, unsent: &Bytes, e: io::Error) -> Failed {

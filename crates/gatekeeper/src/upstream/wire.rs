@@ -1,12 +1,9 @@
-//! The upstream side's HTTP/1.1 on the wire: the request head written into one buffer, and
-//! the response head parsed (httparse) into a [`Parts`] with the framing of its body
-//! (RFC 9112 §6.3).
+//! The upstream side's HTTP/1.1 on the wire: the response head parsed (httparse) into a
+//! [`ResponseHead`] that keeps its bytes, with the framing of its body (RFC 9112 §6.3).
 
-use bytes::{BufMut, Bytes, BytesMut};
-use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
-use hyper::http::request;
-use hyper::http::response::Parts;
-use hyper::{Method, Response, StatusCode, Version};
+use bytes::{Bytes, BytesMut};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::StatusCode;
 
 /// A response head larger than this is refused (502): it bounds the buffer that holds a
 /// head while it arrives, and the trailer section of a chunked body.
@@ -42,53 +39,43 @@ pub enum Framing {
     Close,
 }
 
-/// Write the request head (origin-form target, HTTP/1.1) into `out`. `has_body`: the
-/// request has body bytes to send; without a `Content-Length` they go chunked. Returns
-/// the request body's framing.
-pub fn encode_request_head(parts: &request::Parts, has_body: bool, out: &mut BytesMut) -> Framing {
-    let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
-    out.reserve(64 + target.len() + parts.headers.len() * 32);
-    out.put_slice(parts.method.as_str().as_bytes());
-    out.put_u8(b' ');
-    out.put_slice(target.as_bytes());
-    out.put_slice(b" HTTP/1.1\r\n");
-    for (name, value) in &parts.headers {
-        out.reserve(name.as_str().len() + value.len() + 4);
-        out.put_slice(name.as_str().as_bytes());
-        out.put_slice(b": ");
-        out.put_slice(value.as_bytes());
-        out.put_slice(b"\r\n");
+/// A response head as received: its bytes, and where each field is in them.
+#[derive(Debug)]
+pub struct ResponseHead {
+    pub status: StatusCode,
+    /// The status line and fields, as they came.
+    pub bytes: Bytes,
+    /// Name and value of every field, in order.
+    pub fields: Vec<FieldAt>,
+}
+
+impl ResponseHead {
+    /// Every field as (name, value) bytes.
+    pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.fields.iter().map(|(n, v)| (&self.bytes[n.clone()], &self.bytes[v.clone()]))
     }
-    let length = content_length(&parts.headers).ok().flatten();
-    let framing = match (has_body, length) {
-        (true, Some(n)) => Framing::Length(n),
-        (true, None) => {
-            out.put_slice(b"transfer-encoding: chunked\r\n");
-            Framing::Chunked
-        }
-        (false, _) => {
-            // A bodiless POST/PUT/PATCH says so (as hyper's client does).
-            let expects_body = matches!(parts.method, Method::POST | Method::PUT | Method::PATCH);
-            if expects_body && length.is_none() {
-                out.put_slice(b"content-length: 0\r\n");
-            }
-            Framing::Empty
-        }
-    };
-    out.put_slice(b"\r\n");
-    framing
+
+    /// The values of every field named `name` (any case).
+    pub fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.fields().filter(move |(n, _)| n.eq_ignore_ascii_case(name.as_bytes())).map(|(_, v)| v)
+    }
+
+    /// Whether a comma-separated field lists `token` (any case).
+    fn has_token(&self, name: &str, token: &str) -> bool {
+        self.values(name).flat_map(|v| v.split(|&b| b == b',')).any(|t| trim(t).eq_ignore_ascii_case(token.as_bytes()))
+    }
 }
 
 /// A response head taken from the start of a buffer.
 pub struct ParsedHead {
-    pub parts: Parts,
+    pub head: ResponseHead,
     pub framing: Framing,
     /// The connection may carry another request once this response's body is complete.
     pub keep_alive: bool,
 }
 
 /// Where a field's name and value are in the buffer parsed.
-type FieldAt = (std::ops::Range<usize>, std::ops::Range<usize>);
+pub type FieldAt = (std::ops::Range<usize>, std::ops::Range<usize>);
 
 /// Take a response head from the start of `buf`: `Ok(None)` while it is incomplete (more
 /// bytes needed; [`HeadError::TooLarge`] once `buf` holds [`MAX_HEAD_BYTES`] without an
@@ -108,15 +95,11 @@ pub fn parse_response_head(buf: &mut BytesMut, head_request: bool) -> Result<Opt
     if status == StatusCode::SWITCHING_PROTOCOLS {
         return Err(HeadError::Upgrade);
     }
-    let version = if resp.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
-    let at = fields_at(buf, resp.headers);
-    let headers = header_map(&buf.split_to(len).freeze(), &at)?;
-    let (framing, keep_alive) = framing(status, version, &headers, head_request)?;
-    let (mut parts, ()) = Response::new(()).into_parts();
-    parts.status = status;
-    parts.version = version;
-    parts.headers = headers;
-    Ok(Some(ParsedHead { parts, framing, keep_alive }))
+    let http10 = resp.version == Some(0);
+    let fields = fields_at(buf, resp.headers);
+    let head = ResponseHead { status, bytes: buf.split_to(len).freeze(), fields };
+    let (framing, keep_alive) = framing(&head, http10, head_request)?;
+    Ok(Some(ParsedHead { head, framing, keep_alive }))
 }
 
 /// Where each parsed field is in `base`, the buffer it was parsed from.
@@ -145,17 +128,10 @@ pub fn header_map(head: &Bytes, at: &[FieldAt]) -> Result<HeaderMap, HeadError> 
 }
 
 /// The body's framing (RFC 9112 §6.3) and whether the connection stays open after it.
-fn framing(
-    status: StatusCode,
-    version: Version,
-    headers: &HeaderMap,
-    head_request: bool,
-) -> Result<(Framing, bool), HeadError> {
-    let mut keep_alive = if version == Version::HTTP_10 {
-        has_token(headers, header::CONNECTION, "keep-alive")
-    } else {
-        !has_token(headers, header::CONNECTION, "close")
-    };
+fn framing(head: &ResponseHead, http10: bool, head_request: bool) -> Result<(Framing, bool), HeadError> {
+    let status = head.status;
+    let mut keep_alive =
+        if http10 { head.has_token("connection", "keep-alive") } else { !head.has_token("connection", "close") };
     let no_body = head_request
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
@@ -163,20 +139,14 @@ fn framing(
     if no_body {
         return Ok((Framing::Empty, keep_alive));
     }
-    if headers.contains_key(header::TRANSFER_ENCODING) {
+    if let Some(last) = head.values("transfer-encoding").last() {
         // Transfer-Encoding overrides Content-Length; a message with both is closed after
         // (RFC 9112 §6.3 ¶3), as is one whose last coding is not chunked (read to the end).
-        let chunked = headers
-            .get_all(header::TRANSFER_ENCODING)
-            .iter()
-            .next_back()
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.rsplit(',').next())
-            .is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked"));
-        keep_alive &= chunked && !headers.contains_key(header::CONTENT_LENGTH);
+        let chunked = last.rsplit(|&b| b == b',').next().is_some_and(|c| trim(c).eq_ignore_ascii_case(b"chunked"));
+        keep_alive &= chunked && head.values("content-length").next().is_none();
         return Ok((if chunked { Framing::Chunked } else { Framing::Close }, keep_alive));
     }
-    Ok(match content_length(headers)? {
+    Ok(match content_length(head)? {
         Some(0) => (Framing::Empty, keep_alive),
         Some(n) => (Framing::Length(n), keep_alive),
         None => (Framing::Close, false),
@@ -185,16 +155,16 @@ fn framing(
 
 /// The `Content-Length`, if any: every value (repeated fields or a list) must be the same
 /// decimal number.
-fn content_length(headers: &HeaderMap) -> Result<Option<u64>, HeadError> {
+fn content_length(head: &ResponseHead) -> Result<Option<u64>, HeadError> {
     let mut length = None;
-    for v in headers.get_all(header::CONTENT_LENGTH) {
-        let bad = || HeadError::ContentLength(String::from_utf8_lossy(v.as_bytes()).into_owned());
-        for item in v.to_str().map_err(|_| bad())?.split(',') {
-            let item = item.trim();
-            if item.is_empty() || item.len() > 19 || !item.bytes().all(|b| b.is_ascii_digit()) {
+    for v in head.values("content-length") {
+        let bad = || HeadError::ContentLength(String::from_utf8_lossy(v).into_owned());
+        for item in v.split(|&b| b == b',') {
+            let item = trim(item);
+            if item.is_empty() || item.len() > 19 || !item.iter().all(u8::is_ascii_digit) {
                 return Err(bad());
             }
-            let n: u64 = item.parse().map_err(|_| bad())?;
+            let n: u64 = std::str::from_utf8(item).map_err(|_| bad())?.parse().map_err(|_| bad())?;
             if length.is_some_and(|l| l != n) {
                 return Err(bad());
             }
@@ -204,14 +174,14 @@ fn content_length(headers: &HeaderMap) -> Result<Option<u64>, HeadError> {
     Ok(length)
 }
 
-/// Whether a comma-separated header lists `token` (case-insensitive).
-fn has_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
-    headers
-        .get_all(name)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case(token))
+fn trim(mut s: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = s {
+        s = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = s {
+        s = rest;
+    }
+    s
 }
 
 #[cfg(test)]
@@ -257,7 +227,7 @@ mod tests {
         }
         let p = parse("HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 1\r\n\r\n", false);
         assert!(p.keep_alive);
-        assert_eq!(p.parts.version, Version::HTTP_10);
+        assert_eq!(p.head.values("Content-Length").collect::<Vec<_>>(), [b"1"]);
     }
 
     #[test]
@@ -278,31 +248,5 @@ mod tests {
         let many: String = (0..=MAX_HEADERS).map(|i| format!("x-{i}: 1\r\n")).collect();
         let e = parse_err(format!("HTTP/1.1 200 OK\r\n{many}\r\n").as_bytes());
         assert_eq!(e.to_string(), "malformed response head: too many headers");
-    }
-
-    #[test]
-    fn request_heads_are_framed() {
-        let req = |m: Method, headers: &[(&'static str, &'static str)]| {
-            let mut r = hyper::Request::builder().method(m).uri("/a?b=1");
-            for (k, v) in headers {
-                r = r.header(*k, *v);
-            }
-            r.body(()).unwrap().into_parts().0
-        };
-        let mut out = BytesMut::new();
-        let f = encode_request_head(&req(Method::GET, &[("host", "x")]), false, &mut out);
-        assert_eq!((f, &out[..]), (Framing::Empty, &b"GET /a?b=1 HTTP/1.1\r\nhost: x\r\n\r\n"[..]));
-        out.clear();
-        let f = encode_request_head(&req(Method::POST, &[("content-length", "3")]), true, &mut out);
-        assert_eq!((f, &out[..]), (Framing::Length(3), &b"POST /a?b=1 HTTP/1.1\r\ncontent-length: 3\r\n\r\n"[..]));
-        out.clear();
-        let f = encode_request_head(&req(Method::PUT, &[]), true, &mut out);
-        assert_eq!(
-            (f, &out[..]),
-            (Framing::Chunked, &b"PUT /a?b=1 HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n"[..])
-        );
-        out.clear();
-        let f = encode_request_head(&req(Method::POST, &[]), false, &mut out);
-        assert_eq!((f, &out[..]), (Framing::Empty, &b"POST /a?b=1 HTTP/1.1\r\ncontent-length: 0\r\n\r\n"[..]));
     }
 }
