@@ -6,7 +6,7 @@
 # --workspace`; `make fuzz-replay` alone): each target's body is a plain function in
 # fuzz/src, called by fuzz/tests/replay.rs.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= http_head resolve_target range_conditions trace_csv trace_clf trace_wc98 session_toml load_schedule gatekeeper_classify gatekeeper_config gatekeeper_response tls_names h2_request
+FUZZ_TARGETS ?= http_head resolve_target range_conditions trace_csv trace_clf trace_wc98 session_toml load_schedule gatekeeper_classify gatekeeper_config gatekeeper_response gatekeeper_request tls_names h2_request
 # Pinned: a new cargo-fuzz must not change what `make fuzz` does by itself.
 CARGO_FUZZ_VERSION := 0.13.1
 FUZZ_TOOLCHAIN ?= nightly

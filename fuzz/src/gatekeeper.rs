@@ -119,13 +119,14 @@ pub fn gatekeeper_request(data: &[u8]) {
     use bytes::BytesMut;
     use shortfirst_gatekeeper::proxy::request_head::{parse_request_head, BodyFraming};
     let Some((&flags, wire)) = data.split_first() else { return };
-    let whole = parse_request_head(&mut BytesMut::from(wire));
+    let whole = parse_request_head(&mut BytesMut::from(wire), &mut Vec::new());
     let cut = usize::from(flags & 0x7f) * wire.len() / 128;
     let mut buf = BytesMut::from(&wire[..cut]);
-    let in_two = match parse_request_head(&mut buf) {
+    let mut spare = Vec::new();
+    let in_two = match parse_request_head(&mut buf, &mut spare) {
         Ok(None) => {
             buf.extend_from_slice(&wire[cut..]);
-            parse_request_head(&mut buf)
+            parse_request_head(&mut buf, &mut spare)
         }
         first => {
             buf.extend_from_slice(&wire[cut..]);

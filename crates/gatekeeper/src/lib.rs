@@ -3,8 +3,10 @@
 //!
 //! The decisions (cost estimates, admission, queue order, capacity auto-tuning) live in
 //! `shortfirst_core::admission`; this crate is the driver around them: HTTP/1.1 in and out
-//! (hyper), the clock, request classification, metrics, the synthetic upstream used by
-//! tests and benchmarks, and capacity calibration.
+//! (our own on both sides, over httparse; hyper for the admin page, the synthetic upstream
+//! and calibration's client) and the PostgreSQL protocol, the clock, request
+//! classification, metrics, the synthetic upstream used by tests and benchmarks, and
+//! capacity calibration.
 //!
 //! Must not know: how the decision logic picks (it only feeds events and applies results).
 

@@ -201,7 +201,8 @@ impl UpstreamPool {
             }
             self.retries.fetch_add(1, Relaxed);
         }
-        let conn = self.connect().await?;
+        // Boxed: connecting is a large state, and most requests reuse a connection.
+        let conn = Box::pin(self.connect()).await?;
         conn.exchange(&head, &mut body, framing, head_request).await.map_err(|f| f.error)
     }
 

@@ -26,8 +26,9 @@ impl<F: Future + Send + 'static> Detachable<F>
 where
     F::Output: Send + 'static,
 {
-    pub(super) fn new(fut: F, on_detach: fn(F::Output)) -> Self {
-        Detachable { fut: Some(Box::pin(fut)), on_detach }
+    /// `fut` comes boxed: boxed where it is made, a large future is not copied again.
+    pub(super) fn new(fut: Pin<Box<F>>, on_detach: fn(F::Output)) -> Self {
+        Detachable { fut: Some(fut), on_detach }
     }
 }
 
@@ -70,16 +71,16 @@ mod tests {
     /// its output goes to `on_detach`.
     #[tokio::test(flavor = "current_thread", start_paused = true)]
     async fn runs_in_place_and_goes_on_alone_when_dropped() {
-        let done = Detachable::new(async { 7 }, |_| panic!("not detached")).await;
+        let done = Detachable::new(Box::pin(async { 7 }), |_| panic!("not detached")).await;
         assert_eq!(done, 7);
 
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let slow = Detachable::new(
-            async move {
+            Box::pin(async move {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 let _ = tx.send(());
                 5
-            },
+            }),
             |n| {
                 DETACHED_OUTPUTS.fetch_add(n, SeqCst);
             },

@@ -64,8 +64,10 @@ pub(super) async fn serve(
     let mut out = BytesMut::with_capacity(4096);
     let mut timer = Box::pin(tokio::time::sleep_until(Instant::now()));
     let mut slot: Option<Slot> = None;
+    let mut spare_fields = Vec::new();
     while let Some(mut rs) = side.take() {
-        let head = match read_head(&mut rs, &mut timer, shared.cfg.header_timeout, &mut stop).await {
+        let read = read_head(&mut rs, &mut spare_fields, &mut timer, shared.cfg.header_timeout, &mut stop);
+        let head = match read.await {
             Ok(Some(h)) => h,
             Ok(None) => return,
             Err(refused) => {
@@ -87,18 +89,23 @@ pub(super) async fn serve(
                 Some(ClientBody::new(framing, rs, s.clone(), head.expect_continue))
             }
         };
-        let handling = route::handle(&shared, peer, &head, body);
-        let reply = tokio::select! {
-            biased;
-            reply = handling => reply,
-            () = watch_gone(&mut side, slot.as_ref()) => return,
+        let reply = {
+            // Pinned where it is made: the select holds a reference, not a copy of the future.
+            let handling = std::pin::pin!(route::handle(&shared, peer, &head, body));
+            tokio::select! {
+                biased;
+                reply = handling => reply,
+                () = watch_gone(&mut side, slot.as_ref()) => return,
+            }
         };
         if let Some(s) = slot.as_ref().filter(|_| side.is_none()) {
             side = s.take();
         }
         let body_read = head.body == BodyFraming::None || slot.as_ref().is_some_and(|s| s.complete());
         let keep = head.keep_alive && body_read && side.is_some() && !*stop.borrow();
-        match respond::write_reply(&mut wr, &mut out, reply, &head, keep, side.as_mut()).await {
+        let written = respond::write_reply(&mut wr, &mut out, reply, &head, keep, side.as_mut()).await;
+        spare_fields = head.fields;
+        match written {
             Ok(true) => {}
             Ok(false) => return close(wr, side).await,
             Err(e) => {
@@ -122,13 +129,14 @@ async fn close(mut wr: OwnedWriteHalf, side: Option<ReadSide>) {
 /// is over (closed, failed, silent past the header timeout, or shutdown between requests).
 async fn read_head(
     rs: &mut ReadSide,
+    spare_fields: &mut Vec<head::FieldAt>,
     timer: &mut Pin<Box<Sleep>>,
     timeout: std::time::Duration,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<Option<RequestHead>, head::Refused> {
     let mut armed = false;
     loop {
-        if let Some(h) = head::parse_request_head(&mut rs.buf)? {
+        if let Some(h) = head::parse_request_head(&mut rs.buf, spare_fields)? {
             return Ok(Some(h));
         }
         if rs.buf.is_empty() && *stop.borrow() {

@@ -150,22 +150,23 @@ fn put_forwarding(
     forwarded_for: &[&[u8]],
 ) {
     use std::fmt::Write as _;
-    let mut ip = String::with_capacity(40);
+    let mut ip = IpText::default();
     match peer.ip() {
         std::net::IpAddr::V4(v4) => push_ipv4(&mut ip, v4),
         std::net::IpAddr::V6(v6) => {
             let _ = write!(ip, "{v6}");
         }
     }
+    let ip = ip.as_bytes();
     out.put_slice(b"forwarded: ");
     put_list_head(out, forwarded);
     out.put_slice(b"for=");
     if peer.is_ipv6() {
         out.put_slice(b"\"[");
-        out.put_slice(ip.as_bytes());
+        out.put_slice(ip);
         out.put_slice(b"]\"");
     } else {
-        out.put_slice(ip.as_bytes());
+        out.put_slice(ip);
     }
     out.put_slice(b";proto=http");
     if let Some(h) = host.filter(|h| h.iter().all(|&b| b.is_ascii_graphic() && b != b'"' && b != b'\\')) {
@@ -175,10 +176,37 @@ fn put_forwarding(
     }
     out.put_slice(b"\r\nx-forwarded-for: ");
     put_list_head(out, forwarded_for);
-    out.put_slice(ip.as_bytes());
+    out.put_slice(ip);
     out.put_slice(b"\r\nx-forwarded-proto: http\r\n");
     if let Some(h) = host {
         put_field(out, b"x-forwarded-host", h);
+    }
+}
+
+/// An address's text, written without an allocation (the longest IPv6 text is 45 bytes).
+struct IpText {
+    buf: [u8; 48],
+    len: usize,
+}
+
+impl Default for IpText {
+    fn default() -> Self {
+        IpText { buf: [0; 48], len: 0 }
+    }
+}
+
+impl IpText {
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl std::fmt::Write for IpText {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        self.buf.get_mut(self.len..end).ok_or(std::fmt::Error)?.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
     }
 }
 
@@ -191,19 +219,20 @@ fn put_list_head(out: &mut BytesMut, existing: &[&[u8]]) {
     }
 }
 
-/// `ip` in dotted-decimal, as `Ipv4Addr`'s `Display` writes it.
-fn push_ipv4(out: &mut String, ip: std::net::Ipv4Addr) {
+/// `ip` in dotted-decimal, as `Ipv4Addr`'s `Display` writes it (without its padding
+/// support's buffering).
+fn push_ipv4(out: &mut impl std::fmt::Write, ip: std::net::Ipv4Addr) {
     for (i, o) in ip.octets().into_iter().enumerate() {
         if i > 0 {
-            out.push('.');
+            let _ = out.write_char('.');
         }
         if o >= 100 {
-            out.push(char::from(b'0' + o / 100));
+            let _ = out.write_char(char::from(b'0' + o / 100));
         }
         if o >= 10 {
-            out.push(char::from(b'0' + o / 10 % 10));
+            let _ = out.write_char(char::from(b'0' + o / 10 % 10));
         }
-        out.push(char::from(b'0' + o % 10));
+        let _ = out.write_char(char::from(b'0' + o % 10));
     }
 }
 
@@ -236,7 +265,7 @@ mod tests {
 
     fn upstream_head(request: &str, peer: &str, rewrite_host: bool) -> (String, Framing) {
         let mut buf = BytesMut::from(request.as_bytes());
-        let head = crate::proxy::front::head::parse_request_head(&mut buf).unwrap().unwrap();
+        let head = crate::proxy::front::head::parse_request_head(&mut buf, &mut Vec::new()).unwrap().unwrap();
         let mut out = BytesMut::new();
         let has_body = head.body != BodyFraming::None;
         let f =

@@ -43,7 +43,8 @@ pub(super) async fn handle(
 ) -> Reply {
     let pq = head.path_and_query();
     let type_index = shared.adm.classifier.classify(head.method(), pq, head);
-    let arrived = Instant::now();
+    // Only the access log reads it.
+    let arrived = tracing::enabled!(target: "access", tracing::Level::INFO).then(Instant::now);
     let mut body = RequestBody::new(body);
     let (reply, waited_us) = match admit(shared, type_index, &mut body).await {
         Err(refusal) => (refusal, None),
@@ -61,7 +62,7 @@ pub(super) async fn handle(
         reply.status().as_u16(),
         shared.adm.classifier.type_name(type_index).unwrap_or_default(),
         waited_us.map_or_else(|| "-".to_string(), |w| format!("{:.1}", w as f64 / 1e3)),
-        arrived.elapsed().as_secs_f64() * 1e3,
+        arrived.map_or(0.0, |a| a.elapsed().as_secs_f64() * 1e3),
     );
     reply
 }
@@ -71,7 +72,9 @@ pub(super) async fn handle(
 async fn admit(shared: &Arc<Shared>, type_index: usize, body: &mut RequestBody) -> Result<(Permit, u64), Reply> {
     match admit::arrive(&shared.adm, type_index) {
         Ok(Arrived::Admitted { permit, waited_us }) => Ok((permit, waited_us)),
-        Ok(Arrived::Queued(id, rx)) => wait_for_verdict(shared, id, rx, body).await,
+        // Boxed: the wait is the largest state of a request's future, and most requests never
+        // wait; a future that holds it inline costs every request its copy.
+        Ok(Arrived::Queued(id, rx)) => Box::pin(wait_for_verdict(shared, id, rx, body)).await,
         Ok(Arrived::Refused(reason)) => Err(refusal(shared, reason)),
         Err(e) => {
             // Cannot happen: the classifier's types are the controller's.
@@ -152,7 +155,7 @@ async fn forward(
     // Until the response head is back, a dropped handler is a client that gave up while the
     // backend worked: the controller learns its patience from it.
     let mut gone = permit.id().map(|id| GoneGuard { shared: shared.adm.clone(), id, armed: true });
-    let exchanged = Detachable::new(exchange(shared.clone(), req, permit, type_index), client_left).await;
+    let exchanged = Detachable::new(Box::pin(exchange(shared.clone(), req, permit, type_index)), client_left).await;
     if let Some(g) = gone.as_mut() {
         g.armed = false;
     }
@@ -185,7 +188,9 @@ async fn exchange(shared: Arc<Shared>, req: Outgoing, permit: Permit, type_index
     let line = req.request_line();
     let sent = Instant::now();
     let polling = shared.busy.as_deref().map(BusyPoll::upstream_wait);
-    let result = tokio::time::timeout(shared.cfg.upstream_timeout, shared.pool.send(req)).await;
+    // Pinned where it is made: the timeout holds a reference, not a copy of the future.
+    let send = std::pin::pin!(shared.pool.send(req));
+    let result = tokio::time::timeout(shared.cfg.upstream_timeout, send).await;
     drop(polling);
     let answer = match result {
         Err(_) => {

@@ -105,7 +105,9 @@ impl Conn {
             }
         }
         if framing != Framing::Empty {
-            self.send_body(body, framing).await?;
+            // Boxed: sending a body is the exchange's largest state, and most requests
+            // have none.
+            Box::pin(self.send_body(body, framing)).await?;
         }
         let parsed = loop {
             match self.read_head(head_request).await? {

@@ -59,11 +59,6 @@ impl ResponseHead {
     pub fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
         self.fields().filter(move |(n, _)| n.eq_ignore_ascii_case(name.as_bytes())).map(|(_, v)| v)
     }
-
-    /// Whether a comma-separated field lists `token` (any case).
-    fn has_token(&self, name: &str, token: &str) -> bool {
-        self.values(name).flat_map(|v| v.split(|&b| b == b',')).any(|t| trim(t).eq_ignore_ascii_case(token.as_bytes()))
-    }
 }
 
 /// A response head taken from the start of a buffer.
@@ -127,11 +122,28 @@ pub fn header_map(head: &Bytes, at: &[FieldAt]) -> Result<HeaderMap, HeadError> 
     Ok(map)
 }
 
-/// The body's framing (RFC 9112 §6.3) and whether the connection stays open after it.
+/// The body's framing (RFC 9112 §6.3) and whether the connection stays open after it, from
+/// one pass over the fields.
 fn framing(head: &ResponseHead, http10: bool, head_request: bool) -> Result<(Framing, bool), HeadError> {
+    let (mut close, mut keep) = (false, false);
+    let mut last_coding: Option<&[u8]> = None;
+    let mut length: Option<u64> = None;
+    let mut has_length = false;
+    for (name, value) in head.fields() {
+        if name.eq_ignore_ascii_case(b"connection") {
+            for t in value.split(|&b| b == b',').map(trim) {
+                close |= t.eq_ignore_ascii_case(b"close");
+                keep |= t.eq_ignore_ascii_case(b"keep-alive");
+            }
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            last_coding = value.rsplit(|&b| b == b',').next().map(trim);
+        } else if name.eq_ignore_ascii_case(b"content-length") {
+            has_length = true;
+            length = Some(content_length(value, length)?);
+        }
+    }
+    let mut keep_alive = if http10 { keep } else { !close };
     let status = head.status;
-    let mut keep_alive =
-        if http10 { head.has_token("connection", "keep-alive") } else { !head.has_token("connection", "close") };
     let no_body = head_request
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
@@ -139,39 +151,37 @@ fn framing(head: &ResponseHead, http10: bool, head_request: bool) -> Result<(Fra
     if no_body {
         return Ok((Framing::Empty, keep_alive));
     }
-    if let Some(last) = head.values("transfer-encoding").last() {
+    if let Some(coding) = last_coding {
         // Transfer-Encoding overrides Content-Length; a message with both is closed after
         // (RFC 9112 §6.3 ¶3), as is one whose last coding is not chunked (read to the end).
-        let chunked = last.rsplit(|&b| b == b',').next().is_some_and(|c| trim(c).eq_ignore_ascii_case(b"chunked"));
-        keep_alive &= chunked && head.values("content-length").next().is_none();
+        let chunked = coding.eq_ignore_ascii_case(b"chunked");
+        keep_alive &= chunked && !has_length;
         return Ok((if chunked { Framing::Chunked } else { Framing::Close }, keep_alive));
     }
-    Ok(match content_length(head)? {
+    Ok(match length {
         Some(0) => (Framing::Empty, keep_alive),
         Some(n) => (Framing::Length(n), keep_alive),
         None => (Framing::Close, false),
     })
 }
 
-/// The `Content-Length`, if any: every value (repeated fields or a list) must be the same
-/// decimal number.
-fn content_length(head: &ResponseHead) -> Result<Option<u64>, HeadError> {
-    let mut length = None;
-    for v in head.values("content-length") {
-        let bad = || HeadError::ContentLength(String::from_utf8_lossy(v).into_owned());
-        for item in v.split(|&b| b == b',') {
-            let item = trim(item);
-            if item.is_empty() || item.len() > 19 || !item.iter().all(u8::is_ascii_digit) {
-                return Err(bad());
-            }
-            let n: u64 = std::str::from_utf8(item).map_err(|_| bad())?.parse().map_err(|_| bad())?;
-            if length.is_some_and(|l| l != n) {
-                return Err(bad());
-            }
-            length = Some(n);
+/// A `Content-Length` field's value checked against the length seen so far: every item
+/// (repeated fields or a list) must be the same decimal number.
+fn content_length(value: &[u8], seen: Option<u64>) -> Result<u64, HeadError> {
+    let bad = || HeadError::ContentLength(String::from_utf8_lossy(value).into_owned());
+    let mut length = seen;
+    for item in value.split(|&b| b == b',') {
+        let item = trim(item);
+        if item.is_empty() || item.len() > 19 || !item.iter().all(u8::is_ascii_digit) {
+            return Err(bad());
         }
+        let n: u64 = std::str::from_utf8(item).map_err(|_| bad())?.parse().map_err(|_| bad())?;
+        if length.is_some_and(|l| l != n) {
+            return Err(bad());
+        }
+        length = Some(n);
     }
-    Ok(length)
+    length.ok_or_else(bad)
 }
 
 fn trim(mut s: &[u8]) -> &[u8] {

@@ -14,6 +14,9 @@ pub const MAX_REQUEST_HEAD_BYTES: usize = 64 * 1024;
 /// At most this many header fields in a request head (431 beyond).
 pub const MAX_REQUEST_FIELDS: usize = 100;
 
+/// Where a field's name and value are in a head's bytes.
+pub type FieldAt = (Range<usize>, Range<usize>);
+
 /// How the request's body is delimited (RFC 9112 §6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyFraming {
@@ -43,7 +46,7 @@ pub struct RequestHead {
     pub path_and_query: Range<usize>,
     pub http10: bool,
     /// Name and value of every field, in order.
-    pub fields: Vec<(Range<usize>, Range<usize>)>,
+    pub fields: Vec<FieldAt>,
     pub body: BodyFraming,
     /// The client asks the connection to stay open after the response.
     pub keep_alive: bool,
@@ -94,7 +97,9 @@ impl crate::classify::Fields for RequestHead {
 }
 
 /// Take a request head from the start of `buf`: `Ok(None)` while it is incomplete.
-pub fn parse_request_head(buf: &mut BytesMut) -> Result<Option<RequestHead>, Refused> {
+/// `spare`: a list to hold the head's fields (the last head's, cleared: a connection
+/// reuses one), taken when a head is complete.
+pub fn parse_request_head(buf: &mut BytesMut, spare: &mut Vec<FieldAt>) -> Result<Option<RequestHead>, Refused> {
     let mut slots = [httparse::EMPTY_HEADER; MAX_REQUEST_FIELDS];
     let mut req = httparse::Request::new(&mut slots);
     let too_large = Refused { status: StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, reason: "request head too large" };
@@ -123,8 +128,10 @@ pub fn parse_request_head(buf: &mut BytesMut) -> Result<Option<RequestHead>, Ref
         t.start + r.start..t.start + r.end
     })?;
     let http10 = req.version == Some(0);
-    let fields: Vec<_> = req.headers.iter().map(|f| (at(f.name.as_bytes()), at(f.value))).collect();
     let checked = check_fields(req.headers, http10)?;
+    let mut fields = std::mem::take(spare);
+    fields.clear();
+    fields.extend(req.headers.iter().map(|f| (at(f.name.as_bytes()), at(f.value))));
     Ok(Some(RequestHead {
         bytes: buf.split_to(len).freeze(),
         method,
@@ -268,7 +275,7 @@ mod tests {
 
     fn parse(head: &str) -> Result<RequestHead, Refused> {
         let mut buf = BytesMut::from(format!("{head}next").as_bytes());
-        let h = parse_request_head(&mut buf).map(|h| h.expect("a complete head"));
+        let h = parse_request_head(&mut buf, &mut Vec::new()).map(|h| h.expect("a complete head"));
         if h.is_ok() {
             assert_eq!(&buf[..], b"next", "the head is taken, the rest left");
         }
@@ -314,8 +321,11 @@ mod tests {
         let many: String = (0..=MAX_REQUEST_FIELDS).map(|i| format!("x-{i}: 1\r\n")).collect();
         assert_eq!(parse(&format!("GET / HTTP/1.1\r\n{many}\r\n")).unwrap_err().status.as_u16(), 431);
         let big = [b"GET / HTTP/1.1\r\nx: ".as_slice(), &vec![b'a'; MAX_REQUEST_HEAD_BYTES]].concat();
-        assert_eq!(parse_request_head(&mut BytesMut::from(&big[..])).unwrap_err().status.as_u16(), 431);
-        assert!(parse_request_head(&mut BytesMut::from(&big[..100])).unwrap().is_none());
+        assert_eq!(
+            parse_request_head(&mut BytesMut::from(&big[..]), &mut Vec::new()).unwrap_err().status.as_u16(),
+            431
+        );
+        assert!(parse_request_head(&mut BytesMut::from(&big[..100]), &mut Vec::new()).unwrap().is_none());
     }
 
     #[test]
