@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use bytes::{BufMut, BytesMut};
 
 use super::front::head::{BodyFraming, RequestHead};
-use crate::upstream::wire::Framing;
+use crate::upstream::wire::{trim_ows, Framing};
 
 /// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1), plus those named in
 /// `Connection`.
@@ -128,16 +128,6 @@ pub fn connection_tokens<'a>(fields: impl Iterator<Item = (&'a [u8], &'a [u8])>)
         }
     }
     out
-}
-
-fn trim_ows(mut s: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = s {
-        s = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = s {
-        s = rest;
-    }
-    s
 }
 
 /// `Forwarded` and `X-Forwarded-For` (the client's lists, if any, then this hop),

@@ -131,12 +131,12 @@ fn framing(head: &ResponseHead, http10: bool, head_request: bool) -> Result<(Fra
     let mut has_length = false;
     for (name, value) in head.fields() {
         if name.eq_ignore_ascii_case(b"connection") {
-            for t in value.split(|&b| b == b',').map(trim) {
+            for t in value.split(|&b| b == b',').map(trim_ows) {
                 close |= t.eq_ignore_ascii_case(b"close");
                 keep |= t.eq_ignore_ascii_case(b"keep-alive");
             }
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            last_coding = value.rsplit(|&b| b == b',').next().map(trim);
+            last_coding = value.rsplit(|&b| b == b',').next().map(trim_ows);
         } else if name.eq_ignore_ascii_case(b"content-length") {
             has_length = true;
             length = Some(content_length(value, length)?);
@@ -171,11 +171,7 @@ fn content_length(value: &[u8], seen: Option<u64>) -> Result<u64, HeadError> {
     let bad = || HeadError::ContentLength(String::from_utf8_lossy(value).into_owned());
     let mut length = seen;
     for item in value.split(|&b| b == b',') {
-        let item = trim(item);
-        if item.is_empty() || item.len() > 19 || !item.iter().all(u8::is_ascii_digit) {
-            return Err(bad());
-        }
-        let n: u64 = std::str::from_utf8(item).map_err(|_| bad())?.parse().map_err(|_| bad())?;
+        let n = parse_length(item).ok_or_else(bad)?;
         if length.is_some_and(|l| l != n) {
             return Err(bad());
         }
@@ -184,7 +180,17 @@ fn content_length(value: &[u8], seen: Option<u64>) -> Result<u64, HeadError> {
     length.ok_or_else(bad)
 }
 
-fn trim(mut s: &[u8]) -> &[u8] {
+/// One item of a `Content-Length` value: 1–19 decimal digits around optional whitespace.
+pub(crate) fn parse_length(item: &[u8]) -> Option<u64> {
+    let item = trim_ows(item);
+    if item.is_empty() || item.len() > 19 || !item.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(item).ok()?.parse().ok()
+}
+
+/// `s` without the optional whitespace (spaces, tabs) around it (RFC 9110 §5.6.3).
+pub(crate) fn trim_ows(mut s: &[u8]) -> &[u8] {
     while let [b' ' | b'\t', rest @ ..] = s {
         s = rest;
     }

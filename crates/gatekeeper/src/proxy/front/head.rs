@@ -8,6 +8,8 @@ use std::ops::Range;
 use bytes::{Bytes, BytesMut};
 use hyper::StatusCode;
 
+use crate::upstream::wire::{parse_length, trim_ows};
+
 /// A request head larger than this is refused (431): it bounds the buffer that holds a
 /// head while it arrives.
 pub const MAX_REQUEST_HEAD_BYTES: usize = 64 * 1024;
@@ -205,7 +207,7 @@ fn check_fields(fields: &[httparse::Header<'_>], http10: bool) -> Result<Checked
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
             // Only `chunked`, once, as the whole coding: any other coding is one we do
             // not decode (501), a coding after chunked leaves the body unframed (400).
-            for item in f.value.split(|&b| b == b',').map(trim).filter(|i| !i.is_empty()) {
+            for item in f.value.split(|&b| b == b',').map(trim_ows).filter(|i| !i.is_empty()) {
                 if chunked {
                     return Err(bad("a transfer coding after chunked"));
                 }
@@ -221,12 +223,12 @@ fn check_fields(fields: &[httparse::Header<'_>], http10: bool) -> Result<Checked
         } else if name.eq_ignore_ascii_case("host") {
             hosts += 1;
         } else if name.eq_ignore_ascii_case("connection") {
-            for t in f.value.split(|&b| b == b',').map(trim) {
+            for t in f.value.split(|&b| b == b',').map(trim_ows) {
                 close |= t.eq_ignore_ascii_case(b"close");
                 keep |= t.eq_ignore_ascii_case(b"keep-alive");
             }
         } else if name.eq_ignore_ascii_case("expect") {
-            expect_continue |= trim(f.value).eq_ignore_ascii_case(b"100-continue");
+            expect_continue |= trim_ows(f.value).eq_ignore_ascii_case(b"100-continue");
         }
     }
     if hosts > 1 {
@@ -248,25 +250,6 @@ fn check_fields(fields: &[httparse::Header<'_>], http10: bool) -> Result<Checked
     };
     let keep_alive = !close && (!http10 || keep);
     Ok(Checked { body, keep_alive, expect_continue: expect_continue && !http10 })
-}
-
-/// A Content-Length item: 1–19 decimal digits around optional whitespace.
-fn parse_length(item: &[u8]) -> Option<u64> {
-    let item = trim(item);
-    if item.is_empty() || item.len() > 19 || !item.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(item).ok()?.parse().ok()
-}
-
-fn trim(mut s: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = s {
-        s = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = s {
-        s = rest;
-    }
-    s
 }
 
 #[cfg(test)]
