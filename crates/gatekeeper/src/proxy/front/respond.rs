@@ -248,28 +248,21 @@ fn end_head(out: &mut BytesMut, keep: bool, http10: bool) {
 }
 
 fn put_decimal(out: &mut BytesMut, n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut n = n;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.put_slice(&digits[at..]);
+    put_digits(out, n, 10);
 }
 
 fn put_hex(out: &mut BytesMut, n: u64) {
-    let mut digits = [0u8; 16];
+    put_digits(out, n, 16);
+}
+
+/// `n` in base `radix` (at most 16), lower-case digits.
+fn put_digits(out: &mut BytesMut, mut n: u64, radix: u64) {
+    let mut digits = [0u8; 20];
     let mut at = digits.len();
-    let mut n = n;
     loop {
         at -= 1;
-        digits[at] = b"0123456789abcdef"[(n % 16) as usize];
-        n /= 16;
+        digits[at] = b"0123456789abcdef"[(n % radix) as usize];
+        n /= radix;
         if n == 0 {
             break;
         }
