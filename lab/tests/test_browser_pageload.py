@@ -45,6 +45,7 @@ def _load(port: int, page: pages.Page, protocol: str, log: Path) -> chromium.Pag
 
 
 def _check(load: chromium.PageLoad, protocol: str, root: Path) -> None:
+    assert load.failed_resources == []
     assert load.protocol == {"h1": "http/1.1", "h2": "h2"}[protocol]
     files = {p.name: p.stat().st_size for p in (root / "page-generated").iterdir() if p.name != "index.html"}
     # The browser also asks for /favicon.ico (not found here): not the page's.
@@ -58,6 +59,19 @@ def _check(load: chromium.PageLoad, protocol: str, root: Path) -> None:
     favicon = sum(r["body_bytes"] for r in load.resources if r["url"].endswith("/favicon.ico"))
     html = (root / "page-generated" / "index.html").stat().st_size
     assert load.page_bytes == sum(files.values()) + html + favicon
+
+
+def test_a_resource_that_fails_is_named_with_its_error(tmp_path):
+    # The load event fires and the failed image has a Performance entry of 0 bytes: only the
+    # network events say that it failed, and why.
+    dead = free_port()  # nothing listens there
+    (tmp_path / "page.html").write_text(f'<img src="https://{SERVER_NAME}:{dead}/gone.png"><p>text</p>')
+    load = chromium.load_page(find_chromium() or "chromium", (tmp_path / "page.html").as_uri(),
+                              [f"--host-resolver-rules=MAP {SERVER_NAME} 127.0.0.1"], timeout_s=30,
+                              log_path=tmp_path / "browser.log")  # fmt: skip
+    assert load.failed_resources == [
+        {"url": f"https://{SERVER_NAME}:{dead}/gone.png", "error": "net::ERR_CONNECTION_REFUSED"}
+    ]
 
 
 @pytest.mark.parametrize("protocol", ["h1", "h2"])

@@ -92,7 +92,8 @@ class BrowserRunner(Runner):
         return flags
 
     def load_once(self, tb: Any, run: BrowserRun, rdir: Path, page: Page, t0: float) -> dict[str, Any]:
-        """One load of `page`: its line of pageloads.jsonl (the figures, or the error)."""
+        """One load of `page`: its line of pageloads.jsonl (the figures, or the error; a load
+        with a failed resource has both and counts as failed)."""
         b = self.browser
         url = f"https://{SERVER_NAME}:{b.tls_port}{page.path}"
         rec: dict[str, Any] = {"page": page.name, "start_s": round(time.monotonic() - t0, 3)}
@@ -100,6 +101,9 @@ class BrowserRunner(Runner):
             load = chromium.load_page(b.chromium, url, self.browser_flags(tb, run), popen=tb.client_popen,
                                       timeout_s=b.page_timeout_s, log_path=rdir / "browser.log")  # fmt: skip
             rec.update(vars(load))
+            if load.failed_resources:  # the load event came, but not with the whole page
+                failed = (f"{f['url']} ({f['error']})" for f in load.failed_resources)
+                rec["error"] = "failed: " + "; ".join(failed)
         except chromium.BrowserError as e:
             rec["error"] = str(e)
         return rec

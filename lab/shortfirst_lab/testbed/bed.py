@@ -76,6 +76,7 @@ from .netns import (
     COMMAND_TIMEOUT_S,
     PREFIX,
     TestbedError,
+    _add_netns,
     _delete_netns,
     _list_netns,
     _lock_path,
@@ -329,9 +330,8 @@ class Testbed:
             if ns in existing:
                 _delete_netns(ns)
         for ns in self._namespaces():
-            _run(["ip", "netns", "add", ns])
-            self._created_ns.append(ns)
-            _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+            self._created_ns.append(ns)  # before it exists: removed however far the add got
+            _add_netns(ns)
         if self.groups is not None:
             self._build_wan_links()
         else:

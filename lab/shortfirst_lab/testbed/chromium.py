@@ -11,7 +11,9 @@ What a load reports is the page's own Performance API, in milliseconds from the 
 start (`performance.timeOrigin`): the HTML's `responseEnd`, `domContentLoadedEventEnd`, the
 load event's start, first contentful paint, the last largest-contentful-paint candidate, the
 protocol the HTML came over, and each resource's timings and sizes. The browser's own start
-(~1 s here) is outside these times.
+(~1 s here) is outside these times. A resource that failed still has a Performance entry (its
+sizes 0), and the load event still fires: the DevTools network events name each failure and
+its error (`failed_resources`), so such a load is not taken for a whole page.
 """
 
 from __future__ import annotations
@@ -104,6 +106,9 @@ class PageLoad:
     lcp_ms: float | None
     html_bytes: int
     resources: list[dict[str, Any]] = field(default_factory=list)
+    #: Each request of the page that failed before the load event: its `url` and the
+    #: browser's `error` (e.g. `net::ERR_HTTP2_PROTOCOL_ERROR`).
+    failed_resources: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def page_bytes(self) -> int:
@@ -158,11 +163,16 @@ class Pipe:
                     raise BrowserError(f"{method}: {msg['error'].get('message', msg['error'])}")
                 return msg.get("result", {})
 
-    def wait_event(self, method: str, deadline: float) -> dict[str, Any]:
+    def wait_event(
+        self, method: str, deadline: float, others: Callable[[dict[str, Any]], None] | None = None
+    ) -> dict[str, Any]:
+        """The next event `method`; every other message read meanwhile goes to `others`."""
         while True:
             msg = self.receive(deadline)
             if msg.get("method") == method:
                 return msg
+            if others is not None:
+                others(msg)
 
 
 Popen = Callable[..., subprocess.Popen]
@@ -230,12 +240,14 @@ def _navigate(pipe: Pipe, url: str, timeout_s: float) -> PageLoad:
     session = pipe.call("Target.attachToTarget", {"targetId": target, "flatten": True}, None, start_by)
     sid = session["sessionId"]
     pipe.call("Page.enable", None, sid, start_by)
+    pipe.call("Network.enable", {"maxTotalBufferSize": 0, "maxResourceBufferSize": 0}, sid, start_by)
     deadline = time.monotonic() + timeout_s
+    failures = _Failures()
     nav = pipe.call("Page.navigate", {"url": url}, sid, deadline)
     if nav.get("errorText"):
         raise BrowserError(f"{url}: {nav['errorText']}")
     try:
-        pipe.wait_event("Page.loadEventFired", deadline)
+        pipe.wait_event("Page.loadEventFired", deadline, failures.see)
     except BrowserError as e:
         raise BrowserError(f"{url}: no load event within {timeout_s:g} s ({e})") from e
     res = pipe.call(
@@ -246,7 +258,27 @@ def _navigate(pipe: Pipe, url: str, timeout_s: float) -> PageLoad:
     )
     if "exceptionDetails" in res:
         raise BrowserError(f"{url}: the metrics script failed: {res['exceptionDetails'].get('text')}")
-    return page_load_from(json.loads(res["result"]["value"]))
+    return page_load_from({**json.loads(res["result"]["value"]), "failed_resources": failures.failed})
+
+
+class _Failures:
+    """The page's failed requests, from the DevTools network events read while the page
+    loads: each request's URL (`Network.requestWillBeSent`) and its error, unless the page
+    itself cancelled it (`Network.loadingFailed`). At most `MAX_REQUESTS` URLs are kept."""
+
+    MAX_REQUESTS = 10_000
+
+    def __init__(self) -> None:
+        self.urls: dict[str, str] = {}
+        self.failed: list[dict[str, str]] = []
+
+    def see(self, msg: dict[str, Any]) -> None:
+        params = msg.get("params") or {}
+        if msg.get("method") == "Network.requestWillBeSent" and len(self.urls) < self.MAX_REQUESTS:
+            self.urls[params.get("requestId", "")] = params.get("request", {}).get("url", "")
+        elif msg.get("method") == "Network.loadingFailed" and not params.get("canceled"):
+            url = self.urls.get(params.get("requestId", ""), "?")
+            self.failed.append({"url": url, "error": str(params.get("errorText", ""))})
 
 
 def page_load_from(d: dict[str, Any]) -> PageLoad:
@@ -260,6 +292,7 @@ def page_load_from(d: dict[str, Any]) -> PageLoad:
         lcp_ms=None if d.get("lcp_ms") is None else float(d["lcp_ms"]),
         html_bytes=int(d.get("html_bytes") or 0),
         resources=list(d.get("resources") or []),
+        failed_resources=list(d.get("failed_resources") or []),
     )
 
 

@@ -70,6 +70,20 @@ def _list_netns() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
+def _add_netns(ns: str) -> None:
+    """Creates ``ns`` with its loopback up and IPv6 off (every link made in it later too).
+
+    The testbeds speak IPv4 only. With IPv6 on, each new link gets a link-local address that
+    turns from tentative to valid a second or two later (duplicate address detection), and
+    Chromium, which watches the namespace's addresses, then fails every request in flight
+    with ``ERR_NETWORK_CHANGED``: measured, one page load in a few in the first seconds of a
+    testbed lost some of its resources so."""
+    _run(["ip", "netns", "add", ns])
+    _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+    _run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w",
+          "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"])  # fmt: skip
+
+
 def _kill_netns_processes(ns: str) -> None:
     """SIGKILLs the processes left inside ``ns`` (all were started by a testbed run)."""
     out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, check=False)

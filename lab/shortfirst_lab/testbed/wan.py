@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import bed as testbed
-from .netns import TestbedError, _delete_netns, _list_netns, _lock_path, _run, _try_lock
+from .netns import TestbedError, _add_netns, _delete_netns, _list_netns, _lock_path, _run, _try_lock
 
 #: Routing table the emulator namespace sends forwarded packets to.
 EMU_TABLE = 100
@@ -328,9 +328,8 @@ class WanPath:
         for ns in (self.client_ns, self.emu_ns, self.server_ns):
             if ns in existing:
                 _delete_netns(ns)
-            _run(["ip", "netns", "add", ns])
-            self._created.append(ns)
-            _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+            self._created.append(ns)  # before it exists: removed however far the add got
+            _add_netns(ns)
         for ns, dev, ens, edev in (
             (self.client_ns, self.client_dev, self.emu_ns, self.emu_client_dev),
             (self.server_ns, self.server_dev, self.emu_ns, self.emu_server_dev),
