@@ -115,3 +115,16 @@ def test_the_summary_pairs_measured_with_simulated(out):
     sita = summary["runs"][1]
     assert sita["served_where_the_map_says"] == sita["requests_served"] == sita["requests_sent"]
     assert (out / "report.html").read_text().count("sita-e+fair") >= 1
+
+
+def test_health_is_sampled_with_each_host_s_uplink(out):
+    rdir, _, served = _run(out, "roundrobin-fair-load0.60-rep1")
+    health = pd.read_csv(rdir / "health.csv")
+    rec = json.loads((rdir / "run.json").read_text())
+    assert len(health) >= 3 and rec["health_errors"] == []
+    last = health.iloc[-1]
+    # Round robin: both hosts sent; their bytes add up to the bands' sum over the hosts.
+    assert last["host_bytes.0"] > 0 and last["host_bytes.1"] > 0
+    bands = sum(last[c] for c in health.columns if c.startswith("band_bytes."))
+    assert last["host_bytes.0"] + last["host_bytes.1"] == bands
+    assert "host_backlog_packets.0" in health.columns and "open_connections" in health.columns

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use shortfirst_core::dispatch::{parse_cutoffs, sita_e_cutoffs};
+use shortfirst_core::dispatch::{parse_cutoffs, sita_e_cutoffs_by, WireCost};
 use shortfirst_farm::docroot::{self, Entry};
 use shortfirst_farm::haproxy::{config_text, map_text, Balance, Farm};
 use shortfirst_farm::write_atomically;
@@ -47,6 +47,18 @@ struct MapArgs {
     /// each weighted by its requests in --trace (by one without it).
     #[arg(long, value_name = "LIST|sita-e", default_value = "sita-e")]
     cutoffs: String,
+    /// What sita-e makes equal across hosts: `wire`, the bytes each host's uplink sends
+    /// (a response's body, --head-bytes, 66 header bytes per segment of 1,448,
+    /// --control-bytes), or `body`, the response bodies alone.
+    #[arg(long, value_name = "wire|body", default_value = "wire")]
+    load_basis: LoadBasis,
+    /// A response head's bytes, for --load-basis wire (`shortfirst serve`'s are 250-290).
+    #[arg(long, value_name = "BYTES", default_value_t = 280)]
+    head_bytes: u64,
+    /// Connection control bytes (SYN-ACK, ACKs, FIN) per response, for --load-basis wire:
+    /// 0 when the balancer keeps its connections to the hosts alive, as HAProxy does.
+    #[arg(long, value_name = "BYTES", default_value_t = 0)]
+    control_bytes: u64,
     /// Trace whose requests weight each file for sita-e (CSV, CLF or WC98; paths not in
     /// the docroot are counted and ignored).
     #[arg(long, value_name = "FILE")]
@@ -72,6 +84,13 @@ struct MapArgs {
     out: PathBuf,
 }
 
+/// What SITA-E's equal load counts (`--load-basis`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LoadBasis {
+    Wire,
+    Body,
+}
+
 pub fn run(args: Args) -> Result<()> {
     match args.command {
         Command::Map(a) => map(a),
@@ -88,7 +107,12 @@ fn map(a: MapArgs) -> Result<()> {
     }
     let cutoffs = if a.cutoffs == "sita-e" {
         let mut sizes = weights(&found.entries, a.trace.as_deref(), a.trace_format)?;
-        sita_e_cutoffs(&mut sizes, a.hosts).context("--cutoffs sita-e")?
+        let wire = WireCost { head_bytes: a.head_bytes, control_bytes: a.control_bytes };
+        let cost = |size_bytes| match a.load_basis {
+            LoadBasis::Wire => wire.bytes(size_bytes),
+            LoadBasis::Body => size_bytes,
+        };
+        sita_e_cutoffs_by(&mut sizes, a.hosts, cost).context("--cutoffs sita-e")?
     } else {
         parse_cutoffs(&a.cutoffs).with_context(|| format!("--cutoffs {}", a.cutoffs))?
     };

@@ -135,3 +135,28 @@ fn farm_map_from_a_docroot_and_trace() {
     assert!(!out.status.success());
     assert!(!dir.path().join("bad/sizes.map").exists());
 }
+
+#[test]
+fn farm_map_balances_wire_bytes_unless_told_bodies() {
+    let dir = tempfile::tempdir().unwrap();
+    let wl = workload(dir.path());
+    let cutoffs = |basis: &str| -> Vec<u64> {
+        let out = shortfirst()
+            .args(["farm", "map", "--hosts", "2", "--load-basis", basis, "--root"])
+            .arg(wl.join("docroot"))
+            .arg("--trace")
+            .arg(wl.join("trace.csv"))
+            .arg("--out")
+            .arg(dir.path().join(basis).join("sizes.map"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let list = err.split("cutoffs [").nth(1).and_then(|r| r.split(']').next()).expect("cutoffs in stderr");
+        list.split(',').map(|c| c.trim().parse().unwrap()).collect()
+    };
+    let (wire, body) = (cutoffs("wire"), cutoffs("body"));
+    // Every response also costs a head and segment headers, most of a small one's bytes:
+    // balanced on the wire, the small files' host takes a narrower interval.
+    assert!(wire[0] < body[0], "wire {wire:?}, body {body:?}");
+}

@@ -14,6 +14,11 @@ the front namespace, the load generator behind it), every run simulated as a far
         haproxy.log, load.log, commands.txt
         uplink.json                           the hosts' qdisc counters at the end, summed band
                                               by band, each host's under `hosts`
+        health.csv                            1 Hz, as the static runner's (the front's
+                                              connections and accept queue, the hosts' bands
+                                              summed, the server processes' CPU and memory),
+                                              plus each host's uplink bytes and backlog
+                                              (`host_bytes.<i>`, `host_backlog_packets.<i>`)
         sim/, sim-wire/                       the run's ideals (`idealsim.simulate` with a
                                               `Farm`): `shortfirst sim --servers C --dispatch D`
                                               on the run's own arrivals, bodies or wire costs as
@@ -44,6 +49,7 @@ from ..kit import utc_now, write_atomic, write_json
 from ..spec.farm import DISPATCHES, FarmExperiment, FarmRun
 from ..testbed.placement import Placement
 from . import factors
+from .health import HealthSampler
 from .stage import make_stage, touch_docroot, unstage
 from .static import (
     Runner,
@@ -198,16 +204,23 @@ class FarmRunner(Runner):
             ]
             hap: subprocess.Popen | None = None
             gen: subprocess.Popen | None = None
+            sampler: HealthSampler | None = None
             try:
                 for i, (p, addr) in enumerate(zip(procs, tb.host_addrs, strict=True)):
                     self.wait_listening(tb, p, rdir / f"host{i}.log", addr=addr, run=tb.server_run)
                 hap = tb.server_popen(h_argv, stdout=hlog, stderr=subprocess.STDOUT)
                 self.wait_listening(tb, hap, rdir / "haproxy.log")
+                sampler = HealthSampler(tb.health_sample, time.monotonic())
+                sampler.start()
                 gen = tb.client_popen(l_argv, stdout=llog, stderr=subprocess.STDOUT)
                 rec["status"] = self._watch(gen, [*procs, hap], wait_s)
             except RunnerError as e:
                 rec["status"] = f"failed: {e}"
             finally:
+                if sampler is not None:
+                    sampler.stop()
+                    sampler.write(rdir / "health.csv")
+                    rec["health_errors"] = sampler.errors
                 rec["load_rc"] = None if gen is None else self.stop(gen, 10)
                 with contextlib.suppress(Exception):  # recorded by its absence; the logs stand
                     write_json(rdir / "uplink.json", tb.uplink_stats())

@@ -50,6 +50,7 @@ class FarmTestbed(Testbed):
         if kw.get("groups") is not None:
             raise ValueError("a farm testbed is a LAN: no groups")
         self.n_hosts = n_hosts
+        self._last_hosts: list[dict] = []  # each host's uplink, as `uplink_stats` last read it
         super().__init__(run_id, rate_bits_per_s, **kw)
 
     def _name_links(self) -> None:
@@ -92,10 +93,23 @@ class FarmTestbed(Testbed):
         """`Testbed.uplink_stats` of host ``host``'s uplink."""
         return self._uplink_stats(self.host_ns[host], self.host_devs[host])
 
+    def health_sample(self) -> dict:
+        """`Testbed.health_sample` (the front's sockets, the hosts' bands summed), plus each
+        host's uplink from the same reading: ``host_bytes`` sent (cumulative) and
+        ``host_backlog_packets`` queued now, ``{host: value}``."""
+        sample = super().health_sample()
+        hosts = self._last_hosts
+        sample["host_bytes"] = {i: h["total"].get("bytes", 0) for i, h in enumerate(hosts)}
+        sample["host_backlog_packets"] = {
+            i: sum(b.get("backlog_packets", 0) for b in h["bands"]) for i, h in enumerate(hosts)
+        }
+        return sample
+
     def uplink_stats(self) -> dict:
         """Every host's uplink counters summed band by band (``dev`` "hosts", the rate C × the
         rate), each host's under ``hosts``: the farm's uplink as `health_sample` reads it."""
         hosts = [self.host_uplink_stats(i) for i in range(self.n_hosts)]
+        self._last_hosts = hosts
         bands: dict[int, dict] = {}
         for h in hosts:
             for b in h["bands"]:

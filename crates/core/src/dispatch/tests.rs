@@ -167,6 +167,38 @@ fn sita_e_equalises_bounded_pareto_load() {
 }
 
 #[test]
+fn wire_cost_counts_the_head_and_a_header_per_segment() {
+    let bare = WireCost { head_bytes: 0, control_bytes: 0 };
+    assert_eq!(bare.bytes(0), 0);
+    assert_eq!(bare.bytes(1), 1 + 66);
+    assert_eq!(bare.bytes(1_448), 1_448 + 66);
+    assert_eq!(bare.bytes(1_449), 1_449 + 2 * 66);
+    let wire = WireCost { head_bytes: 280, control_bytes: 150 };
+    assert_eq!(wire.bytes(0), 280 + 66 + 150);
+    assert_eq!(wire.bytes(10_000), 10_280 + 8 * 66 + 150);
+    assert_eq!(wire.bytes(u64::MAX), u64::MAX);
+}
+
+#[test]
+fn sita_e_by_wire_cost_gives_the_small_sizes_host_fewer_bytes() {
+    // A thousand small responses (100..1,099 B) and twenty large (50..69 KB). On the wire
+    // each small one also costs a head and a segment header, a third more than its body:
+    // the equal split falls at a lower size than by bodies, and equalises the wire bytes
+    // to within one response.
+    let mut sizes: Vec<(u64, u64)> = (100..1_100).map(|s| (s, 1)).collect();
+    sizes.extend((50..70).map(|k| (k * 1_000, 1)));
+    let by_body = sita_e_cutoffs(&mut sizes.clone(), 2).unwrap();
+    let wire = WireCost { head_bytes: 280, control_bytes: 0 };
+    let by_wire = sita_e_cutoffs_by(&mut sizes, 2, |s| wire.bytes(s)).unwrap();
+    assert!(by_wire[0] < by_body[0], "by wire {by_wire:?}, by body {by_body:?}");
+    let load = |lo: u64, hi: u64| -> u64 {
+        sizes.iter().filter(|&&(s, _)| s > lo && s <= hi).map(|&(s, w)| wire.bytes(s) * w).sum()
+    };
+    let (h0, h1) = (load(0, by_wire[0]), load(by_wire[0], u64::MAX));
+    assert!(h0.abs_diff(h1) <= wire.bytes(70_000), "host loads {h0} and {h1}");
+}
+
+#[test]
 fn live_window_forgets_old_sizes() {
     let mut live = LiveSitaE::new(2, 100).unwrap();
     assert_eq!(live.cutoffs().unwrap_err(), DispatchError::NoSizes);
