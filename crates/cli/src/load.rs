@@ -79,7 +79,7 @@ pub struct Args {
     /// `#` comments), where a row `*,ADDR` serves every client not listed;
     /// without it, a request of an unlisted client stops the run before it is
     /// sent. Every address must be on this host and of the target's family
-    /// (checked once, before the run). Default: the kernel chooses.
+    /// (checked once, before the run). Absent: the kernel chooses.
     #[arg(long, value_name = "SPEC", value_parser = parse_source_addrs)]
     source_addrs: Option<Box<SourceAddrs>>,
     /// Worker threads (default: the number of CPUs).

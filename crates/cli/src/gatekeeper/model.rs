@@ -20,7 +20,7 @@ pub struct ModelArgs {
     #[command(flatten)]
     backend: BackendArgs,
     /// Other busy processes sharing the backend's processors (a load generator or proxy on
-    /// the same host). Default: none (a dedicated backend).
+    /// the same host); 0: a dedicated backend.
     #[arg(long, default_value_t = 0.0)]
     background: f64,
     /// Background during calibration, if different (a host that got busier since).
@@ -56,12 +56,12 @@ pub struct ModelArgs {
     #[arg(long)]
     start_together: bool,
     /// The gateway's --max-queue-wait: a request waiting this long is turned away (its
-    /// user thinks and sends again). Default: none.
+    /// user thinks and sends again). Absent: no limit.
     #[arg(long, value_name = "DURATION")]
     max_queue_wait: Option<String>,
     /// Users give up on a request this long after sending it (a client timeout); the
     /// request is withdrawn if it waits, finished for no one if it runs, and the user thinks
-    /// and sends again. Default: users wait for ever.
+    /// and sends again. Absent: users wait for ever.
     #[arg(long, value_name = "DURATION")]
     client_patience: Option<String>,
     /// The gatekeeper's --patience: refuse a request that would finish after its client
@@ -69,7 +69,7 @@ pub struct ModelArgs {
     #[arg(long, default_value = "learn", value_name = "learn|off|DURATION")]
     patience: String,
     /// Sample the gate's load, queue, head charge and per-type admissions this often into
-    /// each run's `timeline` in --out (e.g. 100ms). Default: none.
+    /// each run's `timeline` in --out (e.g. 100ms). Absent: no timeline.
     #[arg(long, value_name = "DURATION")]
     timeline: Option<String>,
     /// Virtual time per run.
