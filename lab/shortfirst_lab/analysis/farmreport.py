@@ -40,8 +40,6 @@ from ..spec.reader import read_spec
 from . import figures
 from . import metrics as analysis
 
-#: The generator's lateness above which a run is not valid (as the static report's).
-LATENESS_LIMIT_MS = 5.0
 #: The targets of a farm at one load per host: (load, comparison key, op, threshold).
 TARGETS = (
     (0.8, "mean_response_ratio_vs_leastconn_fair", ">=", 2.0),
@@ -132,8 +130,7 @@ def analyse_run(out: Path, farm: FarmExperiment, run: FarmRun, host_of: dict[str
         "repeat": run.spec.repeat,
         "status": rec.get("status", "unknown"),
         "lateness_p99_ms": lateness,
-        "valid": rec.get("status") == "ok"
-        and bool(gen.get("valid", lateness is not None and lateness <= LATENESS_LIMIT_MS)),
+        "valid": rec.get("status") == "ok" and bool(gen.get("valid", analysis.lateness_ok(lateness))),
         "measured": m,
         "simulated": _simulated(rdir, farm, "sim-wire"),
         "simulated_payload": _simulated(rdir, farm, "sim"),

@@ -91,6 +91,14 @@ CI_BATCHES = 10
 RECEIVED_COLUMNS = ("t_s", "bytes")
 #: The generator's bucket width, assumed only for a file of a single bucket.
 RECEIVED_BUCKET_S = 0.1
+#: A run whose generator sent its requests' p99 more than this many ms late is not valid: the
+#: arrivals were not the trace's (every report's rule, where the generator did not say).
+LATENESS_LIMIT_MS = 5.0
+
+
+def lateness_ok(lateness_p99_ms: float | None) -> bool:
+    """Whether a run's generator kept to its trace (`LATENESS_LIMIT_MS`); False when unknown."""
+    return lateness_p99_ms is not None and lateness_p99_ms <= LATENESS_LIMIT_MS
 
 
 class LogError(LabError, ValueError):

@@ -73,8 +73,6 @@ FIELDS = (
     "valid",
 )
 BASELINE_SETUP = "A"
-#: A run's p99 lateness above this (ms) makes it invalid when the generator did not say.
-LATENESS_LIMIT_MS = 5.0
 #: The memory check: RSS at the end against RSS this long into the run.
 RSS_REFERENCE_S = 60.0
 RSS_MAX_GROWTH = 1.5
@@ -193,7 +191,7 @@ def validity(run_dir: Path, lateness_from_log: float | None) -> dict[str, Any]:
     lateness = gen.get("lateness_p99_ms", lateness_from_log)
     gen_valid = gen.get("valid")
     if gen_valid is None:
-        gen_valid = lateness is not None and lateness <= LATENESS_LIMIT_MS
+        gen_valid = analysis.lateness_ok(lateness)
     status = rec.get("status", "unknown")
     return {
         "valid": bool(gen_valid) and status == "ok",

@@ -40,7 +40,6 @@ from ..spec.experiment import Arm, Experiment, RunSpec, load_experiment
 from . import figures, models, policycmp, policytables, wanreport, wire
 from . import metrics as analysis
 
-LATENESS_LIMIT_MS = 5.0
 RUN_KEYS = (
     "policy",
     "load",
@@ -154,7 +153,7 @@ def analyse_run(
     lateness = gen.get("lateness_p99_ms", m["lateness_p99_ms_from_log"])
     gen_valid = gen.get("valid")
     if gen_valid is None:
-        gen_valid = lateness is not None and lateness <= LATENESS_LIMIT_MS
+        gen_valid = analysis.lateness_ok(lateness)
     status_ok = rec.get("status", "ok") == "ok"
     m["lateness_p99_ms"] = lateness
     m["generator_valid"] = bool(gen_valid)
