@@ -264,7 +264,8 @@ def _navigate(pipe: Pipe, url: str, timeout_s: float) -> PageLoad:
 class _Failures:
     """The page's failed requests, from the DevTools network events read while the page
     loads: each request's URL (`Network.requestWillBeSent`) and its error, unless the page
-    itself cancelled it (`Network.loadingFailed`). At most `MAX_REQUESTS` URLs are kept."""
+    itself cancelled it (`Network.loadingFailed`). At most `MAX_REQUESTS` URLs and as many
+    failures are kept (a page of more requests is not one this lab loads)."""
 
     MAX_REQUESTS = 10_000
 
@@ -276,7 +277,11 @@ class _Failures:
         params = msg.get("params") or {}
         if msg.get("method") == "Network.requestWillBeSent" and len(self.urls) < self.MAX_REQUESTS:
             self.urls[params.get("requestId", "")] = params.get("request", {}).get("url", "")
-        elif msg.get("method") == "Network.loadingFailed" and not params.get("canceled"):
+        elif (
+            msg.get("method") == "Network.loadingFailed"
+            and not params.get("canceled")
+            and len(self.failed) < self.MAX_REQUESTS
+        ):
             url = self.urls.get(params.get("requestId", ""), "?")
             self.failed.append({"url": url, "error": str(params.get("errorText", ""))})
 

@@ -76,8 +76,9 @@ def _add_netns(ns: str) -> None:
     The testbeds speak IPv4 only. With IPv6 on, each new link gets a link-local address that
     turns from tentative to valid a second or two later (duplicate address detection), and
     Chromium, which watches the namespace's addresses, then fails every request in flight
-    with ``ERR_NETWORK_CHANGED``: measured, one page load in a few in the first seconds of a
-    testbed lost some of its resources so."""
+    with ``ERR_NETWORK_CHANGED``: measured, one page load in about 45 (three runs of the
+    browser test's experiment) lost the resources it had in flight so, in a testbed's first
+    seconds."""
     _run(["ip", "netns", "add", ns])
     _run(["ip", "-n", ns, "link", "set", "lo", "up"])
     _run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w",
