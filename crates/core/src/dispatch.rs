@@ -272,7 +272,7 @@ pub fn sita_host(cutoffs: &[u64], size_bytes: u64) -> usize {
 /// What a response costs a host's uplink beyond its body, on Ethernet, IPv4 and TCP with
 /// timestamps: its head, the headers of each segment, and its share of its connection's
 /// control packets. Measured on the lab's farm, a 284-byte head and 66 header bytes a
-/// segment made host 0 of a SITA-E split by body bytes carry 15% more than host 1: most
+/// segment made host 0 of a SITA-E split by body bytes carry 16% more than host 1: most
 /// requests are small, and a small response's wire cost is mostly not its body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WireCost {
