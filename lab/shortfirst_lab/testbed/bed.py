@@ -632,6 +632,10 @@ class Testbed:
           ``TCPReqQFullDrop`` (cumulative: SYNs answered with a cookie, SYNs dropped because
           the SYN queue was full).
         """
+        return self._health_from(self.uplink_stats())
+
+    def _health_from(self, uplink: dict) -> dict:
+        """`health_sample` with the uplink's counters as `uplink_stats` returned them."""
         if self._anchor is None or self._anchor.poll() is not None:
             raise TestbedError("the server-namespace anchor process is gone")
         net = Path(f"/proc/{self._anchor.pid}/net")
@@ -639,7 +643,6 @@ class Testbed:
         netstat = parse_proc_pairs((net / "netstat").read_text())
         tcpext = netstat.get("TcpExt", {})
         alive = [p for p in self._server_procs if p.poll() is None]
-        uplink = self.uplink_stats()
         return {
             "time_s": time.monotonic(),
             "open_connections": sum(n for st, n in states.items() if st not in _NOT_OPEN_STATES),

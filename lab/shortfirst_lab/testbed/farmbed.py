@@ -50,7 +50,6 @@ class FarmTestbed(Testbed):
         if kw.get("groups") is not None:
             raise ValueError("a farm testbed is a LAN: no groups")
         self.n_hosts = n_hosts
-        self._last_hosts: list[dict] = []  # each host's uplink, as `uplink_stats` last read it
         super().__init__(run_id, rate_bits_per_s, **kw)
 
     def _name_links(self) -> None:
@@ -97,8 +96,9 @@ class FarmTestbed(Testbed):
         """`Testbed.health_sample` (the front's sockets, the hosts' bands summed), plus each
         host's uplink from the same reading: ``host_bytes`` sent (cumulative) and
         ``host_backlog_packets`` queued now, ``{host: value}``."""
-        sample = super().health_sample()
-        hosts = self._last_hosts
+        uplink = self.uplink_stats()
+        sample = self._health_from(uplink)
+        hosts = uplink["hosts"]
         sample["host_bytes"] = {i: h["total"].get("bytes", 0) for i, h in enumerate(hosts)}
         sample["host_backlog_packets"] = {
             i: sum(b.get("backlog_packets", 0) for b in h["bands"]) for i, h in enumerate(hosts)
@@ -109,7 +109,6 @@ class FarmTestbed(Testbed):
         """Every host's uplink counters summed band by band (``dev`` "hosts", the rate C × the
         rate), each host's under ``hosts``: the farm's uplink as `health_sample` reads it."""
         hosts = [self.host_uplink_stats(i) for i in range(self.n_hosts)]
-        self._last_hosts = hosts
         bands: dict[int, dict] = {}
         for h in hosts:
             for b in h["bands"]:
