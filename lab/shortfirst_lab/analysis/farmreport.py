@@ -12,6 +12,7 @@ Inputs (written by `runners.farm`, never modified here)::
                                           request's service its wire cost, or its body
                                           (`idealsim`; the wire model fitted to the hosts' bytes)
     DIR/runs/<run>/run.json               the runner's record (status, dispatch, arm)
+    DIR/runs/<run>/groups.json            with client groups: each group's clients and path
 
 Every metric is `metrics.run_metrics`'s over the same window, for the measured and the
 simulated requests alike. "Simulated" is the wire ideal (decision 0008: a request costs its
@@ -21,6 +22,9 @@ rate (8 × size ÷ rate: a farm has no idle calibration). Per run: requests each
 (from its access log) and, under SITA-E, how many went to the host the map names. Per load:
 SITA-E + SRPT against leastconn under FAIR and under SRPT (ratios baseline ÷ SITA-E, higher
 is better; throughput SITA-E ÷ baseline), and each arm's measured ÷ simulated mean response.
+With client groups, each group's metrics (`wanreport.group_metrics`) and, per load, the same
+comparison per group; the ideal has no path delay, so a WAN run's measured ÷ simulated also
+holds the groups' RTTs (handshake, request, slow start), which the LAN target does not allow.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import pandas as pd
 from ..kit import LabError, write_atomic, write_json
 from ..spec.farm import FarmExperiment, FarmRun
 from ..spec.reader import read_spec
-from . import figures
+from . import figures, wanreport
 from . import metrics as analysis
 
 #: The targets of a farm at one load per host: (load, comparison key, op, threshold).
@@ -138,6 +142,11 @@ def analyse_run(out: Path, farm: FarmExperiment, run: FarmRun, host_of: dict[str
         "requests_sent": int(len(df)),
         "requests_served": int(len(served)),
     }
+    groups = wanreport.read_groups(rdir)
+    if groups is not None:
+        row["groups"] = wanreport.group_metrics(
+            analysis.window(df, farm.exp.run.warmup_s, farm.exp.run.duration_s), groups
+        )
     if run.dispatch == "sita-e" and len(served):
         want = served["path"].map(host_of)
         row["served_where_the_map_says"] = int((want == served["host"]).sum())
@@ -179,8 +188,26 @@ def comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             c[f"simulated_mean_response_ratio_vs_leastconn_{base}"] = sim and analysis.ratio(
                 b["simulated"]["mean_response_s"], sita["simulated"]["mean_response_s"]
             )
+        if sita and sita.get("groups"):
+            c["groups"] = _group_comparisons(at, load, sita)
         ratios = [r["measured_over_simulated"] for r in at if r["measured_over_simulated"] is not None]
         c["measured_over_simulated_max"] = max(ratios) if ratios else None
+        out.append(c)
+    return out
+
+
+def _group_comparisons(at: list[dict[str, Any]], load: float, sita: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per client group: leastconn under FAIR and under SRPT against SITA-E + SRPT (mean
+    response, baseline ÷ SITA-E)."""
+    out = []
+    for g in sita["groups"]:
+        c: dict[str, Any] = {"name": g["name"], "rtt_ms": g["rtt_ms"]}
+        for base in ("fair", "srpt"):
+            b = _find(at, load, "leastconn", base)
+            bg = next((x for x in (b or {}).get("groups") or [] if x["name"] == g["name"]), None)
+            c[f"mean_response_ratio_vs_leastconn_{base}"] = bg and analysis.ratio(
+                bg["mean_response_s"], g["mean_response_s"]
+            )
         out.append(c)
     return out
 
@@ -302,6 +329,10 @@ Rows in red: the run failed or the generator was late (p99 &gt; 5 ms).</p>
 <h2>Targets</h2><table><tr><th>load</th><th>what</th><th>target</th><th>measured</th></tr>
 {% for t in targets %}<tr class="{{ 'good' if t.met else 'bad' }}"><td>{{ t.load }}</td><td>{{ t.key }}</td>
 <td>{{ t.target }}</td><td>{{ t.shown }}</td></tr>{% endfor %}</table>
+{% for title, note, head, trows in wan_tables %}<h2>{{ title }}</h2><p>{{ note }}</p>
+<table><tr>{% for h in head %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for cells in trows %}<tr>{% for c in cells %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}</table>
+{% endfor %}
 {% for title, png in figs %}<figure><img alt="{{ title }}" src="data:image/png;base64,{{ png }}">
 <figcaption>{{ title }}</figcaption></figure>{% endfor %}
 <h2>Method</h2><pre>{{ method }}</pre>
@@ -341,11 +372,31 @@ def render_html(summary: dict[str, Any], farm: FarmExperiment, with_figures: boo
         rows=[(r["valid"], _run_cells(r)) for r in summary["runs"]],
         comps=comps,
         targets=[t | {"shown": _f(t["measured"])} for t in summary["targets"]],
+        wan_tables=wanreport.tables(summary) + _group_comparison_tables(summary),
         figs=figs,
         method=__doc__,
         config=farm.exp.source,
         provenance=json.dumps(summary["provenance"], indent=2),
     )
+
+
+def _group_comparison_tables(summary: dict[str, Any]) -> list[wanreport.Table]:
+    rows = [
+        [
+            f"{c['load']:.2f}",
+            g["name"],
+            _f(g["rtt_ms"], "{:g}"),
+            _f(g["mean_response_ratio_vs_leastconn_fair"], "{:.2f}"),
+            _f(g["mean_response_ratio_vs_leastconn_srpt"], "{:.2f}"),
+        ]
+        for c in summary["comparisons"]
+        for g in c.get("groups") or []
+    ]
+    if not rows:
+        return []
+    head = ["load/host", "group", "RTT ms", "RT ratio vs leastconn+FAIR", "RT ratio vs leastconn+SRPT"]
+    note = "Per client group, leastconn's mean response time ÷ SITA-E + SRPT's (higher is better)."
+    return [("SITA-E + SRPT against leastconn, per client group", note, head, rows)]
 
 
 def format_table(summary: dict[str, Any]) -> str:
@@ -365,6 +416,13 @@ def format_table(summary: dict[str, Any]) -> str:
             f"{_f(m['throughput_bytes_per_s'] and m['throughput_bytes_per_s'] / 1e6):>7}"
             f"{m['completed']:>8}  {'/'.join(map(str, r['host_requests']))}"
         )
+    for c in summary["comparisons"]:
+        for g in c.get("groups") or []:
+            lines.append(
+                f"load {c['load']:.2f} group {g['name']} (RTT {g['rtt_ms']:g} ms): SITA-E+SRPT vs leastconn "
+                f"FAIR {_f(g['mean_response_ratio_vs_leastconn_fair'], '{:.2f}')}, "
+                f"SRPT {_f(g['mean_response_ratio_vs_leastconn_srpt'], '{:.2f}')}"
+            )
     lines.append("")
     for t in summary["targets"]:
         state = "—" if t["met"] is None else ("met" if t["met"] else "MISSED")

@@ -69,15 +69,15 @@ def _fmt(x: Any, fmt: str) -> str:
     return "—" if x is None else fmt.format(x)
 
 
-_Table = tuple[str, str, list[str], list[list[str]]]
+Table = tuple[str, str, list[str], list[list[str]]]
 
 
-def tables(summary: dict[str, Any]) -> list[_Table]:
+def tables(summary: dict[str, Any]) -> list[Table]:
     """(title, note, header, rows) for the report's WAN tables (none for a LAN experiment)."""
     return [t for t in (_group_table(summary), _sweep_table(summary)) if t is not None]
 
 
-def _group_table(summary: dict[str, Any]) -> _Table | None:
+def _group_table(summary: dict[str, Any]) -> Table | None:
     """Per run and client group: the path configured and measured, and the response times."""
     rows = [_group_row(r["run"], g) for r in summary["runs"] for g in r.get("groups") or []]
     if not rows:
@@ -121,7 +121,7 @@ def _group_row(run: str, g: dict[str, Any]) -> list[str]:
     ]
 
 
-def _sweep_table(summary: dict[str, Any]) -> _Table | None:
+def _sweep_table(summary: dict[str, Any]) -> Table | None:
     """A path sweep's comparisons, by load, loss and RTT."""
     sweep = [c for c in summary["comparisons"] if "path" in c]
     if not sweep:

@@ -25,6 +25,9 @@ the front namespace, the load generator behind it), every run simulated as a far
                                               service; roundrobin → round-robin, leastconn →
                                               least-connections, sita-e → sita:<the map's cutoffs>
         run.json                              status, dispatch, arm, exit codes
+        groups.json, source_addrs.csv,        with client groups: as the static runner's
+        netem.json, netem.toml                (`wanrun`): each group's clients, path, RTT
+                                              measured to the front, the emulator's counters
 
 HAProxy is started with `-db` (in the foreground, stopped at the run's end) and `-n
 HAPROXY_MAXCONN`; its configurations set no per-server limit, so it queues nothing: every
@@ -48,7 +51,7 @@ from ..analysis import farmreport, idealsim, models
 from ..kit import utc_now, write_atomic, write_json
 from ..spec.farm import DISPATCHES, FarmExperiment, FarmRun
 from ..testbed.placement import Placement
-from . import factors
+from . import wanrun
 from .health import HealthSampler
 from .stage import make_stage, touch_docroot, unstage
 from .static import (
@@ -94,30 +97,14 @@ class FarmRunner(Runner):
     def capacity_bits_per_s(self) -> int:
         return self.exp.uplink.rate_bits_per_s * self.farm.hosts
 
-    def farm_testbed(self, scheduler: str):
-        """A fresh farm testbed, each host's uplink shaped for `scheduler` (as `Runner.testbed`)."""
+    def farm_testbed(self, scheduler: str, groups: list | None = None, netem_dir: Path | None = None):
+        """A fresh farm testbed, each host's uplink shaped for `scheduler`; with `groups`, the
+        clients behind the WAN emulator (as `Runner.testbed`)."""
         from ..testbed.bed import new_run_id
         from ..testbed.farmbed import FarmTestbed
 
-        u = self.exp.uplink
-        args: dict[str, Any] = {"shaper": "tbf"} if scheduler != "kernel" else {}
-        if factors.server_sysctls(u):
-            args["server_sysctls"] = factors.server_sysctls(u)
-        if factors.client_sysctls(self.exp.client):
-            args["client_sysctls"] = factors.client_sysctls(self.exp.client)
-        return FarmTestbed(
-            new_run_id(),
-            u.rate_bits_per_s,
-            self.farm.hosts,
-            data_bands=u.bands,
-            shortfirst_bin=self.bin,
-            mtu=u.mtu,
-            accept_queue=u.accept_queue,
-            queue_packets=u.queue_packets,
-            congestion_control=u.congestion_control or None,
-            **args,
-            **self.placement.testbed_args(),
-        )
+        args = self.testbed_args(groups, netem_dir, scheduler)
+        return FarmTestbed(run_id=new_run_id(), n_hosts=self.farm.hosts, **args)
 
     # ----------------------------------------------------------------------- the map
 
@@ -179,37 +166,34 @@ class FarmRunner(Runner):
         return rec
 
     def farm_session(self, rdir: Path, run: FarmRun, load_args: list[str], wait_s: float) -> dict[str, Any]:
-        """The hosts, HAProxy and the generator on a fresh farm testbed; the run's record."""
-        spec, port = run.spec, self.exp.server.port
+        """The hosts, HAProxy and the generator on a fresh farm testbed (the clients behind the
+        WAN emulator when the experiment has client groups: see `wanrun`); the run's record."""
+        spec = run.spec
         rec: dict[str, Any] = {"started_utc": utc_now(), "policy": spec.policy, "scheduler": spec.scheduler}
         t_wall = time.monotonic()
+        groups = wanrun.run_groups(self.exp, spec)
+        paths = [g for g, _ in groups] if groups else None
         with contextlib.ExitStack() as stack:
-            tb = stack.enter_context(self.farm_testbed(spec.scheduler))
+            tb = stack.enter_context(self.farm_testbed(spec.scheduler, paths, rdir if groups else None))
             logs = [stack.enter_context(open(rdir / f"host{i}.log", "w")) for i in range(self.farm.hosts)]
             hlog = stack.enter_context(open(rdir / "haproxy.log", "w"))
             llog = stack.enter_context(open(rdir / "load.log", "w"))
             rec["testbed"] = {"run_id": tb.run_id, "front_ns": tb.server_ns, "host_ns": list(tb.host_ns)}
-            s_argvs = [
-                self.server_argv(tb, spec.policy, spec.scheduler, addr=a)
-                + ["--access-log", str(rdir / f"host{i}.access.log")]
-                for i, a in enumerate(tb.host_addrs)
-            ]
-            h_argv = [str(self.haproxy), "-db", "-n", str(HAPROXY_MAXCONN)]
-            h_argv += ["-f", str(self.out / "farm" / CONFIGS[run.dispatch])]
-            l_argv = commands.load(self.bin, f"http://{tb.server_addr}:{port}", out=rdir, extra=load_args)
-            note = f"hosts in {', '.join(tb.host_ns)}; HAProxy in {tb.server_ns}; load in {tb.client_ns[0]}"
-            _write_commands(rdir / "commands.txt", [*s_argvs, h_argv, l_argv], note)
+            s_argvs, h_argv, l_argv = self._argvs(tb, rdir, run, load_args, groups)
             procs = [
                 tb.host_popen(i, a, stdout=logs[i], stderr=subprocess.STDOUT) for i, a in enumerate(s_argvs)
             ]
             hap: subprocess.Popen | None = None
             gen: subprocess.Popen | None = None
             sampler: HealthSampler | None = None
+            rtts: dict[str, Any] = {}
             try:
                 for i, (p, addr) in enumerate(zip(procs, tb.host_addrs, strict=True)):
                     self.wait_listening(tb, p, rdir / f"host{i}.log", addr=addr, run=tb.server_run)
                 hap = tb.server_popen(h_argv, stdout=hlog, stderr=subprocess.STDOUT)
                 self.wait_listening(tb, hap, rdir / "haproxy.log")
+                if groups:  # through HAProxy: each group's path to the front
+                    rtts = wanrun.measure_rtts(tb, self.exp.server.port)
                 sampler = HealthSampler(tb.health_sample, time.monotonic())
                 sampler.start()
                 gen = tb.client_popen(l_argv, stdout=llog, stderr=subprocess.STDOUT)
@@ -226,9 +210,33 @@ class FarmRunner(Runner):
                     write_json(rdir / "uplink.json", tb.uplink_stats())
                 rec["haproxy_rc"] = None if hap is None else self.stop(hap)
                 rec["host_rc"] = [self.stop(p) for p in procs]
+                if groups:
+                    self.finish_wan(tb, rdir, groups, rtts, rec)
         rec["finished_utc"] = utc_now()
         rec["wall_s"] = round(time.monotonic() - t_wall, 3)
         return rec
+
+    def _argvs(
+        self, tb: Any, rdir: Path, run: FarmRun, load_args: list[str], groups: list | None
+    ) -> tuple[list[list[str]], list[str], list[str]]:
+        """The hosts', HAProxy's and the generator's argv (with groups, each client bound to its
+        group's address: `source_addrs.csv`), written to commands.txt."""
+        spec = run.spec
+        s_argvs = [
+            self.server_argv(tb, spec.policy, spec.scheduler, addr=a)
+            + ["--access-log", str(rdir / f"host{i}.access.log")]
+            for i, a in enumerate(tb.host_addrs)
+        ]
+        h_argv = [str(self.haproxy), "-db", "-n", str(HAPROXY_MAXCONN)]
+        h_argv += ["-f", str(self.out / "farm" / CONFIGS[run.dispatch])]
+        if groups:
+            wanrun.write_source_addrs(rdir / "source_addrs.csv", groups, tb.group_addrs)
+            load_args = [*load_args, "--source-addrs", f"file:{rdir / 'source_addrs.csv'}"]
+        url = f"http://{tb.server_addr}:{self.exp.server.port}"
+        l_argv = commands.load(self.bin, url, out=rdir, extra=load_args)
+        note = f"hosts in {', '.join(tb.host_ns)}; HAProxy in {tb.server_ns}; load in {tb.client_ns[0]}"
+        _write_commands(rdir / "commands.txt", [*s_argvs, h_argv, l_argv], note)
+        return s_argvs, h_argv, l_argv
 
     @staticmethod
     def _watch(gen: subprocess.Popen, servers: list[subprocess.Popen], wait_s: float) -> str:

@@ -221,12 +221,19 @@ class Runner:
         keeps its configuration and counters in ``netem_dir``. A user-space ``scheduler``'s
         uplink is a plain token bucket (no bands), the kernel's the HTB tree."""
         tb = self._testbed_module()
+        # Testbed run ids are 6 random hex digits (namespace names sf<id>-srv...), recorded in run.json.
+        return tb.Testbed(run_id=tb.new_run_id(), **self.testbed_args(groups, netem_dir, scheduler))
+
+    def testbed_args(
+        self, groups: list | None = None, netem_dir: Path | None = None, scheduler: str = "kernel"
+    ) -> dict[str, Any]:
+        """`testbed.Testbed`'s keywords but the run id, from the experiment (see `testbed`)."""
         u = self.exp.uplink
-        wan_args: dict[str, Any] = {}
+        args: dict[str, Any] = {}
         if groups is not None:
             wan = self.exp.wan
             assert wan is not None, "groups come from the experiment's [wan]"
-            wan_args = {
+            args = {
                 "groups": groups,
                 "netem_dir": netem_dir,
                 "netem_seed": wan.seed,
@@ -235,25 +242,23 @@ class Runner:
             }
         # Only what the experiment sets, so a testbed without these knobs still takes the rest.
         if factors.server_sysctls(u):
-            wan_args["server_sysctls"] = factors.server_sysctls(u)
+            args["server_sysctls"] = factors.server_sysctls(u)
         if factors.client_sysctls(self.exp.client):
-            wan_args["client_sysctls"] = factors.client_sysctls(self.exp.client)
+            args["client_sysctls"] = factors.client_sysctls(self.exp.client)
         if scheduler != "kernel":
-            wan_args["shaper"] = "tbf"
-        # Testbed run ids are 6 random hex digits (namespace names sf<id>-srv...), recorded in run.json.
-        return tb.Testbed(
-            run_id=tb.new_run_id(),
-            rate_bits_per_s=u.rate_bits_per_s,
-            data_bands=u.bands,
-            n_clients=1,  # one generator process; `client.clients` are its client identities
-            shortfirst_bin=self.bin,
-            mtu=u.mtu,
-            accept_queue=u.accept_queue,
-            queue_packets=u.queue_packets,
-            congestion_control=u.congestion_control or None,
-            **wan_args,
+            args["shaper"] = "tbf"
+        return {
+            "rate_bits_per_s": u.rate_bits_per_s,
+            "data_bands": u.bands,
+            "n_clients": 1,  # one generator process; `client.clients` are its client identities
+            "shortfirst_bin": self.bin,
+            "mtu": u.mtu,
+            "accept_queue": u.accept_queue,
+            "queue_packets": u.queue_packets,
+            "congestion_control": u.congestion_control or None,
+            **args,
             **self.placement.testbed_args(),
-        )
+        }
 
     def server_argv(
         self, tb: Any, policy: str, scheduler: str = "kernel", addr: str | None = None

@@ -131,14 +131,23 @@ class _Section:
 _SECTIONS = ("experiment", "uplink", "workload", "client", "server", "run", "calibration", "wan", "setups")
 
 
-def refuse_unrun(path: Path, exp: Experiment, kind: str, extra: tuple[tuple[str, bool], ...] = ()) -> None:
+def refuse_unrun(
+    path: Path,
+    exp: Experiment,
+    kind: str,
+    extra: tuple[tuple[str, bool], ...] = (),
+    groups_run: bool = False,
+) -> None:
     """What a kind built on the static sections but run at fixed loads (farm, browser) does
-    not run: setups, WAN paths, client groups, load schedules, the baseline rerun, and the
-    kind's `extra` (key, present) pairs; ExperimentError naming the first key present."""
+    not run: setups, WAN paths, client groups (unless ``groups_run``: then `[wan]` and
+    `client.groups` are the kind's, `wan.paths` still not), load schedules, the baseline
+    rerun, and the kind's `extra` (key, present) pairs; ExperimentError naming the first key
+    present."""
     for key, present in (
         ("setups", bool(exp.setups)),
-        ("wan", exp.wan is not None),
-        ("client.groups", bool(exp.client.groups)),
+        ("wan", exp.wan is not None and not groups_run),
+        ("wan.paths", exp.wan is not None and bool(exp.wan.paths)),
+        ("client.groups", bool(exp.client.groups) and not groups_run),
         ("client.load_schedule", bool(exp.client.load_schedule or exp.client.load_schedules)),
         ("experiment.baseline_rerun", exp.baseline_rerun),
         *extra,

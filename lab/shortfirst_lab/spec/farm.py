@@ -17,9 +17,11 @@ same `expcheck`) plus one section that marks the kind::
     haproxy = "haproxy"               # the HAProxy binary (a name on PATH or a path)
 
 In a farm the load is per host: `experiment.loads` are the bits requested ÷ (hosts ×
-uplink.rate). Loads above 1, load schedules, setups, WAN paths and client groups belong to
-other experiments and are refused here, as is what the farm's runner does not apply rather
-than ignore: [calibration] (a farm's slowdown is ÷ the size at one host's rate),
+uplink.rate). Client groups (`[[client.groups]]` with `[wan]`, as in a static file) put the
+clients behind the WAN emulator, each group its own path to the front (`testbed.farmbed`);
+the hosts' uplinks stay the bottlenecks. Loads above 1, load schedules, setups and WAN path
+sweeps (`wan.paths`) belong to other experiments and are refused here, as is what the farm's
+runner does not apply rather than ignore: [calibration] (a farm's slowdown is ÷ the size at one host's rate),
 `experiment.baselines` (its comparisons are fixed: SITA-E + SRPT against leastconn),
 `uplink.rto_min_ms` and `uplink.initial_rto_ms`.
 """
@@ -105,7 +107,7 @@ def from_dict(doc: dict[str, Any], path: Path, text: str = "") -> FarmExperiment
 
 
 def _check_fits_a_farm(path: Path, exp: Experiment) -> None:
-    """What a farm does not run: overload (loads above 1, schedules, setups), WAN paths, groups."""
+    """What a farm does not run: overload (loads above 1, schedules, setups), WAN path sweeps."""
     if max(exp.loads) > 1:
         raise SpecError(path, "experiment.loads", "loads per host in (0, 1] in a farm", list(exp.loads))
     refuse_unrun(
@@ -117,4 +119,5 @@ def _check_fits_a_farm(path: Path, exp: Experiment) -> None:
             ("uplink.rto_min_ms", bool(exp.uplink.rto_min_ms)),
             ("uplink.initial_rto_ms", bool(exp.uplink.initial_rto_ms)),
         ),
+        groups_run=True,
     )

@@ -355,15 +355,17 @@ class Testbed:
             for key, value in {**CLIENT_SYSCTLS, **self.client_sysctls}.items():
                 _run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", f"{key}={value}"])
 
-    def _build_bridge(self) -> None:
-        """Server and clients on one bridge in the switch namespace (a LAN)."""
+    def _build_bridge(self, members: list[tuple[str, str, str]] | None = None) -> str:
+        """``members`` (the server and the clients by default) on one bridge in the switch
+        namespace, a LAN; returns the bridge's name."""
         sw, br = self.switch_ns, f"{PREFIX}{self.run_id}-br"
         _run(["ip", "-n", sw, "link", "add", br, "type", "bridge"])
         _run(["ip", "-n", sw, "link", "set", br, "up"])
-        for ns, dev, addr in self._bridge_members():
+        for ns, dev, addr in self._bridge_members() if members is None else members:
             peer = self._veth(ns, dev)
             _run(["ip", "-n", sw, "link", "set", peer, "master", br])
             _run(["ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev])
+        return br
 
     def _veth(self, ns: str, dev: str) -> str:
         """A veth from ``dev`` in ``ns`` to ``<dev>p`` in the switch namespace, MTU set,
@@ -399,10 +401,9 @@ class Testbed:
 
         assert self.groups is not None and self.netem_dir is not None
         sw, client_ns = self.switch_ns, self.client_ns[0]
-        server_peer = self._veth(self.server_ns, self.server_dev)
+        server_peer = self._wan_server_link()
         client_peer = self._veth(client_ns, self.client_devs[0])
         _run(["ip", "-n", sw, "addr", "add", f"{SUBNET_PREFIX}2/24", "dev", server_peer])
-        _run(["ip", "-n", self.server_ns, "addr", "add", f"{self.server_addr}/24", "dev", self.server_dev])
         _run(["ip", "-n", self.server_ns, "route", "add", "default", "via", f"{SUBNET_PREFIX}2"])
         for i in range(len(self.groups)):
             _run(["ip", "-n", sw, "addr", "add", f"{_group_host(i, 1)}/24", "dev", client_peer])
@@ -427,6 +428,13 @@ class Testbed:
         self.emulator = wan.Emulator.start(self.shortfirst_bin, sw, self.tun, text, self.netem_dir)
         self._procs.append(self.emulator.proc)
 
+    def _wan_server_link(self) -> str:
+        """WAN mode: the server's veth, addressed; returns its end in the switch namespace
+        (the router's side of the server's /24)."""
+        peer = self._veth(self.server_ns, self.server_dev)
+        _run(["ip", "-n", self.server_ns, "addr", "add", f"{self.server_addr}/24", "dev", self.server_dev])
+        return peer
+
     def stop_emulator(self) -> dict:
         """Stops ``shortfirst netem`` and returns its final counters plus the TUN's
         (``{"netem": {...}, "tun": {...}, "conservation_violations": [...]}``)."""
@@ -442,12 +450,17 @@ class Testbed:
     def _server_side(self) -> None:
         self._server_tcp(self.server_ns)
         self._shape_uplink(self.server_ns, self.server_dev)
-        if self.initial_cwnd and self.groups is not None:  # clients are behind the router
-            route = ["default", "via", f"{SUBNET_PREFIX}2", "dev", self.server_dev]
-            _run(["ip", "-n", self.server_ns, "route", "change", *route, "initcwnd", str(self.initial_cwnd)])
+        if self.initial_cwnd and self.groups is not None:
+            self._wan_initcwnd(self.server_ns, self.server_dev)
         elif self.initial_cwnd:
             self._lan_initcwnd(self.server_ns, self.server_dev, self.server_addr)
         self._park_anchor()
+
+    def _wan_initcwnd(self, ns: str, dev: str) -> None:
+        """``initial_cwnd`` on the default route of ``dev`` in ``ns``: the clients are behind
+        the router (WAN mode)."""
+        route = ["default", "via", f"{SUBNET_PREFIX}2", "dev", dev]
+        _run(["ip", "-n", ns, "route", "change", *route, "initcwnd", str(self.initial_cwnd)])
 
     def _lan_initcwnd(self, ns: str, dev: str, addr: str) -> None:
         """``initial_cwnd`` on the LAN route of ``dev`` (address ``addr``) in ``ns``."""

@@ -1,17 +1,29 @@
 """A farm testbed: C hosts, each a server namespace behind its own shaped uplink, a front
-namespace for the dispatcher (HAProxy), and the clients, all on the LAN bridge of
-:mod:`shortfirst_lab.testbed.bed`, which builds, runs and tears down everything here::
+namespace for the dispatcher (HAProxy), and the clients, built on
+:mod:`shortfirst_lab.testbed.bed`, which builds, runs and tears down everything here. On a LAN
+all of them share the bridge::
 
     netns sf<id>-srv   sf<id>-s    10.77.0.1/24       the front: the dispatcher, link not shaped
     netns sf<id>-h<i>  sf<id>-h<i> 10.77.0.<64+i>/24  host i: its egress is its uplink (the HTB
                                                       band tree, or a token bucket: ``shaper``)
     netns sf<id>-c<j>  sf<id>-c<j> 10.77.0.<10+j>/24  clients, as in a single-server testbed
 
+With client ``groups`` (WAN mode) the front and the hosts share the bridge, and the switch
+namespace, holding 10.77.0.2 on it, routes between that /24 and the groups' /24s (one client
+namespace, one address per group) through ``shortfirst netem``, as a single-server WAN testbed
+does; what the hosts and the front say to each other is bridged and never crosses the
+emulator::
+
+    front, hosts ==== bridge sf<id>-br 10.77.0.2/24 (sf<id>-sw) ── sf<id>-t (TUN: shortfirst netem)
+                                                               ── sf<id>-c0p ==== sf<id>-c0
+
 Every host's responses cross its own uplink on their way to the front, which relays them to
-the clients over an unshaped link: C bottlenecks of ``rate_bits_per_s`` each, as a farm of
-servers with their own uplinks has. The front is the testbed's server namespace (its
-``server_ns``, ``server_addr``: where clients connect, where `health_sample` looks); the
-processes of the front and of every host count as server processes (CPU, memory, teardown).
+the clients over an unshaped link (and, in WAN mode, the group's path): C bottlenecks of
+``rate_bits_per_s`` each, as a farm of servers with their own uplinks has. The front is the
+testbed's server namespace (its ``server_ns``, ``server_addr``: where clients connect, where
+`health_sample` looks, whose TCP buffers are sized for the groups' largest RTT and whose
+default route carries ``initial_cwnd``); the processes of the front and of every host count as
+server processes (CPU, memory, teardown).
 """
 
 from __future__ import annotations
@@ -40,15 +52,14 @@ class FarmTestbed(Testbed):
     """A `Testbed` whose server namespace is the front and which has ``n_hosts`` hosts, each
     shaped as a single-server testbed's server is (``shaper``, ``data_bands``, ``queue_packets``,
     ``congestion_control``, ``initial_cwnd``, ``server_sysctls`` apply to every host; the
-    accept queue and the sysctls also to the front). A LAN only: no ``groups``."""
+    accept queue and the sysctls also to the front); with ``groups``, the clients reach the
+    front through the WAN emulator (see the module docstring)."""
 
     __test__ = False  # not a pytest test class
 
     def __init__(self, run_id: str, rate_bits_per_s: int, n_hosts: int, **kw) -> None:
         if not 2 <= n_hosts <= FARM_MAX_HOSTS:
             raise ValueError(f"n_hosts {n_hosts}: expected 2..={FARM_MAX_HOSTS}")
-        if kw.get("groups") is not None:
-            raise ValueError("a farm testbed is a LAN: no groups")
         self.n_hosts = n_hosts
         super().__init__(run_id, rate_bits_per_s, **kw)
 
@@ -62,12 +73,23 @@ class FarmTestbed(Testbed):
     def _namespaces(self) -> list[str]:
         return [*super()._namespaces(), *self.host_ns]
 
+    def _host_members(self) -> list[tuple[str, str, str]]:
+        return list(zip(self.host_ns, self.host_devs, self.host_addrs, strict=True))
+
     def _bridge_members(self) -> list[tuple[str, str, str]]:
-        return [*super()._bridge_members(), *zip(self.host_ns, self.host_devs, self.host_addrs, strict=True)]
+        return [*super()._bridge_members(), *self._host_members()]
+
+    def _wan_server_link(self) -> str:
+        """WAN mode: the front and the hosts on the bridge; the bridge is the router's side."""
+        front = (self.server_ns, self.server_dev, self.server_addr)
+        return self._build_bridge([front, *self._host_members()])
 
     def _server_side(self) -> None:
-        """The front's TCP (unshaped), then every host's TCP and uplink, then the anchor."""
+        """The front's TCP (unshaped; in WAN mode its default route's initial window), then
+        every host's TCP and uplink, then the anchor."""
         self._server_tcp(self.server_ns)
+        if self.initial_cwnd and self.groups is not None:
+            self._wan_initcwnd(self.server_ns, self.server_dev)
         for ns, dev, addr in zip(self.host_ns, self.host_devs, self.host_addrs, strict=True):
             self._server_tcp(ns)
             self._shape_uplink(ns, dev)
