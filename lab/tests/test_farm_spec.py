@@ -48,6 +48,7 @@ def test_the_farm_file_is_a_static_experiment_with_a_farm():
         ("uplink.rto_min_ms=5", "uplink.rto_min_ms"),
         ("uplink.initial_rto_ms=100", "uplink.initial_rto_ms"),
         ("calibration.sizes=4", "calibration"),
+        ("wan.paths=[{rtt_ms = 100}]", "wan.paths"),
     ],
 )
 def test_what_a_farm_does_not_run_is_refused_by_name(override, key):
@@ -55,6 +56,17 @@ def test_what_a_farm_does_not_run_is_refused_by_name(override, key):
     with pytest.raises(SpecError) as e:
         read_spec(FARM, ['experiment.arms=["fair", "srpt"]', override])
     assert e.value.key == key, e.value
+
+
+def test_a_farm_takes_client_groups_behind_the_wan():
+    farm = read_spec(FARM.with_name("farm-wan.toml")).value
+    assert [(g.name, g.clients, g.path.rtt_ms) for g in farm.exp.client.groups] == [
+        ("rtt20", 16, 20),
+        ("rtt50", 16, 50),
+        ("rtt100", 16, 100),
+        ("rtt200", 16, 200),
+    ]
+    assert farm.exp.wan is not None and len(farm.matrix()) == 3 * 3 * 2
 
 
 def test_a_farm_without_hosts_is_refused(tmp_path):
