@@ -152,16 +152,22 @@ def test_a_tiny_run_end_to_end(tmp_path):
     points = doc["overhead"]["points"]
     assert len(points) == 2 * 2  # scripts × protocols, one client count
     for p in points:
-        for arm in ("direct", "pgbouncer", "gatekeeper"):
+        for arm in ("direct", "pgbouncer", "gatekeeper", "gatekeeper+pgbouncer"):
             a = p["arms"][arm]
-            if arm == "pgbouncer" and p["protocol"] == "prepared":
+            if "pgbouncer" in arm and p["protocol"] == "prepared":
                 assert "skipped" in a
                 continue
             assert a["tps"] > 0 and a["logged"] > 0 and a["aborted_clients"] == 0, (p, arm)
             assert a["logged"] == a["transactions"]
-        gate = p["arms"]["gatekeeper"]["gatekeeper"]
-        assert gate["admitted_charge_s"] == 0 and gate["in_flight"] == 0 and gate["admitted"] > 0
-        assert p["arms"]["gatekeeper"]["proxy_cpu_s"] is not None
+        for arm in ("gatekeeper", "gatekeeper+pgbouncer"):
+            if "gatekeeper" not in p["arms"][arm]:
+                continue
+            gate = p["arms"][arm]["gatekeeper"]
+            assert gate["admitted_charge_s"] == 0 and gate["in_flight"] == 0 and gate["admitted"] > 0
+            assert p["arms"][arm]["proxy_cpu_s"] is not None
+    # In front of PgBouncer: both proxies' CPU, the gatekeeper's own part of it.
+    chain = next(p for p in points if p["protocol"] == "extended")["arms"]["gatekeeper+pgbouncer"]
+    assert 0 < chain["gatekeeper_cpu_us_per_transaction"] < chain["proxy_cpu_us_per_transaction"]
     # The distinct texts reached the gatekeeper as types of their own, up to its table's bound.
     distinct = next(p for p in points if p["script"] == "distinct" and p["clients"] == 4)
     assert distinct["arms"]["gatekeeper"]["gatekeeper"]["types"] > 10

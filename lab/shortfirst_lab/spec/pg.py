@@ -21,8 +21,10 @@ PROTOCOLS = ("simple", "extended", "prepared")
 #: The overhead experiment's scripts: pgbench's builtins `select-only` (`-S`) and
 #: `tpcb-like`, and `distinct`, a generated script of `distinct_texts` statement texts.
 OVERHEAD_SCRIPTS = ("select-only", "tpcb-like", "distinct")
+#: The overhead experiment's arm of the gatekeeper in front of PgBouncer (its pool).
+POOLED_ARM = "gatekeeper+pgbouncer"
 #: The overhead experiment's arms.
-OVERHEAD_ARMS = ("direct", "pgbouncer", "gatekeeper")
+OVERHEAD_ARMS = ("direct", "pgbouncer", "gatekeeper", POOLED_ARM)
 #: An overload arm: direct, pgbouncer, or a gatekeeper policy, `@auto` for `--capacity auto`
 #: (without it the capacity measured in the run), `+BASIS` for a cost basis other than
 #: `overload.estimate_basis` (see `overload_arm`).

@@ -6,6 +6,7 @@ what the gatekeeper's /metrics says at the end of one.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,11 +40,18 @@ class Context:
 @dataclass(frozen=True)
 class Way:
     """A started arm: the URL pgbench connects to, the proxy's process id and the
-    gatekeeper's admin port (None for direct; the admin port only for the gatekeeper)."""
+    gatekeeper's admin port (None for direct; the admin port only for the gatekeeper), and
+    the process ids of the proxies behind it (PgBouncer behind the gatekeeper)."""
 
     url: str
     pid: int | None = None
     admin_port: int | None = None
+    behind: tuple[int, ...] = ()
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        """Every proxy process of the way: the one clients reach, then those behind it."""
+        return ((self.pid,) if self.pid else ()) + self.behind
 
 
 def on_port(url: str, port: int) -> str:
@@ -55,11 +63,18 @@ def on_port(url: str, port: int) -> str:
 
 @contextmanager
 def way_in(
-    ctx: Context, arm: str, log: Path, capacity: str | None = None, estimate_basis: str | None = None
+    ctx: Context,
+    arm: str,
+    log: Path,
+    capacity: str | None = None,
+    estimate_basis: str | None = None,
+    pooled: bool = False,
 ) -> Iterator[Way]:
     """The arm started: `direct`, `pgbouncer`, or a gatekeeper policy (fifo, sjf,
     sjf-aging:X) with `capacity` (`auto`, or a duration such as `40ms`; None: the binary's
-    default) and `estimate_basis` (None: the binary's default)."""
+    default) and `estimate_basis` (None: the binary's default); `pooled`: the gatekeeper in
+    front of PgBouncer (its log beside `log`, `pgbouncer.log`), as an operator who keeps
+    pooling deploys it."""
     if arm == "direct":
         yield Way(ctx.server_url)
         return
@@ -67,19 +82,29 @@ def way_in(
         with pgbouncer(ctx.server_url, ctx.pool_size, ctx.max_clients + 10, log, ctx.prefix) as b:
             yield Way(b.url, b.pid)
         return
-    # Patience off: pgbench never gives up, so there is nothing to learn; a refusal would
-    # abort its client.
-    with pg_gatekeeper(
-        ctx.binary,
-        ctx.server_url,
-        log,
-        prefix=ctx.prefix,
-        policy=arm,
-        capacity=capacity,
-        patience="off",
-        estimate_basis=estimate_basis,
-    ) as g:
-        yield Way(g.url, g.pid, g.admin_port)
+    with contextlib.ExitStack() as stack:
+        upstream, behind = ctx.server_url, ()
+        if pooled:
+            b_log = log.with_name("pgbouncer.log")
+            b = stack.enter_context(
+                pgbouncer(ctx.server_url, ctx.pool_size, ctx.max_clients + 10, b_log, ctx.prefix)
+            )
+            upstream, behind = b.url, (b.pid,)
+        # Patience off: pgbench never gives up, so there is nothing to learn; a refusal would
+        # abort its client.
+        g = stack.enter_context(
+            pg_gatekeeper(
+                ctx.binary,
+                upstream,
+                log,
+                prefix=ctx.prefix,
+                policy=arm,
+                capacity=capacity,
+                patience="off",
+                estimate_basis=estimate_basis,
+            )
+        )
+        yield Way(g.url, g.pid, g.admin_port, behind)
 
 
 @contextmanager

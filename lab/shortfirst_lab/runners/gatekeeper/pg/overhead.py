@@ -5,8 +5,12 @@ fresh for its point. Per point and arm: transactions/s (pgbench's, without conne
 the median and p99 latency from the per-transaction logs, and the proxy's CPU per
 transaction (its utime + stime from /proc around the run, over the transactions done).
 
-PgBouncer 1.18 in transaction mode keeps no prepared statements: its `prepared` points are
-not run (reported as skipped).
+The arm `gatekeeper+pgbouncer` is the gatekeeper in front of PgBouncer (PgBouncer's pool
+to the server, the gatekeeper's gate before it): its proxy CPU is both processes', the
+gatekeeper's own share beside it (`gatekeeper_cpu_us_per_transaction`).
+
+PgBouncer 1.18 in transaction mode keeps no prepared statements: its `prepared` points (and
+the chain's) are not run (reported as skipped).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import sys
 from pathlib import Path
 
 from ....kit import process_cpu_s
-from ....spec.pg import Overhead
+from ....spec.pg import POOLED_ARM, Overhead
 from . import pgbench
 from .arms import Context, gate_state, way_in
 
@@ -38,9 +42,15 @@ def point(ctx: Context, oh: Overhead, arm: str, key: tuple[str, str, int], seed:
     tag = f"{script}-{protocol}-c{clients}-{arm}"
     d = ctx.work / "overhead" / tag
     d.mkdir(parents=True, exist_ok=True)
-    gated = arm == "gatekeeper"
-    with way_in(ctx, oh.policy if gated else arm, d / "proxy.log", capacity="auto" if gated else None) as way:
-        cpu0 = process_cpu_s(way.pid) if way.pid else 0.0
+    gated = arm.startswith("gatekeeper")
+    with way_in(
+        ctx,
+        oh.policy if gated else arm,
+        d / "proxy.log",
+        capacity="auto" if gated else None,
+        pooled=arm == POOLED_ARM,
+    ) as way:
+        cpu0 = {pid: process_cpu_s(pid) for pid in way.pids}
         cmd = pgbench.argv(
             way.url,
             script=script_args(script, ctx.work, accounts, oh.distinct_texts),
@@ -51,7 +61,8 @@ def point(ctx: Context, oh: Overhead, arm: str, key: tuple[str, str, int], seed:
             log_prefix=d / "tx",
         )
         rep = pgbench.run(cmd, d / "report.txt", d, oh.duration_s)
-        cpu_s = process_cpu_s(way.pid) - cpu0 if way.pid else None
+        cpus_s = {pid: process_cpu_s(pid) - before for pid, before in cpu0.items()}
+        cpu_s = sum(cpus_s.values()) if cpus_s else None
         gate = gate_state(way.admin_port) if way.admin_port else None
     lat = [r.latency_s for r in pgbench.read_log(d / "tx")]
     out = {
@@ -67,6 +78,11 @@ def point(ctx: Context, oh: Overhead, arm: str, key: tuple[str, str, int], seed:
         else None,
         "command": " ".join(cmd),
     }
+    if way.behind:  # the gatekeeper's own share of the chain's CPU
+        gk_s = cpus_s[way.pid] if way.pid else None
+        out["gatekeeper_cpu_us_per_transaction"] = (
+            1e6 * gk_s / rep.transactions if gk_s and rep.transactions else None
+        )
     if gate is not None:
         out["gatekeeper"] = gate
     return out
@@ -87,7 +103,7 @@ def run(ctx: Context, oh: Overhead, seed: int, accounts: int) -> dict:
                 key = (script, protocol, clients)
                 arms: dict[str, dict] = {}
                 for arm in oh.arms:
-                    if arm == "pgbouncer" and protocol == "prepared":
+                    if "pgbouncer" in arm and protocol == "prepared":
                         arms[arm] = {
                             "skipped": "PgBouncer 1.18 keeps no prepared statements in transaction mode"
                         }

@@ -5,7 +5,7 @@ arm not run) is a check with value None that does not hold.
 
 from __future__ import annotations
 
-from ....spec.pg import overload_arm
+from ....spec.pg import POOLED_ARM, overload_arm
 
 #: Experiment 2's targets.
 ADDED_MEDIAN_US = 30.0
@@ -30,7 +30,8 @@ def _check(target: str, where: str, value: float | None, bound: float, at_most: 
 
 def overhead(summary: dict) -> list[dict]:
     """Added median latency at one client and proxy CPU per transaction (the gatekeeper), and
-    the gatekeeper's transactions/s over PgBouncer's at the most clients."""
+    the gatekeeper's transactions/s over PgBouncer's at the most clients, alone and in front
+    of PgBouncer (where that arm ran)."""
     out = []
     most = max(p["clients"] for p in summary["points"])
     for p in summary["points"]:
@@ -60,6 +61,12 @@ def overhead(summary: dict) -> list[dict]:
         pb = p["arms"].get("pgbouncer", {})
         if p["clients"] == most and pb.get("tps"):
             out.append(_check("tps / PgBouncer's", where, gk["tps"] / pb["tps"], TPS_VS_PGBOUNCER, False))
+            chain = p["arms"].get(POOLED_ARM, {})
+            if "tps" in chain:
+                ratio = _ratio(chain["tps"], pb["tps"])
+                out.append(
+                    _check("tps in front of PgBouncer / PgBouncer's", where, ratio, TPS_VS_PGBOUNCER, False)
+                )
     return out
 
 
