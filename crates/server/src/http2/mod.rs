@@ -16,6 +16,9 @@
 //! - the next turn waits until the codec has written every DATA byte of the last one
 //!   ([`wire`]), so the codec never holds two streams' data and its own round robin has
 //!   nothing to interleave; the socket's `TCP_NOTSENT_LOWAT` bounds what waits below it;
+//! - while the task works through what is ready, the codec's writes are held, up to one
+//!   TLS record's payload, and written together before it waits ([`batch`]): the answers to
+//!   requests that arrived together leave together, in the scheduler's order;
 //! - the connection's kernel band follows the stream being written (the band of its
 //!   remaining bytes): a connection carries one band at a time, so a small stream behind a
 //!   large one on the same connection shares its band for the length of one chunk;
@@ -36,6 +39,7 @@
 //! Shutdown sends GOAWAY: streams in progress finish (within the drain timeout), new
 //! ones are refused.
 
+pub mod batch;
 pub mod metrics;
 mod paced;
 pub mod request;
@@ -70,6 +74,7 @@ use crate::http::Status;
 use crate::live::ConnSettings;
 use crate::sched::{BandSocket, CutoffsCache};
 use crate::server::Shared;
+use batch::{Batched, Hold};
 use wire::{Counted, Written};
 
 /// Largest DATA chunk one turn gives a stream: one frame (every peer takes frames of
@@ -222,6 +227,8 @@ struct Driver {
     chunk_buf: Vec<u8>,
     /// Timeouts and head limits as configured when the connection started.
     settings: ConnSettings,
+    /// Whether the codec's writes are held now ([`batch`]).
+    hold: Hold,
 }
 
 /// Serves one HTTP/2 connection on `io` until it closes, fails, or the server shuts down.
@@ -243,7 +250,8 @@ where
         }
     };
     let written = Arc::new(Written::default());
-    let io = Counted::new(io, written.clone(), &shared.http2_metrics.error_frames);
+    let hold = Hold::default();
+    let io = Counted::new(Batched::new(io, hold.clone()), written.clone(), &shared.http2_metrics.error_frames);
     let live = shared.live();
     let settings = live.conn_settings();
     let handshake = tokio::time::timeout(settings.header_timeout, builder(&live.config).handshake(io));
@@ -252,7 +260,7 @@ where
         r = handshake => r,
         _ = stop.changed() => return,
     };
-    let mut conn: Connection<Counted<T>, Bytes> = match conn {
+    let mut conn: Connection<Counted<Batched<T>>, Bytes> = match conn {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
             tracing::debug!(peer = %accepted.peer, error = %e, "HTTP/2 handshake failed");
@@ -264,6 +272,7 @@ where
     shared.http2_metrics.connections.fetch_add(1, Relaxed);
     let mut d = Driver::new(shared, accepted, written, settings);
     d.pace = pace;
+    d.hold = hold;
     d.run(&mut conn, &mut stop).await;
     d.shared.metrics.connection_closed(d.gauge_band);
 }
@@ -291,6 +300,7 @@ impl Driver {
             accepted,
             shared,
             settings,
+            hold: Hold::default(),
         }
     }
 
@@ -364,20 +374,46 @@ impl Driver {
     }
 
     /// Drives the codec (reads frames, writes what it holds), then the streams; the next
-    /// thing to do, if any.
+    /// thing to do, if any. What the codec writes meanwhile is held ([`batch`]) and written before it returns
+    /// `Pending`.
     fn poll_event<T: AsyncRead + AsyncWrite + Unpin>(
         &mut self,
         cx: &mut Context<'_>,
         conn: &mut Connection<Counted<T>, Bytes>,
     ) -> Poll<Event> {
+        self.hold.hold();
+        if let Poll::Ready(event) = self.poll_ready_event(cx, conn) {
+            return Poll::Ready(event);
+        }
+        // Nothing left to do: one more poll of the codec writes what it was given.
+        self.hold.release();
+        self.poll_codec(cx, conn)
+    }
+
+    /// The codec's next event: a request, or its end.
+    fn poll_codec<T: AsyncRead + AsyncWrite + Unpin>(
+        &mut self,
+        cx: &mut Context<'_>,
+        conn: &mut Connection<Counted<T>, Bytes>,
+    ) -> Poll<Event> {
         match conn.poll_accept(cx) {
-            Poll::Ready(Some(Ok(accepted))) => return Poll::Ready(Event::Request(Box::new(accepted))),
+            Poll::Ready(Some(Ok(accepted))) => Poll::Ready(Event::Request(Box::new(accepted))),
             Poll::Ready(Some(Err(e))) => {
                 tracing::debug!(peer = %self.accepted.peer, error = %e, "HTTP/2 connection failed");
-                return Poll::Ready(Event::Closed);
+                Poll::Ready(Event::Closed)
             }
-            Poll::Ready(None) => return Poll::Ready(Event::Closed),
-            Poll::Pending => {}
+            Poll::Ready(None) => Poll::Ready(Event::Closed),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn poll_ready_event<T: AsyncRead + AsyncWrite + Unpin>(
+        &mut self,
+        cx: &mut Context<'_>,
+        conn: &mut Connection<Counted<T>, Bytes>,
+    ) -> Poll<Event> {
+        if let Poll::Ready(event) = self.poll_codec(cx, conn) {
+            return Poll::Ready(event);
         }
         if let Some(ended) = self.poll_unread(cx) {
             return Poll::Ready(Event::Request(ended));
