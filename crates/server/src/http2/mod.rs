@@ -374,8 +374,8 @@ impl Driver {
     }
 
     /// Drives the codec (reads frames, writes what it holds), then the streams; the next
-    /// thing to do, if any. What the codec writes meanwhile is held ([`batch`]) and written before it returns
-    /// `Pending`.
+    /// thing to do, if any. What the codec writes meanwhile is held ([`batch`]) and written
+    /// before it returns `Pending`.
     fn poll_event<T: AsyncRead + AsyncWrite + Unpin>(
         &mut self,
         cx: &mut Context<'_>,
