@@ -1,4 +1,5 @@
-"""The environment factors of an experiment as namespace sysctls and command-line flags.
+"""The environment factors of an experiment as namespace sysctls, command-line flags and the
+testbed's keywords (`testbed_args`).
 
 The overload paper (Schroeder & Harchol-Balter 2006) varies ten setups (its Table 2). What
 each one becomes here:
@@ -31,8 +32,12 @@ established connections only.
 
 from __future__ import annotations
 
-from ..spec.experiment import SYNCOOKIES, Client, Server, Uplink
+from pathlib import Path
+from typing import Any
+
+from ..spec.experiment import SYNCOOKIES, Client, Experiment, Server, Uplink
 from ..testbed.bed import tbf_burst_bytes
+from ..testbed.placement import Placement
 
 
 def server_sysctls(u: Uplink) -> dict[str, int]:
@@ -88,3 +93,47 @@ def serve_flags(s: Server) -> list[str]:
     if s.at_max_connections:
         out += ["--at-max-connections", s.at_max_connections]
     return out
+
+
+def testbed_args(
+    exp: Experiment,
+    binary: Path,
+    placement: Placement,
+    groups: list | None = None,
+    netem_dir: Path | None = None,
+    scheduler: str = "kernel",
+) -> dict[str, Any]:
+    """`testbed.Testbed`'s keywords but the run id: the uplink, the sysctls the experiment
+    sets, with ``groups`` (``testbed.GroupPath``) the WAN emulator's (its files in
+    ``netem_dir``), a token bucket for a user-space ``scheduler``, the placement's CPUs."""
+    u = exp.uplink
+    args: dict[str, Any] = {}
+    if groups is not None:
+        wan = exp.wan
+        assert wan is not None, "groups come from the experiment's [wan]"
+        args = {
+            "groups": groups,
+            "netem_dir": netem_dir,
+            "netem_seed": wan.seed,
+            "netem_jitter_mode": wan.jitter_mode,
+            "client_congestion_control": wan.congestion_control,
+        }
+    # Only what the experiment sets, so a testbed without these knobs still takes the rest.
+    if server_sysctls(u):
+        args["server_sysctls"] = server_sysctls(u)
+    if client_sysctls(exp.client):
+        args["client_sysctls"] = client_sysctls(exp.client)
+    if scheduler != "kernel":
+        args["shaper"] = "tbf"
+    return {
+        "rate_bits_per_s": u.rate_bits_per_s,
+        "data_bands": u.bands,
+        "n_clients": 1,  # one generator process; `client.clients` are its client identities
+        "shortfirst_bin": binary,
+        "mtu": u.mtu,
+        "accept_queue": u.accept_queue,
+        "queue_packets": u.queue_packets,
+        "congestion_control": u.congestion_control or None,
+        **args,
+        **placement.testbed_args(),
+    }

@@ -227,38 +227,8 @@ class Runner:
     def testbed_args(
         self, groups: list | None = None, netem_dir: Path | None = None, scheduler: str = "kernel"
     ) -> dict[str, Any]:
-        """`testbed.Testbed`'s keywords but the run id, from the experiment (see `testbed`)."""
-        u = self.exp.uplink
-        args: dict[str, Any] = {}
-        if groups is not None:
-            wan = self.exp.wan
-            assert wan is not None, "groups come from the experiment's [wan]"
-            args = {
-                "groups": groups,
-                "netem_dir": netem_dir,
-                "netem_seed": wan.seed,
-                "netem_jitter_mode": wan.jitter_mode,
-                "client_congestion_control": wan.congestion_control,
-            }
-        # Only what the experiment sets, so a testbed without these knobs still takes the rest.
-        if factors.server_sysctls(u):
-            args["server_sysctls"] = factors.server_sysctls(u)
-        if factors.client_sysctls(self.exp.client):
-            args["client_sysctls"] = factors.client_sysctls(self.exp.client)
-        if scheduler != "kernel":
-            args["shaper"] = "tbf"
-        return {
-            "rate_bits_per_s": u.rate_bits_per_s,
-            "data_bands": u.bands,
-            "n_clients": 1,  # one generator process; `client.clients` are its client identities
-            "shortfirst_bin": self.bin,
-            "mtu": u.mtu,
-            "accept_queue": u.accept_queue,
-            "queue_packets": u.queue_packets,
-            "congestion_control": u.congestion_control or None,
-            **args,
-            **self.placement.testbed_args(),
-        }
+        """`testbed.Testbed`'s keywords but the run id (`factors.testbed_args`)."""
+        return factors.testbed_args(self.exp, self.bin, self.placement, groups, netem_dir, scheduler)
 
     def server_argv(
         self, tb: Any, policy: str, scheduler: str = "kernel", addr: str | None = None
