@@ -138,7 +138,8 @@ def test_source_addrs_cover_every_client(tmp_path):
     exp = _exp(tmp_path, GROUPS)
     groups = wanrun.run_groups(exp, exp.matrix()[0])
     path = tmp_path / "source_addrs.csv"
-    wanrun.write_source_addrs(path, groups, {"near": "10.78.1.2", "far": "10.78.2.2"})
+    flags = wanrun.source_addrs_flags(tmp_path, groups, {"near": "10.78.1.2", "far": "10.78.2.2"})
+    assert flags == ["--source-addrs", f"file:{path}"]
     assert path.read_text().splitlines() == [
         "client,addr", "0,10.78.1.2", "1,10.78.1.2", "2,10.78.1.2", "3,10.78.2.2",
     ]  # fmt: skip

@@ -199,12 +199,12 @@ def comparisons(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _group_comparisons(at: list[dict[str, Any]], load: float, sita: dict[str, Any]) -> list[dict[str, Any]]:
     """Per client group: leastconn under FAIR and under SRPT against SITA-E + SRPT (mean
     response, baseline ÷ SITA-E)."""
+    bases = {b: (_find(at, load, "leastconn", b) or {}).get("groups") or [] for b in ("fair", "srpt")}
     out = []
     for g in sita["groups"]:
         c: dict[str, Any] = {"name": g["name"], "rtt_ms": g["rtt_ms"]}
-        for base in ("fair", "srpt"):
-            b = _find(at, load, "leastconn", base)
-            bg = next((x for x in (b or {}).get("groups") or [] if x["name"] == g["name"]), None)
+        for base, groups in bases.items():
+            bg = next((x for x in groups if x["name"] == g["name"]), None)
             c[f"mean_response_ratio_vs_leastconn_{base}"] = bg and analysis.ratio(
                 bg["mean_response_s"], g["mean_response_s"]
             )

@@ -230,8 +230,7 @@ class FarmRunner(Runner):
         h_argv = [str(self.haproxy), "-db", "-n", str(HAPROXY_MAXCONN)]
         h_argv += ["-f", str(self.out / "farm" / CONFIGS[run.dispatch])]
         if groups:
-            wanrun.write_source_addrs(rdir / "source_addrs.csv", groups, tb.group_addrs)
-            load_args = [*load_args, "--source-addrs", f"file:{rdir / 'source_addrs.csv'}"]
+            load_args = [*load_args, *wanrun.source_addrs_flags(rdir, groups, tb.group_addrs)]
         url = f"http://{tb.server_addr}:{self.exp.server.port}"
         l_argv = commands.load(self.bin, url, out=rdir, extra=load_args)
         note = f"hosts in {', '.join(tb.host_ns)}; HAProxy in {tb.server_ns}; load in {tb.client_ns[0]}"

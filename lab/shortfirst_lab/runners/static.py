@@ -418,8 +418,7 @@ class Runner:
             rec["initial_rto"] = rto.record()
         s_argv = self.server_argv(tb, policy, scheduler)
         if groups:
-            wanrun.write_source_addrs(rdir / "source_addrs.csv", groups, tb.group_addrs)
-            load_args = [*load_args, "--source-addrs", f"file:{rdir / 'source_addrs.csv'}"]
+            load_args = [*load_args, *wanrun.source_addrs_flags(rdir, groups, tb.group_addrs)]
         l_argv = commands.load(
             self.bin, f"http://{tb.server_addr}:{self.exp.server.port}", out=rdir, extra=load_args
         )

@@ -64,12 +64,18 @@ def run_groups(exp: Experiment, spec: RunSpec) -> list[tuple[GroupPath, list[int
     return out
 
 
-def write_source_addrs(path: Path, groups: list[tuple[GroupPath, list[int]]], addrs: dict[str, str]) -> None:
-    """`client,addr` rows for every client id (no `*` row: an unlisted client is an error)."""
+def source_addrs_flags(
+    rdir: Path, groups: list[tuple[GroupPath, list[int]]], addrs: dict[str, str]
+) -> list[str]:
+    """Writes `rdir/source_addrs.csv` (`client,addr` for every client id; no `*` row: an
+    unlisted client is an error) and returns the generator's flags that bind each client's
+    connections to its group's address."""
     rows = ["client,addr"]
     for g, ids in groups:
         rows.extend(f"{c},{addrs[g.name]}" for c in ids)
+    path = rdir / "source_addrs.csv"
     write_atomic(path, "\n".join(rows) + "\n")
+    return ["--source-addrs", f"file:{path}"]
 
 
 def measure_rtts(tb: Any, port: int) -> dict[str, dict[str, Any]]:

@@ -21,9 +21,9 @@ uplink.rate). Client groups (`[[client.groups]]` with `[wan]`, as in a static fi
 clients behind the WAN emulator, each group its own path to the front (`testbed.farmbed`);
 the hosts' uplinks stay the bottlenecks. Loads above 1, load schedules, setups and WAN path
 sweeps (`wan.paths`) belong to other experiments and are refused here, as is what the farm's
-runner does not apply rather than ignore: [calibration] (a farm's slowdown is ÷ the size at one host's rate),
-`experiment.baselines` (its comparisons are fixed: SITA-E + SRPT against leastconn),
-`uplink.rto_min_ms` and `uplink.initial_rto_ms`.
+runner does not apply rather than ignore: [calibration] (a farm's slowdown is ÷ the size at
+one host's rate), `experiment.baselines` (its comparisons are fixed: SITA-E + SRPT against
+leastconn), `uplink.rto_min_ms` and `uplink.initial_rto_ms`.
 """
 
 from __future__ import annotations

@@ -270,15 +270,20 @@ where
     };
     shared.metrics.connection_opened();
     shared.http2_metrics.connections.fetch_add(1, Relaxed);
-    let mut d = Driver::new(shared, accepted, written, settings);
+    let mut d = Driver::new(shared, accepted, written, settings, hold);
     d.pace = pace;
-    d.hold = hold;
     d.run(&mut conn, &mut stop).await;
     d.shared.metrics.connection_closed(d.gauge_band);
 }
 
 impl Driver {
-    fn new(shared: Arc<Shared>, accepted: Accepted, written: Arc<Written>, settings: ConnSettings) -> Driver {
+    fn new(
+        shared: Arc<Shared>,
+        accepted: Accepted,
+        written: Arc<Written>,
+        settings: ConnSettings,
+        hold: Hold,
+    ) -> Driver {
         let max_streams = shared.config.http2_max_concurrent_streams as usize;
         Driver {
             remote: accepted.peer.ip().to_string().into_bytes(),
@@ -300,7 +305,7 @@ impl Driver {
             accepted,
             shared,
             settings,
-            hold: Hold::default(),
+            hold,
         }
     }
 

@@ -103,7 +103,7 @@ def run(ctx: Context, oh: Overhead, seed: int, accounts: int) -> dict:
                 key = (script, protocol, clients)
                 arms: dict[str, dict] = {}
                 for arm in oh.arms:
-                    if "pgbouncer" in arm and protocol == "prepared":
+                    if arm in ("pgbouncer", POOLED_ARM) and protocol == "prepared":
                         arms[arm] = {
                             "skipped": "PgBouncer 1.18 keeps no prepared statements in transaction mode"
                         }
