@@ -15,3 +15,8 @@ bench-sim: venv ## simulator speed per policy (BENCH_SIM_JOBS)
 THEORY_FIG_JOBS ?= 1000000
 theory-figures: venv build ## Crovella Figs. 7/8 from the formulas and the simulator
 	cd lab && ../$(PY) -m shortfirst_lab theory fig7 --out ../results/theory --jobs $(THEORY_FIG_JOBS)
+
+# The kernel bands' default cutoffs against the paper's and others, simulated (decision 0020).
+.PHONY: theory-cutoffs
+theory-cutoffs: venv build ## the bands' cutoffs compared in simulation: results/cutoffs-sim/
+	cd lab && ../$(PY) -m shortfirst_lab theory cutoffs --out ../results/cutoffs-sim

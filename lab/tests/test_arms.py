@@ -84,6 +84,14 @@ CROVELLA = ["--scheduler", "crovella", "--link-rate", "10000000"]
             "--scheduler",
         ),  # fmt: skip
         (_doc(), "experiment.policies", "this key (it is required)"),
+        # A kernel srpt arm needs a band per class: HTB sends a priority with no class to band 0.
+        (_doc(["fair", "srpt"], uplink={"bands": 6}), "uplink.bands", "at least 7: the data bands"),
+        (
+            _doc(["srpt"], uplink={"bands": 2}, server={"cutoffs": "1K,5K"}),
+            "uplink.bands",
+            "at least 3: the data bands that server.cutoffs ('1K,5K')",
+        ),
+        (_doc(["srpt"], uplink={"bands": 5}, server={"cutoffs": "auto"}), "uplink.bands", "at least 6"),
     ],
 )
 def test_bad_arms_fail_naming_file_key_and_expectation(doc, key, expected):
@@ -93,6 +101,17 @@ def test_bad_arms_fail_naming_file_key_and_expectation(doc, key, expected):
     assert e.key == key, str(e)
     assert expected in e.expected, str(e)
     assert str(e).startswith(f"arms.toml: {key}: expected ")
+
+
+def test_the_uplinks_bands_follow_the_cutoffs_a_kernel_srpt_arm_needs():
+    """No `bands`: `uplink setup`'s default, the default cutoffs' bands; fewer bands are fine
+    where no kernel srpt arm needs them (user-space SRPT has no bands; FAIR uses one)."""
+    assert experiment_from_dict(_doc(["fair", "srpt"])).uplink.bands == 7
+    six = experiment_from_dict(_doc(["srpt"], uplink={"bands": 6}, server={"cutoffs": "1K,2K,5K,20K,50K"}))
+    assert six.uplink.bands == 6
+    assert experiment_from_dict(_doc(["fair", "srpt/user"], uplink={"bands": 1})).uplink.bands == 1
+    auto = experiment_from_dict(_doc(["srpt"], uplink={"bands": 6}, server={"cutoffs": "auto"}))
+    assert auto.uplink.bands == 6
 
 
 def test_arms_give_the_policies_and_default_to_the_kernel():

@@ -19,8 +19,9 @@ def test_parse_cutoffs_like_the_server():
 def test_policy_mapping():
     sizes = np.array([10, 20, 30, 4000])
     assert models.cutoffs_for("fair", "", sizes) is None
-    assert models.cutoffs_for("srpt", "", sizes) == [1000, 2000, 5000, 20000, 50000]
-    assert models.cutoffs_for("srpt", "auto", sizes) == [1000, 2000, 5000, 20000, 50000]
+    default = [1000, 4000, 16000, 64000, 256000, 1000000]  # the binary's, as serve --help says
+    assert models.cutoffs_for("srpt", "", sizes) == default
+    assert models.cutoffs_for("srpt", "auto", sizes) == default
     assert models.cutoffs_for("srpt", "3K,9K", sizes) == [3000, 9000]
     assert models.cutoffs_for("srpt2", "", sizes) == [25]
     assert models.sim_policy(None) == "ps"
@@ -44,7 +45,7 @@ def test_the_simulated_policy_follows_the_scheduler(policy, scheduler, cutoffs, 
 @pytest.mark.parametrize(
     ("policy", "scheduler", "cutoffs", "sim"),
     [
-        ("srpt", "kernel", "", "srpt-classes:1000,2000,5000,20000,50000"),
+        ("srpt", "kernel", "", "srpt-classes:1000,4000,16000,64000,256000,1000000"),
         ("srpt", "kernel", "3K", "srpt-classes:3000"),
         ("srpt", "user", "3K", "srpt"),
         ("fair", "crovella", "", "ps"),

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import BIN
 
+from shortfirst_lab.spec import vocabulary
 from shortfirst_lab.testbed import bed as tb
 from shortfirst_lab.testbed.bed import Testbed, TestbedError, cleanup_leftovers, new_run_id
 
@@ -76,12 +77,13 @@ def test_build_and_teardown_leave_nothing(shortfirst_bin):
     ) as bed:
         assert {bed.server_ns, bed.switch_ns, *bed.client_ns} <= netns_names()
         assert all(len(d) <= 15 for d in [bed.server_dev, *bed.client_devs])
-        # The uplink is ours, with band 0 plus 6 data bands.
+        # The uplink is ours, with band 0 plus the data bands of serve's default cutoffs.
         stats = bed.uplink_stats()
         assert stats["rate_bits_per_s"] == RATE_10_MBIT
-        assert [b["band"] for b in stats["bands"]] == list(range(7))
+        bands = 1 + vocabulary.default_data_bands()
+        assert [b["band"] for b in stats["bands"]] == list(range(bands))
         qdiscs = json.loads(bed_exec(bed.server_ns, ["tc", "-j", "qdisc", "show", "dev", bed.server_dev]))
-        assert sorted(q["kind"] for q in qdiscs) == ["htb"] + ["pfifo"] * 7
+        assert sorted(q["kind"] for q in qdiscs) == ["htb"] + ["pfifo"] * bands
         assert all(q["options"]["limit"] == 77 for q in qdiscs if q["kind"] == "pfifo")
         # Offloads off on both ends of every veth, MTU 1500.
         for ns, dev in [(bed.server_ns, bed.server_dev), (bed.switch_ns, bed.server_dev + "p")] + [

@@ -15,6 +15,7 @@ from conftest import requests_frame, write_run_dir
 
 from shortfirst_lab import __main__ as cli
 from shortfirst_lab.analysis import wire
+from shortfirst_lab.spec import vocabulary
 from shortfirst_lab.spec.experiment import Arm, load_experiment, run_dir_name
 
 FAKE_SIM = Path(__file__).parent / "fakes" / "fake_sim.py"
@@ -171,7 +172,7 @@ def test_size_classes_still_decide_by_the_body(wire_dir: tuple[Path, Path]):
     cli.main(["report", str(out), "--resimulate", "--bin", str(fake)])
     kernel = out / "runs" / "srpt-load0.90-rep1" / "sim-wire" / "summary.json"
     pol = json.loads(kernel.read_text())["policy"]
-    cutoffs = [1_000, 2_000, 5_000, 20_000, 50_000]  # the server's default, body bytes
+    cutoffs = list(vocabulary.default_cutoffs_bytes())  # the server's default, body bytes
     expected = [int(x) for x in np.rint(wire.WireModel(H, C, SEG).cost(cutoffs))]
     assert pol == "srpt-classes:" + ",".join(map(str, expected))
     user = json.loads((out / "runs" / "srpt-user-load0.90-rep1" / "sim-wire" / "summary.json").read_text())

@@ -126,17 +126,17 @@ mod tests {
 
     #[test]
     fn policy_flag_names_match_sim() {
-        let paper = CutoffsSpec::List(shortfirst_core::bands::Cutoffs::paper_default());
+        let default = CutoffsSpec::List(shortfirst_core::bands::Cutoffs::server_default());
         let list = |t: &str| CutoffsSpec::List(shortfirst_core::bands::Cutoffs::parse(t).unwrap());
         let cases: Vec<(&[&str], Policy, CutoffsSpec)> = vec![
-            (&[], Policy::Srpt, paper.clone()),
+            (&[], Policy::Srpt, default.clone()),
             (&["--policy", "srpt-classes:1K,2K"], Policy::Srpt, list("1K,2K")),
-            (&["--policy", "srpt-classes"], Policy::Srpt, paper.clone()),
+            (&["--policy", "srpt-classes"], Policy::Srpt, default.clone()),
             (&["--policy", "srpt-classes", "--cutoffs", "4K"], Policy::Srpt, list("4K")),
             (&["--policy", "srpt", "--cutoffs", "4K"], Policy::Srpt, list("4K")),
             (&["--policy", "srpt", "--cutoffs", "auto"], Policy::Srpt, CutoffsSpec::Auto),
-            (&["--policy", "fair"], Policy::Fair, paper.clone()),
-            (&["--policy", "srpt2"], Policy::Srpt2, paper.clone()),
+            (&["--policy", "fair"], Policy::Fair, default.clone()),
+            (&["--policy", "srpt2"], Policy::Srpt2, default.clone()),
         ];
         for (flags, policy, cutoffs) in cases {
             let c = config(flags);

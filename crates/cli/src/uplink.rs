@@ -5,7 +5,7 @@
 //! serve` uses for `SO_PRIORITY`, so the two always agree.
 
 use anyhow::Context;
-use shortfirst_core::bands::{BandMap, MAX_DATA_BANDS};
+use shortfirst_core::bands::{BandMap, DEFAULT_DATA_BANDS, MAX_DATA_BANDS};
 use shortfirst_uplink::htb::{DEFAULT_QUEUE_PACKETS, MAX_QUEUE_PACKETS};
 use shortfirst_uplink::{
     self as uplink, format_rate, Offloads, SetupOptions, SystemRunner, TeardownOutcome, UplinkStats,
@@ -29,8 +29,10 @@ enum Command {
         /// The link's rate: 10mbit, 100Mbit, 1gbit, 500kbit or bits per second.
         #[arg(long, value_name = "RATE", value_parser = parse_rate)]
         link_rate: u64,
-        /// Data bands (1 to 7); band 0 for set-up comes on top. `srpt` uses 6.
-        #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u8).range(1..=MAX_DATA_BANDS as i64))]
+        /// Data bands (1 to 7); band 0 for set-up comes on top. `serve`'s default cutoffs
+        /// use 7; a tree with fewer bands than the server's cutoffs make sends the largest
+        /// responses' packets to band 0 (set-up), ahead of everything.
+        #[arg(long, default_value_t = DEFAULT_DATA_BANDS as u8, value_parser = clap::value_parser!(u8).range(1..=MAX_DATA_BANDS as i64))]
         bands: u8,
         /// Each band's queue limit in packets (a pfifo per band); beyond it
         /// arriving packets are dropped. The default is a backstop the

@@ -18,6 +18,19 @@ use serde::{Deserialize, Serialize};
 /// band 0 is set-up only, so 7 data bands fit; more buys almost nothing (§2.2.2).
 pub const MAX_DATA_BANDS: usize = 7;
 
+/// The server's default cutoffs: spaced by a factor of 4 from 1 KB to 1 MB. A web page's
+/// resources (up to a few hundred KB) start in other bands than multi-megabyte downloads, and
+/// a heavy tail's large files are still ranked among themselves; in simulation they beat the
+/// paper's 1K..50K on its own World-Cup-like trace too (decision 0020).
+pub const DEFAULT_CUTOFFS_BYTES: [u64; 6] = [1_000, 4_000, 16_000, 64_000, 256_000, 1_000_000];
+
+/// Data bands the default cutoffs make, and so the bands `shortfirst uplink setup` builds
+/// unless told otherwise: a tree with fewer would send the largest responses' packets to its
+/// default class, band 0 (set-up).
+pub const DEFAULT_DATA_BANDS: usize = DEFAULT_CUTOFFS_BYTES.len() + 1;
+
+const _: () = assert!(DEFAULT_DATA_BANDS <= MAX_DATA_BANDS);
+
 /// Largest cutoff we accept: 1 TiB. A cutoff above every plausible response only
 /// hides a typo (e.g. a missing unit turned into bits).
 pub const MAX_CUTOFF_BYTES: u64 = 1 << 40;
@@ -74,8 +87,14 @@ pub struct Cutoffs {
 }
 
 impl Cutoffs {
-    /// The paper's six classes: 1 KB, 2 KB, 5 KB, 20 KB, 50 KB (§2.2.4).
-    pub fn paper_default() -> Cutoffs {
+    /// What `serve` uses unless told otherwise: [`DEFAULT_CUTOFFS_BYTES`].
+    pub fn server_default() -> Cutoffs {
+        Cutoffs { bytes: DEFAULT_CUTOFFS_BYTES.to_vec() }
+    }
+
+    /// The paper's six classes: 1 KB, 2 KB, 5 KB, 20 KB, 50 KB (§2.2.4), tuned to a 1998 trace
+    /// whose responses were mostly a few KB.
+    pub fn paper() -> Cutoffs {
         Cutoffs { bytes: vec![1_000, 2_000, 5_000, 20_000, 50_000] }
     }
 
@@ -323,8 +342,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_default_separates_page_resources_from_downloads() {
+        let c = Cutoffs::server_default();
+        assert_eq!(Cutoffs::new(DEFAULT_CUTOFFS_BYTES.to_vec()).as_ref(), Ok(&c), "the default is valid");
+        assert_eq!(c.data_bands(), DEFAULT_DATA_BANDS);
+        // A web font (140 KB) starts two bands ahead of downloads of megabytes; under the
+        // paper's cutoffs all three share the last band.
+        let bands = |c: &Cutoffs| [140_000, 2_000_000, 5_000_000].map(|s| c.band_for_remaining(s).index());
+        assert_eq!(bands(&c), [5, 7, 7]);
+        assert_eq!(bands(&Cutoffs::paper()), [6, 6, 6]);
+        // The download reaches the font's band only once no more than 256 KB is left of it.
+        let mut download = Response::start(&c, 5_000_000);
+        assert_eq!(download.sent(&c, 5_000_000 - 256_001), Some(Band(6)));
+        assert_eq!(download.sent(&c, 1), Some(Band(5)));
+    }
+
+    #[test]
     fn band_for_remaining_table() {
-        let c = Cutoffs::paper_default();
+        let c = Cutoffs::paper();
         let table: &[(u64, u8)] = &[
             (0, 1),
             (1, 1),
@@ -387,7 +422,7 @@ mod tests {
     #[test]
     fn response_crossings_table() {
         // (size, writes, expected band after each write as Some(new) on crossing)
-        let c = Cutoffs::paper_default();
+        let c = Cutoffs::paper();
         let mut r = Response::start(&c, 60_000);
         assert_eq!(r.band().index(), 6);
         let steps: &[(u64, Option<u8>)] = &[

@@ -289,7 +289,7 @@ mod tests {
         m.connection_opened();
         m.connection_moved(Band::SETUP, b2);
         let mut out = String::new();
-        m.render(&mut out, &Cutoffs::paper_default(), "srpt", 0);
+        m.render(&mut out, &Cutoffs::paper(), "srpt", 0);
         for line in [
             "shortfirst_requests_total{band=\"2\"} 3",
             "shortfirst_sent_bytes_total{band=\"2\"} 1234",
@@ -324,7 +324,7 @@ mod tests {
             assert!(out.lines().any(|l| l == line), "missing {line:?} in\n{out}");
         }
         let mut full = String::new();
-        m.render(&mut full, &Cutoffs::paper_default(), "srpt", 0);
+        m.render(&mut full, &Cutoffs::paper(), "srpt", 0);
         assert!(full.contains("# TYPE shortfirst_accept_paused_seconds_total counter"), "{full}");
     }
 }

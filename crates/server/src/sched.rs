@@ -52,7 +52,7 @@ impl CutoffChooser {
         let (initial, auto_bands) = match (&config.policy, &config.cutoffs) {
             (Policy::Fair | Policy::Las, _) => (Cutoffs::fair(), None),
             (Policy::Srpt, CutoffsSpec::List(c)) => (c.clone(), None),
-            (Policy::Srpt, CutoffsSpec::Auto) => (Cutoffs::paper_default(), Some(AUTO_DATA_BANDS)),
+            (Policy::Srpt, CutoffsSpec::Auto) => (Cutoffs::paper(), Some(AUTO_DATA_BANDS)),
             // The paper's two-class split: 1 KB until the median is known.
             (Policy::Srpt2, _) => (Cutoffs::new(vec![1_000]).expect("valid"), Some(2)),
             // Response-time cutoffs in µs; `auto` starts from the default list.
@@ -243,7 +243,7 @@ mod tests {
         c.policy = Policy::Fair;
         assert_eq!(*CutoffChooser::new(&c).cutoffs(), Cutoffs::fair());
         c.policy = Policy::Srpt;
-        assert_eq!(*CutoffChooser::new(&c).cutoffs(), Cutoffs::paper_default());
+        assert_eq!(*CutoffChooser::new(&c).cutoffs(), Cutoffs::server_default());
         c.policy = Policy::Srpt2;
         assert_eq!(CutoffChooser::new(&c).cutoffs().as_slice(), &[1_000]);
     }
@@ -273,7 +273,7 @@ mod tests {
         c.auto_window = 1_000;
         c.auto_recompute_every = 1_000;
         let s = CutoffChooser::new(&c);
-        assert_eq!(*s.cutoffs(), Cutoffs::paper_default());
+        assert_eq!(*s.cutoffs(), Cutoffs::paper());
         // 1..=1000 bytes: median 500, 99th percentile 990.
         for size in 1..=1_000u64 {
             s.observe(size);

@@ -7,7 +7,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use common::{can_set_priority, req, Raw, TestServer};
-use shortfirst_core::bands::{Band, BandMap};
+use shortfirst_core::bands::{Band, BandMap, Cutoffs};
 use shortfirst_server::{so_priority, Policy, PriorityObserver};
 
 /// (requested priority, priority the kernel reports right after), in order.
@@ -64,11 +64,13 @@ async fn srpt_sets_one_priority_per_crossing() {
     c.send(req("/medium.bin").as_bytes()).await;
     assert_eq!(c.response(false).await.unwrap().body.len(), 100_000);
     let first = bands(&seen);
-    // 100 KB starts above the 50K cutoff (band 6); every change is a strict
-    // improvement, so each cutoff is crossed at most once. The last 4 KB write
-    // starts with under 5K left (band 3 or better) and, emptying the response,
-    // moves it no further: its bytes leave in the band of their own size.
-    assert_eq!(first.first(), Some(&6), "{first:?}");
+    // 100 KB starts in the default cutoffs' band of its size (above 64K: band 5); every
+    // change is a strict improvement, so each cutoff is crossed at most once. The last 4 KB
+    // write starts with at most 4,096 bytes left (band 3 or better) and, emptying the
+    // response, moves it no further: its bytes leave in the band of their own size.
+    let start = Cutoffs::server_default().band_for_remaining(100_000).index();
+    assert_eq!(start, 5);
+    assert_eq!(first.first(), Some(&start), "{first:?}");
     assert!(first.last().is_some_and(|&b| (1..=3).contains(&b)), "{first:?}");
     assert!(first.windows(2).all(|w| w[1] < w[0]), "{first:?}");
     assert!(first.len() >= 4, "with 4 KB writes most cutoffs are crossed one by one: {first:?}");

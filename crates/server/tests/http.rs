@@ -320,11 +320,12 @@ async fn metrics_and_access_log() {
             .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
             .unwrap_or_else(|| panic!("{name} missing:\n{text}"))
     };
-    // small.txt (~350 B with head) and the 404 in band 1; medium (100 KB) in band 6.
+    // small.txt (~350 B with head) and the 404 in band 1; medium (100 KB) in band 5 of the
+    // default cutoffs (64K..256K).
     assert_eq!(value("shortfirst_requests_total{band=\"1\"}"), 2.0);
-    assert_eq!(value("shortfirst_requests_total{band=\"6\"}"), 1.0);
-    assert!(value("shortfirst_sent_bytes_total{band=\"6\"}") > 40_000.0);
-    assert_eq!(value("shortfirst_response_seconds_count{band=\"6\"}"), 1.0);
+    assert_eq!(value("shortfirst_requests_total{band=\"5\"}"), 1.0);
+    assert!(value("shortfirst_sent_bytes_total{band=\"5\"}") > 30_000.0);
+    assert_eq!(value("shortfirst_response_seconds_count{band=\"5\"}"), 1.0);
     assert_eq!(value("shortfirst_responses_total{code=\"4xx\"}"), 1.0);
     assert_eq!(value("shortfirst_cutoff_bytes{band=\"1\",policy=\"srpt\"}"), 1000.0);
     assert!(text.contains("shortfirst_open_connections{band=\"0\"}"));
@@ -353,7 +354,7 @@ async fn metrics_and_access_log() {
     let medium = line("GET /medium.bin ");
     assert!(
         medium.contains("\"GET /medium.bin HTTP/1.1\" 200 100000 \"-\" \"-\"")
-            && medium.ends_with("band=6 proto=http/1.1 tls=-"),
+            && medium.ends_with("band=5 proto=http/1.1 tls=-"),
         "{medium}"
     );
     assert!(line("GET /missing ").contains("\" 404 "), "{log}");

@@ -96,12 +96,13 @@ pub struct SetupOptions {
 }
 
 impl SetupOptions {
-    /// The defaults for everything but the rate: 6 data bands, [`htb::DEFAULT_QUEUE_PACKETS`]-packet
+    /// The defaults for everything but the rate: the bands of `serve`'s default cutoffs
+    /// ([`shortfirst_core::bands::DEFAULT_DATA_BANDS`]), [`htb::DEFAULT_QUEUE_PACKETS`]-packet
     /// band queues, `BandMap::default()`, offloads off.
     pub fn new(rate_bits_per_s: u64) -> SetupOptions {
         SetupOptions {
             rate_bits_per_s,
-            data_bands: 6,
+            data_bands: shortfirst_core::bands::DEFAULT_DATA_BANDS,
             queue_packets: htb::DEFAULT_QUEUE_PACKETS,
             band_map: BandMap::default(),
             offloads: Offloads::Off,

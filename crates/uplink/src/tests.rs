@@ -85,8 +85,12 @@ fn setup_on_a_fresh_device() {
     assert_eq!(mutating[0], "ethtool -K sfx0 tso off gso off gro off");
     assert!(r.calls.iter().any(|c| c == "ip link set dev sfx0 gso_max_segs 1"));
     assert_eq!(mutating[1], "tc qdisc add dev sfx0 root handle 1: htb default a");
-    assert_eq!(mutating.len(), 2 + 1 + 7 * 2, "offloads, qdisc, root class, 7 band classes and queues");
-    assert_eq!(mutating.last(), Some(&"tc qdisc add dev sfx0 parent 1:10 pfifo limit 10000"));
+    // Band 0 and the default cutoffs' data bands, each a class and a queue; the last band is
+    // class minor 10 + bands (hex).
+    let bands = shortfirst_core::bands::DEFAULT_DATA_BANDS;
+    assert_eq!(mutating.len(), 2 + 1 + (1 + bands) * 2, "offloads, qdisc, root class, band classes and queues");
+    let last = format!("tc qdisc add dev sfx0 parent 1:{:x} pfifo limit 10000", 10 + bands);
+    assert_eq!(mutating.last().copied(), Some(last.as_str()));
 }
 
 #[test]

@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-# `shortfirst serve --policy srpt` default cutoffs (crates/core bands.rs, K = 1000).
-DEFAULT_SRPT_CUTOFFS_BYTES = (1_000, 2_000, 5_000, 20_000, 50_000)
+from ..spec import vocabulary
+
 _UNITS = {"": 1, "k": 1_000, "ki": 1_024, "m": 1_000_000, "mi": 1_048_576, "g": 1_000_000_000, "gi": 1 << 30}
 
 
@@ -61,14 +61,15 @@ MODELLED_POLICIES = (*SIZE_POLICIES, "las")
 
 
 def cutoffs_for(policy: str, cutoffs: str, sizes_bytes: Any) -> list[int] | None:
-    """The cutoffs the server uses for `policy` (None for fair; `auto` → the srpt default)."""
+    """The cutoffs the server uses for `policy` (None for fair; `auto` → the srpt default, as
+    the binary the lab drives has it)."""
     if policy == "fair":
         return None
     if policy == "srpt2":
         return [int(np.median(sizes_bytes))]
     if cutoffs and cutoffs != "auto":
         return parse_cutoffs(cutoffs)
-    return list(DEFAULT_SRPT_CUTOFFS_BYTES)
+    return list(vocabulary.default_cutoffs_bytes())
 
 
 def exact(policy: str, scheduler: str) -> bool:

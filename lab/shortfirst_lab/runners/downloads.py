@@ -71,6 +71,11 @@ SEND_BUFFER_BYTES = 0
 #: queue. With reno the FIFO holds the long flows' bursts: 4.0x (0.081 s vs
 #: 0.020 s). "" keeps the namespace's default.
 CONGESTION_CONTROL = "reno"
+#: The paper's cutoffs, so a 1 MB response stays in the last band (6) until its final 50 KB
+#: and the bands below it carry the short response alone while it runs (what the test of
+#: this runner checks, band by band). Under `serve`'s default a long response's last 256 KB
+#: would share band 5 with pages' resources.
+CUTOFFS = "1K,2K,5K,20K,50K"
 
 
 @dataclass
@@ -186,6 +191,7 @@ def _trial(bed: Testbed, root: Path, policy: str, log, server_args: tuple[str, .
     base = f"http://{bed.server_addr}:{PORT}"
     server = bed.server_popen(
         [bed.shortfirst_bin, "serve", "--root", root, "--policy", policy]
+        + (["--cutoffs", CUTOFFS] if policy == "srpt" else [])
         + ["--listen", f"{bed.server_addr}:{PORT}", *server_args],
         stdin=subprocess.DEVNULL,
         stdout=log or subprocess.DEVNULL,

@@ -207,7 +207,29 @@ def experiment_from_dict(
     if exp.baseline_rerun and exp.is_overload():
         raise ExperimentError(path, "experiment.baseline_rerun", "not in an overload experiment", True)
     _check_schedulers(path, exp)
+    _check_bands(path, exp)
     return exp
+
+
+def _check_bands(path: Path, exp: Experiment) -> None:
+    """A kernel `srpt` arm's cutoffs fit the uplink's tree: a socket priority with no band
+    behind it falls into the tree's default class, band 0 (set-up), ahead of everything."""
+    if not any(a.policy == "srpt" and a.scheduler == "kernel" for a in exp.arm_list()):
+        return
+    cutoffs = exp.server.cutoffs
+    if cutoffs == "auto":
+        count = vocabulary.auto_data_bands() - 1
+    else:
+        count = len(cutoffs.split(",")) if cutoffs else len(vocabulary.default_cutoffs_bytes())
+    bands = exp.uplink.bands if exp.uplink.bands is not None else vocabulary.default_data_bands()
+    if count + 1 > bands:
+        what = f"{cutoffs!r}" if cutoffs else "the server's default"
+        raise ExperimentError(
+            path,
+            "uplink.bands",
+            f"at least {count + 1}: the data bands that server.cutoffs ({what}) make for a kernel srpt arm",
+            bands,
+        )
 
 
 def _experiment_head(e: _Section) -> dict[str, Any]:
@@ -264,7 +286,7 @@ def _uplink(u: _Section) -> Uplink:
         rate_bits_per_s=rate,
         mtu=u.int("mtu", 1500, lo=576, hi=9000),
         accept_queue=u.int("accept_queue", 512, lo=1, hi=65535),
-        bands=u.int("bands", 6, lo=1, hi=7),
+        bands=u.int("bands", vocabulary.default_data_bands(), lo=1, hi=7),
         rto_min_ms=u.int("rto_min_ms", 0, lo=0, hi=60_000),
         queue_packets=u.int("queue_packets", 10_000, lo=1, hi=100_000),
         congestion_control=u.str("congestion_control", ""),

@@ -46,7 +46,9 @@ Schema (all sections optional except `[experiment]`, `[workload]` and `[run]`)::
     rate = "10mbit"                   # "<n>[kbit|mbit|gbit]" or an int (bits/s)
     mtu = 1500                        # int in [576, 9000]
     accept_queue = 512                # int >= 1 (listen backlog, as in the paper)
-    bands = 6                         # data bands of the HTB tree, int in [1, 7]
+    bands = 7                         # data bands of the HTB tree, int in [1, 7]; default
+                                      # `uplink setup`'s, the bands of serve's default cutoffs;
+                                      # at least the bands of server.cutoffs (checked)
     rto_min_ms = 0                    # int >= 0: TCP minimum retransmission timeout on the
                                       # server's route (`ip route change ... rto_min`); 0 keeps
                                       # the kernel's 200 ms. Queueing in a starved low band can

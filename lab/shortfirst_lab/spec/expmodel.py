@@ -35,7 +35,7 @@ class Uplink:
     rate_bits_per_s: int = 10_000_000
     mtu: int = 1500
     accept_queue: int = 512
-    bands: int = 6
+    bands: int | None = None  # None: `shortfirst uplink setup`'s (the default cutoffs' bands)
     rto_min_ms: int = 0
     queue_packets: int = 10_000
     congestion_control: str = ""

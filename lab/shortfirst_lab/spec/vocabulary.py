@@ -70,6 +70,22 @@ def max_link_rate_bits_per_s() -> int:
     return int(_read()["serve"]["max_link_rate_bits_per_s"])
 
 
+def default_cutoffs_bytes() -> tuple[int, ...]:
+    """The cutoffs `serve --policy srpt` uses without `--cutoffs`, bytes."""
+    return tuple(int(c) for c in _read()["serve"]["default_cutoffs_bytes"])
+
+
+def default_data_bands() -> int:
+    """The data bands the default cutoffs make: what an uplink's tree needs for them (a tree
+    with fewer sends the largest responses' packets to band 0, set-up)."""
+    return len(default_cutoffs_bytes()) + 1
+
+
+def auto_data_bands() -> int:
+    """The data bands `serve --cutoffs auto` learns."""
+    return int(_read()["serve"]["auto_data_bands"])
+
+
 def estimate_bases() -> tuple[str, ...]:
     """`gatekeeper --estimate-basis`: what a completion's cost sample measures."""
     return tuple(_read()["gatekeeper"]["estimate_basis"])

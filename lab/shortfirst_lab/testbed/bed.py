@@ -154,14 +154,20 @@ def _resolve_binary(path: str | Path) -> Path:
 
 
 def _check_link_args(
-    run_id: str, n_clients: int, data_bands: int, mtu: int, accept_queue: int, queue_packets: int, shaper: str
+    run_id: str,
+    n_clients: int,
+    data_bands: int | None,
+    mtu: int,
+    accept_queue: int,
+    queue_packets: int,
+    shaper: str,
 ) -> None:
     """`Testbed`'s run id, namespace count and uplink settings; a bad one raises ValueError."""
     if not RUN_ID_RE.match(run_id):
         raise ValueError(f"run_id {run_id!r}: expected 1 to 6 characters of [a-z0-9] (see new_run_id())")
     if not 1 <= n_clients <= MAX_CLIENTS:
         raise ValueError(f"n_clients {n_clients}: expected 1..={MAX_CLIENTS}")
-    if not 1 <= data_bands <= 7:
+    if data_bands is not None and not 1 <= data_bands <= 7:
         raise ValueError(f"data_bands {data_bands}: expected 1..=7")
     if not 576 <= mtu <= 9000:
         raise ValueError(f"mtu {mtu}: expected 576..=9000")
@@ -211,7 +217,8 @@ class Testbed:
     The constructor first runs :func:`cleanup_leftovers`, so namespaces left by
     crashed runs never pile up (live runs are never touched).
 
-    ``queue_packets`` is each priority band's queue limit on the uplink
+    ``data_bands`` is the band tree's data bands (default: ``shortfirst uplink setup``'s, the
+    bands of ``serve``'s default cutoffs). ``queue_packets`` is each priority band's queue limit on the uplink
     (default: ``shortfirst uplink setup``'s, 10,000 packets). ``shaper`` is ``htb`` (the band
     tree) or ``tbf`` (a token bucket at ``rate_bits_per_s`` whose queue holds ``queue_packets``
     full-size packets, as deep as one band's; :meth:`uplink_stats` then reports it as band 1).
@@ -234,7 +241,7 @@ class Testbed:
         self,
         run_id: str,
         rate_bits_per_s: int,
-        data_bands: int = 6,
+        data_bands: int | None = None,
         n_clients: int = 1,
         shortfirst_bin: str | Path = "target/release/shortfirst",
         mtu: int = 1500,
@@ -505,8 +512,7 @@ class Testbed:
                 dev,
                 "--link-rate",
                 str(self.rate_bits_per_s),
-                "--bands",
-                str(self.data_bands),
+                *(["--bands", str(self.data_bands)] if self.data_bands is not None else []),
                 "--queue-packets",
                 str(self.queue_packets),
                 "--offloads",

@@ -3,10 +3,12 @@
     python -m shortfirst_lab theory means --dist bpareto:1.1,1000,1e7 --load 0.9
     python -m shortfirst_lab theory means --trace-sizes requests.csv --load 0.8 --cutoffs 1000,2000,5000
     python -m shortfirst_lab theory fig7 --out results/theory [--jobs 1000000]
+    python -m shortfirst_lab theory cutoffs --out results/cutoffs-sim
 
 ``means`` prints mean response time (in size units: bytes at a rate of 1 byte/s; divide
 by the rate in bytes/s for seconds) and mean slowdown per policy as JSON. ``fig7`` writes
-the Crovella Figure 7/8 reproduction (needs the release binary, ``make build``).
+the Crovella Figure 7/8 reproduction, ``cutoffs`` the simulated comparison of the kernel
+bands' cutoffs (`cutoffs.py`); both need the release binary (``make build``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import sys
 
 import pandas as pd
 
+from . import cutoffs as cutoff_sweep
 from .mg1 import POLICIES, Empirical, Queue, TheoryError, parse_dist
 from .simfigs import SimError, figure7
 
@@ -42,6 +45,17 @@ def _means(args: argparse.Namespace) -> dict:
     return out
 
 
+def _print_cutoffs(result: dict) -> None:
+    """One line per workload, load and metric: each candidate's mean over the seeds."""
+    rows: dict[tuple[str, str, str], list[str]] = {}
+    for key, metrics in result["means"].items():
+        workload, load, cand = key.split("/", 2)
+        for metric, v in metrics.items():
+            rows.setdefault((workload, load, metric), []).append(f"{cand} {v:.3g}")
+    for (workload, load, metric), cells in rows.items():
+        print(f"{workload} {load} {metric}: " + "; ".join(cells))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m shortfirst_lab theory", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -55,10 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--out", required=True)
     f.add_argument("--jobs", type=int, default=1_000_000)
     f.add_argument("--seed", type=int, default=1)
+    c = sub.add_parser("cutoffs", help="the kernel bands' cutoffs compared in simulation (wc98, a page)")
+    c.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     try:
         if args.cmd == "means":
             print(json.dumps(_means(args), indent=1))
+        elif args.cmd == "cutoffs":
+            _print_cutoffs(cutoff_sweep.sweep(args.out))
+            print(f"wrote {args.out}/cutoffs.json")
         else:
             numbers = figure7(args.out, jobs=args.jobs, seed=args.seed)
             for name, d in numbers["distributions"].items():

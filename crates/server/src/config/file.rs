@@ -114,8 +114,9 @@ pub struct ConfigFile {
     /// (--rrt-cutoffs, kernel).
     #[arg(long, value_name = "POLICY")]
     pub policy: Option<PolicySpec>,
-    /// Cutoffs of srpt-classes / srpt, e.g. `1K,2K,5K,20K,50K`, or `auto` (learned from
-    /// observed sizes). Not with --policy srpt-classes:CUTOFFS.
+    /// Cutoffs of srpt-classes / srpt, e.g. `1K,2K,5K,20K,50K` (the paper's), or `auto`
+    /// (learned from observed sizes). Not with --policy srpt-classes:CUTOFFS. The default's
+    /// seven bands need `shortfirst uplink setup`'s seven (its default).
     #[arg(long, value_name = "LIST|auto")]
     pub cutoffs: Option<String>,
     /// Response-time cutoffs of srrt, e.g. `50ms,100ms,200ms,500ms,1s` (a plain number is

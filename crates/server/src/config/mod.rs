@@ -228,7 +228,7 @@ impl ServerConfig {
             root: root.into(),
             listen: "127.0.0.1:8080".parse().expect("valid literal"),
             policy: Policy::Srpt,
-            cutoffs: CutoffsSpec::List(Cutoffs::paper_default()),
+            cutoffs: CutoffsSpec::List(Cutoffs::server_default()),
             srpt_exact: false,
             scheduler: Scheduling::Kernel,
             link_rate_bits_per_s: None,

@@ -169,19 +169,19 @@ fn every_plain_default_is_shown_once() {
 
 #[test]
 fn policy_names_match_sim() {
-    let paper = CutoffsSpec::List(Cutoffs::paper_default());
+    let default = CutoffsSpec::List(Cutoffs::server_default());
     let list = |t: &str| CutoffsSpec::List(Cutoffs::parse(t).unwrap());
     // (file text, policy, cutoffs)
     let cases: Vec<(&str, Policy, CutoffsSpec)> = vec![
         ("policy = \"srpt-classes:1K,5K\"", Policy::Srpt, list("1K,5K")),
         ("policy = \"SRPT-Classes: 2K, 20K\"", Policy::Srpt, list("2K,20K")),
-        ("policy = \"srpt-classes\"", Policy::Srpt, paper.clone()),
+        ("policy = \"srpt-classes\"", Policy::Srpt, default.clone()),
         ("policy = \"srpt-classes\"\ncutoffs = \"3K\"", Policy::Srpt, list("3K")),
         ("policy = \"srpt-classes\"\ncutoffs = \"auto\"", Policy::Srpt, CutoffsSpec::Auto),
-        ("policy = \"srpt\"", Policy::Srpt, paper.clone()),
+        ("policy = \"srpt\"", Policy::Srpt, default.clone()),
         ("policy = \"srpt\"\ncutoffs = \"3K\"", Policy::Srpt, list("3K")),
-        ("policy = \"fair\"", Policy::Fair, paper.clone()),
-        ("policy = \"srpt2\"", Policy::Srpt2, paper.clone()),
+        ("policy = \"fair\"", Policy::Fair, default.clone()),
+        ("policy = \"srpt2\"", Policy::Srpt2, default.clone()),
     ];
     for (text, policy, cutoffs) in cases {
         let c = parse_ok(text);

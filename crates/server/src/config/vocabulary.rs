@@ -30,6 +30,11 @@ pub struct Vocabulary {
     pub unknown_host: &'static [&'static str],
     /// Highest `--link-rate` a user-space scheduler paces to.
     pub max_link_rate_bits_per_s: u64,
+    /// The cutoffs `srpt` uses without `--cutoffs` (bytes; their count plus one is the data
+    /// bands the uplink's tree needs).
+    pub default_cutoffs_bytes: Vec<u64>,
+    /// The data bands `--cutoffs auto` learns.
+    pub auto_data_bands: usize,
 }
 
 /// `serve`'s vocabulary as this build has it.
@@ -50,6 +55,8 @@ pub fn vocabulary() -> Vocabulary {
         listings: Listings::VARIANTS,
         unknown_host: UnknownHost::VARIANTS,
         max_link_rate_bits_per_s: MAX_LINK_RATE_BITS_PER_S,
+        default_cutoffs_bytes: shortfirst_core::bands::DEFAULT_CUTOFFS_BYTES.to_vec(),
+        auto_data_bands: crate::sched::AUTO_DATA_BANDS,
     }
 }
 
