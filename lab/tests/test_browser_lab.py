@@ -50,6 +50,14 @@ def test_the_file_refuses_what_a_browser_experiment_does_not_run(override, key):
         read_spec(BROWSER_TOML, overrides)
 
 
+def test_a_run_of_our_arms_alone_takes_no_peers():
+    b = read_spec(BROWSER_TOML, ["browser.peers=[]", 'experiment.arms=["fair", "srpt"]']).value
+    assert b.peers == ()
+    assert {r.server_label for r in b.matrix()} == {"fair", "srpt"}
+    with pytest.raises(SpecError, match=r"browser\.pages: expected a non-empty list"):
+        read_spec(BROWSER_TOML, ["browser.pages=[]"])
+
+
 def test_the_generated_page_is_deterministic_and_heavy_tailed(tmp_path):
     a = pages.write_generated(tmp_path / "a", seed=3)
     b = pages.write_generated(tmp_path / "b", seed=3)

@@ -45,7 +45,7 @@ MAX_LOADS_PER_CELL = 1000
 FIELDS = {
     "pages": Field("strs", required=True, choices=BROWSER_PAGES),
     "protocols": Field("strs", choices=PROTOCOLS),
-    "peers": Field("strs", choices=PEER_SERVERS),
+    "peers": Field("strs", choices=PEER_SERVERS, empty_ok=True),
     "loads_per_cell": Field("int", lo=1, hi=MAX_LOADS_PER_CELL),
     "idle": Field("bool"),
     "page_timeout_s": Field("number", lo=1, hi=600),

@@ -65,7 +65,7 @@ def apply_override(doc: dict[str, Any], override: str, path: str | Path = "<over
 class Field:
     """One key of a schema: its kind (`int`, `number`, `str`, `bool`, `text` (a word or a
     number), `ints`, `numbers`, `strs`, `table`), bounds and choices; `required` keys must be
-    present after the overrides."""
+    present after the overrides; a list may be empty only where `empty_ok`."""
 
     kind: str
     required: bool = False
@@ -75,6 +75,7 @@ class Field:
     hi_open: bool = False
     choices: tuple[str, ...] = ()
     what: str = ""
+    empty_ok: bool = False
 
 
 def positive(kind: str, required: bool = False) -> Field:
@@ -98,8 +99,8 @@ def check_field(path: Path, key: str, f: Field, v: Any) -> None:
             raise SpecError(path, key, "a table", v)
         return
     if f.kind in ("ints", "numbers", "strs"):
-        if not isinstance(v, list) or not v:
-            raise SpecError(path, key, "a non-empty list", v)
+        if not isinstance(v, list) or not (v or f.empty_ok):
+            raise SpecError(path, key, "a list" if f.empty_ok else "a non-empty list", v)
         item = Field(f.kind[:-1], lo=f.lo, lo_open=f.lo_open, hi=f.hi, hi_open=f.hi_open, choices=f.choices)
         for i, x in enumerate(v):
             check_field(path, f"{key}[{i}]", item, x)
