@@ -107,3 +107,28 @@ def test_chromium_loads_the_page_from_nginx_as_the_peers_configure_it(site, prot
     finally:
         srv.terminate()
         srv.wait(10)
+
+
+def test_the_rust_book_copy_loads_whole_without_the_internet(tmp_path):
+    """The copied chapter's scripts would ask the Rust playground for its crates; the copy
+    turns that off, so every request of the page stays on the server under test."""
+    try:
+        pages.rust_docs()
+    except pages.PageError as e:
+        pytest.skip(f"no Rust documentation to copy: {e}")
+    page = pages.copy_rust_book(tmp_path / "root" / "book")
+    cert, key = self_signed_cert(tmp_path / "tls", dns=(SERVER_NAME,), ips=())
+    port, tls_port = free_port(), free_port()
+    argv = [str(BIN), "serve", "--root", str(tmp_path / "root"), "--listen", f"127.0.0.1:{port}",
+            "--tls-listen", f"127.0.0.1:{tls_port}", "--tls-cert", str(cert), "--tls-key", str(key),
+            "--socket-priority=false"]  # fmt: skip
+    with open(tmp_path / "serve.log", "w") as log:
+        srv = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_port(tls_port, srv)
+        load = _load(tls_port, page, "h2", tmp_path / "browser.log")
+    finally:
+        srv.terminate()
+        srv.wait(10)
+    assert load.failed_resources == [], load.failed_resources
+    assert load.load_event_ms > 0 and load.html_bytes > 10_000

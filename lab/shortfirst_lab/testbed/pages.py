@@ -141,12 +141,28 @@ def rust_docs() -> Path:
     return book
 
 
+#: What mdBook's script does on a page with runnable code: ask the Rust playground, on the
+#: Internet, for its list of crates. The lab has no Internet (and a page load must not depend
+#: on a host outside the testbed), so the copy skips it: its play buttons stay as rendered.
+PLAYGROUND_FETCH = "const playgrounds = Array.from(document.querySelectorAll('.playground'));"
+PLAYGROUND_OFF = "const playgrounds = [];  /* shortfirst lab: no playground, no Internet */"
+
+
 def copy_rust_book(root: Path) -> Page:
-    """The book copied to `root` (`/book/<chapter>`)."""
+    """The book copied to `root` (`/book/<chapter>`), its scripts kept from calling the Rust
+    playground (`PLAYGROUND_FETCH`)."""
     src = rust_docs()
     if root.exists():
         shutil.rmtree(root)
     shutil.copytree(src, root)
+    for script in root.glob("book*.js"):
+        text = script.read_text()
+        if PLAYGROUND_FETCH in text:
+            write_atomic(script, text.replace(PLAYGROUND_FETCH, PLAYGROUND_OFF))
+    calls = [s.name for s in root.glob("*.js") if "play.rust-lang.org/meta/crates" in s.read_text()]
+    if any(PLAYGROUND_OFF not in (root / name).read_text() for name in calls):
+        names = ", ".join(calls)
+        raise PageError(f"rust-book: {names} call the Rust playground in a way the lab cannot turn off")
     _readable(root)
     return Page("rust-book", f"/book/{RUST_BOOK_PAGE}")
 
