@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(_means(args), indent=1))
         elif args.cmd == "cutoffs":
             _print_cutoffs(cutoff_sweep.sweep(args.out))
-            print(f"wrote {args.out}/cutoffs.json")
+            print(f"wrote {args.out}/summary.json")
         else:
             numbers = figure7(args.out, jobs=args.jobs, seed=args.seed)
             for name, d in numbers["distributions"].items():

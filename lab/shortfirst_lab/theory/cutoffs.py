@@ -16,7 +16,7 @@ on the same arrivals, on two workloads at 10 Mbit/s:
                response time; median over pages), and the downloads' mean and largest 1%.
 
 Seeds 1-3 each; the first 10% of the wc98 jobs and the first 200 s of the page workload are
-warm-up. Writes `cutoffs.json` (every cell, and the means over seeds) and prints the means.
+warm-up. Writes `summary.json` (every cell, and the means over seeds) and prints the means.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def _means(cells: list[dict]) -> dict:
 
 
 def sweep(out: str | Path, *, wc98_jobs: int = WC98_JOBS, page_duration_s: float = PAGE_DURATION_S) -> dict:
-    """Runs every cell; writes `out/cutoffs.json`; returns it."""
+    """Runs every cell; writes `out/summary.json`; returns it."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     cands = candidates()
@@ -150,5 +150,5 @@ def sweep(out: str | Path, *, wc98_jobs: int = WC98_JOBS, page_duration_s: float
                 for name, policy in cands.items():
                     cells.append(_cell("page", load, seed, name, page_cell(trace, policy, scratch)))
     result = {"rate": RATE, "candidates": cands, "cells": cells, "means": _means(cells)}
-    write_atomic(out / "cutoffs.json", json.dumps(result, indent=1) + "\n")
+    write_atomic(out / "summary.json", json.dumps(result, indent=1) + "\n")
     return result
