@@ -7,7 +7,9 @@ reno in the server namespace. For each policy, a fresh ``shortfirst serve``: six
 downloads from the far group, then after 2 s one 400 KB fetch from each group at once.
 The access log's ``band=`` is each response's starting band:
 
-- ``srpt``: both 400 KB responses start in the same band (the top one, with the backlog);
+- ``srpt`` (the paper's cutoffs, as ``srrt.toml`` names them: under ``serve``'s default a
+  400 KB response starts a band ahead of 2.5 MB ones): both 400 KB responses start in the
+  same band (the top one, with the backlog);
 - ``srrt``: the near one starts in a better band than the far one and the backlog, and
   finishes well before it, and at least twice as fast as under ``srpt``, where it shares
   the top band with the backlog.
@@ -71,6 +73,7 @@ def _one_policy(tb: testbed.Testbed, root: Path, policy: str, tmp: Path) -> dict
     log = tmp / f"access-{policy}.log"
     server = tb.server_popen(
         [tb.shortfirst_bin, "serve", "--root", root, "--policy", policy, "--access-log", log]
+        + (["--cutoffs", downloads.CUTOFFS] if policy == "srpt" else [])
         + ["--listen", f"{tb.server_addr}:{PORT}"],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
