@@ -111,6 +111,17 @@ def test_the_rule_names_each_tracked_page_and_large_file(repo):
     assert "results publish results/exp/report.html" in bad[1]
 
 
+def test_the_manifest_has_a_bound_of_its_own(repo):
+    """Main must track the manifest to fetch the rest: the size rule for results does not move
+    it to the pages ref, its own bound does apply."""
+    manifest = repo / pages.MANIFEST
+    manifest.write_bytes(b" " * (pages.MAX_TRACKED_BYTES + 1))
+    git(repo, "add", str(pages.MANIFEST))
+    assert pages.policy_violations(repo) == []
+    manifest.write_bytes(b" " * (pages.MAX_MANIFEST_BYTES + 1))
+    assert [b.split(" ")[0] for b in pages.policy_violations(repo)] == [pages.MANIFEST.as_posix()]
+
+
 def test_this_repository_tracks_no_page_under_results():
     assert pages.policy_violations(REPO) == []
 
