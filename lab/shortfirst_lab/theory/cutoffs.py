@@ -30,6 +30,7 @@ import pandas as pd
 
 from ..kit import write_atomic
 from ..spec import vocabulary
+from .mg1 import BoundedPareto
 from .simfigs import run_sim
 
 RATE = "10mbit"
@@ -85,13 +86,11 @@ def page_trace(load: float, seed: int, path: Path, duration_s: float = PAGE_DURA
     """The page workload's trace (`time_s,path,size_bytes`): downloads at `load` of the link,
     and every page's resources at one instant, pages `PAGE_EVERY_S` apart on average."""
     rng = np.random.default_rng(seed)
-    a, lo, hi = DOWNLOAD_ALPHA, DOWNLOAD_MIN_BYTES, DOWNLOAD_MAX_BYTES
-    mean_bytes = a * lo**a / (1 - (lo / hi) ** a) * (hi ** (1 - a) - lo ** (1 - a)) / (1 - a)
-    n = int(2 * duration_s * load * RATE_BYTES_PER_S / mean_bytes) + 100
-    times = np.cumsum(rng.exponential(mean_bytes / (load * RATE_BYTES_PER_S), n))
+    dist = BoundedPareto(DOWNLOAD_ALPHA, DOWNLOAD_MIN_BYTES, DOWNLOAD_MAX_BYTES)
+    n = int(2 * duration_s * load * RATE_BYTES_PER_S / dist.mean) + 100
+    times = np.cumsum(rng.exponential(dist.mean / (load * RATE_BYTES_PER_S), n))
     times = times[times < duration_s]
-    u = rng.random(len(times))
-    sizes = lo / (1 - u * (1 - (lo / hi) ** a)) ** (1 / a)
+    sizes = dist.sample(len(times), rng)
     rows = [(t, "/download", int(s)) for t, s in zip(times, sizes, strict=True)]
     t, page = 0.0, 0
     while (t := t + rng.exponential(PAGE_EVERY_S)) < duration_s:
