@@ -159,7 +159,10 @@ class BrowserRunner(Runner):
                 )
             where = f"server in {tb.server_ns}, load generator and browser in {tb.client_ns[0]}"
             _write_commands(rdir / "commands.txt", [s_argv, *([l_argv] if l_argv else [])], where)
-            srv = tb.server_popen(s_argv, stdout=slog, stderr=subprocess.STDOUT, env={**os.environ, **env})
+            # A peer in a process group of its own: lighttpd's master passes its stop signal
+            # to its whole group (kill(0, ...)), which would otherwise be this run's.
+            srv = tb.server_popen(s_argv, stdout=slog, stderr=subprocess.STDOUT, env={**os.environ, **env},
+                                  start_new_session=bool(run.peer))  # fmt: skip
             gen = None
             try:
                 self.wait_listening(tb, srv, rdir / "server.log")
