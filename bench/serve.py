@@ -29,6 +29,8 @@ The same run then measures HTTPS (``--parts``: ``plain``, ``tls``, both by defau
 self-signed ECDSA certificate, the same docroot, driven by h2load over HTTP/1.1 and HTTP/2
 at 1 KiB, 100 KiB and 10 MiB with 64 and 10,000 connections: requests/s, bytes/s, server
 CPU seconds per GB and the memory of an idle TLS connection (`shortfirst_lab.runners.tlsbench`).
+Beside them, over HTTP/2, the floor of the crates serve is built on (``--floor-bin``, built
+by ``make bench-serve``: the ``h2`` crate and rustls answering from memory), never a peer.
 
 Runs with the lab's venv python (it imports shortfirst_lab.kit). Every child process is
 killed on exit, error or signal.
@@ -358,6 +360,11 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument(
         "--idle-connections", type=int, default=1000, help="idle TLS connections for the memory figure"
     )
+    ap.add_argument(
+        "--floor-bin",
+        default="target/release/examples/h2_floor",
+        help="the HTTP/2 floor (cargo build --release --example h2_floor); 'none' leaves it out",
+    )
     return ap.parse_args()
 
 
@@ -390,11 +397,12 @@ def run_tls(args: argparse.Namespace, binary: Path, tmp: Path) -> dict:
     cert_key = self_signed_cert(tmp)
     tlsbench.private_loopback()  # from here on, this process and its children
     ports: list[int] = []
-    while len(ports) < 4:
+    while len(ports) < 5:
         if (p := free_port()) not in ports:
             ports.append(p)
     user = shortfirst_variants(args.user_uplink_rate)["shortfirst-user"]
-    servers = tlsbench.tls_servers(binary, tmp, root, cert_key, ports, user)
+    floor = None if args.floor_bin == "none" else Path(args.floor_bin).resolve()
+    servers = tlsbench.tls_servers(binary, tmp, root, cert_key, ports, user, floor)
     runs, idle = tlsbench.run_servers(servers, tmp, settings, lambda line: print(line, flush=True))
     return {
         "tool": "h2load, one thread, a fixed number of requests per cell (-n); server CPU over the whole run",
@@ -479,6 +487,11 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], set[str]]:
     for tool in sorted(tools):
         if not shutil.which(tool):
             raise SystemExit(f"bench-serve: {tool} not found (make apt installs it)")
+    if "tls" in parts and args.floor_bin != "none" and not Path(args.floor_bin).is_file():
+        raise SystemExit(
+            f"bench-serve: --floor-bin {args.floor_bin}: not built (cargo build --release --locked "
+            "-p shortfirst-server --example h2_floor, or --floor-bin none)"
+        )
     return names, parts
 
 
@@ -493,6 +506,12 @@ def print_tls(summary: dict) -> None:
             f"tls {cell}: shortfirst-user/best peer requests/s {row['ratio_requests_per_s_vs_best_peer']}, "
             f"bytes/s {row['ratio_bytes_per_s_vs_best_peer']}; CPU/GB vs nginx "
             f"{row.get('ratio_server_cpu_per_gb_vs_nginx')} {met}"
+            + (
+                f"; vs the floor: shortfirst-user {row['ratio_requests_per_s_vs_floor']}, "
+                f"best peer {row['ratio_best_peer_requests_per_s_vs_floor']}"
+                if "ratio_requests_per_s_vs_floor" in row
+                else ""
+            )
         )
 
 

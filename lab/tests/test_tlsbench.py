@@ -97,3 +97,30 @@ def test_a_cell_never_asks_fewer_requests_than_connections():
     assert "-n30000" in argv and "-c10000" in argv and "-m8" in argv and "--h1" not in argv
     argv = tlsbench.h2load_argv(443, "h1", "/100k.bin", 20_000, s)
     assert "-n20000" in argv and "-m1" in argv and "--h1" in argv
+
+
+def test_the_floor_is_measured_but_never_a_peer():
+    runs = [
+        _run("nginx", "h2", "1k.bin", 64, 10_000, 1e7, 40.0),
+        _run("h2o", "h2", "1k.bin", 64, 20_000, 2e7, 20.0),
+        _run("shortfirst-user", "h2", "1k.bin", 64, 15_000, 1.5e7, 44.0),
+        _run(tlsbench.FLOOR, "h2", "1k.bin", 64, 30_000, 3e7, 10.0),
+    ]
+    row = tlsbench.summarize(runs)["h2/1k.bin/64"]
+    assert row["ratio_requests_per_s_vs_best_peer"] == 0.75  # h2o's, not the floor's 30,000
+    assert row["ratio_requests_per_s_vs_floor"] == 0.5
+    assert row["ratio_best_peer_requests_per_s_vs_floor"] == pytest.approx(0.667)
+
+
+def test_the_floor_runs_over_http2_only(tmp_path):
+    servers = tlsbench.tls_servers(
+        Path("/bin/serve"), tmp_path, tmp_path / "www", (tmp_path / "c", tmp_path / "k"), [1, 2, 3, 4, 5], [],
+        floor=Path("/bin/h2_floor"),
+    )  # fmt: skip
+    floor = servers[-1]
+    assert (floor.name, floor.port, floor.protocols) == (tlsbench.FLOOR, 5, ("h2",))
+    assert floor.argv[0] == "/bin/h2_floor" and "--root" in floor.argv
+    assert all(s.protocols == ("h1", "h2") for s in servers[:-1])
+    cert_key = (tmp_path / "c", tmp_path / "k")
+    plain = tlsbench.tls_servers(Path("/bin/serve"), tmp_path, tmp_path, cert_key, [1, 2, 3, 4], [])
+    assert [s.name for s in plain] == ["nginx", "h2o", tlsbench.OURS]

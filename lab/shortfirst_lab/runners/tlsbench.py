@@ -1,5 +1,9 @@
 """The HTTPS and HTTP/2 half of `make bench-serve`: `shortfirst serve` with its user-space
-scheduler beside nginx and h2o, all three with TLS and HTTP/2 on, driven by h2load.
+scheduler beside nginx and h2o, all three with TLS and HTTP/2 on, driven by h2load; and,
+when built, the HTTP/2 floor (`crates/server/examples/h2_floor.rs`: the `h2` crate and
+rustls alone, answering from memory), which no server on those crates passes: what serve
+adds to it and how far it sits from h2o are then both measured. The floor is not a peer:
+no target compares with it.
 
 One self-signed ECDSA P-256 certificate (made here with openssl) and one docroot serve
 every server. Each server is started once, fresh: first the memory of idle TLS
@@ -42,6 +46,12 @@ from ..kit import Child, KitError, parse_h2load, process_cpu_s, process_rss_byte
 TLS_FILES = {"1k.bin": 1024, "100k.bin": 100 * 1024, "10m.bin": 10 * 1024 * 1024}
 #: The protocols of a cell: name → h2load's extra arguments (HTTP/1.1 forced by ALPN).
 PROTOCOLS = {"h1": ["--h1"], "h2": []}
+#: Each protocol's ALPN name.
+ALPN = {"h1": "http/1.1", "h2": "h2"}
+#: The server measured against the peers.
+OURS = "shortfirst-user"
+#: The HTTP/2 floor's name in the runs: measured, never a peer.
+FLOOR = "h2-floor"
 #: A cell fails when more than this share of the requests h2load started failed or errored.
 FAILED_SHARE_MAX = 0.01
 #: The fewest connections a failing cell is retried with (halving stops there).
@@ -121,12 +131,14 @@ hosts:
 
 @dataclass(frozen=True)
 class TlsServer:
-    """A server under test: its command line, its HTTPS port and its configuration text."""
+    """A server under test: its command line, its HTTPS port, its configuration text and the
+    protocols it is measured over (`PROTOCOLS` keys)."""
 
     name: str
     argv: list[str]
     port: int
     config: str = ""
+    protocols: tuple[str, ...] = tuple(PROTOCOLS)
 
 
 def write_files(root: Path) -> None:
@@ -139,10 +151,17 @@ def write_files(root: Path) -> None:
 
 
 def tls_servers(
-    binary: Path, tmp: Path, root: Path, cert_key: tuple[Path, Path], ports: list[int], serve_extra: list[str]
+    binary: Path,
+    tmp: Path,
+    root: Path,
+    cert_key: tuple[Path, Path],
+    ports: list[int],
+    serve_extra: list[str],
+    floor: Path | None = None,
 ) -> list[TlsServer]:
     """nginx, h2o and `shortfirst-user` (serve with `serve_extra`, e.g. the user scheduler's
-    arguments) on `ports` (four: nginx, h2o, serve's HTTPS and its plaintext listener)."""
+    arguments) on `ports` (nginx, h2o, serve's HTTPS and its plaintext listener; a fifth
+    for the floor), then the HTTP/2 floor if its binary `floor` is given."""
     cert, key = cert_key
     fmt = {"tmp": tmp, "root": root, "cert": cert, "key": key, "backlog": BACKLOG}
     nginx_conf = NGINX_TLS_CONF.format(port=ports[0], **fmt)
@@ -162,8 +181,16 @@ def tls_servers(
             "nginx", ["nginx", "-c", str(tmp / "nginx-tls.conf"), "-p", str(tmp)], ports[0], nginx_conf
         ),
         TlsServer("h2o", ["h2o", "-c", str(tmp / "h2o.conf")], ports[1], h2o_conf),
-        TlsServer("shortfirst-user", serve, ports[2]),
-    ]
+        TlsServer(OURS, serve, ports[2]),
+    ] + ([floor_server(floor, root, cert_key, ports[4])] if floor else [])
+
+
+def floor_server(binary: Path, root: Path, cert_key: tuple[Path, Path], port: int) -> TlsServer:
+    """The HTTP/2 floor on `port`, serving `root`'s files from memory with serve's threads."""
+    cert, key = cert_key
+    argv = [str(binary), "--listen", f"127.0.0.1:{port}", "--tls-cert", str(cert), "--tls-key", str(key)]
+    argv += ["--root", str(root), "--threads", "2", "--backlog", str(BACKLOG)]
+    return TlsServer(FLOOR, argv, port, protocols=("h2",))
 
 
 def private_loopback(backlog: int = BACKLOG) -> None:
@@ -408,8 +435,8 @@ def server_cells(
     """Every cell against one started server, in a fixed order; a protocol in `broken` (ALPN
     name → why) is not run, each of its cells recorded as failed."""
     runs = []
-    for proto in PROTOCOLS:
-        alpn = "h2" if proto == "h2" else "http/1.1"
+    for proto in server.protocols:
+        alpn = ALPN[proto]
         for path in TLS_FILES:
             for connections in settings.connections:
                 if alpn in broken:
@@ -432,11 +459,11 @@ def server_cells(
     return runs
 
 
-def preflight(port: int) -> dict[str, str]:
-    """One GET of /1k.bin per protocol (ALPN `http/1.1`, `h2`): the protocols that failed and
-    why (a server that answers a head but no body, say)."""
+def preflight(port: int, protocols: tuple[str, ...] = tuple(PROTOCOLS)) -> dict[str, str]:
+    """One GET of /1k.bin per protocol of `protocols` (by ALPN): the protocols that failed
+    and why (a server that answers a head but no body, say)."""
     broken = {}
-    for alpn in ("http/1.1", "h2"):
+    for alpn in (ALPN[p] for p in protocols):
         try:
             open_idle(port, alpn, "/1k.bin", 1024).close()
         except (OSError, KitError) as e:
@@ -471,9 +498,9 @@ def run_servers(
     for server in servers:
         with Child(server.argv, tmp / f"{server.name}-tls.out", start_new_session=True) as child:
             wait_https(server.port, child)
-            broken = preflight(server.port)
+            broken = preflight(server.port, server.protocols)
             idle[server.name] = [{"alpn": a, "failure": why} for a, why in broken.items()]
-            for alpn in ("http/1.1", "h2"):
+            for alpn in (ALPN[p] for p in server.protocols):
                 if alpn in broken:
                     say(f"tls {server.name:15s} {alpn}: FAILED preflight: {broken[alpn]}")
                     continue
@@ -487,11 +514,12 @@ def run_servers(
     return runs, idle
 
 
-def summarize(runs: list[dict], ours: str = "shortfirst-user") -> dict[str, Any]:
+def summarize(runs: list[dict], ours: str = OURS) -> dict[str, Any]:
     """Per cell (`protocol/file/connections asked for`): each server's counted attempt (its
     last) with the failed ones before it, and `ours` against the better peer (requests/s,
     bytes/s) and against nginx (CPU per GB), with the targets: requests/s ≥ 1.0× at 1 KB
-    and 100 KB, transfer ≥ 0.9× at 10 MB, CPU per GB ≤ 1.2× nginx's."""
+    and 100 KB, transfer ≥ 0.9× at 10 MB, CPU per GB ≤ 1.2× nginx's; and `ours` and the
+    better peer against the floor where it ran (no target)."""
     cells: dict[str, dict[str, list[dict]]] = {}
     for r in runs:
         key = f"{r['protocol']}/{r['file']}/{r['connections_asked']}"
@@ -516,7 +544,7 @@ def summarize(runs: list[dict], ours: str = "shortfirst-user") -> dict[str, Any]
 
 def _ratios(row: dict, ours: str, path: str) -> dict[str, Any]:
     """`ours` over the better peer and over nginx, and whether the targets are met."""
-    peers = [n for n in row if n != ours and row[n]["bytes_per_s"] is not None]
+    peers = [n for n in row if n not in (ours, FLOOR) and row[n]["bytes_per_s"] is not None]
     if ours not in row or row[ours]["bytes_per_s"] is None or not peers:
         return {}
     best_rps = max(row[n]["requests_per_s"] for n in peers)
@@ -525,6 +553,10 @@ def _ratios(row: dict, ours: str, path: str) -> dict[str, Any]:
         "ratio_requests_per_s_vs_best_peer": _ratio(row[ours]["requests_per_s"], best_rps),
         "ratio_bytes_per_s_vs_best_peer": _ratio(row[ours]["bytes_per_s"], best_bps),
     }
+    floor_rps = row.get(FLOOR, {}).get("requests_per_s")
+    if floor_rps:
+        out["ratio_requests_per_s_vs_floor"] = _ratio(row[ours]["requests_per_s"], floor_rps)
+        out["ratio_best_peer_requests_per_s_vs_floor"] = _ratio(best_rps, floor_rps)
     nginx_cpu = row.get("nginx", {}).get("server_cpu_s_per_gb")
     if nginx_cpu and row[ours]["server_cpu_s_per_gb"] is not None:
         out["ratio_server_cpu_per_gb_vs_nginx"] = round(row[ours]["server_cpu_s_per_gb"] / nginx_cpu, 3)
