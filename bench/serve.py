@@ -361,6 +361,11 @@ def parse_args() -> argparse.Namespace:
         "--idle-connections", type=int, default=1000, help="idle TLS connections for the memory figure"
     )
     ap.add_argument(
+        "--tls-servers",
+        default=",".join(TLS_SERVERS),
+        help="comma-separated servers of the TLS half (default: all): " + ", ".join(TLS_SERVERS),
+    )
+    ap.add_argument(
         "--floor-bin",
         default="target/release/examples/h2_floor",
         help="the HTTP/2 floor (cargo build --release --example h2_floor); 'none' leaves it out",
@@ -403,6 +408,7 @@ def run_tls(args: argparse.Namespace, binary: Path, tmp: Path) -> dict:
     user = shortfirst_variants(args.user_uplink_rate)["shortfirst-user"]
     floor = None if args.floor_bin == "none" else Path(args.floor_bin).resolve()
     servers = tlsbench.tls_servers(binary, tmp, root, cert_key, ports, user, floor)
+    servers = [s for s in servers if s.name in tls_names(args)]
     runs, idle = tlsbench.run_servers(servers, tmp, settings, lambda line: print(line, flush=True))
     return {
         "tool": "h2load, one thread, a fixed number of requests per cell (-n); server CPU over the whole run",
@@ -472,6 +478,21 @@ def print_ratios(summary: dict) -> None:
             )
 
 
+#: The TLS half's servers, by name.
+TLS_SERVERS = ("nginx", "h2o", tlsbench.OURS, tlsbench.FLOOR)
+
+
+def tls_names(args: argparse.Namespace) -> set[str]:
+    """The TLS half's servers `--tls-servers` names; SystemExit naming an unknown one."""
+    names = {n.strip() for n in args.tls_servers.split(",") if n.strip()}
+    if not names or names - set(TLS_SERVERS):
+        known = ", ".join(TLS_SERVERS)
+        raise SystemExit(f"bench-serve: --tls-servers {args.tls_servers!r}: give some of {known}")
+    if args.floor_bin == "none":
+        names.discard(tlsbench.FLOOR)
+    return names
+
+
 def check_args(args: argparse.Namespace) -> tuple[list[str], set[str]]:
     """The plaintext servers and the parts to run; SystemExit naming a bad argument or a
     missing tool."""
@@ -487,7 +508,9 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], set[str]]:
     for tool in sorted(tools):
         if not shutil.which(tool):
             raise SystemExit(f"bench-serve: {tool} not found (make apt installs it)")
-    if "tls" in parts and args.floor_bin != "none" and not Path(args.floor_bin).is_file():
+    if "tls" in parts:
+        tls_names(args)  # refused here, before the plaintext half runs
+    if "tls" in parts and tlsbench.FLOOR in tls_names(args) and not Path(args.floor_bin).is_file():
         raise SystemExit(
             f"bench-serve: --floor-bin {args.floor_bin}: not built (cargo build --release --locked "
             "-p shortfirst-server --example h2_floor, or --floor-bin none)"

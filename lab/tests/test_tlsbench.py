@@ -124,3 +124,23 @@ def test_the_floor_runs_over_http2_only(tmp_path):
     cert_key = (tmp_path / "c", tmp_path / "k")
     plain = tlsbench.tls_servers(Path("/bin/serve"), tmp_path, tmp_path, cert_key, [1, 2, 3, 4], [])
     assert [s.name for s in plain] == ["nginx", "h2o", tlsbench.OURS]
+
+
+def test_an_idle_connection_is_seen_open_without_waiting_for_its_timeout():
+    import socket
+    import time
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname(), timeout=5)
+        server, _ = listener.accept()
+        t0 = time.monotonic()
+        assert tlsbench.still_open(client)  # nothing to read: open, at once
+        assert time.monotonic() - t0 < 1
+        server.sendall(b"x")
+        time.sleep(0.1)
+        assert tlsbench.still_open(client)  # bytes to read: open
+        server.close()
+        client.recv(1)
+        time.sleep(0.1)
+        assert not tlsbench.still_open(client)  # the peer closed it
+        client.close()

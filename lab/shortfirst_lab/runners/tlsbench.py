@@ -30,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
+import select
 import socket
 import ssl
 import subprocess
@@ -292,7 +293,12 @@ def open_idle(port: int, alpn: str, path: str, size_bytes: int) -> ssl.SSLSocket
 
 
 def still_open(sock: ssl.SSLSocket) -> bool:
-    """Whether the server has not closed `sock` (a non-blocking peek at the raw socket)."""
+    """Whether the server has not closed `sock`: nothing to read, or bytes to read (a peek
+    at the raw socket). Never waits: with a timeout set, a plain recv would first wait up to
+    it for something to read, the whole timeout on every idle connection."""
+    readable, _, _ = select.select([sock], [], [], 0)
+    if not readable:
+        return True
     try:
         data = socket.socket.recv(sock, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
     except BlockingIOError:
@@ -324,7 +330,8 @@ def idle_rss(pid: int, port: int, alpn: str, connections: int) -> dict[str, Any]
         "connections_open_at_measure": alive,
         "rss_before_bytes": before,
         "rss_after_bytes": after,
-        "bytes_per_connection": round((after - before) / max(1, alive)),
+        # None when no connection stayed open: nothing to divide by.
+        "bytes_per_connection": round((after - before) / alive) if alive else None,
     }
 
 
@@ -506,8 +513,9 @@ def run_servers(
                     continue
                 m = idle_rss(child.pid, server.port, alpn, settings.idle_connections)
                 idle[server.name].append(m)
+                per = m["bytes_per_connection"] or "-"
                 say(
-                    f"tls {server.name:15s} idle {alpn:8s} {m['bytes_per_connection']:>8d} bytes/connection "
+                    f"tls {server.name:15s} idle {alpn:8s} {per:>8} bytes/connection "
                     f"({m['connections_open_at_measure']} of {m['connections']} open)"
                 )
             runs += server_cells(server, child.pid, settings, say, broken)
