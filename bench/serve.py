@@ -361,6 +361,12 @@ def parse_args() -> argparse.Namespace:
         "--idle-connections", type=int, default=1000, help="idle TLS connections for the memory figure"
     )
     ap.add_argument(
+        "--tls-rounds",
+        type=int,
+        default=1,
+        help=f"rounds of the TLS half (1..{tlsbench.MAX_ROUNDS}), the order reversed every other one",
+    )
+    ap.add_argument(
         "--tls-servers",
         default=",".join(TLS_SERVERS),
         help="comma-separated servers of the TLS half (default: all): " + ", ".join(TLS_SERVERS),
@@ -409,9 +415,11 @@ def run_tls(args: argparse.Namespace, binary: Path, tmp: Path) -> dict:
     floor = None if args.floor_bin == "none" else Path(args.floor_bin).resolve()
     servers = tlsbench.tls_servers(binary, tmp, root, cert_key, ports, user, floor)
     servers = [s for s in servers if s.name in tls_names(args)]
-    runs, idle = tlsbench.run_servers(servers, tmp, settings, lambda line: print(line, flush=True))
+    say = lambda line: print(line, flush=True)  # noqa: E731 - one line of progress
+    runs, idle = tlsbench.run_servers(servers, tmp, settings, say, args.tls_rounds)
     return {
         "tool": "h2load, one thread, a fixed number of requests per cell (-n); server CPU over the whole run",
+        "rounds": f"{args.tls_rounds}, the servers' order reversed every other round; medians over rounds",
         "settings": vars(settings),
         "network": f"a network namespace of its own, loopback only, somaxconn and tcp_max_syn_backlog "
         f"{tlsbench.BACKLOG}, every server's listen backlog {tlsbench.BACKLOG}",

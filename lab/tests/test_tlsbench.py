@@ -144,3 +144,25 @@ def test_an_idle_connection_is_seen_open_without_waiting_for_its_timeout():
         time.sleep(0.1)
         assert not tlsbench.still_open(client)  # the peer closed it
         client.close()
+
+
+def test_rounds_count_by_their_median_and_a_failed_round_is_left_out():
+    runs = [
+        _run("nginx", "h2", "1k.bin", 64, 10_000, 1e7, 40.0) | {"round": 1},
+        _run("nginx", "h2", "1k.bin", 64, 30_000, 3e7, 20.0) | {"round": 2},
+        _run("nginx", "h2", "1k.bin", 64, 20_000, 2e7, 30.0) | {"round": 3},
+        _run("shortfirst-user", "h2", "1k.bin", 64, 15_000, 1.5e7, 44.0) | {"round": 1},
+        _run("shortfirst-user", "h2", "1k.bin", 64, None, None, None, failure="killed") | {"round": 2},
+        _run("shortfirst-user", "h2", "1k.bin", 64, 25_000, 2.5e7, 30.0) | {"round": 3},
+    ]
+    row = tlsbench.summarize(runs)["h2/1k.bin/64"]
+    assert row["nginx"]["requests_per_s"] == 20_000
+    assert row["nginx"]["requests_per_s_per_round"] == [10_000, 30_000, 20_000]
+    assert row["shortfirst-user"]["requests_per_s"] == 20_000  # the two rounds that counted
+    assert row["shortfirst-user"]["failures"] == [{"connections": 64, "why": "killed"}]
+    assert row["ratio_requests_per_s_vs_best_peer"] == 1.0
+
+
+def test_rounds_beyond_the_bound_are_refused(tmp_path):
+    with pytest.raises(KitError, match="rounds"):
+        tlsbench.run_servers([], tmp_path, tlsbench.TlsSettings(), print, rounds=tlsbench.MAX_ROUNDS + 1)

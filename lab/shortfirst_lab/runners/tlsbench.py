@@ -33,6 +33,7 @@ import resource
 import select
 import socket
 import ssl
+import statistics
 import subprocess
 import threading
 import time
@@ -57,6 +58,8 @@ FLOOR = "h2-floor"
 FAILED_SHARE_MAX = 0.01
 #: The fewest connections a failing cell is retried with (halving stops there).
 MIN_RETRY_CONNECTIONS = 64
+#: Most rounds of the TLS half (each runs every cell of every server again).
+MAX_ROUNDS = 9
 #: Most lines of h2load output kept in memory per cell (bounds a runaway child's output).
 MAX_H2LOAD_LINES = 10_000
 #: Every server's listen backlog, and the accept and SYN queues of the bench's own network
@@ -497,34 +500,50 @@ def wait_https(port: int, child: Any, timeout_s: float = 10.0) -> None:
 
 
 def run_servers(
-    servers: list[TlsServer], tmp: Path, settings: TlsSettings, say: Callable[[str], None]
+    servers: list[TlsServer], tmp: Path, settings: TlsSettings, say: Callable[[str], None], rounds: int = 1
 ) -> tuple[list[dict], dict[str, list[dict]]]:
-    """Each server started fresh: its idle memory per connection (HTTP/1.1 and HTTP/2), then
-    its cells. Returns the runs and the idle figures per server."""
+    """`rounds` rounds (at most `MAX_ROUNDS`), the servers' order reversed every other one;
+    in each, each server started fresh: in the first round its idle memory per connection
+    (HTTP/1.1 and HTTP/2), then its cells, each run marked with its round. Returns the runs
+    and the idle figures per server."""
+    if not 1 <= rounds <= MAX_ROUNDS:
+        raise KitError(f"TLS rounds: {rounds}, not in 1..={MAX_ROUNDS}")
     runs, idle = [], {}
-    for server in servers:
-        with Child(server.argv, tmp / f"{server.name}-tls.out", start_new_session=True) as child:
-            wait_https(server.port, child)
-            broken = preflight(server.port, server.protocols)
-            idle[server.name] = [{"alpn": a, "failure": why} for a, why in broken.items()]
-            for alpn in (ALPN[p] for p in server.protocols):
-                if alpn in broken:
-                    say(f"tls {server.name:15s} {alpn}: FAILED preflight: {broken[alpn]}")
-                    continue
-                m = idle_rss(child.pid, server.port, alpn, settings.idle_connections)
-                idle[server.name].append(m)
-                per = m["bytes_per_connection"] or "-"
-                say(
-                    f"tls {server.name:15s} idle {alpn:8s} {per:>8} bytes/connection "
-                    f"({m['connections_open_at_measure']} of {m['connections']} open)"
-                )
-            runs += server_cells(server, child.pid, settings, say, broken)
+    for r in range(rounds):
+        for server in servers if r % 2 == 0 else servers[::-1]:
+            with Child(server.argv, tmp / f"{server.name}-tls-{r + 1}.out", start_new_session=True) as child:
+                wait_https(server.port, child)
+                broken = preflight(server.port, server.protocols)
+                if r == 0:
+                    idle[server.name] = _idle_memory(server, child.pid, settings, say, broken)
+                cells = server_cells(server, child.pid, settings, say, broken)
+                runs += [run | {"round": r + 1} for run in cells]
     return runs, idle
 
 
+def _idle_memory(
+    server: TlsServer, pid: int, settings: TlsSettings, say: Callable[[str], None], broken: dict[str, str]
+) -> list[dict]:
+    """The server's memory per idle connection over each of its protocols that works."""
+    out: list[dict] = [{"alpn": a, "failure": why} for a, why in broken.items()]
+    for alpn in (ALPN[p] for p in server.protocols):
+        if alpn in broken:
+            say(f"tls {server.name:15s} {alpn}: FAILED preflight: {broken[alpn]}")
+            continue
+        m = idle_rss(pid, server.port, alpn, settings.idle_connections)
+        out.append(m)
+        per = m["bytes_per_connection"] or "-"
+        say(
+            f"tls {server.name:15s} idle {alpn:8s} {per:>8} bytes/connection "
+            f"({m['connections_open_at_measure']} of {m['connections']} open)"
+        )
+    return out
+
+
 def summarize(runs: list[dict], ours: str = OURS) -> dict[str, Any]:
-    """Per cell (`protocol/file/connections asked for`): each server's counted attempt (its
-    last) with the failed ones before it, and `ours` against the better peer (requests/s,
+    """Per cell (`protocol/file/connections asked for`): each server's counted figures — the
+    median over rounds of each round's last attempt that did not fail — with every failed
+    attempt and the per-round requests/s, and `ours` against the better peer (requests/s,
     bytes/s) and against nginx (CPU per GB), with the targets: requests/s ≥ 1.0× at 1 KB
     and 100 KB, transfer ≥ 0.9× at 10 MB, CPU per GB ≤ 1.2× nginx's; and `ours` and the
     better peer against the floor where it ran (no target)."""
@@ -536,12 +555,16 @@ def summarize(runs: list[dict], ours: str = OURS) -> dict[str, Any]:
     for key, per in cells.items():
         row = {}
         for name, attempts in per.items():
-            last = attempts[-1]
+            by_round: dict[int, dict] = {}
+            for a in attempts:  # in order: a round's last attempt is the one that counts
+                by_round[a.get("round", 1)] = a
+            counted = [a for a in by_round.values() if not a["failure"]]
             row[name] = {
-                "connections": last["connections"],
-                "requests_per_s": last.get("requests_per_s") if not last["failure"] else None,
-                "bytes_per_s": last.get("bytes_per_s") if not last["failure"] else None,
-                "server_cpu_s_per_gb": last["server_cpu_s_per_gb"],
+                "connections": attempts[-1]["connections"],
+                "requests_per_s": _median([a.get("requests_per_s") for a in counted]),
+                "bytes_per_s": _median([a.get("bytes_per_s") for a in counted]),
+                "server_cpu_s_per_gb": _median([a["server_cpu_s_per_gb"] for a in counted]),
+                "requests_per_s_per_round": [a.get("requests_per_s") for a in counted],
                 "failures": [
                     {"connections": a["connections"], "why": a["failure"]} for a in attempts if a["failure"]
                 ],
@@ -575,6 +598,12 @@ def _ratios(row: dict, ours: str, path: str) -> dict[str, Any]:
     if "ratio_server_cpu_per_gb_vs_nginx" in out:
         out["target_cpu_met"] = out["ratio_server_cpu_per_gb_vs_nginx"] <= 1.2
     return out
+
+
+def _median(values: list[float | None]) -> float | None:
+    """The median of the values given (None when there are none)."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def _ratio(a: float, b: float) -> float | None:
