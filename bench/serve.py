@@ -516,9 +516,9 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], set[str]]:
     for tool in sorted(tools):
         if not shutil.which(tool):
             raise SystemExit(f"bench-serve: {tool} not found (make apt installs it)")
-    if "tls" in parts:
-        tls_names(args)  # refused here, before the plaintext half runs
-    if "tls" in parts and tlsbench.FLOOR in tls_names(args) and not Path(args.floor_bin).is_file():
+    # The TLS half's servers are checked here, before the plaintext half runs.
+    tls = tls_names(args) if "tls" in parts else set()
+    if tlsbench.FLOOR in tls and not Path(args.floor_bin).is_file():
         raise SystemExit(
             f"bench-serve: --floor-bin {args.floor_bin}: not built (cargo build --release --locked "
             "-p shortfirst-server --example h2_floor, or --floor-bin none)"

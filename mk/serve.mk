@@ -10,16 +10,14 @@ BENCH_SERVE_PACKAGES := nghttp2-client h2o openssl
 APT_PACKAGES += testssl.sh
 BENCH_TARGETS += bench-serve
 
-# The HTTP/2 floor the TLS half measures beside the servers: the h2 crate and rustls alone.
-H2_FLOOR := target/release/examples/h2_floor
-
 .PHONY: bench-serve
 # Needs root: nginx runs its workers as root to read the temporary directory,
-# and shortfirst sets SO_PRIORITY above 6.
+# and shortfirst sets SO_PRIORITY above 6. It builds the HTTP/2 floor the TLS half measures
+# beside the servers (the h2 crate and rustls alone) where bench serve's --floor-bin looks.
 bench-serve: apt venv $(BIN) ## shortfirst serve (kernel bands: srpt and srrt; --scheduler user) against nginx, driven by wrk (root)
 	@$(MAKE) --no-print-directory apt APT_PACKAGES="$(BENCH_SERVE_PACKAGES)"
 	$(CARGO) build --release --locked -p shortfirst-server --example h2_floor
-	$(PY) -m shortfirst_lab bench serve --bin $(BIN) --floor-bin $(H2_FLOOR) --out results/bench-serve.json
+	$(PY) -m shortfirst_lab bench serve --bin $(BIN) --out results/bench-serve.json
 
 # h2spec, the HTTP/2 conformance suite (RFC 7540, RFC 7541), from the Go module proxy:
 # crates/server/tests/h2spec.rs runs it against the server in h2c and over TLS. Its last
