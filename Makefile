@@ -21,10 +21,11 @@ BIN := target/release/shortfirst
 # Every release binary in one cargo call: their shared dependencies build once, with one
 # set of features (two calls, each with its own package, built many of them twice).
 RELEASE_BINS := --bin shortfirst --bin bookstore
-# The cargo profile of the binaries the lab's tests run: release (`make build`), or dev, the
-# build `cargo test` has already made (CI: no second build of every dependency; the lab's
-# tests check behaviour, not speed). The tests find them through $$SHORTFIRST_BIN.
-LAB_PROFILE ?= release
+# The cargo profile of the binaries the lab's tests run: dev, the build `cargo test` has
+# already made (the lab's tests check behaviour, not speed: a second, release build of every
+# dependency would add about ten minutes to a fresh clone's `make test`), or release
+# (`make build`, already there after `make demo`). The tests find them through $$SHORTFIRST_BIN.
+LAB_PROFILE ?= dev
 $(if $(filter-out release dev,$(LAB_PROFILE)),$(error LAB_PROFILE must be release or dev, not '$(LAB_PROFILE)'))
 LAB_BIN := target/$(if $(filter dev,$(LAB_PROFILE)),debug,release)/shortfirst
 STAMPS := .make
