@@ -492,19 +492,25 @@ impl UplinkScheduler {
         }
         let bytes = budget.min(self.quantum_bytes).min(remaining);
         self.ready.remove(&key);
-        let generation = c.generation;
-        let fair_tag = c.fair_tag;
         if let Some(g) = c.group {
             self.granted_member(g, key);
         }
+        Some(self.grant(now_ns, index, bytes))
+    }
+
+    /// `bytes` to the entry at `index`, already out of every ready set: its grant
+    /// outstanding, the pacer charged.
+    fn grant(&mut self, now_ns: u64, index: u32, bytes: u64) -> Grant {
         let c = self.conn_mut(index);
+        debug_assert!(c.outstanding.is_none() && bytes > 0 && bytes <= c.app_remaining());
         c.outstanding = Some(bytes);
         c.key = None;
+        let (generation, fair_tag) = (c.generation, c.fair_tag);
         self.virtual_bytes = self.virtual_bytes.max(fair_tag);
         self.pacer.charge(now_ns, bytes);
         self.stats.grants += 1;
         self.stats.granted_bytes += bytes;
-        Some(Grant { id: ConnId { index, generation }, bytes })
+        Grant { id: ConnId { index, generation }, bytes }
     }
 
     /// When [`UplinkScheduler::next_grant`] will next have something to give,

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{ConnId, Key, SchedError, UplinkScheduler};
+use super::{ConnId, Grant, Key, SchedError, UplinkScheduler};
 
 /// An open group. Ids are reused after [`UplinkScheduler::close_group`]; the generation
 /// tells a stale id from the new holder of its slot.
@@ -194,6 +194,40 @@ impl UplinkScheduler {
         group.ready.remove(&key);
         group.placed = None;
         group.busy = true;
+    }
+
+    /// The rest of a turn: after a member of `group` reported, the group's best member
+    /// that could take bytes is granted at once, though its connection's writer still
+    /// holds what the turn carried so far (`turn_bytes` of grants), so the connection
+    /// writes them together. At most the quantum less `turn_bytes`, and only when the
+    /// pacer has the budget [`UplinkScheduler::next_grant`] would ask for: a better
+    /// response of another connection waits behind the whole turn, at most one quantum,
+    /// as it waits behind one grant. `None` if the group is closed, holds a grant, has no
+    /// such member, or the turn has used the quantum.
+    pub fn grant_in_group(&mut self, now_ns: u64, group: GroupId, turn_bytes: u64) -> Option<Grant> {
+        if !self.group_live(group) {
+            return None;
+        }
+        let room = self.quantum_bytes.saturating_sub(turn_bytes);
+        let g = self.groups[group.index()].as_ref().expect("live group");
+        if g.busy || room == 0 {
+            return None;
+        }
+        let &key @ (_, _, index) = g.ready.first()?;
+        let remaining =
+            self.conns[index as usize].as_ref().expect("a member in its group's set is live").app_remaining();
+        let budget = self.pacer.budget_bytes(now_ns);
+        if budget < remaining.min(self.pacer.release_bytes()) {
+            return None;
+        }
+        let g = self.group_mut(group.index);
+        g.ready.remove(&key);
+        g.busy = true;
+        if g.placed == Some(key) {
+            g.placed = None;
+            self.ready.remove(&key);
+        }
+        Some(self.grant(now_ns, index, budget.min(room).min(remaining)))
     }
 
     /// The member holding the group's grant reported; `writable`: the connection takes

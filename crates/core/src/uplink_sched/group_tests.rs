@@ -143,6 +143,62 @@ fn limited_concurrency_admits_streams_one_by_one() {
     assert_eq!(s.next_grant(20 * MS).unwrap().id, second);
 }
 
+#[test]
+fn a_turn_carries_a_connections_small_streams_within_the_quantum_best_first() {
+    // Look-ahead enough for more than a quantum, so the quantum ends the turn.
+    let mut config = SchedConfig { max_groups: 4, ..super::tests::config(Mode::WorkConserving) };
+    config.pacer.lookahead_ns = 40 * MS;
+    let mut s = UplinkScheduler::new(Policy::parse("srpt").unwrap(), config).unwrap();
+    let (a, b) = (s.open_group().unwrap(), s.open_group().unwrap());
+    let sizes = [9_000u64, 1_000, 4_000, 3_000, 500];
+    let streams: Vec<ConnId> = sizes.iter().map(|&n| s.register_in(a, n).unwrap()).collect();
+    let closed = s.register_in(a, 200).unwrap();
+    s.set_writable(closed, false); // its window is closed: never part of a turn
+    let other = s.register_in(b, 100).unwrap();
+    s.set_group_writable(a, true);
+    let first = s.next_grant(0).unwrap();
+    assert_eq!((first.id, first.bytes), (streams[4], 500), "the shortest of connection a");
+    assert_eq!(s.grant_in_group(0, a, 500), None, "a member holds the grant");
+    s.report(0, first.id, 500, 0, false);
+    let mut turn = vec![first.bytes];
+    let mut order = vec![first.id];
+    while let Some(g) = s.grant_in_group(0, a, turn.iter().sum()) {
+        assert_eq!(s.grant_in_group(0, a, 0), None, "one grant at a time");
+        turn.push(g.bytes);
+        order.push(g.id);
+        s.report(0, g.id, g.bytes, 0, false);
+    }
+    assert_eq!(order, [streams[4], streams[1], streams[3], streams[2], streams[0]], "best first");
+    let quantum = s.quantum_bytes();
+    assert_eq!(turn.iter().sum::<u64>(), quantum.min(sizes.iter().sum()), "{turn:?}");
+    assert!(s.app_remaining(streams[0]).unwrap() > 0, "the last one cut at the quantum");
+    assert_eq!(s.app_remaining(closed), Some(200));
+    // The turn ends; connection b, not writable, was never granted; a is writable again.
+    s.set_group_writable(b, true);
+    s.set_group_writable(a, true);
+    assert_eq!(s.next_grant(40 * MS).unwrap().id, other, "b's stream, shorter than a's rest");
+}
+
+#[test]
+fn a_turn_waits_for_the_pacer_as_a_grant_does() {
+    let mut s = srpt();
+    let a = s.open_group().unwrap();
+    let streams: Vec<ConnId> = (0..64).map(|_| s.register_in(a, 1_000).unwrap()).collect();
+    s.set_group_writable(a, true);
+    let (mut granted, mut turn) = (0, 0);
+    if let Some(g) = s.next_grant(0) {
+        s.report(0, g.id, g.bytes, 0, false);
+        (granted, turn) = (1, g.bytes);
+        while let Some(g) = s.grant_in_group(0, a, turn) {
+            s.report(0, g.id, g.bytes, 0, false);
+            (granted, turn) = (granted + 1, turn + g.bytes);
+        }
+    }
+    // 8 Mbit/s with 4 ms of look-ahead: 4,000 bytes of budget at time 0, 1,000 a stream.
+    assert!(granted >= 1 && turn <= 4_000 + 1_000, "{granted} grants, {turn} bytes");
+    assert!(granted < streams.len(), "the pacer's budget bounds a turn");
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     /// A response in group `g` (or alone when `g` ≥ 3) of this size.
@@ -233,6 +289,24 @@ proptest! {
                         match e.group {
                             Some(k) => { group_writable[k] = w && !closed[k]; busy[k] = false; }
                             None => entries[i].writable = w,
+                        }
+                        // A member that took its whole grant: the rest of the turn, within
+                        // the quantum, to the best of its own connection's open members.
+                        let Some(k) = entries[i].group.filter(|_| written == g.bytes) else { continue };
+                        let mut turn = g.bytes;
+                        while let Some(t) = s.grant_in_group(now, groups[k], turn) {
+                            let j = entries.iter().position(|e| e.id == t.id).expect("a registered entry");
+                            prop_assert_eq!(entries[j].group, Some(k), "a turn stays in its connection");
+                            prop_assert!(entries[j].writable, "a turn granted a closed window");
+                            prop_assert!(turn + t.bytes <= s.quantum_bytes(), "a turn beyond the quantum");
+                            let got = s.app_remaining(t.id).unwrap();
+                            for other in entries.iter().filter(|e| e.group == Some(k) && e.writable) {
+                                let r = s.app_remaining(other.id).unwrap_or(0);
+                                prop_assert!(r == 0 || r >= got, "turn granted {} while {} of its own could send", got, r);
+                            }
+                            turn += t.bytes;
+                            s.report(now, t.id, t.bytes, 0, false);
+                            group_writable[k] = false;
                         }
                     }
                 }
