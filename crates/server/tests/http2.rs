@@ -230,10 +230,11 @@ async fn srpt_finishes_a_small_stream_before_a_large_one_started_earlier() {
     // At most the chunk handed over before the small request was read goes in between.
     assert!(large_frames(&srpt) <= 1, "SRPT interleaved the large stream: {srpt:?}");
     assert!(srpt.iter().filter(|&&id| id == 3).count() >= 7, "{srpt:?}");
-    // Fair takes turns: the large stream's frames come between the small one's.
+    // Fair takes turns (of up to four frames): the large stream's frames come between the
+    // small one's, a turn of them between its two.
     let (fair, large_first) = large_then_small(Policy::Fair).await;
     assert!(!large_first);
-    assert!(large_frames(&fair) >= 5, "fair should alternate: {fair:?}");
+    assert!(large_frames(&fair) >= 3, "fair should alternate: {fair:?}");
     eprintln!("DATA frames from the small stream's first to its last: srpt {srpt:?}, fair {fair:?}");
 }
 

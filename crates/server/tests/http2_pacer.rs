@@ -233,6 +233,54 @@ async fn over_tls_srpt_sends_a_small_response_of_another_connection_first() {
     assert!(during < MOST_BEHIND_BYTES, "the large stream got {during} bytes meanwhile");
 }
 
+/// A page's requests in one flight on one connection: the streams whose DATA frames come,
+/// in wire order, each run of frames of one stream counted once. Under the pacer at
+/// `rate_bits_per_s` (`None`: the kernel's bands) and SRPT.
+async fn one_flight_of_requests(rate_bits_per_s: Option<u64>, sizes: &[usize]) -> Vec<u32> {
+    let mut s = TestServer::start(|c| match rate_bits_per_s {
+        Some(rate) => user(c, rate, Policy::Srpt),
+        None => c.policy = Policy::Srpt,
+    })
+    .await;
+    let mut flight = Vec::new();
+    for (i, &size) in sizes.iter().enumerate() {
+        std::fs::write(s.root.join(format!("r{i}.bin")), pattern(size)).unwrap();
+        flight.extend(common::h2raw::get_frame(2 * i as u32 + 1, &format!("/r{i}.bin")));
+    }
+    let mut h = H2::start(slow_tcp(s.addr).await, 1 << 30).await;
+    h.io.write_all(&flight).await.unwrap();
+    let (mut runs, mut ended, mut bytes) = (Vec::<u32>::new(), 0, vec![0; sizes.len()]);
+    while ended < sizes.len() {
+        let f = h.next().await.expect("frames until every response ends");
+        if f.kind != DATA {
+            continue;
+        }
+        bytes[(f.stream as usize - 1) / 2] += f.payload.len();
+        if runs.last() != Some(&f.stream) {
+            runs.push(f.stream);
+        }
+        ended += usize::from(f.flags & END_STREAM != 0);
+    }
+    assert_eq!(bytes, sizes, "every body whole");
+    drop(h);
+    s.stop().await;
+    runs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flight_of_small_requests_leaves_shortest_first_without_interleaving() {
+    // One frame each, several frames, more than a turn: a turn carries the one-frame
+    // bodies together, and no stream's frames are split by another's.
+    let sizes = [40_000, 1_000, 20_000, 3_000, 150_000, 5_000, 12_000, 700, 16_384];
+    let mut by_size: Vec<u32> = (0..sizes.len() as u32).map(|i| 2 * i + 1).collect();
+    by_size.sort_by_key(|&id| sizes[(id as usize - 1) / 2]);
+    // A pacer that never binds (every turn as large as it may be), then the kernel's bands.
+    for rate in [Some(1_000_000_000), None] {
+        let runs = one_flight_of_requests(rate, &sizes).await;
+        assert_eq!(runs, by_size, "pacer {rate:?}: streams in wire order, each run once");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_whose_window_stays_closed_holds_neither_its_connection_nor_the_pacer() {
     let mut s = TestServer::start(|c| user(c, 10_000_000, Policy::Srpt)).await;

@@ -21,8 +21,13 @@ use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// Most bytes held at once: one TLS record's payload, so a batch is at most one record.
-pub const BATCH_BYTES: usize = 16 * 1024;
+/// Most bytes held at once: a turn's DATA, its frames' headers and the HEADERS frames
+/// answered with it, so a turn goes to the transport in one write (under TLS, its records
+/// in one system call).
+pub const BATCH_BYTES: usize = super::TURN_BYTES + 4 * 1024;
+/// A buffer larger than this is freed once written, not kept: an idle connection holds
+/// at most this much here.
+pub const RETAINED_BYTES: usize = 4 * 1024;
 
 /// The driver's side: whether writes are held now.
 #[derive(Debug, Clone, Default)]
@@ -70,6 +75,9 @@ impl<T: AsyncWrite + Unpin> Batched<T> {
                 return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
             }
             self.at += n;
+        }
+        if self.buf.capacity() > RETAINED_BYTES {
+            self.buf = Vec::new();
         }
         self.buf.clear();
         self.at = 0;
@@ -198,6 +206,23 @@ mod tests {
         b.write_all(&big).await.unwrap();
         assert_eq!(b.inner.writes, vec![b"head".to_vec(), big]);
         assert_eq!(b.held_bytes(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_turn_goes_out_in_one_write_and_its_buffer_is_not_kept() {
+        let hold = Hold::default();
+        let mut b = Batched::new(Recorder::default(), hold.clone());
+        hold.hold();
+        let frame = vec![1u8; super::super::FRAME_BYTES + 9];
+        for _ in 0..4 {
+            b.write_all(&frame).await.unwrap();
+        }
+        assert!(b.inner.writes.is_empty(), "a turn of four frames is held");
+        hold.release();
+        b.flush().await.unwrap();
+        assert_eq!(b.inner.writes.len(), 1);
+        assert_eq!(b.inner.writes[0].len(), 4 * frame.len());
+        assert!(b.buf.capacity() <= RETAINED_BYTES, "an idle connection keeps {}", b.buf.capacity());
     }
 
     #[tokio::test]

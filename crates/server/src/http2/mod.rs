@@ -9,19 +9,23 @@
 //!   [`MAX_DISCARDED_BODY_BYTES`]), so the codec checks what follows the request's HEADERS
 //!   (its DATA against `content-length`, trailers) while the stream is still open; the
 //!   answer's HEADERS go out at once; its body joins the stream scheduler with its size;
-//! - bodies go out in turns of at most [`CHUNK_BYTES`] (one DATA frame): each turn, the
-//!   best-ranked stream whose flow-control window is open (fewest bytes left under SRPT, the
-//!   oldest turn under fair) gets one chunk; a stream whose window is closed is skipped
-//!   until the client opens it (work-conserving);
+//! - bodies go out in turns of at most [`TURN_BYTES`]: each turn, the best-ranked stream
+//!   whose flow-control window is open (fewest bytes left under SRPT, the oldest turn under
+//!   fair) gets a chunk; a stream whose window is closed is skipped until the client opens
+//!   it (work-conserving). A stream whose body ends in one frame within the turn leaves the
+//!   rest of the turn to the next best, as long as it is in the same kernel band: the
+//!   answers to a page's small requests leave together, in one write;
 //! - the next turn waits until the codec has written every DATA byte of the last one
-//!   ([`wire`]), so the codec never holds two streams' data and its own round robin has
-//!   nothing to interleave; the socket's `TCP_NOTSENT_LOWAT` bounds what waits below it;
+//!   ([`wire`]). Within a turn only its last stream can have more than one frame, and the
+//!   codec sends one frame of each stream in turn (a stream with more goes to the back of
+//!   its queue), so its own round robin has nothing to interleave: the order on the wire
+//!   is the scheduler's. The socket's `TCP_NOTSENT_LOWAT` bounds what waits below it;
 //! - while the task works through what is ready, the codec's writes are held, up to one
 //!   TLS record's payload, and written together before it waits ([`batch`]): the answers to
 //!   requests that arrived together leave together, in the scheduler's order;
 //! - the connection's kernel band follows the stream being written (the band of its
 //!   remaining bytes): a connection carries one band at a time, so a small stream behind a
-//!   large one on the same connection shares its band for the length of one chunk;
+//!   large one on the same connection shares its band for the length of one turn;
 //! - under the user-space pacer the turn is the uplink scheduler's instead ([`paced`]):
 //!   the connection is a group, each stream a member ranked with every response of every
 //!   connection, and a grant names the stream whose chunk goes next.
@@ -77,9 +81,12 @@ use crate::server::Shared;
 use batch::{Batched, Hold};
 use wire::{Counted, Written};
 
-/// Largest DATA chunk one turn gives a stream: one frame (every peer takes frames of
-/// 16 KiB), so a turn is one frame on the wire.
-pub const CHUNK_BYTES: usize = 16 * 1024;
+/// A DATA frame's payload, at most: every peer takes frames of 16 KiB.
+pub const FRAME_BYTES: usize = 16 * 1024;
+/// DATA bytes one turn gives the codec, at most: four frames, so a large body is not cut
+/// into a wake-up and a write per frame, and a turn's wait on a better stream of the same
+/// connection stays short. What the codec holds per connection is bounded by one turn.
+pub const TURN_BYTES: usize = 4 * FRAME_BYTES;
 /// Streams the client reset before the server answered them, pending at once; beyond,
 /// the connection ends with `ENHANCE_YOUR_CALM` (rapid reset).
 pub const MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
@@ -93,8 +100,8 @@ pub const RESET_STREAM_DURATION: Duration = Duration::from_secs(1);
 /// Bytes of DATA-frame framing (headers, padding, empty frames) the client may send beyond
 /// its data before the connection ends with `ENHANCE_YOUR_CALM`.
 pub const DATA_FRAME_BUDGET_BYTES: usize = 64 * 1024;
-/// The codec's own send buffer per stream: one chunk (it never holds more, see the module docs).
-pub const MAX_SEND_BUFFER_BYTES: usize = CHUNK_BYTES;
+/// The codec's own send buffer per stream: one turn (it never holds more, see the module docs).
+pub const MAX_SEND_BUFFER_BYTES: usize = TURN_BYTES;
 
 /// The ALPN protocol name and the cleartext preface (RFC 9113 §3.4).
 pub const ALPN: &[u8] = b"h2";
@@ -181,8 +188,9 @@ struct Unread {
 
 /// What one chunk of a stream did.
 enum Chunk {
-    /// Handed to the codec; `last`: the stream's body is all handed (the caller ends it).
-    Sent { last: bool },
+    /// `bytes` handed to the codec; `last`: the stream's body is all handed (the caller
+    /// ends it).
+    Sent { bytes: usize, last: bool },
     /// Its window (or the connection's) is closed: skipped until the client opens it.
     Blocked,
     /// The stream is gone (reset, failed) and ended.
@@ -594,11 +602,31 @@ impl Driver {
         }
     }
 
-    /// One chunk to the best stream whose window is open (see the module docs).
+    /// A turn: chunks to the best streams whose windows are open, at most [`TURN_BYTES`],
+    /// the next stream only after one whose body ended in one frame, and in its band (see
+    /// the module docs).
     fn turn(&mut self) {
-        let Some(id) = self.sched.pick() else { return };
-        if let Chunk::Sent { last: true } = self.send_chunk(id, CHUNK_BYTES) {
-            self.end_stream(id, true);
+        let mut turn_bytes = 0;
+        let mut turn_band = None;
+        while turn_bytes < TURN_BYTES {
+            let Some(id) = self.sched.pick() else { return };
+            let band = self.cutoffs.cutoffs.band_for_remaining(self.sched.remaining_bytes(id).unwrap_or(0));
+            if turn_band.is_some_and(|b| b != band) {
+                return;
+            }
+            match self.send_chunk(id, TURN_BYTES - turn_bytes) {
+                Chunk::Sent { bytes, last: true } if bytes <= FRAME_BYTES => {
+                    turn_bytes += bytes;
+                    turn_band = Some(band);
+                    self.end_stream(id, true);
+                }
+                Chunk::Sent { last: true, .. } => {
+                    self.end_stream(id, true);
+                    return;
+                }
+                Chunk::Sent { last: false, .. } => return,
+                Chunk::Blocked | Chunk::Gone => {}
+            }
         }
     }
 
@@ -641,7 +669,7 @@ impl Driver {
         let band = self.cutoffs.cutoffs.band_for_remaining(remaining);
         self.set_band(band);
         self.shared.metrics.bytes(band, n as u64);
-        Chunk::Sent { last }
+        Chunk::Sent { bytes: n, last }
     }
 
     fn set_band(&mut self, band: Band) {

@@ -8,7 +8,8 @@
 //! socket is writable it [`GroupReg::offer`]s the connection; a grant then arrives in the
 //! group's one slot for one member ([`GroupReg::take_grant`], woken by
 //! [`GrantSignal::wait`]), the driver hands that stream's chunk to the codec and
-//! [`Member::report`]s: what the grant carried, whether the connection takes bytes again
+//! [`Member::report`]s (a stream that ended within its grant may pass the rest of the turn
+//! on to the connection's next best, [`GroupReg::grant_in_group`]): what the grant carried, whether the connection takes bytes again
 //! at once, whether the stream's window is open, and the frames the codec wrote besides
 //! DATA (headers, window updates, settings) since the last report, charged to the pacer
 //! as control bytes. Dropping a member finishes it (an unreported grant is given back);
@@ -100,6 +101,14 @@ impl GroupReg {
     pub(crate) fn take_grant(&self) -> Option<(usize, u64)> {
         let bytes = self.slot.grant.swap(0, Acquire);
         (bytes > 0).then(|| (self.slot.who.load(Relaxed) as usize, bytes))
+    }
+
+    /// The rest of a turn that carried `turn_bytes` on the wire
+    /// (`UplinkScheduler::grant_in_group`): the member granted at once and its bytes.
+    pub(crate) fn grant_in_group(&self, turn_bytes: u64) -> Option<(usize, u64)> {
+        let mut st = self.sched.lock();
+        let now = self.sched.now_ns();
+        st.core.grant_in_group(now, self.id, turn_bytes).map(|g| (g.id.index(), g.bytes))
     }
 
     pub(crate) fn signal(&self) -> GrantSignal {
