@@ -85,13 +85,19 @@ pub fn from_http1(head: &[u8]) -> Result<http::Response<()>, HeadError> {
     let code = parsed.code.ok_or(HeadError("no status"))?;
     let mut response = http::Response::new(());
     *response.status_mut() = http::StatusCode::from_u16(code).map_err(|_| HeadError("status"))?;
+    // One copy of the head; every value a slice of it (one allocation, not one per field).
+    let shared = Bytes::copy_from_slice(head);
     let headers = response.headers_mut();
+    headers.reserve(parsed.headers.len());
     for f in parsed.headers.iter() {
         if f.name.eq_ignore_ascii_case("connection") || f.name.eq_ignore_ascii_case("keep-alive") {
             continue;
         }
         let name = HeaderName::from_bytes(f.name.as_bytes()).map_err(|_| HeadError("field name"))?;
-        let value = HeaderValue::from_maybe_shared(Bytes::copy_from_slice(f.value)).map_err(|_| HeadError("value"))?;
+        // `f.value` lies within `head` (httparse borrows from it): the same range of `shared`.
+        let at = f.value.as_ptr() as usize - head.as_ptr() as usize;
+        let value = shared.slice(at..at + f.value.len());
+        let value = HeaderValue::from_maybe_shared(value).map_err(|_| HeadError("value"))?;
         headers.append(name, value);
     }
     Ok(response)
