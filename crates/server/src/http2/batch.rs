@@ -78,8 +78,9 @@ impl<T: AsyncWrite + Unpin> Batched<T> {
         }
         if self.buf.capacity() > RETAINED_BYTES {
             self.buf = Vec::new();
+        } else {
+            self.buf.clear();
         }
-        self.buf.clear();
         self.at = 0;
         Poll::Ready(Ok(()))
     }

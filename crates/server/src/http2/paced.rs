@@ -164,7 +164,7 @@ impl Driver {
             };
             turn_bytes += step.took_bytes;
             handed |= step.took_bytes > 0;
-            let next = step.pass_on.then_some(()).and_then(|()| self.continue_turn(turn_bytes));
+            let next = if step.pass_on { self.continue_turn(turn_bytes) } else { None };
             if step.last {
                 self.end_stream(step.id, true);
             }
