@@ -1,9 +1,9 @@
 """The command lines of our binaries, built in one place: every flag of `shortfirst load`,
-`shortfirst serve`, `shortfirst gatekeeper` (the proxy, `calibrate`, `synthetic-upstream`),
-`shortfirst sim` and the TPC-W `bookstore` (`serve`, `gen`) the lab passes is spelled here
-once, with its unit written the way the binary reads it (seconds in, `Nms` out), so a renamed
-flag is one edit. Values are written with str() unless
-a unit says otherwise: what the caller passes is what the binary reads.
+`shortfirst load-pg`, `shortfirst serve`, `shortfirst gatekeeper` (the proxy, `calibrate`,
+`synthetic-upstream`), `shortfirst sim` and the TPC-W `bookstore` (`serve`, `gen`) the lab
+passes is spelled here once, with its unit written the way the binary reads it (seconds in,
+`Nms` out), so a renamed flag is one edit. Values are written with str() unless a unit says
+otherwise: what the caller passes is what the binary reads.
 
 Every builder takes the binary first and returns an argv list (no shell). Options left at
 None are not passed (the binary's default applies); `extra` goes last, as given.
@@ -28,6 +28,32 @@ def _flags(pairs: Sequence[tuple[str, Any]]) -> list[str]:
 def ms(seconds: float | None) -> str | None:
     """Seconds as the binaries' duration in whole milliseconds (`1500ms`), or None."""
     return None if seconds is None else f"{1e3 * seconds:.0f}ms"
+
+
+def load_pg(
+    binary: str | Path,
+    url: str,
+    script: Path,
+    out: Path,
+    *,
+    clients: int,
+    duration_s: float,
+    rate_per_s: float | None = None,
+    timeout_s: float | None = None,
+    seed: int | None = None,
+) -> list[str]:
+    """`shortfirst load-pg`: open loop at `rate_per_s` (None: closed loop), its logs into the
+    directory `out`."""
+    argv = [str(binary), "load-pg", "--url", url, "--script", str(script), "--out", str(out)]
+    return argv + _flags(
+        [
+            ("--clients", clients),
+            ("--duration", ms(duration_s)),
+            ("--rate", None if rate_per_s is None else f"{rate_per_s:.3f}"),
+            ("--timeout", ms(timeout_s)),
+            ("--seed", seed),
+        ]
+    )
 
 
 def load(

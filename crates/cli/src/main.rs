@@ -11,6 +11,7 @@ mod farm;
 mod gatekeeper;
 mod help;
 mod load;
+mod load_pg;
 mod logging;
 mod netem;
 mod serve;
@@ -42,6 +43,8 @@ enum Command {
     Gatekeeper(gatekeeper::Args),
     /// Trace-driven load generator with per-request logs.
     Load(Box<load::Args>),
+    /// PostgreSQL load from a pgbench-style script, open or closed loop, one row per transaction.
+    LoadPg(load_pg::Args),
     /// Generate workloads (files + trace) and print trace statistics.
     Workload(workload::Args),
     /// Discrete-event simulator running the same policy code as the server.
@@ -103,6 +106,7 @@ impl Command {
             Command::Uplink(a) => uplink::run(a),
             Command::Gatekeeper(a) => gatekeeper::run(a),
             Command::Load(a) => load::run(*a),
+            Command::LoadPg(a) => load_pg::run(a),
             Command::Workload(a) => workload::run(a),
             Command::Sim(a) => sim::run(a),
             Command::Netem(a) => netem::run(a),

@@ -4,6 +4,8 @@
 //! - [`run`]: the load generator itself (`shortfirst load`): open,
 //!   partly-open and closed models over real connections.
 //! - [`trace`]: reading traces (our CSV, CLF/Combined access logs, WC98 binary).
+//! - [`pg`]: `shortfirst load-pg`, a pgbench-style script's transactions against
+//!   PostgreSQL, open or closed loop, that outlive refusals and time out as users do.
 //! - [`received`]: body bytes received per 100 ms (`received.csv`).
 //! - [`record`]: the per-request output row (`requests.csv`) and its writer,
 //!   shared with the simulator and the lab.
@@ -21,6 +23,7 @@
 pub mod dist;
 pub mod generate;
 pub mod http;
+pub mod pg;
 pub mod received;
 pub mod record;
 pub mod run;
@@ -29,5 +32,6 @@ pub mod schedule;
 pub mod session;
 pub mod source_addrs;
 pub mod stats;
+mod timerfd;
 pub mod trace;
 pub mod workload;

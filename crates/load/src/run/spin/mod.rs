@@ -3,21 +3,20 @@
 //! due instead of sleeping, so neither a wake-up from an idle CPU nor a
 //! hand-off to a sleeping worker is on a due request's path. It stops
 //! spinning while other tasks want its CPU ([`contention`]) and sleeps on a
-//! nanosecond timer ([`timerfd`]) for the rest of longer waits.
+//! nanosecond timer ([`crate::timerfd`]) for the rest of longer waits.
 
 mod contention;
 #[cfg(test)]
 mod tests;
-mod timerfd;
 
 use super::dispatch::{Dispatcher, Handover};
 use super::sys::{set_realtime, stopped, thread_cpu_time};
 use super::worker::{Ctx, WorkerParams};
 use super::LoadError;
+use crate::timerfd::TimerFd;
 use contention::Contention;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use timerfd::TimerFd;
 
 /// Longest accepted `--spin-us`.
 pub const MAX_SPIN_US: u64 = 5_000;

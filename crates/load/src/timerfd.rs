@@ -5,10 +5,10 @@ use std::time::Duration;
 /// A non-blocking CLOCK_MONOTONIC timerfd registered with the runtime: a
 /// sleep with nanosecond resolution (tokio's own timers have 1 ms) that
 /// still lets the runtime serve sockets meanwhile.
-pub(super) struct TimerFd(tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>);
+pub(crate) struct TimerFd(tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>);
 
 impl TimerFd {
-    pub(super) fn new() -> std::io::Result<TimerFd> {
+    pub(crate) fn new() -> std::io::Result<TimerFd> {
         use std::os::fd::FromRawFd;
         // SAFETY: plain syscall; the fd is owned by the OwnedFd below.
         let fd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) };
@@ -24,7 +24,7 @@ impl TimerFd {
     }
 
     /// Sleeps for `d` (> 0).
-    pub(super) async fn sleep(&self, d: Duration) -> std::io::Result<()> {
+    pub(crate) async fn sleep(&self, d: Duration) -> std::io::Result<()> {
         use std::os::fd::AsRawFd;
         let fd = self.0.get_ref().as_raw_fd();
         let spec = libc::itimerspec {
