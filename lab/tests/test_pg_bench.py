@@ -177,6 +177,8 @@ def test_a_tiny_run_end_to_end(tmp_path):
     for p in ol["points"]:
         for cls in ("cheap", "expensive"):
             assert p[cls]["logged"] > 0 and p[cls]["aborted_clients"] == 0, (p["arm"], cls)
+            # load-pg's clients: what became of every transaction they scheduled.
+            assert p[cls]["outcomes"]["ok"] > 0, (p["arm"], cls)
             assert p[cls]["completed_per_s"] > 0, (p["arm"], cls)
         if "gatekeeper" in p:
             assert p["gatekeeper"]["admitted_charge_s"] == 0 and p["gatekeeper"]["types"] >= 2

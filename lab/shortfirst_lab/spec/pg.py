@@ -46,6 +46,10 @@ OVERHEAD: dict[str, Field] = {
     "distinct_texts": Field("int", True, lo=1, hi=100_000),
     "policy": Field("str", True, what="a gatekeeper policy (`shortfirst vocabulary`)"),
 }
+#: The overload experiment's clients: `shortfirst load-pg` (a refusal or a timeout does not
+#: end a client) or pgbench (its first error ends a client).
+GENERATORS = ["load-pg", "pgbench"]
+
 OVERLOAD: dict[str, Field] = {
     "arms": Field(
         "strs", True, what="direct, pgbouncer, or a gatekeeper policy, optionally @auto and +BASIS"
@@ -63,6 +67,7 @@ OVERLOAD: dict[str, Field] = {
     "capacity_clients": Field("int", True, lo=1, hi=256),
     "cheap_room": Field("number", True, lo=0),
     "estimate_basis": Field("str", True, what="a cost basis (`shortfirst vocabulary`)"),
+    "generator": Field("str", True, choices=GENERATORS),
 }
 
 
@@ -97,6 +102,7 @@ class Overload:
     capacity_clients: int
     cheap_room: float
     estimate_basis: str
+    generator: str
 
 
 @dataclass(frozen=True)
@@ -141,6 +147,8 @@ def from_dict(doc: dict[str, Any], path: Path) -> PgExperiment:
     for key in ("arms", "loads"):
         if len(set(ol[key])) != len(ol[key]):
             raise SpecError(path, f"overload.{key}", "each value once", ol[key])
+    if ol["generator"] == "load-pg" and ol["protocol"] != "simple":
+        raise SpecError(path, "overload.protocol", "simple (load-pg's protocol)", ol["protocol"])
     if ol["warmup_s"] >= ol["duration_s"]:
         raise SpecError(
             path, "overload.warmup_s", f"less than overload.duration_s ({ol['duration_s']})", ol["warmup_s"]

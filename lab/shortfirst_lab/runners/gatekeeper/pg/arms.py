@@ -69,12 +69,14 @@ def way_in(
     capacity: str | None = None,
     estimate_basis: str | None = None,
     pooled: bool = False,
+    patience: str = "off",
 ) -> Iterator[Way]:
     """The arm started: `direct`, `pgbouncer`, or a gatekeeper policy (fifo, sjf,
     sjf-aging:X) with `capacity` (`auto`, or a duration such as `40ms`; None: the binary's
     default) and `estimate_basis` (None: the binary's default); `pooled`: the gatekeeper in
     front of PgBouncer (its log beside `log`, `pgbouncer.log`), as an operator who keeps
-    pooling deploys it."""
+    pooling deploys it; `patience`: the gatekeeper's `--patience` (`off` for pgbench, which
+    never gives up and ends a client at a refusal; the clients' timeout for load-pg)."""
     if arm == "direct":
         yield Way(ctx.server_url)
         return
@@ -90,8 +92,6 @@ def way_in(
                 pgbouncer(ctx.server_url, ctx.pool_size, ctx.max_clients + 10, b_log, ctx.prefix)
             )
             upstream, behind = b.url, (b.pid,)
-        # Patience off: pgbench never gives up, so there is nothing to learn; a refusal would
-        # abort its client.
         g = stack.enter_context(
             pg_gatekeeper(
                 ctx.binary,
@@ -100,7 +100,7 @@ def way_in(
                 prefix=ctx.prefix,
                 policy=arm,
                 capacity=capacity,
-                patience="off",
+                patience=patience,
                 estimate_basis=estimate_basis,
             )
         )

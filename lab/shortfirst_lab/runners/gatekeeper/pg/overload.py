@@ -1,6 +1,10 @@
 """Experiment 1, cheap transactions behind expensive ones: a cheap script (a point lookup) and
-an expensive one (an aggregate over a range of accounts) in two pgbench processes, open loop
-(`-R`), at multiples of the database's capacity, through each arm.
+an expensive one (an aggregate over a range of accounts) in two client processes, open loop,
+at multiples of the database's capacity, through each arm. The clients (`generator`) are
+`shortfirst load-pg` (`loadpg`: a refused or timed-out transaction is logged and the client
+goes on, so a way in that sheds load can be measured; the gatekeeper is then told the
+clients' timeout as its `--patience`) or pgbench (`-R`; its first error ends a client, so
+the gatekeeper runs with `--patience off` and no refusal).
 
 The capacity is measured in the run, direct (`measure_capacity`): each script alone under
 closed-loop clients gives its transactions/s on the database's CPU, so its service time is
@@ -11,14 +15,16 @@ transactions, plus `cheap_room` of one: at their wall time with `pool_size` runn
 or with the `cpu` basis at their processor time (the expensive script's service time). An
 arm `POLICY+BASIS` runs with that cost basis instead of `overload.estimate_basis`.
 
-Per class, over the transactions scheduled in the window [launch + warm-up, launch +
-duration] (pgbench's schedule, connections included, runs `-T` from its launch): served
-(latency from the scheduled start within the client timeout) over offered, latency
-quantiles, goodput (served per second) and pgbench's schedule lag. Offered = the logged
-transactions scheduled in the window + the rate × the part of the window whose schedule
-pgbench never reached (a process's schedule is taken in order, and pgbench lets the
-transactions under way finish at the end, so only that tail is missing from the logs); in
-the quantiles those never-started transactions count as infinitely late.
+Per class, over the transactions scheduled in the window [start + warm-up, start +
+duration] (load-pg's schedule starts once its connections are open; pgbench's, connections
+included, runs `-T` from its launch): served (completed without error, latency from the
+scheduled start within the client timeout) over offered, latency quantiles, goodput (served
+per second) and the schedule lag. load-pg logs every scheduled transaction, whatever became
+of it; for pgbench, offered = the logged transactions scheduled in the window + the rate ×
+the part of the window whose schedule pgbench never reached (a process's schedule is taken
+in order, and pgbench lets the transactions under way finish at the end, so only that tail
+is missing from the logs). In the quantiles a transaction not served for another reason
+than lateness (refused, skipped, never started) counts as infinitely late.
 """
 
 from __future__ import annotations
@@ -28,9 +34,10 @@ import math
 import sys
 from pathlib import Path
 
+from .... import commands
 from ....spec.pg import Overload, overload_arm
 from ..timeline import TIMELINE_SERIES, Sampler, write_timeline
-from . import pgbench
+from . import loadpg, pgbench
 from .arms import Context, gate_state, way_in
 
 CLASSES = ("cheap", "expensive")
@@ -114,29 +121,42 @@ def point(
     rates = {"cheap": (1 - ol.expensive_share) * total, "expensive": ol.expensive_share * total}
     clients = {"cheap": ol.cheap_clients, "expensive": ol.expensive_clients}
     gated = policy not in ("direct", "pgbouncer")
+    ours = ol.generator == "load-pg"
     with way_in(
         ctx,
         policy,
         d / "proxy.log",
         capacity=capacity if gated else None,
         estimate_basis=basis if gated else None,
+        # load-pg's clients give up at the timeout: the gatekeeper is told so, and refuses
+        # what would not finish before it.
+        patience=f"{ol.timeout_s:g}s" if ours else "off",
     ) as way:
         started = {}
         cmds = {}
         sampler = Sampler(None, way.admin_port, SAMPLE_S, keep=TIMELINE_SERIES) if way.admin_port else None
         with sampler or contextlib.nullcontext():
             for i, name in enumerate(CLASSES):
-                cmds[name] = pgbench.argv(
-                    way.url, script=["-f", str(scripts[name])], protocol=ol.protocol, clients=clients[name],
-                    duration_s=ol.duration_s, seed=seed + i, rate_per_s=rates[name], log_prefix=d / name,
-                )  # fmt: skip
+                cmds[name] = _client_argv(
+                    ctx, ol, way.url, scripts[name], clients[name], seed + i, rates[name], d / name
+                )
                 started[name] = pgbench.start(cmds[name], d / f"{name}-report.txt", d)
-            reports = {n: pgbench.finish(started[n], ol.duration_s + pgbench.GRACE_S) for n in CLASSES}
+            limit_s = ol.duration_s + pgbench.GRACE_S
+            if ours:
+                done = {n: loadpg.report(started[n], limit_s, d / n) for n in CLASSES}
+                reports = {n: done[n][0] for n in CLASSES}
+                outcomes = {
+                    n: {"outcomes": done[n][1]["outcomes"], "sqlstates": done[n][1]["sqlstates"]}
+                    for n in CLASSES
+                }
+            else:
+                reports = {n: pgbench.finish(started[n], limit_s) for n in CLASSES}
+                outcomes = {n: {} for n in CLASSES}
         gate = gate_state(way.admin_port) if way.admin_port else None
         if sampler is not None and gate is not None:
             write_timeline(sampler.rows, d / "timeline.csv")
             gate["estimated_cost_ms_mean_over_run"] = estimates_during(sampler.rows)
-    logs = {n: pgbench.read_log(d / n) for n in CLASSES}
+    logs = {n: (loadpg.read_log if ours else pgbench.read_log)(d / n) for n in CLASSES}
     # pgbench's -T runs from its start, connecting included: its schedule ends then.
     t0 = max(r.started_epoch_s for r in reports.values())
     window = (t0 + ol.warmup_s, t0 + ol.duration_s - END_GUARD_S)
@@ -146,8 +166,9 @@ def point(
         "capacity": None if policy in ("direct", "pgbouncer") else capacity,
     }
     for n in CLASSES:
-        out[n] = classify(logs[n], window, rates[n], ol.timeout_s)
+        out[n] = classify(logs[n], window, rates[n], ol.timeout_s, logged_all=ours)
         out[n].update(
+            **outcomes[n],
             rate_per_s=rates[n],
             # pgbench's transactions/s over its whole run, late ones included: what the
             # database got done of the class, where goodput counts only the timely.
@@ -158,6 +179,22 @@ def point(
     if gate is not None:
         out["gatekeeper"] = gate
     return out
+
+
+def _client_argv(
+    ctx: Context, ol: Overload, url: str, script: Path, clients: int, seed: int, rate: float, out: Path
+) -> list[str]:
+    """One class's client, open loop: load-pg (logs in the directory `out`) or pgbench (its
+    logs named `out.PID`)."""
+    if ol.generator == "load-pg":
+        return commands.load_pg(
+            ctx.binary, url, script, out, clients=clients, duration_s=ol.duration_s, rate_per_s=rate,
+            timeout_s=ol.timeout_s, seed=seed,
+        )  # fmt: skip
+    return pgbench.argv(
+        url, script=["-f", str(script)], protocol=ol.protocol, clients=clients, duration_s=ol.duration_s,
+        seed=seed, rate_per_s=rate, log_prefix=out,
+    )  # fmt: skip
 
 
 def estimates_during(rows: list[dict]) -> dict[str, float]:
@@ -171,13 +208,19 @@ def estimates_during(rows: list[dict]) -> dict[str, float]:
 
 
 def classify(
-    rows: list[pgbench.Row], window: tuple[float, float], rate_per_s: float, timeout_s: float
+    rows: list[pgbench.Row],
+    window: tuple[float, float],
+    rate_per_s: float,
+    timeout_s: float,
+    logged_all: bool = False,
 ) -> dict:
-    """One class's figures over the transactions scheduled in `window` (see the module)."""
+    """One class's figures over the transactions scheduled in `window` (see the module);
+    `logged_all`: the log has a row for every scheduled transaction (load-pg's), so none is
+    estimated as unreached."""
     w0, w1 = window
     inside = [r for r in rows if w0 <= r.sched_s < w1]
     last = max((r.sched_s for r in rows), default=w0)
-    unreached = rate_per_s * max(0.0, w1 - max(last, w0))
+    unreached = 0.0 if logged_all else rate_per_s * max(0.0, w1 - max(last, w0))
     offered = len(inside) + unreached
     served = [r for r in inside if r.latency_s <= timeout_s]
     # Every offered transaction's latency, the never-started ones as infinite.
