@@ -30,8 +30,11 @@ EXPERIMENT = REPO / "lab" / "experiments" / "pg-gatekeeper.toml"
         ('overload.arms=["direct", "sjf@manual"]', "overload.arms[1]"),
         ('overload.arms=["sjf", "sjf+time"]', "overload.arms[1]"),
         ('overload.arms=["sjf", "sjf+cpu@auto"]', "overload.arms[1]"),
+        ('overload.arms=["sjf", "sjf+bound+cpu"]', "overload.arms[1]"),
+        ('overload.arms=["sjf", "sjf+bounded"]', "overload.arms[1]"),
+        ("overload.overdue_share=0", "overload.overdue_share"),
         ('overload.arms=["sjf", "sjf"]', "overload.arms"),
-        ("overload.warmup_s=20", "overload.warmup_s"),
+        ("overload.warmup_s=60", "overload.warmup_s"),
         ('overhead.protocols=["simple", "copy"]', "overhead.protocols[1]"),
         ('overhead.policy="lifo"', "overhead.policy"),
         ("overload.expensive_rows=2000000", "overload.expensive_rows"),
@@ -48,8 +51,10 @@ def test_a_bad_value_is_refused_by_name(override, key):
 def test_an_arm_may_name_its_own_cost_basis():
     spec = read_spec(EXPERIMENT, ['overload.arms=["direct", "sjf", "sjf+cpu", "sjf@auto+cpu"]'])
     assert spec.value.overload.arms[3] == "sjf@auto+cpu"
-    assert overload_arm("sjf@auto+cpu") == ("sjf", True, "cpu")
-    assert overload_arm("sjf-aging:2") == ("sjf-aging:2", False, None)
+    assert overload_arm("sjf@auto+cpu") == ("sjf", True, "cpu", False)
+    assert overload_arm("sjf-aging:2") == ("sjf-aging:2", False, None, False)
+    assert overload_arm("sjf+cpu+bound") == ("sjf", False, "cpu", True)
+    assert overload_arm("sjf@auto+bound") == ("sjf", True, None, True)
 
 
 def test_the_file_reads_as_the_pg_kind():
@@ -215,3 +220,13 @@ def test_an_auto_arm_is_judged_against_its_policy_with_the_same_basis():
             "expensive goodput_per_s auto / measured capacity, |1 - ratio|": 0.25,
         }
     )
+
+
+def test_the_expensive_ceiling_is_the_cpu_the_cheap_class_leaves():
+    from shortfirst_lab.runners.gatekeeper.pg.overload import expensive_ceiling
+
+    cap = {"service_ms": {"cheap": 0.1, "expensive": 10.0}}
+    # The lookups take 0.2 of the CPU; 0.8 / 10 ms = 80 aggregates a second.
+    assert expensive_ceiling(cap, {"cheap": 2000.0, "expensive": 100.0}) == pytest.approx(80.0)
+    assert expensive_ceiling(cap, {"cheap": 2000.0, "expensive": 50.0}) == pytest.approx(50.0)
+    assert expensive_ceiling(cap, {"cheap": 20000.0, "expensive": 50.0}) == 0.0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import vocabulary
 from .schema import Field, SpecError, check_sections, check_table, positive
@@ -27,7 +27,9 @@ POOLED_ARM = "gatekeeper+pgbouncer"
 OVERHEAD_ARMS = ("direct", "pgbouncer", "gatekeeper", POOLED_ARM)
 #: An overload arm: direct, pgbouncer, or a gatekeeper policy, `@auto` for `--capacity auto`
 #: (without it the capacity measured in the run), `+BASIS` for a cost basis other than
-#: `overload.estimate_basis` (see `overload_arm`).
+#: `overload.estimate_basis`, `+bound` for the starvation bound (`overload.max_wait_s` and
+#: `overload.overdue_share`; see `overload_arm`).
+BOUND = "bound"
 _SIZE = re.compile(r"^[0-9]+(kB|MB|GB)$")
 
 PG: dict[str, Field] = {
@@ -68,6 +70,8 @@ OVERLOAD: dict[str, Field] = {
     "cheap_room": Field("number", True, lo=0),
     "estimate_basis": Field("str", True, what="a cost basis (`shortfirst vocabulary`)"),
     "generator": Field("str", True, choices=GENERATORS),
+    "max_wait_s": positive("number", True),
+    "overdue_share": Field("number", True, lo=0, lo_open=True, hi=1),
 }
 
 
@@ -103,6 +107,8 @@ class Overload:
     cheap_room: float
     estimate_basis: str
     generator: str
+    max_wait_s: float
+    overdue_share: float
 
 
 @dataclass(frozen=True)
@@ -131,16 +137,17 @@ def from_dict(doc: dict[str, Any], path: Path) -> PgExperiment:
     if not vocabulary.is_gatekeeper_policy(oh["policy"]):
         raise SpecError(path, "overhead.policy", vocabulary.gatekeeper_policy_forms(), oh["policy"])
     for i, arm in enumerate(ol["arms"]):
-        policy, auto, basis = overload_arm(arm)
+        a = overload_arm(arm)
         if arm in ("direct", "pgbouncer"):
             continue
-        spelled = policy + ("@auto" if auto else "") + (f"+{basis}" if basis is not None else "")
         if (
-            spelled != arm
-            or not vocabulary.is_gatekeeper_policy(policy)
-            or (basis is not None and basis not in vocabulary.estimate_bases())
+            spell_arm(a) != arm
+            or not vocabulary.is_gatekeeper_policy(a.policy)
+            or (a.basis is not None and a.basis not in vocabulary.estimate_bases())
         ):
-            raise SpecError(path, f"overload.arms[{i}]", "direct, pgbouncer, or POLICY[@auto][+BASIS]", arm)
+            raise SpecError(
+                path, f"overload.arms[{i}]", "direct, pgbouncer, or POLICY[@auto][+BASIS][+bound]", arm
+            )
     if ol["estimate_basis"] not in vocabulary.estimate_bases():
         bases = " or ".join(vocabulary.estimate_bases())
         raise SpecError(path, "overload.estimate_basis", bases, ol["estimate_basis"])
@@ -167,7 +174,10 @@ def from_dict(doc: dict[str, Any], path: Path) -> PgExperiment:
             "room for every client of either experiment and 5 more",
             pg["max_connections"],
         )
-    floats = ("duration_s", "warmup_s", "timeout_s", "expensive_share", "capacity_s", "cheap_room")
+    floats = (
+        "duration_s", "warmup_s", "timeout_s", "expensive_share", "capacity_s", "cheap_room", "max_wait_s",
+        "overdue_share",
+    )  # fmt: skip
     return PgExperiment(
         **{k: pg[k] for k in PG},
         overhead=Overhead(**{k: float(oh[k]) if k == "duration_s" else oh[k] for k in OVERHEAD}),
@@ -178,10 +188,34 @@ def from_dict(doc: dict[str, Any], path: Path) -> PgExperiment:
     )
 
 
-def overload_arm(arm: str) -> tuple[str, bool, str | None]:
-    """An overload arm's parts: `POLICY[@auto][+BASIS]` as (policy, auto capacity, its own
-    cost basis or None for `overload.estimate_basis`); `direct` and `pgbouncer` as
-    themselves."""
-    head, plus, basis = arm.partition("+")
+class Arm(NamedTuple):
+    """An overload arm's parts (`overload_arm`)."""
+
+    policy: str
+    #: `--capacity auto` rather than the capacity measured in the run.
+    auto: bool
+    #: Its own cost basis, or None for `overload.estimate_basis`.
+    basis: str | None
+    #: With the starvation bound: `--max-wait overload.max_wait_s --overdue-share
+    #: overload.overdue_share`.
+    bound: bool
+
+
+def overload_arm(arm: str) -> Arm:
+    """An overload arm's parts: `POLICY[@auto][+BASIS][+bound]`; `direct` and `pgbouncer`
+    as themselves."""
+    head, *extras = arm.split("+")
     policy, _, auto = head.partition("@")
-    return policy, auto == "auto", basis if plus else None
+    bound = BOUND in extras
+    basis = next((e for e in extras if e != BOUND), None)
+    return Arm(policy, auto == "auto", basis, bound)
+
+
+def spell_arm(a: Arm) -> str:
+    """The arm's name, its parts in the one order `overload_arm` reads."""
+    return (
+        a.policy
+        + ("@auto" if a.auto else "")
+        + (f"+{a.basis}" if a.basis is not None else "")
+        + (f"+{BOUND}" if a.bound else "")
+    )

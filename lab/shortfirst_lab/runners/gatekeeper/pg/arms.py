@@ -70,13 +70,16 @@ def way_in(
     estimate_basis: str | None = None,
     pooled: bool = False,
     patience: str = "off",
+    max_wait_s: float | None = None,
+    overdue_share: float | None = None,
 ) -> Iterator[Way]:
     """The arm started: `direct`, `pgbouncer`, or a gatekeeper policy (fifo, sjf,
     sjf-aging:X) with `capacity` (`auto`, or a duration such as `40ms`; None: the binary's
     default) and `estimate_basis` (None: the binary's default); `pooled`: the gatekeeper in
     front of PgBouncer (its log beside `log`, `pgbouncer.log`), as an operator who keeps
     pooling deploys it; `patience`: the gatekeeper's `--patience` (`off` for pgbench, which
-    never gives up and ends a client at a refusal; the clients' timeout for load-pg)."""
+    never gives up and ends a client at a refusal; the clients' timeout for load-pg);
+    `max_wait_s` and `overdue_share`: the starvation bound (None: the binary's default, none)."""
     if arm == "direct":
         yield Way(ctx.server_url)
         return
@@ -101,6 +104,8 @@ def way_in(
                 policy=arm,
                 capacity=capacity,
                 patience=patience,
+                max_wait_s=max_wait_s,
+                overdue_share=overdue_share,
                 estimate_basis=estimate_basis,
             )
         )

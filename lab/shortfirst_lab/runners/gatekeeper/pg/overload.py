@@ -94,7 +94,7 @@ def measure_capacity(ctx: Context, ol: Overload, scripts: dict[str, Path], seed:
         charge_s = s_exp if basis == "cpu" else runs["pool"]["mean_ms"] / 1e3
         return 1e3 * (ctx.pool_size + ol.cheap_room) * charge_s
 
-    bases = {ol.estimate_basis} | {b for a in ol.arms if (b := overload_arm(a)[2]) is not None}
+    bases = {ol.estimate_basis} | {b for a in ol.arms if (b := overload_arm(a).basis) is not None}
     return {
         "runs": runs,
         "service_ms": {"cheap": 1e3 * s_cheap, "expensive": 1e3 * s_exp},
@@ -112,7 +112,7 @@ def point(
     ctx: Context, ol: Overload, arm: str, load: float, cap: dict, scripts: dict[str, Path], seed: int
 ) -> dict:
     """One arm at one load: both pgbench processes at once, then each class's figures."""
-    policy, auto, basis = overload_arm(arm)
+    policy, auto, basis, bound = overload_arm(arm)
     basis = basis or ol.estimate_basis
     capacity = "auto" if auto else f"{cap['gate_capacity_ms_by_basis'][basis]:.0f}ms"
     d = ctx.work / "overload" / f"{load:g}-{arm.replace(':', '_').replace('@', '_').replace('+', '_')}"
@@ -131,6 +131,8 @@ def point(
         # load-pg's clients give up at the timeout: the gatekeeper is told so, and refuses
         # what would not finish before it.
         patience=f"{ol.timeout_s:g}s" if ours else "off",
+        max_wait_s=ol.max_wait_s if bound else None,
+        overdue_share=ol.overdue_share if bound else None,
     ) as way:
         started = {}
         cmds = {}
@@ -176,9 +178,18 @@ def point(
             aborted_clients=reports[n].aborted_clients,
             command=" ".join(cmds[n]),
         )
+    out["expensive_ceiling_per_s"] = expensive_ceiling(cap, rates)
     if gate is not None:
         out["gatekeeper"] = gate
     return out
+
+
+def expensive_ceiling(cap: dict, rates: dict[str, float]) -> float:
+    """The most expensive transactions a second the database could complete while serving
+    every cheap one, by the measured service times: the CPU the cheap rate leaves, over an
+    expensive transaction's service time (at most the expensive rate offered)."""
+    left = max(0.0, 1.0 - rates["cheap"] * cap["service_ms"]["cheap"] / 1e3)
+    return min(rates["expensive"], left / (cap["service_ms"]["expensive"] / 1e3))
 
 
 def _client_argv(

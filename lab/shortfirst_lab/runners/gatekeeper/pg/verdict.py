@@ -5,7 +5,7 @@ arm not run) is a check with value None that does not hold.
 
 from __future__ import annotations
 
-from ....spec.pg import POOLED_ARM, overload_arm
+from ....spec.pg import POOLED_ARM, overload_arm, spell_arm
 
 #: Experiment 2's targets.
 ADDED_MEDIAN_US = 30.0
@@ -123,9 +123,9 @@ def overload(summary: dict) -> list[dict]:
                     True,
                 )
             )
-        policy, auto, basis = overload_arm(arm)
-        fixed = by.get((load, policy + (f"+{basis}" if basis is not None else "")))
-        if auto and fixed is not None:
+        a = overload_arm(arm)
+        fixed = by.get((load, spell_arm(a._replace(auto=False))))
+        if a.auto and fixed is not None:
             for cls, key in (("cheap", "p99_ms"), ("expensive", "goodput_per_s")):
                 r = _ratio(p[cls][key], fixed[cls][key])
                 out.append(
