@@ -32,6 +32,7 @@ EXPERIMENT = REPO / "lab" / "experiments" / "pg-gatekeeper.toml"
         ('overload.arms=["sjf", "sjf+cpu@auto"]', "overload.arms[1]"),
         ('overload.arms=["sjf", "sjf+bound+cpu"]', "overload.arms[1]"),
         ('overload.arms=["sjf", "sjf+bounded"]', "overload.arms[1]"),
+        ('overload.arms=["sjf", "sjf+shed+bound"]', "overload.arms[1]"),
         ("overload.overdue_share=0", "overload.overdue_share"),
         ('overload.arms=["sjf", "sjf"]', "overload.arms"),
         ("overload.warmup_s=60", "overload.warmup_s"),
@@ -51,10 +52,10 @@ def test_a_bad_value_is_refused_by_name(override, key):
 def test_an_arm_may_name_its_own_cost_basis():
     spec = read_spec(EXPERIMENT, ['overload.arms=["direct", "sjf", "sjf+cpu", "sjf@auto+cpu"]'])
     assert spec.value.overload.arms[3] == "sjf@auto+cpu"
-    assert overload_arm("sjf@auto+cpu") == ("sjf", True, "cpu", False)
-    assert overload_arm("sjf-aging:2") == ("sjf-aging:2", False, None, False)
-    assert overload_arm("sjf+cpu+bound") == ("sjf", False, "cpu", True)
-    assert overload_arm("sjf@auto+bound") == ("sjf", True, None, True)
+    assert overload_arm("sjf@auto+cpu") == ("sjf", True, "cpu", False, False)
+    assert overload_arm("sjf-aging:2") == ("sjf-aging:2", False, None, False, False)
+    assert overload_arm("sjf+cpu+bound") == ("sjf", False, "cpu", True, False)
+    assert overload_arm("sjf@auto+bound+shed") == ("sjf", True, None, True, True)
 
 
 def test_the_file_reads_as_the_pg_kind():
@@ -230,3 +231,25 @@ def test_the_expensive_ceiling_is_the_cpu_the_cheap_class_leaves():
     assert expensive_ceiling(cap, {"cheap": 2000.0, "expensive": 100.0}) == pytest.approx(80.0)
     assert expensive_ceiling(cap, {"cheap": 2000.0, "expensive": 50.0}) == pytest.approx(50.0)
     assert expensive_ceiling(cap, {"cheap": 20000.0, "expensive": 50.0}) == 0.0
+
+
+def test_any_goodput_beats_a_pgbouncer_that_served_none_in_time():
+    def point(arm: str, goodput: float) -> dict:
+        return {
+            "load": 1.5,
+            "arm": arm,
+            "cheap": {"p99_ms": 10.0, "served_fraction": 1.0},
+            "expensive": {"goodput_per_s": goodput},
+        }
+
+    points = [point("direct", 0.0), point("pgbouncer", 0.0), point("sjf", 6.4), point("fifo", 0.0)]
+    checks = verdict.overload({"points": points, "settings": {"timeout_s": 5.0}})
+    goodput = {c["where"]: c for c in checks if c["target"] == "expensive goodput / PgBouncer's"}
+    assert goodput["sjf at 1.5x"]["ok"] and goodput["sjf at 1.5x"]["value"] is None
+    assert not goodput["fifo at 1.5x"]["ok"]
+
+
+def test_pgbench_clients_take_no_arm_that_refuses():
+    with pytest.raises(SpecError) as e:
+        read_spec(EXPERIMENT, ['overload.generator="pgbench"', 'overload.arms=["direct", "sjf+shed"]'])
+    assert e.value.key == "overload.arms"

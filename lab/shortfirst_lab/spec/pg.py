@@ -28,8 +28,10 @@ OVERHEAD_ARMS = ("direct", "pgbouncer", "gatekeeper", POOLED_ARM)
 #: An overload arm: direct, pgbouncer, or a gatekeeper policy, `@auto` for `--capacity auto`
 #: (without it the capacity measured in the run), `+BASIS` for a cost basis other than
 #: `overload.estimate_basis`, `+bound` for the starvation bound (`overload.max_wait_s` and
-#: `overload.overdue_share`; see `overload_arm`).
+#: `overload.overdue_share`), `+shed` for the queue-wait bound (`overload.max_queue_wait_s`;
+#: see `overload_arm`).
 BOUND = "bound"
+SHED = "shed"
 _SIZE = re.compile(r"^[0-9]+(kB|MB|GB)$")
 
 PG: dict[str, Field] = {
@@ -72,6 +74,7 @@ OVERLOAD: dict[str, Field] = {
     "generator": Field("str", True, choices=GENERATORS),
     "max_wait_s": positive("number", True),
     "overdue_share": Field("number", True, lo=0, lo_open=True, hi=1),
+    "max_queue_wait_s": positive("number", True),
 }
 
 
@@ -109,6 +112,7 @@ class Overload:
     generator: str
     max_wait_s: float
     overdue_share: float
+    max_queue_wait_s: float
 
 
 @dataclass(frozen=True)
@@ -146,7 +150,7 @@ def from_dict(doc: dict[str, Any], path: Path) -> PgExperiment:
             or (a.basis is not None and a.basis not in vocabulary.estimate_bases())
         ):
             raise SpecError(
-                path, f"overload.arms[{i}]", "direct, pgbouncer, or POLICY[@auto][+BASIS][+bound]", arm
+                path, f"overload.arms[{i}]", "direct, pgbouncer, or POLICY[@auto][+BASIS][+bound][+shed]", arm
             )
     if ol["estimate_basis"] not in vocabulary.estimate_bases():
         bases = " or ".join(vocabulary.estimate_bases())
@@ -154,6 +158,10 @@ def from_dict(doc: dict[str, Any], path: Path) -> PgExperiment:
     for key in ("arms", "loads"):
         if len(set(ol[key])) != len(ol[key]):
             raise SpecError(path, f"overload.{key}", "each value once", ol[key])
+    if ol["generator"] == "pgbench" and any(overload_arm(a).shed for a in ol["arms"]):
+        raise SpecError(
+            path, "overload.arms", "no +shed arm with pgbench (a refusal ends its client)", ol["arms"]
+        )
     if ol["generator"] == "load-pg" and ol["protocol"] != "simple":
         raise SpecError(path, "overload.protocol", "simple (load-pg's protocol)", ol["protocol"])
     if ol["warmup_s"] >= ol["duration_s"]:
@@ -176,7 +184,7 @@ def from_dict(doc: dict[str, Any], path: Path) -> PgExperiment:
         )
     floats = (
         "duration_s", "warmup_s", "timeout_s", "expensive_share", "capacity_s", "cheap_room", "max_wait_s",
-        "overdue_share",
+        "overdue_share", "max_queue_wait_s",
     )  # fmt: skip
     return PgExperiment(
         **{k: pg[k] for k in PG},
@@ -199,16 +207,17 @@ class Arm(NamedTuple):
     #: With the starvation bound: `--max-wait overload.max_wait_s --overdue-share
     #: overload.overdue_share`.
     bound: bool
+    #: With the queue-wait bound: `--max-queue-wait overload.max_queue_wait_s`.
+    shed: bool = False
 
 
 def overload_arm(arm: str) -> Arm:
-    """An overload arm's parts: `POLICY[@auto][+BASIS][+bound]`; `direct` and `pgbouncer`
-    as themselves."""
+    """An overload arm's parts: `POLICY[@auto][+BASIS][+bound][+shed]`; `direct` and
+    `pgbouncer` as themselves."""
     head, *extras = arm.split("+")
     policy, _, auto = head.partition("@")
-    bound = BOUND in extras
-    basis = next((e for e in extras if e != BOUND), None)
-    return Arm(policy, auto == "auto", basis, bound)
+    basis = next((e for e in extras if e not in (BOUND, SHED)), None)
+    return Arm(policy, auto == "auto", basis, BOUND in extras, SHED in extras)
 
 
 def spell_arm(a: Arm) -> str:
@@ -218,4 +227,5 @@ def spell_arm(a: Arm) -> str:
         + ("@auto" if a.auto else "")
         + (f"+{a.basis}" if a.basis is not None else "")
         + (f"+{BOUND}" if a.bound else "")
+        + (f"+{SHED}" if a.shed else "")
     )

@@ -72,6 +72,7 @@ def way_in(
     patience: str = "off",
     max_wait_s: float | None = None,
     overdue_share: float | None = None,
+    max_queue_wait_s: float | None = None,
 ) -> Iterator[Way]:
     """The arm started: `direct`, `pgbouncer`, or a gatekeeper policy (fifo, sjf,
     sjf-aging:X) with `capacity` (`auto`, or a duration such as `40ms`; None: the binary's
@@ -79,7 +80,8 @@ def way_in(
     front of PgBouncer (its log beside `log`, `pgbouncer.log`), as an operator who keeps
     pooling deploys it; `patience`: the gatekeeper's `--patience` (`off` for pgbench, which
     never gives up and ends a client at a refusal; the clients' timeout for load-pg);
-    `max_wait_s` and `overdue_share`: the starvation bound (None: the binary's default, none)."""
+    `max_wait_s` and `overdue_share`: the starvation bound, `max_queue_wait_s` the queue-wait
+    bound (None: the binary's defaults)."""
     if arm == "direct":
         yield Way(ctx.server_url)
         return
@@ -106,6 +108,7 @@ def way_in(
                 patience=patience,
                 max_wait_s=max_wait_s,
                 overdue_share=overdue_share,
+                max_queue_wait_s=max_queue_wait_s,
                 estimate_basis=estimate_basis,
             )
         )

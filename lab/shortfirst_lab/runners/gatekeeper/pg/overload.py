@@ -112,7 +112,7 @@ def point(
     ctx: Context, ol: Overload, arm: str, load: float, cap: dict, scripts: dict[str, Path], seed: int
 ) -> dict:
     """One arm at one load: both pgbench processes at once, then each class's figures."""
-    policy, auto, basis, bound = overload_arm(arm)
+    policy, auto, basis, bound, shed = overload_arm(arm)
     basis = basis or ol.estimate_basis
     capacity = "auto" if auto else f"{cap['gate_capacity_ms_by_basis'][basis]:.0f}ms"
     d = ctx.work / "overload" / f"{load:g}-{arm.replace(':', '_').replace('@', '_').replace('+', '_')}"
@@ -133,6 +133,7 @@ def point(
         patience=f"{ol.timeout_s:g}s" if ours else "off",
         max_wait_s=ol.max_wait_s if bound else None,
         overdue_share=ol.overdue_share if bound else None,
+        max_queue_wait_s=ol.max_queue_wait_s if shed else None,
     ) as way:
         started = {}
         cmds = {}
