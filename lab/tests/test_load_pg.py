@@ -8,7 +8,10 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -125,6 +128,31 @@ def test_a_timeout_cancels_the_statement_on_the_server(pg, tmp_path):
     assert (
         _psql(pg.url, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(30)%'") == "0"
     )
+
+
+@pytest.mark.slow
+def test_every_arrival_is_logged_when_the_server_goes_away(pg, tmp_path):
+    script = tmp_path / "sleep.sql"
+    script.write_text("SELECT pg_sleep(0.01);\n")
+    out = tmp_path / "out"
+    with pg_gatekeeper(
+        BIN, pg.url, tmp_path / "gk.log", policy="sjf", capacity="100ms", patience="off"
+    ) as gate:
+        argv = [str(BIN), "load-pg", "--url", gate.url, "--script", str(script), "--out", str(out)]
+        proc = subprocess.Popen(
+            [*argv, "--rate", "200", "--clients", "4", "--duration", "2s", "--timeout", "1s"],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(1.0)
+        os.kill(gate.pid, signal.SIGKILL)  # every connection breaks; none can be reopened
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-2000:]
+    s = json.loads((out / "summary.json").read_text())
+    rows = _rows(out)
+    assert sorted(int(r["id"]) for r in rows) == list(range(s["scheduled"])) and s["scheduled"] > 300
+    assert s["outcomes"]["ok"] > 100 and s["outcomes"]["lost"] + s["outcomes"]["dropped"] > 100
+    assert "not reopened" in err
 
 
 @pytest.mark.slow

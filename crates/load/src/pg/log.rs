@@ -23,7 +23,8 @@ pub enum Outcome {
     Timeout,
     /// Already later than the timeout when a connection was free: never sent.
     Skipped,
-    /// The backlog of arrivals waiting for a connection was full: never sent.
+    /// Never sent: the backlog of arrivals waiting for a connection was full, or no
+    /// connection was left to take it (every one broke and could not be reopened).
     Dropped,
     /// The connection broke under it; the client reconnects.
     Lost,

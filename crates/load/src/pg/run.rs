@@ -332,6 +332,13 @@ async fn drive(cfg: &Config) -> Result<Summary, PgLoadError> {
     for t in tasks {
         t.await.expect("a connection's task panicked");
     }
+    // Arrivals no connection was left to take (every one broke and could not be reopened)
+    // are logged too: every scheduled transaction has its row.
+    loop {
+        let left = shared.backlog.borrow_mut().pop_front();
+        let Some(a) = left else { break };
+        shared.record(a.id, None, a.at, None, Outcome::Dropped, None);
+    }
     if let Some(source) = timer_error {
         return Err(PgLoadError::Io { path: "timerfd".into(), source });
     }
