@@ -373,6 +373,15 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def process_running(pid: int) -> bool:
+    """Whether process `pid` still runs (exists and is not a zombie waiting to be reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def process_rss_bytes(pid: int) -> int:
     """Resident memory of process `pid` in bytes (`/proc/<pid>/statm`); 0 once it is gone."""
     try:

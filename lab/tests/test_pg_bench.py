@@ -253,3 +253,21 @@ def test_pgbench_clients_take_no_arm_that_refuses():
     with pytest.raises(SpecError) as e:
         read_spec(EXPERIMENT, ['overload.generator="pgbench"', 'overload.arms=["direct", "sjf+shed"]'])
     assert e.value.key == "overload.arms"
+
+
+def test_a_point_whose_proxy_died_is_not_compared_with():
+    def point(arm: str, goodput: float, **extra) -> dict:
+        return {
+            "load": 1.5,
+            "arm": arm,
+            "cheap": {"p99_ms": 10.0, "served_fraction": 1.0},
+            "expensive": {"goodput_per_s": goodput},
+            **extra,
+        }
+
+    points = [point("direct", 0.0), point("pgbouncer", 3.9, proxy_exited=[123]), point("sjf", 6.4)]
+    points.append(point("fifo", 50.0, proxy_exited=[456]))
+    checks = verdict.overload({"points": points, "settings": {"timeout_s": 5.0}})
+    assert not any(c["where"] == "fifo at 1.5x" for c in checks)
+    goodput = next(c for c in checks if c["target"] == "expensive goodput / PgBouncer's")
+    assert goodput["where"] == "sjf at 1.5x" and goodput["value"] is None and not goodput["ok"]

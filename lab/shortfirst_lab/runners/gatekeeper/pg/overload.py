@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 
 from .... import commands
+from ....kit import process_running
 from ....spec.pg import Overload, overload_arm
 from ..timeline import TIMELINE_SERIES, Sampler, write_timeline
 from . import loadpg, pgbench
@@ -155,7 +156,10 @@ def point(
             else:
                 reports = {n: pgbench.finish(started[n], limit_s) for n in CLASSES}
                 outcomes = {n: {} for n in CLASSES}
-        gate = gate_state(way.admin_port) if way.admin_port else None
+        # A proxy that died under the load (PgBouncer 1.18 once did, in its cancel handling)
+        # leaves a point that measured its clients' failures, not the arm.
+        exited = [pid for pid in way.pids if not process_running(pid)]
+        gate = gate_state(way.admin_port) if way.admin_port and not exited else None
         if sampler is not None and gate is not None:
             write_timeline(sampler.rows, d / "timeline.csv")
             gate["estimated_cost_ms_mean_over_run"] = estimates_during(sampler.rows)
@@ -180,6 +184,9 @@ def point(
             command=" ".join(cmds[n]),
         )
     out["expensive_ceiling_per_s"] = expensive_ceiling(cap, rates)
+    if exited:
+        out["proxy_exited"] = exited
+        print(f"overload {load:g}x {arm}: the proxy exited during the point (pids {exited})", file=sys.stderr)
     if gate is not None:
         out["gatekeeper"] = gate
     return out

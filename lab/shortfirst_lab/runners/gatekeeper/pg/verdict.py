@@ -84,7 +84,11 @@ def overload(summary: dict) -> list[dict]:
         if arm not in arms:
             continue
         where = f"{arm} at {load:g}x"
+        if p.get("proxy_exited"):
+            continue  # the gatekeeper died: its point measures nothing of the arm
         cheap, direct, pb = p["cheap"], by.get((load, "direct")), by.get((load, "pgbouncer"))
+        if pb is not None and pb.get("proxy_exited"):
+            pb = None  # PgBouncer died during its point: nothing to compare with
         if load in OVERLOADS:
             out.append(_check("cheap p99, ms", where, cheap["p99_ms"], CHEAP_P99_MS, True))
             out.append(
