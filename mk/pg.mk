@@ -1,13 +1,15 @@
 # mk/pg.mk — the gatekeeper at the database tier beside direct connections and PgBouncer.
 #
-#   make bench-pg          both below (~45 minutes). Run them under the bench lock with one
+#   make bench-pg          both below (~75 minutes). Run them under the bench lock with one
 #                          CPU reserved (python -m shortfirst_lab cpus reserve 1).
 #   make bench-pg-pgbench  pgbench's overhead per protocol (direct, PgBouncer, the gatekeeper)
 #                          and cheap transactions behind expensive ones at multiples of the
-#                          database's capacity (direct, PgBouncer, gatekeeper fifo / sjf /
-#                          sjf-aging:2), as lab/experiments/pg-gatekeeper.toml says; writes
-#                          results/pg-gatekeeper/summary.json (~10 minutes). The database and
-#                          the proxies run on the reserved CPU, pgbench on the others.
+#                          database's capacity from shortfirst load-pg's clients, who give up
+#                          at 5 s (direct, PgBouncer, gatekeeper fifo / sjf / sjf+bound /
+#                          sjf-aging:2 / sjf@auto), as lab/experiments/pg-gatekeeper.toml
+#                          says; writes results/pg-gatekeeper/summary.json (~40 minutes). The
+#                          database and the proxies run on the reserved CPU, the clients on
+#                          the others.
 #                          PG_BENCH_ARGS: e.g. "--only overload --set overload.duration_s=20".
 #   make bench-pg-tpcw     the TPC-W bookstore with the gatekeeper at the database tier beside
 #                          the HTTP tier (lab/experiments/gatekeeper-tpcw-placement.toml), the
