@@ -70,8 +70,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         summary.scheduled,
         outcomes.join(", "),
         summary.ok_per_s,
-        summary.ok_latency_ms.p50.map_or("-".into(), |v| format!("{v:.2}")),
-        summary.ok_latency_ms.p99.map_or("-".into(), |v| format!("{v:.2}")),
+        summary.ok_latency.p50_s.map_or("-".into(), |v| format!("{:.2}", v * 1e3)),
+        summary.ok_latency.p99_s.map_or("-".into(), |v| format!("{:.2}", v * 1e3)),
         a.out.display()
     );
     Ok(())

@@ -19,6 +19,8 @@
 
 use super::log::{Outcome, TxnRow, TxnWriter};
 use super::script::Script;
+use crate::run::summary::latencies;
+use crate::run::{write_json_atomic, Latencies, LoadError};
 use crate::timerfd::TimerFd;
 use hdrhistogram::Histogram;
 use rand::{Rng, SeedableRng};
@@ -87,6 +89,8 @@ pub enum PgLoadError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Summary(#[from] LoadError),
 }
 
 /// What `summary.json` holds.
@@ -108,7 +112,7 @@ pub struct Summary {
     /// Transactions completed without error per second of the schedule.
     pub ok_per_s: f64,
     /// Latency from the scheduled start of the transactions that completed without error.
-    pub ok_latency_ms: LatencyMs,
+    pub ok_latency: Latencies,
     pub sqlstates: BTreeMap<String, u64>,
     /// Connections reopened: after one broke, or after a cancelled statement had not ended
     /// within 5 s of its CancelRequest (`cancel_unanswered`).
@@ -116,15 +120,6 @@ pub struct Summary {
     pub cancel_unanswered: u64,
     /// The epoch second the schedule started at.
     pub started_epoch_s: f64,
-}
-
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct LatencyMs {
-    pub mean: Option<f64>,
-    pub p50: Option<f64>,
-    pub p90: Option<f64>,
-    pub p99: Option<f64>,
-    pub max: Option<f64>,
 }
 
 impl Config {
@@ -159,11 +154,7 @@ pub fn run(cfg: Config) -> Result<Summary, PgLoadError> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(io(&cfg.out_dir))?;
     let local = tokio::task::LocalSet::new();
     let summary = local.block_on(&rt, drive(&cfg))?;
-    let path = cfg.out_dir.join("summary.json");
-    let text = serde_json::to_string_pretty(&summary).expect("summary serialises");
-    let tmp = cfg.out_dir.join("summary.json.tmp");
-    std::fs::write(&tmp, text + "\n").map_err(io(&tmp))?;
-    std::fs::rename(&tmp, &path).map_err(io(&path))?;
+    write_json_atomic(&cfg.out_dir.join("summary.json"), &summary)?;
     Ok(summary)
 }
 
@@ -355,8 +346,6 @@ async fn drive(cfg: &Config) -> Result<Summary, PgLoadError> {
 /// The summary of a finished run.
 fn summarize(cfg: &Config, tally: &Tally, scheduled: u64, clock: Clock, connect_s: f64) -> Summary {
     let ok = tally.outcomes.get(&Outcome::Ok).copied().unwrap_or(0);
-    let h = &tally.ok_us;
-    let q = |x: f64| (!h.is_empty()).then(|| h.value_at_quantile(x) as f64 / 1e3);
     Summary {
         script: cfg.script_path.clone(),
         statements_per_transaction: cfg.script.statements(),
@@ -370,13 +359,7 @@ fn summarize(cfg: &Config, tally: &Tally, scheduled: u64, clock: Clock, connect_
         scheduled,
         outcomes: Outcome::ALL.iter().map(|o| (o.as_str(), tally.outcomes.get(o).copied().unwrap_or(0))).collect(),
         ok_per_s: ok as f64 / cfg.duration_s,
-        ok_latency_ms: LatencyMs {
-            mean: (ok > 0).then(|| tally.ok_sum_us / ok as f64 / 1e3),
-            p50: q(0.5),
-            p90: q(0.9),
-            p99: q(0.99),
-            max: (!h.is_empty()).then(|| h.max() as f64 / 1e3),
-        },
+        ok_latency: latencies(&tally.ok_us, tally.ok_sum_us),
         sqlstates: tally.sqlstates.clone(),
         reconnects: tally.reconnects,
         cancel_unanswered: tally.stuck,

@@ -57,7 +57,7 @@ mod collect;
 mod config;
 mod dispatch;
 mod spin;
-mod summary;
+pub(crate) mod summary;
 mod sys;
 mod worker;
 

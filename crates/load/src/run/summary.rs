@@ -185,7 +185,8 @@ impl LatenessBreakdown {
     }
 }
 
-fn latencies(h: &Histogram<u64>, sum_us: f64) -> Latencies {
+/// The statistics of a histogram of microseconds whose values sum to `sum_us`.
+pub(crate) fn latencies(h: &Histogram<u64>, sum_us: f64) -> Latencies {
     if h.is_empty() {
         return Latencies::default();
     }
