@@ -112,7 +112,7 @@ def measure_capacity(ctx: Context, ol: Overload, scripts: dict[str, Path], seed:
 def point(
     ctx: Context, ol: Overload, arm: str, load: float, cap: dict, scripts: dict[str, Path], seed: int
 ) -> dict:
-    """One arm at one load: both pgbench processes at once, then each class's figures."""
+    """One arm at one load: both clients at once, then each class's figures."""
     policy, auto, basis, bound, shed = overload_arm(arm)
     basis = basis or ol.estimate_basis
     capacity = "auto" if auto else f"{cap['gate_capacity_ms_by_basis'][basis]:.0f}ms"
@@ -120,7 +120,6 @@ def point(
     d.mkdir(parents=True, exist_ok=True)
     total = load * cap["capacity_tps"]
     rates = {"cheap": (1 - ol.expensive_share) * total, "expensive": ol.expensive_share * total}
-    clients = {"cheap": ol.cheap_clients, "expensive": ol.expensive_clients}
     gated = policy not in ("direct", "pgbouncer")
     ours = ol.generator == "load-pg"
     with way_in(
@@ -136,26 +135,9 @@ def point(
         overdue_share=ol.overdue_share if bound else None,
         max_queue_wait_s=ol.max_queue_wait_s if shed else None,
     ) as way:
-        started = {}
-        cmds = {}
         sampler = Sampler(None, way.admin_port, SAMPLE_S, keep=TIMELINE_SERIES) if way.admin_port else None
         with sampler or contextlib.nullcontext():
-            for i, name in enumerate(CLASSES):
-                cmds[name] = _client_argv(
-                    ctx, ol, way.url, scripts[name], clients[name], seed + i, rates[name], d / name
-                )
-                started[name] = pgbench.start(cmds[name], d / f"{name}-report.txt", d)
-            limit_s = ol.duration_s + pgbench.GRACE_S
-            if ours:
-                done = {n: loadpg.report(started[n], limit_s, d / n) for n in CLASSES}
-                reports = {n: done[n][0] for n in CLASSES}
-                outcomes = {
-                    n: {"outcomes": done[n][1]["outcomes"], "sqlstates": done[n][1]["sqlstates"]}
-                    for n in CLASSES
-                }
-            else:
-                reports = {n: pgbench.finish(started[n], limit_s) for n in CLASSES}
-                outcomes = {n: {} for n in CLASSES}
+            cmds, reports, outcomes = _run_clients(ctx, ol, way.url, d, scripts, rates, seed)
         # A proxy that died under the load (PgBouncer 1.18 once did, in its cancel handling)
         # leaves a point that measured its clients' failures, not the arm.
         exited = [pid for pid in way.pids if not process_running(pid)]
@@ -190,6 +172,32 @@ def point(
     if gate is not None:
         out["gatekeeper"] = gate
     return out
+
+
+def _run_clients(
+    ctx: Context,
+    ol: Overload,
+    url: str,
+    d: Path,
+    scripts: dict[str, Path],
+    rates: dict[str, float],
+    seed: int,
+) -> tuple[dict[str, list[str]], dict[str, pgbench.Report], dict[str, dict]]:
+    """Both classes' clients at once against `url`, to their end: each one's command line,
+    its pgbench-like report, and (load-pg) what became of its transactions."""
+    clients = {"cheap": ol.cheap_clients, "expensive": ol.expensive_clients}
+    cmds, started = {}, {}
+    for i, name in enumerate(CLASSES):
+        cmds[name] = _client_argv(ctx, ol, url, scripts[name], clients[name], seed + i, rates[name], d / name)
+        started[name] = pgbench.start(cmds[name], d / f"{name}-report.txt", d)
+    limit_s = ol.duration_s + pgbench.GRACE_S
+    if ol.generator != "load-pg":
+        return cmds, {n: pgbench.finish(started[n], limit_s) for n in CLASSES}, {n: {} for n in CLASSES}
+    done = {n: loadpg.report(started[n], limit_s, d / n) for n in CLASSES}
+    outcomes = {
+        n: {"outcomes": done[n][1]["outcomes"], "sqlstates": done[n][1]["sqlstates"]} for n in CLASSES
+    }
+    return cmds, {n: done[n][0] for n in CLASSES}, outcomes
 
 
 def expensive_ceiling(cap: dict, rates: dict[str, float]) -> float:
