@@ -66,7 +66,6 @@ pub struct TxnWriter {
     out: Option<BufWriter<File>>,
     tmp: PathBuf,
     path: PathBuf,
-    rows: u64,
 }
 
 impl TxnWriter {
@@ -76,7 +75,7 @@ impl TxnWriter {
         let tmp = PathBuf::from(tmp);
         let mut out = BufWriter::with_capacity(1 << 16, File::create(&tmp)?);
         writeln!(out, "{HEADER}")?;
-        Ok(TxnWriter { out: Some(out), tmp, path: path.to_path_buf(), rows: 0 })
+        Ok(TxnWriter { out: Some(out), tmp, path: path.to_path_buf() })
     }
 
     pub fn write(&mut self, r: &TxnRow) -> io::Result<()> {
@@ -85,12 +84,7 @@ impl TxnWriter {
         let start = r.start_s.map(|s| format!("{s:.6}")).unwrap_or_default();
         let state = r.sqlstate.as_deref().unwrap_or_default();
         writeln!(out, "{},{client},{:.6},{start},{:.6},{},{state}", r.id, r.scheduled_s, r.done_s, r.outcome.as_str())?;
-        self.rows += 1;
         Ok(())
-    }
-
-    pub fn rows(&self) -> u64 {
-        self.rows
     }
 
     /// Flushes, syncs and renames the file into place.

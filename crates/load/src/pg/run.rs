@@ -184,6 +184,14 @@ struct Arrival {
 
 /// What the connections, the schedule and the log share.
 struct Shared {
+    /// The script, one copy for every connection.
+    script: Script,
+    /// The script has several statements: an error or a timeout inside is followed by a
+    /// `ROLLBACK`, in case it opened a transaction block.
+    multi: bool,
+    /// Where and how a broken connection is reopened.
+    pg: tokio_postgres::Config,
+    connect_timeout: Duration,
     clock: Clock,
     end: Instant,
     timeout: Option<Duration>,
@@ -203,7 +211,7 @@ struct Tally {
     ok_sum_us: f64,
     sqlstates: BTreeMap<String, u64>,
     reconnects: u64,
-    stuck: u64,
+    cancel_unanswered: u64,
 }
 
 impl Shared {
@@ -211,6 +219,10 @@ impl Shared {
     fn new(cfg: &Config, writer: TxnWriter) -> Shared {
         let clock = Clock::now();
         Shared {
+            script: cfg.script.clone(),
+            multi: cfg.script.statements() > 1,
+            pg: cfg.pg.clone(),
+            connect_timeout: Duration::from_secs_f64(cfg.connect_timeout_s),
             clock,
             end: clock.t0 + Duration::from_secs_f64(cfg.duration_s),
             timeout: cfg.timeout_s.map(Duration::from_secs_f64),
@@ -226,9 +238,16 @@ impl Shared {
                 ok_sum_us: 0.0,
                 sqlstates: BTreeMap::new(),
                 reconnects: 0,
-                stuck: 0,
+                cancel_unanswered: 0,
             }),
         }
+    }
+
+    /// The next transaction's number.
+    fn take_id(&self) -> u64 {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        id
     }
 
     fn record(
@@ -289,21 +308,16 @@ async fn drive(cfg: &Config) -> Result<Summary, PgLoadError> {
     let writer = TxnWriter::create(&csv).map_err(|source| PgLoadError::Io { path: csv.clone(), source })?;
     let shared = Rc::new(Shared::new(cfg, writer));
     let clock = shared.clock;
-    let multi = cfg.script.statements() > 1;
-    let mut timer_error = None;
+    let open = cfg.rate_per_s.is_some();
     let mut tasks = Vec::new();
     for (id, client) in clients.into_iter().enumerate() {
         let worker = Worker {
             id: id as u32,
             client,
-            script: cfg.script.clone(),
-            multi,
             rng: ChaCha8Rng::seed_from_u64(cfg.seed.wrapping_add(1 + id as u64)),
-            pg: cfg.pg.clone(),
-            connect_timeout: Duration::from_secs_f64(cfg.connect_timeout_s),
+            statements: Vec::new(),
             shared: shared.clone(),
         };
-        let open = cfg.rate_per_s.is_some();
         tasks.push(tokio::task::spawn_local(async move {
             if open {
                 worker.open().await
@@ -312,14 +326,14 @@ async fn drive(cfg: &Config) -> Result<Summary, PgLoadError> {
             }
         }));
     }
-    if let Some(rate) = cfg.rate_per_s {
-        if let Err(source) = schedule(&shared, rate, cfg.seed, cfg.backlog_max).await {
-            // The connections end once the backlog is empty; the run is then refused.
-            shared.scheduled_all.set(true);
-            shared.ready.notify_waiters();
-            timer_error = Some(source);
-        }
-    }
+    let timer_error = match cfg.rate_per_s {
+        Some(rate) => schedule(&shared, rate, cfg.seed, cfg.backlog_max).await.err(),
+        None => None,
+    };
+    // The schedule has ended (or its timer failed, and the run is refused below): the
+    // connections end once the backlog is empty.
+    shared.scheduled_all.set(true);
+    shared.ready.notify_waiters();
     for t in tasks {
         t.await.expect("a connection's task panicked");
     }
@@ -362,7 +376,7 @@ fn summarize(cfg: &Config, tally: &Tally, scheduled: u64, clock: Clock, connect_
         ok_latency: latencies(&tally.ok_us, tally.ok_sum_us),
         sqlstates: tally.sqlstates.clone(),
         reconnects: tally.reconnects,
-        cancel_unanswered: tally.stuck,
+        cancel_unanswered: tally.cancel_unanswered,
         started_epoch_s: clock.epoch0_s,
     }
 }
@@ -405,8 +419,7 @@ async fn schedule(shared: &Shared, rate: f64, seed: u64, backlog_max: usize) -> 
         if !wait.is_zero() {
             timer.sleep(wait).await?;
         }
-        let id = shared.next_id.get();
-        shared.next_id.set(id + 1);
+        let id = shared.take_id();
         if shared.backlog.borrow().len() >= backlog_max {
             shared.record(id, None, at, None, Outcome::Dropped, None);
             continue;
@@ -414,8 +427,6 @@ async fn schedule(shared: &Shared, rate: f64, seed: u64, backlog_max: usize) -> 
         shared.backlog.borrow_mut().push_back(Arrival { id, at });
         shared.ready.notify_one();
     }
-    shared.scheduled_all.set(true);
-    shared.ready.notify_waiters();
     Ok(())
 }
 
@@ -423,13 +434,9 @@ async fn schedule(shared: &Shared, rate: f64, seed: u64, backlog_max: usize) -> 
 struct Worker {
     id: u32,
     client: Client,
-    script: Script,
-    /// The script has several statements: an error or a timeout inside is followed by a
-    /// `ROLLBACK`, in case it opened a transaction block.
-    multi: bool,
     rng: ChaCha8Rng,
-    pg: tokio_postgres::Config,
-    connect_timeout: Duration,
+    /// The statements of the transaction under way (the buffer is reused).
+    statements: Vec<String>,
     shared: Rc<Shared>,
 }
 
@@ -459,8 +466,7 @@ impl Worker {
     /// Runs transactions back to back until the end of the schedule.
     async fn closed(mut self) {
         while Instant::now() < self.shared.end {
-            let id = self.shared.next_id.get();
-            self.shared.next_id.set(id + 1);
+            let id = self.shared.take_id();
             if !self.transaction(Arrival { id, at: Instant::now() }).await {
                 return;
             }
@@ -475,10 +481,9 @@ impl Worker {
             self.shared.record(a.id, None, a.at, None, Outcome::Skipped, None);
             return true;
         }
-        let mut statements = Vec::new();
-        self.script.render(&mut self.rng, &mut statements);
+        self.shared.script.render(&mut self.rng, &mut self.statements);
         let (outcome, state, stuck) = {
-            let work = run_statements(&self.client, &statements);
+            let work = run_statements(&self.client, &self.statements);
             tokio::pin!(work);
             let result = match deadline {
                 Some(d) => tokio::select! {
@@ -499,7 +504,7 @@ impl Worker {
                     // still running (or queued where a cancel does not reach) after
                     // CANCEL_WAIT leaves the connection stuck: it is replaced.
                     let token = self.client.cancel_token();
-                    let _ = tokio::time::timeout(self.connect_timeout, token.cancel_query(NoTls)).await;
+                    let _ = tokio::time::timeout(self.shared.connect_timeout, token.cancel_query(NoTls)).await;
                     let ended = tokio::time::timeout(CANCEL_WAIT, work.as_mut()).await.is_ok();
                     (Outcome::Timeout, None, !ended)
                 }
@@ -507,13 +512,13 @@ impl Worker {
         };
         self.shared.record(a.id, Some(self.id), a.at, Some(start), outcome, state);
         if stuck {
-            self.shared.log.borrow_mut().stuck += 1;
+            self.shared.log.borrow_mut().cancel_unanswered += 1;
             return self.reconnect().await;
         }
         if outcome == Outcome::Lost || self.client.is_closed() {
             return self.reconnect().await;
         }
-        if self.multi && outcome != Outcome::Ok {
+        if self.shared.multi && outcome != Outcome::Ok {
             let _ = tokio::time::timeout(ROLLBACK_WAIT, self.client.simple_query("ROLLBACK")).await;
         }
         true
@@ -523,7 +528,7 @@ impl Worker {
     /// schedule ends.
     async fn reconnect(&mut self) -> bool {
         loop {
-            if let Ok(client) = open_connection(&self.pg, self.connect_timeout).await {
+            if let Ok(client) = open_connection(&self.shared.pg, self.shared.connect_timeout).await {
                 self.client = client;
                 self.shared.log.borrow_mut().reconnects += 1;
                 return true;
