@@ -361,25 +361,28 @@ def read_netstat(path: Path = Path("/proc/net/netstat")) -> dict[str, dict[str, 
     return parse_proc_pairs(Path(path).read_text())
 
 
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system, every thread) process `pid` has used so far; 0.0 once it
-    is gone (a process that exited used what it used, and is no longer ours to count)."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of `/proc/<pid>/stat` after the ")" of the command name (state first,
+    field 3 of proc(5)), or None once the process is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError):
-        return 0.0
-    # Fields after the ")" of the command name: state is field 3, utime 14, stime 15.
-    fields = stat.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        return None
+    return stat.rsplit(")", 1)[1].split()
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, every thread) process `pid` has used so far; 0.0 once it
+    is gone (a process that exited used what it used, and is no longer ours to count)."""
+    fields = _stat_fields(pid)
+    # utime and stime are fields 14 and 15 of proc(5).
+    return 0.0 if fields is None else (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def process_running(pid: int) -> bool:
     """Whether process `pid` still runs (exists and is not a zombie waiting to be reaped)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 def process_rss_bytes(pid: int) -> int:

@@ -208,7 +208,7 @@ class Arm(NamedTuple):
     #: overload.overdue_share`.
     bound: bool
     #: With the queue-wait bound: `--max-queue-wait overload.max_queue_wait_s`.
-    shed: bool = False
+    shed: bool
 
 
 def overload_arm(arm: str) -> Arm:

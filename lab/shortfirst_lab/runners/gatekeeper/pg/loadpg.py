@@ -29,18 +29,7 @@ def report(started: pgbench.Started, timeout_s: float, out: Path) -> tuple[pgben
     """Waits for a started load-pg (killed past `timeout_s`): a pgbench-like report (its ok
     transactions per second as `tps`, the schedule's start as `started_epoch_s`) and its
     summary."""
-    proc = started.proc
-    try:
-        code = proc.wait(timeout=timeout_s)
-    except Exception:
-        proc.kill()
-        proc.wait()
-        raise GatekeeperError(
-            f"load-pg did not end in {timeout_s:g} s ({' '.join(map(str, proc.args))})"
-        ) from None
-    if code != 0:
-        text = started.log.read_text(errors="replace")
-        raise GatekeeperError(f"load-pg failed (exit {code}): {text[-2000:]}")
+    code, _ = pgbench.wait(started, timeout_s, "load-pg")
     summary = json.loads((out / "summary.json").read_text())
     ok = summary["outcomes"]["ok"]
     rep = pgbench.Report(

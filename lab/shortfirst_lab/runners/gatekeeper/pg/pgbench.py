@@ -161,9 +161,9 @@ def start(cmd: list[str], log: Path, cwd: Path) -> Started:
         return Started(subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=cwd), t0, epoch, log)
 
 
-def finish(started: Started, timeout_s: float) -> Report:
-    """Waits for a started pgbench (killed past `timeout_s`); its report. Exit code 2 (some
-    clients aborted by an error) is a result; anything else but 0 is a failure."""
+def wait(started: Started, timeout_s: float, name: str, ok_codes: tuple[int, ...] = (0,)) -> tuple[int, str]:
+    """Waits for a started client `name` (pgbench, load-pg; killed past `timeout_s`): its
+    exit code, one of `ok_codes`, and its output. Any other ending is a GatekeeperError."""
     proc = started.proc
     try:
         code = proc.wait(timeout=timeout_s)
@@ -171,11 +171,18 @@ def finish(started: Started, timeout_s: float) -> Report:
         proc.kill()
         proc.wait()
         raise GatekeeperError(
-            f"pgbench did not end in {timeout_s:g} s ({' '.join(map(str, proc.args))})"
+            f"{name} did not end in {timeout_s:g} s ({' '.join(map(str, proc.args))})"
         ) from None
     text = started.log.read_text(errors="replace")
-    if code not in (0, 2):
-        raise GatekeeperError(f"pgbench failed (exit {code}): {text[-2000:]}")
+    if code not in ok_codes:
+        raise GatekeeperError(f"{name} failed (exit {code}): {text[-2000:]}")
+    return code, text
+
+
+def finish(started: Started, timeout_s: float) -> Report:
+    """Waits for a started pgbench (killed past `timeout_s`); its report. Exit code 2 (some
+    clients aborted by an error) is a result; anything else but 0 is a failure."""
+    code, text = wait(started, timeout_s, "pgbench", ok_codes=(0, 2))
     return parse(text, code, time.monotonic() - started.t0, started.epoch_s)
 
 
