@@ -145,6 +145,7 @@ def test_a_tiny_run_end_to_end(tmp_path):
         "overload.duration_s=3",
         "overload.warmup_s=1",
         "overload.capacity_s=1",
+        "overload.capacity_probe_s=2",
         "overload.expensive_rows=5000",
         "overload.cheap_clients=4",
         "overload.expensive_clients=4",
@@ -178,7 +179,14 @@ def test_a_tiny_run_end_to_end(tmp_path):
     distinct = next(p for p in points if p["script"] == "distinct" and p["clients"] == 4)
     assert distinct["arms"]["gatekeeper"]["gatekeeper"]["types"] > 10
     ol = doc["overload"]
-    assert ol["capacity"]["capacity_tps"] > 0 and ol["capacity"]["gate_capacity_ms"] > 0
+    cap = ol["capacity"]
+    assert cap["capacity_tps"] > 0 and cap["gate_capacity_ms"] > 0
+    # The open-loop probes: each script alone, then the mix, costed by the database's CPU.
+    assert set(cap["probes"]["alone"]) == {"cheap", "expensive"}
+    for name, probe in cap["probes"]["alone"].items():
+        assert probe["completed"][name] > 0 and probe["cpu_s"] > 0, (name, probe)
+    assert 0 < cap["probes"]["mix"]["busy"] <= 1.05
+    assert cap["service_ms"]["cheap"] < cap["service_ms"]["expensive"]
     assert {p["arm"] for p in ol["points"]} == {"direct", "pgbouncer", "sjf", "fifo@auto"}
     for p in ol["points"]:
         for cls in ("cheap", "expensive"):

@@ -69,6 +69,8 @@ OVERLOAD: dict[str, Field] = {
     "expensive_clients": Field("int", True, lo=1, hi=1000),
     "capacity_s": positive("number", True),
     "capacity_clients": Field("int", True, lo=1, hi=256),
+    "capacity_probe_s": Field("number", True, lo=1, hi=600),
+    "capacity_probe_load": Field("number", True, lo=0, lo_open=True, hi=1),
     "cheap_room": Field("number", True, lo=0),
     "estimate_basis": Field("str", True, what="a cost basis (`shortfirst vocabulary`)"),
     "generator": Field("str", True, choices=GENERATORS),
@@ -107,6 +109,8 @@ class Overload:
     expensive_clients: int
     capacity_s: float
     capacity_clients: int
+    capacity_probe_s: float
+    capacity_probe_load: float
     cheap_room: float
     estimate_basis: str
     generator: str
@@ -183,8 +187,8 @@ def from_dict(doc: dict[str, Any], path: Path) -> PgExperiment:
             pg["max_connections"],
         )
     floats = (
-        "duration_s", "warmup_s", "timeout_s", "expensive_share", "capacity_s", "cheap_room", "max_wait_s",
-        "overdue_share", "max_queue_wait_s",
+        "duration_s", "warmup_s", "timeout_s", "expensive_share", "capacity_s", "capacity_probe_s",
+        "capacity_probe_load", "cheap_room", "max_wait_s", "overdue_share", "max_queue_wait_s",
     )  # fmt: skip
     return PgExperiment(
         **{k: pg[k] for k in PG},

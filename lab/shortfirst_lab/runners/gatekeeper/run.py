@@ -21,7 +21,7 @@ from typing import Any
 
 from ... import commands
 from ...kit import Child, free_port, wait_http, wait_port
-from ...testbed.cpus import CpuReservation, CpusError, detect
+from ...testbed.cpus import CpuReservation, CpusError, detect, parse_cpulist
 from .backends.base import GatekeeperError
 
 #: Bound on the trace a run replays (requests).
@@ -45,6 +45,16 @@ def pinned_prefix(pin: bool | None) -> list[str]:
             raise GatekeeperError("--pin: no cpuset reservation (python -m shortfirst_lab cpus reserve 1)")
         return []
     return [sys.executable, "-m", "shortfirst_lab", "cpus", "run", "--"]
+
+
+def reserved_cpus() -> tuple[int, ...]:
+    """The CPUs of the cpuset reservation (those `pinned_prefix` runs a command on); () without
+    one."""
+    try:
+        res = CpuReservation(detect())
+        return tuple(sorted(parse_cpulist(res.h.cpus_file(res.reserved).read_text())))
+    except (CpusError, OSError):
+        return ()
 
 
 @dataclass(frozen=True)

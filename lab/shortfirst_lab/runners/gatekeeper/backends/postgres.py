@@ -69,6 +69,15 @@ class Postgres:
     dir: Path
     cgroup: Path | None = None
 
+    @property
+    def postmaster_pid(self) -> int:
+        """The postmaster's process id (the first line of its `postmaster.pid`)."""
+        path = self.dir / "data" / "postmaster.pid"
+        try:
+            return int(path.read_text().split("\n", 1)[0])
+        except (OSError, ValueError) as e:
+            raise GatekeeperError(f"{path}: no postmaster process id ({e})") from None
+
     def set_memory_limit(self, mb: int) -> None:
         self._pg_sh("memory-limit", mb)
 

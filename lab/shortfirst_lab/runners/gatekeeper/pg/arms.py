@@ -26,8 +26,10 @@ SETTLE_S = 5.0
 @dataclass(frozen=True)
 class Context:
     """What every point shares: our binary, the server's URL, where raw logs go, PgBouncer's
-    pool size, the most clients a point has and the argv prefix that starts a proxy where
-    the database runs (`run.pinned_prefix`: on the reserved CPU; empty: where the lab runs)."""
+    pool size, the most clients a point has, the argv prefix that starts a proxy where
+    the database runs (`run.pinned_prefix`: on the reserved CPU; empty: where the lab runs),
+    the CPUs the database has to itself (the reservation's; () unpinned) and its postmaster's
+    process id (the database's CPU time without a reservation)."""
 
     binary: Path
     server_url: str
@@ -35,6 +37,8 @@ class Context:
     pool_size: int
     max_clients: int
     prefix: list[str] = field(default_factory=list)
+    db_cpus: tuple[int, ...] = ()
+    postmaster_pid: int | None = None
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 from ....kit import provenance, shortfirst_binary, write_json
 from ....spec.reader import read_spec
 from ..backends.postgres import postgres
-from ..run import pinned_prefix
+from ..run import pinned_prefix, reserved_cpus
 from . import overhead, overload, pgbench, verdict
 from .arms import Context
 
@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
             "max_connections": spec.max_connections,
             "init_s": pgbench.init(pg.url, spec.scale, work / "init.log"),
         }
-        ctx = Context(a.bin, pg.url, work, spec.pool_size, clients, prefix)
+        db_cpus = reserved_cpus() if prefix else ()
+        ctx = Context(a.bin, pg.url, work, spec.pool_size, clients, prefix, db_cpus, pg.postmaster_pid)
         accounts = 100_000 * spec.scale
         for name in run:
             t0, load0 = time.monotonic(), _loadavg()

@@ -6,14 +6,12 @@ goes on, so a way in that sheds load can be measured; the gatekeeper is then tol
 clients' timeout as its `--patience`) or pgbench (`-R`; its first error ends a client, so
 the gatekeeper runs with `--patience off` and no refusal).
 
-The capacity is measured in the run, direct (`measure_capacity`): each script alone under
-closed-loop clients gives its transactions/s on the database's CPU, so its service time is
-the inverse; the capacity is the mix's rate at which the service times add up to one second
-a second: 1 / ((1 - p) s_cheap + p s_expensive), p the expensive share of transactions. The
-gatekeeper's own capacity (arms without `@auto`) is the charge of `pool_size` expensive
-transactions, plus `cheap_room` of one: at their wall time with `pool_size` running at once,
-or with the `cpu` basis at their processor time (the expensive script's service time). An
-arm `POLICY+BASIS` runs with that cost basis instead of `overload.estimate_basis`.
+The capacity is measured in the run, direct, open loop (`capacity.measure`): the mix's rate
+at which the database's CPU would be busy all the time. The gatekeeper's own capacity (arms
+without `@auto`) is the charge of `pool_size` expensive transactions, plus `cheap_room` of
+one: at their wall time with `pool_size` running at once, or with the `cpu` basis at their
+processor time (the expensive script's open-loop cost). An arm `POLICY+BASIS` runs with that
+cost basis instead of `overload.estimate_basis`.
 
 Per class, over the transactions scheduled in the window [start + warm-up, start +
 duration] (load-pg's schedule starts once its connections are open; pgbench's, connections
@@ -38,7 +36,7 @@ from .... import commands
 from ....kit import process_running
 from ....spec.pg import Overload, overload_arm
 from ..timeline import TIMELINE_SERIES, Sampler, write_timeline
-from . import loadpg, pgbench
+from . import capacity, loadpg, pgbench
 from .arms import Context, gate_state, way_in
 
 CLASSES = ("cheap", "expensive")
@@ -60,53 +58,6 @@ def write_scripts(work: Path, accounts: int, ol: Overload) -> dict[str, Path]:
         out[name] = work / f"{name}.sql"
         out[name].write_text(text[name])
     return out
-
-
-def measure_capacity(ctx: Context, ol: Overload, scripts: dict[str, Path], seed: int) -> dict:
-    """Each script alone, direct, closed loop: `capacity_clients` clients (the service time),
-    and the expensive one at `pool_size` clients (its wall time at the pool's concurrency)."""
-    d = ctx.work / "capacity"
-    d.mkdir(parents=True, exist_ok=True)
-    runs = {}
-    for name, clients in (
-        ("cheap", ol.capacity_clients),
-        ("expensive", ol.capacity_clients),
-        ("pool", ctx.pool_size),
-    ):
-        path = scripts["expensive" if name == "pool" else name]
-        cmd = pgbench.argv(
-            ctx.server_url, script=["-f", str(path)], protocol=ol.protocol, clients=clients,
-            duration_s=ol.capacity_s, seed=seed, log_prefix=d / name,
-        )  # fmt: skip
-        rep = pgbench.run(cmd, d / f"{name}-report.txt", d, ol.capacity_s)
-        lat = [r.latency_s for r in pgbench.read_log(d / name)]
-        runs[name] = {
-            "clients": clients,
-            "tps": rep.tps,
-            "mean_ms": 1e3 * sum(lat) / len(lat),
-            "command": " ".join(cmd),
-        }
-    s_cheap, s_exp = 1 / runs["cheap"]["tps"], 1 / runs["expensive"]["tps"]
-    p = ol.expensive_share
-
-    def gate_capacity_ms(basis: str) -> float:
-        # The charge of one expensive transaction in the basis's unit: processor time (its
-        # service time: the database has one CPU) or its wall time at the pool's concurrency.
-        charge_s = s_exp if basis == "cpu" else runs["pool"]["mean_ms"] / 1e3
-        return 1e3 * (ctx.pool_size + ol.cheap_room) * charge_s
-
-    bases = {ol.estimate_basis} | {b for a in ol.arms if (b := overload_arm(a).basis) is not None}
-    return {
-        "runs": runs,
-        "service_ms": {"cheap": 1e3 * s_cheap, "expensive": 1e3 * s_exp},
-        "capacity_tps": 1 / ((1 - p) * s_cheap + p * s_exp),
-        "gate_capacity_ms": gate_capacity_ms(ol.estimate_basis),
-        "gate_capacity_ms_by_basis": {b: gate_capacity_ms(b) for b in sorted(bases)},
-        "definition": "service time of a script = 1 / its transactions/s alone, direct, under "
-        "capacity_clients closed-loop clients; capacity = 1 / ((1 - p) s_cheap + p s_expensive), "
-        "p the expensive share; gate_capacity = (pool_size + cheap_room) x the expensive script's "
-        "service time (cpu basis) or mean latency under pool_size closed-loop clients (other bases)",
-    }
 
 
 def point(
@@ -275,9 +226,11 @@ def _ms(s: float | None) -> float | None:
 def run(ctx: Context, ol: Overload, seed: int, accounts: int) -> dict:
     """The capacity, then every load through every arm (arms in turn at each load)."""
     scripts = write_scripts(ctx.work, accounts, ol)
-    cap = measure_capacity(ctx, ol, scripts, seed)
+    cap = capacity.measure(ctx, ol, scripts, seed)
     print(
-        f"overload: capacity {cap['capacity_tps']:.0f} tps (service ms {cap['service_ms']}), "
+        f"overload: capacity {cap['capacity_tps']:.0f} tps "
+        f"(closed loop {cap['closed_loop_capacity_tps']:.0f}, "
+        f"by open-loop costs {cap['capacity_by_costs_tps']:.0f}; service ms {cap['service_ms']}), "
         f"gate capacity {cap['gate_capacity_ms']:.1f} ms",
         file=sys.stderr,
         flush=True,
