@@ -40,6 +40,7 @@ PG: dict[str, Field] = {
     "shared_buffers": Field("str", True, what="a size such as 256MB"),
     "pool_size": Field("int", True, lo=1, hi=1000),
     "seed": Field("int", True, lo=0),
+    "proxy_nice": Field("int", True, lo=-20, hi=19, what="the proxies' nice value (nice -n)"),
 }
 OVERHEAD: dict[str, Field] = {
     "arms": Field("strs", True, choices=OVERHEAD_ARMS),
@@ -128,6 +129,7 @@ class PgExperiment:
     shared_buffers: str
     pool_size: int
     seed: int
+    proxy_nice: int
     overhead: Overhead
     overload: Overload
 

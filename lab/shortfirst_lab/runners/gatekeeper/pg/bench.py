@@ -68,10 +68,13 @@ def main(argv: list[str] | None = None) -> int:
             "pinned_to_reserved_cpu": bool(prefix),
             "scale": spec.scale,
             "max_connections": spec.max_connections,
+            "proxy_nice": spec.proxy_nice,
             "init_s": pgbench.init(pg.url, spec.scale, work / "init.log"),
         }
         db_cpus = reserved_cpus() if prefix else ()
-        ctx = Context(a.bin, pg.url, work, spec.pool_size, clients, prefix, db_cpus, pg.postmaster_pid)
+        # The proxies (PgBouncer, the gatekeeper) beside the database, at the file's nice value.
+        proxy_prefix = prefix + (["nice", "-n", str(spec.proxy_nice)] if spec.proxy_nice else [])
+        ctx = Context(a.bin, pg.url, work, spec.pool_size, clients, proxy_prefix, db_cpus, pg.postmaster_pid)
         accounts = 100_000 * spec.scale
         for name in run:
             t0, load0 = time.monotonic(), _loadavg()
