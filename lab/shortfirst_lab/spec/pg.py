@@ -34,6 +34,10 @@ BOUND = "bound"
 SHED = "shed"
 _SIZE = re.compile(r"^[0-9]+(kB|MB|GB)$")
 
+#: Where the proxies run with a CPU reservation: beside the database on its reserved CPU, or
+#: with the clients on the others.
+PROXY_CPUS = ("database", "clients")
+
 PG: dict[str, Field] = {
     "scale": Field("int", True, lo=1, hi=1000, what="pgbench -i scale: 100,000 accounts each"),
     "max_connections": Field("int", True, lo=10, hi=2000),
@@ -41,6 +45,7 @@ PG: dict[str, Field] = {
     "pool_size": Field("int", True, lo=1, hi=1000),
     "seed": Field("int", True, lo=0),
     "proxy_nice": Field("int", True, lo=-20, hi=19, what="the proxies' nice value (nice -n)"),
+    "proxy_cpu": Field("str", True, choices=PROXY_CPUS),
 }
 OVERHEAD: dict[str, Field] = {
     "arms": Field("strs", True, choices=OVERHEAD_ARMS),
@@ -130,6 +135,7 @@ class PgExperiment:
     pool_size: int
     seed: int
     proxy_nice: int
+    proxy_cpu: str
     overhead: Overhead
     overload: Overload
 

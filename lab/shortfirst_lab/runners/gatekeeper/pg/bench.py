@@ -5,8 +5,9 @@ section of an existing summary is kept). Raw logs (pgbench's per-transaction log
 proxies' output) stay in the work directory, named in the summary.
 
 With `--pin` (the default when a `python -m shortfirst_lab cpus` reservation exists)
-PostgreSQL and the proxies (PgBouncer, the gatekeeper: next to the server, as deployed) run on
-the reserved CPU, pgbench where this command runs (run it outside the reservation): the
+PostgreSQL and the proxies (PgBouncer, the gatekeeper: next to the server, as deployed, unless
+the file's `proxy_cpu` puts them with the clients) run on the reserved CPU, pgbench where this
+command runs (run it outside the reservation): the
 clients' CPU is not the database's, and the proxies' cost samples are not delayed by other
 work on the shared CPUs.
 """
@@ -69,11 +70,14 @@ def main(argv: list[str] | None = None) -> int:
             "scale": spec.scale,
             "max_connections": spec.max_connections,
             "proxy_nice": spec.proxy_nice,
+            "proxy_cpu": spec.proxy_cpu if prefix else None,
             "init_s": pgbench.init(pg.url, spec.scale, work / "init.log"),
         }
         db_cpus = reserved_cpus() if prefix else ()
-        # The proxies (PgBouncer, the gatekeeper) beside the database, at the file's nice value.
-        proxy_prefix = prefix + (["nice", "-n", str(spec.proxy_nice)] if spec.proxy_nice else [])
+        # The proxies (PgBouncer, the gatekeeper) beside the database or with the clients, at
+        # the file's nice value.
+        proxy_prefix = prefix if spec.proxy_cpu == "database" else []
+        proxy_prefix += ["nice", "-n", str(spec.proxy_nice)] if spec.proxy_nice else []
         ctx = Context(a.bin, pg.url, work, spec.pool_size, clients, proxy_prefix, db_cpus, pg.postmaster_pid)
         accounts = 100_000 * spec.scale
         for name in run:
