@@ -506,3 +506,58 @@ mod pgbouncer;
 
 #[path = "pgtests/tls.rs"]
 mod tls;
+
+/// Reads whole messages from `s` until one of type `until` (included); every message as
+/// (type, body). Bounded: a test server that never sends it fails the test.
+async fn read_until(s: &mut TcpStream, until: u8) -> Vec<(u8, Bytes)> {
+    let mut buf = BytesMut::new();
+    let mut out = Vec::new();
+    for _ in 0..1000 {
+        while let Some(f) = shortfirst_gatekeeper::pg::frame::next_frame(&mut buf, 1 << 20).unwrap() {
+            let tag = f.tag();
+            out.push((tag, f.bytes.slice(5..)));
+            if tag == until {
+                return out;
+            }
+        }
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read_buf(&mut buf)).await.unwrap().unwrap();
+        assert!(n > 0, "closed before '{}': {out:?}", char::from(until));
+    }
+    panic!("no '{}' in 1000 reads: {out:?}", char::from(until));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_protocol_3_2_startup_is_negotiated_down_by_the_server_and_the_session_works() {
+    pg_or_skip!();
+    let (_pg, gk) = gatekeeper().await;
+    let mut s = TcpStream::connect(gk.addr).await.unwrap();
+    // StartupMessage for protocol 3.2 (PostgreSQL 18's libpq can ask for it).
+    let mut body = Vec::new();
+    body.extend_from_slice(&((3i32 << 16) | 2).to_be_bytes());
+    for (k, v) in [("user", "bookstore"), ("database", "bookstore")] {
+        body.extend_from_slice(k.as_bytes());
+        body.push(0);
+        body.extend_from_slice(v.as_bytes());
+        body.push(0);
+    }
+    body.push(0);
+    let mut startup = ((body.len() + 4) as i32).to_be_bytes().to_vec();
+    startup.extend_from_slice(&body);
+    s.write_all(&startup).await.unwrap();
+    let msgs = read_until(&mut s, b'Z').await;
+    // The server (15) answers NegotiateProtocolVersion with the newest minor it speaks, 0,
+    // and the session goes on in 3.0: its cancel key has 4 bytes.
+    let (tag, nego) = &msgs[0];
+    assert_eq!(*tag, b'v', "{msgs:?}");
+    assert_eq!(i32::from_be_bytes(nego[..4].try_into().unwrap()), 3 << 16, "{msgs:?}");
+    let key = msgs.iter().find(|(t, _)| *t == b'K').expect("BackendKeyData");
+    assert_eq!(key.1.len(), 8, "process id and a 4-byte key");
+    let mut q = BytesMut::new();
+    frontend::query("SELECT 40 + 2", &mut q).unwrap();
+    s.write_all(&q).await.unwrap();
+    let answer = read_until(&mut s, b'Z').await;
+    let row = answer.iter().find(|(t, _)| *t == b'D').expect("a DataRow");
+    assert!(row.1.ends_with(b"42"), "{answer:?}");
+    gk.settled().await;
+    assert_eq!((gk.gate.admitted(), gk.gate.finished()), (1, 1));
+}

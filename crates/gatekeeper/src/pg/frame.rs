@@ -223,6 +223,28 @@ mod tests {
         }
     }
 
+    /// A CancelRequest of protocol 3.2: a key of up to 256 bytes; a longer one is refused.
+    #[test]
+    fn cancel_keys_of_protocol_3_2() {
+        let cancel = |key_bytes: usize| {
+            let mut b = BytesMut::new();
+            b.extend_from_slice(&((12 + key_bytes) as i32).to_be_bytes());
+            b.extend_from_slice(&CANCEL_REQUEST_CODE.to_be_bytes());
+            b.extend_from_slice(&7i32.to_be_bytes());
+            b.extend((0..key_bytes).map(|i| i as u8));
+            next_startup(&mut b)
+        };
+        match cancel(32).unwrap().unwrap() {
+            StartupFrame::Cancel { pid, secret, bytes } => {
+                assert_eq!((pid, secret.len(), bytes.len()), (7, 32, 44));
+                assert_eq!(secret[31], 31);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(cancel(MAX_CANCEL_KEY_BYTES), Ok(Some(StartupFrame::Cancel { .. }))));
+        assert_eq!(cancel(MAX_CANCEL_KEY_BYTES + 1), Err(FrameError::BadCancel { len_bytes: 12 + 257 }));
+    }
+
     #[test]
     fn protocol_2_is_refused_by_name() {
         let mut b = BytesMut::from(&[0, 0, 0, 9, 0, 2, 0, 0, 0][..]);
