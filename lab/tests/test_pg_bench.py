@@ -126,6 +126,17 @@ def _missing() -> str | None:
     return None
 
 
+def _check_capacity(cap: dict) -> None:
+    """The capacity step's record: the open-loop probes (each script alone, then the mix),
+    costed by the database's CPU."""
+    assert cap["capacity_tps"] > 0 and cap["gate_capacity_ms"] > 0
+    assert set(cap["probes"]["alone"]) == {"cheap", "expensive"}
+    for name, probe in cap["probes"]["alone"].items():
+        assert probe["completed"][name] > 0 and probe["cpu_s"] > 0, (name, probe)
+    assert 0 < cap["probes"]["mix"]["busy"] <= 1.05
+    assert cap["service_ms"]["cheap"] < cap["service_ms"]["expensive"]
+
+
 @pytest.mark.slow
 def test_a_tiny_run_end_to_end(tmp_path):
     """Both experiments, a few seconds each: every arm gives transactions/s, every point's
@@ -179,14 +190,7 @@ def test_a_tiny_run_end_to_end(tmp_path):
     distinct = next(p for p in points if p["script"] == "distinct" and p["clients"] == 4)
     assert distinct["arms"]["gatekeeper"]["gatekeeper"]["types"] > 10
     ol = doc["overload"]
-    cap = ol["capacity"]
-    assert cap["capacity_tps"] > 0 and cap["gate_capacity_ms"] > 0
-    # The open-loop probes: each script alone, then the mix, costed by the database's CPU.
-    assert set(cap["probes"]["alone"]) == {"cheap", "expensive"}
-    for name, probe in cap["probes"]["alone"].items():
-        assert probe["completed"][name] > 0 and probe["cpu_s"] > 0, (name, probe)
-    assert 0 < cap["probes"]["mix"]["busy"] <= 1.05
-    assert cap["service_ms"]["cheap"] < cap["service_ms"]["expensive"]
+    _check_capacity(ol["capacity"])
     assert {p["arm"] for p in ol["points"]} == {"direct", "pgbouncer", "sjf", "fifo@auto"}
     for p in ol["points"]:
         for cls in ("cheap", "expensive"):

@@ -33,14 +33,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .... import commands
 from ....kit import CLK_TCK, per_cpu_ticks, read_proc_stat
 from ....spec.pg import Overload, overload_arm
 from ..backends.base import GatekeeperError
-from . import loadpg, pgbench
+from . import clients, loadpg, pgbench
 from .arms import Context
+from .clients import CLASSES
 
-CLASSES = ("cheap", "expensive")
 #: How often the database's CPU time is sampled during a probe.
 SAMPLE_S = 0.2
 #: The part of a probe's schedule left out at its start (connections warming up, at most this
@@ -145,17 +144,10 @@ def probe(
     overload's clients): each one's completions per second in the sampled window, and the
     database's busy share there."""
     d.mkdir(parents=True, exist_ok=True)
-    clients = {"cheap": ol.cheap_clients, "expensive": ol.expensive_clients}
-    started, cmds = {}, {}
     with sampled(cpu) as samples:
-        for i, n in enumerate(rates):
-            cmds[n] = commands.load_pg(
-                ctx.binary, ctx.server_url, scripts[n], d / n, clients=clients[n],
-                duration_s=ol.capacity_probe_s, rate_per_s=rates[n], timeout_s=ol.timeout_s, seed=seed + i,
-            )  # fmt: skip
-            started[n] = pgbench.start(cmds[n], d / f"{n}-report.txt", d)
-        limit_s = ol.capacity_probe_s + pgbench.GRACE_S
-        reports = {n: loadpg.report(started[n], limit_s, d / n)[0] for n in rates}
+        cmds, reports, _ = clients.run(
+            ctx, ol, ctx.server_url, d, scripts, rates, seed, ol.capacity_probe_s, "load-pg"
+        )
     start = max(r.started_epoch_s for r in reports.values())
     done = {n: [r.end_s for r in loadpg.read_log(d / n) if r.latency_s < math.inf] for n in rates}
     w = window_cost(samples, done, start, ol.capacity_probe_s)
@@ -180,20 +172,20 @@ def closed_loop(ctx: Context, ol: Overload, scripts: dict[str, Path], seed: int)
     d = ctx.work / "capacity"
     d.mkdir(parents=True, exist_ok=True)
     runs = {}
-    for name, clients in (
+    for name, n_clients in (
         ("cheap", ol.capacity_clients),
         ("expensive", ol.capacity_clients),
         ("pool", ctx.pool_size),
     ):
         path = scripts["expensive" if name == "pool" else name]
         cmd = pgbench.argv(
-            ctx.server_url, script=["-f", str(path)], protocol=ol.protocol, clients=clients,
+            ctx.server_url, script=["-f", str(path)], protocol=ol.protocol, clients=n_clients,
             duration_s=ol.capacity_s, seed=seed, log_prefix=d / name,
         )  # fmt: skip
         rep = pgbench.run(cmd, d / f"{name}-report.txt", d, ol.capacity_s)
         lat = [r.latency_s for r in pgbench.read_log(d / name)]
         runs[name] = {
-            "clients": clients,
+            "clients": n_clients,
             "tps": rep.tps,
             "mean_ms": 1e3 * sum(lat) / len(lat),
             "command": " ".join(cmd),

@@ -32,14 +32,13 @@ import math
 import sys
 from pathlib import Path
 
-from .... import commands
 from ....kit import process_running
 from ....spec.pg import Overload, overload_arm
 from ..timeline import TIMELINE_SERIES, Sampler, write_timeline
-from . import capacity, loadpg, pgbench
+from . import capacity, clients, loadpg, pgbench
 from .arms import Context, gate_state, way_in
+from .clients import CLASSES
 
-CLASSES = ("cheap", "expensive")
 #: The gatekeeper's /metrics sampled this often while the load runs (`timeline.csv`).
 SAMPLE_S = 0.5
 #: Seconds before the end of pgbench's schedule where the window ends (pgbench's own start
@@ -88,7 +87,9 @@ def point(
     ) as way:
         sampler = Sampler(None, way.admin_port, SAMPLE_S, keep=TIMELINE_SERIES) if way.admin_port else None
         with sampler or contextlib.nullcontext():
-            cmds, reports, outcomes = _run_clients(ctx, ol, way.url, d, scripts, rates, seed)
+            cmds, reports, outcomes = clients.run(
+                ctx, ol, way.url, d, scripts, rates, seed, ol.duration_s, ol.generator
+            )
         # A proxy that died under the load (PgBouncer 1.18 once did, in its cancel handling)
         # leaves a point that measured its clients' failures, not the arm.
         exited = [pid for pid in way.pids if not process_running(pid)]
@@ -125,54 +126,12 @@ def point(
     return out
 
 
-def _run_clients(
-    ctx: Context,
-    ol: Overload,
-    url: str,
-    d: Path,
-    scripts: dict[str, Path],
-    rates: dict[str, float],
-    seed: int,
-) -> tuple[dict[str, list[str]], dict[str, pgbench.Report], dict[str, dict]]:
-    """Both classes' clients at once against `url`, to their end: each one's command line,
-    its pgbench-like report, and (load-pg) what became of its transactions."""
-    clients = {"cheap": ol.cheap_clients, "expensive": ol.expensive_clients}
-    cmds, started = {}, {}
-    for i, name in enumerate(CLASSES):
-        cmds[name] = _client_argv(ctx, ol, url, scripts[name], clients[name], seed + i, rates[name], d / name)
-        started[name] = pgbench.start(cmds[name], d / f"{name}-report.txt", d)
-    limit_s = ol.duration_s + pgbench.GRACE_S
-    if ol.generator != "load-pg":
-        return cmds, {n: pgbench.finish(started[n], limit_s) for n in CLASSES}, {n: {} for n in CLASSES}
-    done = {n: loadpg.report(started[n], limit_s, d / n) for n in CLASSES}
-    outcomes = {
-        n: {"outcomes": done[n][1]["outcomes"], "sqlstates": done[n][1]["sqlstates"]} for n in CLASSES
-    }
-    return cmds, {n: done[n][0] for n in CLASSES}, outcomes
-
-
 def expensive_ceiling(cap: dict, rates: dict[str, float]) -> float:
     """The most expensive transactions a second the database could complete while serving
     every cheap one, by the measured service times: the CPU the cheap rate leaves, over an
     expensive transaction's service time (at most the expensive rate offered)."""
     left = max(0.0, 1.0 - rates["cheap"] * cap["service_ms"]["cheap"] / 1e3)
     return min(rates["expensive"], left / (cap["service_ms"]["expensive"] / 1e3))
-
-
-def _client_argv(
-    ctx: Context, ol: Overload, url: str, script: Path, clients: int, seed: int, rate: float, out: Path
-) -> list[str]:
-    """One class's client, open loop: load-pg (logs in the directory `out`) or pgbench (its
-    logs named `out.PID`)."""
-    if ol.generator == "load-pg":
-        return commands.load_pg(
-            ctx.binary, url, script, out, clients=clients, duration_s=ol.duration_s, rate_per_s=rate,
-            timeout_s=ol.timeout_s, seed=seed,
-        )  # fmt: skip
-    return pgbench.argv(
-        url, script=["-f", str(script)], protocol=ol.protocol, clients=clients, duration_s=ol.duration_s,
-        seed=seed, rate_per_s=rate, log_prefix=out,
-    )  # fmt: skip
 
 
 def estimates_during(rows: list[dict]) -> dict[str, float]:
