@@ -48,7 +48,8 @@ LEAD_SHARE = 0.2
 TAIL_S = 0.25
 #: A probe completing less than this share of its rate did not keep up.
 SATURATED_SHARE = 0.95
-#: The most samples a probe keeps (a probe longer than this many periods is refused).
+#: The most samples a probe keeps; past it the sampler stops and the window ends at its last
+#: sample (a probe's schedule is at most 600 s by the schema: 3,000 samples).
 MAX_SAMPLES = 100_000
 
 
