@@ -338,6 +338,23 @@ def per_cpu_ticks(stat: dict[str, dict[str, int]]) -> dict[int, dict[str, int]]:
     return {int(k[3:]): v for k, v in stat.items() if k != "cpu" and k[3:].isdigit()}
 
 
+def cpu_times(cpus: list[int], stat: Path = Path("/proc/stat")) -> dict[int, dict[str, float]]:
+    """Seconds each of ``cpus`` spent busy (user, nice, system, irq, softirq), idle (idle, iowait)
+    and stolen by the host, from ``/proc/stat``. A point's difference shows whether the host took
+    the CPU the experiment ran on: a throughput dip with steal is the host's, not the policy's."""
+    tick_s = 1.0 / CLK_TCK
+    out: dict[int, dict[str, float]] = {}
+    for cpu, t in per_cpu_ticks(read_proc_stat(stat)).items():
+        if cpu not in cpus:
+            continue
+        out[cpu] = {
+            "busy_s": (t["user"] + t["nice"] + t["system"] + t["irq"] + t["softirq"]) * tick_s,
+            "idle_s": (t["idle"] + t["iowait"]) * tick_s,
+            "steal_s": t["steal"] * tick_s,
+        }
+    return out
+
+
 def parse_proc_pairs(text: str) -> dict[str, dict[str, int]]:
     """/proc/net/snmp and /proc/net/netstat: pairs of lines ``Group: names…`` /
     ``Group: values…`` (several files may be concatenated). A pair whose groups
@@ -361,12 +378,12 @@ def read_netstat(path: Path = Path("/proc/net/netstat")) -> dict[str, dict[str, 
     return parse_proc_pairs(Path(path).read_text())
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def stat_fields(pid: int, proc: Path = Path("/proc")) -> list[str] | None:
     """The fields of `/proc/<pid>/stat` after the ")" of the command name (state first,
     field 3 of proc(5)), or None once the process is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
+        stat = (proc / str(pid) / "stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
         return None
     return stat.rsplit(")", 1)[1].split()
 
@@ -374,14 +391,14 @@ def _stat_fields(pid: int) -> list[str] | None:
 def process_cpu_s(pid: int) -> float:
     """CPU seconds (user + system, every thread) process `pid` has used so far; 0.0 once it
     is gone (a process that exited used what it used, and is no longer ours to count)."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     # utime and stime are fields 14 and 15 of proc(5).
     return 0.0 if fields is None else (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def process_running(pid: int) -> bool:
     """Whether process `pid` still runs (exists and is not a zombie waiting to be reaped)."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return fields is not None and fields[0] != "Z"
 
 

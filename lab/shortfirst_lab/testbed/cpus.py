@@ -133,6 +133,10 @@ class CpuReservation:
         self.rest = hierarchy.base / f"{name}-rest"
         self.state_file = state_file
 
+    def reserved_cpus(self) -> set[int]:
+        """The CPUs the reservation holds (its ``cpuset.cpus``); raises OSError without one."""
+        return parse_cpulist((self.reserved / "cpuset.cpus").read_text())
+
     def online(self) -> set[int]:
         return parse_cpulist(self.h.cpus_file(self.h.base).read_text())
 
@@ -182,9 +186,11 @@ class CpuReservation:
         reservation with other CPUs exists (release it first)."""
         plan = self.plan(cpus)
         if self.reserved.exists():
-            have = (self.reserved / "cpuset.cpus").read_text().strip()
-            if parse_cpulist(have) != cpus:
-                raise CpusError(f"{self.reserved} already reserves CPUs {have}: release it first")
+            have = self.reserved_cpus()
+            if have != cpus:
+                raise CpusError(
+                    f"{self.reserved} already reserves CPUs {format_cpulist(have)}: release it first"
+                )
         if self.h.version == 2:
             _write(self.h.base / "cgroup.subtree_control", "+cpuset")
         self._make(self.rest, plan["rest_cpus"], plan["mems"])

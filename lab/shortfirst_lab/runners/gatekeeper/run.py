@@ -21,7 +21,7 @@ from typing import Any
 
 from ... import commands
 from ...kit import Child, free_port, wait_http, wait_port
-from ...testbed.cpus import CpuReservation, CpusError, detect, parse_cpulist
+from ...testbed.cpus import CpuReservation, CpusError, detect
 from .backends.base import GatekeeperError
 
 #: Bound on the trace a run replays (requests).
@@ -51,8 +51,7 @@ def reserved_cpus() -> tuple[int, ...]:
     """The CPUs of the cpuset reservation (those `pinned_prefix` runs a command on); () without
     one."""
     try:
-        res = CpuReservation(detect())
-        return tuple(sorted(parse_cpulist(res.h.cpus_file(res.reserved).read_text())))
+        return tuple(sorted(CpuReservation(detect()).reserved_cpus()))
     except (CpusError, OSError):
         return ()
 

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ....kit import CLK_TCK, per_cpu_ticks, read_proc_stat
+from ....kit import CLK_TCK, cpu_times, stat_fields
 from ....spec.pg import Overload, overload_arm
 from ..backends.base import GatekeeperError
 from . import clients, loadpg, pgbench
@@ -70,9 +70,7 @@ class DbCpu:
 
     def seconds(self) -> float:
         if self.cpus:
-            ticks = per_cpu_ticks(read_proc_stat())
-            busy = ("user", "nice", "system", "irq", "softirq")
-            return sum(ticks[c][k] for c in self.cpus for k in busy) / CLK_TCK
+            return sum(t["busy_s"] for t in cpu_times(list(self.cpus)).values())
         assert self.pid is not None
         return process_tree_cpu_s(self.pid)
 
@@ -83,11 +81,8 @@ def process_tree_cpu_s(pid: int, proc: Path = Path("/proc")) -> float:
     PostgreSQL backend is the postmaster's child."""
     total = 0
     for entry in os.scandir(proc):
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # gone meanwhile
+        fields = stat_fields(int(entry.name), proc) if entry.name.isdigit() else None
+        if fields is None:  # not a process, or gone meanwhile
             continue
         # proc(5): ppid is field 4, utime .. cstime fields 14 .. 17 (3 is the first here).
         if int(entry.name) == pid:

@@ -9,6 +9,7 @@ request), ``sweep`` (running an experiment file), ``report`` (figures and tables
 tests and scripts.
 """
 
+from ....kit import cpu_times
 from ....spec.tpcw import Mode, SweepConfigError, load_config, parse_capacity_us, parse_mode, validate
 from ..backends.base import GatekeeperError, serve
 from ..backends.bookstore import CALIBRATION_MIX, PAGES, PATH_TO_CODE, SESSION_FILE, BookstoreBackend
@@ -17,7 +18,7 @@ from .calibration import calibrate, calibrate_with_browsers, choose_capacity
 from .cli import main
 from .config import Binaries, best_sellers_repeat_of, browsers_for, think_max_s
 from .join import apply_join, join_requests, timeline_stats
-from .measure import analyze, cpu_delta, cpu_times, full_view, parse_metrics, targets, type_to_code
+from .measure import analyze, cpu_delta, full_view, parse_metrics, targets, type_to_code
 from .report import report
 from .sweep import database_front, run_point, sweep
 

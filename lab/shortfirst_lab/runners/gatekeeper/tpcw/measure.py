@@ -10,7 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ....kit import CLK_TCK, parse_prometheus, per_cpu_ticks, read_proc_stat
+from ....kit import parse_prometheus
 from ....spec.tpcw import parse_mode
 from ..backends.bookstore import PATH_TO_CODE
 
@@ -197,23 +197,6 @@ def _little(res: dict, full: dict, browsers: int, think_s: float, mean_waiting: 
         if full["completed"]
         else None,
     }
-
-
-def cpu_times(cpus: list[int], stat: Path = Path("/proc/stat")) -> dict[int, dict[str, float]]:
-    """Seconds each of ``cpus`` spent busy (user, nice, system, irq, softirq), idle (idle, iowait)
-    and stolen by the host, from ``/proc/stat``. A point's difference shows whether the host took
-    the CPU the experiment ran on: a throughput dip with steal is the host's, not the policy's."""
-    tick_s = 1.0 / CLK_TCK
-    out: dict[int, dict[str, float]] = {}
-    for cpu, t in per_cpu_ticks(read_proc_stat(stat)).items():
-        if cpu not in cpus:
-            continue
-        out[cpu] = {
-            "busy_s": (t["user"] + t["nice"] + t["system"] + t["irq"] + t["softirq"]) * tick_s,
-            "idle_s": (t["idle"] + t["iowait"]) * tick_s,
-            "steal_s": t["steal"] * tick_s,
-        }
-    return out
 
 
 def cpu_delta(before: dict[int, dict[str, float]], after: dict[int, dict[str, float]]) -> dict:

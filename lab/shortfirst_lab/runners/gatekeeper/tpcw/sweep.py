@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ....kit import fetch_text, git, write_json
+from ....kit import cpu_times, fetch_text, git, write_json
 from ....spec.tpcw import Mode, load_config, parse_mode
 from ..backends.base import GatekeeperError, serve
 from ..backends.bookstore import SESSION_FILE, BookstoreBackend
@@ -24,7 +24,7 @@ from ..timeline import TIMELINE_SERIES, Sampler, write_timeline
 from .calibration import calibrate, calibrate_with_browsers
 from .config import Binaries, best_sellers_repeat_of, browsers_for, think_max_s
 from .join import apply_join, join_requests
-from .measure import analyze, cpu_delta, cpu_times, full_view, parse_metrics, targets, type_to_code
+from .measure import analyze, cpu_delta, full_view, parse_metrics, targets, type_to_code
 
 
 def run_point(
