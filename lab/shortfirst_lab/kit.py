@@ -402,6 +402,50 @@ def process_running(pid: int) -> bool:
     return fields is not None and fields[0] != "Z"
 
 
+def child_pids(pid: int, proc: Path = Path("/proc")) -> list[int]:
+    """The live children of process `pid` (field 4 of `/proc/<child>/stat`)."""
+    out = []
+    for entry in os.scandir(proc):
+        fields = stat_fields(int(entry.name), proc) if entry.name.isdigit() else None
+        if fields is not None and int(fields[1]) == pid:
+            out.append(int(entry.name))
+    return out
+
+
+def sched_snapshot(pids: Sequence[int], proc: Path = Path("/proc")) -> dict[int, tuple[int, int, int]]:
+    """For every thread of processes `pids`, the kernel's scheduler statistics
+    (`/proc/<pid>/task/<tid>/schedstat`): nanoseconds on the CPU, nanoseconds runnable but
+    waiting for it, and the number of times it was given the CPU. Gone processes are left out."""
+    out: dict[int, tuple[int, int, int]] = {}
+    for pid in pids:
+        try:
+            tasks = os.listdir(proc / str(pid) / "task")
+        except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+            continue
+        for tid in tasks:
+            try:
+                text = (proc / str(pid) / "task" / tid / "schedstat").read_text()
+                run_ns, wait_ns, slices = text.split()[:3]
+            except (FileNotFoundError, ProcessLookupError, ValueError):
+                continue
+            out[int(tid)] = (int(run_ns), int(wait_ns), int(slices))
+    return out
+
+
+def sched_delta(before: dict[int, tuple[int, int, int]], after: dict[int, tuple[int, int, int]]) -> dict:
+    """What the threads present in both snapshots did between them: seconds on the CPU,
+    seconds waiting for it while runnable, times given it, and the mean wait each time."""
+    tids = before.keys() & after.keys()
+    run_ns, wait_ns, slices = (sum(after[t][i] - before[t][i] for t in tids) for i in range(3))
+    return {
+        "threads": len(tids),
+        "run_s": run_ns / 1e9,
+        "wait_s": wait_ns / 1e9,
+        "slices": slices,
+        "wait_us_per_slice": wait_ns / 1e3 / slices if slices else None,
+    }
+
+
 def process_rss_bytes(pid: int) -> int:
     """Resident memory of process `pid` in bytes (`/proc/<pid>/statm`); 0 once it is gone."""
     try:

@@ -46,6 +46,9 @@ PG: dict[str, Field] = {
     "seed": Field("int", True, lo=0),
     "proxy_nice": Field("int", True, lo=-20, hi=19, what="the proxies' nice value (nice -n)"),
     "proxy_cpu": Field("str", True, choices=PROXY_CPUS),
+    "proxy_slice_us": Field(
+        "int", True, lo=0, hi=100_000, what="the proxies' scheduler slice in µs (0: the kernel's)"
+    ),
 }
 OVERHEAD: dict[str, Field] = {
     "arms": Field("strs", True, choices=OVERHEAD_ARMS),
@@ -136,6 +139,7 @@ class PgExperiment:
     seed: int
     proxy_nice: int
     proxy_cpu: str
+    proxy_slice_us: int
     overhead: Overhead
     overload: Overload
 
@@ -176,6 +180,10 @@ def from_dict(doc: dict[str, Any], path: Path) -> PgExperiment:
         )
     if ol["generator"] == "load-pg" and ol["protocol"] != "simple":
         raise SpecError(path, "overload.protocol", "simple (load-pg's protocol)", ol["protocol"])
+    if 0 < pg["proxy_slice_us"] < 100:
+        raise SpecError(
+            path, "pg.proxy_slice_us", "0 (the kernel's slice) or 100..100000 µs", pg["proxy_slice_us"]
+        )
     if ol["warmup_s"] >= ol["duration_s"]:
         raise SpecError(
             path, "overload.warmup_s", f"less than overload.duration_s ({ol['duration_s']})", ol["warmup_s"]

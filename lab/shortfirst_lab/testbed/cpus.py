@@ -10,6 +10,7 @@ keeps the others off its CPU too.
     python -m shortfirst_lab cpus reserve 1 [--dry-run]   # CPU 1 for the experiment
     python -m shortfirst_lab cpus run -- CMD ARGS...       # run CMD on the reserved CPU(s)
     python -m shortfirst_lab cpus release [--dry-run]
+    python -m shortfirst_lab cpus slice US -- CMD ARGS...  # run CMD with a time slice of US µs
 
 `reserve` creates two cpusets under the cpuset hierarchy's root, NAME-reserved (the CPUs
 given) and NAME-rest (every other CPU), and moves every process of the root cpuset into
@@ -23,14 +24,23 @@ the reserved CPUs; `run` moves itself into NAME-reserved and then execs the comm
 Works with the cgroup-v1 cpuset hierarchy (/sys/fs/cgroup/cpuset) and with cgroup v2 where
 the cpuset controller is available (it enables it in the root's subtree_control). Needs
 root. Standard library only.
+
+`slice` is the other knob of the CPU a process gets: the kernel's fair scheduler (EEVDF, Linux
+6.6 and later) gives each task a time slice (`sched_attr.sched_runtime`, Linux 6.12 and
+later; `base_slice_ns` by default), and a waking task with a shorter slice has an earlier
+deadline, so it preempts a long-running one sooner. It sets the slice of this process and
+execs the command: the slice is kept across exec and inherited by every thread the command
+starts.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import errno
 import json
 import os
+import struct
 import sys
 import time
 from dataclasses import dataclass
@@ -287,6 +297,32 @@ class CpuReservation:
         return out
 
 
+#: The kernel's bounds on a fair task's slice (kernel/sched/syscalls.c), in microseconds.
+SLICE_MIN_US, SLICE_MAX_US = 100, 100_000
+#: sched_setattr(2)'s number on x86-64 and its `struct sched_attr` (size, policy, flags, nice,
+#: priority, runtime, deadline, period, utilisation clamps).
+_SYS_SCHED_SETATTR = 314
+_SCHED_ATTR = struct.Struct("IIQiIQQQII")
+
+
+def set_slice(slice_us: int, pid: int = 0) -> None:
+    """Gives task `pid` (0: the caller) the fair scheduler's policy at its current nice value
+    with a time slice of `slice_us` microseconds. A kernel that cannot is a CpusError naming
+    why."""
+    if not SLICE_MIN_US <= slice_us <= SLICE_MAX_US:
+        raise CpusError(f"slice: {slice_us} µs is outside the kernel's {SLICE_MIN_US}..{SLICE_MAX_US} µs")
+    if os.uname().machine != "x86_64":
+        raise CpusError(f"slice: sched_setattr is known here on x86_64 only, not {os.uname().machine}")
+    nice = os.getpriority(os.PRIO_PROCESS, pid)
+    fields = (_SCHED_ATTR.size, os.SCHED_OTHER, 0, nice, 0, slice_us * 1000, 0, 0, 0, 0)
+    attr = ctypes.create_string_buffer(_SCHED_ATTR.pack(*fields), _SCHED_ATTR.size)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(_SYS_SCHED_SETATTR, pid, attr, 0) != 0:
+        err = ctypes.get_errno()
+        why = os.strerror(err)
+        raise CpusError(f"slice: sched_setattr refused {slice_us} µs: {why} (needs Linux 6.12 or later)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m shortfirst_lab cpus", description=__doc__.split("\n")[0])
     ap.add_argument("--name", default="shortfirst", help="prefix of the two cpusets (default shortfirst)")
@@ -300,8 +336,17 @@ def main(argv: list[str] | None = None) -> int:
     rel.add_argument("--dry-run", action="store_true")
     run = sub.add_parser("run", help="run a command on the reserved CPUs: run -- CMD ARGS...")
     run.add_argument("command", nargs=argparse.REMAINDER)
+    sl = sub.add_parser("slice", help="run a command with a scheduler time slice: slice US -- CMD ARGS...")
+    sl.add_argument("slice_us", type=int, help=f"microseconds, {SLICE_MIN_US}..{SLICE_MAX_US}")
+    sl.add_argument("command", nargs=argparse.REMAINDER)
     a = ap.parse_args(argv)
+    cmd = a.command[1:] if getattr(a, "command", [])[:1] == ["--"] else getattr(a, "command", [])
+    if a.cmd in ("run", "slice") and not cmd:
+        ap.error(f"{a.cmd}: give the command after --")
     try:
+        if a.cmd == "slice":
+            set_slice(a.slice_us)
+            os.execvp(cmd[0], cmd)
         res = CpuReservation(detect(a.cgroup_root), a.name)
         if a.cmd == "status":
             print(json.dumps(res.status(), indent=2))
@@ -311,9 +356,6 @@ def main(argv: list[str] | None = None) -> int:
         elif a.cmd == "release":
             print(json.dumps(res.status() if a.dry_run else res.release(), indent=2))
         else:
-            cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
-            if not cmd:
-                ap.error("run: give the command after --")
             if not res.reserved.exists():
                 raise CpusError(f"no reservation ({res.reserved} missing): run `reserve CPUS` first")
             if not res.move(os.getpid(), res.reserved):

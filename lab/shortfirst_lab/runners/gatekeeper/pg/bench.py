@@ -70,14 +70,18 @@ def main(argv: list[str] | None = None) -> int:
             "scale": spec.scale,
             "max_connections": spec.max_connections,
             "proxy_nice": spec.proxy_nice,
+            "proxy_slice_us": spec.proxy_slice_us or None,
             "proxy_cpu": spec.proxy_cpu if prefix else None,
             "init_s": pgbench.init(pg.url, spec.scale, work / "init.log"),
         }
         db_cpus = reserved_cpus() if prefix else ()
         # The proxies (PgBouncer, the gatekeeper) beside the database or with the clients, at
-        # the file's nice value.
+        # the file's nice value and scheduler slice.
         proxy_prefix = prefix if spec.proxy_cpu == "database" else []
         proxy_prefix += ["nice", "-n", str(spec.proxy_nice)] if spec.proxy_nice else []
+        if spec.proxy_slice_us:
+            proxy_prefix += [sys.executable, "-m", "shortfirst_lab", "cpus", "slice"]
+            proxy_prefix += [str(spec.proxy_slice_us), "--"]
         ctx = Context(a.bin, pg.url, work, spec.pool_size, clients, proxy_prefix, db_cpus, pg.postmaster_pid)
         accounts = 100_000 * spec.scale
         for name in run:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
+import time
 from pathlib import Path
 
 from ....kit import process_running
@@ -38,6 +39,7 @@ from ..timeline import TIMELINE_SERIES, Sampler, write_timeline
 from . import capacity, clients, loadpg, pgbench
 from .arms import Context, gate_state, way_in
 from .clients import CLASSES
+from .schedwait import SchedWindow
 
 #: The gatekeeper's /metrics sampled this often while the load runs (`timeline.csv`).
 SAMPLE_S = 0.5
@@ -86,7 +88,10 @@ def point(
         max_queue_wait_s=ol.max_queue_wait_s if shed else None,
     ) as way:
         sampler = Sampler(None, way.admin_port, SAMPLE_S, keep=TIMELINE_SERIES) if way.admin_port else None
-        with sampler or contextlib.nullcontext():
+        start_s = time.time() + ol.warmup_s
+        end_s = start_s + ol.duration_s - ol.warmup_s - END_GUARD_S
+        waits = SchedWindow(way.pids, ctx.postmaster_pid, start_s, end_s)
+        with sampler or contextlib.nullcontext(), waits:
             cmds, reports, outcomes = clients.run(
                 ctx, ol, way.url, d, scripts, rates, seed, ol.duration_s, ol.generator
             )
@@ -118,6 +123,8 @@ def point(
             command=" ".join(cmds[n]),
         )
     out["expensive_ceiling_per_s"] = expensive_ceiling(cap, rates)
+    # The proxies' and the backends' waits for the CPU over the window (`schedwait`).
+    out["cpu_waits"] = waits.result()
     if exited:
         out["proxy_exited"] = exited
         print(f"overload {load:g}x {arm}: the proxy exited during the point (pids {exited})", file=sys.stderr)
