@@ -41,6 +41,7 @@ EXPERIMENT = REPO / "lab" / "experiments" / "pg-gatekeeper.toml"
         ("overload.expensive_rows=2000000", "overload.expensive_rows"),
         ("pg.max_connections=100", "pg.max_connections"),
         ('pg.shared_buffers="lots"', "pg.shared_buffers"),
+        ("pg.proxy_slice_us=50", "pg.proxy_slice_us"),
     ],
 )
 def test_a_bad_value_is_refused_by_name(override, key):
@@ -137,6 +138,24 @@ def _check_capacity(cap: dict) -> None:
     assert cap["service_ms"]["cheap"] < cap["service_ms"]["expensive"]
 
 
+def _custom_slices() -> bool:
+    """Whether this kernel takes a custom scheduler slice (`cpus slice`, Linux 6.12 and later)."""
+    argv = [sys.executable, "-m", "shortfirst_lab", "cpus", "slice", "200", "--", "true"]
+    return subprocess.run(argv, capture_output=True, timeout=30, cwd=REPO / "lab").returncode == 0
+
+
+def _check_waits(points: list[dict]) -> None:
+    """Every point measured its processes' waits for the CPU: the database's backends, and the
+    proxy's threads wherever there is a proxy."""
+    for p in points:
+        waits = p["cpu_waits"]
+        assert waits["database"]["threads"] > 0 and waits["database"]["slices"] > 0, p["arm"]
+        if p["arm"] == "direct":
+            assert "proxy" not in waits
+        else:
+            assert waits["proxy"]["slices"] > 0 and waits["proxy"]["wait_us_per_slice"] >= 0, p["arm"]
+
+
 @pytest.mark.slow
 def test_a_tiny_run_end_to_end(tmp_path):
     """Both experiments, a few seconds each: every arm gives transactions/s, every point's
@@ -160,6 +179,7 @@ def test_a_tiny_run_end_to_end(tmp_path):
         "overload.expensive_rows=5000",
         "overload.cheap_clients=4",
         "overload.expensive_clients=4",
+        f"pg.proxy_slice_us={200 if _custom_slices() else 0}",
     ]
     argv = [sys.executable, "-m", "shortfirst_lab", "bench", "pg", str(EXPERIMENT), "--pin", "no"]
     argv += ["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")]
@@ -191,6 +211,7 @@ def test_a_tiny_run_end_to_end(tmp_path):
     assert distinct["arms"]["gatekeeper"]["gatekeeper"]["types"] > 10
     ol = doc["overload"]
     _check_capacity(ol["capacity"])
+    _check_waits(ol["points"])
     assert {p["arm"] for p in ol["points"]} == {"direct", "pgbouncer", "sjf", "fifo@auto"}
     for p in ol["points"]:
         for cls in ("cheap", "expensive"):
