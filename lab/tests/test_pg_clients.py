@@ -1,5 +1,8 @@
 """PostgreSQL drivers we did not write, through the PostgreSQL gatekeeper: psycopg 3 (libpq)
-and asyncpg (its own protocol code), as an application would use them. The gatekeeper runs
+and asyncpg (its own protocol code), as an application would use them; and in other
+languages, pgx (Go), pgjdbc (Java) and node-postgres (JavaScript), each a program in
+`lab/drivers/` built here from the versions it pins (go.sum, pom.xml, package-lock.json, from
+the registries) and skipped, saying so, where its toolchain is missing. The gatekeeper runs
 with TLS, sjf and a gate that queues (two transactions in flight); the server asks for
 SCRAM passwords. Each driver's common paths: authentication relayed, TLS with the
 certificate verified, pipelines and batches, transactions with savepoints and errors, COPY
@@ -8,16 +11,18 @@ asyncpg's own CancelRequest), and many connections queued by the gate at once.
 
 Needs PostgreSQL (Debian's, `make apt`) and the binary (`$SHORTFIRST_BIN`, else the release
 build); skipped with a message
-otherwise. About 10 s.
+otherwise. About 10 s, and a minute more the first time the other drivers are fetched.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import os
 import re
 import shutil
 import ssl
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -26,6 +31,7 @@ from urllib.parse import urlsplit
 import asyncpg
 import psycopg
 import pytest
+from conftest import REPO
 
 from shortfirst_lab import commands
 from shortfirst_lab.kit import Child, free_port, self_signed_cert, shortfirst_binary, wait_port
@@ -33,6 +39,10 @@ from shortfirst_lab.runners.gatekeeper.backends.postgres import postgres
 
 BIN = shortfirst_binary()
 PASSWORD = "gatekeeper-test"
+#: The programs that drive pgx, pgjdbc and node-postgres.
+DRIVERS = REPO / "lab" / "drivers"
+#: Seconds a driver's fetch and build may take (the first run downloads it), and its run.
+BUILD_TIMEOUT_S, RUN_TIMEOUT_S = 600, 120
 
 pytestmark = pytest.mark.slow
 
@@ -165,3 +175,51 @@ async def _asyncpg(url: str, cert: Path) -> None:
     doubled = await asyncio.gather(*[pool.fetchval("SELECT $1::int * 2", i) for i in range(300)])
     assert doubled == [2 * i for i in range(300)]
     await pool.close()
+
+
+def _driver(name: str, tool: str, tmp_path: Path) -> Path:
+    """A copy of `lab/drivers/NAME` to build in, once `tool` is known to be installed."""
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} not found: the {name} check needs it")
+    work = tmp_path / name
+    shutil.copytree(DRIVERS / name, work, ignore=shutil.ignore_patterns("node_modules", "target"))
+    return work
+
+
+def _step(argv: list[str], cwd: Path, timeout_s: float, env: dict | None = None) -> str:
+    """Runs one step of a driver's check; its output on failure."""
+    r = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout_s, env=env)
+    assert r.returncode == 0, (
+        f"{' '.join(argv)} exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    )
+    return r.stdout
+
+
+def test_pgx(dsn, tmp_path):
+    url, cert = dsn
+    work = _driver("pgx", "go", tmp_path)
+    env = {**os.environ, "GOFLAGS": "-mod=readonly", "GOTOOLCHAIN": "local"}
+    _step(["go", "build", "-o", "pgxcheck", "."], work, BUILD_TIMEOUT_S, env)
+    out = _step([str(work / "pgxcheck"), f"{url}?sslmode=verify-ca&sslrootcert={cert}"], work, RUN_TIMEOUT_S)
+    assert out.rstrip().endswith("ALL OK"), out
+
+
+def test_pgjdbc(dsn, tmp_path):
+    url, cert = dsn
+    work = _driver("pgjdbc", "mvn", tmp_path)
+    _step(
+        ["mvn", "-q", "-B", "dependency:copy-dependencies", "-DoutputDirectory=deps"], work, BUILD_TIMEOUT_S
+    )
+    u = urlsplit(url)
+    jdbc = f"jdbc:postgresql://{u.hostname}:{u.port}{u.path}?user={u.username}&password={u.password}"
+    jdbc += f"&sslmode=verify-ca&sslrootcert={cert}"
+    out = _step(["java", "-cp", "deps/*", "src/main/java/Check.java", jdbc], work, RUN_TIMEOUT_S)
+    assert out.rstrip().endswith("ALL OK"), out
+
+
+def test_node_postgres(dsn, tmp_path):
+    url, cert = dsn
+    work = _driver("node-postgres", "npm", tmp_path)
+    _step(["npm", "ci", "--no-audit", "--no-fund", "--silent"], work, BUILD_TIMEOUT_S)
+    out = _step(["node", "check.js", f"{url}?sslmode=verify-full&sslrootcert={cert}"], work, RUN_TIMEOUT_S)
+    assert out.rstrip().endswith("ALL OK"), out
