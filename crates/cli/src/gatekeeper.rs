@@ -160,6 +160,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if threads == 0 {
         bail!("--threads must be at least 1");
     }
+    // Before the runtime starts its threads: they inherit the slice.
+    if let (None, Some(us)) = (&args.command, settings.cpu_slice_us.or(settings::DEFAULT_CPU_SLICE_US)) {
+        use shortfirst_gatekeeper::cpu_slice::{self, SliceError};
+        match cpu_slice::set(std::time::Duration::from_micros(us)) {
+            Ok(()) => {}
+            Err(SliceError::Invalid(e)) => return Err(e.into()),
+            Err(e @ SliceError::Unsupported { .. }) => tracing::warn!("{e}; the kernel's slice stays"),
+        }
+    }
     // One thread: a current-thread runtime, so accepting, the handlers, the upstream
     // connections and the timer all run on the thread that waits in epoll. A multi-thread
     // runtime with one worker still runs `block_on` (the accept loop) on a second thread and

@@ -1,7 +1,8 @@
 //! `shortfirst gatekeeper` as a process, stopped and reloaded by signals: SIGTERM during
 //! load lets the admitted request finish, answers the queued ones 503 with `Retry-After`
 //! and exits within the bound; SIGHUP applies a changed classification rule without
-//! dropping an open connection. The backend is a small threaded HTTP server in the test.
+//! dropping an open connection; `--cpu-slice-us` gives every thread its scheduler slice. The
+//! backend is a small threaded HTTP server in the test.
 
 // The wall clock: the program under test is another process, on real time.
 #![allow(clippy::disallowed_types)]
@@ -246,4 +247,49 @@ fn a_postgres_upstream_runs_the_postgres_gatekeeper_with_the_same_signals() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "{status}");
+}
+
+/// `--cpu-slice-us`: every thread of the running gatekeeper has that slice in the kernel's
+/// fair scheduler (`se.slice` in `/proc/PID/task/TID/sched`); a kernel without custom slices
+/// (before 6.12) leaves its own, and the gatekeeper runs anyway.
+#[test]
+fn every_thread_runs_with_the_slice_given() {
+    let (up, port) = (backend(), free_port());
+    let listen = format!("127.0.0.1:{port}");
+    let upstream = format!("http://127.0.0.1:{up}");
+    let g = start(&["--listen", &listen, "--upstream", &upstream, "--threads", "2", "--cpu-slice-us", "300"], port);
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    assert_eq!(exchange(&mut s, "/sleep/0", true).1, "ok", "the gatekeeper serves");
+    let slices: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", g.0.id()))
+        .unwrap()
+        .map(|t| {
+            let sched = std::fs::read_to_string(t.unwrap().path().join("sched")).unwrap_or_default();
+            let line = sched.lines().find(|l| l.starts_with("se.slice")).unwrap_or("se.slice : none").to_string();
+            line.rsplit(':').next().unwrap().trim().to_string()
+        })
+        .collect();
+    if slices.iter().any(|s| s == "none") {
+        eprintln!("skipped: this kernel does not show a task's slice in /proc/PID/task/TID/sched");
+        return;
+    }
+    let custom = std::fs::read_to_string("/proc/sys/kernel/osrelease").is_ok_and(|r| {
+        let mut v = r.trim().split(['.', '-']).map(|p| p.parse::<u32>().unwrap_or(0));
+        (v.next().unwrap_or(0), v.next().unwrap_or(0)) >= (6, 12)
+    });
+    if !custom {
+        eprintln!("skipped: custom slices need Linux 6.12 or later");
+        return;
+    }
+    assert!(slices.len() >= 3, "main thread and two workers: {slices:?}");
+    assert!(slices.iter().all(|s| s == "300000"), "{slices:?}");
+}
+
+#[test]
+fn a_slice_outside_the_kernels_bounds_is_refused_at_start() {
+    let out = Command::new(env!("CARGO_BIN_EXE_shortfirst"))
+        .args(["gatekeeper", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1", "--cpu-slice-us", "50"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("--cpu-slice-us 50: outside"), "{stderr}");
 }

@@ -15,6 +15,7 @@ pub mod busypoll;
 pub mod calibrate;
 pub mod classify;
 pub mod config;
+pub mod cpu_slice;
 pub mod metrics;
 pub mod pg;
 pub mod proxy;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use shortfirst_core::admission::PatienceRule;
 
-use super::{DEFAULT_ACCESS_LOG, DEFAULT_THREADS};
+use super::{DEFAULT_ACCESS_LOG, DEFAULT_CPU_SLICE_US, DEFAULT_THREADS};
 use crate::config::{format_us, CapacitySetting, ProxyConfig, Upstream};
 
 impl ProxyConfig {
@@ -41,6 +41,7 @@ impl ProxyConfig {
             ("header-timeout", format_duration(d.header_timeout)),
             ("estimate-basis", d.estimator.basis.to_string()),
             ("threads", DEFAULT_THREADS.to_string()),
+            ("cpu-slice-us", none_or(DEFAULT_CPU_SLICE_US.map(|us| us.to_string()))),
             ("max-charge-share", d.max_charge_share.to_string()),
             ("busy-poll-us", d.busy_poll.map_or(0, |p| p.as_micros()).to_string()),
             ("charge-at", if d.recharge_at_admission { "admission" } else { "arrival" }.into()),
