@@ -23,6 +23,7 @@ pub mod cache_control;
 pub mod config;
 pub mod conn;
 pub mod encoding;
+pub mod filecache;
 pub mod http;
 pub mod http2;
 pub mod io;

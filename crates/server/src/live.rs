@@ -193,7 +193,7 @@ impl Shared {
         let mut config = ServerConfig::from_flags(flags.clone())?;
         let ignored = config.keep_restart_only(&running.config);
         config.validate()?;
-        crate::server::ensure_fd_limit(config.max_connections);
+        crate::server::ensure_fd_limit(&config);
         // Certificates first: they are only read, so a bad one refuses the reload before
         // anything is opened (a new access log file would be left behind otherwise).
         let certs = match (&self.tls, &config.tls) {

@@ -13,8 +13,10 @@
 //!    under the canonical root.
 //!
 //! Files are opened `O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK` (a FIFO never
-//! blocks the worker); only regular files are served. No metadata cache: each
-//! request costs one `openat2` and one `fstat`, as nginx without `open_file_cache`.
+//! blocks the worker); only regular files are served. A regular file named without a
+//! trailing slash is kept open by the worker thread ([`crate::filecache`]) and used again
+//! while an `fstatat` of its name finds it unchanged; otherwise each request costs one
+//! `openat2` and one `fstat`, as nginx without `open_file_cache`.
 //!
 //! And `O_NOATIME` where the kernel allows it (the files' owner, or `CAP_FOWNER`):
 //! under `relatime` the first read of a file since it was written updates its
@@ -30,9 +32,11 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::config::Dotfiles;
+use crate::filecache;
 
 /// Why a target cannot be served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,8 +53,9 @@ pub enum Refusal {
 /// The result of resolving a target.
 #[derive(Debug)]
 pub enum Resolved {
-    /// `index`: the file is the directory's `index.html`.
-    File { file: File, meta: std::fs::Metadata, index: bool },
+    /// `index`: the file is the directory's `index.html`. Shared with the thread's
+    /// [`crate::filecache`] and other responses of the same file.
+    File { file: Arc<File>, meta: std::fs::Metadata, index: bool },
     /// A directory named without its trailing slash: redirect to add it.
     AddSlash,
     /// A directory (named with its slash) without `index.html`: 403, or its listing.
@@ -137,9 +142,14 @@ fn hex(c: u8) -> Option<u8> {
     }
 }
 
+/// Tells roots apart in the thread's kept files (a root opened again by a reload is new).
+static NEXT_ROOT_ID: AtomicU64 = AtomicU64::new(0);
+
 /// The served directory, held open.
 pub struct Root {
     fd: OwnedFd,
+    /// This root among those opened in the process ([`crate::filecache`]'s keys).
+    id: u64,
     canonical: PathBuf,
     confine: bool,
     have_openat2: bool,
@@ -157,7 +167,8 @@ impl Root {
         if !have_openat2 {
             tracing::warn!("openat2 unavailable: confining paths by checking /proc/self/fd after open");
         }
-        Ok(Root { fd, canonical, confine, have_openat2, noatime: AtomicBool::new(true) })
+        let id = NEXT_ROOT_ID.fetch_add(1, Ordering::Relaxed);
+        Ok(Root { fd, id, canonical, confine, have_openat2, noatime: AtomicBool::new(true) })
     }
 
     pub fn path(&self) -> &Path {
@@ -175,14 +186,22 @@ impl Root {
         }
         let dir_len = scratch.len();
         scratch.push(0);
+        let name = CStr::from_bytes_with_nul(scratch).map_err(|_| Refusal::BadRequest)?;
+        if !trailing_slash {
+            if let Some((file, meta)) = filecache::get(self.id, &self.fd, name) {
+                return Ok(Resolved::File { file, meta, index: false });
+            }
+        }
         let file = self.open_rel(scratch)?;
         let meta = file.metadata().map_err(|_| Refusal::Internal)?;
         if meta.is_file() {
-            return if trailing_slash {
-                Err(Refusal::NotFound)
-            } else {
-                Ok(Resolved::File { file, meta, index: false })
-            };
+            if trailing_slash {
+                return Err(Refusal::NotFound);
+            }
+            let file = Arc::new(file);
+            let name = CStr::from_bytes_with_nul(scratch).map_err(|_| Refusal::BadRequest)?;
+            filecache::put(self.id, name, &file, &meta);
+            return Ok(Resolved::File { file, meta, index: false });
         }
         if !meta.is_dir() {
             return Err(Refusal::Forbidden); // FIFOs, sockets, devices
@@ -199,7 +218,7 @@ impl Root {
         };
         let meta = file.metadata().map_err(|_| Refusal::Internal)?;
         if meta.is_file() {
-            Ok(Resolved::File { file, meta, index: true })
+            Ok(Resolved::File { file: Arc::new(file), meta, index: true })
         } else {
             Err(Refusal::Forbidden)
         }
@@ -445,11 +464,11 @@ mod tests {
         let before = std::fs::metadata(&path).unwrap();
         let root = Root::open(dir.path(), true).unwrap();
         let mut scratch = Vec::new();
-        let Ok(Resolved::File { mut file, .. }) = root.resolve(b"a.bin", false, &mut scratch) else {
+        let Ok(Resolved::File { file, .. }) = root.resolve(b"a.bin", false, &mut scratch) else {
             panic!("a.bin did not resolve to a file");
         };
         let mut buf = [0u8; 8];
-        assert_eq!(file.read(&mut buf).unwrap(), 3);
+        assert_eq!((&*file).read(&mut buf).unwrap(), 3);
         assert!(root.noatime(), "the test's own file: the owner may use O_NOATIME");
         let after = std::fs::metadata(&path).unwrap();
         assert_eq!((after.atime(), after.atime_nsec()), (before.atime(), before.atime_nsec()));

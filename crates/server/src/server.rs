@@ -208,7 +208,7 @@ impl Server {
     /// on a connection (a test hook).
     pub fn bind_with_observer(config: ServerConfig, observer: Option<PriorityObserver>) -> Result<Server, ServerError> {
         config.validate()?;
-        ensure_fd_limit(config.max_connections);
+        ensure_fd_limit(&config);
         let live = Live::open(config.clone(), None)?;
         let cutoff_chooser = CutoffChooser::new(&config);
         let user = UserScheduler::new(&config)?;
@@ -557,9 +557,16 @@ fn note_pause(shared: &Shared, paused: bool, warnings: &mut RateLimit) {
 const FD_HEADROOM: u64 = 256;
 
 /// Raises the soft `RLIMIT_NOFILE` so `max_connections` connections (each with a
-/// file open while sending) fit, up to the hard limit; warns if they cannot.
-pub(crate) fn ensure_fd_limit(max_connections: usize) {
-    let needed = 2 * max_connections as u64 + FD_HEADROOM;
+/// file open while sending) and the worker threads' kept files ([`crate::filecache`]) fit,
+/// up to the hard limit; warns if they cannot.
+pub(crate) fn ensure_fd_limit(config: &ServerConfig) {
+    let max_connections = config.max_connections;
+    let threads = match config.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let kept = (crate::filecache::ENTRIES_PER_THREAD * threads) as u64;
+    let needed = 2 * max_connections as u64 + FD_HEADROOM + kept;
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit/setrlimit read and write the struct we pass.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 || limit.rlim_cur >= needed {

@@ -50,8 +50,11 @@ impl Responder {
             Err(refusal) => return self.error(refusal_status(refusal), Some(req), keep_alive),
         };
         listing::write_head(&mut self.head, Status::OK, format, len, vary, http);
-        let body =
-            if req.method() == Method::Head || len == 0 { Body::None } else { Body::File { file, offset: 0, len } };
+        let body = if req.method() == Method::Head || len == 0 {
+            Body::None
+        } else {
+            Body::File { file: Arc::new(file), offset: 0, len }
+        };
         Answer { status: Status::OK, body }
     }
 }

@@ -120,7 +120,7 @@ pub(crate) enum Body {
         len: usize,
     },
     File {
-        file: File,
+        file: Arc<File>,
         offset: u64,
         len: u64,
     },
@@ -425,7 +425,7 @@ impl Conn {
         let (head_only_len, file_part) = match &body {
             Body::None => (self.responder.head.len(), None),
             Body::InHead { len } => (self.responder.head.len() - len, None),
-            Body::File { file, offset, len } => (self.responder.head.len(), Some((file, *offset, *len))),
+            Body::File { file, offset, len } => (self.responder.head.len(), Some((&**file, *offset, *len))),
         };
         let (head_bytes, file_bytes) = (self.responder.head.len() as u64, file_part.map_or(0, |(_, _, len)| len));
         // Over TLS the response is ranked by what crosses the wire: its ciphertext, in the

@@ -13,6 +13,7 @@
 //! later must not leave a cache serving a stored identity response to every client.
 
 use std::fs::{File, Metadata};
+use std::sync::Arc;
 
 use super::field_lines;
 use super::respond::Responder;
@@ -30,16 +31,16 @@ impl Responder {
         buf: &[u8],
         req: &Request,
         (root, offered): (&Root, Precompressed),
-        file: File,
+        file: Arc<File>,
         meta: Metadata,
         index: bool,
-    ) -> (File, Metadata, Option<Coding>) {
+    ) -> (Arc<File>, Metadata, Option<Coding>) {
         let mut lines = [&b""[..]; MAX_LIST_LINES];
         let n = field_lines(buf, &req.accept_encoding, &mut lines);
         let ranked = encoding::rank(&lines[..n], offered);
         for &coding in ranked.codings() {
             if let Some((file, meta)) = root.sidecar(&self.path, index, coding.suffix(), &mut self.scratch) {
-                return (file, meta, Some(coding));
+                return (Arc::new(file), meta, Some(coding));
             }
         }
         (file, meta, None)

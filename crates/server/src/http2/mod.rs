@@ -149,7 +149,7 @@ pub(crate) struct Accepted {
 /// A response body still to send.
 enum Source {
     Memory(Bytes),
-    File { file: File, offset: u64 },
+    File { file: Arc<File>, offset: u64 },
 }
 
 /// A stream whose body is being sent.
