@@ -402,14 +402,20 @@ def process_running(pid: int) -> bool:
     return fields is not None and fields[0] != "Z"
 
 
-def child_pids(pid: int, proc: Path = Path("/proc")) -> list[int]:
-    """The live children of process `pid` (field 4 of `/proc/<child>/stat`)."""
-    out = []
+def child_stats(pid: int, proc: Path = Path("/proc")) -> dict[int, list[str]]:
+    """The live children of process `pid` (field 4 of `/proc/<child>/stat`), each with its
+    `stat_fields`."""
+    out = {}
     for entry in os.scandir(proc):
         fields = stat_fields(int(entry.name), proc) if entry.name.isdigit() else None
         if fields is not None and int(fields[1]) == pid:
-            out.append(int(entry.name))
+            out[int(entry.name)] = fields
     return out
+
+
+def child_pids(pid: int, proc: Path = Path("/proc")) -> list[int]:
+    """The live children of process `pid`."""
+    return list(child_stats(pid, proc))
 
 
 def sched_snapshot(pids: Sequence[int], proc: Path = Path("/proc")) -> dict[int, tuple[int, int, int]]:

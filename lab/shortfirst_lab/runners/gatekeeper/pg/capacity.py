@@ -26,14 +26,13 @@ backends that ended are in the postmaster's reaped-children times).
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ....kit import CLK_TCK, cpu_times, stat_fields
+from ....kit import CLK_TCK, child_stats, cpu_times, stat_fields
 from ....spec.pg import Overload, overload_arm
 from ..backends.base import GatekeeperError
 from . import clients, loadpg, pgbench
@@ -79,16 +78,10 @@ def process_tree_cpu_s(pid: int, proc: Path = Path("/proc")) -> float:
     """CPU seconds of process `pid`, its live children and the children it has reaped
     (utime + stime of each, cutime + cstime of `pid`). Grandchildren are not looked for: a
     PostgreSQL backend is the postmaster's child."""
-    total = 0
-    for entry in os.scandir(proc):
-        fields = stat_fields(int(entry.name), proc) if entry.name.isdigit() else None
-        if fields is None:  # not a process, or gone meanwhile
-            continue
-        # proc(5): ppid is field 4, utime .. cstime fields 14 .. 17 (3 is the first here).
-        if int(entry.name) == pid:
-            total += sum(int(f) for f in fields[11:15])
-        elif int(fields[1]) == pid:
-            total += int(fields[11]) + int(fields[12])
+    # proc(5): utime .. cstime are fields 14 .. 17 (3 is the first here).
+    own = stat_fields(pid, proc)
+    total = sum(int(f) for f in own[11:15]) if own is not None else 0
+    total += sum(int(f[11]) + int(f[12]) for f in child_stats(pid, proc).values())
     return total / CLK_TCK
 
 
