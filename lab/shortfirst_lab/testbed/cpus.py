@@ -340,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     sl.add_argument("slice_us", type=int, help=f"microseconds, {SLICE_MIN_US}..{SLICE_MAX_US}")
     sl.add_argument("command", nargs=argparse.REMAINDER)
     a = ap.parse_args(argv)
-    cmd = a.command[1:] if getattr(a, "command", [])[:1] == ["--"] else getattr(a, "command", [])
+    cmd = getattr(a, "command", [])
+    cmd = cmd[1:] if cmd[:1] == ["--"] else cmd
     if a.cmd in ("run", "slice") and not cmd:
         ap.error(f"{a.cmd}: give the command after --")
     try:

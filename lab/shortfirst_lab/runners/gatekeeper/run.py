@@ -47,6 +47,12 @@ def pinned_prefix(pin: bool | None) -> list[str]:
     return [sys.executable, "-m", "shortfirst_lab", "cpus", "run", "--"]
 
 
+def slice_prefix(slice_us: int) -> list[str]:
+    """The argv prefix that runs a command with a scheduler slice of `slice_us` µs
+    (`cpus slice`), or [] for 0 (the kernel's slice)."""
+    return [sys.executable, "-m", "shortfirst_lab", "cpus", "slice", str(slice_us), "--"] if slice_us else []
+
+
 def reserved_cpus() -> tuple[int, ...]:
     """The CPUs of the cpuset reservation (those `pinned_prefix` runs a command on); () without
     one."""

@@ -24,7 +24,7 @@ from pathlib import Path
 from ....kit import provenance, shortfirst_binary, write_json
 from ....spec.reader import read_spec
 from ..backends.postgres import postgres
-from ..run import pinned_prefix, reserved_cpus
+from ..run import pinned_prefix, reserved_cpus, slice_prefix
 from . import overhead, overload, pgbench, verdict
 from .arms import Context
 
@@ -79,9 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         # the file's nice value and scheduler slice.
         proxy_prefix = prefix if spec.proxy_cpu == "database" else []
         proxy_prefix += ["nice", "-n", str(spec.proxy_nice)] if spec.proxy_nice else []
-        if spec.proxy_slice_us:
-            proxy_prefix += [sys.executable, "-m", "shortfirst_lab", "cpus", "slice"]
-            proxy_prefix += [str(spec.proxy_slice_us), "--"]
+        proxy_prefix += slice_prefix(spec.proxy_slice_us)
         ctx = Context(a.bin, pg.url, work, spec.pool_size, clients, proxy_prefix, db_cpus, pg.postmaster_pid)
         accounts = 100_000 * spec.scale
         for name in run:
