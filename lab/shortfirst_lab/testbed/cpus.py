@@ -299,28 +299,35 @@ class CpuReservation:
 
 #: The kernel's bounds on a fair task's slice (kernel/sched/syscalls.c), in microseconds.
 SLICE_MIN_US, SLICE_MAX_US = 100, 100_000
-#: sched_setattr(2)'s number on x86-64 and its `struct sched_attr` (size, policy, flags, nice,
-#: priority, runtime, deadline, period, utilisation clamps).
-_SYS_SCHED_SETATTR = 314
+#: sched_setattr(2) and sched_getattr(2)'s numbers on x86-64, `SCHED_FLAG_KEEP_POLICY`, and
+#: `struct sched_attr` (size, policy, flags, nice, priority, runtime, deadline, period,
+#: utilisation clamps).
+_SYS_SCHED_SETATTR, _SYS_SCHED_GETATTR = 314, 315
+_KEEP_POLICY = 0x08
 _SCHED_ATTR = struct.Struct("IIQiIQQQII")
 
 
 def set_slice(slice_us: int, pid: int = 0) -> None:
-    """Gives task `pid` (0: the caller) the fair scheduler's policy at its current nice value
-    with a time slice of `slice_us` microseconds. A kernel that cannot is a CpusError naming
-    why."""
+    """Gives task `pid` (0: the caller) a time slice of `slice_us` microseconds, keeping its
+    policy and nice value (as `shortfirst gatekeeper --cpu-slice-us` does). A kernel that
+    refuses it, or accepts and ignores it (before 6.12: the slice is read back), is a
+    CpusError naming why."""
     if not SLICE_MIN_US <= slice_us <= SLICE_MAX_US:
         raise CpusError(f"slice: {slice_us} µs is outside the kernel's {SLICE_MIN_US}..{SLICE_MAX_US} µs")
     if os.uname().machine != "x86_64":
         raise CpusError(f"slice: sched_setattr is known here on x86_64 only, not {os.uname().machine}")
     nice = os.getpriority(os.PRIO_PROCESS, pid)
-    fields = (_SCHED_ATTR.size, os.SCHED_OTHER, 0, nice, 0, slice_us * 1000, 0, 0, 0, 0)
+    fields = (_SCHED_ATTR.size, os.SCHED_OTHER, _KEEP_POLICY, nice, 0, slice_us * 1000, 0, 0, 0, 0)
     attr = ctypes.create_string_buffer(_SCHED_ATTR.pack(*fields), _SCHED_ATTR.size)
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.syscall(_SYS_SCHED_SETATTR, pid, attr, 0) != 0:
-        err = ctypes.get_errno()
-        why = os.strerror(err)
+        why = os.strerror(ctypes.get_errno())
         raise CpusError(f"slice: sched_setattr refused {slice_us} µs: {why} (needs Linux 6.12 or later)")
+    if libc.syscall(_SYS_SCHED_GETATTR, pid, attr, _SCHED_ATTR.size, 0) != 0:
+        raise CpusError(f"slice: sched_getattr: {os.strerror(ctypes.get_errno())}")
+    kept_ns = _SCHED_ATTR.unpack(attr.raw)[5]
+    if kept_ns != slice_us * 1000:
+        raise CpusError(f"slice: the kernel kept {kept_ns // 1000} µs (needs Linux 6.12 or later)")
 
 
 def main(argv: list[str] | None = None) -> int:
