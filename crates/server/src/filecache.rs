@@ -42,8 +42,8 @@ impl Identity {
             dev: meta.dev(),
             ino: meta.ino(),
             size_bytes: meta.size(),
-            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
-            ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
+            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
         }
     }
 
@@ -60,10 +60,15 @@ impl Identity {
             dev: st.st_dev,
             ino: st.st_ino,
             size_bytes: u64::try_from(st.st_size).ok()?,
-            mtime_ns: i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec),
-            ctime_ns: i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec),
+            mtime_ns: ns(st.st_mtime, st.st_mtime_nsec),
+            ctime_ns: ns(st.st_ctime, st.st_ctime_nsec),
         })
     }
+}
+
+/// A time stamp's seconds and nanoseconds as nanoseconds.
+fn ns(secs: i64, nsec: i64) -> i128 {
+    i128::from(secs) * 1_000_000_000 + i128::from(nsec)
 }
 
 struct Entry {

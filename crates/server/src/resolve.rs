@@ -199,7 +199,6 @@ impl Root {
                 return Err(Refusal::NotFound);
             }
             let file = Arc::new(file);
-            let name = CStr::from_bytes_with_nul(scratch).map_err(|_| Refusal::BadRequest)?;
             filecache::put(self.id, name, &file, &meta);
             return Ok(Resolved::File { file, meta, index: false });
         }
