@@ -561,11 +561,7 @@ const FD_HEADROOM: u64 = 256;
 /// up to the hard limit; warns if they cannot.
 pub(crate) fn ensure_fd_limit(config: &ServerConfig) {
     let max_connections = config.max_connections;
-    let threads = match config.threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    };
-    let kept = (crate::filecache::ENTRIES_PER_THREAD * threads) as u64;
+    let kept = (crate::filecache::ENTRIES_PER_THREAD * config.worker_threads()) as u64;
     let needed = 2 * max_connections as u64 + FD_HEADROOM + kept;
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit/setrlimit read and write the struct we pass.
@@ -727,10 +723,7 @@ async fn admin_request(mut stream: TcpStream, shared: &Shared, answering: &Atomi
 /// also reopens the access log (log rotation) and re-reads the TLS certificates.
 pub fn run_until_signal(config: ServerConfig, flags: ConfigFile) -> Result<(), ServerError> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.enable_all().thread_name("shortfirst-serve");
-    if config.threads > 0 {
-        builder.worker_threads(config.threads);
-    }
+    builder.enable_all().thread_name("shortfirst-serve").worker_threads(config.worker_threads());
     let runtime = builder.build().map_err(ServerError::Runtime)?;
     runtime.block_on(async move {
         let server = Server::bind(config)?;

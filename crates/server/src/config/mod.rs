@@ -482,6 +482,14 @@ impl ServerConfig {
         Ok(())
     }
 
+    /// The worker threads the runtime runs: `threads`, or one per CPU for 0.
+    pub fn worker_threads(&self) -> usize {
+        match self.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
+
     /// Checks the limits are usable; called by [`ServerConfig::from_file`] and at bind.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |key: &'static str, reason: String| Err(ConfigError::Invalid { key, reason });
